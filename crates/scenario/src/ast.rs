@@ -1,0 +1,1310 @@
+//! The typed syntax tree of a scenario.
+//!
+//! Every keyword of the language is an enum implementing [`Keyword`]; sizes and
+//! addresses are plain `u64` byte counts; names are [`Name`]s. Nothing here is a
+//! string that the runner would have to parse again, except the NAME and VALUE of
+//! `set tunable`, which belong to the engine.
+
+/// A 1-based position in a scenario file (columns count characters, not bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Pos {
+    /// Line, from 1.
+    pub line: u32,
+    /// Column, from 1.
+    pub col: u32,
+}
+
+/// A parsed scenario file: its name and its statements, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// The file name given to [`crate::parse`], used in messages.
+    pub file: String,
+    /// The statements, in file order (comments and blank lines are dropped).
+    pub stmts: Vec<Stmt>,
+}
+
+/// One statement with the position of its first token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stmt {
+    /// Line and column of the statement's first token.
+    pub pos: Pos,
+    /// What the statement says.
+    pub kind: StmtKind,
+}
+
+/// The three kinds of statements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StmtKind {
+    /// `set ...` (or the shorthand `thp ...`): a machine or policy setting.
+    Set(Setting),
+    /// `[NAME =] ACTION`: an action, optionally binding its result to a name.
+    ///
+    /// Only [`Action::yields`] actions may bind: `spawn` and `fork` bind a process,
+    /// `mmap` and `mremap` the returned address, `brk` the old break.
+    Action {
+        /// The name bound to the result, if any.
+        bind: Option<Name>,
+        /// The action.
+        action: Action,
+    },
+    /// `expect ...`: a check.
+    Expect(Expect),
+}
+
+/// An identifier naming a process or an address (`p0`, `child`, `a`).
+///
+/// Identifiers match `[A-Za-z_][A-Za-z0-9_]*` and are not one of the reserved
+/// words [`Name::RESERVED`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(String);
+
+impl Name {
+    /// Words that start statements and so cannot be bound.
+    pub const RESERVED: &'static [&'static str] = &["set", "thp", "expect", "spawn"];
+
+    /// A name, if `s` is a valid, non-reserved identifier.
+    pub fn new(s: &str) -> Option<Name> {
+        if is_ident(s) && !Name::RESERVED.contains(&s) {
+            Some(Name(s.to_owned()))
+        } else {
+            None
+        }
+    }
+
+    /// The identifier's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// True if `s` is an identifier: `[A-Za-z_][A-Za-z0-9_]*`.
+pub(crate) fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The kind of value a name is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NameKind {
+    /// A process (bound by `spawn` or `fork`).
+    Process,
+    /// An address (bound by `mmap`, `mremap` or `brk`); called a mapping.
+    Mapping,
+}
+
+/// An address expression: `NAME`, `NAME+SIZE`, `NAME-SIZE` or `0xHEX`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AddrExpr {
+    /// An absolute address, written in hex.
+    Abs(u64),
+    /// An address relative to a bound name.
+    Rel {
+        /// The mapping name.
+        base: Name,
+        /// The offset from it (`a` alone is `Delta::Plus(0)`).
+        delta: Delta,
+    },
+}
+
+impl AddrExpr {
+    /// The mapping name this expression refers to, if any.
+    pub fn name(&self) -> Option<&Name> {
+        match self {
+            AddrExpr::Abs(_) => None,
+            AddrExpr::Rel { base, .. } => Some(base),
+        }
+    }
+
+    /// The address, given a way to look the name up; `None` if the name is unbound
+    /// or the arithmetic leaves `0..2^64`.
+    pub fn resolve(&self, lookup: impl FnOnce(&Name) -> Option<u64>) -> Option<u64> {
+        match self {
+            AddrExpr::Abs(a) => Some(*a),
+            AddrExpr::Rel { base, delta } => delta.apply(lookup(base)?),
+        }
+    }
+}
+
+/// The signed offset of a relative address. Zero is always `Plus(0)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Delta {
+    /// `NAME+SIZE`.
+    Plus(u64),
+    /// `NAME-SIZE` (never `Minus(0)`).
+    Minus(u64),
+}
+
+impl Delta {
+    /// `base` moved by this delta; `None` on overflow or underflow.
+    pub fn apply(self, base: u64) -> Option<u64> {
+        match self {
+            Delta::Plus(d) => base.checked_add(d),
+            Delta::Minus(d) => base.checked_sub(d),
+        }
+    }
+}
+
+/// A keyword enum: each variant is spelled by one word of the language.
+pub trait Keyword: Sized + Copy + 'static {
+    /// Every variant, in declaration order.
+    const ALL: &'static [Self];
+    /// The word spelling this variant.
+    fn as_str(self) -> &'static str;
+    /// The variant spelled by `word` (exact, case-sensitive).
+    fn from_keyword(word: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == word)
+    }
+    /// The words of all variants, separated by `|` (for messages).
+    fn choices() -> String {
+        let words: Vec<&str> = Self::ALL.iter().map(|k| k.as_str()).collect();
+        words.join("|")
+    }
+}
+
+/// Declares a keyword enum with its spelling, `Keyword` and `Display`.
+macro_rules! keyword_enum {
+    (
+        $(#[$m:meta])*
+        pub enum $T:ident {
+            $( $(#[$vm:meta])* $V:ident = $s:literal, )+
+        }
+    ) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $T {
+            $( $(#[$vm])* $V, )+
+        }
+
+        impl Keyword for $T {
+            const ALL: &'static [Self] = &[ $( $T::$V, )+ ];
+            fn as_str(self) -> &'static str {
+                match self { $( $T::$V => $s, )+ }
+            }
+        }
+
+        impl std::fmt::Display for $T {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+// ----------------------------------------------------------------------------
+// Settings
+
+/// A `set` statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Setting {
+    /// `set memory SIZE`: size of simulated physical memory (non-zero; before the
+    /// first `spawn`).
+    Memory(u64),
+    /// `set nodes N`: NUMA nodes, 1..=1024 (before the first `spawn`).
+    Nodes(u32),
+    /// `set cpus N`: CPUs, 1..=8192 (before the first `spawn`).
+    Cpus(u32),
+    /// `set arch x86_64|arm64`: page-table format (before the first `spawn`).
+    Arch(Arch),
+    /// `set tunable NAME=VALUE`: an engine switch, kept as text.
+    Tunable {
+        /// The tunable's name (no `=` and no whitespace).
+        name: String,
+        /// Its value (no whitespace; may contain `=`).
+        value: String,
+    },
+    /// `set thp 64K=always top=madvise ...`: one or more THP policies, in order.
+    Thp(Vec<ThpSetting>),
+    /// `set rlimit memlock SIZE|unlimited`.
+    Rlimit {
+        /// The resource.
+        resource: Resource,
+        /// The new soft and hard limit.
+        limit: Limit,
+    },
+    /// `set mempolicy interleave|default`.
+    Mempolicy(Mempolicy),
+}
+
+impl Setting {
+    /// True for the settings that configure the machine itself (memory, nodes,
+    /// cpus, arch), which must come before the first `spawn`.
+    pub fn is_machine(&self) -> bool {
+        matches!(
+            self,
+            Setting::Memory(_) | Setting::Nodes(_) | Setting::Cpus(_) | Setting::Arch(_)
+        )
+    }
+}
+
+keyword_enum! {
+    /// A page-table format.
+    pub enum Arch {
+        /// x86-64, 4-level.
+        X86_64 = "x86_64",
+        /// arm64, 4K granule.
+        Arm64 = "arm64",
+    }
+}
+
+/// One pair of `set thp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThpSetting {
+    /// `top=POLICY`: `/sys/kernel/mm/transparent_hugepage/enabled`.
+    Top(ThpTop),
+    /// `SIZE=POLICY`: `hugepages-<size>kB/enabled`.
+    Size {
+        /// The folio size.
+        size: ThpSize,
+        /// Its policy.
+        policy: ThpPolicy,
+    },
+}
+
+keyword_enum! {
+    /// The top-level THP policy (`inherit` is not allowed there).
+    pub enum ThpTop {
+        /// Always use THP.
+        Always = "always",
+        /// Only in `madvise(MADV_HUGEPAGE)` regions.
+        Madvise = "madvise",
+        /// Never.
+        Never = "never",
+    }
+}
+
+keyword_enum! {
+    /// The policy of one (m)THP size.
+    pub enum ThpPolicy {
+        /// Always use this size.
+        Always = "always",
+        /// Only in `madvise(MADV_HUGEPAGE)` regions.
+        Madvise = "madvise",
+        /// Never.
+        Never = "never",
+        /// Follow the top-level policy.
+        Inherit = "inherit",
+    }
+}
+
+/// A valid (m)THP size: a power of two from 16K to 2M.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThpSize(u64);
+
+impl ThpSize {
+    /// Smallest mTHP size (order 2).
+    pub const MIN: u64 = 16 << 10;
+    /// Largest (PMD) size (order 9).
+    pub const MAX: u64 = 2 << 20;
+
+    /// The size, if `bytes` is a power of two in `MIN..=MAX`.
+    pub fn new(bytes: u64) -> Option<ThpSize> {
+        (bytes.is_power_of_two() && (Self::MIN..=Self::MAX).contains(&bytes))
+            .then_some(ThpSize(bytes))
+    }
+
+    /// The size in bytes.
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+
+    /// The folio order with 4K base pages (2..=9).
+    pub fn order(self) -> u32 {
+        self.0.trailing_zeros().saturating_sub(12)
+    }
+}
+
+keyword_enum! {
+    /// A resource limit settable with `set rlimit`.
+    pub enum Resource {
+        /// RLIMIT_MEMLOCK.
+        Memlock = "memlock",
+    }
+}
+
+/// A resource limit value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// A limit in bytes.
+    Bytes(u64),
+    /// `unlimited` (RLIM_INFINITY).
+    Unlimited,
+}
+
+keyword_enum! {
+    /// The NUMA placement of newly faulted pages.
+    pub enum Mempolicy {
+        /// Local node (MPOL_DEFAULT).
+        Default = "default",
+        /// Round-robin over all nodes (MPOL_INTERLEAVE).
+        Interleave = "interleave",
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Actions
+
+/// An action statement (also the subject of `expect ACTION = OUTCOME`).
+///
+/// `task` is always a name bound to a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `spawn [privileged]`: a new process with an empty address space.
+    Spawn {
+        /// Root's capabilities (CAP_IPC_LOCK, CAP_SYS_RAWIO).
+        privileged: bool,
+    },
+    /// `TASK fork`.
+    Fork {
+        /// The parent.
+        task: Name,
+    },
+    /// `TASK exit`.
+    Exit {
+        /// The exiting process.
+        task: Name,
+    },
+    /// `TASK mmap SIZE PROT private|shared anon [options]`.
+    Mmap {
+        /// The process.
+        task: Name,
+        /// The arguments.
+        mmap: Mmap,
+    },
+    /// `TASK munmap ADDR SIZE`.
+    Munmap {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK mprotect ADDR SIZE PROT`.
+    Mprotect {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// New protection.
+        prot: Prot,
+    },
+    /// `TASK mremap ADDR OLD NEW [maymove] [dontunmap] [fixed ADDR]`.
+    Mremap {
+        /// The process.
+        task: Name,
+        /// Old address.
+        addr: AddrExpr,
+        /// Old length in bytes.
+        old_len: u64,
+        /// New length in bytes.
+        new_len: u64,
+        /// MREMAP_MAYMOVE.
+        maymove: bool,
+        /// MREMAP_DONTUNMAP (an addition to SCENARIO.md).
+        dontunmap: bool,
+        /// MREMAP_FIXED with this new address.
+        fixed: Option<AddrExpr>,
+    },
+    /// `TASK brk +SIZE` / `TASK brk -SIZE`.
+    Brk {
+        /// The process.
+        task: Name,
+        /// How the break moves.
+        delta: BrkDelta,
+    },
+    /// `TASK madvise ADDR SIZE ADVICE`.
+    Madvise {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// The advice.
+        advice: Advice,
+    },
+    /// `TASK mlock ADDR SIZE`.
+    Mlock {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK mlock2 ADDR SIZE [onfault]`.
+    Mlock2 {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// MLOCK_ONFAULT.
+        onfault: bool,
+    },
+    /// `TASK munlock ADDR SIZE`.
+    Munlock {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK mlockall FLAG...` (flags separated by spaces or `|`).
+    Mlockall {
+        /// The process.
+        task: Name,
+        /// MCL_* flags (at least one set).
+        flags: MlockallFlags,
+    },
+    /// `TASK munlockall`.
+    Munlockall {
+        /// The process.
+        task: Name,
+    },
+    /// `TASK pin ADDR SIZE`: long-term pin (FOLL_PIN | FOLL_LONGTERM).
+    Pin {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK unpin ADDR SIZE`.
+    Unpin {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK write ADDR SIZE pattern=0xNN`: fill with a byte.
+    Write {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// The byte written.
+        pattern: u8,
+    },
+    /// `TASK touch ADDR SIZE read|write`: one access per page.
+    Touch {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// Read or write access.
+        access: Access,
+    },
+    /// `TASK read ADDR SIZE`: read without checking the contents.
+    Read {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+}
+
+impl Action {
+    /// The verb (`"mmap"`, `"spawn"`, ...).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Spawn { .. } => "spawn",
+            Action::Fork { .. } => "fork",
+            Action::Exit { .. } => "exit",
+            Action::Mmap { .. } => "mmap",
+            Action::Munmap { .. } => "munmap",
+            Action::Mprotect { .. } => "mprotect",
+            Action::Mremap { .. } => "mremap",
+            Action::Brk { .. } => "brk",
+            Action::Madvise { .. } => "madvise",
+            Action::Mlock { .. } => "mlock",
+            Action::Mlock2 { .. } => "mlock2",
+            Action::Munlock { .. } => "munlock",
+            Action::Mlockall { .. } => "mlockall",
+            Action::Munlockall { .. } => "munlockall",
+            Action::Pin { .. } => "pin",
+            Action::Unpin { .. } => "unpin",
+            Action::Write { .. } => "write",
+            Action::Touch { .. } => "touch",
+            Action::Read { .. } => "read",
+        }
+    }
+
+    /// The process acting (`None` for `spawn`).
+    pub fn task(&self) -> Option<&Name> {
+        match self {
+            Action::Spawn { .. } => None,
+            Action::Fork { task }
+            | Action::Exit { task }
+            | Action::Mmap { task, .. }
+            | Action::Munmap { task, .. }
+            | Action::Mprotect { task, .. }
+            | Action::Mremap { task, .. }
+            | Action::Brk { task, .. }
+            | Action::Madvise { task, .. }
+            | Action::Mlock { task, .. }
+            | Action::Mlock2 { task, .. }
+            | Action::Munlock { task, .. }
+            | Action::Mlockall { task, .. }
+            | Action::Munlockall { task }
+            | Action::Pin { task, .. }
+            | Action::Unpin { task, .. }
+            | Action::Write { task, .. }
+            | Action::Touch { task, .. }
+            | Action::Read { task, .. } => Some(task),
+        }
+    }
+
+    /// What a binding `NAME = ACTION` binds, or `None` if the action returns
+    /// nothing bindable.
+    pub fn yields(&self) -> Option<NameKind> {
+        match self {
+            Action::Spawn { .. } | Action::Fork { .. } => Some(NameKind::Process),
+            Action::Mmap { .. } | Action::Mremap { .. } | Action::Brk { .. } => {
+                Some(NameKind::Mapping)
+            }
+            _ => None,
+        }
+    }
+
+    /// True for memory accesses (`read`, `write`, `touch`), which fail with a
+    /// signal; every other action fails with an errno.
+    pub fn is_access(&self) -> bool {
+        matches!(
+            self,
+            Action::Read { .. } | Action::Write { .. } | Action::Touch { .. }
+        )
+    }
+}
+
+/// The arguments of `mmap`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mmap {
+    /// Length in bytes.
+    pub len: u64,
+    /// Protection.
+    pub prot: Prot,
+    /// MAP_PRIVATE or MAP_SHARED (always with MAP_ANONYMOUS: `anon` is required).
+    pub sharing: Sharing,
+    /// MAP_POPULATE.
+    pub populate: bool,
+    /// MAP_LOCKED.
+    pub locked: bool,
+    /// MAP_NORESERVE (spelled `norserve`, as in SCENARIO.md, or `noreserve`).
+    pub noreserve: bool,
+    /// Where to place it (`fixed`, `noreplace`, `hint`: at most one).
+    pub placement: Placement,
+}
+
+/// Where `mmap` places a mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// No address given: the kernel chooses.
+    Anywhere,
+    /// `hint ADDR`: the address as a hint, no flag.
+    Hint(AddrExpr),
+    /// `fixed ADDR`: MAP_FIXED.
+    Fixed(AddrExpr),
+    /// `noreplace ADDR`: MAP_FIXED_NOREPLACE.
+    FixedNoreplace(AddrExpr),
+}
+
+impl Placement {
+    /// The address given, if any.
+    pub fn addr(&self) -> Option<&AddrExpr> {
+        match self {
+            Placement::Anywhere => None,
+            Placement::Hint(a) | Placement::Fixed(a) | Placement::FixedNoreplace(a) => Some(a),
+        }
+    }
+}
+
+keyword_enum! {
+    /// A protection (`PROT_*` combination).
+    pub enum Prot {
+        /// PROT_NONE.
+        None = "none",
+        /// PROT_READ.
+        R = "r",
+        /// PROT_READ | PROT_WRITE.
+        Rw = "rw",
+        /// PROT_READ | PROT_EXEC.
+        Rx = "rx",
+        /// PROT_READ | PROT_WRITE | PROT_EXEC.
+        Rwx = "rwx",
+    }
+}
+
+impl Prot {
+    /// The `PROT_*` bits (READ 1, WRITE 2, EXEC 4).
+    pub fn bits(self) -> u32 {
+        match self {
+            Prot::None => 0,
+            Prot::R => 1,
+            Prot::Rw => 3,
+            Prot::Rx => 5,
+            Prot::Rwx => 7,
+        }
+    }
+}
+
+keyword_enum! {
+    /// Private or shared mapping.
+    pub enum Sharing {
+        /// MAP_PRIVATE.
+        Private = "private",
+        /// MAP_SHARED.
+        Shared = "shared",
+    }
+}
+
+/// How `brk` moves the break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BrkDelta {
+    /// `+SIZE`: grow the heap.
+    Grow(u64),
+    /// `-SIZE`: shrink it.
+    Shrink(u64),
+}
+
+keyword_enum! {
+    /// A `madvise` advice.
+    pub enum Advice {
+        /// MADV_NORMAL.
+        Normal = "normal",
+        /// MADV_RANDOM.
+        Random = "random",
+        /// MADV_SEQUENTIAL.
+        Sequential = "sequential",
+        /// MADV_WILLNEED.
+        Willneed = "willneed",
+        /// MADV_DONTNEED.
+        Dontneed = "dontneed",
+        /// MADV_FREE.
+        Free = "free",
+        /// MADV_REMOVE.
+        Remove = "remove",
+        /// MADV_DONTFORK.
+        Dontfork = "dontfork",
+        /// MADV_DOFORK.
+        Dofork = "dofork",
+        /// MADV_MERGEABLE.
+        Mergeable = "mergeable",
+        /// MADV_UNMERGEABLE.
+        Unmergeable = "unmergeable",
+        /// MADV_HUGEPAGE.
+        Hugepage = "hugepage",
+        /// MADV_NOHUGEPAGE.
+        Nohugepage = "nohugepage",
+        /// MADV_DONTDUMP.
+        Dontdump = "dontdump",
+        /// MADV_DODUMP.
+        Dodump = "dodump",
+        /// MADV_WIPEONFORK.
+        Wipeonfork = "wipeonfork",
+        /// MADV_KEEPONFORK.
+        Keeponfork = "keeponfork",
+        /// MADV_COLD.
+        Cold = "cold",
+        /// MADV_PAGEOUT.
+        Pageout = "pageout",
+        /// MADV_POPULATE_READ.
+        PopulateRead = "populate_read",
+        /// MADV_POPULATE_WRITE.
+        PopulateWrite = "populate_write",
+        /// MADV_DONTNEED_LOCKED.
+        DontneedLocked = "dontneed_locked",
+        /// MADV_COLLAPSE.
+        Collapse = "collapse",
+    }
+}
+
+impl Advice {
+    /// The `MADV_*` value (include/uapi/asm-generic/mman-common.h).
+    pub fn number(self) -> i32 {
+        match self {
+            Advice::Normal => 0,
+            Advice::Random => 1,
+            Advice::Sequential => 2,
+            Advice::Willneed => 3,
+            Advice::Dontneed => 4,
+            Advice::Free => 8,
+            Advice::Remove => 9,
+            Advice::Dontfork => 10,
+            Advice::Dofork => 11,
+            Advice::Mergeable => 12,
+            Advice::Unmergeable => 13,
+            Advice::Hugepage => 14,
+            Advice::Nohugepage => 15,
+            Advice::Dontdump => 16,
+            Advice::Dodump => 17,
+            Advice::Wipeonfork => 18,
+            Advice::Keeponfork => 19,
+            Advice::Cold => 20,
+            Advice::Pageout => 21,
+            Advice::PopulateRead => 22,
+            Advice::PopulateWrite => 23,
+            Advice::DontneedLocked => 24,
+            Advice::Collapse => 25,
+        }
+    }
+}
+
+keyword_enum! {
+    /// One `mlockall` flag.
+    pub enum MlockallFlag {
+        /// MCL_CURRENT.
+        Current = "current",
+        /// MCL_FUTURE.
+        Future = "future",
+        /// MCL_ONFAULT.
+        Onfault = "onfault",
+    }
+}
+
+/// The flags of `mlockall` (printed in the order current, future, onfault).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MlockallFlags {
+    /// MCL_CURRENT.
+    pub current: bool,
+    /// MCL_FUTURE.
+    pub future: bool,
+    /// MCL_ONFAULT.
+    pub onfault: bool,
+}
+
+impl MlockallFlags {
+    /// The `MCL_*` bits (CURRENT 1, FUTURE 2, ONFAULT 4).
+    pub fn bits(self) -> u32 {
+        u32::from(self.current) | u32::from(self.future) << 1 | u32::from(self.onfault) << 2
+    }
+
+    /// Whether `flag` is set.
+    pub fn has(self, flag: MlockallFlag) -> bool {
+        match flag {
+            MlockallFlag::Current => self.current,
+            MlockallFlag::Future => self.future,
+            MlockallFlag::Onfault => self.onfault,
+        }
+    }
+
+    /// Sets `flag`.
+    pub fn set(&mut self, flag: MlockallFlag) {
+        match flag {
+            MlockallFlag::Current => self.current = true,
+            MlockallFlag::Future => self.future = true,
+            MlockallFlag::Onfault => self.onfault = true,
+        }
+    }
+}
+
+keyword_enum! {
+    /// The kind of access of `touch`.
+    pub enum Access {
+        /// A read access.
+        Read = "read",
+        /// A write access (keeps the contents).
+        Write = "write",
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Expectations
+
+/// An `expect` statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// `expect ACTION = OUTCOME`: the action fails this way. Accesses (`read`,
+    /// `write`, `touch`) expect a signal, every other action an errno.
+    Outcome {
+        /// The action (never binds).
+        action: Action,
+        /// The expected failure.
+        outcome: Outcome,
+    },
+    /// `expect TASK read ADDR SIZE pattern=0xNN`: every byte reads as `pattern`.
+    Read {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// The expected byte.
+        pattern: u8,
+    },
+    /// `expect TASK smaps NAME Field=SIZE...`: sums over the VMAs overlapping
+    /// NAME's range.
+    Smaps {
+        /// The process.
+        task: Name,
+        /// The mapping.
+        mapping: Name,
+        /// The fields checked (at least one, no repeats), in file order.
+        fields: Vec<(SmapsField, u64)>,
+    },
+    /// `expect TASK status Field=SIZE...`.
+    Status {
+        /// The process.
+        task: Name,
+        /// The fields checked (at least one, no repeats), in file order.
+        fields: Vec<(StatusField, u64)>,
+    },
+    /// `expect TASK maps count=N`: number of VMAs the scenario created.
+    MapsCount {
+        /// The process.
+        task: Name,
+        /// Expected count.
+        count: u64,
+    },
+    /// `expect TASK maps ADDR START-END PERMS`: the VMA containing ADDR.
+    MapsVma {
+        /// The process.
+        task: Name,
+        /// An address inside the VMA (SCENARIO.md writes a NAME; any address
+        /// expression is accepted).
+        addr: AddrExpr,
+        /// Expected start (absolute).
+        start: u64,
+        /// Expected end (absolute, greater than `start`).
+        end: u64,
+        /// Expected permissions.
+        perms: Perms,
+    },
+    /// `expect TASK pagemap ADDR STATE...`: all listed states hold.
+    Pagemap {
+        /// The process.
+        task: Name,
+        /// The page's address.
+        addr: AddrExpr,
+        /// The states (at least one, no repeats), in file order.
+        states: Vec<PagemapState>,
+    },
+    /// `expect TASK kpageflags ADDR [!]FLAG...`.
+    Kpageflags {
+        /// The process.
+        task: Name,
+        /// The page's address.
+        addr: AddrExpr,
+        /// The checks (at least one, each flag at most once), in file order.
+        flags: Vec<FlagCheck>,
+    },
+    /// `expect TASK folio ADDR order=N`.
+    Folio {
+        /// The process.
+        task: Name,
+        /// The page's address.
+        addr: AddrExpr,
+        /// The expected folio order (0..=63).
+        order: u32,
+    },
+}
+
+impl Expect {
+    /// The process the expectation is about (`None` only for `expect spawn = ...`).
+    pub fn task(&self) -> Option<&Name> {
+        match self {
+            Expect::Outcome { action, .. } => action.task(),
+            Expect::Read { task, .. }
+            | Expect::Smaps { task, .. }
+            | Expect::Status { task, .. }
+            | Expect::MapsCount { task, .. }
+            | Expect::MapsVma { task, .. }
+            | Expect::Pagemap { task, .. }
+            | Expect::Kpageflags { task, .. }
+            | Expect::Folio { task, .. } => Some(task),
+        }
+    }
+}
+
+/// How an expected-to-fail action fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A syscall error.
+    Errno(Errno),
+    /// A signal raised by a memory access.
+    Signal(Signal),
+}
+
+keyword_enum! {
+    /// A signal an access can raise.
+    pub enum Signal {
+        /// SIGSEGV: no mapping, or against its protection.
+        Sigsegv = "SIGSEGV",
+        /// SIGBUS.
+        Sigbus = "SIGBUS",
+    }
+}
+
+impl Signal {
+    /// The Linux signal number.
+    pub fn number(self) -> i32 {
+        match self {
+            Signal::Sigsegv => 11,
+            Signal::Sigbus => 7,
+        }
+    }
+}
+
+keyword_enum! {
+    /// An errno name (Linux asm-generic numbering).
+    pub enum Errno {
+        /// Operation not permitted.
+        EPERM = "EPERM",
+        /// No such file or directory.
+        ENOENT = "ENOENT",
+        /// No such process.
+        ESRCH = "ESRCH",
+        /// Interrupted system call.
+        EINTR = "EINTR",
+        /// I/O error.
+        EIO = "EIO",
+        /// No such device or address.
+        ENXIO = "ENXIO",
+        /// Argument list too long.
+        E2BIG = "E2BIG",
+        /// Bad file number.
+        EBADF = "EBADF",
+        /// Try again.
+        EAGAIN = "EAGAIN",
+        /// Out of memory.
+        ENOMEM = "ENOMEM",
+        /// Permission denied.
+        EACCES = "EACCES",
+        /// Bad address.
+        EFAULT = "EFAULT",
+        /// Device or resource busy.
+        EBUSY = "EBUSY",
+        /// File exists.
+        EEXIST = "EEXIST",
+        /// No such device.
+        ENODEV = "ENODEV",
+        /// Invalid argument.
+        EINVAL = "EINVAL",
+        /// File table overflow.
+        ENFILE = "ENFILE",
+        /// Too many open files.
+        EMFILE = "EMFILE",
+        /// File too large.
+        EFBIG = "EFBIG",
+        /// No space left on device.
+        ENOSPC = "ENOSPC",
+        /// Math result not representable.
+        ERANGE = "ERANGE",
+        /// Function not implemented.
+        ENOSYS = "ENOSYS",
+        /// Value too large for defined data type.
+        EOVERFLOW = "EOVERFLOW",
+        /// Operation not supported.
+        EOPNOTSUPP = "EOPNOTSUPP",
+        /// Memory page has hardware error.
+        EHWPOISON = "EHWPOISON",
+    }
+}
+
+impl Errno {
+    /// The Linux errno number (x86_64 and arm64 agree).
+    pub fn number(self) -> i32 {
+        match self {
+            Errno::EPERM => 1,
+            Errno::ENOENT => 2,
+            Errno::ESRCH => 3,
+            Errno::EINTR => 4,
+            Errno::EIO => 5,
+            Errno::ENXIO => 6,
+            Errno::E2BIG => 7,
+            Errno::EBADF => 9,
+            Errno::EAGAIN => 11,
+            Errno::ENOMEM => 12,
+            Errno::EACCES => 13,
+            Errno::EFAULT => 14,
+            Errno::EBUSY => 16,
+            Errno::EEXIST => 17,
+            Errno::ENODEV => 19,
+            Errno::EINVAL => 22,
+            Errno::ENFILE => 23,
+            Errno::EMFILE => 24,
+            Errno::EFBIG => 27,
+            Errno::ENOSPC => 28,
+            Errno::ERANGE => 34,
+            Errno::ENOSYS => 38,
+            Errno::EOVERFLOW => 75,
+            Errno::EOPNOTSUPP => 95,
+            Errno::EHWPOISON => 133,
+        }
+    }
+
+    /// The errno with this number, if it is one of the listed ones.
+    pub fn from_number(n: i32) -> Option<Errno> {
+        Errno::ALL.iter().copied().find(|e| e.number() == n)
+    }
+}
+
+keyword_enum! {
+    /// A field of `/proc/PID/smaps`.
+    pub enum SmapsField {
+        /// Size.
+        Size = "Size",
+        /// Rss.
+        Rss = "Rss",
+        /// Pss.
+        Pss = "Pss",
+        /// Shared_Clean.
+        SharedClean = "Shared_Clean",
+        /// Shared_Dirty.
+        SharedDirty = "Shared_Dirty",
+        /// Private_Clean.
+        PrivateClean = "Private_Clean",
+        /// Private_Dirty.
+        PrivateDirty = "Private_Dirty",
+        /// Referenced.
+        Referenced = "Referenced",
+        /// Anonymous.
+        Anonymous = "Anonymous",
+        /// AnonHugePages.
+        AnonHugePages = "AnonHugePages",
+        /// Swap.
+        Swap = "Swap",
+        /// Locked.
+        Locked = "Locked",
+    }
+}
+
+keyword_enum! {
+    /// A field of `/proc/PID/status`.
+    pub enum StatusField {
+        /// VmPeak.
+        VmPeak = "VmPeak",
+        /// VmSize.
+        VmSize = "VmSize",
+        /// VmLck.
+        VmLck = "VmLck",
+        /// VmPin.
+        VmPin = "VmPin",
+        /// VmHWM.
+        VmHWM = "VmHWM",
+        /// VmRSS.
+        VmRSS = "VmRSS",
+        /// RssAnon.
+        RssAnon = "RssAnon",
+        /// RssFile.
+        RssFile = "RssFile",
+        /// RssShmem.
+        RssShmem = "RssShmem",
+        /// VmData.
+        VmData = "VmData",
+        /// VmPTE.
+        VmPTE = "VmPTE",
+        /// VmSwap.
+        VmSwap = "VmSwap",
+    }
+}
+
+keyword_enum! {
+    /// A `/proc/PID/pagemap` state of one page.
+    pub enum PagemapState {
+        /// Bit 56 set: exclusively mapped.
+        Exclusive = "exclusive",
+        /// Present and bit 56 clear.
+        Shared = "shared",
+        /// Bit 63 set.
+        Present = "present",
+        /// Bit 63 clear.
+        Absent = "absent",
+    }
+}
+
+/// One check of `expect ... kpageflags`: `flag` (must be set) or `!flag` (clear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlagCheck {
+    /// The flag.
+    pub flag: KpageFlag,
+    /// `true` for `flag`, `false` for `!flag`.
+    pub set: bool,
+}
+
+keyword_enum! {
+    /// A `/proc/kpageflags` bit (include/uapi/linux/kernel-page-flags.h; bits 32
+    /// and up are the kernel-internal ones fs/proc/page.c exports).
+    pub enum KpageFlag {
+        /// KPF_LOCKED (0).
+        Locked = "locked",
+        /// KPF_ERROR (1).
+        Error = "error",
+        /// KPF_REFERENCED (2).
+        Referenced = "referenced",
+        /// KPF_UPTODATE (3).
+        Uptodate = "uptodate",
+        /// KPF_DIRTY (4).
+        Dirty = "dirty",
+        /// KPF_LRU (5).
+        Lru = "lru",
+        /// KPF_ACTIVE (6).
+        Active = "active",
+        /// KPF_SLAB (7).
+        Slab = "slab",
+        /// KPF_WRITEBACK (8).
+        Writeback = "writeback",
+        /// KPF_RECLAIM (9).
+        Reclaim = "reclaim",
+        /// KPF_BUDDY (10).
+        Buddy = "buddy",
+        /// KPF_MMAP (11).
+        Mmap = "mmap",
+        /// KPF_ANON (12).
+        Anon = "anon",
+        /// KPF_SWAPCACHE (13).
+        Swapcache = "swapcache",
+        /// KPF_SWAPBACKED (14).
+        Swapbacked = "swapbacked",
+        /// KPF_COMPOUND_HEAD (15).
+        CompoundHead = "compound_head",
+        /// KPF_COMPOUND_TAIL (16).
+        CompoundTail = "compound_tail",
+        /// KPF_HUGE (17).
+        Huge = "huge",
+        /// KPF_UNEVICTABLE (18).
+        Unevictable = "unevictable",
+        /// KPF_HWPOISON (19).
+        Hwpoison = "hwpoison",
+        /// KPF_NOPAGE (20).
+        Nopage = "nopage",
+        /// KPF_KSM (21).
+        Ksm = "ksm",
+        /// KPF_THP (22).
+        Thp = "thp",
+        /// KPF_OFFLINE (23).
+        Offline = "offline",
+        /// KPF_ZERO_PAGE (24).
+        ZeroPage = "zero_page",
+        /// KPF_IDLE (25).
+        Idle = "idle",
+        /// KPF_PGTABLE (26).
+        Pgtable = "pgtable",
+        /// KPF_RESERVED (32).
+        Reserved = "reserved",
+        /// KPF_MLOCKED (33).
+        Mlocked = "mlocked",
+        /// KPF_MAPPEDTODISK (34).
+        Mappedtodisk = "mappedtodisk",
+        /// KPF_PRIVATE (35).
+        Private = "private",
+        /// KPF_PRIVATE_2 (36).
+        Private2 = "private_2",
+        /// KPF_OWNER_PRIVATE (37).
+        OwnerPrivate = "owner_private",
+        /// KPF_ARCH (38).
+        Arch = "arch",
+        /// KPF_UNCACHED (39).
+        Uncached = "uncached",
+        /// KPF_SOFTDIRTY (40).
+        Softdirty = "softdirty",
+        /// KPF_ARCH_2 (41).
+        Arch2 = "arch_2",
+    }
+}
+
+impl KpageFlag {
+    /// The bit number in a `/proc/kpageflags` entry.
+    pub fn bit(self) -> u32 {
+        match self {
+            KpageFlag::Locked => 0,
+            KpageFlag::Error => 1,
+            KpageFlag::Referenced => 2,
+            KpageFlag::Uptodate => 3,
+            KpageFlag::Dirty => 4,
+            KpageFlag::Lru => 5,
+            KpageFlag::Active => 6,
+            KpageFlag::Slab => 7,
+            KpageFlag::Writeback => 8,
+            KpageFlag::Reclaim => 9,
+            KpageFlag::Buddy => 10,
+            KpageFlag::Mmap => 11,
+            KpageFlag::Anon => 12,
+            KpageFlag::Swapcache => 13,
+            KpageFlag::Swapbacked => 14,
+            KpageFlag::CompoundHead => 15,
+            KpageFlag::CompoundTail => 16,
+            KpageFlag::Huge => 17,
+            KpageFlag::Unevictable => 18,
+            KpageFlag::Hwpoison => 19,
+            KpageFlag::Nopage => 20,
+            KpageFlag::Ksm => 21,
+            KpageFlag::Thp => 22,
+            KpageFlag::Offline => 23,
+            KpageFlag::ZeroPage => 24,
+            KpageFlag::Idle => 25,
+            KpageFlag::Pgtable => 26,
+            KpageFlag::Reserved => 32,
+            KpageFlag::Mlocked => 33,
+            KpageFlag::Mappedtodisk => 34,
+            KpageFlag::Private => 35,
+            KpageFlag::Private2 => 36,
+            KpageFlag::OwnerPrivate => 37,
+            KpageFlag::Arch => 38,
+            KpageFlag::Uncached => 39,
+            KpageFlag::Softdirty => 40,
+            KpageFlag::Arch2 => 41,
+        }
+    }
+
+    /// The mask `1 << bit`.
+    pub fn mask(self) -> u64 {
+        1u64 << self.bit()
+    }
+}
+
+/// The permissions column of `/proc/PID/maps`, e.g. `rw-p`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Perms {
+    /// `r`.
+    pub read: bool,
+    /// `w`.
+    pub write: bool,
+    /// `x`.
+    pub exec: bool,
+    /// `s` (shared) rather than `p` (private).
+    pub shared: bool,
+}
+
+impl Perms {
+    /// Parses the four characters `[r-][w-][x-][ps]`.
+    pub fn parse(s: &str) -> Option<Perms> {
+        let b = s.as_bytes();
+        if b.len() != 4 {
+            return None;
+        }
+        let flag = |c: u8, yes: u8| match c {
+            _ if c == yes => Some(true),
+            b'-' => Some(false),
+            _ => None,
+        };
+        Some(Perms {
+            read: flag(b[0], b'r')?,
+            write: flag(b[1], b'w')?,
+            exec: flag(b[2], b'x')?,
+            shared: match b[3] {
+                b's' => true,
+                b'p' => false,
+                _ => return None,
+            },
+        })
+    }
+}

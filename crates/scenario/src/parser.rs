@@ -1,0 +1,1345 @@
+//! The line-oriented recursive-descent parser.
+//!
+//! Each line is lexed and parsed on its own; an error ends that line's parse and
+//! the parser goes on with the next one, so one call reports every bad line. A
+//! failed `NAME = ...` line still binds NAME (to a value of unknown kind) so that
+//! its later uses do not cascade into "unknown name" errors.
+
+use std::collections::HashMap;
+
+use crate::ast::{
+    is_ident, Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck,
+    Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap, Name, NameKind,
+    Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
+    SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
+};
+use crate::error::{ErrorKind, ParseError, ParseErrors};
+use crate::lexer::{lex, TokKind, Token};
+
+/// Parses a whole scenario file.
+///
+/// `file_name` is only used in messages. On failure every error found is
+/// returned (at most one per line), each displayed as `FILE:LINE:COL: message`.
+/// Never panics, whatever `text` is.
+pub fn parse(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
+    let mut parser = Parser::default();
+    let mut stmts = Vec::new();
+    let mut errors = Vec::new();
+    for (i, raw) in text.split('\n').enumerate() {
+        let line_no = u32::try_from(i).unwrap_or(u32::MAX - 1).saturating_add(1);
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        let toks = lex(line);
+        let Some(first) = toks.first() else {
+            continue;
+        };
+        let mut cur = Cursor {
+            toks: &toks,
+            i: 0,
+            line,
+        };
+        match parser.statement(&mut cur) {
+            Ok(kind) => stmts.push(Stmt {
+                pos: Pos {
+                    line: line_no,
+                    col: first.col,
+                },
+                kind,
+            }),
+            Err(fail) => {
+                parser.recover(&toks);
+                errors.push(ParseError {
+                    file: file_name.to_owned(),
+                    pos: Pos {
+                        line: line_no,
+                        col: fail.col,
+                    },
+                    kind: fail.kind,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(Script {
+            file: file_name.to_owned(),
+            stmts,
+        })
+    } else {
+        Err(ParseErrors::new(errors))
+    }
+}
+
+/// An error at a column of the current line.
+struct Fail {
+    col: u32,
+    kind: ErrorKind,
+}
+
+type PResult<T> = Result<T, Fail>;
+
+fn fail<T>(col: u32, kind: ErrorKind) -> PResult<T> {
+    Err(Fail { col, kind })
+}
+
+/// What a name is bound to so far.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    Known(NameKind),
+    /// Bound by a line that failed to parse: accept any use.
+    Unknown,
+}
+
+/// State carried from line to line.
+#[derive(Default)]
+struct Parser {
+    env: HashMap<String, Bound>,
+    spawned: bool,
+}
+
+/// The tokens of one line and a position among them.
+struct Cursor<'t, 'a> {
+    toks: &'t [Token<'a>],
+    i: usize,
+    line: &'a str,
+}
+
+impl<'t, 'a> Cursor<'t, 'a> {
+    fn peek(&self) -> Option<&'t Token<'a>> {
+        self.toks.get(self.i)
+    }
+
+    fn peek_at(&self, n: usize) -> Option<&'t Token<'a>> {
+        self.toks.get(self.i.saturating_add(n))
+    }
+
+    fn bump(&mut self) -> Option<&'t Token<'a>> {
+        let t = self.toks.get(self.i);
+        if t.is_some() {
+            self.i += 1;
+        }
+        t
+    }
+
+    /// The column just past the last token.
+    fn end_col(&self) -> u32 {
+        self.toks.last().map_or(1, |t| t.end_col)
+    }
+
+    /// The column of the next token, or the end of the line.
+    fn here(&self) -> u32 {
+        self.peek().map_or_else(|| self.end_col(), |t| t.col)
+    }
+
+    fn missing<T>(&self, what: impl Into<String>) -> PResult<T> {
+        fail(
+            self.here(),
+            ErrorKind::MissingArgument { what: what.into() },
+        )
+    }
+
+    /// The next token, which must be a word.
+    fn word(&mut self, what: &str) -> PResult<&'t Token<'a>> {
+        match self.peek() {
+            None => self.missing(what),
+            Some(t) if t.kind == TokKind::Word => {
+                self.i += 1;
+                Ok(t)
+            }
+            Some(t) => fail(
+                t.col,
+                ErrorKind::Unexpected {
+                    expected: what.to_owned(),
+                    found: t.text.to_owned(),
+                },
+            ),
+        }
+    }
+
+    fn is_word(&self, s: &str) -> bool {
+        self.peek()
+            .is_some_and(|t| t.kind == TokKind::Word && t.text == s)
+    }
+
+    fn is_kind(&self, kind: TokKind) -> bool {
+        self.peek().is_some_and(|t| t.kind == kind)
+    }
+
+    fn eat_word(&mut self, s: &str) -> bool {
+        let yes = self.is_word(s);
+        if yes {
+            self.i += 1;
+        }
+        yes
+    }
+
+    fn eat_kind(&mut self, kind: TokKind) -> bool {
+        let yes = self.is_kind(kind);
+        if yes {
+            self.i += 1;
+        }
+        yes
+    }
+
+    /// An `=` right after `after`.
+    fn eq(&mut self, after: &str) -> PResult<()> {
+        match self.peek() {
+            Some(t) if t.kind == TokKind::Eq => {
+                self.i += 1;
+                Ok(())
+            }
+            None => self.missing(format!("`=` after `{after}`")),
+            Some(t) => fail(
+                t.col,
+                ErrorKind::Unexpected {
+                    expected: format!("`=` after `{after}`"),
+                    found: t.text.to_owned(),
+                },
+            ),
+        }
+    }
+
+    /// The next token and every token glued to it, as one piece of source text.
+    fn glued_run(&mut self) -> Option<(u32, &'a str)> {
+        let first = self.bump()?;
+        let mut end = first.end;
+        while let Some(t) = self.peek() {
+            if !t.glued {
+                break;
+            }
+            end = t.end;
+            self.i += 1;
+        }
+        Some((first.col, self.line.get(first.start..end).unwrap_or("")))
+    }
+
+    /// Fails if anything is left on the line.
+    fn finish(&self) -> PResult<()> {
+        match self.peek() {
+            None => Ok(()),
+            Some(t) => fail(
+                t.col,
+                ErrorKind::TrailingGarbage {
+                    text: self.line.get(t.start..).unwrap_or("").trim_end().to_owned(),
+                },
+            ),
+        }
+    }
+
+    fn size(&mut self, what: &str) -> PResult<u64> {
+        let t = self.word(what)?;
+        size_of(t)
+    }
+
+    fn number(&mut self, what: &str) -> PResult<u64> {
+        let t = self.word(what)?;
+        match parse_uint(t.text) {
+            Ok(v) => Ok(v),
+            Err(NumErr::Syntax) => fail(
+                t.col,
+                ErrorKind::BadNumber {
+                    text: t.text.into(),
+                },
+            ),
+            Err(NumErr::Overflow) => fail(t.col, too_big(t.text)),
+        }
+    }
+
+    /// A number in `lo..=hi`.
+    fn bounded(&mut self, what: &str, lo: u64, hi: u64) -> PResult<u64> {
+        let col = self.here();
+        let v = self.number(what)?;
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            fail(
+                col,
+                ErrorKind::Absurd {
+                    text: v.to_string(),
+                    why: format!("must be from {lo} to {hi}"),
+                },
+            )
+        }
+    }
+
+    /// One keyword of `K`.
+    fn keyword<K: Keyword>(&mut self, context: &str) -> PResult<(K, &'t Token<'a>)> {
+        let t = self.word(&format!("{context} ({})", K::choices()))?;
+        match K::from_keyword(t.text) {
+            Some(k) => Ok((k, t)),
+            None => fail(t.col, unknown_option(t.text, context, &K::choices())),
+        }
+    }
+
+    /// `key=` (the value follows).
+    fn key_eq(&mut self, key: &str, context: &str) -> PResult<()> {
+        let t = self.word(&format!("`{key}=...`"))?;
+        if t.text != key {
+            return fail(
+                t.col,
+                unknown_option(t.text, context, &format!("{key}=...")),
+            );
+        }
+        self.eq(key)
+    }
+
+    /// `pattern=0xNN`.
+    fn pattern(&mut self, context: &str) -> PResult<u8> {
+        self.key_eq("pattern", context)?;
+        let t = self.word("a byte pattern 0xNN")?;
+        parse_pattern(t.text).ok_or_else(|| Fail {
+            col: t.col,
+            kind: ErrorKind::BadPattern {
+                text: t.text.into(),
+            },
+        })
+    }
+
+    /// An absolute address `0xHEX` in token `t`.
+    fn abs_addr(t: &Token<'_>) -> PResult<u64> {
+        let hex = t
+            .text
+            .strip_prefix("0x")
+            .or_else(|| t.text.strip_prefix("0X"));
+        match hex {
+            Some(h) if !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()) => {
+                match parse_uint(t.text) {
+                    Ok(v) => Ok(v),
+                    Err(_) => fail(t.col, too_big(t.text)),
+                }
+            }
+            _ => fail(
+                t.col,
+                ErrorKind::BadAddress {
+                    text: t.text.into(),
+                },
+            ),
+        }
+    }
+}
+
+/// Why a number cannot be.
+fn too_big(text: &str) -> ErrorKind {
+    ErrorKind::Absurd {
+        text: text.into(),
+        why: "does not fit in 64 bits".into(),
+    }
+}
+
+fn unknown_option(option: &str, context: &str, expected: &str) -> ErrorKind {
+    ErrorKind::UnknownOption {
+        option: option.into(),
+        context: context.into(),
+        expected: expected.into(),
+    }
+}
+
+/// Why a number did not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NumErr {
+    /// Not a number.
+    Syntax,
+    /// Too large for u64.
+    Overflow,
+}
+
+/// A decimal or `0x` hex number without unit.
+pub(crate) fn parse_uint(s: &str) -> Result<u64, NumErr> {
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => (h, 16u32),
+        None => (s, 10u32),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(NumErr::Syntax);
+    }
+    let mut v: u64 = 0;
+    for c in digits.chars() {
+        let d = u64::from(c.to_digit(radix).ok_or(NumErr::Syntax)?);
+        v = v
+            .checked_mul(u64::from(radix))
+            .and_then(|v| v.checked_add(d))
+            .ok_or(NumErr::Overflow)?;
+    }
+    Ok(v)
+}
+
+/// A size: a number with an optional unit K, M, G (or k, m, g), powers of 1024.
+pub(crate) fn parse_size(s: &str) -> Result<u64, NumErr> {
+    let shift = match s.as_bytes().last() {
+        Some(b'K' | b'k') => 10,
+        Some(b'M' | b'm') => 20,
+        Some(b'G' | b'g') => 30,
+        _ => 0,
+    };
+    let num = if shift == 0 {
+        s
+    } else {
+        s.get(..s.len().saturating_sub(1)).ok_or(NumErr::Syntax)?
+    };
+    parse_uint(num)?
+        .checked_mul(1u64 << shift)
+        .ok_or(NumErr::Overflow)
+}
+
+fn size_of(t: &Token<'_>) -> PResult<u64> {
+    match parse_size(t.text) {
+        Ok(v) => Ok(v),
+        Err(NumErr::Syntax) => fail(
+            t.col,
+            ErrorKind::BadSize {
+                text: t.text.into(),
+            },
+        ),
+        Err(NumErr::Overflow) => fail(t.col, too_big(t.text)),
+    }
+}
+
+/// `0xN` or `0xNN`.
+fn parse_pattern(s: &str) -> Option<u8> {
+    let h = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+    if h.is_empty() || h.len() > 2 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u8::from_str_radix(h, 16).ok()
+}
+
+/// Operations that may follow a process name.
+const VERBS: &[&str] = &[
+    "fork",
+    "exit",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "brk",
+    "madvise",
+    "mlock",
+    "mlock2",
+    "munlock",
+    "mlockall",
+    "munlockall",
+    "pin",
+    "unpin",
+    "write",
+    "touch",
+    "read",
+];
+
+/// Observations, only after `expect`.
+const OBSERVATIONS: &[&str] = &["smaps", "status", "maps", "pagemap", "kpageflags", "folio"];
+
+const MMAP_OPTIONS: &str = "none|r|rw|rx|rwx, private|shared, anon, populate, locked, norserve, \
+                            fixed ADDR, noreplace ADDR, hint ADDR";
+
+const SETTINGS: &str = "memory|nodes|cpus|arch|tunable|thp|rlimit|mempolicy";
+
+fn set_flag(flag: &mut bool, t: &Token<'_>) -> PResult<()> {
+    if *flag {
+        return fail(
+            t.col,
+            ErrorKind::Duplicate {
+                option: t.text.into(),
+            },
+        );
+    }
+    *flag = true;
+    Ok(())
+}
+
+impl Parser {
+    /// After a failed line: bind its `NAME =` target, if any, to an unknown kind.
+    fn recover(&mut self, toks: &[Token<'_>]) {
+        if let [first, second, ..] = toks {
+            if second.kind == TokKind::Eq && Name::new(first.text).is_some() {
+                self.env.insert(first.text.to_owned(), Bound::Unknown);
+            }
+        }
+    }
+
+    /// Checks a name's use: it must be bound, to `want`.
+    fn use_name(&self, t: &Token<'_>, want: NameKind) -> PResult<Name> {
+        let what = kind_word(want);
+        if t.kind != TokKind::Word || !is_ident(t.text) {
+            return fail(
+                t.col,
+                ErrorKind::Unexpected {
+                    expected: format!("a {what} name"),
+                    found: t.text.into(),
+                },
+            );
+        }
+        let unknown = || Fail {
+            col: t.col,
+            kind: ErrorKind::UnknownName {
+                name: t.text.into(),
+            },
+        };
+        match self.env.get(t.text) {
+            None => Err(unknown()),
+            Some(Bound::Known(k)) if *k != want => fail(
+                t.col,
+                ErrorKind::WrongKind {
+                    name: t.text.into(),
+                    is: kind_word(*k).into(),
+                    expected: what.into(),
+                },
+            ),
+            Some(_) => Name::new(t.text).ok_or_else(unknown),
+        }
+    }
+
+    /// An address expression.
+    fn addr(&self, c: &mut Cursor<'_, '_>, what: &str) -> PResult<AddrExpr> {
+        let t = c.word(what)?;
+        if t.text.starts_with(|ch: char| ch.is_ascii_digit()) {
+            return Cursor::abs_addr(t).map(AddrExpr::Abs);
+        }
+        if !is_ident(t.text) {
+            return fail(
+                t.col,
+                ErrorKind::BadAddress {
+                    text: t.text.into(),
+                },
+            );
+        }
+        let base = self.use_name(t, NameKind::Mapping)?;
+        let delta = if c.eat_kind(TokKind::Plus) {
+            Delta::Plus(c.size("an offset after `+`")?)
+        } else if c.eat_kind(TokKind::Minus) {
+            match c.size("an offset after `-`")? {
+                0 => Delta::Plus(0),
+                d => Delta::Minus(d),
+            }
+        } else {
+            Delta::Plus(0)
+        };
+        Ok(AddrExpr::Rel { base, delta })
+    }
+
+    fn statement(&mut self, c: &mut Cursor<'_, '_>) -> PResult<StmtKind> {
+        let Some(first) = c.peek() else {
+            return c.missing("a statement");
+        };
+        if first.kind != TokKind::Word {
+            return fail(
+                first.col,
+                ErrorKind::UnknownStatement {
+                    word: first.text.into(),
+                },
+            );
+        }
+        let second_is_eq = c.peek_at(1).is_some_and(|t| t.kind == TokKind::Eq);
+        if !second_is_eq {
+            match first.text {
+                "set" => {
+                    c.bump();
+                    return self.setting(c).map(StmtKind::Set);
+                }
+                "thp" => {
+                    c.bump();
+                    let thp = self.thp(c)?;
+                    c.finish()?;
+                    return Ok(StmtKind::Set(Setting::Thp(thp)));
+                }
+                "expect" => {
+                    c.bump();
+                    let e = self.expect(c)?;
+                    if matches!(
+                        e,
+                        Expect::Outcome {
+                            action: Action::Spawn { .. },
+                            ..
+                        }
+                    ) {
+                        self.spawned = true;
+                    }
+                    return Ok(StmtKind::Expect(e));
+                }
+                _ => {}
+            }
+        }
+        let bind = if second_is_eq {
+            if !is_ident(first.text) {
+                return fail(
+                    first.col,
+                    ErrorKind::Unexpected {
+                        expected: "a name to bind".into(),
+                        found: first.text.into(),
+                    },
+                );
+            }
+            let Some(name) = Name::new(first.text) else {
+                return fail(
+                    first.col,
+                    ErrorKind::ReservedName {
+                        name: first.text.into(),
+                    },
+                );
+            };
+            c.bump();
+            c.bump();
+            Some(name)
+        } else {
+            None
+        };
+        let start = c.i;
+        let action = self.action(c)?;
+        let yields = action.yields();
+        if bind.is_some() && yields.is_none() {
+            let col = c.toks.get(start + 1).map_or(first.col, |t| t.col);
+            return fail(
+                col,
+                ErrorKind::NothingToBind {
+                    verb: action.verb().into(),
+                },
+            );
+        }
+        c.finish()?;
+        if let (Some(name), Some(kind)) = (&bind, yields) {
+            self.env
+                .insert(name.as_str().to_owned(), Bound::Known(kind));
+        }
+        if matches!(action, Action::Spawn { .. }) {
+            self.spawned = true;
+        }
+        Ok(StmtKind::Action { bind, action })
+    }
+
+    /// `spawn [privileged]` or `TASK VERB ARGS...` (stops before `=` or the end).
+    fn action(&mut self, c: &mut Cursor<'_, '_>) -> PResult<Action> {
+        let t = c.word("a process name or `spawn`")?;
+        if t.text == "spawn" {
+            if let Some(w) = c.peek().filter(|w| w.kind == TokKind::Word) {
+                if w.text != "privileged" {
+                    return fail(w.col, unknown_option(w.text, "spawn", "privileged"));
+                }
+            }
+            let privileged = c.eat_word("privileged");
+            return Ok(Action::Spawn { privileged });
+        }
+        if !is_ident(t.text) {
+            return fail(
+                t.col,
+                ErrorKind::UnknownStatement {
+                    word: t.text.into(),
+                },
+            );
+        }
+        let verb = c.peek();
+        let verb_text = verb
+            .filter(|v| v.kind == TokKind::Word)
+            .map(|v| v.text)
+            .unwrap_or("");
+        if !VERBS.contains(&verb_text) {
+            let known = self.env.contains_key(t.text);
+            return match verb {
+                None if known => c.missing(format!("an operation after `{}`", t.text)),
+                Some(v) if known => {
+                    if OBSERVATIONS.contains(&v.text) {
+                        fail(
+                            v.col,
+                            ErrorKind::ExpectOnly {
+                                verb: v.text.into(),
+                            },
+                        )
+                    } else {
+                        fail(
+                            v.col,
+                            ErrorKind::UnknownStatement {
+                                word: v.text.into(),
+                            },
+                        )
+                    }
+                }
+                _ => fail(
+                    t.col,
+                    ErrorKind::UnknownStatement {
+                        word: t.text.into(),
+                    },
+                ),
+            };
+        }
+        let task = self.use_name(t, NameKind::Process)?;
+        c.bump();
+        let action = match verb_text {
+            "fork" => Action::Fork { task },
+            "exit" => Action::Exit { task },
+            "mmap" => Action::Mmap {
+                task,
+                mmap: self.mmap(c)?,
+            },
+            "munmap" => {
+                let (addr, len) = self.range(c)?;
+                Action::Munmap { task, addr, len }
+            }
+            "mprotect" => {
+                let (addr, len) = self.range(c)?;
+                let (prot, _) = c.keyword::<Prot>("a protection")?;
+                Action::Mprotect {
+                    task,
+                    addr,
+                    len,
+                    prot,
+                }
+            }
+            "mremap" => self.mremap(c, task)?,
+            "brk" => {
+                let delta = match c.peek() {
+                    Some(s) if s.kind == TokKind::Plus => {
+                        c.bump();
+                        BrkDelta::Grow(c.size("a size after `+`")?)
+                    }
+                    Some(s) if s.kind == TokKind::Minus => {
+                        c.bump();
+                        BrkDelta::Shrink(c.size("a size after `-`")?)
+                    }
+                    None => return c.missing("`+SIZE` or `-SIZE`"),
+                    Some(s) => {
+                        return fail(
+                            s.col,
+                            ErrorKind::Unexpected {
+                                expected: "`+SIZE` or `-SIZE`".into(),
+                                found: s.text.into(),
+                            },
+                        )
+                    }
+                };
+                Action::Brk { task, delta }
+            }
+            "madvise" => {
+                let (addr, len) = self.range(c)?;
+                let (advice, _) = c.keyword::<Advice>("an advice")?;
+                Action::Madvise {
+                    task,
+                    addr,
+                    len,
+                    advice,
+                }
+            }
+            "mlock" => {
+                let (addr, len) = self.range(c)?;
+                Action::Mlock { task, addr, len }
+            }
+            "mlock2" => {
+                let (addr, len) = self.range(c)?;
+                let onfault = self.optional_flag(c, "onfault", "mlock2")?;
+                Action::Mlock2 {
+                    task,
+                    addr,
+                    len,
+                    onfault,
+                }
+            }
+            "munlock" => {
+                let (addr, len) = self.range(c)?;
+                Action::Munlock { task, addr, len }
+            }
+            "mlockall" => {
+                let mut flags = MlockallFlags::default();
+                loop {
+                    let (f, tok) = c.keyword::<MlockallFlag>("an mlockall flag")?;
+                    if flags.has(f) {
+                        return fail(
+                            tok.col,
+                            ErrorKind::Duplicate {
+                                option: tok.text.into(),
+                            },
+                        );
+                    }
+                    flags.set(f);
+                    if c.eat_kind(TokKind::Pipe) || c.is_kind(TokKind::Word) {
+                        continue;
+                    }
+                    break;
+                }
+                Action::Mlockall { task, flags }
+            }
+            "munlockall" => Action::Munlockall { task },
+            "pin" => {
+                let (addr, len) = self.range(c)?;
+                Action::Pin { task, addr, len }
+            }
+            "unpin" => {
+                let (addr, len) = self.range(c)?;
+                Action::Unpin { task, addr, len }
+            }
+            "write" => {
+                let (addr, len) = self.range(c)?;
+                let pattern = c.pattern("write")?;
+                Action::Write {
+                    task,
+                    addr,
+                    len,
+                    pattern,
+                }
+            }
+            "touch" => {
+                let (addr, len) = self.range(c)?;
+                let (access, _) = c.keyword::<Access>("an access")?;
+                Action::Touch {
+                    task,
+                    addr,
+                    len,
+                    access,
+                }
+            }
+            _ => {
+                // "read", the last of VERBS.
+                let (addr, len) = self.range(c)?;
+                Action::Read { task, addr, len }
+            }
+        };
+        Ok(action)
+    }
+
+    /// `ADDR SIZE`.
+    fn range(&self, c: &mut Cursor<'_, '_>) -> PResult<(AddrExpr, u64)> {
+        let addr = self.addr(c, "an address")?;
+        let len = c.size("a size")?;
+        Ok((addr, len))
+    }
+
+    /// An optional trailing word `flag`; any other word is an unknown option.
+    fn optional_flag(&self, c: &mut Cursor<'_, '_>, flag: &str, context: &str) -> PResult<bool> {
+        match c.peek() {
+            Some(t) if t.kind == TokKind::Word => {
+                if t.text == flag {
+                    c.bump();
+                    Ok(true)
+                } else {
+                    fail(t.col, unknown_option(t.text, context, flag))
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn mmap(&self, c: &mut Cursor<'_, '_>) -> PResult<Mmap> {
+        let len = c.size("a size")?;
+        let mut prot: Option<(Prot, &str)> = None;
+        let mut sharing: Option<(Sharing, &str)> = None;
+        let mut anon = false;
+        let (mut populate, mut locked, mut noreserve) = (false, false, false);
+        let mut placement: Option<(Placement, &str)> = None;
+        while let Some(t) = c.peek().filter(|t| t.kind == TokKind::Word) {
+            c.bump();
+            let conflict = |prev: &str| {
+                let kind = if prev == t.text {
+                    ErrorKind::Duplicate {
+                        option: t.text.into(),
+                    }
+                } else {
+                    ErrorKind::Conflict {
+                        option: t.text.into(),
+                        with: prev.into(),
+                    }
+                };
+                Fail { col: t.col, kind }
+            };
+            if let Some(p) = Prot::from_keyword(t.text) {
+                if let Some((_, prev)) = prot {
+                    return Err(conflict(prev));
+                }
+                prot = Some((p, t.text));
+                continue;
+            }
+            if let Some(s) = Sharing::from_keyword(t.text) {
+                if let Some((_, prev)) = sharing {
+                    return Err(conflict(prev));
+                }
+                sharing = Some((s, t.text));
+                continue;
+            }
+            match t.text {
+                "anon" => set_flag(&mut anon, t)?,
+                "populate" => set_flag(&mut populate, t)?,
+                "locked" => set_flag(&mut locked, t)?,
+                "norserve" | "noreserve" => set_flag(&mut noreserve, t)?,
+                "fixed" | "noreplace" | "hint" => {
+                    if let Some((_, prev)) = placement {
+                        return Err(conflict(prev));
+                    }
+                    let a = self.addr(c, &format!("an address after `{}`", t.text))?;
+                    let p = match t.text {
+                        "fixed" => Placement::Fixed(a),
+                        "noreplace" => Placement::FixedNoreplace(a),
+                        _ => Placement::Hint(a),
+                    };
+                    placement = Some((p, t.text));
+                }
+                _ => return fail(t.col, unknown_option(t.text, "mmap", MMAP_OPTIONS)),
+            }
+        }
+        let Some((prot, _)) = prot else {
+            return c.missing("a protection (none|r|rw|rx|rwx)");
+        };
+        let Some((sharing, _)) = sharing else {
+            return c.missing("private or shared");
+        };
+        if !anon {
+            return c.missing("`anon` (only anonymous mappings exist in v1)");
+        }
+        Ok(Mmap {
+            len,
+            prot,
+            sharing,
+            populate,
+            locked,
+            noreserve,
+            placement: placement.map_or(Placement::Anywhere, |(p, _)| p),
+        })
+    }
+
+    fn mremap(&self, c: &mut Cursor<'_, '_>, task: Name) -> PResult<Action> {
+        let addr = self.addr(c, "an address")?;
+        let old_len = c.size("the old size")?;
+        let new_len = c.size("the new size")?;
+        let (mut maymove, mut dontunmap) = (false, false);
+        let mut fixed = None;
+        while let Some(t) = c.peek().filter(|t| t.kind == TokKind::Word) {
+            c.bump();
+            match t.text {
+                "maymove" => set_flag(&mut maymove, t)?,
+                "dontunmap" => set_flag(&mut dontunmap, t)?,
+                "fixed" => {
+                    if fixed.is_some() {
+                        return fail(
+                            t.col,
+                            ErrorKind::Duplicate {
+                                option: t.text.into(),
+                            },
+                        );
+                    }
+                    fixed = Some(self.addr(c, "an address after `fixed`")?);
+                }
+                _ => {
+                    return fail(
+                        t.col,
+                        unknown_option(t.text, "mremap", "maymove, dontunmap, fixed ADDR"),
+                    )
+                }
+            }
+        }
+        Ok(Action::Mremap {
+            task,
+            addr,
+            old_len,
+            new_len,
+            maymove,
+            dontunmap,
+            fixed,
+        })
+    }
+
+    fn setting(&mut self, c: &mut Cursor<'_, '_>) -> PResult<Setting> {
+        let t = c.word(&format!("a setting ({SETTINGS})"))?;
+        let setting = match t.text {
+            "memory" => {
+                let col = c.here();
+                match c.size("a memory size")? {
+                    0 => {
+                        return fail(
+                            col,
+                            ErrorKind::Absurd {
+                                text: "0".into(),
+                                why: "memory cannot be empty".into(),
+                            },
+                        )
+                    }
+                    v => Setting::Memory(v),
+                }
+            }
+            "nodes" => Setting::Nodes(to_u32(c.bounded("a node count", 1, 1024)?)),
+            "cpus" => Setting::Cpus(to_u32(c.bounded("a CPU count", 1, 8192)?)),
+            "arch" => Setting::Arch(c.keyword::<Arch>("an architecture")?.0),
+            "tunable" => tunable(c)?,
+            "thp" => Setting::Thp(self.thp(c)?),
+            "rlimit" => {
+                let (resource, _) = c.keyword::<Resource>("a resource")?;
+                let limit = if c.eat_word("unlimited") {
+                    Limit::Unlimited
+                } else {
+                    Limit::Bytes(c.size("a limit (SIZE|unlimited)")?)
+                };
+                Setting::Rlimit { resource, limit }
+            }
+            "mempolicy" => Setting::Mempolicy(c.keyword::<Mempolicy>("a memory policy")?.0),
+            other => return fail(t.col, unknown_option(other, "set", SETTINGS)),
+        };
+        c.finish()?;
+        if setting.is_machine() && self.spawned {
+            return fail(
+                t.col,
+                ErrorKind::MachineAfterSpawn {
+                    what: t.text.into(),
+                },
+            );
+        }
+        Ok(setting)
+    }
+
+    /// The pairs of `set thp` (to the end of the line).
+    fn thp(&self, c: &mut Cursor<'_, '_>) -> PResult<Vec<ThpSetting>> {
+        let mut out: Vec<ThpSetting> = Vec::new();
+        loop {
+            let k = c.word("SIZE=POLICY or top=POLICY")?;
+            let dup = || Fail {
+                col: k.col,
+                kind: ErrorKind::Duplicate {
+                    option: k.text.into(),
+                },
+            };
+            if k.text == "top" {
+                c.eq("top")?;
+                let (policy, _) = c.keyword::<ThpTop>("the top-level THP policy")?;
+                if out.iter().any(|s| matches!(s, ThpSetting::Top(_))) {
+                    return Err(dup());
+                }
+                out.push(ThpSetting::Top(policy));
+            } else {
+                let size = match parse_size(k.text) {
+                    Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
+                        col: k.col,
+                        kind: ErrorKind::BadThpSize {
+                            text: k.text.into(),
+                        },
+                    })?,
+                    Err(NumErr::Syntax) if is_ident(k.text) => {
+                        return fail(
+                            k.col,
+                            unknown_option(k.text, "thp", "SIZE=POLICY or top=POLICY"),
+                        )
+                    }
+                    Err(NumErr::Syntax) => {
+                        return fail(
+                            k.col,
+                            ErrorKind::BadSize {
+                                text: k.text.into(),
+                            },
+                        )
+                    }
+                    Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
+                };
+                c.eq(k.text)?;
+                let (policy, _) = c.keyword::<ThpPolicy>("a THP policy")?;
+                if out
+                    .iter()
+                    .any(|s| matches!(s, ThpSetting::Size { size: z, .. } if *z == size))
+                {
+                    return Err(dup());
+                }
+                out.push(ThpSetting::Size { size, policy });
+            }
+            if c.peek().is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn expect(&mut self, c: &mut Cursor<'_, '_>) -> PResult<Expect> {
+        let Some(t) = c.peek() else {
+            return c.missing("a statement after `expect`");
+        };
+        if t.kind == TokKind::Word
+            && t.text != "spawn"
+            && c.peek_at(1).is_some_and(|n| n.kind == TokKind::Eq)
+        {
+            return fail(
+                t.col,
+                ErrorKind::BindInExpect {
+                    name: t.text.into(),
+                },
+            );
+        }
+        if let Some(v) = c.peek_at(1).filter(|v| v.kind == TokKind::Word) {
+            if OBSERVATIONS.contains(&v.text) && t.text != "spawn" {
+                let task = self.use_name(t, NameKind::Process)?;
+                c.bump();
+                c.bump();
+                let e = self.observation(c, task, v.text)?;
+                c.finish()?;
+                return Ok(e);
+            }
+        }
+        let action = self.action(c)?;
+        if let Action::Read { task, addr, len } = &action {
+            if c.is_word("pattern") {
+                let pattern = c.pattern("read")?;
+                c.finish()?;
+                return Ok(Expect::Read {
+                    task: task.clone(),
+                    addr: addr.clone(),
+                    len: *len,
+                    pattern,
+                });
+            }
+        }
+        let what = if matches!(action, Action::Read { .. }) {
+            "`pattern=0xNN` or `= SIGSEGV|SIGBUS`"
+        } else if action.is_access() {
+            "`= SIGSEGV|SIGBUS` (the expected signal)"
+        } else {
+            "`= ERRNO` (the expected error)"
+        };
+        match c.peek() {
+            None => return c.missing(what),
+            Some(e) if e.kind == TokKind::Eq => {
+                c.bump();
+            }
+            Some(e) => {
+                return fail(
+                    e.col,
+                    ErrorKind::Unexpected {
+                        expected: what.into(),
+                        found: e.text.into(),
+                    },
+                )
+            }
+        }
+        let o = c.word("an errno or a signal")?;
+        let outcome = if let Some(e) = Errno::from_keyword(o.text) {
+            Outcome::Errno(e)
+        } else if let Some(s) = Signal::from_keyword(o.text) {
+            Outcome::Signal(s)
+        } else {
+            return fail(
+                o.col,
+                unknown_option(
+                    o.text,
+                    "expect",
+                    &format!("{}|{}", Errno::choices(), Signal::choices()),
+                ),
+            );
+        };
+        let why = match (action.is_access(), outcome) {
+            (true, Outcome::Errno(_)) => Some("a memory access fails with SIGSEGV or SIGBUS"),
+            (false, Outcome::Signal(_)) => Some("only read, write and touch raise signals"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return fail(
+                o.col,
+                ErrorKind::BadOutcome {
+                    verb: action.verb().into(),
+                    outcome: o.text.into(),
+                    why: why.into(),
+                },
+            );
+        }
+        c.finish()?;
+        Ok(Expect::Outcome { action, outcome })
+    }
+
+    fn observation(&self, c: &mut Cursor<'_, '_>, task: Name, verb: &str) -> PResult<Expect> {
+        Ok(match verb {
+            "smaps" => {
+                let m = c.word("a mapping name")?;
+                let mapping = self.use_name(m, NameKind::Mapping)?;
+                let fields = fields::<SmapsField>(c, "an smaps field")?;
+                Expect::Smaps {
+                    task,
+                    mapping,
+                    fields,
+                }
+            }
+            "status" => Expect::Status {
+                task,
+                fields: fields::<StatusField>(c, "a status field")?,
+            },
+            "maps" => {
+                if c.is_word("count") && c.peek_at(1).is_some_and(|t| t.kind == TokKind::Eq) {
+                    c.bump();
+                    c.bump();
+                    let count = c.number("a VMA count")?;
+                    Expect::MapsCount { task, count }
+                } else {
+                    let addr = self.addr(c, "an address or `count=N`")?;
+                    let s = c.word("START-END")?;
+                    let start = Cursor::abs_addr(s)?;
+                    match c.peek() {
+                        Some(m) if m.kind == TokKind::Minus => {
+                            c.bump();
+                        }
+                        None => return c.missing("`-END` after START"),
+                        Some(m) => {
+                            return fail(
+                                m.col,
+                                ErrorKind::Unexpected {
+                                    expected: "`-END` after START".into(),
+                                    found: m.text.into(),
+                                },
+                            )
+                        }
+                    }
+                    let e = c.word("END")?;
+                    let end = Cursor::abs_addr(e)?;
+                    if start >= end {
+                        return fail(
+                            s.col,
+                            ErrorKind::Absurd {
+                                text: format!("{}-{}", s.text, e.text),
+                                why: "START must be below END".into(),
+                            },
+                        );
+                    }
+                    let Some((col, text)) = c.glued_run() else {
+                        return c.missing("permissions like rw-p");
+                    };
+                    let perms = Perms::parse(text).ok_or_else(|| Fail {
+                        col,
+                        kind: ErrorKind::BadPerms { text: text.into() },
+                    })?;
+                    Expect::MapsVma {
+                        task,
+                        addr,
+                        start,
+                        end,
+                        perms,
+                    }
+                }
+            }
+            "pagemap" => {
+                let addr = self.addr(c, "an address")?;
+                let mut states = Vec::new();
+                loop {
+                    let (s, tok) = c.keyword::<PagemapState>("a pagemap state")?;
+                    if states.contains(&s) {
+                        return fail(
+                            tok.col,
+                            ErrorKind::Duplicate {
+                                option: tok.text.into(),
+                            },
+                        );
+                    }
+                    states.push(s);
+                    if c.peek().is_none() {
+                        break;
+                    }
+                }
+                Expect::Pagemap { task, addr, states }
+            }
+            "kpageflags" => {
+                let addr = self.addr(c, "an address")?;
+                let mut flags: Vec<FlagCheck> = Vec::new();
+                loop {
+                    let set = !c.eat_kind(TokKind::Bang);
+                    let (flag, tok) = c.keyword::<KpageFlag>("a page flag")?;
+                    if flags.iter().any(|f| f.flag == flag) {
+                        return fail(
+                            tok.col,
+                            ErrorKind::Duplicate {
+                                option: tok.text.into(),
+                            },
+                        );
+                    }
+                    flags.push(FlagCheck { flag, set });
+                    if c.peek().is_none() {
+                        break;
+                    }
+                }
+                Expect::Kpageflags { task, addr, flags }
+            }
+            _ => {
+                // "folio", the last of OBSERVATIONS.
+                let addr = self.addr(c, "an address")?;
+                c.key_eq("order", "folio")?;
+                let order = to_u32(c.bounded("a folio order", 0, 63)?);
+                Expect::Folio { task, addr, order }
+            }
+        })
+    }
+}
+
+/// `Field=SIZE...` (at least one, no repeats) to the end of the line.
+fn fields<K: Keyword + PartialEq>(c: &mut Cursor<'_, '_>, what: &str) -> PResult<Vec<(K, u64)>> {
+    let mut out: Vec<(K, u64)> = Vec::new();
+    loop {
+        let (k, tok) = c.keyword::<K>(what)?;
+        if out.iter().any(|(f, _)| *f == k) {
+            return fail(
+                tok.col,
+                ErrorKind::Duplicate {
+                    option: tok.text.into(),
+                },
+            );
+        }
+        c.eq(tok.text)?;
+        let v = c.size("a size")?;
+        out.push((k, v));
+        if c.peek().is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// `set tunable NAME=VALUE`.
+fn tunable(c: &mut Cursor<'_, '_>) -> PResult<Setting> {
+    let Some((col, run)) = c.glued_run() else {
+        return c.missing("NAME=VALUE");
+    };
+    let (name, value) = match run.split_once('=') {
+        Some((n, v)) => (n, v),
+        None if c.eat_kind(TokKind::Eq) => match c.glued_run() {
+            Some((_, v)) => (run, v),
+            None => return c.missing("a tunable VALUE after `=`"),
+        },
+        None => return c.missing(format!("`=VALUE` after `{run}`")),
+    };
+    if name.is_empty() {
+        return fail(
+            col,
+            ErrorKind::MissingArgument {
+                what: "a tunable NAME before `=`".into(),
+            },
+        );
+    }
+    if value.is_empty() {
+        return c.missing("a tunable VALUE after `=`");
+    }
+    Ok(Setting::Tunable {
+        name: name.into(),
+        value: value.into(),
+    })
+}
+
+fn to_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn kind_word(k: NameKind) -> &'static str {
+    match k {
+        NameKind::Process => "process",
+        NameKind::Mapping => "mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("0x2000"), Ok(0x2000));
+        assert_eq!(parse_size("0x10M"), Ok(16 << 20));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("K"), Err(NumErr::Syntax));
+        assert_eq!(parse_size("0x"), Err(NumErr::Syntax));
+        assert_eq!(parse_size("4KB"), Err(NumErr::Syntax));
+        assert_eq!(parse_size("1.5G"), Err(NumErr::Syntax));
+        assert_eq!(parse_size("17179869184G"), Err(NumErr::Overflow));
+        assert_eq!(parse_size("18446744073709551616"), Err(NumErr::Overflow));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_size("99999999999999999999x"), Err(NumErr::Syntax));
+    }
+
+    #[test]
+    fn patterns() {
+        assert_eq!(parse_pattern("0xA5"), Some(0xa5));
+        assert_eq!(parse_pattern("0x1"), Some(1));
+        assert_eq!(parse_pattern("0x100"), None);
+        assert_eq!(parse_pattern("165"), None);
+        assert_eq!(parse_pattern("0x"), None);
+        assert_eq!(parse_pattern("0xg1"), None);
+    }
+}

@@ -1,0 +1,248 @@
+//! Memory accesses through the MMU: TLB, page-table walk, page fault.
+//!
+//! Linux counterpart: what the CPU does (x86 `page walk`, arm64 stage-1 translation with
+//! hardware access/dirty management) plus `arch/x86/mm/fault.c` (`do_user_addr_fault`).
+//! Every byte a scenario reads or writes goes through [`Cpu::translate`]: a TLB hit uses the
+//! cached frame; a miss walks the tables, sets the accessed/dirty bits like the hardware does,
+//! and fills the TLB; a missing or insufficient entry raises a page fault.
+
+use crate::fault::{Access, FaultOutcome};
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid};
+use crate::pgtable::{PageTables, Walk};
+use crate::stats::Ev;
+use crate::tlb::TlbEntry;
+
+/// A signal delivered to the accessing process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Signal {
+    /// Invalid access (no mapping, or against its protection).
+    #[error("SIGSEGV at {0:#x}")]
+    Segv(u64),
+    /// The fault could not be satisfied (out of memory; the engine's policy).
+    #[error("SIGBUS at {0:#x}")]
+    Bus(u64),
+    /// The process does not exist.
+    #[error("no such process")]
+    NoProcess,
+}
+
+/// A translated page: the frame and the leaf entry's location.
+#[derive(Clone, Copy, Debug)]
+struct Leaf {
+    pfn: u64,
+    table: u64,
+    idx: usize,
+    entry: u64,
+}
+
+impl<'m> Cpu<'m> {
+    /// Translates the page containing `addr` for `access`, faulting as needed.
+    pub fn translate(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        access: Access,
+    ) -> Result<u64, Signal> {
+        let c = self.c();
+        let vpn = addr >> 12;
+        if let Some(e) = self.tlb().lookup(mm.id, vpn) {
+            if access == Access::Read || e.writable {
+                c.add(Ev::TlbHit, 1);
+                if self.m.check_tlb() {
+                    self.check_tlb_entry(mm, addr, e, access);
+                }
+                return Ok(e.pfn);
+            }
+        }
+        c.add(Ev::TlbMiss, 1);
+        let pt = self.tables(mm);
+        for _ in 0..8 {
+            if let Some(leaf) = self.walk_leaf(pt, addr) {
+                if self.hw_permits(leaf.entry, access) {
+                    return Ok(self.hw_fill(mm, pt, leaf, vpn, access));
+                }
+            }
+            match self.handle_mm_fault(mm, st, addr, access) {
+                FaultOutcome::Completed => {}
+                FaultOutcome::Sigsegv => return Err(Signal::Segv(addr)),
+                FaultOutcome::Oom => return Err(Signal::Bus(addr)),
+            }
+        }
+        Err(Signal::Bus(addr))
+    }
+
+    fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
+        let c = self.c();
+        match pt.walk(addr) {
+            Walk::Pte { table, idx, entry } if entry != 0 => {
+                c.add(Ev::PteRead, 1);
+                Some(Leaf {
+                    pfn: pt.arch.pfn(entry),
+                    table,
+                    idx,
+                    entry,
+                })
+            }
+            Walk::PmdLeaf { table, idx, entry } => {
+                let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
+                Some(Leaf {
+                    pfn,
+                    table,
+                    idx,
+                    entry,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn hw_permits(&self, e: u64, access: Access) -> bool {
+        let a = self.m.arch;
+        match access {
+            Access::Read => a.hw_user_readable(e),
+            Access::Write => a.hw_user_readable(e) && a.hw_writable(e),
+        }
+    }
+
+    /// Sets accessed/dirty like the hardware walker and caches the translation.
+    fn hw_fill(&self, mm: &Mm, pt: PageTables<'m>, leaf: Leaf, vpn: u64, access: Access) -> u64 {
+        let write = access == Access::Write;
+        let mut cur = leaf.entry;
+        loop {
+            let new = pt.arch.hw_access(cur, write);
+            if new == cur || pt.cmpxchg(leaf.table, leaf.idx, cur, new) {
+                break;
+            }
+            cur = pt.get(leaf.table, leaf.idx);
+            if !self.hw_permits(cur, access) {
+                break;
+            }
+        }
+        let writable = write || (pt.arch.hw_writable(cur) && pt.arch.dirty(cur));
+        self.tlb().fill(TlbEntry {
+            mm: mm.id,
+            vpn,
+            pfn: leaf.pfn,
+            writable,
+        });
+        leaf.pfn
+    }
+
+    /// Verifies a TLB hit against the page table; a mismatch means a flush was missed.
+    fn check_tlb_entry(&self, mm: &Mm, addr: u64, e: TlbEntry, access: Access) {
+        let pt = self.tables(mm);
+        let ok = match self.walk_leaf(pt, addr) {
+            Some(leaf) => leaf.pfn == e.pfn && self.hw_permits(leaf.entry, access),
+            None => false,
+        };
+        if !ok {
+            self.c().add(Ev::TlbStaleHit, 1);
+        }
+    }
+
+    fn with_mm<T>(
+        &self,
+        pid: Pid,
+        f: impl FnOnce(&Mm, &MmState) -> Result<T, Signal>,
+    ) -> Result<T, Signal> {
+        let task = self.m.task(pid).map_err(|_| Signal::NoProcess)?;
+        self.c().add(Ev::LockMmap, 1);
+        let st = task.mm.lock.read();
+        f(&task.mm, &st)
+    }
+
+    /// Calls `f(pfn, offset_in_page, len)` for each page piece of `[addr, addr+len)`.
+    fn for_each_piece(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        len: u64,
+        access: Access,
+        mut f: impl FnMut(u64, usize, usize, u64),
+    ) -> Result<(), Signal> {
+        let end = addr.checked_add(len).ok_or(Signal::Segv(addr))?;
+        let mut a = addr;
+        while a < end {
+            let n = (4096 - (a & 4095)).min(end - a);
+            let pfn = self.translate(mm, st, a, access)?;
+            f(pfn, (a & 4095) as usize, n as usize, a - addr);
+            a += n;
+        }
+        Ok(())
+    }
+
+    /// Fills `[addr, addr+len)` of process `pid` with `byte`.
+    pub fn write_fill(&self, pid: Pid, addr: u64, len: u64, byte: u8) -> Result<(), Signal> {
+        let arena = &self.m.phys.arena;
+        self.with_mm(pid, |mm, st| {
+            self.for_each_piece(mm, st, addr, len, Access::Write, |pfn, off, n, _| {
+                arena.fill(pfn, off, n, byte)
+            })
+        })
+    }
+
+    /// Writes `data` at `addr` of process `pid`.
+    pub fn write_bytes(&self, pid: Pid, addr: u64, data: &[u8]) -> Result<(), Signal> {
+        let arena = &self.m.phys.arena;
+        self.with_mm(pid, |mm, st| {
+            self.for_each_piece(
+                mm,
+                st,
+                addr,
+                data.len() as u64,
+                Access::Write,
+                |pfn, off, n, done| arena.write(pfn, off, &data[done as usize..done as usize + n]),
+            )
+        })
+    }
+
+    /// Reads `out.len()` bytes at `addr` of process `pid`.
+    pub fn read_bytes(&self, pid: Pid, addr: u64, out: &mut [u8]) -> Result<(), Signal> {
+        let arena = &self.m.phys.arena;
+        let len = out.len() as u64;
+        self.with_mm(pid, |mm, st| {
+            self.for_each_piece(mm, st, addr, len, Access::Read, |pfn, off, n, done| {
+                arena.read(pfn, off, &mut out[done as usize..done as usize + n])
+            })
+        })
+    }
+
+    /// Reads `[addr, addr+len)` and returns the address of the first byte that differs from
+    /// `byte`, if any.
+    pub fn find_mismatch(
+        &self,
+        pid: Pid,
+        addr: u64,
+        len: u64,
+        byte: u8,
+    ) -> Result<Option<u64>, Signal> {
+        let arena = &self.m.phys.arena;
+        let mut first = None;
+        self.with_mm(pid, |mm, st| {
+            self.for_each_piece(mm, st, addr, len, Access::Read, |pfn, off, n, done| {
+                if first.is_none() {
+                    first = arena
+                        .first_mismatch(pfn, off, n, byte)
+                        .map(|i| addr + done + i as u64);
+                }
+            })
+        })?;
+        Ok(first)
+    }
+
+    /// One access per page of `[addr, addr+len)`; a write access keeps the contents.
+    pub fn touch(&self, pid: Pid, addr: u64, len: u64, access: Access) -> Result<(), Signal> {
+        self.with_mm(pid, |mm, st| {
+            let end = addr.checked_add(len).ok_or(Signal::Segv(addr))?;
+            let mut a = addr;
+            while a < end {
+                self.translate(mm, st, a, access)?;
+                a = (a & !4095) + 4096;
+            }
+            Ok(())
+        })
+    }
+}

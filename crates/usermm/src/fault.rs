@@ -1,0 +1,678 @@
+//! Page faults: anonymous, shared (shmem), write-protect (COW) and PMD THP.
+//!
+//! Linux counterpart: `mm/memory.c` (`handle_mm_fault`, `__handle_mm_fault`,
+//! `handle_pte_fault`, `do_anonymous_page`, `alloc_anon_folio`, `do_wp_page`,
+//! `wp_page_copy`, `wp_page_reuse`) and `mm/huge_memory.c` (`do_huge_pmd_anonymous_page`,
+//! `do_huge_pmd_wp_page`). A fault is not an error: it returns a [`FaultOutcome`].
+//!
+//! # Context
+//! The mmap lock is held for reading; PTEs are changed under the table's split PTL.
+//!
+//! Deliberate difference (until the sharing issue lands): a write to a shared large anon folio
+//! page that is not PageAnonExclusive always copies; Linux 6.15+ may reuse it when the folio
+//! is mapped exclusively by this mm.
+
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, RssKind};
+use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::rmap::{self, Level};
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::{VmFlags, Vma};
+
+/// The kind of access that faulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+}
+
+/// Result of a fault (`vm_fault_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultOutcome {
+    /// The access can be retried and will succeed.
+    Completed,
+    /// No VMA, or the VMA forbids the access.
+    Sigsegv,
+    /// Memory could not be allocated (the engine's policy: SIGBUS, see README).
+    Oom,
+}
+
+impl<'m> Cpu<'m> {
+    /// Handles a fault at `addr` in `mm`.
+    ///
+    /// # Context
+    /// `st` is the mm's state under the mmap lock (read).
+    pub fn handle_mm_fault(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        access: Access,
+    ) -> FaultOutcome {
+        let c = self.c();
+        c.add(Ev::Fault, 1);
+        let Some(id) = st.vmas.find(addr) else {
+            return self.segv();
+        };
+        let vma = st.vmas.get(id);
+        let allowed = match access {
+            Access::Read => vma.flags.has(VmFlags::READ),
+            Access::Write => vma.flags.has(VmFlags::WRITE),
+        };
+        if !allowed {
+            return self.segv();
+        }
+        let pt = self.tables(mm);
+        let Ok(pmd_t) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
+            return self.oom();
+        };
+        let pmd_idx = index(addr, 21);
+        if pt.get(pmd_t, pmd_idx) == 0 && self.thp_pmd_eligible(vma, addr) {
+            match self.do_huge_pmd_anonymous_page(mm, vma, pmd_t, pmd_idx, addr, access) {
+                Some(o) => return o,
+                None => {} // fall back to PTEs
+            }
+        }
+        let pmd = pt.get(pmd_t, pmd_idx);
+        if pmd != 0 && !pt.arch.is_table(pmd) {
+            if access == Access::Write && !pt.arch.write(pmd) {
+                if let Some(o) = self.do_huge_pmd_wp_page(mm, vma, pmd_t, pmd_idx, addr) {
+                    return o;
+                }
+            } else {
+                return FaultOutcome::Completed;
+            }
+        }
+        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, addr) {
+            Ok(Some(t)) => t,
+            Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
+            Err(_) => return self.oom(),
+        };
+        self.handle_pte_fault(mm, vma, pt, table, addr, access)
+    }
+
+    fn segv(&self) -> FaultOutcome {
+        self.c().add(Ev::FaultSigsegv, 1);
+        FaultOutcome::Sigsegv
+    }
+
+    fn oom(&self) -> FaultOutcome {
+        self.c().add(Ev::FaultSigbus, 1);
+        FaultOutcome::Oom
+    }
+
+    fn handle_pte_fault(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        addr: u64,
+        access: Access,
+    ) -> FaultOutcome {
+        let c = self.c();
+        let idx = index(addr, 12);
+        let ptl = PtlGuard::lock(&self.m.phys, table, c);
+        let pte = pt.get(table, idx);
+        c.add(Ev::PteRead, 1);
+        if pte == 0 {
+            drop(ptl);
+            return match &vma.shmem {
+                Some(_) => self.do_shared_fault(mm, vma, pt, table, addr, access),
+                None => self.do_anonymous_page(mm, vma, pt, table, addr, access),
+            };
+        }
+        if access == Access::Write && !pt.arch.write(pte) {
+            return self.do_wp_page(mm, vma, pt, table, idx, addr, pte, ptl);
+        }
+        // Spurious: only the accessed/dirty bits were missing.
+        let new = pt.arch.hw_access(pte, access == Access::Write);
+        if new != pte {
+            pt.set(table, idx, new);
+            c.add(Ev::PteWrite, 1);
+        }
+        FaultOutcome::Completed
+    }
+
+    /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): reuses a compatible
+    /// neighbour's (`find_mergeable_anon_vma`) or allocates a new one.
+    fn anon_vma_prepare(&self, mm: &Mm, st_vma: &Vma) -> u64 {
+        if st_vma.anon_vma() != 0 {
+            return st_vma.anon_vma();
+        }
+        self.c().add(Ev::LockPageTable, 1);
+        let _g = mm.page_table_lock.lock();
+        if st_vma.anon_vma() == 0 {
+            st_vma.set_anon_vma(self.m.alloc_anon_vma(), 1);
+        }
+        st_vma.anon_vma()
+    }
+
+    fn do_anonymous_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        addr: u64,
+        access: Access,
+    ) -> FaultOutcome {
+        let c = self.c();
+        let arch = pt.arch;
+        if access == Access::Read {
+            let entry =
+                arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.flags.page_prot(), false));
+            let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+            let idx = index(addr, 12);
+            if pt.get(table, idx) == 0 {
+                pt.set(table, idx, entry);
+                self.m.phys.memmap.pt_entries_add(table, 1);
+                c.add(Ev::PteWrite, 1);
+                c.add(Ev::FaultZeroPage, 1);
+            }
+            return FaultOutcome::Completed;
+        }
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let Some((head, order, start)) = self.alloc_anon_folio(vma, pt, table, addr) else {
+            return self.oom();
+        };
+        let nr = 1u64 << order;
+        let first_idx = index(start, 12);
+        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        if (first_idx..first_idx + nr as usize).any(|i| pt.get(table, i) != 0) {
+            drop(_ptl);
+            self.m.phys.put_folio(c, head, 1);
+            return FaultOutcome::Completed; // raced with another fault: retry
+        }
+        if nr > 1 {
+            rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
+        }
+        rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner);
+        self.m.phys.memmap.set(head, PageFlag::Lru);
+        let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
+        if vma.flags.has(VmFlags::WRITE) {
+            entry = arch.mkwrite(arch.mkdirty(entry));
+        }
+        for j in 0..nr {
+            pt.set(table, first_idx + j as usize, arch.advance_pfn(entry, j));
+        }
+        self.m.phys.memmap.pt_entries_add(table, nr as i32);
+        c.add(Ev::PteWrite, nr);
+        mm.rss_add(RssKind::Anon, nr as i64);
+        c.add(
+            if order > 0 {
+                Ev::FaultAnonMthp
+            } else {
+                Ev::FaultAnon
+            },
+            1,
+        );
+        FaultOutcome::Completed
+    }
+
+    /// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
+    /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
+    fn alloc_anon_folio(
+        &self,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        addr: u64,
+    ) -> Option<(u64, u32, u64)> {
+        let c = self.c();
+        let node = 0;
+        let thp = self.m.tunables().thp.clone();
+        let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
+        for order in (2..HPAGE_PMD_ORDER).rev() {
+            if !huge_ok || !thp.order_allowed(order, vma.flags.has(VmFlags::HUGEPAGE)) {
+                continue;
+            }
+            let size = 4096u64 << order;
+            let start = addr & !(size - 1);
+            if start < vma.start || start + size > vma.end {
+                continue;
+            }
+            let i0 = index(start, 12);
+            if (i0..i0 + (1 << order)).any(|i| pt.get(table, i) != 0) {
+                continue;
+            }
+            if let Some(h) = self
+                .m
+                .phys
+                .alloc_folio(c, order, node, FolioKind::Anon, Zeroing::Zero)
+            {
+                return Some((h, order, start));
+            }
+        }
+        let h = self
+            .m
+            .phys
+            .alloc_folio(c, 0, node, FolioKind::Anon, Zeroing::Zero)?;
+        Some((h, 0, addr & !4095))
+    }
+
+    fn do_shared_fault(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        addr: u64,
+        access: Access,
+    ) -> FaultOutcome {
+        let c = self.c();
+        let Some(shmem) = &vma.shmem else {
+            return self.segv();
+        };
+        let pgoff = vma.pgoff_at(addr);
+        let pfn = {
+            let mut cache = shmem.pages.lock();
+            match cache.get(&pgoff) {
+                Some(&p) => p,
+                None => {
+                    let Some(p) = self
+                        .m
+                        .phys
+                        .alloc_folio(c, 0, 0, FolioKind::Shmem, Zeroing::Zero)
+                    else {
+                        return self.oom();
+                    };
+                    self.m.phys.memmap.set_mapping(p, shmem.id);
+                    self.m.phys.memmap.set(p, PageFlag::Lru);
+                    cache.insert(pgoff, p);
+                    p
+                }
+            }
+        };
+        let arch = pt.arch;
+        let idx = index(addr, 12);
+        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        if pt.get(table, idx) != 0 {
+            return FaultOutcome::Completed;
+        }
+        rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
+        rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1);
+        let mut entry = arch.mk_pte(pfn, vma.flags.page_prot(), false);
+        if access == Access::Write {
+            entry = arch.mkdirty(entry);
+            self.m.phys.memmap.set(pfn, PageFlag::Dirty);
+        }
+        pt.set(table, idx, entry);
+        self.m.phys.memmap.pt_entries_add(table, 1);
+        c.add(Ev::PteWrite, 1);
+        c.add(Ev::FaultShared, 1);
+        mm.rss_add(RssKind::Shmem, 1);
+        FaultOutcome::Completed
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_wp_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        idx: usize,
+        addr: u64,
+        pte: u64,
+        ptl: PtlGuard<'m>,
+    ) -> FaultOutcome {
+        let c = self.c();
+        c.add(Ev::FaultWp, 1);
+        let arch = pt.arch;
+        let mem = &self.m.phys.memmap;
+        let pfn = arch.pfn(pte);
+        let zero = arch.special(pte) && self.m.phys.is_zero_pfn(pfn);
+        if !zero && vma.shmem.is_some() {
+            let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
+            pt.set(table, idx, new);
+            mem.set(pfn, PageFlag::Dirty);
+            c.add(Ev::PteWrite, 1);
+            return FaultOutcome::Completed;
+        }
+        if !zero {
+            let head = mem.folio_of(pfn);
+            let large = mem.test(head, PageFlag::Head);
+            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
+            if exclusive || (!large && mem.refcount(head) == 1) {
+                if !exclusive {
+                    mem.set(pfn, PageFlag::AnonExclusive);
+                    c.add(Ev::FolioAtomic, 1);
+                }
+                let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
+                pt.set(table, idx, new);
+                c.add(Ev::PteWrite, 1);
+                c.add(Ev::CowReuse, 1);
+                return FaultOutcome::Completed;
+            }
+        }
+        drop(ptl);
+        self.wp_page_copy(mm, vma, pt, table, idx, addr, pte, zero)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn wp_page_copy(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        idx: usize,
+        addr: u64,
+        old: u64,
+        zero: bool,
+    ) -> FaultOutcome {
+        let c = self.c();
+        let arch = pt.arch;
+        let phys = &self.m.phys;
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
+        let Some(new) = phys.alloc_folio(c, 0, 0, FolioKind::Anon, zeroing) else {
+            return self.oom();
+        };
+        let old_pfn = arch.pfn(old);
+        if !zero {
+            phys.arena.copy_frame(new, old_pfn);
+            c.add(Ev::PagesCopied, 1);
+        }
+        let ptl = PtlGuard::lock(phys, table, c);
+        if pt.get(table, idx) != old {
+            drop(ptl);
+            phys.put_folio(c, new, 1);
+            return FaultOutcome::Completed;
+        }
+        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        phys.memmap.set(new, PageFlag::Lru);
+        let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
+        entry = arch.mkwrite(arch.mkdirty(entry));
+        // ptep_clear_flush, then install the copy.
+        pt.set(table, idx, 0);
+        self.flush_tlb(mm, FlushScope::Page(addr & !4095));
+        pt.set(table, idx, entry);
+        c.add(Ev::PteWrite, 2);
+        drop(ptl);
+        if zero {
+            mm.rss_add(RssKind::Anon, 1);
+        } else {
+            let head = phys.memmap.folio_of(old_pfn);
+            rmap::remove_ptes(phys, c, head, old_pfn, 1);
+            phys.put_folio(c, head, 1);
+        }
+        c.add(Ev::CowCopy, 1);
+        FaultOutcome::Completed
+    }
+
+    /// Whether a PMD-sized THP may back `addr` in `vma`.
+    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: u64) -> bool {
+        if vma.shmem.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
+            return false;
+        }
+        let haddr = addr & !(PMD_SIZE - 1);
+        haddr >= vma.start
+            && haddr + PMD_SIZE <= vma.end
+            && self
+                .m
+                .tunables()
+                .thp
+                .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
+    }
+
+    fn deposit_table(&self, mm: &Mm, haddr: u64) -> bool {
+        let c = self.c();
+        let Some(t) = self
+            .m
+            .phys
+            .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+        else {
+            return false;
+        };
+        c.add(Ev::LockPageTable, 1);
+        mm.deposited.lock().insert(haddr, t);
+        true
+    }
+
+    fn withdraw_table(&self, mm: &Mm, haddr: u64) -> Option<u64> {
+        self.c().add(Ev::LockPageTable, 1);
+        mm.deposited.lock().remove(&haddr)
+    }
+
+    /// Frees the table deposited for a PMD mapping that is going away.
+    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: u64) {
+        if let Some(t) = self.withdraw_table(mm, haddr) {
+            self.m.phys.put_folio(self.c(), t, 1);
+        }
+    }
+
+    fn do_huge_pmd_anonymous_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        addr: u64,
+        access: Access,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let haddr = addr & !(PMD_SIZE - 1);
+        let pt = self.tables(mm);
+        let use_zero = self.m.tunables().thp.use_zero_page;
+        if access == Access::Read && use_zero {
+            let hz = phys.huge_zero_pfn()?;
+            if !self.deposit_table(mm, haddr) {
+                return None;
+            }
+            let entry = arch.mkspecial(arch.mk_pte(hz, vma.flags.page_prot(), true));
+            let _ptl = PtlGuard::lock(phys, pmd_t, c);
+            if pt.get(pmd_t, pmd_idx) != 0 {
+                drop(_ptl);
+                self.zap_deposited_table(mm, haddr);
+                return Some(FaultOutcome::Completed);
+            }
+            pt.set(pmd_t, pmd_idx, entry);
+            phys.memmap.pt_entries_add(pmd_t, 1);
+            c.add(Ev::PteWrite, 1);
+            c.add(Ev::FaultZeroPage, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let head = phys.alloc_folio(c, HPAGE_PMD_ORDER, 0, FolioKind::Anon, Zeroing::Zero)?;
+        if !self.deposit_table(mm, haddr) {
+            phys.put_folio(c, head, 1);
+            return None;
+        }
+        let _ptl = PtlGuard::lock(phys, pmd_t, c);
+        if pt.get(pmd_t, pmd_idx) != 0 {
+            drop(_ptl);
+            phys.put_folio(c, head, 1);
+            self.zap_deposited_table(mm, haddr);
+            return Some(FaultOutcome::Completed);
+        }
+        rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        phys.memmap.set(head, PageFlag::Lru);
+        let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
+        if vma.flags.has(VmFlags::WRITE) {
+            entry = arch.mkwrite(arch.mkdirty(entry));
+        }
+        pt.set(pmd_t, pmd_idx, entry);
+        phys.memmap.pt_entries_add(pmd_t, 1);
+        c.add(Ev::PteWrite, 1);
+        c.add(Ev::FaultAnonPmd, 1);
+        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
+    /// with a new THP, otherwise split and let the PTE path copy one page.
+    fn do_huge_pmd_wp_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        addr: u64,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        c.add(Ev::FaultWp, 1);
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let haddr = addr & !(PMD_SIZE - 1);
+        let ptl = PtlGuard::lock(phys, pmd_t, c);
+        let pmd = pt.get(pmd_t, pmd_idx);
+        if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
+            return Some(FaultOutcome::Completed);
+        }
+        let pfn = arch.pfn(pmd);
+        if phys.is_zero_pfn(pfn) {
+            drop(ptl);
+            return self.huge_zero_wp(mm, vma, pmd_t, pmd_idx, haddr, pmd);
+        }
+        let mem = &phys.memmap;
+        if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
+            mem.set(pfn, PageFlag::AnonExclusive);
+            pt.set(
+                pmd_t,
+                pmd_idx,
+                arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))),
+            );
+            c.add(Ev::PteWrite, 1);
+            c.add(Ev::CowReuse, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        drop(ptl);
+        self.split_huge_pmd(mm, pmd_t, pmd_idx, haddr);
+        None
+    }
+
+    fn huge_zero_wp(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        haddr: u64,
+        old: u64,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let Some(head) = phys.alloc_folio(c, HPAGE_PMD_ORDER, 0, FolioKind::Anon, Zeroing::Zero)
+        else {
+            self.split_huge_pmd(mm, pmd_t, pmd_idx, haddr);
+            return None;
+        };
+        let _ptl = PtlGuard::lock(phys, pmd_t, c);
+        if pt.get(pmd_t, pmd_idx) != old {
+            drop(_ptl);
+            phys.put_folio(c, head, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        phys.memmap.set(head, PageFlag::Lru);
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
+        pt.set(pmd_t, pmd_idx, 0);
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+        pt.set(pmd_t, pmd_idx, entry);
+        c.add(Ev::PteWrite, 2);
+        c.add(Ev::FaultAnonPmd, 1);
+        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
+    /// The folio stays large; each PTE takes a reference and a mapcount; PageAnonExclusive of
+    /// the head spreads to every page.
+    ///
+    /// # Context
+    /// mmap lock held (read or write); takes the PMD table's lock.
+    pub fn split_huge_pmd(&self, mm: &Mm, pmd_t: u64, pmd_idx: usize, haddr: u64) {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let ptl = PtlGuard::lock(phys, pmd_t, c);
+        let pmd = pt.get(pmd_t, pmd_idx);
+        if !arch.is_pmd_leaf(pmd) {
+            return;
+        }
+        let Some(table) = self.withdraw_table(mm, haddr) else {
+            return;
+        };
+        let pfn = arch.pfn(pmd);
+        let nr = 1u64 << HPAGE_PMD_ORDER;
+        // Each PTE is the PMD's entry for its page, as a level-3 entry.
+        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd), false);
+        if arch.special(pmd) {
+            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd), false));
+        }
+        if arch.dirty(pmd) {
+            base = arch.mkdirty(base);
+            if !arch.soft_dirty(pmd) {
+                base = arch.clear_soft_dirty(base);
+            }
+        }
+        if !arch.young(pmd) {
+            base = arch.mkold(base);
+        }
+        if arch.write(pmd) {
+            base = arch.mkwrite(base);
+        }
+        let zero = arch.special(pmd);
+        for i in 0..nr {
+            let e = if zero {
+                base
+            } else {
+                arch.advance_pfn(base, i)
+            };
+            pt.set(table, i as usize, e);
+        }
+        phys.memmap.pt_entries_add(table, nr as i32);
+        c.add(Ev::PteWrite, nr + 1);
+        if !zero {
+            let mem = &phys.memmap;
+            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
+            rmap::add_ptes(phys, c, pfn, pfn, nr);
+            rmap::remove_pmd(phys, c, pfn);
+            rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
+            if exclusive {
+                for p in pfn..pfn + nr {
+                    mem.set(p, PageFlag::AnonExclusive);
+                }
+            }
+        }
+        pt.set(pmd_t, pmd_idx, arch.mk_table(table));
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+        drop(ptl);
+        c.add(Ev::ThpSplitPmd, 1);
+    }
+
+    /// Splits the huge PMD covering `addr`, if any.
+    pub fn split_huge_pmd_at(&self, mm: &Mm, addr: u64) {
+        let pt = self.tables(mm);
+        if let Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+            self.split_huge_pmd(mm, table, idx, addr & !(PMD_SIZE - 1));
+        }
+    }
+}
+
+/// The protection encoded in a leaf entry.
+pub(crate) fn pmd_prot(arch: crate::pgtable::Arch, e: u64) -> crate::pgtable::Prot {
+    let accessible = arch.accessible(e);
+    crate::pgtable::Prot {
+        read: accessible,
+        write: false,
+        exec: accessible
+            && match arch {
+                crate::pgtable::Arch::X86_64 => e & crate::pgtable::arch::x86::NX == 0,
+                crate::pgtable::Arch::Arm64 => e & crate::pgtable::arch::arm64::UXN == 0,
+            },
+    }
+}

@@ -1,0 +1,52 @@
+//! usermm: the Linux virtual-memory core as a fast, instrumented user-space engine.
+//!
+//! A [`Machine`] is one simulated computer: physical memory (an arena of frames with a
+//! `struct page`-like memmap and buddy allocators per node), CPUs (host threads) with software
+//! TLBs and per-CPU counters, and processes whose address spaces have VMAs in a maple-like
+//! range tree and real x86-64 or arm64 page tables in arena frames. System calls
+//! (`mmap`, `munmap`, `mprotect`, `mremap`, `brk`, `madvise`, `fork`, `exit`, pins) follow
+//! Linux's semantics and errno; memory accesses go through the TLB, the page-table walk and the
+//! fault handler, on real bytes.
+//!
+//! ```
+//! use usermm::{Machine, MachineConfig, Privilege, MmapArgs, Prot};
+//! let m = Machine::new(MachineConfig { memory: 64 << 20, ..Default::default() });
+//! let cpu = m.enter_cpu(0).unwrap();
+//! let p = cpu.spawn(Privilege::Ordinary, 8 << 20).unwrap();
+//! let rw = Prot { read: true, write: true, exec: false };
+//! let a = cpu.mmap(p, MmapArgs::anon(1 << 20, rw)).unwrap();
+//! cpu.write_fill(p, a, 1 << 20, 0xa5).unwrap();
+//! let c = cpu.fork(p).unwrap();
+//! cpu.write_fill(c, a, 4096, 0x5a).unwrap();
+//! assert_eq!(cpu.find_mismatch(p, a, 1 << 20, 0xa5).unwrap(), None);
+//! m.validate().unwrap();
+//! ```
+
+pub mod access;
+pub mod errno;
+pub mod fault;
+pub mod machine;
+pub mod mm;
+pub mod ops;
+pub mod pgtable;
+pub mod phys;
+pub mod rmap;
+pub mod stats;
+pub mod tlb;
+pub mod tunables;
+pub mod validate;
+pub mod views;
+pub mod vma;
+pub mod zap;
+
+pub use access::Signal;
+pub use errno::{Errno, SysResult};
+pub use fault::Access;
+pub use machine::{Cpu, Machine, MachineConfig};
+pub use mm::{Pid, Privilege};
+pub use ops::madvise::Advice;
+pub use ops::mmap::{MmapArgs, Placement, Sharing};
+pub use ops::mremap::MremapFlags;
+pub use pgtable::{Arch, Prot};
+pub use stats::{Ev, Snapshot};
+pub use tunables::{ThpPolicy, Tunables};

@@ -1,0 +1,268 @@
+//! One simulated computer: physical memory, CPUs with their TLBs and counters, processes.
+//!
+//! Host threads act as CPUs: [`Machine::enter_cpu`] claims a CPU slot and returns a [`Cpu`]
+//! handle through which every system call and memory access is made; per-CPU state (the TLB,
+//! the counters) is indexed by that slot.
+
+use crate::errno::{Errno, SysResult};
+use crate::mm::{Mm, MmState, Pid, Privilege, Task};
+use crate::pgtable::{Arch, PageTables};
+use crate::phys::{FolioKind, PhysMem, Zeroing};
+use crate::stats::{CpuCounters, Snapshot};
+use crate::tlb::{self, FlushScope, Tlb};
+use crate::tunables::Tunables;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// How to build a machine.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    /// Simulated RAM in bytes (default 4 GiB).
+    pub memory: u64,
+    /// NUMA nodes.
+    pub nodes: u32,
+    /// CPU slots.
+    pub cpus: usize,
+    /// Page-table format.
+    pub arch: Arch,
+    /// Runtime switches.
+    pub tunables: Tunables,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        MachineConfig {
+            memory: 4 << 30,
+            nodes: 1,
+            cpus: 2,
+            arch: Arch::X86_64,
+            tunables: Tunables::default(),
+        }
+    }
+}
+
+/// Error claiming a CPU slot.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CpuError {
+    /// No such slot.
+    #[error("cpu {0} does not exist")]
+    NoSuchCpu(usize),
+    /// Another thread holds it.
+    #[error("cpu {0} is in use by another thread")]
+    Busy(usize),
+}
+
+/// Per-CPU state.
+#[derive(Debug, Default)]
+pub struct CpuSlot {
+    busy: AtomicBool,
+    /// Event counters of this CPU.
+    pub counters: CpuCounters,
+    /// This CPU's TLB.
+    pub tlb: Tlb,
+}
+
+/// RLIMIT_MEMLOCK default (8 MiB).
+pub const DEFAULT_RLIMIT_MEMLOCK: u64 = 8 << 20;
+/// `vm.mmap_min_addr`.
+pub const MMAP_MIN_ADDR: u64 = 4096;
+/// Top of the mmap area (below a notional stack).
+pub const MMAP_BASE: u64 = 0x7fff_f000_0000;
+/// Start of the heap.
+pub const START_BRK: u64 = 0x5555_5600_0000;
+
+/// The simulated machine.
+#[derive(Debug)]
+pub struct Machine {
+    /// Physical memory.
+    pub phys: PhysMem,
+    /// Page-table format.
+    pub arch: Arch,
+    cpus: Vec<CpuSlot>,
+    tunables: RwLock<Tunables>,
+    check_tlb: AtomicBool,
+    tasks: Mutex<BTreeMap<Pid, Arc<Task>>>,
+    next_pid: AtomicU32,
+    next_mm: AtomicU32,
+    next_anon_vma: AtomicU64,
+    next_shmem: AtomicU32,
+    /// Pages charged to overcommit (`vm_committed_as`).
+    pub committed: AtomicI64,
+}
+
+impl Machine {
+    /// Builds a machine.
+    pub fn new(cfg: MachineConfig) -> Machine {
+        let check = cfg.tunables.check_tlb;
+        Machine {
+            phys: PhysMem::new(cfg.memory, cfg.nodes),
+            arch: cfg.arch,
+            cpus: (0..cfg.cpus.max(1)).map(|_| CpuSlot::default()).collect(),
+            tunables: RwLock::new(cfg.tunables),
+            check_tlb: AtomicBool::new(check),
+            tasks: Mutex::new(BTreeMap::new()),
+            next_pid: AtomicU32::new(1),
+            next_mm: AtomicU32::new(1),
+            next_anon_vma: AtomicU64::new(1),
+            next_shmem: AtomicU32::new(1),
+            committed: AtomicI64::new(0),
+        }
+    }
+
+    /// Claims CPU slot `id` for the calling thread.
+    pub fn enter_cpu(&self, id: usize) -> Result<Cpu<'_>, CpuError> {
+        let slot = self.cpus.get(id).ok_or(CpuError::NoSuchCpu(id))?;
+        if slot.busy.swap(true, Relaxed) {
+            return Err(CpuError::Busy(id));
+        }
+        Ok(Cpu { m: self, id })
+    }
+
+    /// Number of CPU slots.
+    pub fn nr_cpus(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// The tunables (read).
+    pub fn tunables(&self) -> RwLockReadGuard<'_, Tunables> {
+        self.tunables.read()
+    }
+
+    /// Changes tunables.
+    pub fn update_tunables(&self, f: impl FnOnce(&mut Tunables)) {
+        let mut t = self.tunables.write();
+        f(&mut t);
+        self.check_tlb.store(t.check_tlb, Relaxed);
+    }
+
+    /// Whether TLB hits are verified against page tables.
+    #[inline]
+    pub fn check_tlb(&self) -> bool {
+        self.check_tlb.load(Relaxed)
+    }
+
+    /// Counters summed over CPUs.
+    pub fn counters(&self) -> Snapshot {
+        Snapshot::sum(self.cpus.iter().map(|c| &c.counters))
+    }
+
+    /// Every TLB.
+    pub fn tlbs(&self) -> Vec<&Tlb> {
+        self.cpus.iter().map(|c| &c.tlb).collect()
+    }
+
+    /// Looks up a live process.
+    pub fn task(&self, pid: Pid) -> SysResult<Arc<Task>> {
+        self.tasks.lock().get(&pid).cloned().ok_or(Errno::ESRCH)
+    }
+
+    /// Every live process.
+    pub fn tasks(&self) -> Vec<Arc<Task>> {
+        self.tasks.lock().values().cloned().collect()
+    }
+
+    pub(crate) fn insert_task(&self, t: Arc<Task>) {
+        self.tasks.lock().insert(t.pid, t);
+    }
+
+    pub(crate) fn remove_task(&self, pid: Pid) -> Option<Arc<Task>> {
+        self.tasks.lock().remove(&pid)
+    }
+
+    pub(crate) fn alloc_pid(&self) -> Pid {
+        self.next_pid.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn alloc_mm_id(&self) -> u32 {
+        self.next_mm.fetch_add(1, Relaxed)
+    }
+
+    /// A fresh anon_vma identifier.
+    pub(crate) fn alloc_anon_vma(&self) -> u64 {
+        self.next_anon_vma.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn alloc_shmem_id(&self) -> u32 {
+        self.next_shmem.fetch_add(1, Relaxed)
+    }
+}
+
+/// A CPU held by the calling thread: the entry point of every operation.
+#[derive(Debug)]
+pub struct Cpu<'m> {
+    /// The machine.
+    pub m: &'m Machine,
+    /// Slot index.
+    pub id: usize,
+}
+
+impl Drop for Cpu<'_> {
+    fn drop(&mut self) {
+        self.m.cpus[self.id].busy.store(false, Relaxed);
+    }
+}
+
+impl<'m> Cpu<'m> {
+    /// This CPU's counters.
+    #[inline]
+    pub fn c(&self) -> &'m CpuCounters {
+        &self.m.cpus[self.id].counters
+    }
+
+    /// This CPU's TLB.
+    #[inline]
+    pub fn tlb(&self) -> &'m Tlb {
+        &self.m.cpus[self.id].tlb
+    }
+
+    /// The page tables of `mm`.
+    #[inline]
+    pub fn tables(&self, mm: &Mm) -> PageTables<'m> {
+        PageTables {
+            phys: &self.m.phys,
+            arch: self.m.arch,
+            pgd: mm.pgd,
+        }
+    }
+
+    /// Shoots down translations of `mm` (unless the test switch suppresses flushes).
+    pub fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
+        if self.m.tunables().test_skip_tlb_flush {
+            return;
+        }
+        tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope);
+    }
+
+    /// Creates a process with an empty address space.
+    ///
+    /// # Errors
+    /// `ENOMEM` if the root page table cannot be allocated.
+    pub fn spawn(&self, privilege: Privilege, rlimit_memlock: u64) -> SysResult<Pid> {
+        let mm = self.new_mm()?;
+        let pid = self.m.alloc_pid();
+        self.m.insert_task(Arc::new(Task {
+            pid,
+            mm: Arc::new(mm),
+            privilege,
+            rlimit_memlock,
+        }));
+        Ok(pid)
+    }
+
+    pub(crate) fn new_mm(&self) -> SysResult<Mm> {
+        let pgd = self
+            .m
+            .phys
+            .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+            .ok_or(Errno::ENOMEM)?;
+        let state = MmState {
+            start_brk: START_BRK,
+            brk: START_BRK,
+            mmap_base: MMAP_BASE,
+            ..MmState::default()
+        };
+        Ok(Mm::new(self.m.alloc_mm_id(), pgd, state))
+    }
+}

@@ -1,0 +1,134 @@
+//! Address spaces (`struct mm_struct`) and tasks.
+//!
+//! Linux counterparts: `include/linux/mm_types.h` (`struct mm_struct`), `kernel/fork.c`,
+//! `mm/mmap.c`.
+//!
+//! # Lock order (the one place it is written down)
+//!
+//! ```text
+//! Machine::tasks (process table)
+//!   -> Mm::lock (mmap_lock; at fork: parent, then child)
+//!     -> Mm::page_table_lock (upper-level populate, deposited tables)
+//!     -> split PTL of a table page (at fork: child's table, then parent's)
+//!       -> folio flags / mapcounts (atomics, no lock)
+//!       -> Tlb lock of each CPU (leaf)
+//!       -> Zone lock (leaf)
+//! ```
+//! A fault holds the mmap lock for reading; every system call that changes VMAs holds it for
+//! writing. Page-table pages are freed only with the mmap lock held for writing.
+
+use crate::vma::VmaSet;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Process identifier.
+pub type Pid = u32;
+
+/// RSS counter kinds (`MM_ANONPAGES`, `MM_SHMEMPAGES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RssKind {
+    /// Anonymous pages.
+    Anon = 0,
+    /// Shared memory pages.
+    Shmem = 1,
+}
+
+/// A long-term pin taken by `pin` (an io_uring fixed buffer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinRecord {
+    /// Start address given to `pin`.
+    pub start: u64,
+    /// Length given to `pin`.
+    pub len: u64,
+    /// The pinned pages (one per 4 KiB page of the range).
+    pub pfns: Vec<u64>,
+}
+
+/// The VMA-side state of an mm, guarded by the mmap lock.
+#[derive(Debug, Default)]
+pub struct MmState {
+    /// VMAs.
+    pub vmas: VmaSet,
+    /// Start of the heap.
+    pub start_brk: u64,
+    /// Current break.
+    pub brk: u64,
+    /// Top of the top-down mmap area.
+    pub mmap_base: u64,
+    /// Pages in `VM_LOCKED` VMAs.
+    pub locked_vm: u64,
+    /// Pages pinned long-term.
+    pub pinned_vm: u64,
+    /// Outstanding pins.
+    pub pins: Vec<PinRecord>,
+    /// Flags added to every new VMA (`mlockall(MCL_FUTURE)`).
+    pub def_flags: u64,
+}
+
+/// An address space.
+#[derive(Debug)]
+pub struct Mm {
+    /// Identifier (also the TLB tag).
+    pub id: u32,
+    /// Root page table.
+    pub pgd: u64,
+    /// The mmap lock and the VMA state it protects.
+    pub lock: RwLock<MmState>,
+    /// Protects populating upper page-table levels and the deposited tables.
+    pub page_table_lock: Mutex<()>,
+    rss: [AtomicI64; 2],
+    /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
+    pub has_pinned: AtomicBool,
+    /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
+    pub deposited: Mutex<HashMap<u64, u64>>,
+}
+
+impl Mm {
+    /// A new mm with root table `pgd`.
+    pub fn new(id: u32, pgd: u64, state: MmState) -> Mm {
+        Mm {
+            id,
+            pgd,
+            lock: RwLock::new(state),
+            page_table_lock: Mutex::new(()),
+            rss: [AtomicI64::new(0), AtomicI64::new(0)],
+            has_pinned: AtomicBool::new(false),
+            deposited: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Adds to an RSS counter (in pages).
+    #[inline]
+    pub fn rss_add(&self, kind: RssKind, n: i64) {
+        self.rss[kind as usize].fetch_add(n, Relaxed);
+    }
+
+    /// An RSS counter (in pages).
+    pub fn rss(&self, kind: RssKind) -> i64 {
+        self.rss[kind as usize].load(Relaxed)
+    }
+}
+
+/// Process credentials relevant to mm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Privilege {
+    /// No capabilities.
+    Ordinary,
+    /// CAP_IPC_LOCK and CAP_SYS_RAWIO.
+    Privileged,
+}
+
+/// A process.
+#[derive(Debug)]
+pub struct Task {
+    /// Process id.
+    pub pid: Pid,
+    /// Its address space.
+    pub mm: Arc<Mm>,
+    /// Capabilities.
+    pub privilege: Privilege,
+    /// RLIMIT_MEMLOCK in bytes (`u64::MAX` = unlimited).
+    pub rlimit_memlock: u64,
+}

@@ -1,0 +1,91 @@
+//! `brk`.
+//!
+//! Linux counterpart: `mm/mmap.c` (`SYSCALL_DEFINE1(brk)`, `check_brk_limits`) and
+//! `mm/vma.c` (`do_brk_flags`). Like the system call, it returns the resulting break: the old
+//! one when the request is refused.
+
+use super::page_align;
+use crate::errno::SysResult;
+use crate::machine::Cpu;
+use crate::mm::Pid;
+use crate::ops::munmap::CountCheck;
+use crate::stats::Ev;
+use crate::vma::merge::{self, Proposal};
+use crate::vma::VmFlags;
+
+/// Gap kept between the heap and the next mapping above it (`stack_guard_gap` is only for
+/// stacks; Linux checks one page).
+const BRK_GAP: u64 = 4096;
+
+impl<'m> Cpu<'m> {
+    /// Sets the break of process `pid` to `brk` (0 queries it).
+    ///
+    /// # Returns
+    /// The break after the call.
+    pub fn brk(&self, pid: Pid, brk: u64) -> SysResult<u64> {
+        let task = self.m.task(pid)?;
+        let mm = &task.mm;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = mm.lock.write();
+        let orig = st.brk;
+        if brk < st.start_brk {
+            return Ok(orig);
+        }
+        let (Some(newbrk), Some(oldbrk)) = (page_align(brk), page_align(st.brk)) else {
+            return Ok(orig);
+        };
+        if oldbrk == newbrk {
+            st.brk = brk;
+            return Ok(brk);
+        }
+        if brk <= st.brk {
+            return match self.do_munmap(mm, &mut st, newbrk, oldbrk, CountCheck::Munmap) {
+                Ok(()) => {
+                    st.brk = brk;
+                    Ok(brk)
+                }
+                Err(_) => Ok(orig),
+            };
+        }
+        let len = newbrk - oldbrk;
+        if !st.vmas.overlapping(oldbrk, newbrk + BRK_GAP).is_empty() {
+            return Ok(orig);
+        }
+        let flags = VmFlags::READ
+            | VmFlags::WRITE
+            | VmFlags::MAYREAD
+            | VmFlags::MAYWRITE
+            | VmFlags::MAYEXEC
+            | st.def_flags;
+        if flags & VmFlags::LOCKED != 0 && self.mlock_future_ok(&task, &st, len).is_err() {
+            return Ok(orig);
+        }
+        if st.vmas.count() as u64 > self.m.tunables().max_map_count
+            || self.vm_enough_memory(len >> 12).is_err()
+        {
+            return Ok(orig);
+        }
+        let flags = VmFlags(flags | VmFlags::ACCOUNT | VmFlags::SOFTDIRTY);
+        let p = Proposal {
+            start: oldbrk,
+            end: newbrk,
+            flags,
+            pgoff: oldbrk >> 12,
+            anon_vma: (0, 0),
+            shmem: None,
+        };
+        if merge::insert_new(&mut st.vmas, p).is_err() {
+            self.vm_unacct(len >> 12);
+            return Ok(orig);
+        }
+        if flags.has(VmFlags::LOCKED) {
+            st.locked_vm += len >> 12;
+        }
+        st.brk = brk;
+        drop(st);
+        if flags.has(VmFlags::LOCKED) {
+            self.populate(mm, oldbrk, newbrk, flags);
+        }
+        Ok(brk)
+    }
+}

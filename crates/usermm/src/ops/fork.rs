@@ -1,0 +1,304 @@
+//! `fork`: duplicate the address space with copy-on-write.
+//!
+//! Linux counterparts: `mm/mmap.c` (`dup_mmap`), `mm/rmap.c` (`anon_vma_fork`),
+//! `mm/memory.c` (`copy_page_range`, `copy_pte_range`, `copy_present_ptes`,
+//! `copy_present_page`), `mm/huge_memory.c` (`copy_huge_pmd`). The parent's VMAs are inserted
+//! into the child's tree one by one; page tables are copied one PTE at a time: each present
+//! anon PTE takes one reference and one mapcount, the page loses PageAnonExclusive, and both
+//! parent and child entries become read-only, so the first write on either side faults and
+//! copies (or reuses). Pages of a maybe-pinned folio that are exclusive are copied for the
+//! child at fork instead. The parent's TLB is flushed once at the end.
+
+use crate::errno::{Errno, SysResult};
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid, RssKind, Task};
+use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::rmap::{self, Level};
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::{VmFlags, Vma};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// The pair of mms a fork copies between.
+struct ForkCtx<'a> {
+    src: &'a Mm,
+    dst: &'a Mm,
+    needs_cow_for_dma: bool,
+    skip_wrprotect: bool,
+}
+
+impl<'m> Cpu<'m> {
+    /// Forks process `pid`; returns the child's pid.
+    ///
+    /// # Errors
+    /// `ENOMEM` if memory for the child's tables, VMAs or copied pages runs out; the child is
+    /// then torn down completely and the parent is unchanged (apart from write-protected PTEs,
+    /// as in Linux).
+    pub fn fork(&self, pid: Pid) -> SysResult<Pid> {
+        let parent = self.m.task(pid)?;
+        let child_mm = Arc::new(self.new_mm()?);
+        self.c().add(Ev::LockMmap, 2);
+        let pst = parent.mm.lock.write();
+        let res = {
+            let mut cst = child_mm.lock.write();
+            cst.start_brk = pst.start_brk;
+            cst.brk = pst.brk;
+            cst.mmap_base = pst.mmap_base;
+            cst.def_flags = pst.def_flags & VmFlags::NOHUGEPAGE;
+            let r = self.dup_mmap(&parent.mm, &pst, &child_mm, &mut cst);
+            self.flush_tlb(&parent.mm, FlushScope::Mm);
+            r
+        };
+        drop(pst);
+        if let Err(e) = res {
+            self.teardown_mm(&child_mm);
+            return Err(e);
+        }
+        let cpid = self.m.alloc_pid();
+        self.m.insert_task(Arc::new(Task {
+            pid: cpid,
+            mm: child_mm,
+            privilege: parent.privilege,
+            rlimit_memlock: parent.rlimit_memlock,
+        }));
+        Ok(cpid)
+    }
+
+    fn dup_mmap(&self, src: &Mm, pst: &MmState, dst: &Mm, cst: &mut MmState) -> SysResult<()> {
+        let skip_wrprotect = self.m.tunables().test_skip_fork_wrprotect;
+        let ctx = ForkCtx {
+            src,
+            dst,
+            needs_cow_for_dma: src.has_pinned.load(Relaxed),
+            skip_wrprotect,
+        };
+        for id in pst.vmas.all() {
+            let vma = pst.vmas.get(id);
+            if vma.flags.has(VmFlags::DONTCOPY) {
+                continue;
+            }
+            if vma.flags.has(VmFlags::ACCOUNT) {
+                self.vm_enough_memory(vma.len() >> 12)?;
+            }
+            let child = self.dup_vma(vma);
+            let (s, e) = (child.start, child.end);
+            let cid = cst.vmas.alloc(child);
+            if cst.vmas.tree.store_range(s, e, Some(cid)).is_err() {
+                self.release_vma(cst, cid);
+                return Err(Errno::ENOMEM);
+            }
+            let wipe = vma.flags.has(VmFlags::WIPEONFORK);
+            if !wipe && vma.anon_vma() != 0 {
+                self.copy_page_range(&ctx, vma)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `vm_area_dup` + `anon_vma_fork`: the child's VMA, unlocked, with its own anon_vma
+    /// chained to the parent's (or none after `MADV_WIPEONFORK`).
+    fn dup_vma(&self, vma: &Vma) -> Vma {
+        let mut child = vma.clone();
+        child.flags = VmFlags(child.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT));
+        if vma.flags.has(VmFlags::WIPEONFORK) {
+            child.set_anon_vma(0, 0);
+        } else if vma.anon_vma() != 0 {
+            child.set_anon_vma(self.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
+        }
+        if let Some(s) = &child.shmem {
+            s.get();
+        }
+        child
+    }
+
+    fn copy_page_range(&self, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
+        let spt = self.tables(ctx.src);
+        let mut addr = vma.start;
+        while addr < vma.end {
+            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(vma.end);
+            match spt.walk(addr) {
+                Walk::PmdLeaf { table, idx, .. } => {
+                    if !self.copy_huge_pmd(ctx, vma, table, idx, addr)? {
+                        continue; // split: copy the PTEs on the next pass
+                    }
+                }
+                Walk::Pte { table, .. } => self.copy_pte_range(ctx, vma, spt, table, addr, next)?,
+                Walk::NoPmd | Walk::PmdNone { .. } => {}
+            }
+            addr = next;
+        }
+        Ok(())
+    }
+
+    /// Copies one huge PMD; `Ok(false)` if it had to be split (maybe pinned) instead.
+    fn copy_huge_pmd(
+        &self,
+        ctx: &ForkCtx<'_>,
+        vma: &Vma,
+        table: u64,
+        idx: usize,
+        addr: u64,
+    ) -> SysResult<bool> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let spt = self.tables(ctx.src);
+        let dpt = self.tables(ctx.dst);
+        let haddr = addr & !(PMD_SIZE - 1);
+        let dpmd = dpt
+            .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
+            .map_err(|_| Errno::ENOMEM)?;
+        let deposit = phys
+            .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+            .ok_or(Errno::ENOMEM)?;
+        let ptl = PtlGuard::lock(phys, table, c);
+        let pmd = spt.get(table, idx);
+        let pfn = arch.pfn(pmd);
+        let zero = arch.special(pmd) && phys.is_zero_pfn(pfn);
+        if !zero {
+            let needs = ctx.needs_cow_for_dma && vma.is_cow();
+            if rmap::try_dup_anon_pmd(phys, c, pfn, needs).is_err() {
+                drop(ptl);
+                phys.put_folio(c, deposit, 1);
+                self.split_huge_pmd(ctx.src, table, idx, haddr);
+                return Ok(false);
+            }
+            rmap::folio_ref_add(phys, c, pfn, 1);
+            ctx.dst.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+        }
+        let mut e = pmd;
+        if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
+            spt.set(table, idx, arch.wrprotect(e));
+            c.add(Ev::PteWrite, 1);
+        }
+        if vma.is_cow() {
+            e = arch.wrprotect(e);
+        }
+        e = arch.mkold(e);
+        dpt.set(dpmd, index(haddr, 21), e);
+        phys.memmap.pt_entries_add(dpmd, 1);
+        c.add(Ev::PteWrite, 1);
+        ctx.dst.deposited.lock().insert(haddr, deposit);
+        Ok(true)
+    }
+
+    fn copy_pte_range(
+        &self,
+        ctx: &ForkCtx<'_>,
+        vma: &Vma,
+        spt: PageTables<'m>,
+        src_t: u64,
+        addr: u64,
+        end: u64,
+    ) -> SysResult<()> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let dpt = self.tables(ctx.dst);
+        let dst_t = dpt
+            .alloc_pte_table(c, &ctx.dst.page_table_lock, addr)
+            .map_err(|_| Errno::ENOMEM)?
+            .ok_or(Errno::ENOMEM)?;
+        let _dl = PtlGuard::lock(phys, dst_t, c);
+        let _sl = PtlGuard::lock(phys, src_t, c);
+        let mut rss = 0i64;
+        let i0 = index(addr, 12);
+        let mut copied = 0;
+        for i in i0..i0 + ((end - addr) >> 12) as usize {
+            let e = spt.get(src_t, i);
+            c.add(Ev::PteRead, 1);
+            if e == 0 {
+                continue;
+            }
+            rss += self.copy_present_pte(
+                ctx,
+                vma,
+                spt,
+                src_t,
+                dst_t,
+                i,
+                e,
+                addr + ((i - i0) as u64) * 4096,
+            )?;
+            copied += 1;
+        }
+        phys.memmap.pt_entries_add(dst_t, copied);
+        ctx.dst.rss_add(RssKind::Anon, rss);
+        Ok(())
+    }
+
+    /// Copies one present PTE; returns the anon RSS it adds to the child.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_present_pte(
+        &self,
+        ctx: &ForkCtx<'_>,
+        vma: &Vma,
+        spt: PageTables<'m>,
+        src_t: u64,
+        dst_t: u64,
+        i: usize,
+        e: u64,
+        addr: u64,
+    ) -> SysResult<i64> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let dpt = self.tables(ctx.dst);
+        let pfn = arch.pfn(e);
+        let normal = !(arch.special(e) && phys.is_zero_pfn(pfn));
+        let mut rss = 0;
+        c.add(Ev::ForkPtes, 1);
+        if normal {
+            let head = phys.memmap.folio_of(pfn);
+            rmap::folio_ref_add(phys, c, head, 1);
+            c.add(Ev::ForkBatches, 1);
+            let needs = ctx.needs_cow_for_dma && vma.is_cow();
+            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs).is_err() {
+                rmap::folio_ref_add(phys, c, head, -1);
+                let copy = self.copy_present_page(ctx.dst, vma, pfn, addr)?;
+                dpt.set(dst_t, i, copy);
+                c.add(Ev::PteWrite, 1);
+                return Ok(1);
+            }
+            rss = 1;
+        }
+        let mut child = e;
+        if vma.is_cow() && arch.write(e) {
+            if !ctx.skip_wrprotect {
+                spt.set(src_t, i, arch.wrprotect(e));
+                c.add(Ev::PteWrite, 1);
+            }
+            child = arch.wrprotect(child);
+        }
+        if vma.flags.has(VmFlags::SHARED) {
+            child = arch.mkclean(child);
+        }
+        child = arch.clear_uffd_wp(arch.mkold(child));
+        dpt.set(dst_t, i, child);
+        c.add(Ev::PteWrite, 1);
+        Ok(rss)
+    }
+
+    /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
+    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, _addr: u64) -> SysResult<u64> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let new = phys
+            .alloc_folio(c, 0, 0, FolioKind::Anon, Zeroing::NoZero)
+            .ok_or(Errno::ENOMEM)?;
+        phys.arena.copy_frame(new, pfn);
+        c.add(Ev::PagesCopied, 1);
+        c.add(Ev::ForkPinnedCopies, 1);
+        let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
+        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        phys.memmap.set(new, PageFlag::Lru);
+        let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));
+        if vma.flags.has(VmFlags::WRITE) {
+            e = arch.mkwrite(e);
+        }
+        dst.rss_add(RssKind::Anon, 0);
+        Ok(e)
+    }
+}

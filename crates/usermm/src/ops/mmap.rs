@@ -1,0 +1,344 @@
+//! `mmap` of anonymous memory, and `get_unmapped_area`.
+//!
+//! Linux counterparts: `mm/mmap.c` (`do_mmap`, `__get_unmapped_area`,
+//! `generic_get_unmapped_area_topdown`, `round_hint_to_min`), `mm/vma.c` (`mmap_region`),
+//! `mm/huge_memory.c` (`thp_get_unmapped_area_vmflags`), `mm/util.c` (`__vm_enough_memory`).
+
+use super::{aligned, page_align};
+use crate::errno::{Errno, SysResult};
+use crate::fault::Access;
+use crate::machine::{Cpu, MMAP_MIN_ADDR};
+use crate::mm::{Mm, MmState, Pid, Privilege, Task};
+use crate::pgtable::{Prot, PMD_SIZE, TASK_SIZE};
+use crate::vma::merge::{self, Proposal};
+use crate::vma::{Shmem, VmFlags};
+use std::sync::Arc;
+
+/// Private or shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// `MAP_PRIVATE`.
+    Private,
+    /// `MAP_SHARED`.
+    Shared,
+}
+
+/// Where to place the mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// The kernel chooses.
+    Any,
+    /// A hint the kernel uses if the range is free.
+    Hint(u64),
+    /// `MAP_FIXED`: replace whatever is there.
+    Fixed(u64),
+    /// `MAP_FIXED_NOREPLACE`: exactly there, or `EEXIST`.
+    FixedNoReplace(u64),
+}
+
+/// Arguments of an anonymous `mmap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapArgs {
+    /// Length in bytes.
+    pub len: u64,
+    /// Protection.
+    pub prot: Prot,
+    /// Private or shared.
+    pub sharing: Sharing,
+    /// Placement.
+    pub placement: Placement,
+    /// `MAP_POPULATE`.
+    pub populate: bool,
+    /// `MAP_LOCKED`.
+    pub locked: bool,
+    /// `MAP_NORESERVE`.
+    pub noreserve: bool,
+}
+
+impl MmapArgs {
+    /// A private anonymous mapping anywhere.
+    pub fn anon(len: u64, prot: Prot) -> MmapArgs {
+        MmapArgs {
+            len,
+            prot,
+            sharing: Sharing::Private,
+            placement: Placement::Any,
+            populate: false,
+            locked: false,
+            noreserve: false,
+        }
+    }
+}
+
+/// `calc_vm_prot_bits` plus the MAY bits every anonymous mapping gets.
+pub(crate) fn prot_flags(prot: Prot) -> u64 {
+    let mut f = 0;
+    if prot.read {
+        f |= VmFlags::READ;
+    }
+    if prot.write {
+        f |= VmFlags::WRITE;
+    }
+    if prot.exec {
+        f |= VmFlags::EXEC;
+    }
+    f
+}
+
+/// What `get_unmapped_area` may do with the address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AreaRequest {
+    /// Exactly this address.
+    Fixed(u64),
+    /// Try this hint, else search (0 = no hint).
+    Hint(u64),
+}
+
+impl<'m> Cpu<'m> {
+    /// Maps anonymous memory into process `pid`.
+    ///
+    /// # Errors
+    /// `EINVAL` (zero length, unaligned fixed address), `ENOMEM` (overflow, map count, no
+    /// space, overcommit), `EPERM` (below `mmap_min_addr`), `EEXIST` (noreplace overlap),
+    /// `EAGAIN` (locked beyond RLIMIT_MEMLOCK).
+    pub fn mmap(&self, pid: Pid, args: MmapArgs) -> SysResult<u64> {
+        let task = self.m.task(pid)?;
+        let mm = &task.mm;
+        self.c().add(crate::stats::Ev::LockMmap, 1);
+        let mut st = mm.lock.write();
+        let (addr, flags) = self.do_mmap(&task, &mut st, args)?;
+        let populate = args.populate || flags.has(VmFlags::LOCKED);
+        drop(st);
+        if populate {
+            self.populate(mm, addr, addr + page_align(args.len).unwrap_or(0), flags);
+        }
+        Ok(addr)
+    }
+
+    fn do_mmap(&self, task: &Task, st: &mut MmState, args: MmapArgs) -> SysResult<(u64, VmFlags)> {
+        if args.len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let req = match args.placement {
+            Placement::Any => AreaRequest::Hint(0),
+            Placement::Hint(h) => AreaRequest::Hint(round_hint_to_min(h)),
+            Placement::Fixed(a) | Placement::FixedNoReplace(a) => AreaRequest::Fixed(a),
+        };
+        let len = page_align(args.len)
+            .filter(|&l| l != 0)
+            .ok_or(Errno::ENOMEM)?;
+        let max = self.m.tunables().max_map_count;
+        if st.vmas.count() as u64 > max {
+            return Err(Errno::ENOMEM);
+        }
+        let thp_align =
+            args.sharing == Sharing::Private && req == AreaRequest::Hint(0) && len % PMD_SIZE == 0;
+        let addr = self.get_unmapped_area(task, st, req, len, thp_align)?;
+        if matches!(args.placement, Placement::FixedNoReplace(_))
+            && !st.vmas.overlapping(addr, addr + len).is_empty()
+        {
+            return Err(Errno::EEXIST);
+        }
+        let mut flags = prot_flags(args.prot)
+            | VmFlags::MAYREAD
+            | VmFlags::MAYWRITE
+            | VmFlags::MAYEXEC
+            | st.def_flags;
+        if args.locked {
+            flags |= VmFlags::LOCKED;
+        }
+        if flags & VmFlags::LOCKED != 0 {
+            self.mlock_future_ok(task, st, len)?;
+        }
+        if args.sharing == Sharing::Shared {
+            flags |= VmFlags::SHARED | VmFlags::MAYSHARE;
+        }
+        if args.noreserve && self.m.tunables().overcommit_memory != 2 {
+            flags |= VmFlags::NORESERVE;
+        }
+        let accountable =
+            args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
+        if let AreaRequest::Fixed(_) = req {
+            self.do_munmap(
+                &task.mm,
+                st,
+                addr,
+                addr + len,
+                super::munmap::CountCheck::Munmap,
+            )?;
+        }
+        if accountable {
+            self.vm_enough_memory(len >> 12)?;
+            flags |= VmFlags::ACCOUNT;
+        }
+        let flags = VmFlags(flags | VmFlags::SOFTDIRTY);
+        let res = self.insert_mapping(st, addr, len, flags, args.sharing);
+        if res.is_err() && accountable {
+            self.vm_unacct(len >> 12);
+        }
+        res?;
+        if flags.has(VmFlags::LOCKED) {
+            st.locked_vm += len >> 12;
+        }
+        Ok((addr, flags))
+    }
+
+    fn insert_mapping(
+        &self,
+        st: &mut MmState,
+        addr: u64,
+        len: u64,
+        flags: VmFlags,
+        sharing: Sharing,
+    ) -> SysResult<()> {
+        let shmem =
+            (sharing == Sharing::Shared).then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id())));
+        let pgoff = if shmem.is_some() { 0 } else { addr >> 12 };
+        let p = Proposal {
+            start: addr,
+            end: addr + len,
+            flags,
+            pgoff,
+            anon_vma: (0, 0),
+            shmem: shmem.as_ref(),
+        };
+        merge::insert_new(&mut st.vmas, p)?;
+        if let Some(s) = &shmem {
+            // The object was created with one user for the creator; the VMA took its own.
+            s.put();
+        }
+        Ok(())
+    }
+
+    /// `mlock_future_ok`: may `len` more bytes be locked?
+    pub(crate) fn mlock_future_ok(&self, task: &Task, st: &MmState, len: u64) -> SysResult<()> {
+        if task.privilege == Privilege::Privileged {
+            return Ok(());
+        }
+        let limit = task.rlimit_memlock >> 12;
+        if st.locked_vm + (len >> 12) > limit {
+            return Err(Errno::EAGAIN);
+        }
+        Ok(())
+    }
+
+    /// Faults in `[start, end)` as `populate_vma_page_range` does: writes for private
+    /// writable mappings, reads otherwise. Failures are ignored, as in Linux.
+    pub(crate) fn populate(&self, mm: &Mm, start: u64, end: u64, flags: VmFlags) {
+        let access = if flags.0 & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        let st = mm.lock.read();
+        let mut a = start;
+        while a < end {
+            match st.vmas.find(a) {
+                Some(id) if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE) => {
+                    let _ = self.translate(mm, &st, a, access);
+                }
+                _ => {}
+            }
+            a += 4096;
+        }
+    }
+
+    /// Overcommit check and charge (`__vm_enough_memory`).
+    pub(crate) fn vm_enough_memory(&self, pages: u64) -> SysResult<()> {
+        let t = self.m.tunables();
+        let total = self.m.phys.nr_frames();
+        let ok = match t.overcommit_memory {
+            1 => true,
+            2 => {
+                let limit = total / 2;
+                let committed = self
+                    .m
+                    .committed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(0) as u64;
+                committed + pages <= limit
+            }
+            _ => pages <= total,
+        };
+        if !ok {
+            return Err(Errno::ENOMEM);
+        }
+        self.m
+            .committed
+            .fetch_add(pages as i64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Returns an overcommit charge.
+    pub(crate) fn vm_unacct(&self, pages: u64) {
+        self.m
+            .committed
+            .fetch_sub(pages as i64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Chooses an address for `len` bytes (`__get_unmapped_area`).
+    pub(crate) fn get_unmapped_area(
+        &self,
+        task: &Task,
+        st: &MmState,
+        req: AreaRequest,
+        len: u64,
+        thp_align: bool,
+    ) -> SysResult<u64> {
+        if len > TASK_SIZE - MMAP_MIN_ADDR {
+            return Err(Errno::ENOMEM);
+        }
+        let addr = match req {
+            AreaRequest::Fixed(a) => {
+                if a > TASK_SIZE - len {
+                    return Err(Errno::ENOMEM);
+                }
+                if !aligned(a) {
+                    return Err(Errno::EINVAL);
+                }
+                a
+            }
+            AreaRequest::Hint(h) => self.search_area(st, h, len, thp_align)?,
+        };
+        if addr < MMAP_MIN_ADDR && task.privilege != Privilege::Privileged {
+            return Err(Errno::EPERM);
+        }
+        Ok(addr)
+    }
+
+    fn search_area(&self, st: &MmState, hint: u64, len: u64, thp_align: bool) -> SysResult<u64> {
+        if hint != 0 {
+            let h = page_align(hint).unwrap_or(0);
+            if h != 0 && h <= TASK_SIZE - len && st.vmas.overlapping(h, h + len).is_empty() {
+                return Ok(h);
+            }
+        }
+        let low = MMAP_MIN_ADDR.max(4096);
+        if thp_align {
+            if let Some((_, gap_end)) =
+                st.vmas
+                    .tree
+                    .empty_area_rev(low, st.mmap_base, len + PMD_SIZE)
+            {
+                return Ok((gap_end - len) & !(PMD_SIZE - 1));
+            }
+        }
+        if let Some((_, gap_end)) = st.vmas.tree.empty_area_rev(low, st.mmap_base, len) {
+            return Ok(gap_end - len);
+        }
+        st.vmas
+            .tree
+            .empty_area(st.mmap_base, TASK_SIZE, len)
+            .ok_or(Errno::ENOMEM)
+    }
+}
+
+/// `round_hint_to_min`: hints below `mmap_min_addr` are raised to it.
+fn round_hint_to_min(hint: u64) -> u64 {
+    let h = hint & !4095;
+    if h != 0 && h < MMAP_MIN_ADDR {
+        MMAP_MIN_ADDR
+    } else {
+        hint
+    }
+}

@@ -1,0 +1,25 @@
+//! System calls of the address space, one file per call.
+//!
+//! Linux counterparts are named in each file. Every call returns `Result<_, Errno>` with the
+//! errno Linux returns, checked in Linux's order, and leaves nothing half-changed except where
+//! Linux itself applies a call partially (mprotect and madvise over holes).
+
+pub mod brk;
+pub mod exit;
+pub mod fork;
+pub mod madvise;
+pub mod mmap;
+pub mod mprotect;
+pub mod mremap;
+pub mod munmap;
+pub mod pin;
+
+/// Page-aligns a length; `None` on overflow.
+pub(crate) fn page_align(len: u64) -> Option<u64> {
+    len.checked_add(4095).map(|v| v & !4095)
+}
+
+/// Whether an address is page aligned.
+pub(crate) fn aligned(addr: u64) -> bool {
+    addr & 4095 == 0
+}

@@ -1,0 +1,179 @@
+//! `mprotect`, and `change_protection` on page tables.
+//!
+//! Linux counterparts: `mm/mprotect.c` (`do_mprotect_pkey`, `mprotect_fixup`,
+//! `change_protection`, `change_pte_range`, `can_change_pte_writable`) and
+//! `mm/huge_memory.c` (`change_huge_pmd`). Linux applies the change VMA by VMA and stops with
+//! `ENOMEM` at the first hole, keeping what it already changed; so does this.
+
+use super::{aligned, page_align};
+use crate::errno::{Errno, SysResult};
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid};
+use crate::ops::mmap::prot_flags;
+use crate::pgtable::{index, Prot, PtlGuard, Walk, PMD_SIZE};
+use crate::phys::PageFlag;
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::{merge, VmFlags, Vma};
+
+impl<'m> Cpu<'m> {
+    /// Changes the protection of `[addr, addr+len)` of process `pid`.
+    ///
+    /// # Errors
+    /// `EINVAL` (unaligned), `ENOMEM` (overflow, unmapped pages, map count), `EACCES` (write
+    /// on a mapping that may not be written).
+    pub fn mprotect(&self, pid: Pid, addr: u64, len: u64, prot: Prot) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        if !aligned(addr) {
+            return Err(Errno::EINVAL);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let len = page_align(len).ok_or(Errno::ENOMEM)?;
+        let end = addr.checked_add(len).ok_or(Errno::ENOMEM)?;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let first = st.vmas.find_after(addr).ok_or(Errno::ENOMEM)?;
+        if st.vmas.get(first).start > addr {
+            return Err(Errno::ENOMEM);
+        }
+        let mut nstart = addr;
+        loop {
+            let Some(id) = st.vmas.find(nstart) else {
+                return Err(Errno::ENOMEM);
+            };
+            let vma = st.vmas.get(id);
+            let newflags = (vma.flags.0 & !VmFlags::ACCESS) | prot_flags(prot);
+            if (newflags & !(newflags >> 4)) & VmFlags::ACCESS != 0 {
+                return Err(Errno::EACCES);
+            }
+            let tmp = vma.end.min(end);
+            self.mprotect_fixup(&task.mm, &mut st, id, nstart, tmp, VmFlags(newflags))?;
+            nstart = tmp;
+            if nstart >= end {
+                return Ok(());
+            }
+        }
+    }
+
+    fn mprotect_fixup(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        id: crate::vma::VmaId,
+        start: u64,
+        end: u64,
+        newflags: VmFlags,
+    ) -> SysResult<()> {
+        let vma = st.vmas.get(id);
+        let old = vma.flags;
+        if newflags == old {
+            return Ok(());
+        }
+        let mut newflags = newflags;
+        let charged = if vma.is_anon_private()
+            && newflags.has(VmFlags::WRITE)
+            && !old.has(VmFlags::ACCOUNT | VmFlags::NORESERVE | VmFlags::SHARED)
+        {
+            self.vm_enough_memory((end - start) >> 12)?;
+            newflags = VmFlags(newflags.0 | VmFlags::ACCOUNT);
+            (end - start) >> 12
+        } else {
+            0
+        };
+        let max = self.m.tunables().max_map_count;
+        let target = match merge::modify_flags(&mut st.vmas, id, start, end, newflags, max) {
+            Ok(t) => t,
+            Err(e) => {
+                if charged > 0 {
+                    self.vm_unacct(charged);
+                }
+                return Err(e);
+            }
+        };
+        let vma = st.vmas.get(target);
+        self.change_protection(mm, vma, start, end);
+        Ok(())
+    }
+
+    /// Rewrites the PTEs of `[start, end)` in `vma` to the VMA's protection; private anon pages
+    /// that are PageAnonExclusive stay (or become) writable when the VMA is writable.
+    pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: u64, end: u64) {
+        let pt = self.tables(mm);
+        let mut changed = false;
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
+            match pt.walk(addr) {
+                Walk::PmdLeaf { table, idx, .. } => {
+                    let haddr = addr & !(PMD_SIZE - 1);
+                    if addr == haddr && next == haddr + PMD_SIZE {
+                        changed |= self.change_huge_pmd(mm, vma, table, idx);
+                        addr = next;
+                        continue;
+                    }
+                    self.split_huge_pmd(mm, table, idx, haddr);
+                    if let Some(t) = pt.pte_table(addr) {
+                        changed |= self.change_pte_range(mm, vma, t, addr, next);
+                    }
+                }
+                Walk::Pte { table, .. } => {
+                    changed |= self.change_pte_range(mm, vma, table, addr, next)
+                }
+                Walk::NoPmd | Walk::PmdNone { .. } => {}
+            }
+            addr = next;
+        }
+        if changed {
+            self.flush_tlb(mm, FlushScope::Range(start, end));
+        }
+    }
+
+    fn new_pte(&self, vma: &Vma, e: u64, huge: bool) -> u64 {
+        let arch = self.m.arch;
+        let mut n = arch.modify(e, vma.flags.page_prot(), huge);
+        let try_writable = vma.flags.has(VmFlags::WRITE) && !vma.flags.has(VmFlags::SHARED);
+        if try_writable && !arch.write(n) && !arch.special(e) && vma.shmem.is_none() {
+            let pfn = arch.pfn(e);
+            if self.m.phys.memmap.test(pfn, PageFlag::AnonExclusive) {
+                n = arch.mkwrite(n);
+            }
+        }
+        n
+    }
+
+    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: u64, start: u64, end: u64) -> bool {
+        let c = self.c();
+        let pt = self.tables(mm);
+        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        let mut changed = false;
+        for i in index(start, 12)..index(start, 12) + ((end - start) >> 12) as usize {
+            let e = pt.get(table, i);
+            c.add(Ev::PteRead, 1);
+            if e == 0 {
+                continue;
+            }
+            let n = self.new_pte(vma, e, false);
+            if n != e {
+                pt.set(table, i, n);
+                c.add(Ev::PteWrite, 1);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: u64, idx: usize) -> bool {
+        let c = self.c();
+        let pt = self.tables(mm);
+        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        let e = pt.get(table, idx);
+        let n = self.new_pte(vma, e, true);
+        if n != e {
+            pt.set(table, idx, n);
+            c.add(Ev::PteWrite, 1);
+        }
+        n != e
+    }
+}

@@ -1,0 +1,295 @@
+//! `mremap`: shrink, grow in place, move.
+//!
+//! Linux counterpart: `mm/mremap.c` (`do_mremap`, `check_mremap_params`, `mremap_to`,
+//! `vma_expandable`, `move_vma`, `copy_vma`, `move_page_tables`). A move keeps the folios
+//! and moves their page-table entries (PMD leaves whole when both sides are PMD aligned), so
+//! mapcounts and RSS do not change; the new VMA keeps the old page offset and therefore only
+//! merges with neighbours whose offsets continue it.
+
+use super::{aligned, page_align};
+use crate::errno::{Errno, SysResult};
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid, Task};
+use crate::ops::mmap::AreaRequest;
+use crate::ops::munmap::CountCheck;
+use crate::pgtable::{index, PtlGuard, Walk, PMD_SIZE, TASK_SIZE};
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::merge::{self, Proposal};
+use crate::vma::VmFlags;
+
+/// mremap flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MremapFlags {
+    /// `MREMAP_MAYMOVE`.
+    pub maymove: bool,
+    /// `MREMAP_FIXED` with the new address.
+    pub fixed: Option<u64>,
+}
+
+impl<'m> Cpu<'m> {
+    /// Resizes or moves `[addr, addr+old_len)` of process `pid` to `new_len` bytes.
+    ///
+    /// # Errors
+    /// `EINVAL` (bad flags, alignment, lengths, overlapping fixed target), `EFAULT` (the old
+    /// range is not inside one VMA), `ENOMEM` (cannot grow in place without `maymove`, no
+    /// space, map count).
+    pub fn mremap(
+        &self,
+        pid: Pid,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: MremapFlags,
+    ) -> SysResult<u64> {
+        let task = self.m.task(pid)?;
+        if !aligned(addr) {
+            return Err(Errno::EINVAL);
+        }
+        let old_len = page_align(old_len).ok_or(Errno::EINVAL)?;
+        let new_len = page_align(new_len).unwrap_or(0);
+        if new_len == 0 || new_len > TASK_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(na) = flags.fixed {
+            if na > TASK_SIZE - new_len || !aligned(na) || !flags.maymove {
+                return Err(Errno::EINVAL);
+            }
+            if na < addr.saturating_add(old_len) && addr < na + new_len {
+                return Err(Errno::EINVAL);
+            }
+        }
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        if old_len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if old_len > st.vmas.get(id).end - addr {
+            return Err(Errno::EFAULT);
+        }
+        if let Some(na) = flags.fixed {
+            return self.mremap_to(&task, &mut st, addr, old_len, new_len, na);
+        }
+        if new_len <= old_len {
+            if new_len < old_len {
+                self.do_munmap(
+                    &task.mm,
+                    &mut st,
+                    addr + new_len,
+                    addr + old_len,
+                    CountCheck::Munmap,
+                )?;
+            }
+            return Ok(addr);
+        }
+        let vend = st.vmas.get(id).end;
+        if addr + old_len == vend && self.vma_expandable(&st, vend, new_len - old_len) {
+            self.expand_in_place(&task, &mut st, id, addr + new_len)?;
+            return Ok(addr);
+        }
+        if !flags.maymove {
+            return Err(Errno::ENOMEM);
+        }
+        let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
+        self.move_vma(&task, &mut st, addr, old_len, new_len, dst)
+    }
+
+    fn vma_expandable(&self, st: &MmState, from: u64, delta: u64) -> bool {
+        let Some(to) = from.checked_add(delta) else {
+            return false;
+        };
+        to <= TASK_SIZE && st.vmas.overlapping(from, to).is_empty()
+    }
+
+    fn expand_in_place(
+        &self,
+        task: &Task,
+        st: &mut MmState,
+        id: crate::vma::VmaId,
+        new_end: u64,
+    ) -> SysResult<()> {
+        let vma = st.vmas.get(id);
+        let (old_end, flags) = (vma.end, vma.flags);
+        let delta = new_end - old_end;
+        if flags.has(VmFlags::LOCKED) {
+            self.mlock_future_ok(task, st, delta)?;
+        }
+        if flags.has(VmFlags::ACCOUNT) {
+            self.vm_enough_memory(delta >> 12)?;
+        }
+        let p = Proposal {
+            start: old_end,
+            end: new_end,
+            flags,
+            pgoff: vma.pgoff_at(old_end),
+            anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
+            shmem: None,
+        };
+        let shmem = vma.shmem.clone();
+        let p = Proposal {
+            shmem: shmem.as_ref(),
+            ..p
+        };
+        if let Err(e) = merge::insert_new(&mut st.vmas, p) {
+            if flags.has(VmFlags::ACCOUNT) {
+                self.vm_unacct(delta >> 12);
+            }
+            return Err(e);
+        }
+        if flags.has(VmFlags::LOCKED) {
+            st.locked_vm += delta >> 12;
+        }
+        Ok(())
+    }
+
+    fn mremap_to(
+        &self,
+        task: &Task,
+        st: &mut MmState,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        na: u64,
+    ) -> SysResult<u64> {
+        let max = self.m.tunables().max_map_count;
+        if st.vmas.count() as u64 + 3 >= max {
+            return Err(Errno::ENOMEM);
+        }
+        self.do_munmap(&task.mm, st, na, na + new_len, CountCheck::Munmap)?;
+        let old_len = if old_len > new_len {
+            self.do_munmap(
+                &task.mm,
+                st,
+                addr + new_len,
+                addr + old_len,
+                CountCheck::Munmap,
+            )?;
+            new_len
+        } else {
+            old_len
+        };
+        self.get_unmapped_area(task, st, AreaRequest::Fixed(na), new_len, false)?;
+        self.move_vma(task, st, addr, old_len, new_len, na)
+    }
+
+    /// Moves `[addr, addr+old_len)` to `dst` with a new length (`move_vma`).
+    fn move_vma(
+        &self,
+        task: &Task,
+        st: &mut MmState,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        dst: u64,
+    ) -> SysResult<u64> {
+        let mm = &task.mm;
+        let max = self.m.tunables().max_map_count;
+        if st.vmas.count() as u64 + 3 >= max {
+            return Err(Errno::ENOMEM);
+        }
+        let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        let vma = st.vmas.get(id);
+        let (flags, pgoff, anon) = (
+            vma.flags,
+            vma.pgoff_at(addr),
+            (vma.anon_vma(), vma.anon_vma_chain()),
+        );
+        let shmem = vma.shmem.clone();
+        let delta = new_len.saturating_sub(old_len);
+        if flags.has(VmFlags::LOCKED) && delta > 0 {
+            self.mlock_future_ok(task, st, delta)?;
+        }
+        if flags.has(VmFlags::ACCOUNT) && delta > 0 {
+            self.vm_enough_memory(delta >> 12)?;
+        }
+        self.prealloc_tables(mm, dst, old_len.min(new_len))?;
+        let p = Proposal {
+            start: dst,
+            end: dst + new_len,
+            flags,
+            pgoff,
+            anon_vma: anon,
+            shmem: shmem.as_ref(),
+        };
+        merge::insert_new(&mut st.vmas, p)?;
+        self.move_page_tables(mm, addr, dst, old_len.min(new_len));
+        // The old range no longer maps anything; its accounting moves with the VMA.
+        let (s, e) = (addr, addr + old_len);
+        if flags.has(VmFlags::ACCOUNT) {
+            self.m
+                .committed
+                .fetch_add((old_len >> 12) as i64, std::sync::atomic::Ordering::Relaxed);
+        }
+        if flags.has(VmFlags::LOCKED) {
+            st.locked_vm += old_len >> 12;
+        }
+        self.do_munmap(mm, st, s, e, CountCheck::Munmap)?;
+        if flags.has(VmFlags::LOCKED) && delta > 0 {
+            st.locked_vm += delta >> 12;
+        }
+        Ok(dst)
+    }
+
+    fn prealloc_tables(&self, mm: &Mm, dst: u64, len: u64) -> SysResult<()> {
+        let pt = self.tables(mm);
+        let mut a = dst;
+        while a < dst + len {
+            pt.alloc_pmd_table(self.c(), &mm.page_table_lock, a)
+                .map_err(|_| Errno::ENOMEM)?;
+            a = (a & !(PMD_SIZE - 1)) + PMD_SIZE;
+        }
+        Ok(())
+    }
+
+    /// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`).
+    fn move_page_tables(&self, mm: &Mm, src: u64, dst: u64, len: u64) {
+        let c = self.c();
+        let pt = self.tables(mm);
+        let phys = &self.m.phys;
+        let mut off = 0;
+        let mut moved = false;
+        while off < len {
+            let (s, d) = (src + off, dst + off);
+            if let Walk::PmdLeaf { table, idx, entry } = pt.walk(s) {
+                let whole =
+                    s & (PMD_SIZE - 1) == 0 && d & (PMD_SIZE - 1) == 0 && len - off >= PMD_SIZE;
+                if whole {
+                    if let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, d) {
+                        let _g = PtlGuard::lock(phys, table, c);
+                        pt.set(table, idx, 0);
+                        phys.memmap.pt_entries_add(table, -1);
+                        pt.set(dpmd, index(d, 21), entry);
+                        phys.memmap.pt_entries_add(dpmd, 1);
+                        c.add(Ev::PteWrite, 2);
+                        let dep = mm.deposited.lock().remove(&s);
+                        if let Some(t) = dep {
+                            mm.deposited.lock().insert(d, t);
+                        }
+                        moved = true;
+                        off += PMD_SIZE;
+                        continue;
+                    }
+                }
+                self.split_huge_pmd(mm, table, idx, s & !(PMD_SIZE - 1));
+            }
+            if let Walk::Pte { table, idx, entry } = pt.walk(s) {
+                if entry != 0 {
+                    if let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) {
+                        let _g = PtlGuard::lock(phys, table, c);
+                        pt.set(table, idx, 0);
+                        phys.memmap.pt_entries_add(table, -1);
+                        pt.set(dt, index(d, 12), entry);
+                        phys.memmap.pt_entries_add(dt, 1);
+                        c.add(Ev::PteWrite, 2);
+                        moved = true;
+                    }
+                }
+            }
+            off += 4096;
+        }
+        if moved {
+            self.flush_tlb(mm, FlushScope::Range(src, src + len));
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! `munmap`, and the unmap primitive other calls reuse.
+//!
+//! Linux counterparts: `mm/vma.c` (`do_vmi_munmap`, `do_vmi_align_munmap`,
+//! `vms_gather_munmap_vmas`, `vms_complete_munmap_vmas`), `mm/mmap.c` (`__vm_munmap`).
+
+use super::{aligned, page_align};
+use crate::errno::{Errno, SysResult};
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid};
+use crate::pgtable::TASK_SIZE;
+use crate::stats::Ev;
+use crate::vma::{merge, VmFlags};
+use crate::zap::{GatherScope, MmuGather};
+
+/// Which map-count rule applies to the splits of an unmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountCheck {
+    /// munmap: refuse only a split that leaves the count above the limit (a hole in the middle
+    /// of one VMA); other splits may exceed it temporarily.
+    Munmap,
+}
+
+impl<'m> Cpu<'m> {
+    /// Unmaps `[addr, addr+len)` of process `pid`.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unaligned address, zero length or a range beyond the address space;
+    /// `ENOMEM` when punching a hole would exceed `vm.max_map_count`.
+    pub fn munmap(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        if !aligned(addr) || len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let len = page_align(len).ok_or(Errno::EINVAL)?;
+        if addr > TASK_SIZE || len > TASK_SIZE - addr {
+            return Err(Errno::EINVAL);
+        }
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        self.do_munmap(&task.mm, &mut st, addr, addr + len, CountCheck::Munmap)
+    }
+
+    /// Removes every mapping in `[start, end)`: splits the VMAs at the edges, zaps the pages,
+    /// frees the page tables, and releases the VMAs.
+    ///
+    /// # Context
+    /// mmap lock held for writing.
+    pub(crate) fn do_munmap(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+        _check: CountCheck,
+    ) -> SysResult<()> {
+        let vmas = st.vmas.overlapping(start, end);
+        let Some(&first) = vmas.first() else {
+            return Ok(());
+        };
+        let max = self.m.tunables().max_map_count;
+        let (fs, fe) = (st.vmas.get(first).start, st.vmas.get(first).end);
+        if fs < start {
+            if end < fe && st.vmas.count() as u64 >= max {
+                return Err(Errno::ENOMEM);
+            }
+            merge::split(&mut st.vmas, first, start, u64::MAX)?;
+        }
+        let last = *vmas.last().unwrap_or(&first);
+        let last = if last == first && fs < start {
+            st.vmas.find(start).unwrap_or(first)
+        } else {
+            last
+        };
+        if st.vmas.get(last).end > end && st.vmas.get(last).start < end {
+            merge::split(&mut st.vmas, last, end, u64::MAX)?;
+        }
+        self.unmap_and_release(mm, st, start, end)
+    }
+
+    /// Zaps and releases the VMAs exactly covering `[start, end)` (already split at the edges).
+    ///
+    /// # Errors
+    /// `ENOMEM` if the tree cannot allocate for the erase; nothing has changed then.
+    pub(crate) fn unmap_and_release(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+    ) -> SysResult<()> {
+        let ids = st.vmas.overlapping(start, end);
+        st.vmas
+            .tree
+            .erase_range(start, end)
+            .map_err(|_| Errno::ENOMEM)?;
+        let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+        for &id in &ids {
+            self.zap_vma_range(&mut tlb, mm, st.vmas.get(id), start, end);
+        }
+        for &id in &ids {
+            self.release_vma(st, id);
+        }
+        self.free_pgtables(&mut tlb, mm, st, start, end);
+        tlb.finish();
+        Ok(())
+    }
+
+    /// Drops a VMA body that has left the tree: accounting, locked_vm, shmem users.
+    pub(crate) fn release_vma(&self, st: &mut MmState, id: crate::vma::VmaId) {
+        let v = st.vmas.release(id);
+        let pages = v.len() >> 12;
+        if v.flags.has(VmFlags::ACCOUNT) {
+            self.vm_unacct(pages);
+        }
+        if v.flags.has(VmFlags::LOCKED) {
+            st.locked_vm = st.locked_vm.saturating_sub(pages);
+        }
+        if let Some(s) = v.shmem {
+            if s.put() {
+                for pfn in s.take_pages() {
+                    self.m.phys.put_folio(self.c(), pfn, 1);
+                }
+            }
+        }
+    }
+}

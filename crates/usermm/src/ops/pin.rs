@@ -1,0 +1,103 @@
+//! Long-term pins (`FOLL_PIN | FOLL_LONGTERM | FOLL_WRITE`), as io_uring fixed buffers take.
+//!
+//! Linux counterparts: `mm/gup.c` (`pin_user_pages`, `try_grab_folio`, `unpin_user_pages`),
+//! `io_uring/rsrc.c` (buffer registration and its memlock charge). A pin faults the pages in
+//! for writing (so they are exclusive), then raises the folio's pincount (large folios) or
+//! its refcount by `GUP_PIN_COUNTING_BIAS` (small folios), and marks the mm `MMF_HAS_PINNED`,
+//! which is what makes a later fork copy these pages for the child.
+
+use super::aligned;
+use crate::access::Signal;
+use crate::errno::{Errno, SysResult};
+use crate::fault::Access;
+use crate::machine::Cpu;
+use crate::mm::{Pid, PinRecord, Privilege};
+use crate::phys::PageFlag;
+use crate::rmap::GUP_PIN_COUNTING_BIAS;
+use crate::stats::Ev;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl<'m> Cpu<'m> {
+    /// Pins `[addr, addr+len)` of process `pid` until [`Cpu::unpin`].
+    ///
+    /// # Errors
+    /// `EINVAL` (unaligned or empty), `EFAULT` (not mapped or not writable), `ENOMEM` (memlock
+    /// charge above RLIMIT_MEMLOCK for an ordinary process, or out of memory).
+    pub fn pin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        if !aligned(addr) || len == 0 || addr.checked_add(len).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let mm = &task.mm;
+        let pages = len.div_ceil(4096);
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = mm.lock.write();
+        if task.privilege == Privilege::Ordinary
+            && (st.pinned_vm + pages) << 12 > task.rlimit_memlock
+        {
+            return Err(Errno::ENOMEM);
+        }
+        let mut pfns = Vec::with_capacity(pages as usize);
+        for i in 0..pages {
+            let a = addr + i * 4096;
+            match self.translate(mm, &st, a, Access::Write) {
+                Ok(pfn) => pfns.push(pfn),
+                Err(Signal::Bus(_)) => return Err(Errno::ENOMEM),
+                Err(_) => return Err(Errno::EFAULT),
+            }
+        }
+        let phys = &self.m.phys;
+        for &pfn in &pfns {
+            let head = phys.memmap.folio_of(pfn);
+            if phys.memmap.test(head, PageFlag::Head) {
+                phys.memmap.pincount_add(head, 1);
+                phys.memmap.ref_add(head, 1);
+            } else {
+                phys.memmap.ref_add(head, GUP_PIN_COUNTING_BIAS);
+            }
+            self.c().add(Ev::RefcountAtomic, 1);
+            self.c().add(Ev::FolioAtomic, 1);
+        }
+        mm.has_pinned.store(true, Relaxed);
+        st.pinned_vm += pages;
+        st.pins.push(PinRecord {
+            start: addr,
+            len,
+            pfns,
+        });
+        Ok(())
+    }
+
+    /// Releases the pin taken with exactly `(addr, len)`.
+    ///
+    /// # Errors
+    /// `EINVAL` if there is no such pin.
+    pub fn unpin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let i = st
+            .pins
+            .iter()
+            .position(|p| p.start == addr && p.len == len)
+            .ok_or(Errno::EINVAL)?;
+        let rec = st.pins.remove(i);
+        st.pinned_vm -= rec.pfns.len() as u64;
+        drop(st);
+        self.release_pin(&rec);
+        Ok(())
+    }
+
+    pub(crate) fn release_pin(&self, rec: &PinRecord) {
+        let phys = &self.m.phys;
+        for &pfn in &rec.pfns {
+            let head = phys.memmap.folio_of(pfn);
+            if phys.memmap.test(head, PageFlag::Head) {
+                phys.memmap.pincount_add(head, -1);
+                phys.put_folio(self.c(), head, 1);
+            } else {
+                phys.put_folio(self.c(), head, GUP_PIN_COUNTING_BIAS);
+            }
+        }
+    }
+}

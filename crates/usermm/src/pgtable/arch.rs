@@ -1,0 +1,520 @@
+//! Page-table entry codecs: x86-64 and arm64 (4 KiB granule), with the real bit positions.
+//!
+//! Linux counterparts: `arch/x86/include/asm/pgtable_types.h`, `arch/x86/include/asm/pgtable.h`
+//! (including the L1TF inversion of non-present PFNs), `arch/arm64/include/asm/pgtable-hwdef.h`,
+//! `pgtable-prot.h` and `pgtable.h` (the DBM/RDONLY/software-dirty encoding). Entries are raw
+//! `u64`s; [`Arch`] interprets and builds them. Batch code compares *normalised* values, never
+//! raw bit masks, because on arm64 "writable clean" is DBM=1 RDONLY=1.
+
+/// A user-visible protection, the `vm_page_prot` of a VMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Prot {
+    /// Readable.
+    pub read: bool,
+    /// Writable (in the PTE: only once the page is exclusive).
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+}
+
+impl Prot {
+    /// PROT_NONE.
+    pub const NONE: Prot = Prot {
+        read: false,
+        write: false,
+        exec: false,
+    };
+
+    /// Whether this is PROT_NONE.
+    pub fn is_none(self) -> bool {
+        !self.read && !self.write && !self.exec
+    }
+}
+
+/// Page-table format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// x86-64 4-level paging.
+    X86_64,
+    /// arm64, 4 KiB granule, 48-bit VA (4 levels).
+    Arm64,
+}
+
+/// x86-64 bit positions.
+pub mod x86 {
+    #![allow(missing_docs)]
+    pub const P: u64 = 1 << 0;
+    pub const RW: u64 = 1 << 1;
+    pub const US: u64 = 1 << 2;
+    pub const PWT: u64 = 1 << 3;
+    pub const PCD: u64 = 1 << 4;
+    pub const A: u64 = 1 << 5;
+    pub const D: u64 = 1 << 6;
+    pub const PS: u64 = 1 << 7;
+    pub const G: u64 = 1 << 8;
+    /// `G` reused as PROT_NONE marker when P is clear.
+    pub const PROTNONE: u64 = G;
+    pub const SPECIAL: u64 = 1 << 9;
+    pub const UFFD_WP: u64 = 1 << 10;
+    pub const SOFT_DIRTY: u64 = 1 << 11;
+    pub const PFN_MASK: u64 = ((1 << 52) - 1) & !((1 << 12) - 1);
+    pub const NX: u64 = 1 << 63;
+    /// Upper-level table entry for user tables (`_PAGE_TABLE`).
+    pub const TABLE: u64 = P | RW | US | A | D;
+}
+
+/// arm64 bit positions (stage 1, 4 KiB granule).
+pub mod arm64 {
+    #![allow(missing_docs)]
+    pub const VALID: u64 = 1 << 0;
+    /// Level 3: page descriptor; levels 0–2: table (set) or block (clear).
+    pub const TYPE: u64 = 1 << 1;
+    pub const ATTRINDX_MASK: u64 = 7 << 2;
+    pub const USER: u64 = 1 << 6;
+    pub const RDONLY: u64 = 1 << 7;
+    pub const SH_INNER: u64 = 3 << 8;
+    pub const AF: u64 = 1 << 10;
+    pub const NG: u64 = 1 << 11;
+    /// `nG` reused as "present but invalid" (PROT_NONE) when VALID is clear.
+    pub const PRESENT_INVALID: u64 = NG;
+    pub const OA_MASK: u64 = ((1 << 48) - 1) & !((1 << 12) - 1);
+    pub const GP: u64 = 1 << 50;
+    /// DBM, used as the software "writable" bit.
+    pub const WRITE: u64 = 1 << 51;
+    pub const CONT: u64 = 1 << 52;
+    pub const PXN: u64 = 1 << 53;
+    pub const UXN: u64 = 1 << 54;
+    pub const DIRTY: u64 = 1 << 55;
+    pub const SPECIAL: u64 = 1 << 56;
+    pub const UFFD_WP: u64 = 1 << 58;
+    /// Upper-level table descriptor.
+    pub const TABLE: u64 = VALID | TYPE;
+}
+
+impl Arch {
+    /// Builds a present leaf entry for `pfn` with `prot`, clean and young (as Linux's
+    /// `vm_page_prot` includes the accessed bit). `huge` builds a PMD leaf.
+    #[inline]
+    pub fn mk_pte(self, pfn: u64, prot: Prot, huge: bool) -> u64 {
+        match self {
+            Arch::X86_64 => {
+                let pa = (pfn << 12) & x86::PFN_MASK;
+                let ps = if huge { x86::PS } else { 0 };
+                if prot.is_none() {
+                    // L1TF: a non-present entry stores its PFN inverted.
+                    return (!pa & x86::PFN_MASK) | x86::PROTNONE | x86::A | ps;
+                }
+                let mut v = pa | x86::P | x86::US | x86::A | ps;
+                if prot.write {
+                    v |= x86::RW;
+                }
+                if !prot.exec {
+                    v |= x86::NX;
+                }
+                v
+            }
+            Arch::Arm64 => {
+                let oa = (pfn << 12) & arm64::OA_MASK;
+                let ty = if huge { 0 } else { arm64::TYPE };
+                let base =
+                    oa | ty | arm64::SH_INNER | arm64::AF | arm64::NG | arm64::RDONLY | arm64::PXN;
+                if prot.is_none() {
+                    return base | arm64::PRESENT_INVALID | arm64::UXN;
+                }
+                let mut v = base | arm64::VALID | arm64::USER;
+                if prot.write {
+                    v |= arm64::WRITE;
+                }
+                if !prot.exec {
+                    v |= arm64::UXN;
+                }
+                v
+            }
+        }
+    }
+
+    /// An upper-level entry pointing at a table page.
+    #[inline]
+    pub fn mk_table(self, pfn: u64) -> u64 {
+        match self {
+            Arch::X86_64 => (pfn << 12) | x86::TABLE,
+            Arch::Arm64 => (pfn << 12) | arm64::TABLE,
+        }
+    }
+
+    /// Whether an upper-level entry points at a table (as opposed to none or a leaf).
+    #[inline]
+    pub fn is_table(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::P != 0 && e & x86::PS == 0,
+            Arch::Arm64 => e & (arm64::VALID | arm64::TYPE) == arm64::TABLE,
+        }
+    }
+
+    /// Whether a PMD entry is a present (possibly PROT_NONE) huge leaf.
+    #[inline]
+    pub fn is_pmd_leaf(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::PS != 0 && self.present(e),
+            Arch::Arm64 => e & arm64::TYPE == 0 && self.present(e),
+        }
+    }
+
+    /// The table pfn of a table entry.
+    #[inline]
+    pub fn table_pfn(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => (e & x86::PFN_MASK) >> 12,
+            Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
+        }
+    }
+
+    /// `pte_present`: mapped, including PROT_NONE entries.
+    #[inline]
+    pub fn present(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & (x86::P | x86::PROTNONE) != 0,
+            Arch::Arm64 => e & (arm64::VALID | arm64::PRESENT_INVALID) != 0,
+        }
+    }
+
+    /// Whether the hardware may access through this entry (present and not PROT_NONE).
+    #[inline]
+    pub fn accessible(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::P != 0,
+            Arch::Arm64 => e & arm64::VALID != 0,
+        }
+    }
+
+    /// `pte_pfn`.
+    #[inline]
+    pub fn pfn(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => {
+                let v = if e != 0 && e & x86::P == 0 {
+                    e ^ x86::PFN_MASK
+                } else {
+                    e
+                };
+                (v & x86::PFN_MASK) >> 12
+            }
+            Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
+        }
+    }
+
+    /// `pte_write`.
+    #[inline]
+    pub fn write(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::RW != 0,
+            Arch::Arm64 => e & arm64::WRITE != 0,
+        }
+    }
+
+    /// `pte_dirty` (hardware or software dirty).
+    #[inline]
+    pub fn dirty(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::D != 0,
+            Arch::Arm64 => {
+                e & arm64::DIRTY != 0 || (e & arm64::WRITE != 0 && e & arm64::RDONLY == 0)
+            }
+        }
+    }
+
+    /// `pte_young`.
+    #[inline]
+    pub fn young(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::A != 0,
+            Arch::Arm64 => e & arm64::AF != 0,
+        }
+    }
+
+    /// `pte_special` (no struct page behind it: zero page, pfn maps).
+    #[inline]
+    pub fn special(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::SPECIAL != 0,
+            Arch::Arm64 => e & arm64::SPECIAL != 0,
+        }
+    }
+
+    /// `pte_soft_dirty` (always false on arm64).
+    #[inline]
+    pub fn soft_dirty(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::SOFT_DIRTY != 0,
+            Arch::Arm64 => false,
+        }
+    }
+
+    /// `pte_uffd_wp`.
+    #[inline]
+    pub fn uffd_wp(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::UFFD_WP != 0,
+            Arch::Arm64 => e & arm64::UFFD_WP != 0,
+        }
+    }
+
+    /// `pte_mkwrite`.
+    #[inline]
+    pub fn mkwrite(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e | x86::RW,
+            Arch::Arm64 => {
+                let v = e | arm64::WRITE;
+                if v & arm64::DIRTY != 0 {
+                    v & !arm64::RDONLY
+                } else {
+                    v
+                }
+            }
+        }
+    }
+
+    /// `pte_wrprotect` (keeps dirtiness).
+    #[inline]
+    pub fn wrprotect(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e & !x86::RW,
+            Arch::Arm64 => {
+                let v = if self.dirty(e) { e | arm64::DIRTY } else { e };
+                (v & !arm64::WRITE) | arm64::RDONLY
+            }
+        }
+    }
+
+    /// `pte_mkdirty` (x86 also sets soft-dirty, as Linux does).
+    #[inline]
+    pub fn mkdirty(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e | x86::D | x86::SOFT_DIRTY,
+            Arch::Arm64 => {
+                let v = e | arm64::DIRTY;
+                if v & arm64::WRITE != 0 {
+                    v & !arm64::RDONLY
+                } else {
+                    v
+                }
+            }
+        }
+    }
+
+    /// `pte_mkclean`.
+    #[inline]
+    pub fn mkclean(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e & !x86::D,
+            Arch::Arm64 => (e & !arm64::DIRTY) | arm64::RDONLY,
+        }
+    }
+
+    /// `pte_mkold`.
+    #[inline]
+    pub fn mkold(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e & !x86::A,
+            Arch::Arm64 => e & !arm64::AF,
+        }
+    }
+
+    /// `pte_mkyoung`.
+    #[inline]
+    pub fn mkyoung(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e | x86::A,
+            Arch::Arm64 => e | arm64::AF,
+        }
+    }
+
+    /// `pte_mkspecial`.
+    #[inline]
+    pub fn mkspecial(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e | x86::SPECIAL,
+            Arch::Arm64 => e | arm64::SPECIAL,
+        }
+    }
+
+    /// `pte_clear_uffd_wp`.
+    #[inline]
+    pub fn clear_uffd_wp(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e & !x86::UFFD_WP,
+            Arch::Arm64 => e & !arm64::UFFD_WP,
+        }
+    }
+
+    /// `pte_clear_soft_dirty`.
+    #[inline]
+    pub fn clear_soft_dirty(self, e: u64) -> u64 {
+        match self {
+            Arch::X86_64 => e & !x86::SOFT_DIRTY,
+            Arch::Arm64 => e,
+        }
+    }
+
+    /// `pte_advance_pfn`: the same entry for the page `n` frames further (x86 subtracts for
+    /// inverted non-present entries).
+    #[inline]
+    pub fn advance_pfn(self, e: u64, n: u64) -> u64 {
+        match self {
+            Arch::X86_64 if e & x86::P == 0 => e.wrapping_sub(n << 12),
+            _ => e.wrapping_add(n << 12),
+        }
+    }
+
+    /// `pte_modify`: keep PFN, A/D, special and software bits; take permissions from `prot`.
+    pub fn modify(self, e: u64, prot: Prot, huge: bool) -> u64 {
+        let pfn = self.pfn(e);
+        let mut v = self.mk_pte(pfn, prot, huge);
+        if !self.young(e) {
+            v = self.mkold(v);
+        }
+        if self.dirty(e) {
+            v = self.mkdirty(v);
+            if !self.soft_dirty(e) {
+                v = self.clear_soft_dirty(v);
+            }
+        }
+        if self.special(e) {
+            v = self.mkspecial(v);
+        }
+        if self.soft_dirty(e) {
+            v |= match self {
+                Arch::X86_64 => x86::SOFT_DIRTY,
+                Arch::Arm64 => 0,
+            };
+        }
+        if self.uffd_wp(e) {
+            v |= match self {
+                Arch::X86_64 => x86::UFFD_WP,
+                Arch::Arm64 => arm64::UFFD_WP,
+            };
+        }
+        v
+    }
+
+    /// The access/dirty update a hardware walker makes on an access (x86 sets A and, on a
+    /// write, D; arm64 with HAFDBS sets AF and, on a write, clears RDONLY).
+    #[inline]
+    pub fn hw_access(self, e: u64, write: bool) -> u64 {
+        match self {
+            Arch::X86_64 => e | x86::A | if write { x86::D } else { 0 },
+            Arch::Arm64 => {
+                let v = e | arm64::AF;
+                if write {
+                    v & !arm64::RDONLY
+                } else {
+                    v
+                }
+            }
+        }
+    }
+
+    /// Whether the hardware allows a write through this entry without a fault.
+    #[inline]
+    pub fn hw_writable(self, e: u64) -> bool {
+        self.accessible(e) && self.write(e)
+    }
+
+    /// Whether user mode may read through this entry.
+    #[inline]
+    pub fn hw_user_readable(self, e: u64) -> bool {
+        match self {
+            Arch::X86_64 => e & x86::P != 0 && e & x86::US != 0,
+            Arch::Arm64 => e & arm64::VALID != 0 && e & arm64::USER != 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RW: Prot = Prot {
+        read: true,
+        write: true,
+        exec: false,
+    };
+    const RO: Prot = Prot {
+        read: true,
+        write: false,
+        exec: false,
+    };
+
+    #[test]
+    fn x86_bits_are_at_linux_positions() {
+        let e = Arch::X86_64.mk_pte(0x1234, RW, false);
+        assert_eq!(
+            e,
+            0x1234 << 12 | x86::P | x86::RW | x86::US | x86::A | x86::NX
+        );
+        assert_eq!(Arch::X86_64.pfn(e), 0x1234);
+        let d = Arch::X86_64.mkdirty(e);
+        assert!(d & (1 << 6) != 0 && d & (1 << 11) != 0, "D and soft-dirty");
+    }
+
+    #[test]
+    fn x86_protnone_inverts_pfn_and_advances_downwards() {
+        let e = Arch::X86_64.mk_pte(0x1234, Prot::NONE, false);
+        assert_eq!(e & x86::P, 0);
+        assert!(Arch::X86_64.present(e));
+        assert!(!Arch::X86_64.accessible(e));
+        assert_eq!(Arch::X86_64.pfn(e), 0x1234);
+        assert_eq!(Arch::X86_64.pfn(Arch::X86_64.advance_pfn(e, 3)), 0x1237);
+    }
+
+    #[test]
+    fn arm64_dirty_truth_table() {
+        let a = Arch::Arm64;
+        let clean_w = a.mk_pte(7, RW, false);
+        assert!(a.write(clean_w) && !a.dirty(clean_w));
+        assert!(
+            clean_w & arm64::RDONLY != 0,
+            "writable clean is DBM=1 RDONLY=1"
+        );
+        let hw_dirty = a.hw_access(clean_w, true);
+        assert!(a.dirty(hw_dirty) && hw_dirty & arm64::DIRTY == 0);
+        let wp = a.wrprotect(hw_dirty);
+        assert!(
+            !a.write(wp) && a.dirty(wp) && wp & arm64::DIRTY != 0,
+            "wrprotect keeps dirtiness in sw bit"
+        );
+        let rw_again = a.mkwrite(wp);
+        assert!(
+            rw_again & arm64::RDONLY == 0,
+            "mkwrite of sw-dirty clears RDONLY"
+        );
+        let clean = a.mkclean(rw_again);
+        assert!(!a.dirty(clean) && a.write(clean));
+        let ro = a.mk_pte(7, RO, false);
+        assert!(!a.write(a.mkdirty(ro)) && a.dirty(a.mkdirty(ro)));
+    }
+
+    #[test]
+    fn tables_and_huge_leaves_are_distinguished() {
+        for a in [Arch::X86_64, Arch::Arm64] {
+            let t = a.mk_table(99);
+            assert!(a.is_table(t) && !a.is_pmd_leaf(t));
+            assert_eq!(a.table_pfn(t), 99);
+            let h = a.mk_pte(512, RW, true);
+            assert!(a.is_pmd_leaf(h) && !a.is_table(h));
+            assert_eq!(a.pfn(h), 512);
+        }
+    }
+
+    #[test]
+    fn modify_keeps_pfn_and_dirty() {
+        for a in [Arch::X86_64, Arch::Arm64] {
+            let e = a.mkdirty(a.mk_pte(42, RW, false));
+            let n = a.modify(e, Prot::NONE, false);
+            assert!(a.present(n) && !a.accessible(n) && a.pfn(n) == 42 && a.dirty(n));
+            let back = a.modify(n, RO, false);
+            assert!(a.accessible(back) && !a.write(back) && a.dirty(back) && a.pfn(back) == 42);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Four-level page tables living in arena frames, and their locks.
+//!
+//! Linux counterparts: `include/linux/pgtable.h` (index helpers, `set_ptes`),
+//! `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`), `include/linux/mm.h` (split PTE locks,
+//! `pte_offset_map_lock`). A table is one 4 KiB frame of 512 64-bit entries; an entry is read
+//! and written atomically. Levels: PGD (bits 47..39), PUD (38..30), PMD (29..21, may hold a
+//! 2 MiB leaf), PTE (20..12).
+//!
+//! # Locking
+//! Populating PGD/PUD/PMD entries takes the mm-wide `page_table_lock`; each PTE table (and each
+//! PMD table, for huge PMD leaves) has its own split lock in its memmap entry. Tables are freed
+//! only under the mmap write lock (nothing else can be walking them then).
+
+pub mod arch;
+
+use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
+use crate::stats::{CpuCounters, Ev};
+pub use arch::{Arch, Prot};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Entries per table.
+pub const PTRS_PER_TABLE: usize = 512;
+/// Bytes mapped by one PMD entry.
+pub const PMD_SIZE: u64 = 1 << 21;
+/// Bytes mapped by one PUD entry.
+pub const PUD_SIZE: u64 = 1 << 30;
+/// Bytes mapped by one PGD entry.
+pub const PGD_SIZE: u64 = 1 << 39;
+/// Top of the user address space (47-bit, like x86-64 4-level and arm64 48-bit VA minus a page).
+pub const TASK_SIZE: u64 = (1 << 47) - 4096;
+
+/// Table index of `addr` at the level whose entries map `1 << shift` bytes.
+#[inline]
+pub fn index(addr: u64, shift: u32) -> usize {
+    ((addr >> shift) & 511) as usize
+}
+
+/// Shift of each level, top first.
+pub const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
+
+/// A held split page-table lock (a spinlock in the table page's memmap entry).
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct PtlGuard<'a> {
+    word: &'a AtomicU32,
+}
+
+impl<'a> PtlGuard<'a> {
+    /// Takes the lock of table page `pfn`.
+    pub fn lock(phys: &'a PhysMem, pfn: u64, c: &CpuCounters) -> PtlGuard<'a> {
+        c.add(Ev::LockPtl, 1);
+        let word = phys.memmap.ptl(pfn);
+        let mut spins = 0u32;
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        PtlGuard { word }
+    }
+}
+
+impl Drop for PtlGuard<'_> {
+    fn drop(&mut self) {
+        self.word.store(0, Ordering::Release);
+    }
+}
+
+/// Where a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// No PMD table covers the address (some upper level is empty).
+    NoPmd,
+    /// The PMD entry is empty.
+    PmdNone {
+        /// PMD table.
+        table: u64,
+        /// Index in it.
+        idx: usize,
+    },
+    /// The PMD entry is a huge leaf.
+    PmdLeaf {
+        /// PMD table.
+        table: u64,
+        /// Index in it.
+        idx: usize,
+        /// The entry.
+        entry: u64,
+    },
+    /// The PMD points at a PTE table.
+    Pte {
+        /// PTE table.
+        table: u64,
+        /// Index in it.
+        idx: usize,
+        /// The entry (possibly none).
+        entry: u64,
+    },
+}
+
+/// A view of one mm's page tables.
+#[derive(Clone, Copy, Debug)]
+pub struct PageTables<'a> {
+    /// Physical memory the tables live in.
+    pub phys: &'a PhysMem,
+    /// Entry format.
+    pub arch: Arch,
+    /// Root table.
+    pub pgd: u64,
+}
+
+/// A page-table page could not be allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("out of memory for a page table")]
+pub struct PgtableOom;
+
+impl<'a> PageTables<'a> {
+    /// Reads an entry.
+    #[inline]
+    pub fn get(&self, table: u64, idx: usize) -> u64 {
+        self.phys.arena.word(table, idx).load(Ordering::Acquire)
+    }
+
+    /// Writes an entry.
+    #[inline]
+    pub fn set(&self, table: u64, idx: usize, v: u64) {
+        self.phys.arena.word(table, idx).store(v, Ordering::Release)
+    }
+
+    /// Compare-and-exchange on an entry (hardware A/D updates).
+    #[inline]
+    pub fn cmpxchg(&self, table: u64, idx: usize, old: u64, new: u64) -> bool {
+        self.phys
+            .arena
+            .word(table, idx)
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Walks to the PMD table covering `addr`.
+    #[inline]
+    pub fn pmd_table(&self, addr: u64) -> Option<u64> {
+        let mut table = self.pgd;
+        for shift in [39, 30] {
+            let e = self.get(table, index(addr, shift));
+            if !self.arch.is_table(e) {
+                return None;
+            }
+            table = self.arch.table_pfn(e);
+        }
+        Some(table)
+    }
+
+    /// Walks `addr` down to its leaf.
+    #[inline]
+    pub fn walk(&self, addr: u64) -> Walk {
+        let Some(pmd_t) = self.pmd_table(addr) else {
+            return Walk::NoPmd;
+        };
+        let idx = index(addr, 21);
+        let pmd = self.get(pmd_t, idx);
+        if pmd == 0 {
+            return Walk::PmdNone { table: pmd_t, idx };
+        }
+        if !self.arch.is_table(pmd) {
+            return Walk::PmdLeaf {
+                table: pmd_t,
+                idx,
+                entry: pmd,
+            };
+        }
+        let table = self.arch.table_pfn(pmd);
+        let idx = index(addr, 12);
+        Walk::Pte {
+            table,
+            idx,
+            entry: self.get(table, idx),
+        }
+    }
+
+    /// The PTE table covering `addr`, if the PMD points at one.
+    #[inline]
+    pub fn pte_table(&self, addr: u64) -> Option<u64> {
+        let pmd_t = self.pmd_table(addr)?;
+        let pmd = self.get(pmd_t, index(addr, 21));
+        self.arch.is_table(pmd).then(|| self.arch.table_pfn(pmd))
+    }
+
+    /// Allocates a zeroed table page.
+    pub fn alloc_table(&self, c: &CpuCounters, node: usize) -> Result<u64, PgtableOom> {
+        self.phys
+            .alloc_folio(c, 0, node, FolioKind::Pgtable, Zeroing::Zero)
+            .ok_or(PgtableOom)
+    }
+
+    /// Populates `table[idx]` with a new lower table if it is empty; returns the lower table.
+    ///
+    /// # Context
+    /// Takes `page_table_lock` around the install; allocation happens outside it.
+    fn ensure_table(
+        &self,
+        c: &CpuCounters,
+        lock: &parking_lot::Mutex<()>,
+        table: u64,
+        idx: usize,
+    ) -> Result<Option<u64>, PgtableOom> {
+        let e = self.get(table, idx);
+        if self.arch.is_table(e) {
+            return Ok(Some(self.arch.table_pfn(e)));
+        }
+        if e != 0 {
+            return Ok(None);
+        }
+        let new = self.alloc_table(c, self.phys.node_of(table))?;
+        c.add(Ev::LockPageTable, 1);
+        let _g = lock.lock();
+        let e = self.get(table, idx);
+        if e != 0 {
+            drop(_g);
+            self.phys.put_folio(c, new, 1);
+            return Ok(self.arch.is_table(e).then(|| self.arch.table_pfn(e)));
+        }
+        self.set(table, idx, self.arch.mk_table(new));
+        self.phys.memmap.pt_entries_add(table, 1);
+        c.add(Ev::PteWrite, 1);
+        Ok(Some(new))
+    }
+
+    /// Ensures the PGD and PUD levels exist for `addr` and returns the PMD table.
+    pub fn alloc_pmd_table(
+        &self,
+        c: &CpuCounters,
+        lock: &parking_lot::Mutex<()>,
+        addr: u64,
+    ) -> Result<u64, PgtableOom> {
+        let pud = self
+            .ensure_table(c, lock, self.pgd, index(addr, 39))?
+            .ok_or(PgtableOom)?;
+        self.ensure_table(c, lock, pud, index(addr, 30))?
+            .ok_or(PgtableOom)
+    }
+
+    /// Ensures a PTE table exists for `addr`; `Ok(None)` if the PMD holds a huge leaf.
+    pub fn alloc_pte_table(
+        &self,
+        c: &CpuCounters,
+        lock: &parking_lot::Mutex<()>,
+        addr: u64,
+    ) -> Result<Option<u64>, PgtableOom> {
+        let pmd = self.alloc_pmd_table(c, lock, addr)?;
+        self.ensure_table(c, lock, pmd, index(addr, 21))
+    }
+
+    /// Calls `f(level, table_pfn)` for every table page, children before parents.
+    pub fn for_each_table(&self, mut f: impl FnMut(usize, u64)) {
+        self.visit(0, self.pgd, &mut f);
+    }
+
+    fn visit(&self, level: usize, table: u64, f: &mut impl FnMut(usize, u64)) {
+        if level < 3 {
+            for i in 0..PTRS_PER_TABLE {
+                let e = self.get(table, i);
+                if self.arch.is_table(e) {
+                    self.visit(level + 1, self.arch.table_pfn(e), f);
+                }
+            }
+        }
+        f(level, table);
+    }
+
+    /// Whether `pfn` is a page-table page (for validation).
+    pub fn is_table_page(&self, pfn: u64) -> bool {
+        self.phys.memmap.test(pfn, PageFlag::Pgtable)
+    }
+}

@@ -1,0 +1,148 @@
+//! The simulated physical memory: one host allocation of 64-bit words.
+//!
+//! The arena is allocated zeroed (`alloc_zeroed`, i.e. an anonymous host mapping), so memory
+//! that is never touched costs no host RAM. Every word is an `AtomicU64`: page tables live here
+//! and are read and written with atomics like real hardware walkers see them; page contents are
+//! read and written with relaxed word operations, so several host threads may access one frame.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Bytes per page.
+pub const PAGE_SIZE: u64 = 4096;
+/// log2 of [`PAGE_SIZE`].
+pub const PAGE_SHIFT: u32 = 12;
+/// 64-bit words per page.
+pub const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
+
+/// The frames of simulated RAM.
+#[derive(Debug)]
+pub struct Arena {
+    words: Box<[AtomicU64]>,
+}
+
+impl Arena {
+    /// Creates an arena of `nr_frames` zeroed frames (lazily backed by the host).
+    pub fn new(nr_frames: u64) -> Arena {
+        let len = nr_frames as usize * WORDS_PER_PAGE;
+        let words: Box<[AtomicU64]> = match bytemuck::allocation::zeroed_slice_box::<AtomicU64>(len)
+        {
+            b if b.len() == len => b,
+            _ => Vec::new().into_boxed_slice(),
+        };
+        Arena { words }
+    }
+
+    /// Number of frames.
+    pub fn nr_frames(&self) -> u64 {
+        (self.words.len() / WORDS_PER_PAGE) as u64
+    }
+
+    /// The words of one frame.
+    #[inline]
+    pub fn frame(&self, pfn: u64) -> &[AtomicU64] {
+        let base = pfn as usize * WORDS_PER_PAGE;
+        &self.words[base..base + WORDS_PER_PAGE]
+    }
+
+    /// One 64-bit word (a page-table entry when the frame is a table).
+    #[inline]
+    pub fn word(&self, pfn: u64, idx: usize) -> &AtomicU64 {
+        &self.words[pfn as usize * WORDS_PER_PAGE + idx]
+    }
+
+    /// Fills a frame with zeroes.
+    pub fn zero_frame(&self, pfn: u64) {
+        for w in self.frame(pfn) {
+            w.store(0, Relaxed);
+        }
+    }
+
+    /// Copies a whole frame.
+    pub fn copy_frame(&self, dst: u64, src: u64) {
+        for (d, s) in self.frame(dst).iter().zip(self.frame(src)) {
+            d.store(s.load(Relaxed), Relaxed);
+        }
+    }
+
+    /// Whether a frame is all zeroes.
+    pub fn frame_is_zero(&self, pfn: u64) -> bool {
+        self.frame(pfn).iter().all(|w| w.load(Relaxed) == 0)
+    }
+
+    /// Fills `len` bytes at byte offset `off` of a frame with `byte`.
+    pub fn fill(&self, pfn: u64, off: usize, len: usize, byte: u8) {
+        let frame = self.frame(pfn);
+        let pattern = u64::from_ne_bytes([byte; 8]);
+        let (mut pos, end) = (off, off + len);
+        while pos < end {
+            let (wi, bi) = (pos / 8, pos % 8);
+            let n = (8 - bi).min(end - pos);
+            if n == 8 {
+                frame[wi].store(pattern, Relaxed);
+            } else {
+                let mask = byte_mask(bi, n);
+                update_word(&frame[wi], mask, pattern);
+            }
+            pos += n;
+        }
+    }
+
+    /// Writes `data` at byte offset `off` of a frame.
+    pub fn write(&self, pfn: u64, off: usize, data: &[u8]) {
+        let frame = self.frame(pfn);
+        let mut pos = 0;
+        while pos < data.len() {
+            let at = off + pos;
+            let (wi, bi) = (at / 8, at % 8);
+            let n = (8 - bi).min(data.len() - pos);
+            let mut bytes = [0u8; 8];
+            bytes[bi..bi + n].copy_from_slice(&data[pos..pos + n]);
+            let v = u64::from_ne_bytes(bytes);
+            if n == 8 {
+                frame[wi].store(v, Relaxed);
+            } else {
+                update_word(&frame[wi], byte_mask(bi, n), v);
+            }
+            pos += n;
+        }
+    }
+
+    /// Reads bytes at byte offset `off` of a frame into `out`.
+    pub fn read(&self, pfn: u64, off: usize, out: &mut [u8]) {
+        let frame = self.frame(pfn);
+        let mut pos = 0;
+        while pos < out.len() {
+            let at = off + pos;
+            let (wi, bi) = (at / 8, at % 8);
+            let n = (8 - bi).min(out.len() - pos);
+            let bytes = frame[wi].load(Relaxed).to_ne_bytes();
+            out[pos..pos + n].copy_from_slice(&bytes[bi..bi + n]);
+            pos += n;
+        }
+    }
+
+    /// Whether `len` bytes at `off` all equal `byte`; returns the offset of the first mismatch.
+    pub fn first_mismatch(&self, pfn: u64, off: usize, len: usize, byte: u8) -> Option<usize> {
+        let mut buf = [0u8; 512];
+        let mut pos = 0;
+        while pos < len {
+            let n = (len - pos).min(buf.len());
+            self.read(pfn, off + pos, &mut buf[..n]);
+            if let Some(i) = buf[..n].iter().position(|&b| b != byte) {
+                return Some(pos + i);
+            }
+            pos += n;
+        }
+        None
+    }
+}
+
+fn byte_mask(first: usize, n: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[first..first + n].fill(0xff);
+    u64::from_ne_bytes(bytes)
+}
+
+fn update_word(w: &AtomicU64, mask: u64, value: u64) {
+    let _ = w.fetch_update(Relaxed, Relaxed, |old| Some((old & !mask) | (value & mask)));
+}

@@ -1,0 +1,299 @@
+//! Per-frame metadata: the `struct page` array.
+//!
+//! Linux counterpart: `include/linux/mm_types.h` (`struct page`, `struct folio`),
+//! `include/linux/page-flags.h`, `include/linux/page_ref.h`. Each frame owns exactly 16 32-bit
+//! atomic words (64 bytes, one cache line, like `struct page`). A folio is a naturally aligned
+//! power-of-two run of frames; its head frame carries the folio-wide fields. Fields are private
+//! to this module: the accessors are the API.
+//!
+//! ```text
+//! word  0 flags       (PG_* bits below)      8 next   (buddy free list)
+//! word  1 refcount    (head)                 9 prev   (buddy free list)
+//! word  2 mapcount    (per page, unbiased)  10 mapping (anon/shmem owner id)
+//! word  3 large_mapcount (head: all maps)   11 mlock_count (head)
+//! word  4 entire_mapcount (head: PMD maps)  12 ptl (page-table pages: split PTE lock)
+//! word  5 pincount    (head of large folio) 13 pt_entries (page-table pages: used entries)
+//! word  6 compound head pfn (tail pages)    14-15 spare
+//! word  7 order       (head / free block)
+//! ```
+//! Unlike Linux the mapcounts are unbiased (0 = unmapped).
+
+use std::sync::atomic::{AtomicU32, Ordering, Ordering::Relaxed};
+
+const WORDS: usize = 16;
+
+/// Page flags (one bit each in word 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+#[allow(missing_docs)]
+pub enum PageFlag {
+    /// Folio lock.
+    Locked = 0,
+    /// Head page of a large folio.
+    Head = 1,
+    /// Tail page of a large folio.
+    Tail = 2,
+    /// Anonymous folio.
+    Anon = 3,
+    /// On an LRU list.
+    Lru = 4,
+    Active = 5,
+    Mlocked = 6,
+    Unevictable = 7,
+    Dirty = 8,
+    /// PageAnonExclusive: this page is mapped by exactly one MM and may be written.
+    AnonExclusive = 9,
+    /// Free in the buddy allocator (head of a free block).
+    Buddy = 10,
+    /// A page-table page.
+    Pgtable = 11,
+    /// The shared zero page (or huge zero folio).
+    Zero = 12,
+    SwapBacked = 13,
+    Referenced = 14,
+    Uptodate = 15,
+    /// A large folio that may be mapped by PTEs and PMDs (THP / mTHP).
+    LargeRmappable = 16,
+    /// Reserved (never allocated).
+    Reserved = 17,
+}
+
+impl PageFlag {
+    #[inline]
+    fn bit(self) -> u32 {
+        1 << self as u32
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum W {
+    Flags = 0,
+    Refcount = 1,
+    Mapcount = 2,
+    LargeMapcount = 3,
+    EntireMapcount = 4,
+    Pincount = 5,
+    Head = 6,
+    Order = 7,
+    Next = 8,
+    Prev = 9,
+    Mapping = 10,
+    MlockCount = 11,
+    Ptl = 12,
+    PtEntries = 13,
+}
+
+/// The memmap: metadata for every frame.
+#[derive(Debug)]
+pub struct Memmap {
+    words: Box<[AtomicU32]>,
+}
+
+impl Memmap {
+    /// Creates zeroed metadata for `nr_frames` frames (lazily backed).
+    pub fn new(nr_frames: u64) -> Memmap {
+        let len = nr_frames as usize * WORDS;
+        let words: Box<[AtomicU32]> = match bytemuck::allocation::zeroed_slice_box::<AtomicU32>(len)
+        {
+            b if b.len() == len => b,
+            _ => Vec::new().into_boxed_slice(),
+        };
+        Memmap { words }
+    }
+
+    #[inline]
+    fn w(&self, pfn: u64, w: W) -> &AtomicU32 {
+        &self.words[pfn as usize * WORDS + w as usize]
+    }
+
+    /// Tests a flag.
+    #[inline]
+    pub fn test(&self, pfn: u64, f: PageFlag) -> bool {
+        self.w(pfn, W::Flags).load(Relaxed) & f.bit() != 0
+    }
+
+    /// Sets a flag (atomic RMW).
+    #[inline]
+    pub fn set(&self, pfn: u64, f: PageFlag) {
+        self.w(pfn, W::Flags).fetch_or(f.bit(), Relaxed);
+    }
+
+    /// Clears a flag (atomic RMW).
+    #[inline]
+    pub fn clear(&self, pfn: u64, f: PageFlag) {
+        self.w(pfn, W::Flags).fetch_and(!f.bit(), Relaxed);
+    }
+
+    /// Sets a flag and returns whether it was already set.
+    #[inline]
+    pub fn test_and_set(&self, pfn: u64, f: PageFlag) -> bool {
+        self.w(pfn, W::Flags).fetch_or(f.bit(), Ordering::Acquire) & f.bit() != 0
+    }
+
+    /// Clears a flag and returns whether it was set.
+    #[inline]
+    pub fn test_and_clear(&self, pfn: u64, f: PageFlag) -> bool {
+        self.w(pfn, W::Flags).fetch_and(!f.bit(), Ordering::Release) & f.bit() != 0
+    }
+
+    /// All flag bits of a frame.
+    pub fn flags(&self, pfn: u64) -> u32 {
+        self.w(pfn, W::Flags).load(Relaxed)
+    }
+
+    /// Resets every word of a frame to zero (when it is freed or allocated).
+    pub fn reset(&self, pfn: u64) {
+        let base = pfn as usize * WORDS;
+        for w in &self.words[base..base + WORDS] {
+            w.store(0, Relaxed);
+        }
+    }
+
+    /// Head pfn of the folio containing `pfn`.
+    #[inline]
+    pub fn folio_of(&self, pfn: u64) -> u64 {
+        if self.test(pfn, PageFlag::Tail) {
+            u64::from(self.w(pfn, W::Head).load(Relaxed))
+        } else {
+            pfn
+        }
+    }
+
+    /// Folio order (head page).
+    #[inline]
+    pub fn order(&self, head: u64) -> u32 {
+        self.w(head, W::Order).load(Relaxed)
+    }
+
+    /// Records the order of a folio or free block.
+    pub fn set_order(&self, head: u64, order: u32) {
+        self.w(head, W::Order).store(order, Relaxed);
+    }
+
+    /// Links tail `pfn` to its `head`.
+    pub fn set_tail(&self, pfn: u64, head: u64) {
+        self.w(pfn, W::Head).store(head as u32, Relaxed);
+        self.set(pfn, PageFlag::Tail);
+    }
+
+    /// Folio refcount.
+    #[inline]
+    pub fn refcount(&self, head: u64) -> i32 {
+        self.w(head, W::Refcount).load(Relaxed) as i32
+    }
+
+    /// Sets the refcount (only on a folio nobody else can see).
+    pub fn set_refcount(&self, head: u64, v: i32) {
+        self.w(head, W::Refcount).store(v as u32, Relaxed);
+    }
+
+    /// Adds to the refcount and returns the new value.
+    #[inline]
+    pub fn ref_add(&self, head: u64, n: i32) -> i32 {
+        (self
+            .w(head, W::Refcount)
+            .fetch_add(n as u32, Ordering::AcqRel) as i32)
+            .wrapping_add(n)
+    }
+
+    /// Per-page mapcount (unbiased).
+    #[inline]
+    pub fn mapcount(&self, pfn: u64) -> i32 {
+        self.w(pfn, W::Mapcount).load(Relaxed) as i32
+    }
+
+    /// Adds to the per-page mapcount and returns the new value.
+    #[inline]
+    pub fn mapcount_add(&self, pfn: u64, n: i32) -> i32 {
+        (self.w(pfn, W::Mapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
+    }
+
+    /// Folio-wide total mapcount of a large folio (PTE maps + PMD maps).
+    #[inline]
+    pub fn large_mapcount(&self, head: u64) -> i32 {
+        self.w(head, W::LargeMapcount).load(Relaxed) as i32
+    }
+
+    /// Adds to the folio-wide mapcount and returns the new value.
+    #[inline]
+    pub fn large_mapcount_add(&self, head: u64, n: i32) -> i32 {
+        (self.w(head, W::LargeMapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
+    }
+
+    /// Number of PMD mappings of a large folio.
+    #[inline]
+    pub fn entire_mapcount(&self, head: u64) -> i32 {
+        self.w(head, W::EntireMapcount).load(Relaxed) as i32
+    }
+
+    /// Adds to the PMD mapcount and returns the new value.
+    pub fn entire_mapcount_add(&self, head: u64, n: i32) -> i32 {
+        (self.w(head, W::EntireMapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
+    }
+
+    /// Long-term pins of a large folio.
+    pub fn pincount(&self, head: u64) -> i32 {
+        self.w(head, W::Pincount).load(Relaxed) as i32
+    }
+
+    /// Adds to the pincount and returns the new value.
+    pub fn pincount_add(&self, head: u64, n: i32) -> i32 {
+        (self.w(head, W::Pincount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
+    }
+
+    /// Owner identifier (anon_vma root id for anon folios, shmem object id for shared ones).
+    pub fn mapping(&self, head: u64) -> u32 {
+        self.w(head, W::Mapping).load(Relaxed)
+    }
+
+    /// Sets the owner identifier.
+    pub fn set_mapping(&self, head: u64, v: u32) {
+        self.w(head, W::Mapping).store(v, Relaxed);
+    }
+
+    /// mlock_count of a folio (the current Linux design keeps it while the folio is unevictable).
+    pub fn mlock_count(&self, head: u64) -> u32 {
+        self.w(head, W::MlockCount).load(Relaxed)
+    }
+
+    /// Sets the mlock_count.
+    pub fn set_mlock_count(&self, head: u64, v: u32) {
+        self.w(head, W::MlockCount).store(v, Relaxed);
+    }
+
+    /// Free-list / LRU link: next.
+    pub fn next(&self, pfn: u64) -> u32 {
+        self.w(pfn, W::Next).load(Relaxed)
+    }
+
+    /// Free-list / LRU link: prev.
+    pub fn prev(&self, pfn: u64) -> u32 {
+        self.w(pfn, W::Prev).load(Relaxed)
+    }
+
+    /// Sets the next link.
+    pub fn set_next(&self, pfn: u64, v: u32) {
+        self.w(pfn, W::Next).store(v, Relaxed);
+    }
+
+    /// Sets the prev link.
+    pub fn set_prev(&self, pfn: u64, v: u32) {
+        self.w(pfn, W::Prev).store(v, Relaxed);
+    }
+
+    /// The split PTE lock word of a page-table page.
+    pub fn ptl(&self, pfn: u64) -> &AtomicU32 {
+        self.w(pfn, W::Ptl)
+    }
+
+    /// Number of used entries in a page-table page.
+    pub fn pt_entries(&self, pfn: u64) -> u32 {
+        self.w(pfn, W::PtEntries).load(Relaxed)
+    }
+
+    /// Adjusts the used-entry count of a page-table page.
+    pub fn pt_entries_add(&self, pfn: u64, n: i32) {
+        self.w(pfn, W::PtEntries).fetch_add(n as u32, Relaxed);
+    }
+}

@@ -1,0 +1,300 @@
+//! Simulated physical memory: the arena of frames, the memmap, and the buddy zones.
+//!
+//! Linux counterpart: `mm/page_alloc.c`, `mm/mm_init.c` (memmap), `mm/huge_memory.c`
+//! (huge zero folio). Frames are named by pfn. A folio is allocated as one buddy block of
+//! `2^order` frames; its head carries the refcount, the folio-wide mapcounts and the order.
+
+pub mod arena;
+pub mod buddy;
+pub mod memmap;
+
+use crate::stats::{CpuCounters, Ev};
+pub use arena::{Arena, PAGE_SHIFT, PAGE_SIZE};
+use buddy::Zone;
+pub use memmap::{Memmap, PageFlag};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+/// Order of a PMD-sized folio with 4 KiB pages.
+pub const HPAGE_PMD_ORDER: u32 = 9;
+
+/// What a new folio is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolioKind {
+    /// Anonymous memory (`PageFlag::Anon`, swap-backed).
+    Anon,
+    /// A shmem (shared anonymous) page-cache folio.
+    Shmem,
+    /// A page-table page.
+    Pgtable,
+}
+
+/// Whether a new folio must be zeroed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zeroing {
+    /// Fill with zeroes (`__GFP_ZERO` / `clear_user_highpage`).
+    Zero,
+    /// The caller overwrites every byte (a COW copy).
+    NoZero,
+}
+
+/// Deterministic allocation failure injection (issue 9 extends this).
+#[derive(Debug, Default)]
+pub struct FailPoint {
+    /// Remaining successful allocations before one fails; 0 = disabled.
+    countdown: AtomicU64,
+}
+
+impl FailPoint {
+    /// Makes the `n`-th allocation from now fail (`None` disables).
+    pub fn arm(&self, n: Option<u64>) {
+        self.countdown.store(n.unwrap_or(0), Relaxed);
+    }
+
+    /// Consumes one allocation; true if this one must fail.
+    fn should_fail(&self) -> bool {
+        let v = self.countdown.load(Relaxed);
+        if v == 0 {
+            return false;
+        }
+        self.countdown.store(v - 1, Relaxed);
+        v == 1
+    }
+}
+
+/// All of simulated RAM.
+#[derive(Debug)]
+pub struct PhysMem {
+    /// Frame contents.
+    pub arena: Arena,
+    /// Frame metadata.
+    pub memmap: Memmap,
+    zones: Vec<Zone>,
+    zero_pfn: u64,
+    huge_zero: OnceLock<Option<u64>>,
+    /// Frames currently allocated (excluding the zero pages).
+    allocated: AtomicU64,
+    /// Allocation failure injection for folios.
+    pub fail_folio: FailPoint,
+    /// Allocation failure injection for page-table pages.
+    pub fail_pgtable: FailPoint,
+}
+
+impl PhysMem {
+    /// Creates `bytes` of RAM (rounded down to whole 4 MiB blocks) split evenly over `nodes`.
+    pub fn new(bytes: u64, nodes: u32) -> PhysMem {
+        let nr_frames = (bytes >> PAGE_SHIFT) & !((1u64 << buddy::MAX_ORDER) - 1);
+        let arena = Arena::new(nr_frames);
+        let memmap = Memmap::new(nr_frames);
+        let nodes = u64::from(nodes.max(1));
+        let per_node = (nr_frames / nodes) & !((1u64 << buddy::MAX_ORDER) - 1);
+        let zones: Vec<Zone> = (0..nodes)
+            .map(|n| {
+                let start = n * per_node;
+                let end = if n + 1 == nodes {
+                    nr_frames
+                } else {
+                    start + per_node
+                };
+                Zone::new(&memmap, start, end)
+            })
+            .collect();
+        let mut phys = PhysMem {
+            arena,
+            memmap,
+            zones,
+            zero_pfn: 0,
+            huge_zero: OnceLock::new(),
+            allocated: AtomicU64::new(0),
+            fail_folio: FailPoint::default(),
+            fail_pgtable: FailPoint::default(),
+        };
+        phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(0);
+        phys
+    }
+
+    fn alloc_reserved(&self, order: u32) -> Option<u64> {
+        let pfn = self
+            .zones
+            .iter()
+            .find_map(|z| z.alloc(&self.memmap, order))?;
+        self.prep(pfn, order);
+        for p in pfn..pfn + (1 << order) {
+            self.memmap.set(p, PageFlag::Zero);
+            self.memmap.set(p, PageFlag::Reserved);
+        }
+        Some(pfn)
+    }
+
+    /// Total frames.
+    pub fn nr_frames(&self) -> u64 {
+        self.arena.nr_frames()
+    }
+
+    /// Number of NUMA nodes.
+    pub fn nr_nodes(&self) -> usize {
+        self.zones.len()
+    }
+
+    /// The node owning a frame.
+    pub fn node_of(&self, pfn: u64) -> usize {
+        self.zones
+            .iter()
+            .position(|z| pfn >= z.start_pfn && pfn < z.end_pfn)
+            .unwrap_or(0)
+    }
+
+    /// The shared zero page.
+    pub fn zero_pfn(&self) -> u64 {
+        self.zero_pfn
+    }
+
+    /// The huge zero folio (allocated on first use; `None` if memory is exhausted).
+    pub fn huge_zero_pfn(&self) -> Option<u64> {
+        *self
+            .huge_zero
+            .get_or_init(|| self.alloc_reserved(HPAGE_PMD_ORDER))
+    }
+
+    /// Whether `pfn` belongs to the zero page or the huge zero folio.
+    #[inline]
+    pub fn is_zero_pfn(&self, pfn: u64) -> bool {
+        self.memmap.test(pfn, PageFlag::Zero)
+    }
+
+    /// Frames currently allocated to folios and page tables.
+    pub fn allocated_frames(&self) -> u64 {
+        self.allocated.load(Relaxed)
+    }
+
+    /// Free frames over all zones.
+    pub fn free_frames(&self) -> u64 {
+        self.zones.iter().map(Zone::free_pages).sum()
+    }
+
+    /// Free blocks per order summed over zones.
+    pub fn free_counts(&self) -> Vec<u64> {
+        let mut out = vec![0u64; buddy::MAX_ORDER as usize + 1];
+        for z in &self.zones {
+            for (o, n) in z.free_counts().iter().enumerate() {
+                out[o] += n;
+            }
+        }
+        out
+    }
+
+    /// Every zone (for validation and views).
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
+    }
+
+    fn prep(&self, pfn: u64, order: u32) {
+        let mm = &self.memmap;
+        mm.reset(pfn);
+        mm.set_order(pfn, order);
+        mm.set_refcount(pfn, 1);
+        if order > 0 {
+            mm.set(pfn, PageFlag::Head);
+            for p in pfn + 1..pfn + (1 << order) {
+                mm.reset(p);
+                mm.set_tail(p, pfn);
+            }
+        }
+    }
+
+    /// Allocates a folio of `2^order` frames with refcount 1, preferring `node`.
+    ///
+    /// # Returns
+    /// The head pfn, or `None` when memory is exhausted (or a fail point fired).
+    pub fn alloc_folio(
+        &self,
+        c: &CpuCounters,
+        order: u32,
+        node: usize,
+        kind: FolioKind,
+        zero: Zeroing,
+    ) -> Option<u64> {
+        let fail = match kind {
+            FolioKind::Pgtable => &self.fail_pgtable,
+            FolioKind::Anon | FolioKind::Shmem => &self.fail_folio,
+        };
+        if fail.should_fail() {
+            return None;
+        }
+        let n = self.zones.len();
+        let pfn = (0..n).find_map(|i| {
+            c.add(Ev::LockZone, 1);
+            self.zones[(node + i) % n].alloc(&self.memmap, order)
+        })?;
+        self.prep(pfn, order);
+        let nr = 1u64 << order;
+        self.allocated.fetch_add(nr, Relaxed);
+        c.add(Ev::FramesAlloc, nr);
+        let mm = &self.memmap;
+        match kind {
+            FolioKind::Anon => {
+                mm.set(pfn, PageFlag::Anon);
+                mm.set(pfn, PageFlag::SwapBacked);
+                if order > 0 {
+                    mm.set(pfn, PageFlag::LargeRmappable);
+                }
+            }
+            FolioKind::Shmem => mm.set(pfn, PageFlag::SwapBacked),
+            FolioKind::Pgtable => {
+                mm.set(pfn, PageFlag::Pgtable);
+                c.add(Ev::PgtableAlloc, 1);
+            }
+        }
+        mm.set(pfn, PageFlag::Uptodate);
+        if zero == Zeroing::Zero {
+            for p in pfn..pfn + nr {
+                self.arena.zero_frame(p);
+            }
+            c.add(Ev::PagesZeroed, nr);
+        }
+        Some(pfn)
+    }
+
+    /// Drops `n` references to a folio; frees it when the count reaches zero.
+    ///
+    /// # Returns
+    /// True if the folio was freed.
+    pub fn put_folio(&self, c: &CpuCounters, head: u64, n: i32) -> bool {
+        if self.is_zero_pfn(head) {
+            return false;
+        }
+        c.add(Ev::FolioAtomic, 1);
+        c.add(Ev::RefcountAtomic, 1);
+        let left = self.memmap.ref_add(head, -n);
+        if left == 0 {
+            self.free_folio(c, head);
+            return true;
+        }
+        left < 0
+    }
+
+    /// Returns a folio whose refcount reached zero to its zone.
+    fn free_folio(&self, c: &CpuCounters, head: u64) {
+        let order = self.memmap.order(head);
+        let nr = 1u64 << order;
+        if self.memmap.test(head, PageFlag::Pgtable) {
+            c.add(Ev::PgtableFree, 1);
+        }
+        for p in head + 1..head + nr {
+            self.memmap.reset(p);
+        }
+        self.memmap.reset(head);
+        let node = self.node_of(head);
+        c.add(Ev::LockZone, 1);
+        self.zones[node].free(&self.memmap, head, order);
+        self.allocated.fetch_sub(nr, Relaxed);
+        c.add(Ev::FramesFree, nr);
+    }
+}
+
+impl PhysMem {
+    /// Whether the huge zero folio has been allocated.
+    pub fn huge_zero_pfn_if_allocated(&self) -> bool {
+        matches!(self.huge_zero.get(), Some(Some(_)))
+    }
+}

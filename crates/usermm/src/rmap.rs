@@ -1,0 +1,197 @@
+//! Reverse-map bookkeeping: mapcounts, PageAnonExclusive and the refcounts mappings hold.
+//!
+//! Linux counterpart: `mm/rmap.c` and `include/linux/rmap.h` (`folio_add_new_anon_rmap`,
+//! `folio_try_dup_anon_rmap_ptes`, `folio_remove_rmap_ptes`, the `_pmd` variants). Every
+//! page-table entry that maps a page holds one folio reference and one mapcount. A large folio
+//! also keeps a folio-wide mapcount (`large_mapcount`, PTE and PMD mappings each count one) and
+//! the number of PMD mappings (`entire_mapcount`); the per-page mapcount of a page is its own
+//! PTE mappings plus the folio's PMD mappings (`folio_precise_page_mapcount`). APIs are
+//! batch-first: `_ptes(nr)` with the single case being `nr = 1`.
+//!
+//! The rmap walk itself (anon_vma trees) is not modelled: nothing in the engine needs to find
+//! the mappings of a page from the page (no reclaim or migration); anon_vma identities are kept
+//! because they decide VMA merging.
+
+use crate::phys::{PageFlag, PhysMem};
+use crate::stats::{CpuCounters, Ev};
+
+/// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
+pub const GUP_PIN_COUNTING_BIAS: i32 = 1024;
+
+/// Mapping level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Mapped by PTEs.
+    Pte,
+    /// Mapped by one PMD.
+    Pmd,
+}
+
+#[inline]
+fn count_ref(c: &CpuCounters) {
+    c.add(Ev::FolioAtomic, 1);
+    c.add(Ev::RefcountAtomic, 1);
+}
+
+#[inline]
+fn count_map(c: &CpuCounters, n: u64) {
+    c.add(Ev::FolioAtomic, n);
+    c.add(Ev::MapcountAtomic, n);
+}
+
+/// Adds `n` folio references (one atomic).
+#[inline]
+pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
+    count_ref(c);
+    phys.memmap.ref_add(head, n);
+}
+
+/// Maps a freshly allocated anon folio exclusively: `nr` pages from `page` by PTEs, or the
+/// whole folio by a PMD. Sets PageAnonExclusive and the owner id. The folio's initial reference
+/// must already be adjusted by the caller to one per mapping.
+pub fn add_new_anon(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    head: u64,
+    page: u64,
+    nr: u64,
+    level: Level,
+    owner: u32,
+) {
+    let mm = &phys.memmap;
+    mm.set_mapping(head, owner);
+    let large = mm.test(head, PageFlag::Head);
+    match level {
+        Level::Pte => {
+            for p in page..page + nr {
+                mm.mapcount_add(p, 1);
+                mm.set(p, PageFlag::AnonExclusive);
+            }
+            count_map(c, nr);
+            if large {
+                mm.large_mapcount_add(head, nr as i32);
+                count_map(c, 1);
+            }
+        }
+        Level::Pmd => {
+            mm.entire_mapcount_add(head, 1);
+            mm.large_mapcount_add(head, 1);
+            mm.set(head, PageFlag::AnonExclusive);
+            count_map(c, 2);
+        }
+    }
+}
+
+/// Adds PTE mappings of existing pages (shmem, or a split): mapcounts only.
+pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64) {
+    let mm = &phys.memmap;
+    for p in page..page + nr {
+        mm.mapcount_add(p, 1);
+    }
+    count_map(c, nr);
+    if mm.test(head, PageFlag::Head) {
+        mm.large_mapcount_add(head, nr as i32);
+        count_map(c, 1);
+    }
+}
+
+/// Whether a folio may be pinned (`folio_maybe_dma_pinned`).
+pub fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
+    if phys.memmap.test(head, PageFlag::Head) {
+        phys.memmap.pincount(head) > 0
+    } else {
+        phys.memmap.refcount(head) >= GUP_PIN_COUNTING_BIAS
+    }
+}
+
+/// The duplicate could not be shared because the page may be pinned: copy it instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaybePinned;
+
+/// Duplicates `nr` PTE mappings of anon pages for a fork child
+/// (`folio_try_dup_anon_rmap_ptes`): fails without side effects if the folio may be pinned
+/// and any page is exclusive; otherwise clears PageAnonExclusive and raises mapcounts.
+pub fn try_dup_anon_ptes(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    head: u64,
+    page: u64,
+    nr: u64,
+    needs_cow_for_dma: bool,
+) -> Result<(), MaybePinned> {
+    let mm = &phys.memmap;
+    if needs_cow_for_dma
+        && folio_maybe_dma_pinned(phys, head)
+        && (page..page + nr).any(|p| mm.test(p, PageFlag::AnonExclusive))
+    {
+        return Err(MaybePinned);
+    }
+    for p in page..page + nr {
+        if mm.test(p, PageFlag::AnonExclusive) {
+            mm.clear(p, PageFlag::AnonExclusive);
+            c.add(Ev::FolioAtomic, 1);
+        }
+        mm.mapcount_add(p, 1);
+    }
+    count_map(c, nr);
+    if mm.test(head, PageFlag::Head) {
+        mm.large_mapcount_add(head, nr as i32);
+        count_map(c, 1);
+    }
+    Ok(())
+}
+
+/// Duplicates a PMD mapping for a fork child (`folio_try_dup_anon_rmap_pmd`).
+pub fn try_dup_anon_pmd(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    head: u64,
+    needs_cow_for_dma: bool,
+) -> Result<(), MaybePinned> {
+    let mm = &phys.memmap;
+    if needs_cow_for_dma
+        && folio_maybe_dma_pinned(phys, head)
+        && mm.test(head, PageFlag::AnonExclusive)
+    {
+        return Err(MaybePinned);
+    }
+    mm.clear(head, PageFlag::AnonExclusive);
+    mm.entire_mapcount_add(head, 1);
+    mm.large_mapcount_add(head, 1);
+    count_map(c, 3);
+    Ok(())
+}
+
+/// Removes `nr` PTE mappings (`folio_remove_rmap_ptes`). References are dropped separately,
+/// after the TLB flush, by the mmu_gather.
+pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64) {
+    let mm = &phys.memmap;
+    for p in page..page + nr {
+        mm.mapcount_add(p, -1);
+    }
+    count_map(c, nr);
+    if mm.test(head, PageFlag::Head) {
+        mm.large_mapcount_add(head, -(nr as i32));
+        count_map(c, 1);
+    }
+}
+
+/// Removes a PMD mapping (`folio_remove_rmap_pmd`).
+pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64) {
+    let mm = &phys.memmap;
+    mm.entire_mapcount_add(head, -1);
+    mm.large_mapcount_add(head, -1);
+    count_map(c, 2);
+}
+
+/// The precise mapcount of one page: its PTE mappings plus the folio's PMD mappings.
+pub fn page_mapcount(phys: &PhysMem, page: u64) -> i32 {
+    let mm = &phys.memmap;
+    let head = mm.folio_of(page);
+    let entire = if mm.test(head, PageFlag::Head) {
+        mm.entire_mapcount(head)
+    } else {
+        0
+    };
+    mm.mapcount(page) + entire
+}

@@ -1,0 +1,198 @@
+//! Per-CPU event counters.
+//!
+//! Linux counterpart: `include/linux/vm_event_item.h` (`count_vm_event`) and the per-CPU
+//! `vm_event_states`. Every counter is bumped by the CPU that does the work, so the totals are
+//! deterministic for a given workload and tests may assert them exactly. Each slot is written
+//! only by the thread that holds its CPU, with a relaxed load + store (no locked instruction),
+//! and read by anyone with relaxed loads.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident => $text:literal,)*) => {
+        /// One event counter.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Ev { $($(#[doc = $doc])* $name,)* }
+
+        impl Ev {
+            /// Every counter, in declaration order.
+            pub const ALL: &'static [Ev] = &[$(Ev::$name,)*];
+            /// The snake-case name used in reports and JSON.
+            pub fn name(self) -> &'static str {
+                match self { $(Ev::$name => $text,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Page faults handled (any kind).
+    Fault => "faults",
+    /// Anonymous read faults that mapped the shared zero page.
+    FaultZeroPage => "faults_zero_page",
+    /// Anonymous faults that allocated a new order-0 folio.
+    FaultAnon => "faults_anon",
+    /// Anonymous faults that allocated a PTE-mapped large folio (mTHP).
+    FaultAnonMthp => "faults_anon_mthp",
+    /// Anonymous faults that mapped a PMD-sized THP.
+    FaultAnonPmd => "faults_anon_pmd",
+    /// Faults on shared (shmem) mappings.
+    FaultShared => "faults_shared",
+    /// Write-protect faults.
+    FaultWp => "faults_wp",
+    /// COW faults resolved by copying the page.
+    CowCopy => "cow_copies",
+    /// COW faults resolved by reusing the page in place.
+    CowReuse => "cow_reuses",
+    /// Faults that ended in SIGSEGV.
+    FaultSigsegv => "faults_sigsegv",
+    /// Faults that ended in SIGBUS (or OOM).
+    FaultSigbus => "faults_sigbus",
+    /// Page-table entries read by software (fork, zap, walks).
+    PteRead => "pte_reads",
+    /// Page-table entries written (set, clear, modify).
+    PteWrite => "pte_writes",
+    /// Atomic read-modify-write operations on folio metadata (refcount, mapcount, flags).
+    FolioAtomic => "folio_atomics",
+    /// Refcount atomics on folio metadata (a subset of `folio_atomics`).
+    RefcountAtomic => "refcount_atomics",
+    /// Mapcount atomics on folio metadata (a subset of `folio_atomics`).
+    MapcountAtomic => "mapcount_atomics",
+    /// Page-table lock acquisitions.
+    LockPtl => "lock_ptl",
+    /// mm-wide page_table_lock acquisitions.
+    LockPageTable => "lock_page_table",
+    /// mmap_lock acquisitions (read or write).
+    LockMmap => "lock_mmap",
+    /// Buddy zone lock acquisitions.
+    LockZone => "lock_zone",
+    /// TLB lookups that hit.
+    TlbHit => "tlb_hits",
+    /// TLB lookups that missed and walked the page table.
+    TlbMiss => "tlb_misses",
+    /// Single-page TLB invalidations (shootdowns to every CPU count once).
+    TlbFlushPage => "tlb_flush_page",
+    /// Range TLB invalidations.
+    TlbFlushRange => "tlb_flush_range",
+    /// Whole-mm TLB invalidations.
+    TlbFlushMm => "tlb_flush_mm",
+    /// Accesses through a TLB entry that no longer matched the page table (a missing flush).
+    TlbStaleHit => "tlb_stale_hits",
+    /// Frames allocated from the buddy allocator (counted in pages).
+    FramesAlloc => "frames_allocated",
+    /// Frames returned to the buddy allocator (counted in pages).
+    FramesFree => "frames_freed",
+    /// Pages zeroed.
+    PagesZeroed => "pages_zeroed",
+    /// Pages copied.
+    PagesCopied => "pages_copied",
+    /// Page-table pages allocated.
+    PgtableAlloc => "pgtable_allocated",
+    /// Page-table pages freed.
+    PgtableFree => "pgtable_freed",
+    /// PTE batches processed by fork's copy (one per `copy_present_ptes` call that mapped a folio).
+    ForkBatches => "fork_batches",
+    /// PTEs copied by fork.
+    ForkPtes => "fork_ptes",
+    /// Pages copied at fork because they were maybe pinned.
+    ForkPinnedCopies => "fork_pinned_copies",
+    /// PTE batches zapped (one per folio run).
+    ZapBatches => "zap_batches",
+    /// PTEs zapped.
+    ZapPtes => "zap_ptes",
+    /// mmu_gather flushes (TLB flush followed by freeing).
+    GatherFlush => "gather_flushes",
+    /// PMD-mapped THPs split into PTE mappings.
+    ThpSplitPmd => "thp_split_pmd",
+    /// VMA tree nodes allocated.
+    VmaNodeAlloc => "vma_nodes_allocated",
+    /// VMA splits.
+    VmaSplit => "vma_splits",
+    /// VMA merges.
+    VmaMerge => "vma_merges",
+}
+
+/// Number of counters.
+pub const NR_EVENTS: usize = Ev::ALL.len();
+
+/// One CPU's counter block.
+#[derive(Debug)]
+pub struct CpuCounters {
+    slots: [AtomicU64; NR_EVENTS],
+}
+
+impl Default for CpuCounters {
+    fn default() -> Self {
+        CpuCounters {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl CpuCounters {
+    /// Adds `n` to a counter.
+    ///
+    /// # Context
+    /// Only the thread that holds this CPU slot writes to it.
+    #[inline]
+    pub fn add(&self, ev: Ev, n: u64) {
+        let slot = &self.slots[ev as usize];
+        slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(&self, ev: Ev) -> u64 {
+        self.slots[ev as usize].load(Relaxed)
+    }
+}
+
+/// A snapshot of the counters summed over all CPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    values: Vec<u64>,
+}
+
+impl Snapshot {
+    /// Sums the given per-CPU blocks.
+    pub fn sum<'a>(cpus: impl IntoIterator<Item = &'a CpuCounters>) -> Snapshot {
+        let mut values = vec![0u64; NR_EVENTS];
+        for c in cpus {
+            for (i, v) in values.iter_mut().enumerate() {
+                *v += c.slots[i].load(Relaxed);
+            }
+        }
+        Snapshot { values }
+    }
+
+    /// The value of one counter.
+    pub fn get(&self, ev: Ev) -> u64 {
+        self.values.get(ev as usize).copied().unwrap_or(0)
+    }
+
+    /// `self - earlier`, counter by counter.
+    pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
+        let values = (0..NR_EVENTS)
+            .map(|i| self.get_idx(i).wrapping_sub(earlier.get_idx(i)))
+            .collect();
+        Snapshot { values }
+    }
+
+    fn get_idx(&self, i: usize) -> u64 {
+        self.values.get(i).copied().unwrap_or(0)
+    }
+
+    /// (name, value) pairs of the non-zero counters.
+    pub fn nonzero(&self) -> Vec<(&'static str, u64)> {
+        Ev::ALL
+            .iter()
+            .map(|&e| (e.name(), self.get(e)))
+            .filter(|&(_, v)| v != 0)
+            .collect()
+    }
+
+    /// (name, value) pairs of every counter.
+    pub fn all(&self) -> Vec<(&'static str, u64)> {
+        Ev::ALL.iter().map(|&e| (e.name(), self.get(e))).collect()
+    }
+}

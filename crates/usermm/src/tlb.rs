@@ -1,0 +1,117 @@
+//! The software TLB: one per CPU, consulted by every access.
+//!
+//! Linux counterparts: `arch/x86/mm/tlb.c` (`flush_tlb_mm_range`, shootdowns),
+//! `include/asm-generic/tlb.h` (the mmu_gather contract: unmap, then invalidate, then free).
+//! Each CPU caches translations `(mm, virtual page) -> (pfn, writable, dirty)` in a
+//! direct-mapped array. A flush is a shootdown: it invalidates matching entries on every CPU
+//! and counts once. A translation that outlives its PTE (a missing flush) is caught by
+//! [`crate::machine::Machine::validate`] and, with the `check_tlb` tunable, at the access itself.
+//!
+//! # Locking
+//! Each CPU's TLB has its own lock; it is a leaf lock (nothing is taken under it).
+
+use crate::stats::{CpuCounters, Ev};
+use parking_lot::Mutex;
+
+/// Entries per CPU.
+pub const TLB_ENTRIES: usize = 256;
+
+/// One cached translation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlbEntry {
+    /// Owning mm id (0 = invalid).
+    pub mm: u32,
+    /// Virtual page number.
+    pub vpn: u64,
+    /// Physical frame.
+    pub pfn: u64,
+    /// Writes are allowed through this entry (and the PTE is already dirty).
+    pub writable: bool,
+}
+
+/// One CPU's TLB.
+#[derive(Debug)]
+pub struct Tlb {
+    entries: Mutex<Box<[TlbEntry; TLB_ENTRIES]>>,
+}
+
+impl Default for Tlb {
+    fn default() -> Self {
+        Tlb {
+            entries: Mutex::new(Box::new([TlbEntry::default(); TLB_ENTRIES])),
+        }
+    }
+}
+
+#[inline]
+fn slot(vpn: u64, mm: u32) -> usize {
+    ((vpn ^ (u64::from(mm) << 7)) as usize) % TLB_ENTRIES
+}
+
+impl Tlb {
+    /// Looks up a translation.
+    #[inline]
+    pub fn lookup(&self, mm: u32, vpn: u64) -> Option<TlbEntry> {
+        let e = self.entries.lock()[slot(vpn, mm)];
+        (e.mm == mm && e.vpn == vpn).then_some(e)
+    }
+
+    /// Caches a translation.
+    #[inline]
+    pub fn fill(&self, e: TlbEntry) {
+        self.entries.lock()[slot(e.vpn, e.mm)] = e;
+    }
+
+    /// Invalidates every entry of `mm` in `[start_vpn, end_vpn)`.
+    pub fn invalidate(&self, mm: u32, start_vpn: u64, end_vpn: u64) {
+        let mut es = self.entries.lock();
+        if end_vpn - start_vpn < TLB_ENTRIES as u64 / 4 {
+            for vpn in start_vpn..end_vpn {
+                let e = &mut es[slot(vpn, mm)];
+                if e.mm == mm && e.vpn == vpn {
+                    *e = TlbEntry::default();
+                }
+            }
+            return;
+        }
+        for e in es.iter_mut() {
+            if e.mm == mm && e.vpn >= start_vpn && e.vpn < end_vpn {
+                *e = TlbEntry::default();
+            }
+        }
+    }
+
+    /// Every valid entry (for validation).
+    pub fn entries(&self) -> Vec<TlbEntry> {
+        self.entries
+            .lock()
+            .iter()
+            .copied()
+            .filter(|e| e.mm != 0)
+            .collect()
+    }
+}
+
+/// What a flush covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushScope {
+    /// One page.
+    Page(u64),
+    /// `[start, end)`.
+    Range(u64, u64),
+    /// The whole mm.
+    Mm,
+}
+
+/// Shoots down translations of `mm` on every CPU and counts one flush of the given kind.
+pub fn flush(tlbs: &[&Tlb], c: &CpuCounters, mm: u32, scope: FlushScope) {
+    let (start, end, ev) = match scope {
+        FlushScope::Page(a) => (a >> 12, (a >> 12) + 1, Ev::TlbFlushPage),
+        FlushScope::Range(s, e) => (s >> 12, e.div_ceil(4096), Ev::TlbFlushRange),
+        FlushScope::Mm => (0, u64::MAX, Ev::TlbFlushMm),
+    };
+    c.add(ev, 1);
+    for t in tlbs {
+        t.invalidate(mm, start, end);
+    }
+}

@@ -1,0 +1,292 @@
+//! Runtime switches: every optimization of a seed is one of these, with its honest baseline.
+//!
+//! `usermm tunables` lists them with their defaults. Defaults are the best configuration.
+//! Seed issues add their switches here; the engine core adds the debugging switches.
+
+use crate::errno::Errno;
+
+/// Per-size THP policy (the meaning of `/sys/kernel/mm/transparent_hugepage/hugepages-*/enabled`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThpPolicy {
+    /// Use this size for every eligible anonymous fault.
+    Always,
+    /// Use it only in VMAs with `MADV_HUGEPAGE`.
+    Madvise,
+    /// Never.
+    Never,
+    /// Follow the top-level policy.
+    Inherit,
+}
+
+impl ThpPolicy {
+    /// Parses `always|madvise|never|inherit`.
+    pub fn parse(s: &str) -> Option<ThpPolicy> {
+        Some(match s {
+            "always" => ThpPolicy::Always,
+            "madvise" => ThpPolicy::Madvise,
+            "never" => ThpPolicy::Never,
+            "inherit" => ThpPolicy::Inherit,
+            _ => return None,
+        })
+    }
+
+    /// The sysfs spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpPolicy::Always => "always",
+            ThpPolicy::Madvise => "madvise",
+            ThpPolicy::Never => "never",
+            ThpPolicy::Inherit => "inherit",
+        }
+    }
+}
+
+/// Highest folio order the THP policy covers (2 MiB with 4 KiB pages).
+pub const PMD_ORDER: u32 = 9;
+
+/// THP settings: the top-level policy and one per anonymous folio order 2..=9.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThpSettings {
+    /// `/sys/kernel/mm/transparent_hugepage/enabled` (never `Inherit`).
+    pub top: ThpPolicy,
+    /// Per order (index = order; orders 0 and 1 are unused).
+    pub per_order: [ThpPolicy; PMD_ORDER as usize + 1],
+    /// `use_zero_page`: map the huge zero page on read faults of PMD-sized regions.
+    pub use_zero_page: bool,
+}
+
+impl Default for ThpSettings {
+    /// Linux's defaults: top `madvise`, 2M `inherit`, every other size `never`.
+    fn default() -> Self {
+        let mut per_order = [ThpPolicy::Never; PMD_ORDER as usize + 1];
+        per_order[PMD_ORDER as usize] = ThpPolicy::Inherit;
+        ThpSettings {
+            top: ThpPolicy::Madvise,
+            per_order,
+            use_zero_page: true,
+        }
+    }
+}
+
+impl ThpSettings {
+    /// Whether `order` may be used in a VMA with or without `MADV_HUGEPAGE`.
+    pub fn order_allowed(&self, order: u32, vma_hugepage: bool) -> bool {
+        let Some(p) = self.per_order.get(order as usize) else {
+            return false;
+        };
+        let p = if *p == ThpPolicy::Inherit {
+            self.top
+        } else {
+            *p
+        };
+        match p {
+            ThpPolicy::Always => true,
+            ThpPolicy::Madvise => vma_hugepage,
+            ThpPolicy::Never | ThpPolicy::Inherit => false,
+        }
+    }
+
+    /// Sets the policy of one folio size in bytes (16K..=2M, a power of two).
+    pub fn set_size(&mut self, bytes: u64, p: ThpPolicy) -> Result<(), Errno> {
+        if !bytes.is_power_of_two() || !(16 << 10..=2 << 20).contains(&bytes) {
+            return Err(Errno::EINVAL);
+        }
+        let order = bytes.trailing_zeros() - 12;
+        self.per_order[order as usize] = p;
+        Ok(())
+    }
+}
+
+/// Whether fork/zap process PTEs one at a time or in folio batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PteBatching {
+    /// The pre-seed algorithm: one PTE, one refcount op, one rmap op at a time.
+    PerPte,
+    /// Seed 000: `folio_pte_batch` runs of one folio handled with one op each.
+    Batched,
+}
+
+/// Runtime switches of one machine.
+#[derive(Clone, Debug)]
+pub struct Tunables {
+    /// THP policy.
+    pub thp: ThpSettings,
+    /// `vm.max_map_count`.
+    pub max_map_count: u64,
+    /// `vm.overcommit_memory` (0 heuristic, 1 always, 2 never).
+    pub overcommit_memory: u32,
+    /// Seed 000: PTE batching in fork's `copy_pte_range`.
+    pub fork_pte_batch: PteBatching,
+    /// Seed 000 follow-up: PTE batching in zap (munmap, dontneed, exit).
+    pub zap_pte_batch: PteBatching,
+    /// Debug: verify every TLB hit against the page table and count stale hits.
+    pub check_tlb: bool,
+    /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
+    pub test_skip_tlb_flush: bool,
+    /// Test switch: do not write-protect the parent's PTEs at fork (a deliberately wrong engine).
+    pub test_skip_fork_wrprotect: bool,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            thp: ThpSettings::default(),
+            max_map_count: 65530,
+            overcommit_memory: 0,
+            fork_pte_batch: PteBatching::Batched,
+            zap_pte_batch: PteBatching::Batched,
+            check_tlb: cfg!(debug_assertions),
+            test_skip_tlb_flush: false,
+            test_skip_fork_wrprotect: false,
+        }
+    }
+}
+
+/// A tunable as listed by `usermm tunables`.
+#[derive(Clone, Debug)]
+pub struct TunableInfo {
+    /// Name used by `set tunable NAME=VALUE`.
+    pub name: &'static str,
+    /// Current value.
+    pub value: String,
+    /// Accepted values.
+    pub values: &'static str,
+    /// One-line description.
+    pub help: &'static str,
+}
+
+fn batching_name(b: PteBatching) -> &'static str {
+    match b {
+        PteBatching::PerPte => "per-pte",
+        PteBatching::Batched => "batched",
+    }
+}
+
+fn parse_batching(v: &str) -> Option<PteBatching> {
+    match v {
+        "per-pte" | "off" | "0" | "false" => Some(PteBatching::PerPte),
+        "batched" | "on" | "1" | "true" => Some(PteBatching::Batched),
+        _ => None,
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "on" | "1" | "true" | "yes" => Some(true),
+        "off" | "0" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// Error from [`Tunables::set`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TunableError {
+    /// No tunable of that name.
+    #[error("unknown tunable `{0}` (see `usermm tunables`)")]
+    Unknown(String),
+    /// The value is not accepted.
+    #[error("bad value `{value}` for tunable `{name}` (accepted: {accepted})")]
+    BadValue {
+        /// Tunable name.
+        name: String,
+        /// Rejected value.
+        value: String,
+        /// Accepted values.
+        accepted: &'static str,
+    },
+}
+
+impl Tunables {
+    /// Lists every tunable with its current value.
+    pub fn list(&self) -> Vec<TunableInfo> {
+        vec![
+            TunableInfo {
+                name: "fork_pte_batch",
+                value: batching_name(self.fork_pte_batch).into(),
+                values: "batched|per-pte",
+                help: "seed 000: batch consecutive PTEs of one large folio in fork",
+            },
+            TunableInfo {
+                name: "zap_pte_batch",
+                value: batching_name(self.zap_pte_batch).into(),
+                values: "batched|per-pte",
+                help: "seed 000 follow-up: batch PTEs of one folio in munmap/dontneed/exit",
+            },
+            TunableInfo {
+                name: "max_map_count",
+                value: self.max_map_count.to_string(),
+                values: "integer",
+                help: "vm.max_map_count",
+            },
+            TunableInfo {
+                name: "overcommit_memory",
+                value: self.overcommit_memory.to_string(),
+                values: "0|1|2",
+                help: "vm.overcommit_memory (0 heuristic, 1 always, 2 never)",
+            },
+            TunableInfo {
+                name: "thp_use_zero_page",
+                value: self.thp.use_zero_page.to_string(),
+                values: "true|false",
+                help: "map the huge zero page on PMD-sized read faults",
+            },
+            TunableInfo {
+                name: "check_tlb",
+                value: self.check_tlb.to_string(),
+                values: "true|false",
+                help: "debug: verify every TLB hit against the page table",
+            },
+            TunableInfo {
+                name: "test_skip_tlb_flush",
+                value: self.test_skip_tlb_flush.to_string(),
+                values: "true|false",
+                help: "test only: skip TLB flushes (a deliberately broken engine)",
+            },
+            TunableInfo {
+                name: "test_skip_fork_wrprotect",
+                value: self.test_skip_fork_wrprotect.to_string(),
+                values: "true|false",
+                help: "test only: fork does not write-protect the parent (a deliberately broken engine)",
+            },
+        ]
+    }
+
+    /// Sets one tunable by name.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), TunableError> {
+        let bad = |accepted: &'static str| TunableError::BadValue {
+            name: name.to_string(),
+            value: value.to_string(),
+            accepted,
+        };
+        match name {
+            "fork_pte_batch" => {
+                self.fork_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
+            }
+            "zap_pte_batch" => {
+                self.zap_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
+            }
+            "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
+            "overcommit_memory" => {
+                self.overcommit_memory = match value {
+                    "0" => 0,
+                    "1" => 1,
+                    "2" => 2,
+                    _ => return Err(bad("0|1|2")),
+                }
+            }
+            "thp_use_zero_page" => {
+                self.thp.use_zero_page = parse_bool(value).ok_or_else(|| bad("true|false"))?
+            }
+            "check_tlb" => self.check_tlb = parse_bool(value).ok_or_else(|| bad("true|false"))?,
+            "test_skip_tlb_flush" => {
+                self.test_skip_tlb_flush = parse_bool(value).ok_or_else(|| bad("true|false"))?
+            }
+            "test_skip_fork_wrprotect" => {
+                self.test_skip_fork_wrprotect =
+                    parse_bool(value).ok_or_else(|| bad("true|false"))?
+            }
+            _ => return Err(TunableError::Unknown(name.to_string())),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,360 @@
+//! The whole-state invariant checker.
+//!
+//! Linux counterparts: `mt_validate` (`lib/maple_tree.c`), `CONFIG_DEBUG_VM` checks,
+//! `check_mm`. Everything is recomputed from the page tables and compared with the stored
+//! counters: per-page and per-folio mapcounts, refcounts (exactly: one per mapping, plus pins,
+//! plus the shmem page cache), RSS, PageAnonExclusive rules, page-table entry counts, frame
+//! accounting against the buddy allocator, and the TLBs (no translation may outlive its PTE).
+//!
+//! # Context
+//! Call at a quiescent point (no operation in flight on any CPU).
+
+use crate::machine::Machine;
+use crate::mm::{Mm, RssKind};
+use crate::pgtable::{PageTables, PTRS_PER_TABLE};
+use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
+use crate::rmap::GUP_PIN_COUNTING_BIAS;
+use crate::vma::VmFlags;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// What one folio is expected to look like after a recount.
+#[derive(Debug, Default, Clone)]
+struct FolioRecount {
+    pte_maps: BTreeMap<u64, i32>,
+    pmd_maps: i32,
+    refs: i32,
+    /// mms mapping each exclusive page.
+    excl_mms: HashMap<u64, HashSet<u32>>,
+}
+
+/// Collected invariant violations.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// One line per violation.
+    pub errors: Vec<String>,
+}
+
+impl Report {
+    fn err(&mut self, s: String) {
+        if self.errors.len() < 50 {
+            self.errors.push(s);
+        }
+    }
+}
+
+impl Machine {
+    /// Checks every invariant; returns the violations found.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut r = Report::default();
+        let mut folios: BTreeMap<u64, FolioRecount> = BTreeMap::new();
+        let mut frames_used = 0u64;
+        let mut shmem_seen = HashSet::new();
+        for task in self.tasks() {
+            let mm = &task.mm;
+            frames_used += self.validate_mm(mm, &mut folios, &mut r);
+            let st = mm.lock.read();
+            for rec in &st.pins {
+                for &pfn in &rec.pfns {
+                    let head = self.phys.memmap.folio_of(pfn);
+                    let large = self.phys.memmap.test(head, PageFlag::Head);
+                    folios.entry(head).or_default().refs +=
+                        if large { 1 } else { GUP_PIN_COUNTING_BIAS };
+                }
+            }
+            for id in st.vmas.all() {
+                if let Some(s) = &st.vmas.get(id).shmem {
+                    if shmem_seen.insert(s.id) {
+                        for &pfn in s.pages.lock().values() {
+                            folios.entry(pfn).or_default().refs += 1;
+                        }
+                    }
+                }
+            }
+        }
+        frames_used += self.check_folios(&folios, &mut r);
+        let reserved = 1 + if self.phys.huge_zero_pfn_if_allocated() {
+            1 << HPAGE_PMD_ORDER
+        } else {
+            0
+        };
+        if self.phys.allocated_frames() != frames_used {
+            r.err(format!(
+                "frame leak: {} frames allocated, {} accounted for by tables and mapped/cached folios",
+                self.phys.allocated_frames(),
+                frames_used
+            ));
+        }
+        if self.phys.free_frames() + self.phys.allocated_frames() + reserved
+            != self.phys.nr_frames()
+        {
+            r.err(format!(
+                "buddy: free {} + allocated {} + reserved {} != total {}",
+                self.phys.free_frames(),
+                self.phys.allocated_frames(),
+                reserved,
+                self.phys.nr_frames()
+            ));
+        }
+        if r.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(r.errors)
+        }
+    }
+
+    /// Validates one mm; returns the page-table frames it owns.
+    fn validate_mm(
+        &self,
+        mm: &Mm,
+        folios: &mut BTreeMap<u64, FolioRecount>,
+        r: &mut Report,
+    ) -> u64 {
+        let st = mm.lock.read();
+        if let Err(e) = st.vmas.tree.validate() {
+            r.err(format!("mm {}: vma tree: {e}", mm.id));
+        }
+        if st.vmas.slab_live() != st.vmas.count() {
+            r.err(format!(
+                "mm {}: {} VMA bodies for {} tree entries",
+                mm.id,
+                st.vmas.slab_live(),
+                st.vmas.count()
+            ));
+        }
+        let mut locked = 0;
+        for (s, e, id) in st.vmas.tree.iter() {
+            let v = st.vmas.get(id);
+            if v.start != s || v.end != e || s >= e || s & 4095 != 0 || e & 4095 != 0 {
+                r.err(format!(
+                    "mm {}: VMA {:#x}-{:#x} stored as {s:#x}-{e:#x}",
+                    mm.id, v.start, v.end
+                ));
+            }
+            if v.flags.has(VmFlags::LOCKED) {
+                locked += v.len() >> 12;
+            }
+        }
+        if locked != st.locked_vm {
+            r.err(format!(
+                "mm {}: locked_vm {} but VM_LOCKED VMAs span {} pages",
+                mm.id, st.locked_vm, locked
+            ));
+        }
+        let pt = PageTables {
+            phys: &self.phys,
+            arch: self.arch,
+            pgd: mm.pgd,
+        };
+        let mut tables = 0u64;
+        let mut rss = [0i64; 2];
+        pt.for_each_table(|level, table| {
+            tables += 1;
+            let used = (0..PTRS_PER_TABLE)
+                .filter(|&i| pt.get(table, i) != 0)
+                .count() as u32;
+            if used != self.phys.memmap.pt_entries(table) {
+                r.err(format!(
+                    "mm {}: table {table:#x} has {used} entries, counted {}",
+                    mm.id,
+                    self.phys.memmap.pt_entries(table)
+                ));
+            }
+            let _ = level;
+        });
+        self.recount_leaves(mm, &st, pt, folios, &mut rss, r);
+        tables += mm.deposited.lock().len() as u64;
+        for (kind, n) in [(RssKind::Anon, rss[0]), (RssKind::Shmem, rss[1])] {
+            if mm.rss(kind) != n {
+                r.err(format!(
+                    "mm {}: rss {:?} is {} but page tables map {}",
+                    mm.id,
+                    kind,
+                    mm.rss(kind),
+                    n
+                ));
+            }
+        }
+        self.check_tlbs(mm, pt, r);
+        tables
+    }
+
+    fn recount_leaves(
+        &self,
+        mm: &Mm,
+        st: &crate::mm::MmState,
+        pt: PageTables<'_>,
+        folios: &mut BTreeMap<u64, FolioRecount>,
+        rss: &mut [i64; 2],
+        r: &mut Report,
+    ) {
+        let arch = self.arch;
+        let mem = &self.phys.memmap;
+        let mut visit = |addr: u64, e: u64, huge: bool| {
+            let Some(id) = st.vmas.find(addr) else {
+                r.err(format!(
+                    "mm {}: entry {e:#x} at {addr:#x} outside any VMA",
+                    mm.id
+                ));
+                return;
+            };
+            let vma = st.vmas.get(id);
+            let pfn = arch.pfn(e);
+            if self.phys.is_zero_pfn(pfn) {
+                if arch.write(e) {
+                    r.err(format!(
+                        "mm {}: zero page mapped writable at {addr:#x}",
+                        mm.id
+                    ));
+                }
+                return;
+            }
+            let head = mem.folio_of(pfn);
+            let f = folios.entry(head).or_default();
+            let kind = if vma.shmem.is_some() { 1 } else { 0 };
+            if huge {
+                f.pmd_maps += 1;
+                f.refs += 1;
+                rss[kind] += 1 << HPAGE_PMD_ORDER;
+                if mem.test(head, PageFlag::AnonExclusive) {
+                    f.excl_mms.entry(head).or_default().insert(mm.id);
+                }
+            } else {
+                *f.pte_maps.entry(pfn).or_default() += 1;
+                f.refs += 1;
+                rss[kind] += 1;
+                if mem.test(pfn, PageFlag::AnonExclusive) {
+                    f.excl_mms.entry(pfn).or_default().insert(mm.id);
+                }
+            }
+            if vma.shmem.is_none()
+                && arch.write(e)
+                && !mem.test(if huge { head } else { pfn }, PageFlag::AnonExclusive)
+            {
+                r.err(format!(
+                    "mm {}: writable anon entry at {addr:#x} maps a page that is not exclusive",
+                    mm.id
+                ));
+            }
+            if arch.write(e) && !vma.flags.has(VmFlags::WRITE) {
+                r.err(format!(
+                    "mm {}: writable entry at {addr:#x} in a VMA without VM_WRITE",
+                    mm.id
+                ));
+            }
+        };
+        walk_leaves(pt, &mut visit);
+    }
+
+    fn check_tlbs(&self, mm: &Mm, pt: PageTables<'_>, r: &mut Report) {
+        for (cpu, tlb) in self.tlbs().iter().enumerate() {
+            for e in tlb.entries() {
+                if e.mm != mm.id {
+                    continue;
+                }
+                let addr = e.vpn << 12;
+                let ok = match crate::views::leaf_at(pt, addr) {
+                    Some(l) => {
+                        l.pfn == e.pfn
+                            && self.arch.accessible(l.entry)
+                            && (!e.writable || self.arch.write(l.entry))
+                    }
+                    None => false,
+                };
+                if !ok {
+                    r.err(format!(
+                        "cpu {cpu}: stale TLB entry mm {} va {addr:#x} -> pfn {:#x}",
+                        mm.id, e.pfn
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Compares recounts with the memmap; returns the frames the folios occupy.
+    fn check_folios(&self, folios: &BTreeMap<u64, FolioRecount>, r: &mut Report) -> u64 {
+        let mem = &self.phys.memmap;
+        let mut frames = 0;
+        for (&head, f) in folios {
+            let order = mem.order(head);
+            let nr = 1u64 << order;
+            frames += nr;
+            let large = mem.test(head, PageFlag::Head);
+            if mem.refcount(head) != f.refs {
+                r.err(format!(
+                    "folio {head:#x}: refcount {} but {} references found",
+                    mem.refcount(head),
+                    f.refs
+                ));
+            }
+            for p in head..head + nr {
+                let want = f.pte_maps.get(&p).copied().unwrap_or(0);
+                if mem.mapcount(p) != want {
+                    r.err(format!(
+                        "page {p:#x}: mapcount {} but {} PTEs map it",
+                        mem.mapcount(p),
+                        want
+                    ));
+                }
+                if let Some(set) = f.excl_mms.get(&p) {
+                    let maps = want + f.pmd_maps;
+                    if set.len() > 1 || maps > 1 {
+                        r.err(format!(
+                            "page {p:#x}: PageAnonExclusive but mapped {maps} times by {} mms",
+                            set.len()
+                        ));
+                    }
+                }
+            }
+            if large {
+                let total: i32 = f.pte_maps.values().sum::<i32>() + f.pmd_maps;
+                if mem.large_mapcount(head) != total || mem.entire_mapcount(head) != f.pmd_maps {
+                    r.err(format!(
+                        "folio {head:#x}: large_mapcount {} entire {} but recount {} / {}",
+                        mem.large_mapcount(head),
+                        mem.entire_mapcount(head),
+                        total,
+                        f.pmd_maps
+                    ));
+                }
+            }
+        }
+        frames
+    }
+}
+
+/// Calls `f(addr, entry, is_pmd_leaf)` for every non-empty leaf entry.
+pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, u64, bool)) {
+    let arch = pt.arch;
+    for i0 in 0..PTRS_PER_TABLE {
+        let e0 = pt.get(pt.pgd, i0);
+        if !arch.is_table(e0) {
+            continue;
+        }
+        let pud = arch.table_pfn(e0);
+        for i1 in 0..PTRS_PER_TABLE {
+            let e1 = pt.get(pud, i1);
+            if !arch.is_table(e1) {
+                continue;
+            }
+            let pmd = arch.table_pfn(e1);
+            for i2 in 0..PTRS_PER_TABLE {
+                let e2 = pt.get(pmd, i2);
+                let base = ((i0 as u64) << 39) | ((i1 as u64) << 30) | ((i2 as u64) << 21);
+                if e2 == 0 {
+                    continue;
+                }
+                if !arch.is_table(e2) {
+                    f(base, e2, true);
+                    continue;
+                }
+                let pte = arch.table_pfn(e2);
+                for i3 in 0..PTRS_PER_TABLE {
+                    let e3 = pt.get(pte, i3);
+                    if e3 != 0 {
+                        f(base | ((i3 as u64) << 12), e3, false);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! What `/proc` shows: maps, smaps, status, pagemap, kpageflags, and folio orders.
+//!
+//! Linux counterparts: `fs/proc/task_mmu.c` (`show_map_vma`, `smaps_pte_entry`,
+//! `smaps_pmd_entry`, `smaps_account`, `smaps_page_accumulate`, `pte_to_pagemap_entry`),
+//! `fs/proc/array.c` / `task_mmu.c` (`task_mem`), `fs/proc/page.c` (`stable_page_flags`).
+//! The host's build uses per-page mapcounts (CONFIG_PAGE_MAPCOUNT); these views follow it:
+//! a page counts as shared when its precise mapcount is two or more, and a folio whose
+//! refcount is one is private without looking further.
+
+use crate::errno::SysResult;
+use crate::machine::Cpu;
+use crate::mm::{Mm, Pid, RssKind};
+use crate::pgtable::{index, PageTables, Walk, PMD_SIZE};
+use crate::phys::{PageFlag, PhysMem, HPAGE_PMD_ORDER};
+use crate::rmap::page_mapcount;
+use crate::vma::{VmFlags, Vma};
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MapsEntry {
+    /// Start.
+    pub start: u64,
+    /// End.
+    pub end: u64,
+    /// `rwxp` / `rw-s`.
+    pub perms: String,
+    /// Page offset in bytes (the column Linux prints).
+    pub offset: u64,
+    /// VMA flags (for `usermm` views; Linux shows them in smaps `VmFlags`).
+    pub flags: u64,
+}
+
+/// The smaps fields of one VMA, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Smaps {
+    /// Size.
+    pub size: u64,
+    /// Rss.
+    pub rss: u64,
+    /// Pss in bytes << 12 (Linux's `PSS_SHIFT` fixed point).
+    pub pss_fixed: u64,
+    /// Shared_Clean.
+    pub shared_clean: u64,
+    /// Shared_Dirty.
+    pub shared_dirty: u64,
+    /// Private_Clean.
+    pub private_clean: u64,
+    /// Private_Dirty.
+    pub private_dirty: u64,
+    /// Anonymous.
+    pub anonymous: u64,
+    /// AnonHugePages.
+    pub anon_huge_pages: u64,
+    /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
+    pub locked_fixed: u64,
+}
+
+impl Smaps {
+    /// Pss in bytes (truncated, as Linux prints it in kB).
+    pub fn pss(&self) -> u64 {
+        self.pss_fixed >> 12
+    }
+
+    /// Locked in bytes.
+    pub fn locked(&self) -> u64 {
+        self.locked_fixed >> 12
+    }
+
+    /// Adds another VMA's fields.
+    pub fn add(&mut self, o: &Smaps) {
+        self.size += o.size;
+        self.rss += o.rss;
+        self.pss_fixed += o.pss_fixed;
+        self.shared_clean += o.shared_clean;
+        self.shared_dirty += o.shared_dirty;
+        self.private_clean += o.private_clean;
+        self.private_dirty += o.private_dirty;
+        self.anonymous += o.anonymous;
+        self.anon_huge_pages += o.anon_huge_pages;
+        self.locked_fixed += o.locked_fixed;
+    }
+}
+
+/// `/proc/PID/status` memory lines, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    /// VmSize.
+    pub vm_size: u64,
+    /// VmRSS.
+    pub vm_rss: u64,
+    /// RssAnon.
+    pub rss_anon: u64,
+    /// RssShmem.
+    pub rss_shmem: u64,
+    /// VmLck.
+    pub vm_lck: u64,
+    /// VmPin.
+    pub vm_pin: u64,
+    /// VmData (private writable, non-stack).
+    pub vm_data: u64,
+    /// Number of VMAs.
+    pub map_count: u64,
+}
+
+/// One pagemap entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pagemap {
+    /// Bit 63.
+    pub present: bool,
+    /// Bit 56 (`PM_MMAP_EXCLUSIVE`).
+    pub exclusive: bool,
+    /// Bit 61 (`PM_FILE`: page cache or shared anon).
+    pub file: bool,
+    /// Bit 55 (soft-dirty).
+    pub soft_dirty: bool,
+}
+
+/// `/proc/kpageflags` bit numbers.
+#[allow(missing_docs)]
+pub mod kpf {
+    pub const LOCKED: u32 = 0;
+    pub const REFERENCED: u32 = 2;
+    pub const UPTODATE: u32 = 3;
+    pub const DIRTY: u32 = 4;
+    pub const LRU: u32 = 5;
+    pub const ACTIVE: u32 = 6;
+    pub const BUDDY: u32 = 10;
+    pub const MMAP: u32 = 11;
+    pub const ANON: u32 = 12;
+    pub const SWAPBACKED: u32 = 14;
+    pub const COMPOUND_HEAD: u32 = 15;
+    pub const COMPOUND_TAIL: u32 = 16;
+    pub const UNEVICTABLE: u32 = 18;
+    pub const THP: u32 = 22;
+    pub const ZERO_PAGE: u32 = 24;
+    pub const PGTABLE: u32 = 26;
+    pub const MLOCKED: u32 = 33;
+}
+
+/// The leaf mapping one address: the frame and whether it is a PMD leaf.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeafInfo {
+    pub(crate) entry: u64,
+    pub(crate) pfn: u64,
+}
+
+pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
+    match pt.walk(addr) {
+        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo {
+            entry,
+            pfn: pt.arch.pfn(entry),
+        }),
+        Walk::PmdLeaf { entry, .. } => {
+            let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
+            Some(LeafInfo { entry, pfn })
+        }
+        _ => None,
+    }
+}
+
+fn accumulate(
+    s: &mut Smaps,
+    phys: &PhysMem,
+    size: u64,
+    pss: u64,
+    dirty: bool,
+    locked: bool,
+    private: bool,
+    head: u64,
+) {
+    s.pss_fixed += pss;
+    if locked {
+        s.locked_fixed += pss;
+    }
+    let dirty = dirty || phys.memmap.test(head, PageFlag::Dirty);
+    match (dirty, private) {
+        (true, true) => s.private_dirty += size,
+        (true, false) => s.shared_dirty += size,
+        (false, true) => s.private_clean += size,
+        (false, false) => s.shared_clean += size,
+    }
+}
+
+/// `smaps_account` for `nr` pages from `page` mapped by one entry.
+fn smaps_account(s: &mut Smaps, phys: &PhysMem, page: u64, nr: u64, dirty: bool, locked: bool) {
+    let head = phys.memmap.folio_of(page);
+    let size = nr * 4096;
+    if phys.memmap.test(head, PageFlag::Anon) {
+        s.anonymous += size;
+    }
+    s.rss += size;
+    if phys.memmap.refcount(head) == 1 {
+        accumulate(s, phys, size, size << 12, dirty, locked, true, head);
+        return;
+    }
+    for p in page..page + nr {
+        let mapcount = page_mapcount(phys, p).max(1) as u64;
+        let pss = (4096u64 << 12) / mapcount;
+        accumulate(s, phys, 4096, pss, dirty, locked, mapcount < 2, head);
+    }
+}
+
+impl<'m> Cpu<'m> {
+    fn mm_of(&self, pid: Pid) -> SysResult<std::sync::Arc<crate::mm::Task>> {
+        self.m.task(pid)
+    }
+
+    /// `/proc/PID/maps`.
+    pub fn maps(&self, pid: Pid) -> SysResult<Vec<MapsEntry>> {
+        let task = self.mm_of(pid)?;
+        let st = task.mm.lock.read();
+        Ok(st
+            .vmas
+            .all()
+            .into_iter()
+            .map(|id| {
+                let v = st.vmas.get(id);
+                let offset = if v.shmem.is_some() { v.pgoff << 12 } else { 0 };
+                MapsEntry {
+                    start: v.start,
+                    end: v.end,
+                    perms: v.flags.perms(),
+                    offset,
+                    flags: v.flags.0,
+                }
+            })
+            .collect())
+    }
+
+    /// `/proc/PID/smaps`: one entry per VMA overlapping `[start, end)`, each for the whole VMA.
+    pub fn smaps(&self, pid: Pid, start: u64, end: u64) -> SysResult<Vec<(MapsEntry, Smaps)>> {
+        let task = self.mm_of(pid)?;
+        let st = task.mm.lock.read();
+        let mut out = Vec::new();
+        for id in st.vmas.overlapping(start, end) {
+            let v = st.vmas.get(id);
+            let e = MapsEntry {
+                start: v.start,
+                end: v.end,
+                perms: v.flags.perms(),
+                offset: 0,
+                flags: v.flags.0,
+            };
+            out.push((e, self.smaps_vma(&task.mm, v)));
+        }
+        Ok(out)
+    }
+
+    fn smaps_vma(&self, mm: &Mm, v: &Vma) -> Smaps {
+        let phys = &self.m.phys;
+        let pt = self.tables(mm);
+        let locked = v.flags.has(VmFlags::LOCKED);
+        let mut s = Smaps {
+            size: v.len(),
+            ..Smaps::default()
+        };
+        let mut addr = v.start;
+        while addr < v.end {
+            match pt.walk(addr) {
+                Walk::PmdLeaf { entry, .. } => {
+                    let pfn = pt.arch.pfn(entry);
+                    if !phys.is_zero_pfn(pfn) {
+                        smaps_account(
+                            &mut s,
+                            phys,
+                            pfn,
+                            1 << HPAGE_PMD_ORDER,
+                            pt.arch.dirty(entry),
+                            locked,
+                        );
+                        if phys.memmap.test(pfn, PageFlag::Anon) {
+                            s.anon_huge_pages += PMD_SIZE;
+                        }
+                    }
+                    addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
+                }
+                Walk::Pte { table, .. } => {
+                    let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(v.end);
+                    for i in index(addr, 12)..index(addr, 12) + ((next - addr) >> 12) as usize {
+                        let e = pt.get(table, i);
+                        if e == 0 || !pt.arch.present(e) {
+                            continue;
+                        }
+                        let pfn = pt.arch.pfn(e);
+                        if pt.arch.special(e) && phys.is_zero_pfn(pfn) {
+                            continue;
+                        }
+                        smaps_account(&mut s, phys, pfn, 1, pt.arch.dirty(e), locked);
+                    }
+                    addr = next;
+                }
+                Walk::NoPmd | Walk::PmdNone { .. } => addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE,
+            }
+        }
+        s
+    }
+
+    /// `/proc/PID/status` memory lines.
+    pub fn status(&self, pid: Pid) -> SysResult<Status> {
+        let task = self.mm_of(pid)?;
+        let mm = &task.mm;
+        let st = mm.lock.read();
+        let mut s = Status {
+            rss_anon: mm.rss(RssKind::Anon).max(0) as u64 * 4096,
+            rss_shmem: mm.rss(RssKind::Shmem).max(0) as u64 * 4096,
+            vm_lck: st.locked_vm * 4096,
+            vm_pin: st.pinned_vm * 4096,
+            map_count: st.vmas.count() as u64,
+            ..Status::default()
+        };
+        s.vm_rss = s.rss_anon + s.rss_shmem;
+        for id in st.vmas.all() {
+            let v = st.vmas.get(id);
+            s.vm_size += v.len();
+            if v.flags.0 & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::GROWSDOWN) == VmFlags::WRITE
+            {
+                s.vm_data += v.len();
+            }
+        }
+        Ok(s)
+    }
+
+    /// `/proc/PID/pagemap` for the page containing `addr`.
+    pub fn pagemap(&self, pid: Pid, addr: u64) -> SysResult<Pagemap> {
+        let task = self.mm_of(pid)?;
+        let _st = task.mm.lock.read();
+        let pt = self.tables(&task.mm);
+        let phys = &self.m.phys;
+        let Some(leaf) = leaf_at(pt, addr) else {
+            return Ok(Pagemap::default());
+        };
+        if !pt.arch.present(leaf.entry) {
+            return Ok(Pagemap::default());
+        }
+        let mut pm = Pagemap {
+            present: true,
+            soft_dirty: pt.arch.soft_dirty(leaf.entry),
+            ..Pagemap::default()
+        };
+        if !phys.is_zero_pfn(leaf.pfn) {
+            let head = phys.memmap.folio_of(leaf.pfn);
+            pm.file = !phys.memmap.test(head, PageFlag::Anon);
+            pm.exclusive = page_mapcount(phys, leaf.pfn) == 1;
+        }
+        Ok(pm)
+    }
+
+    /// `/proc/kpageflags` of the page mapped at `addr` (after draining per-CPU batches).
+    pub fn kpageflags(&self, pid: Pid, addr: u64) -> SysResult<Option<u64>> {
+        let task = self.mm_of(pid)?;
+        let _st = task.mm.lock.read();
+        let pt = self.tables(&task.mm);
+        let Some(leaf) = leaf_at(pt, addr) else {
+            return Ok(None);
+        };
+        Ok(Some(stable_page_flags(&self.m.phys, leaf.pfn)))
+    }
+
+    /// Order of the folio mapping `addr`.
+    pub fn folio_order(&self, pid: Pid, addr: u64) -> SysResult<Option<u32>> {
+        let task = self.mm_of(pid)?;
+        let _st = task.mm.lock.read();
+        let pt = self.tables(&task.mm);
+        let Some(leaf) = leaf_at(pt, addr) else {
+            return Ok(None);
+        };
+        let head = self.m.phys.memmap.folio_of(leaf.pfn);
+        Ok(Some(self.m.phys.memmap.order(head)))
+    }
+}
+
+/// The kpageflags word of a frame (`stable_page_flags`).
+pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
+    let mm = &phys.memmap;
+    let head = mm.folio_of(pfn);
+    let mut u = 0u64;
+    let mut set = |bit: u32, on: bool| {
+        if on {
+            u |= 1 << bit;
+        }
+    };
+    if phys.is_zero_pfn(pfn) {
+        set(kpf::ZERO_PAGE, true);
+        set(kpf::THP, mm.test(head, PageFlag::Head));
+        return u;
+    }
+    let large = mm.test(head, PageFlag::Head);
+    let mapped = if large {
+        mm.large_mapcount(head) > 0
+    } else {
+        mm.mapcount(head) > 0
+    };
+    set(kpf::MMAP, mapped);
+    set(kpf::ANON, mm.test(head, PageFlag::Anon));
+    set(kpf::COMPOUND_HEAD, large && pfn == head);
+    set(kpf::COMPOUND_TAIL, large && pfn != head);
+    set(kpf::THP, large && mm.test(head, PageFlag::LargeRmappable));
+    set(kpf::LOCKED, mm.test(head, PageFlag::Locked));
+    set(kpf::REFERENCED, mm.test(head, PageFlag::Referenced));
+    set(kpf::UPTODATE, mm.test(head, PageFlag::Uptodate));
+    set(kpf::DIRTY, mm.test(head, PageFlag::Dirty));
+    set(kpf::LRU, mm.test(head, PageFlag::Lru));
+    set(kpf::ACTIVE, mm.test(head, PageFlag::Active));
+    set(kpf::SWAPBACKED, mm.test(head, PageFlag::SwapBacked));
+    set(kpf::UNEVICTABLE, mm.test(head, PageFlag::Unevictable));
+    set(kpf::MLOCKED, mm.test(head, PageFlag::Mlocked));
+    set(kpf::PGTABLE, mm.test(head, PageFlag::Pgtable));
+    u
+}

@@ -1,0 +1,284 @@
+//! VMA split and merge.
+//!
+//! Linux counterpart: `mm/vma.c` (`__split_vma`, `vma_merge_new_range`,
+//! `vma_merge_existing_range`, `is_mergeable_anon_vma`, `vma_modify_flags`). The rules that
+//! decide whether two adjacent VMAs merge: equal flags (ignoring soft-dirty), the same backing
+//! object, contiguous page offsets, and compatible anon_vmas (equal, or one absent while the
+//! other has never been forked: a chain of length one).
+
+use super::{VmFlags, Vma, VmaId, VmaSet};
+use crate::errno::{Errno, SysResult};
+use std::sync::Arc;
+
+/// A proposed range with its attributes, used to test merges before anything changes.
+#[derive(Debug, Clone)]
+pub struct Proposal<'a> {
+    /// Start.
+    pub start: u64,
+    /// End.
+    pub end: u64,
+    /// Flags.
+    pub flags: VmFlags,
+    /// Page offset of `start`.
+    pub pgoff: u64,
+    /// anon_vma id (0 = none) and chain length.
+    pub anon_vma: (u64, u32),
+    /// Backing shmem object.
+    pub shmem: Option<&'a Arc<super::Shmem>>,
+}
+
+impl<'a> Proposal<'a> {
+    /// The attributes of an existing VMA restricted to `[start, end)`, with new flags.
+    pub fn of(vma: &'a Vma, start: u64, end: u64, flags: VmFlags) -> Proposal<'a> {
+        Proposal {
+            start,
+            end,
+            flags,
+            pgoff: vma.pgoff_at(start),
+            anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
+            shmem: vma.shmem.as_ref(),
+        }
+    }
+}
+
+fn anon_compatible(src: (u64, u32), tgt: (u64, u32)) -> bool {
+    match (src.0, tgt.0) {
+        (0, 0) => true,
+        (0, _) => tgt.1 <= 1,
+        (_, 0) => src.1 <= 1,
+        (a, b) => a == b,
+    }
+}
+
+fn same_object(a: Option<&Arc<super::Shmem>>, b: Option<&Arc<super::Shmem>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// Whether `p` can merge with its left neighbour `prev` (which ends at `p.start`).
+pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
+    prev.end == p.start
+        && prev.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
+        && same_object(prev.shmem.as_ref(), p.shmem)
+        && prev.pgoff + (prev.len() >> 12) == p.pgoff
+        && anon_compatible(p.anon_vma, (prev.anon_vma(), prev.anon_vma_chain()))
+}
+
+/// Whether `p` can merge with its right neighbour `next` (which starts at `p.end`).
+pub fn can_merge_before(p: &Proposal<'_>, next: &Vma) -> bool {
+    next.start == p.end
+        && next.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
+        && same_object(next.shmem.as_ref(), p.shmem)
+        && p.pgoff + ((p.end - p.start) >> 12) == next.pgoff
+        && anon_compatible(p.anon_vma, (next.anon_vma(), next.anon_vma_chain()))
+}
+
+fn store(set: &mut VmaSet, start: u64, end: u64, id: Option<VmaId>) -> SysResult<()> {
+    set.tree
+        .store_range(start, end, id)
+        .map_err(|_| Errno::ENOMEM)
+}
+
+/// Splits `id` at `addr`; the original keeps `[start, addr)`, the returned VMA is `[addr, end)`.
+///
+/// # Errors
+/// `ENOMEM` if the map count is at `max_map_count` or the tree cannot allocate.
+pub fn split(set: &mut VmaSet, id: VmaId, addr: u64, max_map_count: u64) -> SysResult<VmaId> {
+    if set.count() as u64 >= max_map_count {
+        return Err(Errno::ENOMEM);
+    }
+    let mut upper = set.get(id).clone();
+    upper.pgoff = upper.pgoff_at(addr);
+    upper.start = addr;
+    if let Some(s) = &upper.shmem {
+        s.get();
+    }
+    let (end, new) = (upper.end, set.alloc(upper));
+    if let Err(e) = store(set, addr, end, Some(new)) {
+        let v = set.release(new);
+        if let Some(s) = v.shmem {
+            s.put();
+        }
+        return Err(e);
+    }
+    set.get_mut(id).end = addr;
+    Ok(new)
+}
+
+/// Removes a VMA that has been fully absorbed by a neighbour (its range is already re-stored).
+fn drop_absorbed(set: &mut VmaSet, id: VmaId) {
+    let v = set.release(id);
+    if let Some(s) = v.shmem {
+        s.put();
+    }
+}
+
+/// Carries an anon_vma into a merge target that has none (`dup_anon_vma`).
+fn inherit_anon(set: &VmaSet, tgt: VmaId, src: (u64, u32)) {
+    let t = set.get(tgt);
+    if t.anon_vma() == 0 && src.0 != 0 {
+        t.set_anon_vma(src.0, src.1);
+    }
+}
+
+/// Applies `flags` to `[start, end)` of VMA `id`, merging with neighbours or splitting as
+/// Linux's `vma_modify_flags` does.
+///
+/// # Returns
+/// The VMA that now covers exactly `[start, end)` with the new flags (possibly larger after a
+/// merge).
+pub fn modify_flags(
+    set: &mut VmaSet,
+    id: VmaId,
+    start: u64,
+    end: u64,
+    flags: VmFlags,
+    max_map_count: u64,
+) -> SysResult<VmaId> {
+    let (vstart, vend) = (set.get(id).start, set.get(id).end);
+    let prev = if start == vstart {
+        set.find(vstart.wrapping_sub(1)).filter(|_| vstart > 0)
+    } else {
+        None
+    };
+    let next = if end == vend { set.find(vend) } else { None };
+    let p = Proposal::of(set.get(id), start, end, flags);
+    let (src, p_pgoff) = (p.anon_vma, p.pgoff);
+    let left = prev.filter(|&pv| can_merge_after(set.get(pv), &p));
+    let right = next.filter(|&nx| can_merge_before(&p, set.get(nx)));
+    let both = match (left, right) {
+        (Some(pv), Some(nx)) => {
+            let (a, b) = (set.get(pv), set.get(nx));
+            anon_compatible(
+                (a.anon_vma(), a.anon_vma_chain()),
+                (b.anon_vma(), b.anon_vma_chain()),
+            )
+        }
+        _ => false,
+    };
+    match (left, right) {
+        (Some(pv), Some(nx)) if both => {
+            let nend = set.get(nx).end;
+            let pstart = set.get(pv).start;
+            store(set, pstart, nend, Some(pv))?;
+            let nx_anon = (set.get(nx).anon_vma(), set.get(nx).anon_vma_chain());
+            set.get_mut(pv).end = nend;
+            inherit_anon(set, pv, src);
+            inherit_anon(set, pv, nx_anon);
+            drop_absorbed(set, id);
+            drop_absorbed(set, nx);
+            Ok(pv)
+        }
+        (Some(pv), _) => {
+            let pstart = set.get(pv).start;
+            store(set, pstart, end, Some(pv))?;
+            set.get_mut(pv).end = end;
+            inherit_anon(set, pv, src);
+            if end == vend {
+                drop_absorbed(set, id);
+            } else {
+                let v = set.get_mut(id);
+                v.pgoff = v.pgoff_at(end);
+                v.start = end;
+            }
+            Ok(pv)
+        }
+        (None, Some(nx)) => {
+            let nend = set.get(nx).end;
+            store(set, start, nend, Some(nx))?;
+            let n = set.get_mut(nx);
+            n.start = start;
+            n.pgoff = p_pgoff;
+            inherit_anon(set, nx, src);
+            if start == vstart {
+                drop_absorbed(set, id);
+            } else {
+                set.get_mut(id).end = start;
+            }
+            Ok(nx)
+        }
+        (None, None) => {
+            let mut target = id;
+            if start > vstart {
+                target = split(set, id, start, max_map_count)?;
+            }
+            if end < vend {
+                split(set, target, end, max_map_count)?;
+            }
+            set.get_mut(target).flags = flags;
+            Ok(target)
+        }
+    }
+}
+
+/// Inserts a new range, merging with the neighbours when possible (`vma_merge_new_range`),
+/// else creating a VMA.
+///
+/// # Context
+/// The range `[p.start, p.end)` must be empty in the tree.
+pub fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
+    let prev = if p.start > 0 {
+        set.find(p.start - 1)
+    } else {
+        None
+    };
+    let next = set.find(p.end);
+    let left = prev.filter(|&pv| can_merge_after(set.get(pv), &p));
+    let right = next.filter(|&nx| can_merge_before(&p, set.get(nx)));
+    let both = match (left, right) {
+        (Some(pv), Some(nx)) => {
+            let (a, b) = (set.get(pv), set.get(nx));
+            anon_compatible(
+                (a.anon_vma(), a.anon_vma_chain()),
+                (b.anon_vma(), b.anon_vma_chain()),
+            )
+        }
+        _ => false,
+    };
+    match (left, right) {
+        (Some(pv), Some(nx)) if both => {
+            let (pstart, nend) = (set.get(pv).start, set.get(nx).end);
+            store(set, pstart, nend, Some(pv))?;
+            let nx_anon = (set.get(nx).anon_vma(), set.get(nx).anon_vma_chain());
+            set.get_mut(pv).end = nend;
+            inherit_anon(set, pv, p.anon_vma);
+            inherit_anon(set, pv, nx_anon);
+            drop_absorbed(set, nx);
+            Ok(pv)
+        }
+        (Some(pv), _) => {
+            let pstart = set.get(pv).start;
+            store(set, pstart, p.end, Some(pv))?;
+            set.get_mut(pv).end = p.end;
+            inherit_anon(set, pv, p.anon_vma);
+            Ok(pv)
+        }
+        (None, Some(nx)) => {
+            let nend = set.get(nx).end;
+            store(set, p.start, nend, Some(nx))?;
+            let n = set.get_mut(nx);
+            n.start = p.start;
+            n.pgoff = p.pgoff;
+            inherit_anon(set, nx, p.anon_vma);
+            Ok(nx)
+        }
+        (None, None) => {
+            let vma = Vma::new(p.start, p.end, p.flags, p.pgoff, p.shmem.cloned());
+            if p.anon_vma.0 != 0 {
+                vma.set_anon_vma(p.anon_vma.0, p.anon_vma.1);
+            }
+            if let Some(s) = &vma.shmem {
+                s.get();
+            }
+            let id = set.alloc(vma);
+            if let Err(e) = store(set, p.start, p.end, Some(id)) {
+                drop_absorbed(set, id);
+                return Err(e);
+            }
+            Ok(id)
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Virtual memory areas and the per-mm set of them.
+//!
+//! Linux counterparts: `struct vm_area_struct` (`include/linux/mm_types.h`), `mm/vma.c`
+//! (split, merge, modify), `mm/mmap.c`. VMAs are named by [`VmaId`] handles stored in the
+//! maple-like range tree of the crate `maple`; the VMA bodies live in a slab owned by the mm.
+//! Everything here runs under the mmap lock: read for lookups, write for changes. The only
+//! field a fault may change under the read lock is the anon_vma (set once, like Linux does
+//! under `page_table_lock` in `__anon_vma_prepare`), hence the atomics.
+
+pub mod merge;
+pub mod shmem;
+
+use crate::pgtable::Prot;
+use maple::MapleTree;
+pub use shmem::Shmem;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// VMA flags with Linux's values (`include/linux/mm.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct VmFlags(pub u64);
+
+#[allow(missing_docs)]
+impl VmFlags {
+    pub const READ: u64 = 0x1;
+    pub const WRITE: u64 = 0x2;
+    pub const EXEC: u64 = 0x4;
+    pub const SHARED: u64 = 0x8;
+    pub const MAYREAD: u64 = 0x10;
+    pub const MAYWRITE: u64 = 0x20;
+    pub const MAYEXEC: u64 = 0x40;
+    pub const MAYSHARE: u64 = 0x80;
+    pub const GROWSDOWN: u64 = 0x100;
+    pub const LOCKED: u64 = 0x2000;
+    pub const DONTCOPY: u64 = 0x20000;
+    pub const DONTEXPAND: u64 = 0x40000;
+    pub const LOCKONFAULT: u64 = 0x80000;
+    pub const ACCOUNT: u64 = 0x100000;
+    pub const NORESERVE: u64 = 0x200000;
+    pub const WIPEONFORK: u64 = 0x2000000;
+    pub const SOFTDIRTY: u64 = 0x8000000;
+    pub const HUGEPAGE: u64 = 0x20000000;
+    pub const NOHUGEPAGE: u64 = 0x40000000;
+    /// Flags that do not prevent a merge (`VM_IGNORE_MERGE`).
+    pub const IGNORE_MERGE: u64 = Self::SOFTDIRTY;
+    /// Access flags (`VM_ACCESS_FLAGS`), ignored by `anon_vma_compatible`.
+    pub const ACCESS: u64 = Self::READ | Self::WRITE | Self::EXEC;
+
+    /// Tests any of `bits`.
+    #[inline]
+    pub fn has(self, bits: u64) -> bool {
+        self.0 & bits != 0
+    }
+
+    /// The page protection of the VMA's PTEs (`vm_page_prot`): private writable mappings
+    /// are mapped read-only until a write fault makes a page exclusive (COW).
+    pub fn page_prot(self) -> Prot {
+        let write = self.has(Self::WRITE) && self.has(Self::SHARED);
+        Prot {
+            read: self.has(Self::READ),
+            write,
+            exec: self.has(Self::EXEC),
+        }
+    }
+
+    /// The `rwxp` column of `/proc/PID/maps`.
+    pub fn perms(self) -> String {
+        let mut s = String::with_capacity(4);
+        s.push(if self.has(Self::READ) { 'r' } else { '-' });
+        s.push(if self.has(Self::WRITE) { 'w' } else { '-' });
+        s.push(if self.has(Self::EXEC) { 'x' } else { '-' });
+        s.push(if self.has(Self::MAYSHARE) { 's' } else { 'p' });
+        s
+    }
+}
+
+/// Handle of a VMA in its mm's slab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VmaId(pub u32);
+
+/// A virtual memory area.
+#[derive(Debug)]
+pub struct Vma {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Flags.
+    pub flags: VmFlags,
+    /// Page offset (anon private: `start >> PAGE_SHIFT` at creation; shmem: offset in the object).
+    pub pgoff: u64,
+    /// Identifier of the anon_vma (0 = none yet). Set once by the first fault.
+    anon_vma: AtomicU64,
+    /// Length of the anon_vma chain (1 for a VMA that owns its anon_vma; +1 per fork generation).
+    anon_vma_chain: AtomicU32,
+    /// The shmem object behind a shared anonymous mapping.
+    pub shmem: Option<Arc<Shmem>>,
+}
+
+impl Clone for Vma {
+    fn clone(&self) -> Self {
+        Vma {
+            start: self.start,
+            end: self.end,
+            flags: self.flags,
+            pgoff: self.pgoff,
+            anon_vma: AtomicU64::new(self.anon_vma()),
+            anon_vma_chain: AtomicU32::new(self.anon_vma_chain()),
+            shmem: self.shmem.clone(),
+        }
+    }
+}
+
+impl Vma {
+    /// A new VMA without an anon_vma.
+    pub fn new(start: u64, end: u64, flags: VmFlags, pgoff: u64, shmem: Option<Arc<Shmem>>) -> Vma {
+        Vma {
+            start,
+            end,
+            flags,
+            pgoff,
+            anon_vma: AtomicU64::new(0),
+            anon_vma_chain: AtomicU32::new(0),
+            shmem,
+        }
+    }
+
+    /// The anon_vma id (0 = none).
+    pub fn anon_vma(&self) -> u64 {
+        self.anon_vma.load(Relaxed)
+    }
+
+    /// The anon_vma chain length.
+    pub fn anon_vma_chain(&self) -> u32 {
+        self.anon_vma_chain.load(Relaxed)
+    }
+
+    /// Sets the anon_vma and chain length.
+    ///
+    /// # Context
+    /// mmap write lock, or `page_table_lock` when attaching the first anon_vma in a fault.
+    pub fn set_anon_vma(&self, id: u64, chain: u32) {
+        self.anon_vma.store(id, Relaxed);
+        self.anon_vma_chain.store(chain, Relaxed);
+    }
+
+    /// Whether the VMA is private anonymous memory.
+    pub fn is_anon_private(&self) -> bool {
+        self.shmem.is_none()
+    }
+
+    /// Whether writes copy on write (`is_cow_mapping`).
+    pub fn is_cow(&self) -> bool {
+        self.flags.0 & (VmFlags::SHARED | VmFlags::MAYWRITE) == VmFlags::MAYWRITE
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the VMA is empty (never true for a VMA in a tree).
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// The page offset corresponding to `addr`.
+    pub fn pgoff_at(&self, addr: u64) -> u64 {
+        self.pgoff + ((addr - self.start) >> 12)
+    }
+}
+
+/// The VMAs of one mm: the range tree plus the slab of bodies.
+#[derive(Debug, Default)]
+pub struct VmaSet {
+    /// Range tree: address range -> VMA handle.
+    pub tree: MapleTree<VmaId>,
+    slab: Vec<Option<Vma>>,
+    free: Vec<u32>,
+}
+
+impl VmaSet {
+    /// The VMA body of a handle.
+    ///
+    /// # Panics
+    /// If the handle is stale (an invariant violation).
+    #[inline]
+    pub fn get(&self, id: VmaId) -> &Vma {
+        self.slab[id.0 as usize]
+            .as_ref()
+            .expect("invariant: live VMA handle")
+    }
+
+    /// Mutable VMA body.
+    #[inline]
+    pub fn get_mut(&mut self, id: VmaId) -> &mut Vma {
+        self.slab[id.0 as usize]
+            .as_mut()
+            .expect("invariant: live VMA handle")
+    }
+
+    /// Adds a body to the slab (not yet in the tree).
+    pub fn alloc(&mut self, vma: Vma) -> VmaId {
+        if let Some(i) = self.free.pop() {
+            self.slab[i as usize] = Some(vma);
+            VmaId(i)
+        } else {
+            self.slab.push(Some(vma));
+            VmaId(self.slab.len() as u32 - 1)
+        }
+    }
+
+    /// Removes a body from the slab (after it left the tree).
+    pub fn release(&mut self, id: VmaId) -> Vma {
+        let v = self.slab[id.0 as usize]
+            .take()
+            .expect("invariant: live VMA handle");
+        self.free.push(id.0);
+        v
+    }
+
+    /// The VMA containing `addr`.
+    #[inline]
+    pub fn find(&self, addr: u64) -> Option<VmaId> {
+        self.tree.load(addr)
+    }
+
+    /// The first VMA ending after `addr` (Linux `find_vma`).
+    pub fn find_after(&self, addr: u64) -> Option<VmaId> {
+        self.tree.find_after(addr).map(|(_, _, id)| id)
+    }
+
+    /// The last VMA starting before `addr`.
+    pub fn find_before(&self, addr: u64) -> Option<VmaId> {
+        self.tree.find_before(addr).map(|(_, _, id)| id)
+    }
+
+    /// VMAs overlapping `[start, end)`, in order.
+    pub fn overlapping(&self, start: u64, end: u64) -> Vec<VmaId> {
+        if start >= end {
+            return Vec::new();
+        }
+        self.tree.range(start, end).map(|(_, _, id)| id).collect()
+    }
+
+    /// Every VMA in order.
+    pub fn all(&self) -> Vec<VmaId> {
+        self.tree.iter().map(|(_, _, id)| id).collect()
+    }
+
+    /// Number of VMAs (`map_count`).
+    pub fn count(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Live slab entries (for validation).
+    pub fn slab_live(&self) -> usize {
+        self.slab.iter().filter(|v| v.is_some()).count()
+    }
+}

@@ -1,0 +1,324 @@
+//! Unmapping page ranges and freeing page tables, through the mmu_gather.
+//!
+//! Linux counterparts: `mm/memory.c` (`unmap_vmas`, `zap_pte_range`, `zap_present_ptes`,
+//! `free_pgtables`), `mm/mmu_gather.c` and `include/asm-generic/tlb.h`. The protocol, written
+//! once here: **clear the entries, flush the TLB, only then drop the folio references and free
+//! page tables.** A [`MmuGather`] collects the folios and the flushed range; it must be
+//! finished with [`MmuGather::finish`] (dropping it unfinished is a bug and is asserted).
+
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, RssKind};
+use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE, PUD_SIZE};
+use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
+use crate::rmap;
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::Vma;
+
+/// Pages gathered before a forced flush (Linux `MAX_GATHER_BATCH_COUNT` × batch size ≈ 10k).
+const GATHER_LIMIT: usize = 10_000;
+
+/// Whether the whole address space is being torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatherScope {
+    /// A range of a live mm: flush the gathered range.
+    Range,
+    /// exit: flush the whole mm once.
+    FullMm,
+}
+
+/// Pending unmap work: folio references to drop and a range to flush.
+#[derive(Debug)]
+#[must_use = "a gather must be finished: its folios are freed only after the TLB flush"]
+pub struct MmuGather<'c, 'm> {
+    cpu: &'c Cpu<'m>,
+    mm: &'c Mm,
+    scope: GatherScope,
+    folios: Vec<(u64, i32)>,
+    tables: Vec<u64>,
+    range: Option<(u64, u64)>,
+}
+
+impl<'c, 'm> MmuGather<'c, 'm> {
+    /// Starts a gather on `mm`.
+    pub fn new(cpu: &'c Cpu<'m>, mm: &'c Mm, scope: GatherScope) -> Self {
+        MmuGather {
+            cpu,
+            mm,
+            scope,
+            folios: Vec::new(),
+            tables: Vec::new(),
+            range: None,
+        }
+    }
+
+    /// Records that translations in `[start, end)` were removed.
+    pub fn add_range(&mut self, start: u64, end: u64) {
+        self.range = Some(match self.range {
+            None => (start, end),
+            Some((s, e)) => (s.min(start), e.max(end)),
+        });
+    }
+
+    /// Queues `nr` references of folio `head` to drop after the flush.
+    pub fn remove_folio(&mut self, head: u64, nr: i32) {
+        self.folios.push((head, nr));
+        if self.folios.len() >= GATHER_LIMIT {
+            self.flush();
+        }
+    }
+
+    /// Queues a page-table page to free after the flush.
+    pub fn remove_table(&mut self, pfn: u64) {
+        self.tables.push(pfn);
+    }
+
+    /// Flushes the TLB for the gathered range, then frees what was gathered.
+    pub fn flush(&mut self) {
+        if let Some((s, e)) = self.range.take() {
+            let scope = match self.scope {
+                GatherScope::FullMm => FlushScope::Mm,
+                GatherScope::Range => FlushScope::Range(s, e),
+            };
+            self.cpu.flush_tlb(self.mm, scope);
+        }
+        let c = self.cpu.c();
+        if !self.folios.is_empty() || !self.tables.is_empty() {
+            c.add(Ev::GatherFlush, 1);
+        }
+        for (head, nr) in self.folios.drain(..) {
+            self.cpu.m.phys.put_folio(c, head, nr);
+        }
+        for t in self.tables.drain(..) {
+            self.cpu.m.phys.put_folio(c, t, 1);
+        }
+    }
+
+    /// Final flush.
+    pub fn finish(mut self) {
+        self.flush();
+    }
+}
+
+impl Drop for MmuGather<'_, '_> {
+    fn drop(&mut self) {
+        debug_assert!(
+            self.folios.is_empty() && self.tables.is_empty() || std::thread::panicking(),
+            "mmu_gather dropped with pending folios"
+        );
+    }
+}
+
+impl<'m> Cpu<'m> {
+    /// Zaps every mapping of `[start, end)` inside `vma` (`unmap_page_range`).
+    pub fn zap_vma_range(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+    ) {
+        let start = start.max(vma.start);
+        let end = end.min(vma.end);
+        if start >= end {
+            return;
+        }
+        let pt = self.tables(mm);
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
+            self.zap_pmd(tlb, mm, vma, pt, addr, next);
+            addr = next;
+        }
+    }
+
+    fn zap_pmd(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        addr: u64,
+        end: u64,
+    ) {
+        let Some(pmd_t) = pt.pmd_table(addr) else {
+            return;
+        };
+        let idx = index(addr, 21);
+        let pmd = pt.get(pmd_t, idx);
+        if pmd == 0 {
+            return;
+        }
+        if !pt.arch.is_table(pmd) {
+            let haddr = addr & !(PMD_SIZE - 1);
+            if addr == haddr && end == haddr + PMD_SIZE {
+                self.zap_huge_pmd(tlb, mm, pt, pmd_t, idx, haddr);
+                return;
+            }
+            self.split_huge_pmd(mm, pmd_t, idx, haddr);
+        }
+        if let Some(table) = pt.pte_table(addr) {
+            self.zap_pte_range(tlb, mm, vma, pt, table, addr, end);
+        }
+    }
+
+    fn zap_huge_pmd(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        pt: PageTables<'m>,
+        pmd_t: u64,
+        idx: usize,
+        haddr: u64,
+    ) {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let ptl = PtlGuard::lock(phys, pmd_t, c);
+        let pmd = pt.get(pmd_t, idx);
+        pt.set(pmd_t, idx, 0);
+        phys.memmap.pt_entries_add(pmd_t, -1);
+        c.add(Ev::PteWrite, 1);
+        tlb.add_range(haddr, haddr + PMD_SIZE);
+        let pfn = pt.arch.pfn(pmd);
+        if !(pt.arch.special(pmd) && phys.is_zero_pfn(pfn)) {
+            rmap::remove_pmd(phys, c, pfn);
+            mm.rss_add(RssKind::Anon, -(1 << HPAGE_PMD_ORDER));
+            tlb.remove_folio(pfn, 1);
+        }
+        drop(ptl);
+        self.zap_deposited_table(mm, haddr);
+        c.add(Ev::ZapBatches, 1);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn zap_pte_range(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        start: u64,
+        end: u64,
+    ) {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = pt.arch;
+        let _ptl = PtlGuard::lock(phys, table, c);
+        let (i0, i1) = (
+            index(start, 12),
+            index(start, 12) + ((end - start) >> 12) as usize,
+        );
+        let shmem = vma.shmem.is_some();
+        let mut cleared = 0i32;
+        for i in i0..i1 {
+            let e = pt.get(table, i);
+            c.add(Ev::PteRead, 1);
+            if e == 0 {
+                continue;
+            }
+            pt.set(table, i, 0);
+            c.add(Ev::PteWrite, 1);
+            cleared += 1;
+            let pfn = arch.pfn(e);
+            c.add(Ev::ZapPtes, 1);
+            if arch.special(e) && phys.is_zero_pfn(pfn) {
+                continue;
+            }
+            c.add(Ev::ZapBatches, 1);
+            let head = phys.memmap.folio_of(pfn);
+            if shmem && arch.dirty(e) {
+                phys.memmap.set(head, PageFlag::Dirty);
+            }
+            rmap::remove_ptes(phys, c, head, pfn, 1);
+            mm.rss_add(if shmem { RssKind::Shmem } else { RssKind::Anon }, -1);
+            tlb.remove_folio(head, 1);
+        }
+        if cleared > 0 {
+            phys.memmap.pt_entries_add(table, -cleared);
+            tlb.add_range(start, end);
+        }
+    }
+
+    /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.
+    pub fn unmap_range(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        st: &MmState,
+        start: u64,
+        end: u64,
+    ) {
+        for id in st.vmas.overlapping(start, end) {
+            let vma = st.vmas.get(id);
+            self.zap_vma_range(tlb, mm, vma, start, end);
+        }
+    }
+
+    /// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
+    ///
+    /// # Context
+    /// mmap lock held for writing; the range's VMAs are already gone from the tree.
+    pub fn free_pgtables(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        st: &MmState,
+        start: u64,
+        end: u64,
+    ) {
+        let pt = self.tables(mm);
+        let spans = [(39u32, 1u64 << 39), (30, PUD_SIZE), (21, PMD_SIZE)];
+        // Levels bottom-up: PTE tables (PMD entries), then PMD tables (PUD entries), then PUD tables.
+        for &(shift, size) in spans.iter().rev() {
+            let first = start & !(size - 1);
+            let mut a = first;
+            while a < end {
+                self.free_table_at(tlb, mm, st, pt, a, shift, size);
+                a = match a.checked_add(size) {
+                    Some(n) => n,
+                    None => break,
+                };
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn free_table_at(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        st: &MmState,
+        pt: PageTables<'m>,
+        a: u64,
+        shift: u32,
+        size: u64,
+    ) {
+        // Find the table holding the entry for span `a` at level `shift`.
+        let parent = match shift {
+            39 => Some(pt.pgd),
+            30 => {
+                let e = pt.get(pt.pgd, index(a, 39));
+                pt.arch.is_table(e).then(|| pt.arch.table_pfn(e))
+            }
+            _ => pt.pmd_table(a),
+        };
+        let Some(parent) = parent else { return };
+        let idx = index(a, shift);
+        let e = pt.get(parent, idx);
+        if !pt.arch.is_table(e) || !st.vmas.overlapping(a, a.saturating_add(size)).is_empty() {
+            return;
+        }
+        let child = pt.arch.table_pfn(e);
+        if self.m.phys.memmap.pt_entries(child) != 0 {
+            return;
+        }
+        let _g = mm.page_table_lock.lock();
+        self.c().add(Ev::LockPageTable, 1);
+        pt.set(parent, idx, 0);
+        self.m.phys.memmap.pt_entries_add(parent, -1);
+        self.c().add(Ev::PteWrite, 1);
+        tlb.remove_table(child);
+    }
+}

@@ -1,0 +1,35 @@
+//! Shared helpers for the engine's integration tests.
+#![allow(dead_code)]
+
+use usermm::{Machine, MachineConfig, Prot};
+
+pub const RW: Prot = Prot {
+    read: true,
+    write: true,
+    exec: false,
+};
+pub const RO: Prot = Prot {
+    read: true,
+    write: false,
+    exec: false,
+};
+pub const K: u64 = 1024;
+pub const M: u64 = 1024 * 1024;
+
+/// A small machine for tests (64 MiB unless asked otherwise), TLB checking on.
+pub fn machine(mem: u64) -> Machine {
+    let mut cfg = MachineConfig {
+        memory: mem,
+        ..MachineConfig::default()
+    };
+    cfg.tunables.check_tlb = true;
+    Machine::new(cfg)
+}
+
+/// Panics with the violations if the machine is inconsistent.
+#[track_caller]
+pub fn valid(m: &Machine) {
+    if let Err(e) = m.validate() {
+        panic!("validate failed:\n{}", e.join("\n"));
+    }
+}

@@ -1,0 +1,483 @@
+//! Behaviour of the engine core: faults, COW fork, unmap, exit, errno.
+
+mod common;
+use common::*;
+use usermm::{
+    Access, Advice, Errno, Ev, MmapArgs, MremapFlags, Placement, Privilege, Prot, Sharing, Signal,
+    ThpPolicy,
+};
+
+fn fixed(len: u64, addr: u64) -> MmapArgs {
+    MmapArgs {
+        placement: Placement::Fixed(addr),
+        ..MmapArgs::anon(len, RW)
+    }
+}
+
+#[test]
+fn anon_write_then_read_back() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(64 * K, RW)).unwrap();
+    assert_eq!(
+        cpu.find_mismatch(p, a, 64 * K, 0).unwrap(),
+        None,
+        "fresh memory reads zero"
+    );
+    assert_eq!(m.counters().get(Ev::FaultZeroPage), 16);
+    cpu.write_fill(p, a + 100, 5000, 0x77).unwrap();
+    let mut buf = [0u8; 8];
+    cpu.read_bytes(p, a + 96, &mut buf).unwrap();
+    assert_eq!(buf, [0, 0, 0, 0, 0x77, 0x77, 0x77, 0x77]);
+    assert_eq!(
+        m.counters().get(Ev::CowCopy),
+        2,
+        "two zero-page PTEs replaced"
+    );
+    valid(&m);
+    let s = cpu.smaps(p, a, a + 64 * K).unwrap();
+    assert_eq!(s[0].1.rss, 8 * K);
+    assert_eq!(s[0].1.private_dirty, 8 * K);
+    cpu.exit(p).unwrap();
+    valid(&m);
+    assert_eq!(
+        m.phys.allocated_frames(),
+        0,
+        "every frame is free after the last exit"
+    );
+}
+
+#[test]
+fn fork_cow_keeps_parent_data() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(1 * M, RW)).unwrap();
+    cpu.write_fill(p, a, M, 0xa5).unwrap();
+    let before = m.counters();
+    let c = cpu.fork(p).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::ForkPtes), 256);
+    assert_eq!(d.get(Ev::TlbFlushMm), 1, "parent TLB flushed once");
+    valid(&m);
+    assert!(!cpu.pagemap(p, a).unwrap().exclusive);
+    cpu.write_fill(c, a + 4 * K, 4 * K, 0x5a).unwrap();
+    assert_eq!(cpu.find_mismatch(p, a, M, 0xa5).unwrap(), None);
+    assert_eq!(cpu.find_mismatch(c, a + 4 * K, 4 * K, 0x5a).unwrap(), None);
+    assert!(cpu.pagemap(c, a + 4 * K).unwrap().exclusive);
+    let s = cpu.smaps(c, a, a + M).unwrap()[0].1;
+    assert_eq!(s.private_dirty, 4 * K);
+    assert_eq!(s.shared_dirty, M - 4 * K);
+    valid(&m);
+    // Parent writes after the child exited: its pages are exclusive again and get reused.
+    cpu.exit(c).unwrap();
+    let before = m.counters();
+    cpu.write_fill(p, a, M, 0x11).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::CowReuse), 256);
+    assert_eq!(d.get(Ev::CowCopy), 0);
+    valid(&m);
+}
+
+#[test]
+fn stale_tlb_write_is_caught() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(8 * K, RW)).unwrap();
+    cpu.write_fill(p, a, 8 * K, 1).unwrap();
+    m.update_tunables(|t| t.test_skip_tlb_flush = true);
+    cpu.munmap(p, a, 4 * K).unwrap();
+    let errs = m.validate().unwrap_err();
+    assert!(
+        errs.iter().any(|e| e.contains("stale TLB entry")),
+        "{errs:?}"
+    );
+    // The write goes through the stale translation (as on hardware) and is counted.
+    let _ = cpu.write_fill(p, a, 1, 9);
+    assert_eq!(m.counters().get(Ev::TlbStaleHit), 1);
+}
+
+#[test]
+fn munmap_frees_tables_and_frames() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(4 * M, RW)).unwrap();
+    cpu.write_fill(p, a, 4 * M, 3).unwrap();
+    valid(&m);
+    let before = m.phys.allocated_frames();
+    cpu.munmap(p, a, 4 * M).unwrap();
+    valid(&m);
+    assert_eq!(
+        m.phys.allocated_frames(),
+        1,
+        "only the pgd is left (freed {})",
+        before - 1
+    );
+    assert_eq!(cpu.touch(p, a, 1, Access::Read), Err(Signal::Segv(a)));
+}
+
+#[test]
+fn munmap_middle_splits_and_errnos() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let base = 0x10_0000_0000;
+    cpu.mmap(p, fixed(64 * K, base)).unwrap();
+    cpu.write_fill(p, base, 64 * K, 7).unwrap();
+    cpu.munmap(p, base + 16 * K, 16 * K).unwrap();
+    assert_eq!(cpu.maps(p).unwrap().len(), 2);
+    assert_eq!(cpu.munmap(p, base + 1, 4 * K), Err(Errno::EINVAL));
+    assert_eq!(cpu.munmap(p, base, 0), Err(Errno::EINVAL));
+    assert_eq!(cpu.munmap(p, u64::MAX & !4095, 8 * K), Err(Errno::EINVAL));
+    // A hole in the middle at the map-count limit is refused and changes nothing.
+    m.update_tunables(|t| t.max_map_count = 2);
+    assert_eq!(cpu.munmap(p, base + 40 * K, 4 * K), Err(Errno::ENOMEM));
+    assert_eq!(cpu.maps(p).unwrap().len(), 2);
+    assert_eq!(
+        cpu.find_mismatch(p, base + 32 * K, 32 * K, 7).unwrap(),
+        None
+    );
+    valid(&m);
+}
+
+#[test]
+fn mmap_errnos() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let r = cpu.spawn(Privilege::Privileged, 8 * M).unwrap();
+    assert_eq!(cpu.mmap(p, MmapArgs::anon(0, RW)), Err(Errno::EINVAL));
+    assert_eq!(
+        cpu.mmap(p, MmapArgs::anon(u64::MAX - 10, RW)),
+        Err(Errno::ENOMEM)
+    );
+    assert_eq!(cpu.mmap(p, fixed(4 * K, 0)), Err(Errno::EPERM));
+    assert_eq!(cpu.mmap(r, fixed(4 * K, 0)), Ok(0));
+    assert_eq!(cpu.mmap(p, fixed(4 * K, 0x1000_0001)), Err(Errno::EINVAL));
+    let a = cpu.mmap(p, fixed(8 * K, 0x1000_0000)).unwrap();
+    let nr = MmapArgs {
+        placement: Placement::FixedNoReplace(a + 4 * K),
+        ..MmapArgs::anon(8 * K, RW)
+    };
+    assert_eq!(cpu.mmap(p, nr), Err(Errno::EEXIST));
+    // A hint that is free is used exactly.
+    let h = MmapArgs {
+        placement: Placement::Hint(0x2000_0000),
+        ..MmapArgs::anon(8 * K, RW)
+    };
+    assert_eq!(cpu.mmap(p, h), Ok(0x2000_0000));
+    // More than RAM cannot be committed with heuristic overcommit, unless norserve.
+    assert_eq!(cpu.mmap(p, MmapArgs::anon(128 * M, RW)), Err(Errno::ENOMEM));
+    assert!(cpu
+        .mmap(
+            p,
+            MmapArgs {
+                noreserve: true,
+                ..MmapArgs::anon(128 * M, RW)
+            }
+        )
+        .is_ok());
+    assert_eq!(
+        cpu.mmap(
+            p,
+            MmapArgs {
+                locked: true,
+                ..MmapArgs::anon(16 * M, RO)
+            }
+        ),
+        Err(Errno::EAGAIN)
+    );
+    valid(&m);
+}
+
+#[test]
+fn adjacent_mappings_merge_and_mprotect_splits() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let b = 0x4000_0000;
+    cpu.mmap(p, fixed(16 * K, b)).unwrap();
+    cpu.mmap(p, fixed(16 * K, b + 16 * K)).unwrap();
+    assert_eq!(
+        cpu.maps(p).unwrap().len(),
+        1,
+        "same flags and contiguous pgoff merge"
+    );
+    cpu.mprotect(p, b + 8 * K, 8 * K, RO).unwrap();
+    let maps = cpu.maps(p).unwrap();
+    assert_eq!(
+        maps.iter().map(|e| e.perms.as_str()).collect::<Vec<_>>(),
+        ["rw-p", "r--p", "rw-p"]
+    );
+    cpu.mprotect(p, b + 8 * K, 8 * K, RW).unwrap();
+    assert_eq!(
+        cpu.maps(p).unwrap().len(),
+        1,
+        "mprotect back merges all three"
+    );
+    // mprotect over a hole: applied up to the hole, then ENOMEM.
+    cpu.mmap(p, fixed(16 * K, b + 64 * K)).unwrap();
+    assert_eq!(cpu.mprotect(p, b, 80 * K, RO), Err(Errno::ENOMEM));
+    let maps = cpu.maps(p).unwrap();
+    assert_eq!(maps[0].perms, "r--p");
+    assert_eq!(maps[1].perms, "rw-p");
+    assert_eq!(cpu.mprotect(p, b + 1, 4 * K, RO), Err(Errno::EINVAL));
+    cpu.write_fill(p, b + 64 * K, 4 * K, 1).unwrap();
+    assert_eq!(cpu.write_fill(p, b, 1, 1), Err(Signal::Segv(b)));
+    valid(&m);
+}
+
+#[test]
+fn madvise_dontneed_and_flags() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let b = 0x4000_0000;
+    cpu.mmap(p, fixed(64 * K, b)).unwrap();
+    cpu.write_fill(p, b, 64 * K, 9).unwrap();
+    cpu.madvise(p, b, 16 * K, Advice::DontNeed).unwrap();
+    assert_eq!(cpu.find_mismatch(p, b, 16 * K, 0).unwrap(), None);
+    assert_eq!(cpu.find_mismatch(p, b + 16 * K, 48 * K, 9).unwrap(), None);
+    cpu.madvise(p, b + 32 * K, 16 * K, Advice::DontFork)
+        .unwrap();
+    assert_eq!(cpu.maps(p).unwrap().len(), 3);
+    let c = cpu.fork(p).unwrap();
+    assert_eq!(cpu.maps(c).unwrap().len(), 2);
+    assert_eq!(
+        cpu.touch(c, b + 32 * K, 1, Access::Read),
+        Err(Signal::Segv(b + 32 * K))
+    );
+    cpu.madvise(p, b + 32 * K, 16 * K, Advice::DoFork).unwrap();
+    assert_eq!(cpu.maps(p).unwrap().len(), 1);
+    // A hole: the advice applies to the mapped parts, then ENOMEM.
+    cpu.mmap(p, fixed(16 * K, b + 128 * K)).unwrap();
+    assert_eq!(
+        cpu.madvise(p, b, 144 * K, Advice::WipeOnFork),
+        Err(Errno::ENOMEM)
+    );
+    assert!(cpu
+        .maps(p)
+        .unwrap()
+        .iter()
+        .all(|e| e.flags & 0x2000000 != 0));
+    let s = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                sharing: Sharing::Shared,
+                ..MmapArgs::anon(16 * K, RW)
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        cpu.madvise(p, s, 16 * K, Advice::WipeOnFork),
+        Err(Errno::EINVAL)
+    );
+    valid(&m);
+}
+
+#[test]
+fn wipeonfork_child_sees_zero() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(64 * K, RW)).unwrap();
+    cpu.write_fill(p, a, 64 * K, 4).unwrap();
+    cpu.madvise(p, a, 64 * K, Advice::WipeOnFork).unwrap();
+    let c = cpu.fork(p).unwrap();
+    assert_eq!(cpu.find_mismatch(c, a, 64 * K, 0).unwrap(), None);
+    let g = cpu.fork(c).unwrap();
+    assert_eq!(cpu.find_mismatch(g, a, 64 * K, 0).unwrap(), None);
+    assert_eq!(cpu.find_mismatch(p, a, 64 * K, 4).unwrap(), None);
+    valid(&m);
+}
+
+#[test]
+fn shared_anon_is_shared_across_fork() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let s = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                sharing: Sharing::Shared,
+                ..MmapArgs::anon(64 * K, RW)
+            },
+        )
+        .unwrap();
+    cpu.write_fill(p, s, 64 * K, 1).unwrap();
+    let c = cpu.fork(p).unwrap();
+    cpu.write_fill(c, s, 4 * K, 2).unwrap();
+    assert_eq!(cpu.find_mismatch(p, s, 4 * K, 2).unwrap(), None);
+    valid(&m);
+    cpu.exit(p).unwrap();
+    cpu.exit(c).unwrap();
+    valid(&m);
+    assert_eq!(m.phys.allocated_frames(), 0);
+}
+
+#[test]
+fn mremap_grow_move_shrink() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let b = 0x4000_0000;
+    cpu.mmap(p, fixed(16 * K, b)).unwrap();
+    cpu.write_fill(p, b, 16 * K, 5).unwrap();
+    assert_eq!(
+        cpu.mremap(p, b, 16 * K, 32 * K, MremapFlags::default()),
+        Ok(b),
+        "grows in place"
+    );
+    cpu.mmap(p, fixed(4 * K, b + 32 * K)).unwrap();
+    assert_eq!(
+        cpu.mremap(p, b, 32 * K, 64 * K, MremapFlags::default()),
+        Err(Errno::ENOMEM)
+    );
+    let n = cpu
+        .mremap(
+            p,
+            b,
+            32 * K,
+            64 * K,
+            MremapFlags {
+                maymove: true,
+                fixed: None,
+            },
+        )
+        .unwrap();
+    assert_ne!(n, b);
+    assert_eq!(cpu.find_mismatch(p, n, 16 * K, 5).unwrap(), None);
+    assert_eq!(cpu.find_mismatch(p, n + 16 * K, 48 * K, 0).unwrap(), None);
+    assert_eq!(cpu.touch(p, b, 1, Access::Read), Err(Signal::Segv(b)));
+    assert_eq!(
+        cpu.mremap(p, n, 64 * K, 8 * K, MremapFlags::default()),
+        Ok(n)
+    );
+    assert_eq!(
+        cpu.mremap(p, b, 4 * K, 8 * K, MremapFlags::default()),
+        Err(Errno::EFAULT)
+    );
+    assert_eq!(
+        cpu.mremap(p, n, 8 * K, 0, MremapFlags::default()),
+        Err(Errno::EINVAL)
+    );
+    let f = MremapFlags {
+        maymove: true,
+        fixed: Some(0x5000_0000),
+    };
+    assert_eq!(cpu.mremap(p, n, 8 * K, 8 * K, f), Ok(0x5000_0000));
+    assert_eq!(cpu.find_mismatch(p, 0x5000_0000, 8 * K, 5).unwrap(), None);
+    valid(&m);
+}
+
+#[test]
+fn brk_grows_and_shrinks() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let b0 = cpu.brk(p, 0).unwrap();
+    assert_eq!(cpu.brk(p, b0 + 64 * K).unwrap(), b0 + 64 * K);
+    cpu.write_fill(p, b0, 64 * K, 3).unwrap();
+    assert_eq!(cpu.brk(p, b0 + 128 * K).unwrap(), b0 + 128 * K);
+    assert_eq!(cpu.maps(p).unwrap().len(), 1);
+    assert_eq!(cpu.brk(p, b0 + 16 * K).unwrap(), b0 + 16 * K);
+    assert_eq!(
+        cpu.touch(p, b0 + 16 * K, 1, Access::Read),
+        Err(Signal::Segv(b0 + 16 * K))
+    );
+    valid(&m);
+}
+
+#[test]
+fn mthp_and_pmd_thp_faults() {
+    let m = machine(64 * M);
+    m.update_tunables(|t| {
+        t.thp.set_size(64 * K, ThpPolicy::Always).unwrap();
+        t.thp.top = ThpPolicy::Always;
+    });
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(4 * M, RW)).unwrap();
+    assert_eq!(
+        a % (2 * M),
+        0,
+        "2M-multiple anonymous mappings are PMD aligned"
+    );
+    cpu.write_fill(p, a, 1, 1).unwrap();
+    assert_eq!(cpu.folio_order(p, a).unwrap(), Some(9));
+    let s = cpu.smaps(p, a, a + 4 * M).unwrap()[0].1;
+    assert_eq!(s.anon_huge_pages, 2 * M);
+    let b = cpu.mmap(p, MmapArgs::anon(192 * K, RW)).unwrap();
+    cpu.write_fill(p, b + 64 * K, 1, 1).unwrap();
+    assert_eq!(cpu.folio_order(p, b + 64 * K).unwrap(), Some(4));
+    valid(&m);
+    // Fork, then the child's write copies one 4K page of the THP.
+    let c = cpu.fork(p).unwrap();
+    cpu.write_fill(c, a + 8 * K, 1, 2).unwrap();
+    assert_eq!(cpu.folio_order(c, a + 8 * K).unwrap(), Some(0));
+    assert_eq!(cpu.folio_order(c, a).unwrap(), Some(9));
+    assert_eq!(m.counters().get(Ev::ThpSplitPmd), 1);
+    valid(&m);
+    // Partial munmap of a THP splits the PMD and keeps the rest.
+    cpu.munmap(p, a + 4 * K, 4 * K).unwrap();
+    assert_eq!(
+        cpu.find_mismatch(p, a + 8 * K, 2 * M - 8 * K, 0).unwrap(),
+        None
+    );
+    valid(&m);
+    cpu.exit(c).unwrap();
+    cpu.exit(p).unwrap();
+    valid(&m);
+    assert_eq!(m.phys.allocated_frames(), 0);
+}
+
+#[test]
+fn pinned_page_is_copied_at_fork() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(16 * K, RW)).unwrap();
+    cpu.write_fill(p, a, 16 * K, 6).unwrap();
+    cpu.pin(p, a, 4 * K).unwrap();
+    let c = cpu.fork(p).unwrap();
+    assert_eq!(m.counters().get(Ev::ForkPinnedCopies), 1);
+    assert!(
+        cpu.pagemap(p, a).unwrap().exclusive,
+        "the pinned page stays exclusive in the parent"
+    );
+    assert!(!cpu.pagemap(p, a + 4 * K).unwrap().exclusive);
+    cpu.write_fill(p, a, 4 * K, 8).unwrap();
+    assert_eq!(cpu.find_mismatch(c, a, 4 * K, 6).unwrap(), None);
+    valid(&m);
+    cpu.unpin(p, a, 4 * K).unwrap();
+    assert_eq!(cpu.unpin(p, a, 4 * K), Err(Errno::EINVAL));
+    valid(&m);
+}
+
+#[test]
+fn arm64_tables_behave_the_same() {
+    let mut cfg = usermm::MachineConfig {
+        memory: 64 * M,
+        arch: usermm::Arch::Arm64,
+        ..Default::default()
+    };
+    cfg.tunables.check_tlb = true;
+    let m = usermm::Machine::new(cfg);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(64 * K, RW)).unwrap();
+    cpu.write_fill(p, a, 64 * K, 1).unwrap();
+    let c = cpu.fork(p).unwrap();
+    cpu.write_fill(c, a, 4 * K, 2).unwrap();
+    assert_eq!(cpu.find_mismatch(p, a, 64 * K, 1).unwrap(), None);
+    cpu.mprotect(p, a, 64 * K, Prot::NONE).unwrap();
+    assert_eq!(cpu.touch(p, a, 1, Access::Read), Err(Signal::Segv(a)));
+    cpu.mprotect(p, a, 64 * K, RW).unwrap();
+    assert_eq!(cpu.find_mismatch(p, a, 64 * K, 1).unwrap(), None);
+    valid(&m);
+}
