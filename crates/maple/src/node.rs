@@ -444,3 +444,51 @@ impl<T> crate::MapleTree<T> {
         Some(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(ranges: &[(u64, Option<u8>)]) -> Leaf<u8> {
+        let mut l = Leaf::empty();
+        l.len = ranges.len() as u8;
+        for (i, &(last, e)) in ranges.iter().enumerate() {
+            if i + 1 < ranges.len() {
+                l.pivots[i] = last;
+            }
+            l.slots[i] = e;
+        }
+        l
+    }
+
+    #[test]
+    fn leaf_slots_cover_consecutive_ranges() {
+        let l = leaf(&[(9, None), (19, Some(1)), (99, None)]);
+        assert_eq!(l.find(0), 0);
+        assert_eq!(l.find(10), 1);
+        assert_eq!(l.find(u64::MAX), 2);
+        assert_eq!((l.start(1, 0), l.last(1, 99)), (10, 19));
+        assert_eq!(l.last(2, 99), 99, "the last slot ends at the node max");
+        assert_eq!(l.max_gap(0, 99), 80);
+        assert_eq!(l.count_entries(), 1);
+    }
+
+    #[test]
+    fn full_range_gap_saturates() {
+        let l: Leaf<u8> = Leaf::empty();
+        assert_eq!(l.max_gap(0, u64::MAX), u64::MAX);
+        assert_eq!(range_size(5, 5), 1);
+    }
+
+    #[test]
+    fn fail_point_counts_attempts_from_arming() {
+        let c = NodeCache::default();
+        c.charge().expect("disarmed");
+        c.set_fail_point(Some(2));
+        c.charge().expect("first attempt");
+        assert_eq!(c.charge(), Err(MapleError::NoMemory));
+        c.charge().expect("fires once");
+        c.uncharge(1);
+        assert_eq!(c.counters(), (3, 1));
+    }
+}

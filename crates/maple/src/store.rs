@@ -555,3 +555,40 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_even_and_respects_minimums() {
+        assert_eq!(split(16, LEAF_SLOTS), (1, [16, 0, 0]));
+        assert_eq!(split(17, LEAF_SLOTS), (2, [9, 8, 0]));
+        assert_eq!(split(33, LEAF_SLOTS), (3, [11, 11, 11]));
+        assert_eq!(split(11, ARANGE_SLOTS), (2, [6, 5, 0]));
+        for n in LEAF_SLOTS + 1..=2 * LEAF_SLOTS + 1 {
+            let (k, sizes) = split(n, LEAF_SLOTS);
+            assert!(sizes[..k]
+                .iter()
+                .all(|&s| (LEAF_MIN..=LEAF_SLOTS).contains(&s)));
+        }
+        for n in ARANGE_SLOTS + 1..=2 * ARANGE_SLOTS + 3 {
+            let (k, sizes) = split(n, ARANGE_SLOTS);
+            assert!(sizes[..k]
+                .iter()
+                .all(|&s| (ARANGE_MIN..=ARANGE_SLOTS).contains(&s)));
+        }
+    }
+
+    #[test]
+    fn leaf_buffer_merges_adjacent_nulls() {
+        let mut b = LeafBuf::<u8>::new();
+        b.push(4, None);
+        b.push(9, None);
+        b.push(12, Some(1));
+        b.push(15, Some(1));
+        assert_eq!(b.n, 3, "equal entries stay separate, NULLs merge");
+        let l = b.to_leaf(0, b.n);
+        assert_eq!((l.len(), l.pivots[0], l.pivots[1]), (3, 9, 12));
+    }
+}

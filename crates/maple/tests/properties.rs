@@ -219,7 +219,7 @@ fn range_query() -> impl Strategy<Value = (u64, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn stores_match_the_model(

@@ -107,6 +107,7 @@ mod display;
 mod error;
 mod lexer;
 mod parser;
+pub mod run;
 
 pub use ast::{
     Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck, Keyword,
