@@ -407,3 +407,27 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
     set(kpf::PGTABLE, mm.test(head, PageFlag::Pgtable));
     u
 }
+
+/// One leaf page-table entry of a dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LeafEntry {
+    /// Virtual address mapped.
+    pub addr: u64,
+    /// Raw entry.
+    pub entry: u64,
+    /// A PMD leaf (2 MiB) rather than a PTE.
+    pub huge: bool,
+}
+
+impl<'m> Cpu<'m> {
+    /// Every non-empty leaf entry of process `pid`, in address order (a raw page-table dump).
+    pub fn page_table_dump(&self, pid: Pid) -> SysResult<Vec<LeafEntry>> {
+        let task = self.mm_of(pid)?;
+        let _st = task.mm.lock.read();
+        let mut out = Vec::new();
+        crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry, huge| {
+            out.push(LeafEntry { addr, entry, huge })
+        });
+        Ok(out)
+    }
+}

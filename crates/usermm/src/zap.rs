@@ -8,11 +8,13 @@
 
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
+use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
 use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE, PUD_SIZE};
 use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::tunables::PteBatching;
 use crate::vma::Vma;
 
 /// Pages gathered before a forced flush (Linux `MAX_GATHER_BATCH_COUNT` × batch size ≈ 10k).
@@ -211,34 +213,65 @@ impl<'m> Cpu<'m> {
             index(start, 12) + ((end - start) >> 12) as usize,
         );
         let shmem = vma.shmem.is_some();
+        let batching = self.m.tunables().zap_pte_batch;
         let mut cleared = 0i32;
-        for i in i0..i1 {
+        let mut i = i0;
+        while i < i1 {
             let e = pt.get(table, i);
             c.add(Ev::PteRead, 1);
             if e == 0 {
+                i += 1;
                 continue;
             }
-            pt.set(table, i, 0);
-            c.add(Ev::PteWrite, 1);
-            cleared += 1;
             let pfn = arch.pfn(e);
-            c.add(Ev::ZapPtes, 1);
             if arch.special(e) && phys.is_zero_pfn(pfn) {
+                pt.set(table, i, 0);
+                c.add(Ev::PteWrite, 1);
+                c.add(Ev::ZapPtes, 1);
+                cleared += 1;
+                i += 1;
                 continue;
             }
-            c.add(Ev::ZapBatches, 1);
             let head = phys.memmap.folio_of(pfn);
-            if shmem && arch.dirty(e) {
+            let large = phys.memmap.test(head, PageFlag::Head);
+            let nr = if batching == PteBatching::Batched && large && i1 - i > 1 {
+                let last = head + (1u64 << phys.memmap.order(head)) - 1;
+                let b = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default());
+                c.add(Ev::PteRead, b.nr as u64 - 1);
+                b.nr
+            } else {
+                1
+            };
+            let dirty = self.get_and_clear_full_ptes(pt, table, i, nr);
+            if shmem && dirty {
                 phys.memmap.set(head, PageFlag::Dirty);
             }
-            rmap::remove_ptes(phys, c, head, pfn, 1);
-            mm.rss_add(if shmem { RssKind::Shmem } else { RssKind::Anon }, -1);
-            tlb.remove_folio(head, 1);
+            rmap::remove_ptes(phys, c, head, pfn, nr as u64);
+            mm.rss_add(
+                if shmem { RssKind::Shmem } else { RssKind::Anon },
+                -(nr as i64),
+            );
+            tlb.remove_folio(head, nr as i32);
+            c.add(Ev::ZapBatches, 1);
+            c.add(Ev::ZapPtes, nr as u64);
+            cleared += nr as i32;
+            i += nr;
         }
         if cleared > 0 {
             phys.memmap.pt_entries_add(table, -cleared);
             tlb.add_range(start, end);
         }
+    }
+
+    /// `get_and_clear_full_ptes`: clears `nr` entries; returns whether any was dirty.
+    fn get_and_clear_full_ptes(&self, pt: PageTables<'m>, table: u64, i: usize, nr: usize) -> bool {
+        let mut dirty = false;
+        for j in i..i + nr {
+            dirty |= pt.arch.dirty(pt.get(table, j));
+            pt.set(table, j, 0);
+        }
+        self.c().add(Ev::PteWrite, nr as u64);
+        dirty
     }
 
     /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.

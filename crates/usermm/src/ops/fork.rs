@@ -3,8 +3,10 @@
 //! Linux counterparts: `mm/mmap.c` (`dup_mmap`), `mm/rmap.c` (`anon_vma_fork`),
 //! `mm/memory.c` (`copy_page_range`, `copy_pte_range`, `copy_present_ptes`,
 //! `copy_present_page`), `mm/huge_memory.c` (`copy_huge_pmd`). The parent's VMAs are inserted
-//! into the child's tree one by one; page tables are copied one PTE at a time: each present
-//! anon PTE takes one reference and one mapcount, the page loses PageAnonExclusive, and both
+//! into the child's tree one by one. Page tables are copied one PTE at a time (the baseline,
+//! `fork_pte_batch=per-pte`) or, for PTE-mapped large folios, one `folio_pte_batch` run at a
+//! time (seed 000: one refcount add, one rmap dup, one `wrprotect_ptes`, one `set_ptes`). Each
+//! present anon PTE takes one reference and one mapcount, the page loses PageAnonExclusive, and both
 //! parent and child entries become read-only, so the first write on either side faults and
 //! copies (or reuses). Pages of a maybe-pinned folio that are exclusive are copied for the
 //! child at fork instead. The parent's TLB is flushed once at the end.
@@ -12,11 +14,13 @@
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, RssKind, Task};
-use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
+use crate::pgtable::{index, Arch, PageTables, PtlGuard, Walk, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::tunables::PteBatching;
 use crate::vma::{VmFlags, Vma};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -27,6 +31,7 @@ struct ForkCtx<'a> {
     dst: &'a Mm,
     needs_cow_for_dma: bool,
     skip_wrprotect: bool,
+    batching: PteBatching,
 }
 
 impl<'m> Cpu<'m> {
@@ -67,12 +72,16 @@ impl<'m> Cpu<'m> {
     }
 
     fn dup_mmap(&self, src: &Mm, pst: &MmState, dst: &Mm, cst: &mut MmState) -> SysResult<()> {
-        let skip_wrprotect = self.m.tunables().test_skip_fork_wrprotect;
+        let (skip_wrprotect, batching) = {
+            let t = self.m.tunables();
+            (t.test_skip_fork_wrprotect, t.fork_pte_batch)
+        };
         let ctx = ForkCtx {
             src,
             dst,
             needs_cow_for_dma: src.has_pinned.load(Relaxed),
             skip_wrprotect,
+            batching,
         };
         for id in pst.vmas.all() {
             let vma = pst.vmas.get(id);
@@ -204,31 +213,127 @@ impl<'m> Cpu<'m> {
         let _sl = PtlGuard::lock(phys, src_t, c);
         let mut rss = 0i64;
         let i0 = index(addr, 12);
+        let iend = i0 + ((end - addr) >> 12) as usize;
         let mut copied = 0;
-        for i in i0..i0 + ((end - addr) >> 12) as usize {
+        let mut i = i0;
+        while i < iend {
             let e = spt.get(src_t, i);
             c.add(Ev::PteRead, 1);
             if e == 0 {
+                i += 1;
                 continue;
             }
-            rss += self.copy_present_pte(
-                ctx,
-                vma,
-                spt,
-                src_t,
-                dst_t,
-                i,
-                e,
-                addr + ((i - i0) as u64) * 4096,
-            )?;
-            copied += 1;
+            let at = addr + ((i - i0) as u64) * 4096;
+            let (nr, added) =
+                self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at)?;
+            rss += added;
+            copied += nr as i32;
+            i += nr;
         }
         phys.memmap.pt_entries_add(dst_t, copied);
         ctx.dst.rss_add(RssKind::Anon, rss);
         Ok(())
     }
 
-    /// Copies one present PTE; returns the anon RSS it adds to the child.
+    /// Copies the present entry at `i` and, when batching, the rest of its folio run
+    /// (`copy_present_ptes`). Returns (entries copied, anon RSS added to the child).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_present_ptes(
+        &self,
+        ctx: &ForkCtx<'_>,
+        vma: &Vma,
+        spt: PageTables<'m>,
+        src_t: u64,
+        dst_t: u64,
+        i: usize,
+        max_nr: usize,
+        e: u64,
+        addr: u64,
+    ) -> SysResult<(usize, i64)> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pfn = arch.pfn(e);
+        let zero = arch.special(e) && phys.is_zero_pfn(pfn);
+        let head = phys.memmap.folio_of(pfn);
+        let large = !zero && phys.memmap.test(head, PageFlag::Head);
+        if ctx.batching != PteBatching::Batched || !large || max_nr == 1 {
+            return Ok((
+                1,
+                self.copy_present_pte(ctx, vma, spt, src_t, dst_t, i, e, addr)?,
+            ));
+        }
+        let flags = BatchFlags {
+            respect_dirty: !vma.flags.has(VmFlags::SHARED),
+            respect_soft_dirty: arch == Arch::X86_64 && !vma.flags.has(VmFlags::SOFTDIRTY),
+            merge_write: true,
+            ..BatchFlags::default()
+        };
+        let last = head + (1u64 << phys.memmap.order(head)) - 1;
+        let b = folio_pte_batch(spt, src_t, i, e, last, max_nr, flags);
+        c.add(Ev::PteRead, b.nr as u64 - 1);
+        let nr = b.nr as u64;
+        rmap::folio_ref_add(phys, c, head, nr as i32);
+        let needs = ctx.needs_cow_for_dma && vma.is_cow();
+        if rmap::try_dup_anon_ptes(phys, c, head, pfn, nr, needs).is_err() {
+            // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
+            // the exclusive ones; the result is the same as the per-PTE path.
+            rmap::folio_ref_add(phys, c, head, -(nr as i32));
+            let mut rss = 0;
+            for j in 0..b.nr {
+                let ej = spt.get(src_t, i + j);
+                rss += self.copy_present_pte(
+                    ctx,
+                    vma,
+                    spt,
+                    src_t,
+                    dst_t,
+                    i + j,
+                    ej,
+                    addr + j as u64 * 4096,
+                )?;
+            }
+            return Ok((b.nr, rss));
+        }
+        c.add(Ev::ForkBatches, 1);
+        c.add(Ev::ForkPtes, nr);
+        let mut child = if b.any_writable { arch.mkwrite(e) } else { e };
+        if vma.is_cow() && arch.write(child) {
+            if !ctx.skip_wrprotect {
+                self.wrprotect_ptes(spt, src_t, i, b.nr);
+            }
+            child = arch.wrprotect(child);
+        }
+        if vma.flags.has(VmFlags::SHARED) {
+            child = arch.mkclean(child);
+        }
+        child = arch.clear_uffd_wp(arch.mkold(child));
+        self.set_ptes(ctx.dst, dst_t, i, child, b.nr);
+        Ok((b.nr, nr as i64))
+    }
+
+    /// `wrprotect_ptes`: clears write on `nr` entries that may otherwise differ.
+    fn wrprotect_ptes(&self, pt: PageTables<'m>, table: u64, i: usize, nr: usize) {
+        let arch = pt.arch;
+        for j in i..i + nr {
+            let e = pt.get(table, j);
+            if arch.write(e) {
+                pt.set(table, j, arch.wrprotect(e));
+                self.c().add(Ev::PteWrite, 1);
+            }
+        }
+    }
+
+    /// `set_ptes`: writes `nr` entries with consecutive PFNs and otherwise identical bits.
+    fn set_ptes(&self, mm: &Mm, table: u64, i: usize, e: u64, nr: usize) {
+        let pt = self.tables(mm);
+        for j in 0..nr {
+            pt.set(table, i + j, pt.arch.advance_pfn(e, j as u64));
+        }
+        self.c().add(Ev::PteWrite, nr as u64);
+    }
+
+    /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
     #[allow(clippy::too_many_arguments)]
     fn copy_present_pte(
         &self,
@@ -256,7 +361,7 @@ impl<'m> Cpu<'m> {
             let needs = ctx.needs_cow_for_dma && vma.is_cow();
             if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs).is_err() {
                 rmap::folio_ref_add(phys, c, head, -1);
-                let copy = self.copy_present_page(ctx.dst, vma, pfn, addr)?;
+                let copy = self.copy_present_page(vma, pfn, addr)?;
                 dpt.set(dst_t, i, copy);
                 c.add(Ev::PteWrite, 1);
                 return Ok(1);
@@ -281,7 +386,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, _addr: u64) -> SysResult<u64> {
+    fn copy_present_page(&self, vma: &Vma, pfn: u64, _addr: u64) -> SysResult<u64> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -298,7 +403,6 @@ impl<'m> Cpu<'m> {
         if vma.flags.has(VmFlags::WRITE) {
             e = arch.mkwrite(e);
         }
-        dst.rss_add(RssKind::Anon, 0);
         Ok(e)
     }
 }

@@ -12,6 +12,7 @@
 //! only under the mmap write lock (nothing else can be walking them then).
 
 pub mod arch;
+pub mod batch;
 
 use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
