@@ -6,6 +6,7 @@
 
 use clap::Args;
 use std::time::Instant;
+use usermm::tunables::PteBatching;
 use usermm::{Ev, Machine, MachineConfig, MmapArgs, Privilege, Prot, ThpPolicy};
 
 const RW: Prot = Prot {
@@ -17,7 +18,7 @@ const RW: Prot = Prot {
 /// Arguments of `usermm bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Which benchmark: fault, fork, or all.
+    /// Which benchmark: fault, fork, munmap, or all.
     #[arg(default_value = "all")]
     which: String,
     /// Size of the memory region, e.g. 256M or 1G.
@@ -174,14 +175,164 @@ fn zero_cost(reps: usize) -> f64 {
     best
 }
 
+/// The seed's published fork change per folio size (seed 000, Xeon Silver 4210R).
+const SEED_FORK: [(u64, &str); 9] = [
+    (4 << 10, "-2%"),
+    (16 << 10, "-16%"),
+    (32 << 10, "-24%"),
+    (64 << 10, "-26%"),
+    (128 << 10, "-28%"),
+    (256 << 10, "-29%"),
+    (512 << 10, "-30%"),
+    (1 << 20, "-30%"),
+    (2 << 20, "-30%"),
+];
+
+/// What the seed-000 benchmark measures after populating the layout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ForkOp {
+    Fork,
+    Munmap,
+}
+
+/// Populates `size` bytes in folios of `folio` bytes (2M: PMD THPs remapped by PTEs through an
+/// mprotect of one subpage of each block), then times fork or munmap.
+fn bench_batching(
+    size: u64,
+    folio: u64,
+    batching: PteBatching,
+    op: ForkOp,
+    reps: usize,
+) -> anyhow::Result<Sample> {
+    let mut secs = Vec::new();
+    let mut counters = usermm::Snapshot::default();
+    for _ in 0..reps {
+        let m = machine(size, folio);
+        m.update_tunables(|t| {
+            t.fork_pte_batch = batching;
+            t.zap_pte_batch = batching;
+        });
+        let cpu = m.enter_cpu(0)?;
+        let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+        warm_up(&cpu, p, size)?;
+        let a = cpu.mmap(p, MmapArgs::anon(size, RW))?;
+        cpu.touch(p, a, size, usermm::Access::Write)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if folio == 2 << 20 {
+            let ro = Prot {
+                read: true,
+                write: false,
+                exec: false,
+            };
+            for blk in (a..a + size).step_by(2 << 20) {
+                cpu.mprotect(p, blk, 4096, ro)?;
+                cpu.mprotect(p, blk, 4096, RW)?;
+            }
+        }
+        let before = m.counters();
+        let t = Instant::now();
+        match op {
+            ForkOp::Fork => {
+                cpu.fork(p)?;
+            }
+            ForkOp::Munmap => cpu.munmap(p, a, size)?,
+        }
+        secs.push(t.elapsed().as_secs_f64());
+        counters = m.counters().delta(&before);
+    }
+    Ok(Sample { secs, counters })
+}
+
+fn pct(new: f64, base: f64) -> String {
+    format!("{:+.0}%", (new / base - 1.0) * 100.0)
+}
+
+fn bench_seed000(size: u64, reps: usize, op: ForkOp) -> anyhow::Result<()> {
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
+    let name = if op == ForkOp::Fork { "fork" } else { "munmap" };
+    t.set_header([
+        "folio",
+        "per-PTE ms",
+        "batched ms",
+        "change",
+        "speed-up",
+        "seed change",
+        "batches",
+        "PTEs",
+        "refcount atomics (per-PTE / batched)",
+    ]);
+    for (folio, seed) in SEED_FORK {
+        let base = bench_batching(size, folio, PteBatching::PerPte, op, reps)?;
+        let new = bench_batching(size, folio, PteBatching::Batched, op, reps)?;
+        let (bk, pk) = if op == ForkOp::Fork {
+            (Ev::ForkBatches, Ev::ForkPtes)
+        } else {
+            (Ev::ZapBatches, Ev::ZapPtes)
+        };
+        t.add_row([
+            if folio >= 1 << 20 {
+                format!("{}M", folio >> 20)
+            } else {
+                format!("{}K", folio >> 10)
+            },
+            format!("{:.3}", base.median() * 1e3),
+            format!("{:.3}", new.median() * 1e3),
+            pct(new.median(), base.median()),
+            format!("{:.2}x", base.median() / new.median()),
+            if op == ForkOp::Fork {
+                seed.to_string()
+            } else {
+                "n/a".into()
+            },
+            new.counters.get(bk).to_string(),
+            new.counters.get(pk).to_string(),
+            format!(
+                "{} / {}",
+                base.counters.get(Ev::RefcountAtomic),
+                new.counters.get(Ev::RefcountAtomic)
+            ),
+        ]);
+    }
+    println!(
+        "\n{name} of {} MiB of PTE-mapped folios (median of {reps}; seed 000)\n{t}",
+        size >> 20
+    );
+    if op == ForkOp::Fork {
+        println!(
+            "floor: memcpy of the page-table pages of this layout: {:.3} ms",
+            memcpy_floor(size) * 1e3
+        );
+    }
+    Ok(())
+}
+
+/// Time to copy the PTE pages that map `size` bytes (one 4K table per 2M), host memcpy.
+fn memcpy_floor(size: u64) -> f64 {
+    let bytes = (size / (2 << 20)).max(1) as usize * 4096;
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes];
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
 /// Runs the selected benchmarks.
 pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     let size = parse_size(&args.size)?;
     let pages = size / 4096;
     let reps = args.reps.max(1);
     let all = args.which == "all";
-    if !all && args.which != "fault" && args.which != "fork" {
-        anyhow::bail!("unknown benchmark `{}` (fault, fork, all)", args.which);
+    if !["all", "fault", "fork", "munmap"].contains(&args.which.as_str()) {
+        anyhow::bail!(
+            "unknown benchmark `{}` (fault, fork, munmap, all)",
+            args.which
+        );
     }
     println!(
         "usermm bench: {} MiB, {reps} repetitions, x86_64 page tables",
@@ -219,6 +370,10 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
             "fork of a populated region (copy_page_range one PTE at a time)",
             &rows,
         );
+        bench_seed000(size, reps, ForkOp::Fork)?;
+    }
+    if all || args.which == "munmap" {
+        bench_seed000(size, reps, ForkOp::Munmap)?;
     }
     Ok(())
 }
