@@ -6,7 +6,7 @@
 
 use clap::Args;
 use std::time::Instant;
-use usermm::tunables::PteBatching;
+use usermm::tunables::{PteBatching, VmaTreeCopy};
 use usermm::{Ev, Machine, MachineConfig, MmapArgs, Privilege, Prot, ThpPolicy};
 
 const RW: Prot = Prot {
@@ -18,12 +18,15 @@ const RW: Prot = Prot {
 /// Arguments of `usermm bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Which benchmark: fault, fork, munmap, or all.
+    /// Which benchmark: fault, fork, munmap, spawn, or all.
     #[arg(default_value = "all")]
     which: String,
     /// Size of the memory region, e.g. 256M or 1G.
     #[arg(long, default_value = "256M")]
     size: String,
+    /// Seconds per point of the spawn benchmark.
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
     /// Repetitions per measurement.
     #[arg(long, default_value_t = 5)]
     reps: usize,
@@ -322,15 +325,87 @@ fn memcpy_floor(size: u64) -> f64 {
     best
 }
 
+/// forks+exits per second of a process with `21 + extra` VMAs, for `secs` seconds.
+fn spawn_rate(extra: u64, mode: VmaTreeCopy, secs: f64) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    let m = machine(64 << 20, 4096);
+    m.update_tunables(|t| t.vma_tree_dup = mode);
+    let cpu = m.enter_cpu(0)?;
+    let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+    let ro = Prot {
+        read: true,
+        write: false,
+        exec: false,
+    };
+    for i in 0..21 + extra {
+        let a = 0x1000_0000 + i * 0x2000;
+        let prot = if i < 21 { RW } else { ro };
+        let args = MmapArgs {
+            placement: usermm::Placement::Fixed(a),
+            ..MmapArgs::anon(4096, prot)
+        };
+        cpu.mmap(p, args)?;
+        if i < 21 {
+            cpu.write_fill(p, a, 4096, 1)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    let before = m.counters();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let c = cpu.fork(p)?;
+        cpu.exit(c)?;
+        n += 1;
+    }
+    let per_fork = m.counters().delta(&before);
+    Ok((n as f64 / start.elapsed().as_secs_f64(), per_fork))
+}
+
+/// Seed 001's spawn benchmark: fork+exit rate, insert vs dup.
+fn bench_spawn(secs: f64) -> anyhow::Result<()> {
+    let seed = [
+        (0u64, "+2%"),
+        (100, ""),
+        (200, ""),
+        (400, ""),
+        (800, ""),
+        (1600, ""),
+        (3200, ""),
+        (6400, "+53%"),
+    ];
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
+    t.set_header([
+        "VMAs",
+        "insert forks/s",
+        "dup forks/s",
+        "change",
+        "seed change",
+    ]);
+    for (extra, sd) in seed {
+        let (base, _) = spawn_rate(extra, VmaTreeCopy::Insert, secs)?;
+        let (new, _) = spawn_rate(extra, VmaTreeCopy::Dup, secs)?;
+        t.add_row([
+            format!("21+{extra}"),
+            format!("{base:.0}"),
+            format!("{new:.0}"),
+            format!("{:+.0}%", (new / base - 1.0) * 100.0),
+            sd.to_string(),
+        ]);
+    }
+    println!("\nspawn: fork+exit loop, {secs} s per point (seed 001)\n{t}");
+    Ok(())
+}
+
 /// Runs the selected benchmarks.
 pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     let size = parse_size(&args.size)?;
     let pages = size / 4096;
     let reps = args.reps.max(1);
     let all = args.which == "all";
-    if !["all", "fault", "fork", "munmap"].contains(&args.which.as_str()) {
+    if !["all", "fault", "fork", "munmap", "spawn"].contains(&args.which.as_str()) {
         anyhow::bail!(
-            "unknown benchmark `{}` (fault, fork, munmap, all)",
+            "unknown benchmark `{}` (fault, fork, munmap, spawn, all)",
             args.which
         );
     }
@@ -374,6 +449,9 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if all || args.which == "munmap" {
         bench_seed000(size, reps, ForkOp::Munmap)?;
+    }
+    if all || args.which == "spawn" {
+        bench_spawn(args.seconds)?;
     }
     Ok(())
 }

@@ -90,6 +90,8 @@ pub struct Machine {
     next_shmem: AtomicU32,
     /// Pages charged to overcommit (`vm_committed_as`).
     pub committed: AtomicI64,
+    /// Fail point for the next fork's VMA-tree node allocations (0 = off).
+    vma_tree_fail: AtomicU64,
 }
 
 impl Machine {
@@ -108,6 +110,7 @@ impl Machine {
             next_anon_vma: AtomicU64::new(1),
             next_shmem: AtomicU32::new(1),
             committed: AtomicI64::new(0),
+            vma_tree_fail: AtomicU64::new(0),
         }
     }
 
@@ -151,6 +154,16 @@ impl Machine {
     /// Every TLB.
     pub fn tlbs(&self) -> Vec<&Tlb> {
         self.cpus.iter().map(|c| &c.tlb).collect()
+    }
+
+    /// Makes the `n`-th VMA-tree node allocation of the next fork fail (`None` disarms).
+    pub fn fail_next_fork_tree_alloc(&self, n: Option<u64>) {
+        self.vma_tree_fail.store(n.unwrap_or(0), Relaxed);
+    }
+
+    pub(crate) fn take_vma_tree_fail_point(&self) -> Option<u64> {
+        let n = self.vma_tree_fail.swap(0, Relaxed);
+        (n != 0).then_some(n)
     }
 
     /// Looks up a live process.

@@ -65,6 +65,8 @@ pub struct MmState {
     pub pins: Vec<PinRecord>,
     /// Flags added to every new VMA (`mlockall(MCL_FUTURE)`).
     pub def_flags: u64,
+    /// Overcommit pages charged while this mm was being forked (for undoing a failed fork).
+    pub fork_charge: u64,
 }
 
 /// An address space.

@@ -106,6 +106,15 @@ pub enum PteBatching {
     Batched,
 }
 
+/// How fork builds the child's VMA tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmaTreeCopy {
+    /// The pre-seed algorithm: insert the child's VMAs one by one (with rebalancing).
+    Insert,
+    /// Seed 001: duplicate the tree's node structure top-down (`__mt_dup`), then replace entries.
+    Dup,
+}
+
 /// Runtime switches of one machine.
 #[derive(Clone, Debug)]
 pub struct Tunables {
@@ -119,6 +128,8 @@ pub struct Tunables {
     pub fork_pte_batch: PteBatching,
     /// Seed 000 follow-up: PTE batching in zap (munmap, dontneed, exit).
     pub zap_pte_batch: PteBatching,
+    /// Seed 001: how fork copies the VMA tree.
+    pub vma_tree_dup: VmaTreeCopy,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -135,6 +146,7 @@ impl Default for Tunables {
             overcommit_memory: 0,
             fork_pte_batch: PteBatching::Batched,
             zap_pte_batch: PteBatching::Batched,
+            vma_tree_dup: VmaTreeCopy::Dup,
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
             test_skip_fork_wrprotect: false,
@@ -213,6 +225,16 @@ impl Tunables {
                 help: "seed 000 follow-up: batch PTEs of one folio in munmap/dontneed/exit",
             },
             TunableInfo {
+                name: "vma_tree_dup",
+                value: match self.vma_tree_dup {
+                    VmaTreeCopy::Dup => "dup",
+                    VmaTreeCopy::Insert => "insert",
+                }
+                .into(),
+                values: "dup|insert",
+                help: "seed 001: fork duplicates the VMA tree structurally instead of inserting VMA by VMA",
+            },
+            TunableInfo {
                 name: "max_map_count",
                 value: self.max_map_count.to_string(),
                 values: "integer",
@@ -264,6 +286,13 @@ impl Tunables {
             }
             "zap_pte_batch" => {
                 self.zap_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
+            }
+            "vma_tree_dup" => {
+                self.vma_tree_dup = match value {
+                    "dup" | "on" | "1" | "true" => VmaTreeCopy::Dup,
+                    "insert" | "off" | "0" | "false" => VmaTreeCopy::Insert,
+                    _ => return Err(bad("dup|insert")),
+                }
             }
             "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
             "overcommit_memory" => {

@@ -9,7 +9,7 @@
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
-use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE, PUD_SIZE};
+use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE};
 use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
@@ -290,6 +290,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
+    /// Only tables that exist are visited, lowest level first.
     ///
     /// # Context
     /// mmap lock held for writing; the range's VMAs are already gone from the tree.
@@ -302,56 +303,50 @@ impl<'m> Cpu<'m> {
         end: u64,
     ) {
         let pt = self.tables(mm);
-        let spans = [(39u32, 1u64 << 39), (30, PUD_SIZE), (21, PMD_SIZE)];
-        // Levels bottom-up: PTE tables (PMD entries), then PMD tables (PUD entries), then PUD tables.
-        for &(shift, size) in spans.iter().rev() {
-            let first = start & !(size - 1);
-            let mut a = first;
-            while a < end {
-                self.free_table_at(tlb, mm, st, pt, a, shift, size);
-                a = match a.checked_add(size) {
-                    Some(n) => n,
-                    None => break,
-                };
-            }
-        }
+        self.free_level(tlb, mm, st, pt, pt.pgd, 0, 0, start, end);
     }
 
+    /// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
+    /// `[start, end)`; frees each lower table whose span holds no VMA any more.
     #[allow(clippy::too_many_arguments)]
-    fn free_table_at(
+    fn free_level(
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         st: &MmState,
         pt: PageTables<'m>,
-        a: u64,
-        shift: u32,
-        size: u64,
+        table: u64,
+        level: usize,
+        base: u64,
+        start: u64,
+        end: u64,
     ) {
-        // Find the table holding the entry for span `a` at level `shift`.
-        let parent = match shift {
-            39 => Some(pt.pgd),
-            30 => {
-                let e = pt.get(pt.pgd, index(a, 39));
-                pt.arch.is_table(e).then(|| pt.arch.table_pfn(e))
+        let shift = crate::pgtable::LEVEL_SHIFTS[level];
+        let size = 1u64 << shift;
+        let first = (start.max(base) - base) >> shift;
+        let last = ((end - 1).min(base + (size << 9) - 1) - base) >> shift;
+        for i in first..=last.min(511) {
+            let e = pt.get(table, i as usize);
+            if !pt.arch.is_table(e) {
+                continue;
             }
-            _ => pt.pmd_table(a),
-        };
-        let Some(parent) = parent else { return };
-        let idx = index(a, shift);
-        let e = pt.get(parent, idx);
-        if !pt.arch.is_table(e) || !st.vmas.overlapping(a, a.saturating_add(size)).is_empty() {
-            return;
+            let child = pt.arch.table_pfn(e);
+            let cbase = base + (i << shift);
+            if level < 2 {
+                self.free_level(tlb, mm, st, pt, child, level + 1, cbase, start, end);
+            }
+            let span_end = cbase.saturating_add(size);
+            if self.m.phys.memmap.pt_entries(child) != 0
+                || !st.vmas.overlapping(cbase, span_end).is_empty()
+            {
+                continue;
+            }
+            self.c().add(Ev::LockPageTable, 1);
+            let _g = mm.page_table_lock.lock();
+            pt.set(table, i as usize, 0);
+            self.m.phys.memmap.pt_entries_add(table, -1);
+            self.c().add(Ev::PteWrite, 1);
+            tlb.remove_table(child);
         }
-        let child = pt.arch.table_pfn(e);
-        if self.m.phys.memmap.pt_entries(child) != 0 {
-            return;
-        }
-        let _g = mm.page_table_lock.lock();
-        self.c().add(Ev::LockPageTable, 1);
-        pt.set(parent, idx, 0);
-        self.m.phys.memmap.pt_entries_add(parent, -1);
-        self.c().add(Ev::PteWrite, 1);
-        tlb.remove_table(child);
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Linux counterparts: `mm/mmap.c` (`dup_mmap`), `mm/rmap.c` (`anon_vma_fork`),
 //! `mm/memory.c` (`copy_page_range`, `copy_pte_range`, `copy_present_ptes`,
-//! `copy_present_page`), `mm/huge_memory.c` (`copy_huge_pmd`). The parent's VMAs are inserted
-//! into the child's tree one by one. Page tables are copied one PTE at a time (the baseline,
+//! `copy_present_page`), `mm/huge_memory.c` (`copy_huge_pmd`), `lib/maple_tree.c`
+//! (`__mt_dup`). The child's VMA tree is either duplicated node by node and its entries
+//! replaced (seed 001, `vma_tree_dup=dup`) or built by inserting VMA by VMA (the baseline). Page tables are copied one PTE at a time (the baseline,
 //! `fork_pte_batch=per-pte`) or, for PTE-mapped large folios, one `folio_pte_batch` run at a
 //! time (seed 000: one refcount add, one rmap dup, one `wrprotect_ptes`, one `set_ptes`). Each
 //! present anon PTE takes one reference and one mapcount, the page loses PageAnonExclusive, and both
@@ -20,7 +21,7 @@ use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
-use crate::tunables::PteBatching;
+use crate::tunables::{PteBatching, VmaTreeCopy};
 use crate::vma::{VmFlags, Vma};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -45,20 +46,20 @@ impl<'m> Cpu<'m> {
         let parent = self.m.task(pid)?;
         let child_mm = Arc::new(self.new_mm()?);
         self.c().add(Ev::LockMmap, 2);
-        let pst = parent.mm.lock.write();
+        let mut pst = parent.mm.lock.write();
         let res = {
             let mut cst = child_mm.lock.write();
             cst.start_brk = pst.start_brk;
             cst.brk = pst.brk;
             cst.mmap_base = pst.mmap_base;
             cst.def_flags = pst.def_flags & VmFlags::NOHUGEPAGE;
-            let r = self.dup_mmap(&parent.mm, &pst, &child_mm, &mut cst);
+            let r = self.dup_mmap(&parent.mm, &mut pst, &child_mm, &mut cst);
             self.flush_tlb(&parent.mm, FlushScope::Mm);
             r
         };
         drop(pst);
         if let Err(e) = res {
-            self.teardown_mm(&child_mm);
+            self.fork_failed(&child_mm);
             return Err(e);
         }
         let cpid = self.m.alloc_pid();
@@ -71,11 +72,13 @@ impl<'m> Cpu<'m> {
         Ok(cpid)
     }
 
-    fn dup_mmap(&self, src: &Mm, pst: &MmState, dst: &Mm, cst: &mut MmState) -> SysResult<()> {
-        let (skip_wrprotect, batching) = {
+    fn dup_mmap(&self, src: &Mm, pst: &mut MmState, dst: &Mm, cst: &mut MmState) -> SysResult<()> {
+        let (skip_wrprotect, batching, mode) = {
             let t = self.m.tunables();
-            (t.test_skip_fork_wrprotect, t.fork_pte_batch)
+            (t.test_skip_fork_wrprotect, t.fork_pte_batch, t.vma_tree_dup)
         };
+        let fail_nth = self.m.take_vma_tree_fail_point();
+        cst.fork_charge = self.charge_child(pst)?;
         let ctx = ForkCtx {
             src,
             dst,
@@ -83,13 +86,60 @@ impl<'m> Cpu<'m> {
             skip_wrprotect,
             batching,
         };
+        match mode {
+            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst)?,
+            VmaTreeCopy::Dup => self.dup_tree_structure(pst, cst, fail_nth)?,
+        }
+        for id in pst.vmas.all() {
+            let vma = pst.vmas.get(id);
+            let copy =
+                !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
+            if copy {
+                self.copy_page_range(&ctx, vma)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes a failed fork: the child's VMAs uncharge themselves when torn down; the part of
+    /// the up-front charge for VMAs that were never created is returned here.
+    fn fork_failed(&self, child: &Mm) {
+        let (charged, created) = {
+            let st = child.lock.read();
+            let created: u64 = st
+                .vmas
+                .all()
+                .into_iter()
+                .map(|id| st.vmas.get(id))
+                .filter(|v| v.flags.has(VmFlags::ACCOUNT))
+                .map(|v| v.len() >> 12)
+                .sum();
+            (st.fork_charge, created)
+        };
+        self.vm_unacct(charged.saturating_sub(created));
+        self.teardown_mm(child);
+    }
+
+    /// Charges the overcommit of every VMA the child will get.
+    fn charge_child(&self, pst: &MmState) -> SysResult<u64> {
+        let pages: u64 = pst
+            .vmas
+            .all()
+            .into_iter()
+            .map(|id| pst.vmas.get(id))
+            .filter(|v| v.flags.has(VmFlags::ACCOUNT) && !v.flags.has(VmFlags::DONTCOPY))
+            .map(|v| v.len() >> 12)
+            .sum();
+        self.vm_enough_memory(pages)?;
+        Ok(pages)
+    }
+
+    /// The baseline: insert the child's VMAs one by one, in order.
+    fn dup_tree_insert(&self, pst: &MmState, cst: &mut MmState) -> SysResult<()> {
         for id in pst.vmas.all() {
             let vma = pst.vmas.get(id);
             if vma.flags.has(VmFlags::DONTCOPY) {
                 continue;
-            }
-            if vma.flags.has(VmFlags::ACCOUNT) {
-                self.vm_enough_memory(vma.len() >> 12)?;
             }
             let child = self.dup_vma(vma);
             let (s, e) = (child.start, child.end);
@@ -98,12 +148,23 @@ impl<'m> Cpu<'m> {
                 self.release_vma(cst, cid);
                 return Err(Errno::ENOMEM);
             }
-            let wipe = vma.flags.has(VmFlags::WIPEONFORK);
-            if !wipe && vma.anon_vma() != 0 {
-                self.copy_page_range(&ctx, vma)?;
-            }
         }
         Ok(())
+    }
+
+    /// Seed 001: copy the tree's structure, then swap each entry for the child's VMA.
+    fn dup_tree_structure(
+        &self,
+        pst: &mut MmState,
+        cst: &mut MmState,
+        fail_nth: Option<u64>,
+    ) -> SysResult<()> {
+        pst.vmas.set_fail_point(fail_nth);
+        let res = cst.vmas.dup_from(&pst.vmas, |v| {
+            (!v.flags.has(VmFlags::DONTCOPY)).then(|| self.dup_vma(v))
+        });
+        pst.vmas.set_fail_point(None);
+        res.map_err(|_| Errno::ENOMEM)
     }
 
     /// `vm_area_dup` + `anon_vma_fork`: the child's VMA, unlocked, with its own anon_vma

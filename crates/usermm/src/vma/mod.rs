@@ -258,3 +258,41 @@ impl VmaSet {
         self.slab.iter().filter(|v| v.is_some()).count()
     }
 }
+
+impl VmaSet {
+    /// Builds this (empty) set as a structural copy of `parent`'s tree (`__mt_dup`), then
+    /// replaces every entry with the VMA `f` makes from the parent's (`None` drops it, as
+    /// `VM_DONTCOPY` does).
+    ///
+    /// # Errors
+    /// On a node allocation failure the set is left empty: no slot ever points at a parent VMA.
+    pub fn dup_from(
+        &mut self,
+        parent: &VmaSet,
+        mut f: impl FnMut(&Vma) -> Option<Vma>,
+    ) -> Result<(), maple::MapleError> {
+        self.tree = parent.tree.dup_structure()?;
+        let slab = &mut self.slab;
+        let res = self.tree.replace_entries(|_, _, pid| {
+            let child = f(parent.get(pid))?;
+            slab.push(Some(child));
+            Some(VmaId(slab.len() as u32 - 1))
+        });
+        if let Err(e) = res {
+            self.tree = MapleTree::new();
+            for v in self.slab.drain(..).flatten() {
+                if let Some(s) = v.shmem {
+                    s.put();
+                }
+            }
+            self.free.clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Sets the tree's node-allocation fail point (the n-th allocation from now fails).
+    pub fn set_fail_point(&mut self, n: Option<u64>) {
+        self.tree.set_fail_point(n);
+    }
+}
