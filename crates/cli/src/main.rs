@@ -7,7 +7,7 @@ mod bench;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use scenario::run::{run, Abort, RunOptions};
+use scenario::run::{run, RunOptions};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -113,11 +113,8 @@ fn cmd_run(
         for f in &report.failures {
             eprintln!("{file}:{}:{}: {}", f.line, f.col, f.message);
         }
-        match &report.abort {
-            Some(Abort::Failed(f)) | Some(Abort::CannotRun(f)) => {
-                eprintln!("{file}:{}:{}: {}", f.line, f.col, f.message)
-            }
-            None => {}
+        if let Some((f, _)) = &report.abort {
+            eprintln!("{file}:{}:{}: {}", f.line, f.col, f.message);
         }
         if json {
             let counters: serde_json::Map<String, serde_json::Value> = report

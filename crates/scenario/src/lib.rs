@@ -103,7 +103,9 @@
 //! `NAME = ...` line still binds NAME, so its later uses do not add errors.
 
 mod ast;
+pub mod backend;
 mod display;
+pub mod engine;
 mod error;
 mod lexer;
 mod parser;

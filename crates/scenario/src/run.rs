@@ -1,18 +1,18 @@
-//! Runs a parsed scenario on the engine.
+//! Runs a parsed scenario on a [`Backend`].
 //!
-//! Statements execute in order on one [`usermm::Machine`], built at the first statement that
-//! is not a machine setting. An action that fails without an `expect` aborts the run; a failed
-//! `expect` is recorded and the run goes on. With [`RunOptions::validate`] the whole-state
-//! checker runs after every statement and any violation is a failure.
+//! Statements execute in order. An action that fails without an `expect` aborts the run; a
+//! failed `expect` is recorded and the run goes on. With [`RunOptions::validate`] the engine's
+//! whole-state checker runs after every statement and any violation is a failure.
 
 use crate::ast::{
-    Access, Action, AddrExpr, Advice, Arch, BrkDelta, Expect, Keyword, Limit, Name, Outcome,
-    PagemapState, Placement, Prot, Script, Setting, Sharing, Signal, SmapsField, StatusField,
-    StmtKind, ThpPolicy, ThpSetting, ThpTop,
+    Action, AddrExpr, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState, Placement,
+    Script, Setting, SmapsField, StatusField, StmtKind,
 };
+use crate::backend::{Backend, Fail, LockOp, MmapReq, Place, ProcId, Res, SmapsView, VmaView};
+use crate::engine::EngineBackend;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use usermm::{Machine, MachineConfig, MmapArgs, Pid, Privilege, Snapshot};
+use usermm::Snapshot;
 
 /// How to run.
 #[derive(Clone, Debug, Default)]
@@ -40,9 +40,22 @@ pub struct Failure {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Abort {
     /// A statement failed without an `expect` (exit 1).
-    Failed(Failure),
-    /// The statement cannot be run by this engine yet, or a setting is invalid (exit 2).
-    CannotRun(Failure),
+    Failed(String),
+    /// The statement cannot be run by this backend, or a setting is invalid (exit 2).
+    CannotRun(String),
+}
+
+/// What one statement did.
+#[derive(Clone, Debug, Default)]
+pub struct Step {
+    /// The action's result, for statements that perform one.
+    pub outcome: Option<Result<String, Fail>>,
+    /// A failed expectation.
+    pub expect_failure: Option<String>,
+    /// Set when the run must stop.
+    pub abort: Option<Abort>,
+    /// Whether the statement may have changed an address space.
+    pub changes_space: bool,
 }
 
 /// Result of a run.
@@ -50,8 +63,8 @@ pub enum Abort {
 pub struct RunReport {
     /// Failed expectations.
     pub failures: Vec<Failure>,
-    /// Set if the run stopped early.
-    pub abort: Option<Abort>,
+    /// Set if the run stopped early (with where).
+    pub abort: Option<(Failure, Abort)>,
     /// Counters of the whole run.
     pub counters: Snapshot,
     /// Wall time of the run.
@@ -64,53 +77,17 @@ impl RunReport {
     /// Exit code: 0 all held, 1 an expectation failed, 2 the file could not be run.
     pub fn exit_code(&self) -> i32 {
         match (&self.abort, self.failures.is_empty()) {
-            (Some(Abort::CannotRun(_)), _) => 2,
-            (Some(Abort::Failed(_)), _) | (None, false) => 1,
+            (Some((_, Abort::CannotRun(_))), _) => 2,
+            (Some((_, Abort::Failed(_))), _) | (None, false) => 1,
             (None, true) => 0,
         }
     }
 }
 
-struct Mapping {
-    addr: u64,
-    len: u64,
-}
-
-struct Runner {
-    cfg: MachineConfig,
-    machine: Option<Machine>,
-    thp: Vec<ThpSetting>,
-    tunables: Vec<(String, String)>,
-    rlimit: u64,
-    procs: HashMap<Name, Pid>,
-    maps: HashMap<Name, Mapping>,
-}
-
-/// The result of executing one action.
-enum Done {
-    Pid(Pid),
-    Map(u64, u64),
-    Nothing,
-}
-
-type Step = Result<Done, Outcome>;
-
-fn err_msg(line: u32, col: u32, message: String) -> Failure {
-    Failure { line, col, message }
-}
-
 /// Runs `script` on a fresh engine.
 pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
     let start = Instant::now();
-    let mut r = Runner {
-        cfg: MachineConfig::default(),
-        machine: None,
-        thp: Vec::new(),
-        tunables: opts.tunables.clone(),
-        rlimit: usermm::machine::DEFAULT_RLIMIT_MEMLOCK,
-        procs: HashMap::new(),
-        maps: HashMap::new(),
-    };
+    let mut r = Runner::new(EngineBackend::new(opts.tunables.clone()));
     let mut failures = Vec::new();
     let mut abort = None;
     let mut statements = 0;
@@ -120,26 +97,41 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
             eprintln!("{}:{line}: {stmt}", script.file);
         }
         statements += 1;
-        match r.stmt(&stmt.kind) {
-            Ok(None) => {}
-            Ok(Some(msg)) => failures.push(err_msg(line, col, msg)),
-            Err(a) => {
-                abort = Some(match a {
-                    StepAbort::Failed(m) => Abort::Failed(err_msg(line, col, m)),
-                    StepAbort::CannotRun(m) => Abort::CannotRun(err_msg(line, col, m)),
-                });
-                break;
-            }
+        let step = r.step(&stmt.kind);
+        if let Some(m) = step.expect_failure {
+            failures.push(Failure {
+                line,
+                col,
+                message: m,
+            });
+        }
+        if let Some(a) = step.abort {
+            let msg = match &a {
+                Abort::Failed(m) | Abort::CannotRun(m) => m.clone(),
+            };
+            abort = Some((
+                Failure {
+                    line,
+                    col,
+                    message: msg,
+                },
+                a,
+            ));
+            break;
         }
         if opts.validate {
-            if let Some(m) = &r.machine {
+            if let Some(m) = r.backend.built() {
                 if let Err(errs) = m.validate() {
-                    failures.push(err_msg(line, col, format!("validate: {}", errs.join("; "))));
+                    failures.push(Failure {
+                        line,
+                        col,
+                        message: format!("validate: {}", errs.join("; ")),
+                    });
                 }
             }
         }
     }
-    let counters = r.machine.as_ref().map(|m| m.counters()).unwrap_or_default();
+    let counters = r.backend.built().map(|m| m.counters()).unwrap_or_default();
     RunReport {
         failures,
         abort,
@@ -149,9 +141,25 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
     }
 }
 
-enum StepAbort {
-    Failed(String),
-    CannotRun(String),
+/// A mapping name's binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// Start address on this backend.
+    pub addr: u64,
+    /// Length the statement asked for.
+    pub len: u64,
+}
+
+/// Executes statements on one backend, keeping the names the script binds.
+#[derive(Debug)]
+pub struct Runner<B> {
+    /// The backend.
+    pub backend: B,
+    procs: HashMap<Name, ProcId>,
+    maps: HashMap<Name, Binding>,
+    /// Address ranges each process's statements created (what `maps`/`smaps` consider).
+    ranges: HashMap<ProcId, Vec<(u64, u64)>>,
+    rlimit: Option<u64>,
 }
 
 fn outcome_name(o: &Outcome) -> String {
@@ -161,43 +169,11 @@ fn outcome_name(o: &Outcome) -> String {
     }
 }
 
-fn errno_outcome(e: usermm::Errno) -> Outcome {
-    match crate::ast::Errno::from_keyword(e.name()) {
-        Some(x) => Outcome::Errno(x),
-        None => Outcome::Errno(crate::ast::Errno::EINVAL),
-    }
-}
-
-fn signal_outcome(s: usermm::Signal) -> Outcome {
-    match s {
-        usermm::Signal::Bus(_) => Outcome::Signal(Signal::Sigbus),
-        usermm::Signal::Segv(_) | usermm::Signal::NoProcess => Outcome::Signal(Signal::Sigsegv),
-    }
-}
-
-fn prot(p: Prot) -> usermm::Prot {
-    let bits = p.bits();
-    usermm::Prot {
-        read: bits & 1 != 0,
-        write: bits & 2 != 0,
-        exec: bits & 4 != 0,
-    }
-}
-
-fn thp_policy(p: ThpPolicy) -> usermm::ThpPolicy {
-    match p {
-        ThpPolicy::Always => usermm::ThpPolicy::Always,
-        ThpPolicy::Madvise => usermm::ThpPolicy::Madvise,
-        ThpPolicy::Never => usermm::ThpPolicy::Never,
-        ThpPolicy::Inherit => usermm::ThpPolicy::Inherit,
-    }
-}
-
-fn thp_top(p: ThpTop) -> usermm::ThpPolicy {
-    match p {
-        ThpTop::Always => usermm::ThpPolicy::Always,
-        ThpTop::Madvise => usermm::ThpPolicy::Madvise,
-        ThpTop::Never => usermm::ThpPolicy::Never,
+/// Printable result of an action.
+pub fn fail_name(f: &Fail) -> String {
+    match f {
+        Fail::Outcome(o) => outcome_name(o),
+        Fail::Unsupported(m) => format!("unsupported ({m})"),
     }
 }
 
@@ -209,443 +185,522 @@ fn kb(v: u64) -> String {
     }
 }
 
-impl Runner {
-    fn machine(&mut self) -> Result<&Machine, StepAbort> {
-        if self.machine.is_none() {
-            let m = Machine::new(self.cfg.clone());
-            let mut err = None;
-            m.update_tunables(|t| {
-                for (k, v) in &self.tunables {
-                    if let Err(e) = t.set(k, v) {
-                        err = Some(e.to_string());
-                    }
-                }
-                for s in &self.thp {
-                    apply_thp(t, s);
-                }
-            });
-            if let Some(e) = err {
-                return Err(StepAbort::CannotRun(e));
-            }
-            self.machine = Some(m);
-        }
-        self.machine
-            .as_ref()
-            .ok_or(StepAbort::CannotRun("no machine".into()))
-    }
+/// Status lines computed from the scenario's VMAs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScenarioStatus {
+    /// VmRSS.
+    pub vm_rss: u64,
+    /// RssAnon.
+    pub rss_anon: u64,
+    /// RssShmem.
+    pub rss_shmem: u64,
+    /// VmLck.
+    pub vm_lck: u64,
+    /// VmSize.
+    pub vm_size: u64,
+    /// VmData.
+    pub vm_data: u64,
+    /// VmPin.
+    pub vm_pin: u64,
+}
 
-    fn stmt(&mut self, kind: &StmtKind) -> Result<Option<String>, StepAbort> {
-        match kind {
-            StmtKind::Set(s) => self.set(s).map(|_| None),
-            StmtKind::Action { bind, action } => {
-                match self.action(action)? {
-                    Ok(done) => self.bind(bind.as_ref(), done),
-                    Err(o) => {
-                        return Err(StepAbort::Failed(format!(
-                            "{} failed: {}",
-                            action.verb(),
-                            outcome_name(&o)
-                        )))
-                    }
-                }
-                Ok(None)
-            }
-            StmtKind::Expect(e) => self.expect(e),
+impl<B: Backend> Runner<B> {
+    /// A runner with no processes.
+    pub fn new(backend: B) -> Self {
+        Runner {
+            backend,
+            procs: HashMap::new(),
+            maps: HashMap::new(),
+            ranges: HashMap::new(),
+            rlimit: Some(usermm::machine::DEFAULT_RLIMIT_MEMLOCK),
         }
     }
 
-    fn bind(&mut self, bind: Option<&Name>, done: Done) {
-        let Some(name) = bind else { return };
-        match done {
-            Done::Pid(p) => {
-                self.procs.insert(name.clone(), p);
+    /// The live processes by name (sorted).
+    pub fn processes(&self) -> Vec<(Name, ProcId)> {
+        let mut v: Vec<_> = self.procs.iter().map(|(n, p)| (n.clone(), *p)).collect();
+        v.sort();
+        v
+    }
+
+    /// The mapping bindings by name.
+    pub fn bindings(&self) -> &HashMap<Name, Binding> {
+        &self.maps
+    }
+
+    /// Expresses `addr` relative to the binding whose range contains it (`a+0x1000`).
+    pub fn relative(&self, addr: u64) -> String {
+        let mut best: Option<(&Name, &Binding)> = None;
+        for (n, b) in &self.maps {
+            if addr >= b.addr
+                && addr <= b.addr + b.len
+                && best.is_none_or(|(bn, bb)| (b.addr, n) > (bb.addr, bn))
+            {
+                best = Some((n, b));
             }
-            Done::Map(addr, len) => {
-                self.maps.insert(name.clone(), Mapping { addr, len });
-            }
-            Done::Nothing => {}
+        }
+        match best {
+            Some((n, b)) if addr == b.addr => n.as_str().to_string(),
+            Some((n, b)) => format!("{}+{:#x}", n.as_str(), addr - b.addr),
+            None => format!("{addr:#x}"),
         }
     }
 
-    fn set(&mut self, s: &Setting) -> Result<(), StepAbort> {
-        match s {
-            Setting::Memory(b) => self.cfg.memory = *b,
-            Setting::Nodes(n) => self.cfg.nodes = *n,
-            Setting::Cpus(n) => self.cfg.cpus = *n as usize,
-            Setting::Arch(a) => {
-                self.cfg.arch = match a {
-                    Arch::X86_64 => usermm::Arch::X86_64,
-                    Arch::Arm64 => usermm::Arch::Arm64,
-                }
-            }
-            Setting::Tunable { name, value } => {
-                if let Some(m) = &self.machine {
-                    let mut res = Ok(());
-                    m.update_tunables(|t| res = t.set(name, value));
-                    res.map_err(|e| StepAbort::CannotRun(e.to_string()))?;
-                } else {
-                    let mut probe = usermm::Tunables::default();
-                    probe
-                        .set(name, value)
-                        .map_err(|e| StepAbort::CannotRun(e.to_string()))?;
-                    self.tunables.push((name.clone(), value.clone()));
-                }
-            }
-            Setting::Thp(list) => {
-                if let Some(m) = &self.machine {
-                    m.update_tunables(|t| list.iter().for_each(|s| apply_thp(t, s)));
-                } else {
-                    self.thp.extend(list.iter().cloned());
-                }
-            }
-            Setting::Rlimit { limit, .. } => {
-                self.rlimit = match limit {
-                    Limit::Bytes(b) => *b,
-                    Limit::Unlimited => u64::MAX,
-                }
-            }
-            Setting::Mempolicy(_) => {
-                return Err(StepAbort::CannotRun(
-                    "set mempolicy: not implemented yet (NUMA placement)".into(),
-                ))
-            }
-        }
-        Ok(())
-    }
-
-    fn pid(&self, n: &Name) -> Result<Pid, StepAbort> {
+    fn pid(&self, n: &Name) -> Result<ProcId, Abort> {
         self.procs
             .get(n)
             .copied()
-            .ok_or_else(|| StepAbort::CannotRun(format!("unknown process `{}`", n.as_str())))
+            .ok_or_else(|| Abort::CannotRun(format!("process `{}` does not exist", n.as_str())))
     }
 
-    fn addr(&self, a: &AddrExpr) -> Result<u64, StepAbort> {
+    fn addr(&self, a: &AddrExpr) -> Result<u64, Abort> {
         a.resolve(|n| self.maps.get(n).map(|m| m.addr))
-            .ok_or_else(|| StepAbort::CannotRun("address expression cannot be resolved".into()))
+            .ok_or_else(|| Abort::CannotRun("address expression cannot be resolved".into()))
     }
 
-    /// Runs an action; `Ok(Err(outcome))` is an errno or signal result.
-    fn action(&mut self, a: &Action) -> Result<Step, StepAbort> {
-        let rlimit = self.rlimit;
-        let task = a.task().map(|t| self.pid(t)).transpose()?;
-        let p = task.unwrap_or(0);
-        let resolved = match a {
-            Action::Munmap { addr, .. }
-            | Action::Mprotect { addr, .. }
-            | Action::Mremap { addr, .. }
-            | Action::Madvise { addr, .. }
-            | Action::Mlock { addr, .. }
-            | Action::Mlock2 { addr, .. }
-            | Action::Munlock { addr, .. }
-            | Action::Pin { addr, .. }
-            | Action::Unpin { addr, .. }
-            | Action::Write { addr, .. }
-            | Action::Touch { addr, .. }
-            | Action::Read { addr, .. } => self.addr(addr)?,
-            _ => 0,
+    /// The VMAs of `p` that overlap ranges its statements created.
+    pub fn scenario_vmas(&mut self, p: ProcId) -> Res<Vec<VmaView>> {
+        let ranges = self.ranges.get(&p).cloned().unwrap_or_default();
+        let all = self.backend.vmas(p)?;
+        Ok(all
+            .into_iter()
+            .filter(|v| ranges.iter().any(|&(s, e)| v.start < e && s < v.end))
+            .collect())
+    }
+
+    /// `status` as the scenario sees it: its own mappings only.
+    pub fn scenario_status(&mut self, p: ProcId) -> Res<ScenarioStatus> {
+        let vmas = self.scenario_vmas(p)?;
+        let mut s = ScenarioStatus {
+            vm_pin: self.backend.status(p)?.vm_pin,
+            ..ScenarioStatus::default()
         };
-        let placement = match a {
-            Action::Mmap { mmap, .. } => match &mmap.placement {
-                Placement::Anywhere => usermm::Placement::Any,
-                Placement::Hint(x) => usermm::Placement::Hint(self.addr(x)?),
-                Placement::Fixed(x) => usermm::Placement::Fixed(self.addr(x)?),
-                Placement::FixedNoreplace(x) => usermm::Placement::FixedNoReplace(self.addr(x)?),
-            },
-            _ => usermm::Placement::Any,
-        };
-        let fixed = match a {
-            Action::Mremap { fixed: Some(x), .. } => Some(self.addr(x)?),
-            _ => None,
-        };
-        let m = self.machine()?;
-        let cpu = m
-            .enter_cpu(0)
-            .map_err(|e| StepAbort::CannotRun(e.to_string()))?;
-        let e = errno_outcome;
-        Ok(match a {
-            Action::Spawn { privileged } => {
-                let pr = if *privileged {
-                    Privilege::Privileged
-                } else {
-                    Privilege::Ordinary
-                };
-                cpu.spawn(pr, rlimit).map(Done::Pid).map_err(e)
+        for v in &vmas {
+            s.vm_rss += v.smaps.rss;
+            s.rss_anon += v.smaps.anonymous;
+            if v.perms.ends_with('s') {
+                s.rss_shmem += v.smaps.rss;
             }
-            Action::Fork { .. } => cpu.fork(p).map(Done::Pid).map_err(e),
-            Action::Exit { .. } => cpu.exit(p).map(|_| Done::Nothing).map_err(e),
+            if v.locked {
+                s.vm_lck += v.end - v.start;
+            }
+            s.vm_size += v.end - v.start;
+            if v.perms.as_bytes().get(1) == Some(&b'w') && v.perms.ends_with('p') {
+                s.vm_data += v.end - v.start;
+            }
+        }
+        Ok(s)
+    }
+
+    fn track(&mut self, p: ProcId, start: u64, len: u64) {
+        self.ranges
+            .entry(p)
+            .or_default()
+            .push((start, start.saturating_add(len.max(1))));
+    }
+
+    /// Runs one statement.
+    pub fn step(&mut self, kind: &StmtKind) -> Step {
+        match kind {
+            StmtKind::Set(s) => Step {
+                abort: self.set(s).err(),
+                ..Step::default()
+            },
+            StmtKind::Action { bind, action } => {
+                let mut step = Step {
+                    changes_space: !matches!(action, Action::Read { .. }),
+                    ..Step::default()
+                };
+                match self.action(bind.as_ref(), action) {
+                    Err(a) => step.abort = Some(a),
+                    Ok(Ok(desc)) => step.outcome = Some(Ok(desc)),
+                    Ok(Err(Fail::Unsupported(m))) => {
+                        step.abort = Some(Abort::CannotRun(format!("{}: {m}", action.verb())));
+                        step.outcome = Some(Err(Fail::Unsupported(m)));
+                    }
+                    Ok(Err(f)) => {
+                        step.abort = Some(Abort::Failed(format!(
+                            "{} failed: {}",
+                            action.verb(),
+                            fail_name(&f)
+                        )));
+                        step.outcome = Some(Err(f));
+                    }
+                }
+                step
+            }
+            StmtKind::Expect(Expect::Outcome { action, outcome }) => {
+                let mut step = Step {
+                    changes_space: true,
+                    ..Step::default()
+                };
+                match self.action(None, action) {
+                    Err(a) => step.abort = Some(a),
+                    Ok(Ok(desc)) => {
+                        step.expect_failure = Some(format!(
+                            "expected {} = {}, but it succeeded",
+                            action.verb(),
+                            outcome_name(outcome)
+                        ));
+                        step.outcome = Some(Ok(desc));
+                    }
+                    Ok(Err(Fail::Unsupported(m))) => {
+                        step.abort = Some(Abort::CannotRun(format!("{}: {m}", action.verb())))
+                    }
+                    Ok(Err(Fail::Outcome(got))) => {
+                        if got != *outcome {
+                            step.expect_failure = Some(format!(
+                                "expected {} = {}, found {}",
+                                action.verb(),
+                                outcome_name(outcome),
+                                outcome_name(&got)
+                            ));
+                        }
+                        step.outcome = Some(Err(Fail::Outcome(got)));
+                    }
+                }
+                step
+            }
+            StmtKind::Expect(x) => match self.expect(x) {
+                Ok(msg) => Step {
+                    expect_failure: msg,
+                    ..Step::default()
+                },
+                Err(a) => Step {
+                    abort: Some(a),
+                    ..Step::default()
+                },
+            },
+        }
+    }
+
+    fn set(&mut self, s: &Setting) -> Result<(), Abort> {
+        let unsupported = |f: Fail| Abort::CannotRun(fail_name(&f));
+        match s {
+            Setting::Thp(list) => self.backend.set_thp(list).map_err(unsupported),
+            Setting::Rlimit { limit, .. } => {
+                self.rlimit = match limit {
+                    Limit::Bytes(b) => Some(*b),
+                    Limit::Unlimited => None,
+                };
+                Ok(())
+            }
+            Setting::Mempolicy(m) => self
+                .backend
+                .set_mempolicy(m.as_str() == "interleave")
+                .map_err(unsupported),
+            other => self.backend.set_engine(other).map_err(unsupported),
+        }
+    }
+
+    /// Resolves the addresses of an action, runs it, and binds the result.
+    fn action(&mut self, bind: Option<&Name>, a: &Action) -> Result<Res<String>, Abort> {
+        let p = match a.task() {
+            Some(t) => self.pid(t)?,
+            None => 0,
+        };
+        let b = &mut self.backend;
+        let res = match a {
+            Action::Spawn { privileged } => b.spawn(*privileged, self.rlimit).map(|np| {
+                if let Some(n) = bind {
+                    self.procs.insert(n.clone(), np);
+                }
+                format!("pid {np}")
+            }),
+            Action::Fork { .. } => b.fork(p).map(|np| {
+                let inherited = self.ranges.get(&p).cloned().unwrap_or_default();
+                self.ranges.insert(np, inherited);
+                if let Some(n) = bind {
+                    self.procs.insert(n.clone(), np);
+                }
+                format!("pid {np}")
+            }),
+            Action::Exit { .. } => b.exit(p).map(|_| {
+                self.ranges.remove(&p);
+                String::new()
+            }),
             Action::Mmap { mmap, .. } => {
-                let args = MmapArgs {
+                let place = match &mmap.placement {
+                    Placement::Anywhere => Place::Anywhere,
+                    Placement::Hint(x) => Place::Hint(self.addr(x)?),
+                    Placement::Fixed(x) => Place::Fixed(self.addr(x)?),
+                    Placement::FixedNoreplace(x) => Place::FixedNoreplace(self.addr(x)?),
+                };
+                let req = MmapReq {
                     len: mmap.len,
-                    prot: prot(mmap.prot),
-                    sharing: match mmap.sharing {
-                        Sharing::Private => usermm::Sharing::Private,
-                        Sharing::Shared => usermm::Sharing::Shared,
-                    },
-                    placement,
+                    prot: mmap.prot,
+                    sharing: mmap.sharing,
                     populate: mmap.populate,
                     locked: mmap.locked,
                     noreserve: mmap.noreserve,
+                    place,
                 };
-                cpu.mmap(p, args)
-                    .map(|addr| Done::Map(addr, mmap.len))
-                    .map_err(e)
+                let r = self.backend.mmap(p, &req);
+                if let Ok(addr) = r {
+                    self.bind_map(bind, p, addr, mmap.len);
+                }
+                r.map(|addr| format!("{addr:#x}"))
             }
-            Action::Munmap { len, .. } => cpu
-                .munmap(p, resolved, *len)
-                .map(|_| Done::Nothing)
-                .map_err(e),
-            Action::Mprotect { len, prot: pr, .. } => cpu
-                .mprotect(p, resolved, *len, prot(*pr))
-                .map(|_| Done::Nothing)
-                .map_err(e),
+            Action::Munmap { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend.munmap(p, a, *len).map(|_| String::new())
+            }
+            Action::Mprotect {
+                addr, len, prot, ..
+            } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .mprotect(p, a, *len, *prot)
+                    .map(|_| String::new())
+            }
             Action::Mremap {
+                addr,
                 old_len,
                 new_len,
                 maymove,
                 dontunmap,
+                fixed,
                 ..
             } => {
                 if *dontunmap {
-                    return Err(StepAbort::CannotRun(
+                    return Ok(Err(Fail::Unsupported(
                         "mremap dontunmap: not implemented yet".into(),
-                    ));
+                    )));
                 }
-                let f = usermm::MremapFlags {
-                    maymove: *maymove,
-                    fixed,
+                let a = self.addr(addr)?;
+                let f = match fixed {
+                    Some(x) => Some(self.addr(x)?),
+                    None => None,
                 };
-                cpu.mremap(p, resolved, *old_len, *new_len, f)
-                    .map(|na| Done::Map(na, *new_len))
-                    .map_err(e)
+                let r = self.backend.mremap(p, a, *old_len, *new_len, *maymove, f);
+                if let Ok(na) = r {
+                    self.bind_map(bind, p, na, *new_len);
+                }
+                r.map(|na| format!("{na:#x}"))
             }
             Action::Brk { delta, .. } => {
-                let cur = cpu
-                    .brk(p, 0)
-                    .map_err(|x| StepAbort::Failed(x.to_string()))?;
+                let cur = match self.backend.brk(p, 0) {
+                    Ok(c) => c,
+                    Err(f) => return Ok(Err(f)),
+                };
                 let (want, len) = match delta {
                     BrkDelta::Grow(d) => (cur.checked_add(*d), *d),
                     BrkDelta::Shrink(d) => (cur.checked_sub(*d), *d),
                 };
+                let enomem = Fail::Outcome(Outcome::Errno(crate::ast::Errno::ENOMEM));
                 match want {
-                    Some(w) => match cpu.brk(p, w) {
-                        Ok(got) if got == w => Ok(Done::Map(cur, len)),
-                        Ok(_) => Err(Outcome::Errno(crate::ast::Errno::ENOMEM)),
-                        Err(x) => Err(e(x)),
+                    None => Err(enomem),
+                    Some(w) => match self.backend.brk(p, w) {
+                        Ok(got) if got == w => {
+                            let start = cur.min(w);
+                            self.bind_map(bind, p, cur, len);
+                            self.track(p, start, len);
+                            Ok(format!("{cur:#x}"))
+                        }
+                        Ok(_) => Err(enomem),
+                        Err(f) => Err(f),
                     },
-                    None => Err(Outcome::Errno(crate::ast::Errno::ENOMEM)),
                 }
             }
-            Action::Madvise { len, advice, .. } => match advice_of(*advice) {
-                Some(adv) => cpu
-                    .madvise(p, resolved, *len, adv)
-                    .map(|_| Done::Nothing)
-                    .map_err(e),
-                None => {
-                    return Err(StepAbort::CannotRun(format!(
-                        "madvise {advice}: not implemented yet"
-                    )))
-                }
-            },
-            Action::Mlock { .. }
-            | Action::Mlock2 { .. }
-            | Action::Munlock { .. }
-            | Action::Mlockall { .. }
-            | Action::Munlockall { .. } => {
-                return Err(StepAbort::CannotRun(format!(
-                    "{}: not implemented yet (mlock subsystem)",
-                    a.verb()
-                )))
+            Action::Madvise {
+                addr, len, advice, ..
+            } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .madvise(p, a, *len, *advice)
+                    .map(|_| String::new())
             }
-            Action::Pin { len, .. } => cpu.pin(p, resolved, *len).map(|_| Done::Nothing).map_err(e),
-            Action::Unpin { len, .. } => cpu
-                .unpin(p, resolved, *len)
-                .map(|_| Done::Nothing)
-                .map_err(e),
-            Action::Write { len, pattern, .. } => cpu
-                .write_fill(p, resolved, *len, *pattern)
-                .map(|_| Done::Nothing)
-                .map_err(signal_outcome),
-            Action::Touch { len, access, .. } => {
-                let acc = match access {
-                    Access::Read => usermm::Access::Read,
-                    Access::Write => usermm::Access::Write,
+            Action::Mlock { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .mlock(p, a, *len, LockOp::Mlock)
+                    .map(|_| String::new())
+            }
+            Action::Mlock2 {
+                addr, len, onfault, ..
+            } => {
+                let a = self.addr(addr)?;
+                let op = if *onfault {
+                    LockOp::Mlock2Onfault
+                } else {
+                    LockOp::Mlock
                 };
-                cpu.touch(p, resolved, *len, acc)
-                    .map(|_| Done::Nothing)
-                    .map_err(signal_outcome)
+                self.backend.mlock(p, a, *len, op).map(|_| String::new())
             }
-            Action::Read { len, .. } => cpu
-                .touch(p, resolved, *len, usermm::Access::Read)
-                .map(|_| Done::Nothing)
-                .map_err(signal_outcome),
-        })
+            Action::Munlock { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .mlock(p, a, *len, LockOp::Munlock)
+                    .map(|_| String::new())
+            }
+            Action::Mlockall { flags, .. } => {
+                self.backend.mlockall(p, *flags).map(|_| String::new())
+            }
+            Action::Munlockall { .. } => self.backend.munlockall(p).map(|_| String::new()),
+            Action::Pin { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend.pin(p, a, *len).map(|_| String::new())
+            }
+            Action::Unpin { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend.unpin(p, a, *len).map(|_| String::new())
+            }
+            Action::Write {
+                addr, len, pattern, ..
+            } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .write(p, a, *len, *pattern)
+                    .map(|_| String::new())
+            }
+            Action::Touch {
+                addr, len, access, ..
+            } => {
+                let a = self.addr(addr)?;
+                self.backend
+                    .touch(p, a, *len, access.as_str() == "write")
+                    .map(|_| String::new())
+            }
+            Action::Read { addr, len, .. } => {
+                let a = self.addr(addr)?;
+                self.backend.touch(p, a, *len, false).map(|_| String::new())
+            }
+        };
+        Ok(res)
     }
 
-    fn expect(&mut self, x: &Expect) -> Result<Option<String>, StepAbort> {
-        if let Expect::Outcome { action, outcome } = x {
-            return Ok(match self.action(action)? {
-                Ok(_) => Some(format!(
-                    "expected {} = {}, but it succeeded",
-                    action.verb(),
-                    outcome_name(outcome)
-                )),
-                Err(got) if got == *outcome => None,
-                Err(got) => Some(format!(
-                    "expected {} = {}, found {}",
-                    action.verb(),
-                    outcome_name(outcome),
-                    outcome_name(&got)
-                )),
-            });
+    fn bind_map(&mut self, bind: Option<&Name>, p: ProcId, addr: u64, len: u64) {
+        self.track(p, addr, len);
+        if let Some(n) = bind {
+            self.maps.insert(n.clone(), Binding { addr, len });
         }
+    }
+
+    fn expect(&mut self, x: &Expect) -> Result<Option<String>, Abort> {
         let p = match x.task() {
             Some(t) => self.pid(t)?,
             None => 0,
         };
-        let addr = match x {
-            Expect::Read { addr, .. }
-            | Expect::MapsVma { addr, .. }
-            | Expect::Pagemap { addr, .. }
-            | Expect::Kpageflags { addr, .. }
-            | Expect::Folio { addr, .. } => self.addr(addr)?,
-            _ => 0,
-        };
-        let range = match x {
-            Expect::Smaps { mapping, .. } => {
-                let m = self.maps.get(mapping).ok_or_else(|| {
-                    StepAbort::CannotRun(format!("unknown mapping `{}`", mapping.as_str()))
-                })?;
-                (m.addr, m.addr + m.len)
-            }
-            _ => (0, 0),
-        };
-        let m = self.machine()?;
-        let cpu = m
-            .enter_cpu(0)
-            .map_err(|e| StepAbort::CannotRun(e.to_string()))?;
-        let fail = |s: String| Ok(Some(s));
-        let gone = |e: usermm::Errno| StepAbort::Failed(format!("process: {e}"));
+        let cannot = |f: Fail| Abort::CannotRun(fail_name(&f));
         match x {
             Expect::Outcome { .. } => Ok(None),
-            Expect::Read { len, pattern, .. } => match cpu.find_mismatch(p, addr, *len, *pattern) {
-                Ok(None) => Ok(None),
-                Ok(Some(at)) => {
-                    let mut b = [0u8; 1];
-                    let _ = cpu.read_bytes(p, at, &mut b);
-                    fail(format!(
-                        "read: expected pattern={pattern:#04x}, found {:#04x} at offset {:#x}",
-                        b[0],
-                        at - addr
-                    ))
+            Expect::Read {
+                addr, len, pattern, ..
+            } => {
+                let a = self.addr(addr)?;
+                Ok(match self.backend.check(p, a, *len, *pattern) {
+                    Ok(None) => None,
+                    Ok(Some((off, v))) => Some(format!(
+                        "read: expected pattern={pattern:#04x}, found {v:#04x} at offset {off:#x}"
+                    )),
+                    Err(Fail::Unsupported(m)) => return Err(Abort::CannotRun(m)),
+                    Err(f) => Some(format!(
+                        "read: expected pattern={pattern:#04x}, found {}",
+                        fail_name(&f)
+                    )),
+                })
+            }
+            Expect::Smaps {
+                mapping, fields, ..
+            } => {
+                let b = *self.maps.get(mapping).ok_or_else(|| {
+                    Abort::CannotRun(format!("unknown mapping `{}`", mapping.as_str()))
+                })?;
+                let (s, e) = (b.addr, b.addr + b.len);
+                let mut total = SmapsView::default();
+                for v in self
+                    .backend
+                    .vmas(p)
+                    .map_err(cannot)?
+                    .iter()
+                    .filter(|v| v.start < e && s < v.end)
+                {
+                    total.add(&v.smaps);
+                    total.size -= v.smaps.size;
+                    total.size += v.end.min(e) - v.start.max(s);
                 }
-                Err(s) => fail(format!(
-                    "read: expected pattern={pattern:#04x}, found {}",
-                    outcome_name(&signal_outcome(s))
-                )),
-            },
-            Expect::Smaps { fields, .. } => {
-                let mut total = usermm::views::Smaps::default();
-                let mut size = 0;
-                for (e, s) in cpu.smaps(p, range.0, range.1).map_err(gone)? {
-                    total.add(&s);
-                    size += e.end.min(range.1) - e.start.max(range.0);
-                }
-                let mut bad = Vec::new();
-                for (f, want) in fields {
-                    let got = match f {
-                        SmapsField::Size => size,
-                        SmapsField::Rss => total.rss,
-                        SmapsField::Pss => total.pss(),
-                        SmapsField::SharedClean => total.shared_clean,
-                        SmapsField::SharedDirty => total.shared_dirty,
-                        SmapsField::PrivateClean => total.private_clean,
-                        SmapsField::PrivateDirty => total.private_dirty,
-                        SmapsField::Anonymous => total.anonymous,
-                        SmapsField::AnonHugePages => total.anon_huge_pages,
-                        SmapsField::Locked => total.locked(),
-                        SmapsField::Referenced => total.rss,
-                        SmapsField::Swap => 0,
-                    };
-                    if got / 1024 != want / 1024 {
-                        bad.push(format!(
-                            "{}: expected {}, found {}",
-                            f.as_str(),
-                            kb(*want),
-                            kb(got)
-                        ));
-                    }
-                }
+                let bad: Vec<String> = fields
+                    .iter()
+                    .filter_map(|(f, want)| {
+                        let got = smaps_field(&total, *f);
+                        (got / 1024 != want / 1024).then(|| {
+                            format!("{}: expected {}, found {}", f.as_str(), kb(*want), kb(got))
+                        })
+                    })
+                    .collect();
                 Ok((!bad.is_empty()).then(|| format!("smaps {}", bad.join(", "))))
             }
             Expect::Status { fields, .. } => {
-                let s = cpu.status(p).map_err(gone)?;
-                let mut bad = Vec::new();
-                for (f, want) in fields {
-                    let got = match f {
-                        StatusField::VmSize | StatusField::VmPeak => s.vm_size,
-                        StatusField::VmLck => s.vm_lck,
-                        StatusField::VmPin => s.vm_pin,
-                        StatusField::VmRSS | StatusField::VmHWM => s.vm_rss,
-                        StatusField::RssAnon => s.rss_anon,
-                        StatusField::RssShmem => s.rss_shmem,
-                        StatusField::RssFile | StatusField::VmSwap | StatusField::VmPTE => 0,
-                        StatusField::VmData => s.vm_data,
-                    };
-                    if got / 1024 != want / 1024 {
-                        bad.push(format!(
-                            "{}: expected {}, found {}",
-                            f.as_str(),
-                            kb(*want),
-                            kb(got)
-                        ));
-                    }
-                }
+                let s = self.scenario_status(p).map_err(cannot)?;
+                let bad: Vec<String> = fields
+                    .iter()
+                    .filter_map(|(f, want)| {
+                        let got = match f {
+                            StatusField::VmSize | StatusField::VmPeak => s.vm_size,
+                            StatusField::VmLck => s.vm_lck,
+                            StatusField::VmPin => s.vm_pin,
+                            StatusField::VmRSS | StatusField::VmHWM => s.vm_rss,
+                            StatusField::RssAnon => s.rss_anon,
+                            StatusField::RssShmem => s.rss_shmem,
+                            StatusField::RssFile | StatusField::VmSwap | StatusField::VmPTE => 0,
+                            StatusField::VmData => s.vm_data,
+                        };
+                        (got / 1024 != want / 1024).then(|| {
+                            format!("{}: expected {}, found {}", f.as_str(), kb(*want), kb(got))
+                        })
+                    })
+                    .collect();
                 Ok((!bad.is_empty()).then(|| format!("status {}", bad.join(", "))))
             }
             Expect::MapsCount { count, .. } => {
-                let n = cpu.maps(p).map_err(gone)?.len() as u64;
+                let n = self.scenario_vmas(p).map_err(cannot)?.len() as u64;
                 Ok((n != *count).then(|| format!("maps count: expected {count}, found {n}")))
             }
             Expect::MapsVma {
-                start, end, perms, ..
+                addr,
+                start,
+                end,
+                perms,
+                ..
             } => {
-                let maps = cpu.maps(p).map_err(gone)?;
-                let want = format!("{:#x}-{:#x} {}", start, end, perms);
-                match maps.iter().find(|e| e.start <= addr && addr < e.end) {
-                    None => fail(format!(
-                        "maps: expected {want}, found no mapping at {addr:#x}"
-                    )),
-                    Some(e) => {
-                        let got = format!("{:#x}-{:#x} {}", e.start, e.end, e.perms);
-                        Ok((got != want).then(|| format!("maps: expected {want}, found {got}")))
+                let a = self.addr(addr)?;
+                let want = format!("{start:#x}-{end:#x} {perms}");
+                let vmas = self.backend.vmas(p).map_err(cannot)?;
+                Ok(match vmas.iter().find(|v| v.start <= a && a < v.end) {
+                    None => Some(format!("maps: expected {want}, found no mapping at {a:#x}")),
+                    Some(v) => {
+                        let got = format!("{:#x}-{:#x} {}", v.start, v.end, v.perms);
+                        (got != want).then(|| format!("maps: expected {want}, found {got}"))
                     }
-                }
+                })
             }
-            Expect::Pagemap { states, .. } => {
-                let pm = cpu.pagemap(p, addr).map_err(gone)?;
-                let bad: Vec<String> = states
+            Expect::Pagemap { addr, states, .. } => {
+                let a = self.addr(addr)?;
+                let pv = self.backend.page(p, a).map_err(cannot)?;
+                let bad: Vec<&str> = states
                     .iter()
                     .filter(|s| !match s {
-                        PagemapState::Exclusive => pm.present && pm.exclusive,
-                        PagemapState::Shared => pm.present && !pm.exclusive,
-                        PagemapState::Present => pm.present,
-                        PagemapState::Absent => !pm.present,
+                        PagemapState::Exclusive => pv.present && pv.exclusive,
+                        PagemapState::Shared => pv.present && !pv.exclusive,
+                        PagemapState::Present => pv.present,
+                        PagemapState::Absent => !pv.present,
                     })
-                    .map(|s| s.as_str().to_string())
+                    .map(|s| s.as_str())
                     .collect();
                 Ok((!bad.is_empty()).then(|| {
                     format!(
                         "pagemap: expected {}, found present={} exclusive={}",
                         bad.join(" "),
-                        pm.present,
-                        pm.exclusive
+                        pv.present,
+                        pv.exclusive
                     )
                 }))
             }
-            Expect::Kpageflags { flags, .. } => {
-                let Some(word) = cpu.kpageflags(p, addr).map_err(gone)? else {
-                    return fail("kpageflags: no page mapped".into());
+            Expect::Kpageflags { addr, flags, .. } => {
+                let a = self.addr(addr)?;
+                let pv = self.backend.page(p, a).map_err(cannot)?;
+                let Some(word) = pv.kpageflags else {
+                    return Ok(Some("kpageflags: no page mapped".into()));
                 };
                 let bad: Vec<String> = flags
                     .iter()
@@ -659,35 +714,34 @@ impl Runner {
                     )
                 }))
             }
-            Expect::Folio { order, .. } => match cpu.folio_order(p, addr).map_err(gone)? {
-                Some(o) if o == *order => Ok(None),
-                Some(o) => fail(format!("folio: expected order={order}, found order={o}")),
-                None => fail(format!(
-                    "folio: expected order={order}, found no page mapped"
-                )),
-            },
+            Expect::Folio { addr, order, .. } => {
+                let a = self.addr(addr)?;
+                let pv = self.backend.page(p, a).map_err(cannot)?;
+                Ok(match pv.folio_order {
+                    Some(o) if o == *order => None,
+                    Some(o) => Some(format!("folio: expected order={order}, found order={o}")),
+                    None => Some(format!(
+                        "folio: expected order={order}, found no page mapped"
+                    )),
+                })
+            }
         }
     }
 }
 
-fn apply_thp(t: &mut usermm::Tunables, s: &ThpSetting) {
-    match s {
-        ThpSetting::Top(top) => t.thp.top = thp_top(*top),
-        ThpSetting::Size { size, policy } => {
-            let _ = t.thp.set_size(size.bytes(), thp_policy(*policy));
-        }
+/// One smaps field of a sum.
+pub fn smaps_field(t: &SmapsView, f: SmapsField) -> u64 {
+    match f {
+        SmapsField::Size => t.size,
+        SmapsField::Rss | SmapsField::Referenced => t.rss,
+        SmapsField::Pss => t.pss,
+        SmapsField::SharedClean => t.shared_clean,
+        SmapsField::SharedDirty => t.shared_dirty,
+        SmapsField::PrivateClean => t.private_clean,
+        SmapsField::PrivateDirty => t.private_dirty,
+        SmapsField::Anonymous => t.anonymous,
+        SmapsField::AnonHugePages => t.anon_huge_pages,
+        SmapsField::Locked => t.locked,
+        SmapsField::Swap => 0,
     }
-}
-
-fn advice_of(a: Advice) -> Option<usermm::Advice> {
-    Some(match a {
-        Advice::Dontneed => usermm::Advice::DontNeed,
-        Advice::Hugepage => usermm::Advice::HugePage,
-        Advice::Nohugepage => usermm::Advice::NoHugePage,
-        Advice::Dontfork => usermm::Advice::DontFork,
-        Advice::Dofork => usermm::Advice::DoFork,
-        Advice::Wipeonfork => usermm::Advice::WipeOnFork,
-        Advice::Keeponfork => usermm::Advice::KeepOnFork,
-        _ => return None,
-    })
 }

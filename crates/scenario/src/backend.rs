@@ -1,0 +1,217 @@
+//! What a scenario runs on: the engine or the host kernel.
+//!
+//! A [`Backend`] performs the system calls and memory accesses of a scenario and reports what
+//! a user can observe (`/proc/PID/maps`, `smaps`, `status`, `pagemap`, `kpageflags`). The
+//! runner drives one backend; the oracle drives two in lockstep and compares what they report.
+
+use crate::ast::{Advice, MlockallFlags, Outcome, Prot, Sharing};
+
+/// Why an operation did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fail {
+    /// The errno or signal Linux would report.
+    Outcome(Outcome),
+    /// This backend cannot perform the operation (not implemented, not observable here).
+    Unsupported(String),
+}
+
+/// Result of a backend operation.
+pub type Res<T> = Result<T, Fail>;
+
+/// A process handle of a backend.
+pub type ProcId = u32;
+
+/// Placement of an `mmap`, with addresses resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The kernel chooses.
+    Anywhere,
+    /// A hint.
+    Hint(u64),
+    /// `MAP_FIXED`.
+    Fixed(u64),
+    /// `MAP_FIXED_NOREPLACE`.
+    FixedNoreplace(u64),
+}
+
+/// An `mmap` request with addresses resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapReq {
+    /// Length.
+    pub len: u64,
+    /// Protection.
+    pub prot: Prot,
+    /// Private or shared.
+    pub sharing: Sharing,
+    /// MAP_POPULATE.
+    pub populate: bool,
+    /// MAP_LOCKED.
+    pub locked: bool,
+    /// MAP_NORESERVE.
+    pub noreserve: bool,
+    /// Placement.
+    pub place: Place,
+}
+
+/// The mlock family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOp {
+    /// `mlock`.
+    Mlock,
+    /// `mlock2(MLOCK_ONFAULT)`.
+    Mlock2Onfault,
+    /// `munlock`.
+    Munlock,
+}
+
+/// The smaps fields compared, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmapsView {
+    /// Size.
+    pub size: u64,
+    /// Rss.
+    pub rss: u64,
+    /// Pss (bytes, truncated to whole kB as `/proc` prints it).
+    pub pss: u64,
+    /// Shared_Clean.
+    pub shared_clean: u64,
+    /// Shared_Dirty.
+    pub shared_dirty: u64,
+    /// Private_Clean.
+    pub private_clean: u64,
+    /// Private_Dirty.
+    pub private_dirty: u64,
+    /// Anonymous.
+    pub anonymous: u64,
+    /// AnonHugePages.
+    pub anon_huge_pages: u64,
+    /// Locked.
+    pub locked: u64,
+}
+
+impl SmapsView {
+    /// Adds another VMA's fields.
+    pub fn add(&mut self, o: &SmapsView) {
+        self.size += o.size;
+        self.rss += o.rss;
+        self.pss += o.pss;
+        self.shared_clean += o.shared_clean;
+        self.shared_dirty += o.shared_dirty;
+        self.private_clean += o.private_clean;
+        self.private_dirty += o.private_dirty;
+        self.anonymous += o.anonymous;
+        self.anon_huge_pages += o.anon_huge_pages;
+        self.locked += o.locked;
+    }
+
+    /// (name, value) pairs, for reports.
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
+        [
+            ("Size", self.size),
+            ("Rss", self.rss),
+            ("Pss", self.pss),
+            ("Shared_Clean", self.shared_clean),
+            ("Shared_Dirty", self.shared_dirty),
+            ("Private_Clean", self.private_clean),
+            ("Private_Dirty", self.private_dirty),
+            ("Anonymous", self.anonymous),
+            ("AnonHugePages", self.anon_huge_pages),
+            ("Locked", self.locked),
+        ]
+    }
+}
+
+/// One VMA as `/proc/PID/smaps` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmaView {
+    /// Start.
+    pub start: u64,
+    /// End.
+    pub end: u64,
+    /// `rw-p` etc.
+    pub perms: String,
+    /// The VM_LOCKED flag (`lo` in smaps VmFlags).
+    pub locked: bool,
+    /// The smaps fields.
+    pub smaps: SmapsView,
+}
+
+/// `/proc/PID/status` lines that do not depend on the process's other mappings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusView {
+    /// VmPin.
+    pub vm_pin: u64,
+}
+
+/// What pagemap and kpageflags say about one page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageView {
+    /// pagemap bit 63.
+    pub present: bool,
+    /// pagemap bit 56.
+    pub exclusive: bool,
+    /// `/proc/kpageflags` word, when readable.
+    pub kpageflags: Option<u64>,
+    /// Order of the folio, when it can be determined.
+    pub folio_order: Option<u32>,
+}
+
+/// A system the scenario runs on.
+pub trait Backend {
+    /// "engine" or "host".
+    fn name(&self) -> &'static str;
+    /// Applies THP policy settings (sysfs meaning).
+    fn set_thp(&mut self, settings: &[crate::ast::ThpSetting]) -> Res<()>;
+    /// Applies an engine setting (memory, nodes, cpus, arch, tunable); the host ignores them.
+    fn set_engine(&mut self, setting: &crate::ast::Setting) -> Res<()>;
+    /// Sets the NUMA policy for later faults.
+    fn set_mempolicy(&mut self, interleave: bool) -> Res<()>;
+    /// A new process.
+    fn spawn(&mut self, privileged: bool, rlimit_memlock: Option<u64>) -> Res<ProcId>;
+    /// fork.
+    fn fork(&mut self, p: ProcId) -> Res<ProcId>;
+    /// exit.
+    fn exit(&mut self, p: ProcId) -> Res<()>;
+    /// mmap of anonymous memory.
+    fn mmap(&mut self, p: ProcId, req: &MmapReq) -> Res<u64>;
+    /// munmap.
+    fn munmap(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()>;
+    /// mprotect.
+    fn mprotect(&mut self, p: ProcId, addr: u64, len: u64, prot: Prot) -> Res<()>;
+    /// mremap.
+    fn mremap(
+        &mut self,
+        p: ProcId,
+        addr: u64,
+        old: u64,
+        new: u64,
+        maymove: bool,
+        fixed: Option<u64>,
+    ) -> Res<u64>;
+    /// The raw brk system call: returns the break after the call.
+    fn brk(&mut self, p: ProcId, new: u64) -> Res<u64>;
+    /// madvise.
+    fn madvise(&mut self, p: ProcId, addr: u64, len: u64, advice: Advice) -> Res<()>;
+    /// mlock, mlock2(onfault), munlock.
+    fn mlock(&mut self, p: ProcId, addr: u64, len: u64, op: LockOp) -> Res<()>;
+    /// mlockall.
+    fn mlockall(&mut self, p: ProcId, flags: MlockallFlags) -> Res<()>;
+    /// munlockall.
+    fn munlockall(&mut self, p: ProcId) -> Res<()>;
+    /// Long-term pin.
+    fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()>;
+    /// Release a pin.
+    fn unpin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()>;
+    /// Fill with a byte.
+    fn write(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<()>;
+    /// One access per page.
+    fn touch(&mut self, p: ProcId, addr: u64, len: u64, write: bool) -> Res<()>;
+    /// Reads and returns the first byte that differs from `byte` (offset, value).
+    fn check(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<Option<(u64, u8)>>;
+    /// Every VMA of the process with its smaps fields.
+    fn vmas(&mut self, p: ProcId) -> Res<Vec<VmaView>>;
+    /// Status lines.
+    fn status(&mut self, p: ProcId) -> Res<StatusView>;
+    /// pagemap / kpageflags / folio order of one page.
+    fn page(&mut self, p: ProcId, addr: u64) -> Res<PageView>;
+}

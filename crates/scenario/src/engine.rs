@@ -1,0 +1,353 @@
+//! The engine as a scenario [`Backend`].
+
+use crate::ast::Keyword;
+use crate::ast::{
+    Advice, Arch, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Signal, ThpPolicy,
+    ThpSetting, ThpTop,
+};
+use crate::backend::{
+    Backend, Fail, LockOp, MmapReq, PageView, Place, ProcId, Res, SmapsView, StatusView, VmaView,
+};
+use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
+
+/// Runs scenarios on a [`usermm::Machine`], built at the first statement that needs it.
+#[derive(Debug, Default)]
+pub struct EngineBackend {
+    cfg: MachineConfig,
+    machine: Option<Machine>,
+    pending: Vec<(String, String)>,
+    thp: Vec<ThpSetting>,
+}
+
+fn errno(e: usermm::Errno) -> Fail {
+    Fail::Outcome(Outcome::Errno(
+        Errno::from_keyword(e.name()).unwrap_or(Errno::EINVAL),
+    ))
+}
+
+fn signal(s: usermm::Signal) -> Fail {
+    match s {
+        usermm::Signal::Bus(_) => Fail::Outcome(Outcome::Signal(Signal::Sigbus)),
+        usermm::Signal::Segv(_) => Fail::Outcome(Outcome::Signal(Signal::Sigsegv)),
+        usermm::Signal::NoProcess => Fail::Unsupported("no such process".into()),
+    }
+}
+
+/// The engine's protection for a scenario `prot`.
+pub fn prot(p: Prot) -> usermm::Prot {
+    let bits = p.bits();
+    usermm::Prot {
+        read: bits & 1 != 0,
+        write: bits & 2 != 0,
+        exec: bits & 4 != 0,
+    }
+}
+
+fn thp_policy(p: ThpPolicy) -> usermm::ThpPolicy {
+    match p {
+        ThpPolicy::Always => usermm::ThpPolicy::Always,
+        ThpPolicy::Madvise => usermm::ThpPolicy::Madvise,
+        ThpPolicy::Never => usermm::ThpPolicy::Never,
+        ThpPolicy::Inherit => usermm::ThpPolicy::Inherit,
+    }
+}
+
+fn apply_thp(t: &mut usermm::Tunables, s: &ThpSetting) {
+    match s {
+        ThpSetting::Top(top) => {
+            t.thp.top = match top {
+                ThpTop::Always => usermm::ThpPolicy::Always,
+                ThpTop::Madvise => usermm::ThpPolicy::Madvise,
+                ThpTop::Never => usermm::ThpPolicy::Never,
+            }
+        }
+        ThpSetting::Size { size, policy } => {
+            let _ = t.thp.set_size(size.bytes(), thp_policy(*policy));
+        }
+    }
+}
+
+fn advice(a: Advice) -> Res<usermm::Advice> {
+    Ok(match a {
+        Advice::Dontneed => usermm::Advice::DontNeed,
+        Advice::Hugepage => usermm::Advice::HugePage,
+        Advice::Nohugepage => usermm::Advice::NoHugePage,
+        Advice::Dontfork => usermm::Advice::DontFork,
+        Advice::Dofork => usermm::Advice::DoFork,
+        Advice::Wipeonfork => usermm::Advice::WipeOnFork,
+        Advice::Keeponfork => usermm::Advice::KeepOnFork,
+        other => {
+            return Err(Fail::Unsupported(format!(
+                "madvise {other}: not implemented yet"
+            )))
+        }
+    })
+}
+
+impl EngineBackend {
+    /// A backend with default settings and `tunables` to apply when the machine is built.
+    pub fn new(tunables: Vec<(String, String)>) -> EngineBackend {
+        EngineBackend {
+            pending: tunables,
+            ..EngineBackend::default()
+        }
+    }
+
+    /// The machine (built on first use).
+    pub fn machine(&mut self) -> Res<&Machine> {
+        if self.machine.is_none() {
+            let mut cfg = self.cfg.clone();
+            for (k, v) in &self.pending {
+                cfg.tunables
+                    .set(k, v)
+                    .map_err(|e| Fail::Unsupported(e.to_string()))?;
+            }
+            for s in &self.thp {
+                apply_thp(&mut cfg.tunables, s);
+            }
+            self.machine = Some(Machine::new(cfg));
+        }
+        self.machine
+            .as_ref()
+            .ok_or_else(|| Fail::Unsupported("no machine".into()))
+    }
+
+    /// The machine if it was built.
+    pub fn built(&self) -> Option<&Machine> {
+        self.machine.as_ref()
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&usermm::Cpu<'_>) -> Res<T>) -> Res<T> {
+        let m = self.machine()?;
+        let cpu = m
+            .enter_cpu(0)
+            .map_err(|e| Fail::Unsupported(e.to_string()))?;
+        f(&cpu)
+    }
+}
+
+impl Backend for EngineBackend {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+
+    fn set_thp(&mut self, settings: &[ThpSetting]) -> Res<()> {
+        match &self.machine {
+            Some(m) => m.update_tunables(|t| settings.iter().for_each(|s| apply_thp(t, s))),
+            None => self.thp.extend(settings.iter().cloned()),
+        }
+        Ok(())
+    }
+
+    fn set_engine(&mut self, s: &Setting) -> Res<()> {
+        let late = |what: &str| {
+            Fail::Unsupported(format!("set {what} must come before the first process"))
+        };
+        match s {
+            Setting::Memory(b) if self.machine.is_none() => self.cfg.memory = *b,
+            Setting::Nodes(n) if self.machine.is_none() => self.cfg.nodes = *n,
+            Setting::Cpus(n) if self.machine.is_none() => self.cfg.cpus = *n as usize,
+            Setting::Arch(a) if self.machine.is_none() => {
+                self.cfg.arch = match a {
+                    Arch::X86_64 => usermm::Arch::X86_64,
+                    Arch::Arm64 => usermm::Arch::Arm64,
+                }
+            }
+            Setting::Memory(_) => return Err(late("memory")),
+            Setting::Nodes(_) => return Err(late("nodes")),
+            Setting::Cpus(_) => return Err(late("cpus")),
+            Setting::Arch(_) => return Err(late("arch")),
+            Setting::Tunable { name, value } => match &self.machine {
+                Some(m) => {
+                    let mut res = Ok(());
+                    m.update_tunables(|t| res = t.set(name, value));
+                    res.map_err(|e| Fail::Unsupported(e.to_string()))?;
+                }
+                None => {
+                    let mut probe = usermm::Tunables::default();
+                    probe
+                        .set(name, value)
+                        .map_err(|e| Fail::Unsupported(e.to_string()))?;
+                    self.pending.push((name.clone(), value.clone()));
+                }
+            },
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn set_mempolicy(&mut self, interleave: bool) -> Res<()> {
+        if interleave {
+            return Err(Fail::Unsupported(
+                "set mempolicy interleave: not implemented yet (NUMA placement)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, privileged: bool, rlimit_memlock: Option<u64>) -> Res<ProcId> {
+        let pr = if privileged {
+            Privilege::Privileged
+        } else {
+            Privilege::Ordinary
+        };
+        let limit = rlimit_memlock.unwrap_or(u64::MAX);
+        self.with(|cpu| cpu.spawn(pr, limit).map_err(errno))
+    }
+
+    fn fork(&mut self, p: ProcId) -> Res<ProcId> {
+        self.with(|cpu| cpu.fork(p).map_err(errno))
+    }
+
+    fn exit(&mut self, p: ProcId) -> Res<()> {
+        self.with(|cpu| cpu.exit(p).map_err(errno))
+    }
+
+    fn mmap(&mut self, p: ProcId, r: &MmapReq) -> Res<u64> {
+        let args = MmapArgs {
+            len: r.len,
+            prot: prot(r.prot),
+            sharing: match r.sharing {
+                Sharing::Private => usermm::Sharing::Private,
+                Sharing::Shared => usermm::Sharing::Shared,
+            },
+            placement: match r.place {
+                Place::Anywhere => usermm::Placement::Any,
+                Place::Hint(a) => usermm::Placement::Hint(a),
+                Place::Fixed(a) => usermm::Placement::Fixed(a),
+                Place::FixedNoreplace(a) => usermm::Placement::FixedNoReplace(a),
+            },
+            populate: r.populate,
+            locked: r.locked,
+            noreserve: r.noreserve,
+        };
+        self.with(|cpu| cpu.mmap(p, args).map_err(errno))
+    }
+
+    fn munmap(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.with(|cpu| cpu.munmap(p, addr, len).map_err(errno))
+    }
+
+    fn mprotect(&mut self, p: ProcId, addr: u64, len: u64, pr: Prot) -> Res<()> {
+        self.with(|cpu| cpu.mprotect(p, addr, len, prot(pr)).map_err(errno))
+    }
+
+    fn mremap(
+        &mut self,
+        p: ProcId,
+        addr: u64,
+        old: u64,
+        new: u64,
+        maymove: bool,
+        fixed: Option<u64>,
+    ) -> Res<u64> {
+        let f = usermm::MremapFlags { maymove, fixed };
+        self.with(|cpu| cpu.mremap(p, addr, old, new, f).map_err(errno))
+    }
+
+    fn brk(&mut self, p: ProcId, new: u64) -> Res<u64> {
+        self.with(|cpu| cpu.brk(p, new).map_err(errno))
+    }
+
+    fn madvise(&mut self, p: ProcId, addr: u64, len: u64, a: Advice) -> Res<()> {
+        let adv = advice(a)?;
+        self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
+    }
+
+    fn mlock(&mut self, _p: ProcId, _addr: u64, _len: u64, op: LockOp) -> Res<()> {
+        Err(Fail::Unsupported(
+            format!("{op:?}: not implemented yet (mlock subsystem)").to_lowercase(),
+        ))
+    }
+
+    fn mlockall(&mut self, _p: ProcId, _flags: MlockallFlags) -> Res<()> {
+        Err(Fail::Unsupported(
+            "mlockall: not implemented yet (mlock subsystem)".into(),
+        ))
+    }
+
+    fn munlockall(&mut self, _p: ProcId) -> Res<()> {
+        Err(Fail::Unsupported(
+            "munlockall: not implemented yet (mlock subsystem)".into(),
+        ))
+    }
+
+    fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.with(|cpu| cpu.pin(p, addr, len).map_err(errno))
+    }
+
+    fn unpin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.with(|cpu| cpu.unpin(p, addr, len).map_err(errno))
+    }
+
+    fn write(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<()> {
+        self.with(|cpu| cpu.write_fill(p, addr, len, byte).map_err(signal))
+    }
+
+    fn touch(&mut self, p: ProcId, addr: u64, len: u64, write: bool) -> Res<()> {
+        let acc = if write {
+            usermm::Access::Write
+        } else {
+            usermm::Access::Read
+        };
+        self.with(|cpu| cpu.touch(p, addr, len, acc).map_err(signal))
+    }
+
+    fn check(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<Option<(u64, u8)>> {
+        self.with(|cpu| {
+            let Some(at) = cpu.find_mismatch(p, addr, len, byte).map_err(signal)? else {
+                return Ok(None);
+            };
+            let mut b = [0u8; 1];
+            cpu.read_bytes(p, at, &mut b).map_err(signal)?;
+            Ok(Some((at - addr, b[0])))
+        })
+    }
+
+    fn vmas(&mut self, p: ProcId) -> Res<Vec<VmaView>> {
+        self.with(|cpu| {
+            let list = cpu.smaps(p, 0, u64::MAX).map_err(errno)?;
+            Ok(list
+                .into_iter()
+                .map(|(e, s)| VmaView {
+                    start: e.start,
+                    end: e.end,
+                    perms: e.perms.clone(),
+                    locked: e.flags & usermm::vma::VmFlags::LOCKED != 0,
+                    smaps: SmapsView {
+                        size: s.size,
+                        rss: s.rss,
+                        pss: s.pss() & !1023,
+                        shared_clean: s.shared_clean,
+                        shared_dirty: s.shared_dirty,
+                        private_clean: s.private_clean,
+                        private_dirty: s.private_dirty,
+                        anonymous: s.anonymous,
+                        anon_huge_pages: s.anon_huge_pages,
+                        locked: s.locked() & !1023,
+                    },
+                })
+                .collect())
+        })
+    }
+
+    fn status(&mut self, p: ProcId) -> Res<StatusView> {
+        self.with(|cpu| {
+            Ok(StatusView {
+                vm_pin: cpu.status(p).map_err(errno)?.vm_pin,
+            })
+        })
+    }
+
+    fn page(&mut self, p: ProcId, addr: u64) -> Res<PageView> {
+        self.with(|cpu| {
+            let pm = cpu.pagemap(p, addr).map_err(errno)?;
+            Ok(PageView {
+                present: pm.present,
+                exclusive: pm.exclusive,
+                kpageflags: cpu.kpageflags(p, addr).map_err(errno)?,
+                folio_order: cpu.folio_order(p, addr).map_err(errno)?,
+            })
+        })
+    }
+}
