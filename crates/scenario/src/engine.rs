@@ -254,22 +254,28 @@ impl Backend for EngineBackend {
         self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
     }
 
-    fn mlock(&mut self, _p: ProcId, _addr: u64, _len: u64, op: LockOp) -> Res<()> {
-        Err(Fail::Unsupported(
-            format!("{op:?}: not implemented yet (mlock subsystem)").to_lowercase(),
-        ))
+    fn mlock(&mut self, p: ProcId, addr: u64, len: u64, op: LockOp) -> Res<()> {
+        self.with(|cpu| {
+            match op {
+                LockOp::Mlock => cpu.mlock(p, addr, len),
+                LockOp::Mlock2Onfault => cpu.mlock2(p, addr, len, true),
+                LockOp::Munlock => cpu.munlock(p, addr, len),
+            }
+            .map_err(errno)
+        })
     }
 
-    fn mlockall(&mut self, _p: ProcId, _flags: MlockallFlags) -> Res<()> {
-        Err(Fail::Unsupported(
-            "mlockall: not implemented yet (mlock subsystem)".into(),
-        ))
+    fn mlockall(&mut self, p: ProcId, flags: MlockallFlags) -> Res<()> {
+        let f = usermm::MlockallFlags {
+            current: flags.current,
+            future: flags.future,
+            onfault: flags.onfault,
+        };
+        self.with(|cpu| cpu.mlockall(p, f).map_err(errno))
     }
 
-    fn munlockall(&mut self, _p: ProcId) -> Res<()> {
-        Err(Fail::Unsupported(
-            "munlockall: not implemented yet (mlock subsystem)".into(),
-        ))
+    fn munlockall(&mut self, p: ProcId) -> Res<()> {
+        self.with(|cpu| cpu.munlockall(p).map_err(errno))
     }
 
     fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {

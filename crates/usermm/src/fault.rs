@@ -14,7 +14,7 @@
 
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
-use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -192,7 +192,7 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
         }
         rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner);
-        self.m.phys.memmap.set(head, PageFlag::Lru);
+        self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
@@ -282,7 +282,7 @@ impl<'m> Cpu<'m> {
                         return self.oom();
                     };
                     self.m.phys.memmap.set_mapping(p, shmem.id);
-                    self.m.phys.memmap.set(p, PageFlag::Lru);
+                    self.folio_add_lru(p);
                     cache.insert(pgoff, p);
                     p
                 }
@@ -296,6 +296,7 @@ impl<'m> Cpu<'m> {
         }
         rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
         rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1);
+        self.mlock_vma_folio(pfn, vma);
         let mut entry = arch.mk_pte(pfn, vma.flags.page_prot(), false);
         if access == Access::Write {
             entry = arch.mkdirty(entry);
@@ -386,7 +387,7 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
-        phys.memmap.set(new, PageFlag::Lru);
+        self.folio_add_lru_vma(new, vma);
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
@@ -400,6 +401,7 @@ impl<'m> Cpu<'m> {
         } else {
             let head = phys.memmap.folio_of(old_pfn);
             rmap::remove_ptes(phys, c, head, old_pfn, 1);
+            self.munlock_vma_folio(head, vma);
             phys.put_folio(c, head, 1);
         }
         c.add(Ev::CowCopy, 1);
@@ -494,7 +496,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
-        phys.memmap.set(head, PageFlag::Lru);
+        self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
@@ -546,7 +548,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         drop(ptl);
-        self.split_huge_pmd(mm, pmd_t, pmd_idx, haddr);
+        self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
         None
     }
 
@@ -566,7 +568,7 @@ impl<'m> Cpu<'m> {
         let owner = self.anon_vma_prepare(mm, vma) as u32;
         let Some(head) = phys.alloc_folio(c, HPAGE_PMD_ORDER, 0, FolioKind::Anon, Zeroing::Zero)
         else {
-            self.split_huge_pmd(mm, pmd_t, pmd_idx, haddr);
+            self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
             return None;
         };
         let _ptl = PtlGuard::lock(phys, pmd_t, c);
@@ -576,7 +578,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
-        phys.memmap.set(head, PageFlag::Lru);
+        self.folio_add_lru_vma(head, vma);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
         pt.set(pmd_t, pmd_idx, 0);
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
@@ -593,7 +595,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// mmap lock held (read or write); takes the PMD table's lock.
-    pub fn split_huge_pmd(&self, mm: &Mm, pmd_t: u64, pmd_idx: usize, haddr: u64) {
+    pub fn split_huge_pmd(&self, mm: &Mm, vma: &Vma, pmd_t: u64, pmd_idx: usize, haddr: u64) {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -642,6 +644,7 @@ impl<'m> Cpu<'m> {
             rmap::add_ptes(phys, c, pfn, pfn, nr);
             rmap::remove_pmd(phys, c, pfn);
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
+            self.munlock_vma_folio(pfn, vma);
             if exclusive {
                 for p in pfn..pfn + nr {
                     mem.set(p, PageFlag::AnonExclusive);
@@ -652,14 +655,6 @@ impl<'m> Cpu<'m> {
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
         drop(ptl);
         c.add(Ev::ThpSplitPmd, 1);
-    }
-
-    /// Splits the huge PMD covering `addr`, if any.
-    pub fn split_huge_pmd_at(&self, mm: &Mm, addr: u64) {
-        let pt = self.tables(mm);
-        if let Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
-            self.split_huge_pmd(mm, table, idx, addr & !(PMD_SIZE - 1));
-        }
     }
 }
 

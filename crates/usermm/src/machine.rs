@@ -62,6 +62,8 @@ pub struct CpuSlot {
     pub counters: CpuCounters,
     /// This CPU's TLB.
     pub tlb: Tlb,
+    /// This CPU's folio batches (lru_add, mlock).
+    pub batches: Mutex<crate::mlock::CpuBatches>,
 }
 
 /// RLIMIT_MEMLOCK default (8 MiB).
@@ -151,6 +153,11 @@ impl Machine {
         Snapshot::sum(self.cpus.iter().map(|c| &c.counters))
     }
 
+    /// The folio batches of CPU `cpu`.
+    pub fn cpu_batches(&self, cpu: usize) -> &Mutex<crate::mlock::CpuBatches> {
+        &self.cpus[cpu].batches
+    }
+
     /// Every TLB.
     pub fn tlbs(&self) -> Vec<&Tlb> {
         self.cpus.iter().map(|c| &c.tlb).collect()
@@ -228,6 +235,12 @@ impl<'m> Cpu<'m> {
     #[inline]
     pub fn tlb(&self) -> &'m Tlb {
         &self.m.cpus[self.id].tlb
+    }
+
+    /// This CPU's folio batches.
+    #[inline]
+    pub fn batches(&self) -> &'m Mutex<crate::mlock::CpuBatches> {
+        &self.m.cpus[self.id].batches
     }
 
     /// The page tables of `mm`.

@@ -67,6 +67,24 @@ counters! {
     LockMmap => "lock_mmap",
     /// Buddy zone lock acquisitions.
     LockZone => "lock_zone",
+    /// lru_lock acquisitions.
+    LockLru => "lock_lru",
+    /// Per-CPU batch drains (lru_add or mlock batch).
+    BatchDrain => "batch_drains",
+    /// Folios mlocked (`PG_mlocked` set, `UNEVICTABLE_PGMLOCKED`).
+    Mlocked => "pgmlocked",
+    /// Folios munlocked (`UNEVICTABLE_PGMUNLOCKED`).
+    Munlocked => "pgmunlocked",
+    /// Folios moved to the unevictable list (`UNEVICTABLE_PGCULLED`).
+    Culled => "pgculled",
+    /// Folios moved back to an evictable list (`UNEVICTABLE_PGRESCUED`).
+    Rescued => "pgrescued",
+    /// Folios isolated from an LRU.
+    Isolated => "lru_isolated",
+    /// NR_MLOCK counter updates.
+    NrMlockUpdate => "nr_mlock_updates",
+    /// rmap walks (try_to_munlock in the 2013 design).
+    RmapWalk => "rmap_walks",
     /// TLB lookups that hit.
     TlbHit => "tlb_hits",
     /// TLB lookups that missed and walked the page table.

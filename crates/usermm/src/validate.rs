@@ -23,6 +23,8 @@ struct FolioRecount {
     pte_maps: BTreeMap<u64, i32>,
     pmd_maps: i32,
     refs: i32,
+    /// Mappings from `VM_LOCKED` VMAs.
+    locked_maps: u32,
     /// mms mapping each exclusive page.
     excl_mms: HashMap<u64, HashSet<u32>>,
 }
@@ -71,7 +73,13 @@ impl Machine {
                 }
             }
         }
+        for cpu in 0..self.nr_cpus() {
+            for f in self.cpu_batches(cpu).lock().folios() {
+                folios.entry(f).or_default().refs += 1;
+            }
+        }
         frames_used += self.check_folios(&folios, &mut r);
+        self.check_lru(&folios, &mut r);
         let reserved = 1 + if self.phys.huge_zero_pfn_if_allocated() {
             1 << HPAGE_PMD_ORDER
         } else {
@@ -211,6 +219,9 @@ impl Machine {
             let head = mem.folio_of(pfn);
             let f = folios.entry(head).or_default();
             let kind = if vma.shmem.is_some() { 1 } else { 0 };
+            if vma.flags.has(VmFlags::LOCKED) {
+                f.locked_maps += 1;
+            }
             if huge {
                 f.pmd_maps += 1;
                 f.refs += 1;
@@ -267,6 +278,91 @@ impl Machine {
                     ));
                 }
             }
+        }
+    }
+
+    /// LRU lists are consistent with the flags; NR_MLOCK equals the mlocked folios; every
+    /// mapped folio is on an LRU or in a batch.
+    fn check_lru(&self, folios: &BTreeMap<u64, FolioRecount>, r: &mut Report) {
+        let mem = &self.phys.memmap;
+        let mut on_lru = HashSet::new();
+        for lv in &self.phys.lruvecs {
+            let lists = lv.lock();
+            for list in crate::phys::lru::LruList::ALL {
+                let mut pages = 0;
+                for f in lists.folios(mem, list) {
+                    pages += 1u64 << mem.order(f);
+                    if !mem.test(f, PageFlag::Lru)
+                        || crate::phys::lru::folio_lru_list(mem, f) != list
+                    {
+                        r.err(format!(
+                            "folio {f:#x} on list {list:?} but flags say otherwise"
+                        ));
+                    }
+                    if !on_lru.insert(f) {
+                        r.err(format!("folio {f:#x} on two LRU lists"));
+                    }
+                }
+                if pages != lists.pages(list) {
+                    r.err(format!(
+                        "list {list:?} counts {} pages, holds {pages}",
+                        lists.pages(list)
+                    ));
+                }
+            }
+        }
+        let mut batched = HashSet::new();
+        for cpu in 0..self.nr_cpus() {
+            batched.extend(self.cpu_batches(cpu).lock().folios());
+        }
+        let mut mlocked = 0i64;
+        for &head in folios.keys() {
+            if mem.test(head, PageFlag::Mlocked) {
+                mlocked += 1i64 << mem.order(head);
+            }
+            if mem.test(head, PageFlag::Lru) != on_lru.contains(&head) {
+                r.err(format!(
+                    "folio {head:#x}: PG_lru={} but on a list={}",
+                    mem.test(head, PageFlag::Lru),
+                    on_lru.contains(&head)
+                ));
+            }
+            if !on_lru.contains(&head) && !batched.contains(&head) {
+                r.err(format!(
+                    "folio {head:#x} is neither on an LRU nor in a per-CPU batch"
+                ));
+            }
+            if batched.contains(&head) {
+                continue;
+            }
+            let f = &folios[&head];
+            if f.locked_maps == 0 && mem.test(head, PageFlag::Mlocked) {
+                r.err(format!(
+                    "folio {head:#x} stays mlocked with no locking mapping"
+                ));
+            }
+            if mem.test(head, PageFlag::Unevictable) && mem.mlock_count(head) > f.locked_maps {
+                r.err(format!(
+                    "folio {head:#x}: mlock_count {} > {} locking mappings",
+                    mem.mlock_count(head),
+                    f.locked_maps
+                ));
+            }
+            if mem.test(head, PageFlag::Mlocked)
+                && mem.test(head, PageFlag::Lru)
+                && !mem.test(head, PageFlag::Unevictable)
+            {
+                r.err(format!(
+                    "folio {head:#x} is mlocked but on an evictable list"
+                ));
+            }
+        }
+        if mlocked != self.phys.nr_mlock() {
+            r.err(format!(
+                "NR_MLOCK is {} pages but {} pages are PG_mlocked",
+                self.phys.nr_mlock(),
+                mlocked
+            ));
         }
     }
 

@@ -345,9 +345,11 @@ impl<'m> Cpu<'m> {
         Ok(pm)
     }
 
-    /// `/proc/kpageflags` of the page mapped at `addr` (after draining per-CPU batches).
+    /// `/proc/kpageflags` of the page mapped at `addr`, after draining every CPU's batches
+    /// (the scenario language defines page flags that way).
     pub fn kpageflags(&self, pid: Pid, addr: u64) -> SysResult<Option<u64>> {
         let task = self.mm_of(pid)?;
+        self.lru_add_drain_all();
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let Some(leaf) = leaf_at(pt, addr) else {

@@ -155,10 +155,10 @@ impl<'m> Cpu<'m> {
         if !pt.arch.is_table(pmd) {
             let haddr = addr & !(PMD_SIZE - 1);
             if addr == haddr && end == haddr + PMD_SIZE {
-                self.zap_huge_pmd(tlb, mm, pt, pmd_t, idx, haddr);
+                self.zap_huge_pmd(tlb, mm, vma, pt, pmd_t, idx, haddr);
                 return;
             }
-            self.split_huge_pmd(mm, pmd_t, idx, haddr);
+            self.split_huge_pmd(mm, vma, pmd_t, idx, haddr);
         }
         if let Some(table) = pt.pte_table(addr) {
             self.zap_pte_range(tlb, mm, vma, pt, table, addr, end);
@@ -169,6 +169,7 @@ impl<'m> Cpu<'m> {
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
+        vma: &Vma,
         pt: PageTables<'m>,
         pmd_t: u64,
         idx: usize,
@@ -185,6 +186,7 @@ impl<'m> Cpu<'m> {
         let pfn = pt.arch.pfn(pmd);
         if !(pt.arch.special(pmd) && phys.is_zero_pfn(pfn)) {
             rmap::remove_pmd(phys, c, pfn);
+            self.munlock_vma_folio(pfn, vma);
             mm.rss_add(RssKind::Anon, -(1 << HPAGE_PMD_ORDER));
             tlb.remove_folio(pfn, 1);
         }
@@ -247,6 +249,7 @@ impl<'m> Cpu<'m> {
                 phys.memmap.set(head, PageFlag::Dirty);
             }
             rmap::remove_ptes(phys, c, head, pfn, nr as u64);
+            self.munlock_vma_folio(head, vma);
             mm.rss_add(
                 if shmem { RssKind::Shmem } else { RssKind::Anon },
                 -(nr as i64),

@@ -29,6 +29,7 @@ impl<'m> Cpu<'m> {
         }
         st.pinned_vm = 0;
         let ids = st.vmas.all();
+        self.lru_add_drain();
         let mut tlb = MmuGather::new(self, mm, GatherScope::FullMm);
         for &id in &ids {
             let v = st.vmas.get(id);
@@ -40,6 +41,7 @@ impl<'m> Cpu<'m> {
         }
         self.free_pgtables(&mut tlb, mm, &st, 0, TASK_SIZE + 4096);
         tlb.finish();
+        self.lru_add_drain();
         for (_, t) in mm.deposited.lock().drain() {
             self.m.phys.put_folio(self.c(), t, 1);
         }

@@ -232,7 +232,7 @@ impl<'m> Cpu<'m> {
             if rmap::try_dup_anon_pmd(phys, c, pfn, needs).is_err() {
                 drop(ptl);
                 phys.put_folio(c, deposit, 1);
-                self.split_huge_pmd(ctx.src, table, idx, haddr);
+                self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
                 return Ok(false);
             }
             rmap::folio_ref_add(phys, c, pfn, 1);
@@ -459,7 +459,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
         rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
-        phys.memmap.set(new, PageFlag::Lru);
+        self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));
         if vma.flags.has(VmFlags::WRITE) {
             e = arch.mkwrite(e);

@@ -107,7 +107,8 @@ impl<'m> Cpu<'m> {
         self.c().add(crate::stats::Ev::LockMmap, 1);
         let mut st = mm.lock.write();
         let (addr, flags) = self.do_mmap(&task, &mut st, args)?;
-        let populate = args.populate || flags.has(VmFlags::LOCKED);
+        let populate =
+            args.populate || (flags.has(VmFlags::LOCKED) && !flags.has(VmFlags::LOCKONFAULT));
         drop(st);
         if populate {
             self.populate(mm, addr, addr + page_align(args.len).unwrap_or(0), flags);

@@ -8,6 +8,7 @@ pub mod brk;
 pub mod exit;
 pub mod fork;
 pub mod madvise;
+pub mod mlock;
 pub mod mmap;
 pub mod mprotect;
 pub mod mremap;

@@ -113,7 +113,7 @@ impl<'m> Cpu<'m> {
                         addr = next;
                         continue;
                     }
-                    self.split_huge_pmd(mm, table, idx, haddr);
+                    self.split_huge_pmd(mm, vma, table, idx, haddr);
                     if let Some(t) = pt.pte_table(addr) {
                         changed |= self.change_pte_range(mm, vma, t, addr, next);
                     }

@@ -213,7 +213,8 @@ impl<'m> Cpu<'m> {
             shmem: shmem.as_ref(),
         };
         merge::insert_new(&mut st.vmas, p)?;
-        self.move_page_tables(mm, addr, dst, old_len.min(new_len));
+        let old = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        self.move_page_tables(mm, st.vmas.get(old), addr, dst, old_len.min(new_len));
         // The old range no longer maps anything; its accounting moves with the VMA.
         let (s, e) = (addr, addr + old_len);
         if flags.has(VmFlags::ACCOUNT) {
@@ -243,7 +244,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`).
-    fn move_page_tables(&self, mm: &Mm, src: u64, dst: u64, len: u64) {
+    fn move_page_tables(&self, mm: &Mm, vma: &crate::vma::Vma, src: u64, dst: u64, len: u64) {
         let c = self.c();
         let pt = self.tables(mm);
         let phys = &self.m.phys;
@@ -271,7 +272,7 @@ impl<'m> Cpu<'m> {
                         continue;
                     }
                 }
-                self.split_huge_pmd(mm, table, idx, s & !(PMD_SIZE - 1));
+                self.split_huge_pmd(mm, vma, table, idx, s & !(PMD_SIZE - 1));
             }
             if let Walk::Pte { table, idx, entry } = pt.walk(s) {
                 if entry != 0 {

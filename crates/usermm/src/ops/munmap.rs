@@ -93,6 +93,7 @@ impl<'m> Cpu<'m> {
             .tree
             .erase_range(start, end)
             .map_err(|_| Errno::ENOMEM)?;
+        self.lru_add_drain();
         let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
         for &id in &ids {
             self.zap_vma_range(&mut tlb, mm, st.vmas.get(id), start, end);
@@ -102,6 +103,7 @@ impl<'m> Cpu<'m> {
         }
         self.free_pgtables(&mut tlb, mm, st, start, end);
         tlb.finish();
+        self.lru_add_drain();
         Ok(())
     }
 

@@ -6,13 +6,15 @@
 
 pub mod arena;
 pub mod buddy;
+pub mod lru;
 pub mod memmap;
 
 use crate::stats::{CpuCounters, Ev};
 pub use arena::{Arena, PAGE_SHIFT, PAGE_SIZE};
 use buddy::Zone;
+use lru::Lruvec;
 pub use memmap::{Memmap, PageFlag};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// Order of a PMD-sized folio with 4 KiB pages.
@@ -78,6 +80,10 @@ pub struct PhysMem {
     pub fail_folio: FailPoint,
     /// Allocation failure injection for page-table pages.
     pub fail_pgtable: FailPoint,
+    /// One LRU per node.
+    pub lruvecs: Vec<Lruvec>,
+    /// `NR_MLOCK` per node, in pages.
+    nr_mlock: Vec<AtomicI64>,
 }
 
 impl PhysMem {
@@ -108,6 +114,8 @@ impl PhysMem {
             allocated: AtomicU64::new(0),
             fail_folio: FailPoint::default(),
             fail_pgtable: FailPoint::default(),
+            lruvecs: (0..nodes).map(|_| Lruvec::default()).collect(),
+            nr_mlock: (0..nodes).map(|_| AtomicI64::new(0)).collect(),
         };
         phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(0);
         phys
@@ -273,10 +281,35 @@ impl PhysMem {
         left < 0
     }
 
-    /// Returns a folio whose refcount reached zero to its zone.
+    /// Adds to `NR_MLOCK` of the folio's node.
+    pub fn mod_nr_mlock(&self, head: u64, pages: i64) {
+        self.nr_mlock[self.node_of(head)].fetch_add(pages, Relaxed);
+    }
+
+    /// `NR_MLOCK` summed over nodes, in pages.
+    pub fn nr_mlock(&self) -> i64 {
+        self.nr_mlock.iter().map(|n| n.load(Relaxed)).sum()
+    }
+
+    /// The lruvec of a folio.
+    pub fn lruvec_of(&self, head: u64) -> &Lruvec {
+        &self.lruvecs[self.node_of(head).min(self.lruvecs.len() - 1)]
+    }
+
+    /// Returns a folio whose refcount reached zero to its zone, taking it off its LRU and
+    /// clearing its mlocked state first (`__folio_put`).
     fn free_folio(&self, c: &CpuCounters, head: u64) {
         let order = self.memmap.order(head);
         let nr = 1u64 << order;
+        if self.memmap.test(head, PageFlag::Lru) {
+            c.add(Ev::LockLru, 1);
+            let mut l = self.lruvec_of(head).lock();
+            l.del(&self.memmap, head, nr);
+            self.memmap.clear(head, PageFlag::Lru);
+        }
+        if self.memmap.test_and_clear(head, PageFlag::Mlocked) {
+            self.mod_nr_mlock(head, -(nr as i64));
+        }
         if self.memmap.test(head, PageFlag::Pgtable) {
             c.add(Ev::PgtableFree, 1);
         }

@@ -1,0 +1,307 @@
+//! mlock and the LRU hooks: per-CPU folio batches, the mlock state machine of a folio.
+//!
+//! Linux counterparts: `mm/mlock.c` (current design: `mlock_folio`, `munlock_folio`,
+//! `mlock_new_folio`, `__mlock_folio`, `__munlock_folio`, `mlock_folio_batch`,
+//! `mlock_vma_folio`, `munlock_vma_folio`) and `mm/swap.c` (`folio_add_lru`,
+//! `folio_add_lru_vma`, `lru_add_drain`). New folios and (un)mlock requests go through a
+//! per-CPU batch of up to [`FOLIO_BATCH_SIZE`] entries; each entry holds a folio reference;
+//! the batch is processed under the lru_lock (re-taken only when the node changes) when it
+//! fills up, when a large folio is queued, or on a drain. `PG_mlocked` and `NR_MLOCK` are
+//! updated when mlock is requested; the unevictable list and `mlock_count` when the batch is
+//! processed. Munlock clears `PG_mlocked` only when the last locking mapping goes
+//! (`mlock_count` reaches zero).
+//!
+//! # Locking
+//! The per-CPU batch lock (`local_lock`) is a leaf except for the lru_lock taken while
+//! processing it.
+
+use crate::machine::Cpu;
+use crate::phys::lru::LruList;
+use crate::phys::PageFlag;
+use crate::stats::Ev;
+use crate::vma::{VmFlags, Vma};
+
+/// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
+pub const FOLIO_BATCH_SIZE: usize = 31;
+
+/// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlockOp {
+    /// Mlock a folio already on an LRU (`LRU_FOLIO`).
+    Mlock,
+    /// First LRU insertion of a new folio in a locked VMA (`NEW_FOLIO`).
+    New,
+    /// Munlock (untagged).
+    Munlock,
+}
+
+/// One CPU's folio batches.
+#[derive(Debug, Default)]
+pub struct CpuBatches {
+    /// `lru_add` batch: new folios waiting to join an LRU.
+    pub lru_add: Vec<u64>,
+    /// `mlock_fbatch`.
+    pub mlock: Vec<(u64, MlockOp)>,
+}
+
+impl CpuBatches {
+    /// Every folio referenced by a batch entry (for validation).
+    pub fn folios(&self) -> impl Iterator<Item = u64> + '_ {
+        self.lru_add
+            .iter()
+            .copied()
+            .chain(self.mlock.iter().map(|&(f, _)| f))
+    }
+}
+
+/// Whether a VMA's pages are kept mlocked (`VM_LOCKED` and not `VM_SPECIAL`).
+pub fn vma_locked(vma: &Vma) -> bool {
+    vma.flags.has(VmFlags::LOCKED)
+}
+
+impl<'m> Cpu<'m> {
+    fn nr_pages(&self, head: u64) -> u64 {
+        1 << self.m.phys.memmap.order(head)
+    }
+
+    fn large(&self, head: u64) -> bool {
+        self.m.phys.memmap.test(head, PageFlag::Head)
+    }
+
+    /// Queues a new folio for the LRU (`folio_add_lru`).
+    pub fn folio_add_lru(&self, head: u64) {
+        crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
+        let full = {
+            let mut b = self.batches().lock();
+            b.lru_add.push(head);
+            b.lru_add.len() >= FOLIO_BATCH_SIZE || self.large(head)
+        };
+        if full {
+            self.drain_lru_add();
+        }
+    }
+
+    /// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
+    pub fn folio_add_lru_vma(&self, head: u64, vma: &Vma) {
+        if vma_locked(vma) {
+            self.mlock_new_folio(head);
+        } else {
+            self.folio_add_lru(head);
+        }
+    }
+
+    fn queue_mlock(&self, head: u64, op: MlockOp) {
+        crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
+        let full = {
+            let mut b = self.batches().lock();
+            b.mlock.push((head, op));
+            b.mlock.len() >= FOLIO_BATCH_SIZE || self.large(head)
+        };
+        if full {
+            self.drain_mlock();
+        }
+    }
+
+    fn set_mlocked(&self, head: u64) {
+        let mem = &self.m.phys.memmap;
+        if !mem.test_and_set(head, PageFlag::Mlocked) {
+            self.m.phys.mod_nr_mlock(head, self.nr_pages(head) as i64);
+            self.c().add(Ev::NrMlockUpdate, 1);
+            self.c().add(Ev::Mlocked, 1);
+        }
+    }
+
+    /// `mlock_new_folio`.
+    pub fn mlock_new_folio(&self, head: u64) {
+        self.set_mlocked(head);
+        self.queue_mlock(head, MlockOp::New);
+    }
+
+    /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
+    pub fn mlock_folio(&self, head: u64) {
+        self.set_mlocked(head);
+        self.queue_mlock(head, MlockOp::Mlock);
+    }
+
+    /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
+    pub fn munlock_folio(&self, head: u64) {
+        self.queue_mlock(head, MlockOp::Munlock);
+    }
+
+    /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
+    pub fn mlock_vma_folio(&self, head: u64, vma: &Vma) {
+        if vma_locked(vma) && !self.large(head) {
+            self.mlock_folio(head);
+        }
+    }
+
+    /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
+    pub fn munlock_vma_folio(&self, head: u64, vma: &Vma) {
+        if vma_locked(vma) {
+            self.munlock_folio(head);
+        }
+    }
+
+    /// Drains this CPU's batches (`lru_add_drain`).
+    pub fn lru_add_drain(&self) {
+        self.drain_lru_add();
+        self.drain_mlock();
+    }
+
+    /// Drains every CPU's batches (`lru_add_drain_all`).
+    pub fn lru_add_drain_all(&self) {
+        for cpu in 0..self.m.nr_cpus() {
+            let taken = std::mem::take(&mut *self.m.cpu_batches(cpu).lock());
+            self.process_lru_add(taken.lru_add);
+            self.process_mlock(taken.mlock);
+        }
+    }
+
+    fn drain_lru_add(&self) {
+        let list = std::mem::take(&mut self.batches().lock().lru_add);
+        self.process_lru_add(list);
+    }
+
+    fn drain_mlock(&self) {
+        let list = std::mem::take(&mut self.batches().lock().mlock);
+        self.process_mlock(list);
+    }
+
+    /// Runs `f` on each folio under its node's lru_lock, re-locking only on a node change.
+    fn with_lru_locks(&self, folios: &[u64], mut f: impl FnMut(&mut crate::phys::lru::Lists, u64)) {
+        let phys = &self.m.phys;
+        let mut i = 0;
+        while i < folios.len() {
+            let node = phys.node_of(folios[i]);
+            self.c().add(Ev::LockLru, 1);
+            let mut lists = phys.lruvec_of(folios[i]).lock();
+            while i < folios.len() && phys.node_of(folios[i]) == node {
+                f(&mut lists, folios[i]);
+                i += 1;
+            }
+        }
+    }
+
+    fn release_batch(&self, folios: impl Iterator<Item = u64>) {
+        for f in folios {
+            self.m.phys.put_folio(self.c(), f, 1);
+        }
+    }
+
+    fn process_lru_add(&self, folios: Vec<u64>) {
+        if folios.is_empty() {
+            return;
+        }
+        self.c().add(Ev::BatchDrain, 1);
+        let mem = &self.m.phys.memmap;
+        self.with_lru_locks(&folios, |lists, f| {
+            let nr = 1u64 << mem.order(f);
+            if mem.test(f, PageFlag::Mlocked) {
+                mem.set(f, PageFlag::Unevictable);
+                mem.set_mlock_count(f, 0);
+                self.c().add(Ev::Culled, 1);
+            }
+            lists.add(mem, f, nr);
+            mem.set(f, PageFlag::Lru);
+        });
+        self.release_batch(folios.into_iter());
+    }
+
+    fn process_mlock(&self, entries: Vec<(u64, MlockOp)>) {
+        if entries.is_empty() {
+            return;
+        }
+        self.c().add(Ev::BatchDrain, 1);
+        let folios: Vec<u64> = entries.iter().map(|&(f, _)| f).collect();
+        let mut ops = entries.iter().map(|&(_, op)| op);
+        self.with_lru_locks(&folios, |lists, f| match ops.next() {
+            Some(MlockOp::New) => self.mlock_new_locked(lists, f),
+            Some(MlockOp::Mlock) => self.mlock_locked(lists, f),
+            Some(MlockOp::Munlock) => self.munlock_locked(lists, f),
+            None => {}
+        });
+        self.release_batch(folios.into_iter());
+    }
+
+    /// `__mlock_new_folio`.
+    fn mlock_new_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+        let mem = &self.m.phys.memmap;
+        let nr = self.nr_pages(f);
+        if mem.test(f, PageFlag::Mlocked) {
+            mem.set(f, PageFlag::Unevictable);
+            mem.set_mlock_count(f, 1);
+            self.c().add(Ev::Culled, 1);
+        }
+        lists.add(mem, f, nr);
+        mem.set(f, PageFlag::Lru);
+    }
+
+    /// `__mlock_folio`.
+    fn mlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+        let mem = &self.m.phys.memmap;
+        let nr = self.nr_pages(f);
+        if !mem.test_and_clear(f, PageFlag::Lru) {
+            return;
+        }
+        let mlocked = mem.test(f, PageFlag::Mlocked);
+        let unevictable = mem.test(f, PageFlag::Unevictable);
+        if !mlocked {
+            if unevictable {
+                lists.del(mem, f, nr);
+                mem.clear(f, PageFlag::Unevictable);
+                lists.add(mem, f, nr);
+                self.c().add(Ev::Rescued, 1);
+            }
+        } else if unevictable {
+            mem.set_mlock_count(f, mem.mlock_count(f) + 1);
+        } else {
+            lists.del(mem, f, nr);
+            mem.clear(f, PageFlag::Active);
+            mem.set(f, PageFlag::Unevictable);
+            mem.set_mlock_count(f, 1);
+            lists.add(mem, f, nr);
+            self.c().add(Ev::Culled, 1);
+        }
+        mem.set(f, PageFlag::Lru);
+    }
+
+    /// `__munlock_folio`.
+    fn munlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+        let mem = &self.m.phys.memmap;
+        let nr = self.nr_pages(f);
+        let isolated = mem.test_and_clear(f, PageFlag::Lru);
+        let unevictable = mem.test(f, PageFlag::Unevictable);
+        if isolated && unevictable {
+            let count = mem.mlock_count(f);
+            if count > 0 {
+                mem.set_mlock_count(f, count - 1);
+                if count - 1 > 0 {
+                    mem.set(f, PageFlag::Lru);
+                    return;
+                }
+            }
+        }
+        if mem.test_and_clear(f, PageFlag::Mlocked) {
+            self.m.phys.mod_nr_mlock(f, -(nr as i64));
+            self.c().add(Ev::NrMlockUpdate, 1);
+            self.c().add(Ev::Munlocked, 1);
+        }
+        if isolated && unevictable && !mem.test(f, PageFlag::Mlocked) {
+            lists.del(mem, f, nr);
+            mem.clear(f, PageFlag::Unevictable);
+            mem.set_mlock_count(f, 0);
+            lists.add(mem, f, nr);
+            self.c().add(Ev::Rescued, 1);
+        }
+        if isolated {
+            mem.set(f, PageFlag::Lru);
+        }
+    }
+
+    /// Which list a folio is on, if any (for views and tests).
+    pub fn folio_lru(&self, head: u64) -> Option<LruList> {
+        let mem = &self.m.phys.memmap;
+        mem.test(head, PageFlag::Lru)
+            .then(|| crate::phys::lru::folio_lru_list(mem, head))
+    }
+}

@@ -1,0 +1,411 @@
+//! `mlock`, `mlock2`, `munlock`, `mlockall`, `munlockall`.
+//!
+//! Linux counterpart: `mm/mlock.c` (`do_mlock`, `apply_vma_lock_flags`, `mlock_fixup`,
+//! `mlock_vma_pages_range`, `mlock_pte_range`, `apply_mlockall_flags`,
+//! `count_mm_mlocked_page_nr`) and `mm/gup.c` (`__mm_populate`). Flags are applied VMA by
+//! VMA (split/merge as needed); a hole stops the call with `ENOMEM` after the VMAs before it
+//! were changed, as Linux does. Pages are then faulted in (except `MLOCK_ONFAULT` VMAs);
+//! population errors map to `ENOMEM` (not mapped / not accessible) and `EAGAIN` (no memory).
+
+use crate::access::Signal;
+use crate::errno::{Errno, SysResult};
+use crate::fault::Access;
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, Pid, Privilege, Task};
+use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
+use crate::pgtable::{index, Walk, PMD_SIZE};
+use crate::phys::PageFlag;
+use crate::stats::Ev;
+use crate::vma::{merge, VmFlags, Vma, VmaId};
+
+/// `VM_LOCKED_MASK`.
+const LOCKED_MASK: u64 = VmFlags::LOCKED | VmFlags::LOCKONFAULT;
+
+/// `mlockall` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MlockallFlags {
+    /// `MCL_CURRENT`.
+    pub current: bool,
+    /// `MCL_FUTURE`.
+    pub future: bool,
+    /// `MCL_ONFAULT`.
+    pub onfault: bool,
+}
+
+/// Whether errors while faulting pages in are reported or ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PopulateErrors {
+    Report,
+    Ignore,
+}
+
+/// `can_do_mlock`.
+fn can_do_mlock(task: &Task) -> bool {
+    task.rlimit_memlock != 0 || task.privilege == Privilege::Privileged
+}
+
+impl<'m> Cpu<'m> {
+    /// `mlock(addr, len)`.
+    ///
+    /// # Errors
+    /// `EPERM` (RLIMIT_MEMLOCK is 0), `ENOMEM` (over the limit, or a hole), `EINVAL`
+    /// (overflow), `EAGAIN` (out of memory while faulting in).
+    pub fn mlock(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.do_mlock(pid, addr, len, VmFlags::LOCKED)
+    }
+
+    /// `mlock2(addr, len, MLOCK_ONFAULT)` when `onfault`, else like `mlock`.
+    pub fn mlock2(&self, pid: Pid, addr: u64, len: u64, onfault: bool) -> SysResult<()> {
+        let flags = if onfault {
+            VmFlags::LOCKED | VmFlags::LOCKONFAULT
+        } else {
+            VmFlags::LOCKED
+        };
+        self.do_mlock(pid, addr, len, flags)
+    }
+
+    fn do_mlock(&self, pid: Pid, addr: u64, len: u64, flags: u64) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        if !can_do_mlock(&task) {
+            return Err(Errno::EPERM);
+        }
+        let len = len.wrapping_add(addr & 4095).wrapping_add(4095) & !4095;
+        let start = addr & !4095;
+        let limit = task.rlimit_memlock >> 12;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let mut locked = (len >> 12) + st.locked_vm;
+        let privileged = task.privilege == Privilege::Privileged;
+        if locked > limit && !privileged {
+            locked -= count_mlocked_pages(&st, start, len);
+        }
+        if locked > limit && !privileged {
+            return Err(Errno::ENOMEM);
+        }
+        self.apply_vma_lock_flags(&task.mm, &mut st, start, len, flags)?;
+        drop(st);
+        self.mm_populate(
+            &task.mm,
+            start,
+            start.wrapping_add(len),
+            PopulateErrors::Report,
+        )
+    }
+
+    /// `munlock(addr, len)`.
+    pub fn munlock(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        let len = len.wrapping_add(addr & 4095).wrapping_add(4095) & !4095;
+        let start = addr & !4095;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        self.apply_vma_lock_flags(&task.mm, &mut st, start, len, 0)
+    }
+
+    /// `mlockall(flags)`.
+    ///
+    /// # Errors
+    /// `EINVAL` (no flag, or only `onfault`), `EPERM` (RLIMIT_MEMLOCK is 0), `ENOMEM`
+    /// (`current` with more mapped than the limit).
+    pub fn mlockall(&self, pid: Pid, flags: MlockallFlags) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        if !(flags.current || flags.future) {
+            return Err(Errno::EINVAL);
+        }
+        if !can_do_mlock(&task) {
+            return Err(Errno::EPERM);
+        }
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let total: u64 = st
+            .vmas
+            .all()
+            .into_iter()
+            .map(|id| st.vmas.get(id).len() >> 12)
+            .sum();
+        if flags.current
+            && total > task.rlimit_memlock >> 12
+            && task.privilege != Privilege::Privileged
+        {
+            return Err(Errno::ENOMEM);
+        }
+        self.apply_mlockall_flags(&task.mm, &mut st, flags);
+        drop(st);
+        if flags.current {
+            let _ = self.mm_populate(
+                &task.mm,
+                0,
+                crate::pgtable::TASK_SIZE,
+                PopulateErrors::Ignore,
+            );
+        }
+        Ok(())
+    }
+
+    /// `munlockall()`.
+    pub fn munlockall(&self, pid: Pid) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        self.c().add(Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        self.apply_mlockall_flags(&task.mm, &mut st, MlockallFlags::default());
+        Ok(())
+    }
+
+    fn apply_mlockall_flags(&self, mm: &Mm, st: &mut MmState, flags: MlockallFlags) {
+        st.def_flags &= !LOCKED_MASK;
+        if flags.future {
+            st.def_flags |= VmFlags::LOCKED;
+            if flags.onfault {
+                st.def_flags |= VmFlags::LOCKONFAULT;
+            }
+            if !flags.current {
+                return;
+            }
+        }
+        let mut to_add = 0;
+        if flags.current {
+            to_add = VmFlags::LOCKED
+                | if flags.onfault {
+                    VmFlags::LOCKONFAULT
+                } else {
+                    0
+                };
+        }
+        let mut addr = 0;
+        while let Some(id) = st.vmas.find_after(addr) {
+            let v = st.vmas.get(id);
+            let (s, e) = (v.start, v.end);
+            let newflags = VmFlags((v.flags.0 & !LOCKED_MASK) | to_add);
+            // Errors are ignored, as in Linux.
+            let _ = self.mlock_fixup(mm, st, id, s, e, newflags);
+            addr = e;
+        }
+    }
+
+    /// Applies `flags` (a subset of `VM_LOCKED | VM_LOCKONFAULT`) to every VMA of
+    /// `[start, start+len)`; a hole gives `ENOMEM` after the VMAs before it were changed.
+    fn apply_vma_lock_flags(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        start: u64,
+        len: u64,
+        flags: u64,
+    ) -> SysResult<()> {
+        let end = start.wrapping_add(len);
+        if end < start {
+            return Err(Errno::EINVAL);
+        }
+        if end == start {
+            return Ok(());
+        }
+        let Some(first) = st.vmas.find(start) else {
+            return Err(Errno::ENOMEM);
+        };
+        let mut nstart = start;
+        let mut tmp = st.vmas.get(first).start;
+        while nstart < end {
+            let Some(id) = st.vmas.find_after(nstart) else {
+                break;
+            };
+            let v = st.vmas.get(id);
+            if v.start >= end {
+                break;
+            }
+            if v.start != tmp {
+                return Err(Errno::ENOMEM);
+            }
+            let newflags = VmFlags((v.flags.0 & !LOCKED_MASK) | flags);
+            let upto = v.end.min(end);
+            self.mlock_fixup(mm, st, id, nstart, upto, newflags)?;
+            // The VMA now covering the range may have merged with its neighbours.
+            tmp = st.vmas.find(upto - 1).map_or(upto, |m| st.vmas.get(m).end);
+            nstart = tmp;
+        }
+        if tmp < end {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(())
+    }
+
+    /// `mlock_fixup`: sets the lock flags of `[start, end)` of one VMA and (un)mlocks its pages.
+    fn mlock_fixup(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        id: VmaId,
+        start: u64,
+        end: u64,
+        newflags: VmFlags,
+    ) -> SysResult<()> {
+        let old = st.vmas.get(id).flags;
+        if newflags == old {
+            return Ok(());
+        }
+        let max = self.m.tunables().max_map_count;
+        let target = merge::modify_flags(&mut st.vmas, id, start, end, newflags, max)?;
+        let pages = (end - start) >> 12;
+        let (was, now) = (old.has(VmFlags::LOCKED), newflags.has(VmFlags::LOCKED));
+        match (was, now) {
+            (false, true) => st.locked_vm += pages,
+            (true, false) => st.locked_vm -= pages.min(st.locked_vm),
+            _ => {}
+        }
+        if was && now {
+            return Ok(());
+        }
+        let vma = st.vmas.get(target);
+        self.lru_add_drain();
+        self.mlock_vma_pages_range(mm, vma, start, end, now);
+        self.lru_add_drain();
+        Ok(())
+    }
+
+    /// Walks `[start, end)` of `vma` and mlocks (or munlocks) the folios mapped there
+    /// (`mlock_pte_range`): a large PTE-mapped folio is mlocked only if it lies wholly inside
+    /// the range and is mapped there entirely; munlock is always allowed.
+    fn mlock_vma_pages_range(&self, mm: &Mm, vma: &Vma, start: u64, end: u64, lock: bool) {
+        let pt = self.tables(mm);
+        let phys = &self.m.phys;
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
+            match pt.walk(addr) {
+                Walk::PmdLeaf { entry, .. } => {
+                    let pfn = pt.arch.pfn(entry);
+                    if !phys.is_zero_pfn(pfn) && pt.arch.present(entry) {
+                        self.mlock_or_munlock(pfn, lock);
+                    }
+                }
+                Walk::Pte { table, .. } => {
+                    self.mlock_pte_table(pt, table, vma, (start, end), addr, next, lock)
+                }
+                Walk::NoPmd | Walk::PmdNone { .. } => {}
+            }
+            addr = next;
+        }
+    }
+
+    fn mlock_or_munlock(&self, head: u64, lock: bool) {
+        if lock {
+            self.mlock_folio(head);
+        } else {
+            self.munlock_folio(head);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mlock_pte_table(
+        &self,
+        pt: crate::pgtable::PageTables<'m>,
+        table: u64,
+        vma: &Vma,
+        range: (u64, u64),
+        addr: u64,
+        end: u64,
+        lock: bool,
+    ) {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
+        let (i0, i1) = (
+            index(addr, 12),
+            index(addr, 12) + ((end - addr) >> 12) as usize,
+        );
+        let mut i = i0;
+        while i < i1 {
+            let e = pt.get(table, i);
+            let pfn = pt.arch.pfn(e);
+            if e == 0 || !pt.arch.present(e) || (pt.arch.special(e) && phys.is_zero_pfn(pfn)) {
+                i += 1;
+                continue;
+            }
+            let head = mem.folio_of(pfn);
+            if !mem.test(head, PageFlag::Head) {
+                self.mlock_or_munlock(head, lock);
+                i += 1;
+                continue;
+            }
+            let nr_pages = 1u64 << mem.order(head);
+            let last = head + nr_pages - 1;
+            let step = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
+            let va = addr + ((i - i0) as u64) * 4096;
+            let folio_start = va - (pfn - head) * 4096;
+            let within = folio_start >= range.0.max(vma.start)
+                && folio_start + nr_pages * 4096 <= range.1.min(vma.end);
+            if !lock || (within && step as u64 == nr_pages) {
+                self.mlock_or_munlock(head, lock);
+            }
+            i += step;
+        }
+    }
+
+    /// `__mm_populate`: faults in every page of the locked (non-onfault) VMAs of the range.
+    fn mm_populate(&self, mm: &Mm, start: u64, end: u64, errors: PopulateErrors) -> SysResult<()> {
+        let st = mm.lock.read();
+        let mut a = start;
+        while a < end {
+            let Some(id) = st.vmas.find_after(a) else {
+                break;
+            };
+            let v = st.vmas.get(id);
+            if v.start >= end {
+                break;
+            }
+            let (s, e) = (a.max(v.start), v.end.min(end));
+            a = e;
+            if v.flags.has(VmFlags::LOCKONFAULT) || !v.flags.has(VmFlags::LOCKED) {
+                continue;
+            }
+            let access = if v.flags.0 & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            let accessible = v.flags.has(VmFlags::READ | VmFlags::WRITE | VmFlags::EXEC);
+            let res = if accessible {
+                self.populate_range(mm, &st, s, e, access)
+            } else {
+                Err(Errno::ENOMEM)
+            };
+            if let Err(err) = res {
+                if errors == PopulateErrors::Report {
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn populate_range(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        s: u64,
+        e: u64,
+        access: Access,
+    ) -> SysResult<()> {
+        let mut p = s;
+        while p < e {
+            match self.translate(mm, st, p, access) {
+                Ok(_) => {}
+                Err(Signal::Bus(_)) => return Err(Errno::EAGAIN),
+                Err(_) => return Err(Errno::ENOMEM),
+            }
+            p += 4096;
+        }
+        Ok(())
+    }
+}
+
+/// `count_mm_mlocked_page_nr`: pages of `VM_LOCKED` VMAs inside `[start, start+len)`.
+fn count_mlocked_pages(st: &MmState, start: u64, len: u64) -> u64 {
+    let end = start.saturating_add(len);
+    st.vmas
+        .overlapping(start, end)
+        .into_iter()
+        .map(|id| st.vmas.get(id))
+        .filter(|v| v.flags.has(VmFlags::LOCKED))
+        .map(|v| (v.end.min(end) - v.start.max(start)) >> 12)
+        .sum()
+}

@@ -1,0 +1,148 @@
+//! LRU lists: one `lruvec` per NUMA node with its lock.
+//!
+//! Linux counterparts: `include/linux/mmzone.h` (`struct lruvec`, `enum lru_list`),
+//! `include/linux/mm_inline.h` (`lruvec_add_folio`, `lruvec_del_folio`, `folio_lru_list`).
+//! Folios are threaded through the memmap's `next`/`prev` words of their head page (free
+//! blocks use the same words, but a folio on an LRU is never free). The list a folio is on
+//! follows from its flags: unevictable, else active or inactive, anon or file (shmem counts as
+//! anon: it is swap-backed). This is the classic two-list LRU (the host runs without MGLRU).
+//!
+//! # Locking
+//! `lru_lock` of the folio's node; taken under the PTL, never the other way round.
+
+use super::memmap::{Memmap, PageFlag};
+use parking_lot::{Mutex, MutexGuard};
+
+const NONE: u32 = u32::MAX;
+
+/// The LRU lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum LruList {
+    /// Inactive anon (and shmem).
+    InactiveAnon = 0,
+    /// Active anon.
+    ActiveAnon = 1,
+    /// Inactive file.
+    InactiveFile = 2,
+    /// Active file.
+    ActiveFile = 3,
+    /// Unevictable (mlocked).
+    Unevictable = 4,
+}
+
+impl LruList {
+    /// Every list.
+    pub const ALL: [LruList; 5] = [
+        LruList::InactiveAnon,
+        LruList::ActiveAnon,
+        LruList::InactiveFile,
+        LruList::ActiveFile,
+        LruList::Unevictable,
+    ];
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ListHead {
+    head: u32,
+    tail: u32,
+    pages: u64,
+}
+
+/// The lists of one node.
+#[derive(Debug)]
+pub struct Lists {
+    lists: [ListHead; 5],
+}
+
+/// One node's LRU.
+#[derive(Debug)]
+pub struct Lruvec {
+    lock: Mutex<Lists>,
+}
+
+impl Default for Lruvec {
+    fn default() -> Self {
+        Lruvec {
+            lock: Mutex::new(Lists {
+                lists: [ListHead {
+                    head: NONE,
+                    tail: NONE,
+                    pages: 0,
+                }; 5],
+            }),
+        }
+    }
+}
+
+/// Which list a folio belongs on, from its flags (`folio_lru_list`).
+pub fn folio_lru_list(mm: &Memmap, head: u64) -> LruList {
+    if mm.test(head, PageFlag::Unevictable) {
+        return LruList::Unevictable;
+    }
+    let file = !mm.test(head, PageFlag::SwapBacked);
+    match (file, mm.test(head, PageFlag::Active)) {
+        (false, false) => LruList::InactiveAnon,
+        (false, true) => LruList::ActiveAnon,
+        (true, false) => LruList::InactiveFile,
+        (true, true) => LruList::ActiveFile,
+    }
+}
+
+impl Lruvec {
+    /// Takes the lru_lock.
+    pub fn lock(&self) -> MutexGuard<'_, Lists> {
+        self.lock.lock()
+    }
+}
+
+impl Lists {
+    /// Adds a folio at the head of the list its flags select (`lruvec_add_folio`).
+    pub fn add(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+        let l = &mut self.lists[folio_lru_list(mm, head) as usize];
+        mm.set_prev(head, NONE);
+        mm.set_next(head, l.head);
+        if l.head != NONE {
+            mm.set_prev(u64::from(l.head), head as u32);
+        } else {
+            l.tail = head as u32;
+        }
+        l.head = head as u32;
+        l.pages += nr_pages;
+    }
+
+    /// Removes a folio from the list its flags select (`lruvec_del_folio`).
+    pub fn del(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+        let l = &mut self.lists[folio_lru_list(mm, head) as usize];
+        let (next, prev) = (mm.next(head), mm.prev(head));
+        if prev == NONE {
+            l.head = next;
+        } else {
+            mm.set_next(u64::from(prev), next);
+        }
+        if next == NONE {
+            l.tail = prev;
+        } else {
+            mm.set_prev(u64::from(next), prev);
+        }
+        l.pages -= nr_pages;
+        mm.set_next(head, NONE);
+        mm.set_prev(head, NONE);
+    }
+
+    /// Pages on a list.
+    pub fn pages(&self, list: LruList) -> u64 {
+        self.lists[list as usize].pages
+    }
+
+    /// The folios on a list, head first (for validation).
+    pub fn folios(&self, mm: &Memmap, list: LruList) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut p = self.lists[list as usize].head;
+        while p != NONE {
+            out.push(u64::from(p));
+            p = mm.next(u64::from(p));
+        }
+        out
+    }
+}

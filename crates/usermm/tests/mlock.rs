@@ -1,0 +1,238 @@
+//! mlock, munlock, mlockall and the LRU: accounting, flags, errno, partial application.
+
+mod common;
+use common::*;
+use usermm::views::kpf;
+use usermm::{Errno, MlockallFlags, MmapArgs, Placement, Privilege};
+
+fn flags(cpu: &usermm::Cpu<'_>, p: usermm::Pid, a: u64) -> u64 {
+    cpu.kpageflags(p, a).expect("kpageflags").expect("mapped")
+}
+
+fn has(word: u64, bit: u32) -> bool {
+    word >> bit & 1 == 1
+}
+
+#[test]
+fn mlock_populates_and_accounts() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let a = cpu.mmap(p, MmapArgs::anon(64 * K, RW)).expect("mmap");
+    cpu.mlock(p, a, 64 * K).expect("mlock");
+    valid(&m);
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 64 * K);
+    assert_eq!(
+        cpu.smaps(p, a, a + 64 * K).expect("smaps")[0].1.rss,
+        64 * K,
+        "populated"
+    );
+    let f = flags(&cpu, p, a);
+    assert!(
+        has(f, kpf::MLOCKED) && has(f, kpf::UNEVICTABLE) && has(f, kpf::LRU),
+        "{f:#x}"
+    );
+    assert_eq!(m.phys.nr_mlock(), 16);
+    cpu.munlock(p, a, 64 * K).expect("munlock");
+    valid(&m);
+    let f = flags(&cpu, p, a);
+    assert!(
+        !has(f, kpf::MLOCKED) && !has(f, kpf::UNEVICTABLE) && has(f, kpf::LRU),
+        "{f:#x}"
+    );
+    assert_eq!(m.phys.nr_mlock(), 0);
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 0);
+}
+
+#[test]
+fn one_folio_locked_by_two_vmas_stays_locked_until_both_go() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let s = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                sharing: usermm::Sharing::Shared,
+                ..MmapArgs::anon(4 * K, RW)
+            },
+        )
+        .expect("mmap");
+    cpu.write_fill(p, s, 4 * K, 1).expect("write");
+    let c = cpu.fork(p).expect("fork");
+    cpu.mlock(p, s, 4 * K).expect("mlock parent");
+    cpu.mlock(c, s, 4 * K).expect("mlock child");
+    cpu.lru_add_drain_all();
+    valid(&m);
+    cpu.munlock(p, s, 4 * K).expect("munlock parent");
+    let f = flags(&cpu, c, s);
+    assert!(has(f, kpf::MLOCKED), "still locked by the child: {f:#x}");
+    valid(&m);
+    cpu.exit(c).expect("exit");
+    cpu.lru_add_drain_all();
+    let f = flags(&cpu, p, s);
+    assert!(!has(f, kpf::MLOCKED) && !has(f, kpf::UNEVICTABLE), "{f:#x}");
+    valid(&m);
+}
+
+#[test]
+fn mlock_over_a_hole_applies_partially_then_enomem() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let b = 0x1000_0000;
+    cpu.mmap(
+        p,
+        MmapArgs {
+            placement: Placement::Fixed(b),
+            ..MmapArgs::anon(16 * K, RW)
+        },
+    )
+    .expect("mmap");
+    cpu.mmap(
+        p,
+        MmapArgs {
+            placement: Placement::Fixed(b + 32 * K),
+            ..MmapArgs::anon(16 * K, RW)
+        },
+    )
+    .expect("mmap");
+    assert_eq!(cpu.mlock(p, b, 48 * K), Err(Errno::ENOMEM));
+    assert_eq!(
+        cpu.status(p).expect("status").vm_lck,
+        16 * K,
+        "the VMA before the hole is locked"
+    );
+    assert_eq!(
+        cpu.mlock(p, b + 16 * K, 4 * K),
+        Err(Errno::ENOMEM),
+        "start in a hole"
+    );
+    valid(&m);
+}
+
+#[test]
+fn mlock_errnos_and_limits() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let zero = cpu.spawn(Privilege::Ordinary, 0).expect("spawn");
+    let a = cpu.mmap(zero, MmapArgs::anon(4 * K, RW)).expect("mmap");
+    assert_eq!(cpu.mlock(zero, a, 4 * K), Err(Errno::EPERM));
+    assert_eq!(
+        cpu.mlockall(
+            zero,
+            MlockallFlags {
+                current: true,
+                ..Default::default()
+            }
+        ),
+        Err(Errno::EPERM)
+    );
+    let p = cpu.spawn(Privilege::Ordinary, 64 * K).expect("spawn");
+    let a = cpu.mmap(p, MmapArgs::anon(128 * K, RW)).expect("mmap");
+    assert_eq!(
+        cpu.mlock(p, a, 128 * K),
+        Err(Errno::ENOMEM),
+        "over RLIMIT_MEMLOCK"
+    );
+    cpu.mlock(p, a, 64 * K).expect("within the limit");
+    cpu.mlock(p, a, 64 * K)
+        .expect("already locked pages do not count twice");
+    assert_eq!(
+        cpu.mlockall(
+            p,
+            MlockallFlags {
+                onfault: true,
+                ..Default::default()
+            }
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        cpu.mlockall(p, MlockallFlags::default()),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        cpu.mmap(
+            p,
+            MmapArgs {
+                locked: true,
+                ..MmapArgs::anon(64 * K, RW)
+            }
+        ),
+        Err(Errno::EAGAIN)
+    );
+    let r = cpu.spawn(Privilege::Privileged, 0).expect("spawn");
+    let a = cpu.mmap(r, MmapArgs::anon(128 * K, RW)).expect("mmap");
+    cpu.mlock(r, a, 128 * K)
+        .expect("CAP_IPC_LOCK ignores the limit");
+    valid(&m);
+}
+
+#[test]
+fn onfault_locks_only_what_is_touched_and_fork_does_not_inherit() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let a = cpu.mmap(p, MmapArgs::anon(64 * K, RW)).expect("mmap");
+    cpu.mlock2(p, a, 64 * K, true).expect("mlock2 onfault");
+    assert_eq!(cpu.smaps(p, a, a + 64 * K).expect("smaps")[0].1.rss, 0);
+    cpu.write_fill(p, a, 8 * K, 3).expect("write");
+    assert!(has(flags(&cpu, p, a), kpf::MLOCKED));
+    cpu.mlock(p, a, 64 * K)
+        .expect("turn onfault off: no double count");
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 64 * K);
+    let c = cpu.fork(p).expect("fork");
+    assert_eq!(cpu.status(c).expect("status").vm_lck, 0);
+    cpu.write_fill(c, a, 4 * K, 9).expect("child COW");
+    assert!(
+        !has(flags(&cpu, c, a), kpf::MLOCKED),
+        "the child's copy is not locked"
+    );
+    valid(&m);
+    cpu.munmap(p, a + 16 * K, 16 * K)
+        .expect("partial munmap of a locked range");
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 48 * K);
+    valid(&m);
+}
+
+#[test]
+fn mlockall_current_and_future() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let a = cpu.mmap(p, MmapArgs::anon(32 * K, RW)).expect("mmap");
+    cpu.mlockall(
+        p,
+        MlockallFlags {
+            current: true,
+            future: true,
+            onfault: false,
+        },
+    )
+    .expect("mlockall");
+    let b = cpu.mmap(p, MmapArgs::anon(32 * K, RW)).expect("mmap");
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 64 * K);
+    assert!(
+        has(flags(&cpu, p, b), kpf::MLOCKED),
+        "future mappings are locked and populated"
+    );
+    assert!(has(flags(&cpu, p, a), kpf::MLOCKED));
+    cpu.munlockall(p).expect("munlockall");
+    assert_eq!(cpu.status(p).expect("status").vm_lck, 0);
+    let c = cpu.mmap(p, MmapArgs::anon(32 * K, RW)).expect("mmap");
+    cpu.write_fill(p, c, 4 * K, 1).expect("write");
+    assert!(
+        !has(flags(&cpu, p, c), kpf::MLOCKED),
+        "no longer locked by default"
+    );
+    assert!(
+        !has(flags(&cpu, p, a), kpf::MLOCKED),
+        "munlockall unlocked the pages"
+    );
+    valid(&m);
+    cpu.exit(p).expect("exit");
+    valid(&m);
+    assert_eq!(m.phys.allocated_frames(), 0);
+    assert_eq!(m.phys.nr_mlock(), 0);
+}
