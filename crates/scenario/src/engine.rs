@@ -177,11 +177,12 @@ impl Backend for EngineBackend {
     }
 
     fn set_mempolicy(&mut self, interleave: bool) -> Res<()> {
-        if interleave {
-            return Err(Fail::Unsupported(
-                "set mempolicy interleave: not implemented yet (NUMA placement)".into(),
-            ));
-        }
+        let p = if interleave {
+            usermm::machine::MemPolicy::Interleave
+        } else {
+            usermm::machine::MemPolicy::Default
+        };
+        self.machine()?.set_mempolicy(p);
         Ok(())
     }
 

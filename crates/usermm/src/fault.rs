@@ -192,6 +192,7 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
         }
         rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner);
+        self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
         self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
         if vma.flags.has(VmFlags::WRITE) {
@@ -224,7 +225,6 @@ impl<'m> Cpu<'m> {
         addr: u64,
     ) -> Option<(u64, u32, u64)> {
         let c = self.c();
-        let node = 0;
         let thp = self.m.tunables().thp.clone();
         let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
         for order in (2..HPAGE_PMD_ORDER).rev() {
@@ -240,18 +240,23 @@ impl<'m> Cpu<'m> {
             if (i0..i0 + (1 << order)).any(|i| pt.get(table, i) != 0) {
                 continue;
             }
-            if let Some(h) = self
-                .m
-                .phys
-                .alloc_folio(c, order, node, FolioKind::Anon, Zeroing::Zero)
-            {
+            if let Some(h) = self.m.phys.alloc_folio(
+                c,
+                order,
+                self.folio_node(addr, order),
+                FolioKind::Anon,
+                Zeroing::Zero,
+            ) {
                 return Some((h, order, start));
             }
         }
-        let h = self
-            .m
-            .phys
-            .alloc_folio(c, 0, node, FolioKind::Anon, Zeroing::Zero)?;
+        let h = self.m.phys.alloc_folio(
+            c,
+            0,
+            self.folio_node(addr, 0),
+            FolioKind::Anon,
+            Zeroing::Zero,
+        )?;
         Some((h, 0, addr & !4095))
     }
 
@@ -274,16 +279,19 @@ impl<'m> Cpu<'m> {
             match cache.get(&pgoff) {
                 Some(&p) => p,
                 None => {
-                    let Some(p) = self
-                        .m
-                        .phys
-                        .alloc_folio(c, 0, 0, FolioKind::Shmem, Zeroing::Zero)
-                    else {
+                    let Some(p) = self.m.phys.alloc_folio(
+                        c,
+                        0,
+                        self.folio_node(addr, 0),
+                        FolioKind::Shmem,
+                        Zeroing::Zero,
+                    ) else {
                         return self.oom();
                     };
                     self.m.phys.memmap.set_mapping(p, shmem.id);
                     self.folio_add_lru(p);
                     cache.insert(pgoff, p);
+                    self.m.phys.memmap.set_index(p, pgoff);
                     p
                 }
             }
@@ -372,7 +380,8 @@ impl<'m> Cpu<'m> {
         let phys = &self.m.phys;
         let owner = self.anon_vma_prepare(mm, vma) as u32;
         let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
-        let Some(new) = phys.alloc_folio(c, 0, 0, FolioKind::Anon, zeroing) else {
+        let Some(new) = phys.alloc_folio(c, 0, self.folio_node(addr, 0), FolioKind::Anon, zeroing)
+        else {
             return self.oom();
         };
         let old_pfn = arch.pfn(old);
@@ -387,6 +396,7 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -406,6 +416,18 @@ impl<'m> Cpu<'m> {
         }
         c.add(Ev::CowCopy, 1);
         FaultOutcome::Completed
+    }
+
+    /// The node a new folio for `addr` comes from: the CPU's node, or with the interleave
+    /// policy the node chosen by the folio's offset (consecutive folios alternate nodes).
+    pub(crate) fn folio_node(&self, addr: u64, order: u32) -> usize {
+        let nodes = self.m.phys.nr_nodes().max(1);
+        match self.m.mempolicy() {
+            crate::machine::MemPolicy::Interleave => {
+                ((addr >> (12 + order)) % nodes as u64) as usize
+            }
+            crate::machine::MemPolicy::Default => self.id % nodes,
+        }
     }
 
     /// Whether a PMD-sized THP may back `addr` in `vma`.
@@ -483,7 +505,13 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let head = phys.alloc_folio(c, HPAGE_PMD_ORDER, 0, FolioKind::Anon, Zeroing::Zero)?;
+        let head = phys.alloc_folio(
+            c,
+            HPAGE_PMD_ORDER,
+            self.folio_node(haddr, HPAGE_PMD_ORDER),
+            FolioKind::Anon,
+            Zeroing::Zero,
+        )?;
         if !self.deposit_table(mm, haddr) {
             phys.put_folio(c, head, 1);
             return None;
@@ -496,6 +524,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        phys.memmap.set_index(head, vma.pgoff_at(haddr));
         self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
         if vma.flags.has(VmFlags::WRITE) {
@@ -566,8 +595,13 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let pt = self.tables(mm);
         let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let Some(head) = phys.alloc_folio(c, HPAGE_PMD_ORDER, 0, FolioKind::Anon, Zeroing::Zero)
-        else {
+        let Some(head) = phys.alloc_folio(
+            c,
+            HPAGE_PMD_ORDER,
+            self.folio_node(haddr, HPAGE_PMD_ORDER),
+            FolioKind::Anon,
+            Zeroing::Zero,
+        ) else {
             self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
             return None;
         };
@@ -578,6 +612,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        phys.memmap.set_index(head, vma.pgoff_at(haddr));
         self.folio_add_lru_vma(head, vma);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
         pt.set(pmd_t, pmd_idx, 0);

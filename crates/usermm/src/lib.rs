@@ -28,6 +28,7 @@ pub mod fault;
 pub mod machine;
 pub mod mlock;
 pub mod mm;
+pub mod munlock_2013;
 pub mod ops;
 pub mod pgtable;
 pub mod phys;

@@ -16,6 +16,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// NUMA placement of new folios (`set_mempolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemPolicy {
+    /// The faulting CPU's node (`MPOL_DEFAULT`).
+    Default,
+    /// Round-robin by offset over all nodes (`MPOL_INTERLEAVE`).
+    Interleave,
+}
+
 /// How to build a machine.
 #[derive(Clone, Debug)]
 pub struct MachineConfig {
@@ -94,6 +103,8 @@ pub struct Machine {
     pub committed: AtomicI64,
     /// Fail point for the next fork's VMA-tree node allocations (0 = off).
     vma_tree_fail: AtomicU64,
+    /// Interleave policy in force (`set mempolicy`).
+    interleave: AtomicBool,
 }
 
 impl Machine {
@@ -113,6 +124,7 @@ impl Machine {
             next_shmem: AtomicU32::new(1),
             committed: AtomicI64::new(0),
             vma_tree_fail: AtomicU64::new(0),
+            interleave: AtomicBool::new(false),
         }
     }
 
@@ -140,6 +152,20 @@ impl Machine {
         let mut t = self.tunables.write();
         f(&mut t);
         self.check_tlb.store(t.check_tlb, Relaxed);
+    }
+
+    /// Sets the NUMA policy of folios faulted from now on.
+    pub fn set_mempolicy(&self, p: MemPolicy) {
+        self.interleave.store(p == MemPolicy::Interleave, Relaxed);
+    }
+
+    /// The NUMA policy in force.
+    pub fn mempolicy(&self) -> MemPolicy {
+        if self.interleave.load(Relaxed) {
+            MemPolicy::Interleave
+        } else {
+            MemPolicy::Default
+        }
     }
 
     /// Whether TLB hits are verified against page tables.

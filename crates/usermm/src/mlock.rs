@@ -136,8 +136,10 @@ impl<'m> Cpu<'m> {
     }
 
     /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
+    ///
+    /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
     pub fn munlock_vma_folio(&self, head: u64, vma: &Vma) {
-        if vma_locked(vma) {
+        if vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
             self.munlock_folio(head);
         }
     }

@@ -106,6 +106,56 @@ pub enum PteBatching {
     Batched,
 }
 
+/// Which munlock algorithm runs (seed 004).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MunlockDesign {
+    /// The 3.11 design plus the first N patches of the 2013 series (0..=7): a munlock pass
+    /// over the range before unmapping, pages isolated from the unevictable list.
+    Stage(u8),
+    /// The current design (5.18+): munlock at rmap removal, `mlock_count`, per-CPU mlock batch.
+    Modern,
+}
+
+impl MunlockDesign {
+    /// Every variant in benchmark order.
+    pub const ALL: [MunlockDesign; 9] = [
+        MunlockDesign::Stage(0),
+        MunlockDesign::Stage(1),
+        MunlockDesign::Stage(2),
+        MunlockDesign::Stage(3),
+        MunlockDesign::Stage(4),
+        MunlockDesign::Stage(5),
+        MunlockDesign::Stage(6),
+        MunlockDesign::Stage(7),
+        MunlockDesign::Modern,
+    ];
+
+    /// `stage0`…`stage7` or `modern`.
+    pub fn name(self) -> String {
+        match self {
+            MunlockDesign::Stage(n) => format!("stage{n}"),
+            MunlockDesign::Modern => "modern".into(),
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<MunlockDesign> {
+        if s == "modern" {
+            return Some(MunlockDesign::Modern);
+        }
+        let n: u8 = s.strip_prefix("stage")?.parse().ok()?;
+        (n <= 7).then_some(MunlockDesign::Stage(n))
+    }
+
+    /// Whether patch `n` (1..=7) of the series is applied.
+    pub fn has_patch(self, n: u8) -> bool {
+        match self {
+            MunlockDesign::Stage(s) => s >= n,
+            MunlockDesign::Modern => true,
+        }
+    }
+}
+
 /// How fork builds the child's VMA tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmaTreeCopy {
@@ -130,6 +180,8 @@ pub struct Tunables {
     pub zap_pte_batch: PteBatching,
     /// Seed 001: how fork copies the VMA tree.
     pub vma_tree_dup: VmaTreeCopy,
+    /// Seed 004: the munlock algorithm.
+    pub munlock: MunlockDesign,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -147,6 +199,7 @@ impl Default for Tunables {
             fork_pte_batch: PteBatching::Batched,
             zap_pte_batch: PteBatching::Batched,
             vma_tree_dup: VmaTreeCopy::Dup,
+            munlock: MunlockDesign::Modern,
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
             test_skip_fork_wrprotect: false,
@@ -235,6 +288,12 @@ impl Tunables {
                 help: "seed 001: fork duplicates the VMA tree structurally instead of inserting VMA by VMA",
             },
             TunableInfo {
+                name: "munlock",
+                value: self.munlock.name(),
+                values: "stage0..stage7|modern",
+                help: "seed 004: the 2013 munlock batching patches applied cumulatively, or the current design",
+            },
+            TunableInfo {
                 name: "max_map_count",
                 value: self.max_map_count.to_string(),
                 values: "integer",
@@ -293,6 +352,10 @@ impl Tunables {
                     "insert" | "off" | "0" | "false" => VmaTreeCopy::Insert,
                     _ => return Err(bad("dup|insert")),
                 }
+            }
+            "munlock" => {
+                self.munlock =
+                    MunlockDesign::parse(value).ok_or_else(|| bad("stage0..stage7|modern"))?
             }
             "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
             "overcommit_memory" => {

@@ -30,12 +30,13 @@ impl<'m> Cpu<'m> {
         st.pinned_vm = 0;
         let ids = st.vmas.all();
         self.lru_add_drain();
+        let _ = st.vmas.tree.erase_range(0, u64::MAX);
+        self.munlock_before_unmap(mm, &st, &ids, 0, u64::MAX);
         let mut tlb = MmuGather::new(self, mm, GatherScope::FullMm);
         for &id in &ids {
             let v = st.vmas.get(id);
             self.zap_vma_range(&mut tlb, mm, v, v.start, v.end);
         }
-        let _ = st.vmas.tree.erase_range(0, u64::MAX);
         for &id in &ids {
             self.release_vma(&mut st, id);
         }

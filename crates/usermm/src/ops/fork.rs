@@ -447,7 +447,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, vma: &Vma, pfn: u64, _addr: u64) -> SysResult<u64> {
+    fn copy_present_page(&self, vma: &Vma, pfn: u64, addr: u64) -> SysResult<u64> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -459,6 +459,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
         rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));
         if vma.flags.has(VmFlags::WRITE) {

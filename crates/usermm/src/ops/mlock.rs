@@ -16,6 +16,7 @@ use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
 use crate::pgtable::{index, Walk, PMD_SIZE};
 use crate::phys::PageFlag;
 use crate::stats::Ev;
+use crate::tunables::MunlockDesign;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
 
 /// `VM_LOCKED_MASK`.
@@ -255,8 +256,14 @@ impl<'m> Cpu<'m> {
             return Ok(());
         }
         let vma = st.vmas.get(target);
+        let design = self.m.tunables().munlock;
         self.lru_add_drain();
-        self.mlock_vma_pages_range(mm, vma, start, end, now);
+        match design {
+            MunlockDesign::Stage(_) if !now => {
+                self.munlock_vma_pages_range_2013(mm, st, vma, start, end, design)
+            }
+            _ => self.mlock_vma_pages_range(mm, vma, start, end, now),
+        }
         self.lru_add_drain();
         Ok(())
     }

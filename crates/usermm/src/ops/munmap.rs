@@ -93,6 +93,7 @@ impl<'m> Cpu<'m> {
             .tree
             .erase_range(start, end)
             .map_err(|_| Errno::ENOMEM)?;
+        self.munlock_before_unmap(mm, st, &ids, start, end);
         self.lru_add_drain();
         let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
         for &id in &ids {
@@ -105,6 +106,35 @@ impl<'m> Cpu<'m> {
         tlb.finish();
         self.lru_add_drain();
         Ok(())
+    }
+
+    /// The 2013 designs munlock a locked VMA's pages before unmapping it
+    /// (`munlock_vma_pages_all`); the current design does it in the rmap removal instead.
+    pub(crate) fn munlock_before_unmap(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        ids: &[crate::vma::VmaId],
+        start: u64,
+        end: u64,
+    ) {
+        let design = self.m.tunables().munlock;
+        if design == crate::tunables::MunlockDesign::Modern {
+            return;
+        }
+        for &id in ids {
+            let v = st.vmas.get(id);
+            if v.flags.has(VmFlags::LOCKED) {
+                self.munlock_vma_pages_range_2013(
+                    mm,
+                    st,
+                    v,
+                    start.max(v.start),
+                    end.min(v.end),
+                    design,
+                );
+            }
+        }
     }
 
     /// Drops a VMA body that has left the tree: accounting, locked_vm, shmem users.

@@ -13,7 +13,7 @@
 //! word  3 large_mapcount (head: all maps)   11 mlock_count (head)
 //! word  4 entire_mapcount (head: PMD maps)  12 ptl (page-table pages: split PTE lock)
 //! word  5 pincount    (head of large folio) 13 pt_entries (page-table pages: used entries)
-//! word  6 compound head pfn (tail pages)    14-15 spare
+//! word  6 compound head pfn (tail pages)    14-15 index (head: page offset of the folio)
 //! word  7 order       (head / free block)
 //! ```
 //! Unlike Linux the mapcounts are unbiased (0 = unmapped).
@@ -82,6 +82,8 @@ enum W {
     MlockCount = 11,
     Ptl = 12,
     PtEntries = 13,
+    IndexLo = 14,
+    IndexHi = 15,
 }
 
 /// The memmap: metadata for every frame.
@@ -280,6 +282,19 @@ impl Memmap {
     /// Sets the prev link.
     pub fn set_prev(&self, pfn: u64, v: u32) {
         self.w(pfn, W::Prev).store(v, Relaxed);
+    }
+
+    /// The page offset (`folio->index`) of a folio's first page in its mapping.
+    pub fn index(&self, head: u64) -> u64 {
+        u64::from(self.w(head, W::IndexLo).load(Relaxed))
+            | u64::from(self.w(head, W::IndexHi).load(Relaxed)) << 32
+    }
+
+    /// Sets `folio->index`.
+    pub fn set_index(&self, head: u64, index: u64) {
+        self.w(head, W::IndexLo).store(index as u32, Relaxed);
+        self.w(head, W::IndexHi)
+            .store((index >> 32) as u32, Relaxed);
     }
 
     /// The split PTE lock word of a page-table page.

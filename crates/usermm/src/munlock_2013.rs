@@ -1,0 +1,364 @@
+//! munlock as Linux 3.11 did it, with the seven patches of the 2013 series as stages.
+//!
+//! Linux counterpart: `mm/mlock.c` of 3.11–3.12 (`munlock_vma_pages_range`,
+//! `munlock_vma_page`, `__munlock_pagevec_fill`, `__munlock_pagevec`,
+//! `__munlock_isolated_page`, `try_to_munlock`), `mm/vmscan.c` (`putback_lru_page`,
+//! `isolate_lru_page`). In this design munlock is a pass over the range that runs before the
+//! range is unmapped (munlock, munmap and exit of `VM_LOCKED` VMAs): each page is looked up,
+//! its `PG_mlocked` cleared, the page isolated from the unevictable list and put back on an
+//! evictable one, unless another locked mapping still maps it (an rmap walk, for pages mapped
+//! more than once). The stages, cumulative (`munlock=stageN`):
+//!
+//! | stage | adds |
+//! |---|---|
+//! | 0 | 3.11: per page follow_page + lru_lock + isolate + putback via the per-CPU pagevec + `lru_add_drain` |
+//! | 1 | `putback_lru_page` no longer computes the LRU base type it does not need |
+//! | 2 | no `lru_add_drain` after each page |
+//! | 3 | isolate up to a pagevec (14 pages) of one node under one lru_lock |
+//! | 4 | `NR_MLOCK` updated once per pagevec |
+//! | 5 | put back the pagevec with one `__pagevec_lru_add`, bypassing the per-CPU pagevec |
+//! | 6 | no extra get_page/put_page pair on the fast path (reuse the lookup's reference) |
+//! | 7 | fill the pagevec by walking PTEs under one PTL instead of a full lookup per page |
+//!
+//! The rmap walk (`try_to_munlock`) has no anon_vma chains to follow here; it visits every
+//! VMA of every process that may map the page (by `folio->index`) and checks its page table.
+
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState};
+use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::phys::PageFlag;
+use crate::stats::Ev;
+use crate::tunables::MunlockDesign;
+use crate::vma::{VmFlags, Vma};
+
+/// Pages per pagevec in 3.12.
+const PAGEVEC_SIZE: usize = 14;
+
+/// A page found by a lookup, holding a reference.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    head: u64,
+    thp: bool,
+}
+
+impl<'m> Cpu<'m> {
+    /// Munlocks every page of `[start, end)` of `vma` the 2013 way (`munlock_vma_pages_range`).
+    ///
+    /// # Context
+    /// mmap lock held for writing; `st` is the mm's state.
+    pub fn munlock_vma_pages_range_2013(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+        design: MunlockDesign,
+    ) {
+        let pt = self.tables(mm);
+        let mut addr = start;
+        while addr < end {
+            let Some(found) = self.follow_page(pt, addr) else {
+                addr += 4096;
+                continue;
+            };
+            if found.thp {
+                self.munlock_vma_page(mm, st, found.head, design);
+                self.m.phys.put_folio(self.c(), found.head, 1);
+                addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
+                continue;
+            }
+            if !design.has_patch(3) {
+                self.munlock_vma_page(mm, st, found.head, design);
+                self.m.phys.put_folio(self.c(), found.head, 1);
+                addr += 4096;
+                continue;
+            }
+            let mut pvec = vec![found.head];
+            addr = self.munlock_pagevec_fill(pt, vma, &mut pvec, addr + 4096, end, design);
+            self.munlock_pagevec(mm, st, pvec, design);
+        }
+        if !design.has_patch(2) {
+            self.lru_add_drain();
+        }
+    }
+
+    /// `follow_page_mask(FOLL_GET | FOLL_DUMP)`: a full walk from the top, under the PTL, and
+    /// a reference on the page. The zero page and empty entries yield nothing.
+    fn follow_page(&self, pt: PageTables<'m>, addr: u64) -> Option<Found> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        c.add(Ev::PteRead, 4);
+        match pt.walk(addr) {
+            Walk::Pte { table, idx, .. } => {
+                let _ptl = PtlGuard::lock(phys, table, c);
+                let e = pt.get(table, idx);
+                let pfn = pt.arch.pfn(e);
+                if e == 0 || !pt.arch.present(e) || (pt.arch.special(e) && phys.is_zero_pfn(pfn)) {
+                    return None;
+                }
+                let head = phys.memmap.folio_of(pfn);
+                crate::rmap::folio_ref_add(phys, c, head, 1);
+                Some(Found { head, thp: false })
+            }
+            Walk::PmdLeaf { table, entry, .. } => {
+                let _ptl = PtlGuard::lock(phys, table, c);
+                let pfn = pt.arch.pfn(entry);
+                if phys.is_zero_pfn(pfn) {
+                    return None;
+                }
+                crate::rmap::folio_ref_add(phys, c, pfn, 1);
+                Some(Found {
+                    head: pfn,
+                    thp: true,
+                })
+            }
+            Walk::NoPmd | Walk::PmdNone { .. } => None,
+        }
+    }
+
+    /// Adds following pages of the same node to `pvec` (patch 3), by per-page lookups or
+    /// (patch 7) by walking the PTE table under one lock. Returns the next address.
+    fn munlock_pagevec_fill(
+        &self,
+        pt: PageTables<'m>,
+        vma: &Vma,
+        pvec: &mut Vec<u64>,
+        mut addr: u64,
+        end: u64,
+        design: MunlockDesign,
+    ) -> u64 {
+        let phys = &self.m.phys;
+        let node = phys.node_of(pvec[0]);
+        let end = end
+            .min((addr.wrapping_sub(4096) & !(PMD_SIZE - 1)) + PMD_SIZE)
+            .min(vma.end);
+        if design.has_patch(7) {
+            let Some(table) = pt.pte_table(addr - 4096) else {
+                return addr;
+            };
+            let _ptl = PtlGuard::lock(phys, table, self.c());
+            while addr < end && pvec.len() < PAGEVEC_SIZE {
+                let e = pt.get(table, index(addr, 12));
+                self.c().add(Ev::PteRead, 1);
+                let pfn = pt.arch.pfn(e);
+                if e == 0 || !pt.arch.present(e) || pt.arch.special(e) {
+                    break;
+                }
+                let head = phys.memmap.folio_of(pfn);
+                if phys.memmap.test(head, PageFlag::Head) || phys.node_of(head) != node {
+                    break;
+                }
+                crate::rmap::folio_ref_add(phys, self.c(), head, 1);
+                pvec.push(head);
+                addr += 4096;
+            }
+            return addr;
+        }
+        while addr < end && pvec.len() < PAGEVEC_SIZE {
+            let Some(f) = self.follow_page(pt, addr) else {
+                break;
+            };
+            if f.thp || phys.node_of(f.head) != node {
+                phys.put_folio(self.c(), f.head, 1);
+                break;
+            }
+            pvec.push(f.head);
+            addr += 4096;
+        }
+        addr
+    }
+
+    /// `munlock_vma_page` (stages 0–2, and THPs at every stage): one page at a time.
+    fn munlock_vma_page(&self, mm: &Mm, st: &MmState, head: u64, design: MunlockDesign) {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let nr = 1u64 << mem.order(head);
+        self.c().add(Ev::LockLru, 1);
+        let mut lists = phys.lruvec_of(head).lock();
+        if !mem.test_and_clear(head, PageFlag::Mlocked) {
+            return;
+        }
+        phys.mod_nr_mlock(head, -(nr as i64));
+        self.c().add(Ev::NrMlockUpdate, 1);
+        self.c().add(Ev::Munlocked, 1);
+        if !mem.test_and_clear(head, PageFlag::Lru) {
+            return;
+        }
+        lists.del(mem, head, nr);
+        crate::rmap::folio_ref_add(phys, self.c(), head, 1);
+        self.c().add(Ev::Isolated, 1);
+        drop(lists);
+        self.munlock_isolated_page(mm, st, head, design);
+    }
+
+    /// `__munlock_isolated_page`: re-mlock if another locked VMA maps it, then put it back.
+    fn munlock_isolated_page(&self, mm: &Mm, st: &MmState, head: u64, design: MunlockDesign) {
+        if crate::rmap::page_mapcount(&self.m.phys, head) > 1 {
+            self.try_to_munlock(mm, st, head);
+        }
+        self.putback_lru_page(head, design);
+    }
+
+    /// `putback_lru_page`: back on the list its flags select; evictable pages go through the
+    /// per-CPU pagevec (and, before patch 2, a drain follows every page).
+    fn putback_lru_page(&self, head: u64, design: MunlockDesign) {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let nr = 1u64 << mem.order(head);
+        if !design.has_patch(1) {
+            // The LRU base type was computed even when unused.
+            let _ = crate::phys::lru::folio_lru_list(mem, head);
+            self.c().add(Ev::FolioAtomic, 1);
+        }
+        if mem.test(head, PageFlag::Mlocked) {
+            self.c().add(Ev::LockLru, 1);
+            let mut lists = phys.lruvec_of(head).lock();
+            mem.set(head, PageFlag::Unevictable);
+            // Re-mlocked by the rmap walk: at least one other locking mapping (the current
+            // design's count may under-count, never over-count).
+            mem.set_mlock_count(head, 1);
+            lists.add(mem, head, nr);
+            mem.set(head, PageFlag::Lru);
+            drop(lists);
+            phys.put_folio(self.c(), head, 1);
+            return;
+        }
+        if mem.test_and_clear(head, PageFlag::Unevictable) {
+            self.c().add(Ev::Rescued, 1);
+        }
+        mem.set_mlock_count(head, 0);
+        // lru_cache_add: the per-CPU pagevec takes its own reference; ours is dropped.
+        self.folio_add_lru(head);
+        phys.put_folio(self.c(), head, 1);
+        if !design.has_patch(2) {
+            self.lru_add_drain();
+        }
+    }
+
+    /// `__munlock_pagevec` (stages 3+).
+    fn munlock_pagevec(&self, mm: &Mm, st: &MmState, pvec: Vec<u64>, design: MunlockDesign) {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let mut isolated = Vec::with_capacity(pvec.len());
+        let mut putback = Vec::new();
+        let mut delta = 0i64;
+        self.c().add(Ev::LockLru, 1);
+        {
+            let mut lists = phys.lruvec_of(pvec[0]).lock();
+            for &p in &pvec {
+                let nr = 1i64 << mem.order(p);
+                if mem.test_and_clear(p, PageFlag::Mlocked) {
+                    self.c().add(Ev::Munlocked, 1);
+                    if design.has_patch(4) {
+                        delta += nr;
+                    } else {
+                        phys.mod_nr_mlock(p, -nr);
+                        self.c().add(Ev::NrMlockUpdate, 1);
+                    }
+                    if mem.test_and_clear(p, PageFlag::Lru) {
+                        lists.del(mem, p, nr as u64);
+                        self.c().add(Ev::Isolated, 1);
+                        if !design.has_patch(6) {
+                            crate::rmap::folio_ref_add(phys, self.c(), p, 1);
+                        }
+                        isolated.push(p);
+                        continue;
+                    }
+                }
+                putback.push(p);
+            }
+        }
+        if design.has_patch(4) && delta != 0 {
+            phys.mod_nr_mlock(pvec[0], -delta);
+            self.c().add(Ev::NrMlockUpdate, 1);
+        }
+        for p in putback {
+            phys.put_folio(self.c(), p, 1);
+        }
+        let mut fast = Vec::new();
+        for p in isolated {
+            let evictable = !mem.test(p, PageFlag::Mlocked);
+            if design.has_patch(5) && crate::rmap::page_mapcount(phys, p) <= 1 && evictable {
+                if mem.test_and_clear(p, PageFlag::Unevictable) {
+                    self.c().add(Ev::Rescued, 1);
+                }
+                mem.set_mlock_count(p, 0);
+                fast.push(p);
+                continue;
+            }
+            self.munlock_isolated_page(mm, st, p, design);
+            if !design.has_patch(6) {
+                // The lookup's reference, kept separately before patch 6.
+                phys.put_folio(self.c(), p, 1);
+            }
+        }
+        self.pagevec_lru_add(fast, design);
+    }
+
+    /// `__pagevec_lru_add` (patch 5): evictable pages back on their list under one lock,
+    /// dropping the references the pagevec held.
+    fn pagevec_lru_add(&self, pages: Vec<u64>, design: MunlockDesign) {
+        if pages.is_empty() {
+            return;
+        }
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        self.c().add(Ev::LockLru, 1);
+        {
+            let mut lists = phys.lruvec_of(pages[0]).lock();
+            for &p in &pages {
+                lists.add(mem, p, 1u64 << mem.order(p));
+                mem.set(p, PageFlag::Lru);
+            }
+        }
+        for p in pages {
+            phys.put_folio(self.c(), p, 1);
+            if !design.has_patch(6) {
+                phys.put_folio(self.c(), p, 1);
+            }
+        }
+    }
+
+    /// `try_to_munlock`: if any other `VM_LOCKED` VMA maps the page, mark it mlocked again.
+    fn try_to_munlock(&self, mm: &Mm, st: &MmState, head: u64) {
+        self.c().add(Ev::RmapWalk, 1);
+        let index = self.m.phys.memmap.index(head);
+        let mut found = self.locked_mapping_in(mm, st, head, index);
+        for task in self.m.tasks() {
+            if found {
+                break;
+            }
+            if std::ptr::eq(task.mm.as_ref(), mm) {
+                continue;
+            }
+            if let Some(other) = task.mm.lock.try_read() {
+                found = self.locked_mapping_in(&task.mm, &other, head, index);
+            }
+        }
+        if found {
+            let mem = &self.m.phys.memmap;
+            if !mem.test_and_set(head, PageFlag::Mlocked) {
+                self.m.phys.mod_nr_mlock(head, 1i64 << mem.order(head));
+                self.c().add(Ev::NrMlockUpdate, 1);
+            }
+        }
+    }
+
+    fn locked_mapping_in(&self, mm: &Mm, st: &MmState, head: u64, index: u64) -> bool {
+        let pt = self.tables(mm);
+        st.vmas
+            .all()
+            .into_iter()
+            .map(|id| st.vmas.get(id))
+            .any(|v| {
+                if !v.flags.has(VmFlags::LOCKED) || index < v.pgoff {
+                    return false;
+                }
+                let addr = v.start + (index - v.pgoff) * 4096;
+                addr < v.end
+                    && crate::views::leaf_at(pt, addr)
+                        .is_some_and(|l| self.m.phys.memmap.folio_of(l.pfn) == head)
+            })
+    }
+}
