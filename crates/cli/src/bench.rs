@@ -18,7 +18,7 @@ const RW: Prot = Prot {
 /// Arguments of `usermm bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Which benchmark: fault, fork, munmap, spawn, or all.
+    /// Which benchmark: fault, fork, munmap, spawn, munlock, or all.
     #[arg(default_value = "all")]
     which: String,
     /// Size of the memory region, e.g. 256M or 1G.
@@ -403,9 +403,9 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     let pages = size / 4096;
     let reps = args.reps.max(1);
     let all = args.which == "all";
-    if !["all", "fault", "fork", "munmap", "spawn"].contains(&args.which.as_str()) {
+    if !["all", "fault", "fork", "munmap", "spawn", "munlock"].contains(&args.which.as_str()) {
         anyhow::bail!(
-            "unknown benchmark `{}` (fault, fork, munmap, spawn, all)",
+            "unknown benchmark `{}` (fault, fork, munmap, spawn, munlock, all)",
             args.which
         );
     }
@@ -452,6 +452,9 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if all || args.which == "spawn" {
         bench_spawn(args.seconds)?;
+    }
+    if all || args.which == "munlock" {
+        crate::bench_munlock::bench_munlock(size, reps)?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! 2 usage error, unreadable or unparsable file, or a statement the engine cannot run yet.
 
 mod bench;
+mod bench_munlock;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
