@@ -191,7 +191,7 @@ impl<'m> Cpu<'m> {
         if nr > 1 {
             rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
         }
-        rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner);
+        rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner, mm.id);
         self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
         self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
@@ -303,7 +303,7 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
-        rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1);
+        rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
         self.mlock_vma_folio(pfn, vma);
         let mut entry = arch.mk_pte(pfn, vma.flags.page_prot(), false);
         if access == Access::Write {
@@ -347,7 +347,12 @@ impl<'m> Cpu<'m> {
             let head = mem.folio_of(pfn);
             let large = mem.test(head, PageFlag::Head);
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            if exclusive || (!large && mem.refcount(head) == 1) {
+            let reusable = if large {
+                self.can_reuse_large_anon_folio(head)
+            } else {
+                self.can_reuse_small_anon_folio(head)
+            };
+            if exclusive || reusable {
                 if !exclusive {
                     mem.set(pfn, PageFlag::AnonExclusive);
                     c.add(Ev::FolioAtomic, 1);
@@ -361,6 +366,31 @@ impl<'m> Cpu<'m> {
         }
         drop(ptl);
         self.wp_page_copy(mm, vma, pt, table, idx, addr, pte, zero)
+    }
+
+    /// `wp_can_reuse_anon_folio` for a small folio: no other reference (a reference held by this
+    /// CPU's LRU batch is drained away first).
+    fn can_reuse_small_anon_folio(&self, head: u64) -> bool {
+        let mem = &self.m.phys.memmap;
+        if mem.refcount(head) > 3 {
+            return false;
+        }
+        if !mem.test(head, PageFlag::Lru) {
+            self.lru_add_drain();
+        }
+        mem.refcount(head) == 1
+    }
+
+    /// `__wp_can_reuse_large_anon_folio` (Linux 6.15+, MM owner tracking): reuse when this mm
+    /// provably holds every mapping and every reference of the PTE-mapped folio.
+    fn can_reuse_large_anon_folio(&self, head: u64) -> bool {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let mapcount = mem.large_mapcount(head);
+        mapcount > 1
+            && !rmap::owner::maybe_mapped_shared(phys, head)
+            && mem.entire_mapcount(head) == 0
+            && mapcount == mem.refcount(head)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -395,7 +425,7 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, new, 1);
             return FaultOutcome::Completed;
         }
-        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner, mm.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
@@ -410,7 +440,7 @@ impl<'m> Cpu<'m> {
             mm.rss_add(RssKind::Anon, 1);
         } else {
             let head = phys.memmap.folio_of(old_pfn);
-            rmap::remove_ptes(phys, c, head, old_pfn, 1);
+            rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
             self.munlock_vma_folio(head, vma);
             phys.put_folio(c, head, 1);
         }
@@ -523,7 +553,16 @@ impl<'m> Cpu<'m> {
             self.zap_deposited_table(mm, haddr);
             return Some(FaultOutcome::Completed);
         }
-        rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        rmap::add_new_anon(
+            phys,
+            c,
+            head,
+            head,
+            1 << HPAGE_PMD_ORDER,
+            Level::Pmd,
+            owner,
+            mm.id,
+        );
         phys.memmap.set_index(head, vma.pgoff_at(haddr));
         self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
@@ -611,7 +650,16 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return Some(FaultOutcome::Completed);
         }
-        rmap::add_new_anon(phys, c, head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner);
+        rmap::add_new_anon(
+            phys,
+            c,
+            head,
+            head,
+            1 << HPAGE_PMD_ORDER,
+            Level::Pmd,
+            owner,
+            mm.id,
+        );
         phys.memmap.set_index(head, vma.pgoff_at(haddr));
         self.folio_add_lru_vma(head, vma);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
@@ -676,8 +724,8 @@ impl<'m> Cpu<'m> {
         if !zero {
             let mem = &phys.memmap;
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            rmap::add_ptes(phys, c, pfn, pfn, nr);
-            rmap::remove_pmd(phys, c, pfn);
+            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
+            rmap::remove_pmd(phys, c, pfn, mm.id);
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
             self.munlock_vma_folio(pfn, vma);
             if exclusive {

@@ -18,6 +18,88 @@ use crate::stats::{CpuCounters, Ev};
 /// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
 pub const GUP_PIN_COUNTING_BIAS: i32 = 1024;
 
+/// MM owner tracking of large folios (`CONFIG_MM_ID`, Linux 6.15+): two slots, each an mm id
+/// with that mm's number of mappings, and a "maybe mapped shared" bit that is cleared only when
+/// one tracked slot provably owns every mapping. Stored in the folio's auxiliary words.
+pub mod owner {
+    use crate::phys::PhysMem;
+
+    const ID0: usize = 0;
+    const CNT0: usize = 1;
+    const ID1: usize = 2;
+    const CNT1: usize = 3;
+    const SHARED: usize = 4;
+
+    fn slot(phys: &PhysMem, head: u64, i: usize) -> (u32, i32) {
+        let m = &phys.memmap;
+        (
+            m.folio_aux(head, if i == 0 { ID0 } else { ID1 }),
+            m.folio_aux(head, if i == 0 { CNT0 } else { CNT1 }) as i32,
+        )
+    }
+
+    fn set_slot(phys: &PhysMem, head: u64, i: usize, id: u32, cnt: i32) {
+        let m = &phys.memmap;
+        m.set_folio_aux(head, if i == 0 { ID0 } else { ID1 }, id);
+        m.set_folio_aux(head, if i == 0 { CNT0 } else { CNT1 }, cnt as u32);
+    }
+
+    /// `folio_maybe_mapped_shared` for a large folio (a single mapping is never shared).
+    pub fn maybe_mapped_shared(phys: &PhysMem, head: u64) -> bool {
+        phys.memmap.folio_aux(head, SHARED) != 0 && phys.memmap.large_mapcount(head) > 1
+    }
+
+    /// The two slots (for views and validation).
+    pub fn slots(phys: &PhysMem, head: u64) -> [(u32, i32); 2] {
+        [slot(phys, head, 0), slot(phys, head, 1)]
+    }
+
+    /// Records `diff` new mappings by mm `mm`; `total` is the folio's mapcount after them.
+    pub fn map(phys: &PhysMem, head: u64, mm: u32, diff: i32, total: i32) {
+        for i in 0..2 {
+            let (id, cnt) = slot(phys, head, i);
+            if id == mm {
+                set_slot(phys, head, i, id, cnt + diff);
+                return;
+            }
+        }
+        for i in 0..2 {
+            if slot(phys, head, i).0 == 0 {
+                set_slot(phys, head, i, mm, diff);
+                if i == 1 || total != diff {
+                    phys.memmap.set_folio_aux(head, SHARED, 1);
+                }
+                return;
+            }
+        }
+        phys.memmap.set_folio_aux(head, SHARED, 1);
+    }
+
+    /// Records `diff` removed mappings of mm `mm`; `total` is the mapcount after the removal.
+    pub fn unmap(phys: &PhysMem, head: u64, mm: u32, diff: i32, total: i32) {
+        for i in 0..2 {
+            let (id, cnt) = slot(phys, head, i);
+            if id == mm {
+                if cnt - diff >= 1 {
+                    set_slot(phys, head, i, id, cnt - diff);
+                    return;
+                }
+                set_slot(phys, head, i, 0, 0);
+            }
+        }
+        if (0..2).any(|i| slot(phys, head, i).1 == total) {
+            phys.memmap.set_folio_aux(head, SHARED, 0);
+        }
+    }
+
+    /// Resets the tracking of a folio being allocated.
+    pub fn reset(phys: &PhysMem, head: u64) {
+        for i in 0..5 {
+            phys.memmap.set_folio_aux(head, i, 0);
+        }
+    }
+}
+
 /// Mapping level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -57,6 +139,7 @@ pub fn add_new_anon(
     nr: u64,
     level: Level,
     owner: u32,
+    mm_id: u32,
 ) {
     let mm = &phys.memmap;
     mm.set_mapping(head, owner);
@@ -69,13 +152,17 @@ pub fn add_new_anon(
             }
             count_map(c, nr);
             if large {
-                mm.large_mapcount_add(head, nr as i32);
+                let total = mm.large_mapcount_add(head, nr as i32);
+                owner::reset(phys, head);
+                owner::map(phys, head, mm_id, nr as i32, total);
                 count_map(c, 1);
             }
         }
         Level::Pmd => {
             mm.entire_mapcount_add(head, 1);
-            mm.large_mapcount_add(head, 1);
+            let total = mm.large_mapcount_add(head, 1);
+            owner::reset(phys, head);
+            owner::map(phys, head, mm_id, 1, total);
             mm.set(head, PageFlag::AnonExclusive);
             count_map(c, 2);
         }
@@ -83,14 +170,15 @@ pub fn add_new_anon(
 }
 
 /// Adds PTE mappings of existing pages (shmem, or a split): mapcounts only.
-pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64) {
+pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
     let mm = &phys.memmap;
     for p in page..page + nr {
         mm.mapcount_add(p, 1);
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        mm.large_mapcount_add(head, nr as i32);
+        let total = mm.large_mapcount_add(head, nr as i32);
+        owner::map(phys, head, mm_id, nr as i32, total);
         count_map(c, 1);
     }
 }
@@ -118,6 +206,7 @@ pub fn try_dup_anon_ptes(
     page: u64,
     nr: u64,
     needs_cow_for_dma: bool,
+    dst_mm: u32,
 ) -> Result<(), MaybePinned> {
     let mm = &phys.memmap;
     if needs_cow_for_dma
@@ -135,7 +224,8 @@ pub fn try_dup_anon_ptes(
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        mm.large_mapcount_add(head, nr as i32);
+        let total = mm.large_mapcount_add(head, nr as i32);
+        owner::map(phys, head, dst_mm, nr as i32, total);
         count_map(c, 1);
     }
     Ok(())
@@ -147,6 +237,7 @@ pub fn try_dup_anon_pmd(
     c: &CpuCounters,
     head: u64,
     needs_cow_for_dma: bool,
+    dst_mm: u32,
 ) -> Result<(), MaybePinned> {
     let mm = &phys.memmap;
     if needs_cow_for_dma
@@ -157,30 +248,33 @@ pub fn try_dup_anon_pmd(
     }
     mm.clear(head, PageFlag::AnonExclusive);
     mm.entire_mapcount_add(head, 1);
-    mm.large_mapcount_add(head, 1);
+    let total = mm.large_mapcount_add(head, 1);
+    owner::map(phys, head, dst_mm, 1, total);
     count_map(c, 3);
     Ok(())
 }
 
 /// Removes `nr` PTE mappings (`folio_remove_rmap_ptes`). References are dropped separately,
 /// after the TLB flush, by the mmu_gather.
-pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64) {
+pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
     let mm = &phys.memmap;
     for p in page..page + nr {
         mm.mapcount_add(p, -1);
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        mm.large_mapcount_add(head, -(nr as i32));
+        let total = mm.large_mapcount_add(head, -(nr as i32));
+        owner::unmap(phys, head, mm_id, nr as i32, total);
         count_map(c, 1);
     }
 }
 
 /// Removes a PMD mapping (`folio_remove_rmap_pmd`).
-pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64) {
+pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
     let mm = &phys.memmap;
     mm.entire_mapcount_add(head, -1);
-    mm.large_mapcount_add(head, -1);
+    let total = mm.large_mapcount_add(head, -1);
+    owner::unmap(phys, head, mm_id, 1, total);
     count_map(c, 2);
 }
 

@@ -25,6 +25,8 @@ struct FolioRecount {
     refs: i32,
     /// Mappings from `VM_LOCKED` VMAs.
     locked_maps: u32,
+    /// Mappings per mm.
+    per_mm: BTreeMap<u32, i32>,
     /// mms mapping each exclusive page.
     excl_mms: HashMap<u64, HashSet<u32>>,
 }
@@ -222,6 +224,7 @@ impl Machine {
             if vma.flags.has(VmFlags::LOCKED) {
                 f.locked_maps += 1;
             }
+            *f.per_mm.entry(mm.id).or_default() += 1;
             if huge {
                 f.pmd_maps += 1;
                 f.refs += 1;
@@ -366,6 +369,25 @@ impl Machine {
         }
     }
 
+    /// The MM-owner tracker of a large folio: tracked slots count exactly their mm's mappings,
+    /// and "exclusive" (the shared bit clear) is never claimed while two mms map the folio.
+    fn check_owner(&self, head: u64, f: &FolioRecount, r: &mut Report) {
+        for (id, cnt) in crate::rmap::owner::slots(&self.phys, head) {
+            if id != 0 && f.per_mm.get(&id).copied().unwrap_or(0) != cnt && cnt > 0 {
+                r.err(format!(
+                    "folio {head:#x}: owner slot of mm {id} counts {cnt}, mm maps it {:?}",
+                    f.per_mm.get(&id)
+                ));
+            }
+        }
+        let mms = f.per_mm.values().filter(|&&n| n > 0).count();
+        if mms > 1 && !crate::rmap::owner::maybe_mapped_shared(&self.phys, head) {
+            r.err(format!(
+                "folio {head:#x}: owner tracker says exclusive but {mms} mms map it"
+            ));
+        }
+    }
+
     /// Compares recounts with the memmap; returns the frames the folios occupy.
     fn check_folios(&self, folios: &BTreeMap<u64, FolioRecount>, r: &mut Report) -> u64 {
         let mem = &self.phys.memmap;
@@ -400,6 +422,9 @@ impl Machine {
                         ));
                     }
                 }
+            }
+            if large && mem.test(head, PageFlag::Anon) {
+                self.check_owner(head, f, r);
             }
             if large {
                 let total: i32 = f.pte_maps.values().sum::<i32>() + f.pmd_maps;

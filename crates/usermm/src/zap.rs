@@ -185,7 +185,7 @@ impl<'m> Cpu<'m> {
         tlb.add_range(haddr, haddr + PMD_SIZE);
         let pfn = pt.arch.pfn(pmd);
         if !(pt.arch.special(pmd) && phys.is_zero_pfn(pfn)) {
-            rmap::remove_pmd(phys, c, pfn);
+            rmap::remove_pmd(phys, c, pfn, mm.id);
             self.munlock_vma_folio(pfn, vma);
             mm.rss_add(RssKind::Anon, -(1 << HPAGE_PMD_ORDER));
             tlb.remove_folio(pfn, 1);
@@ -248,7 +248,7 @@ impl<'m> Cpu<'m> {
             if shmem && dirty {
                 phys.memmap.set(head, PageFlag::Dirty);
             }
-            rmap::remove_ptes(phys, c, head, pfn, nr as u64);
+            rmap::remove_ptes(phys, c, head, pfn, nr as u64, mm.id);
             self.munlock_vma_folio(head, vma);
             mm.rss_add(
                 if shmem { RssKind::Shmem } else { RssKind::Anon },

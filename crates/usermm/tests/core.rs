@@ -481,3 +481,30 @@ fn arm64_tables_behave_the_same() {
     assert_eq!(cpu.find_mismatch(p, a, 64 * K, 1).unwrap(), None);
     valid(&m);
 }
+
+#[test]
+fn large_folio_is_reused_after_the_child_exits() {
+    let m = machine(64 * M);
+    m.update_tunables(|t| t.thp.set_size(64 * K, ThpPolicy::Always).unwrap());
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let a = cpu.mmap(p, MmapArgs::anon(256 * K, RW)).unwrap();
+    cpu.write_fill(p, a, 256 * K, 1).unwrap();
+    let c = cpu.fork(p).unwrap();
+    cpu.write_fill(p, a, 1, 2).unwrap();
+    assert_eq!(
+        cpu.folio_order(p, a).unwrap(),
+        Some(0),
+        "shared with the child: one page copied"
+    );
+    valid(&m);
+    cpu.exit(c).unwrap();
+    let before = m.counters();
+    cpu.write_fill(p, a + 64 * K, 64 * K, 3).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::CowCopy), 0, "the folio is ours alone again");
+    assert_eq!(d.get(Ev::CowReuse), 16, "each PTE reuses on its own fault");
+    assert_eq!(cpu.folio_order(p, a + 64 * K).unwrap(), Some(4));
+    assert!(cpu.pagemap(p, a + 64 * K).unwrap().exclusive);
+    valid(&m);
+}

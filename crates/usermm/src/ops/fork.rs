@@ -229,7 +229,7 @@ impl<'m> Cpu<'m> {
         let zero = arch.special(pmd) && phys.is_zero_pfn(pfn);
         if !zero {
             let needs = ctx.needs_cow_for_dma && vma.is_cow();
-            if rmap::try_dup_anon_pmd(phys, c, pfn, needs).is_err() {
+            if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
                 drop(ptl);
                 phys.put_folio(c, deposit, 1);
                 self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
@@ -336,7 +336,7 @@ impl<'m> Cpu<'m> {
         let nr = b.nr as u64;
         rmap::folio_ref_add(phys, c, head, nr as i32);
         let needs = ctx.needs_cow_for_dma && vma.is_cow();
-        if rmap::try_dup_anon_ptes(phys, c, head, pfn, nr, needs).is_err() {
+        if rmap::try_dup_anon_ptes(phys, c, head, pfn, nr, needs, ctx.dst.id).is_err() {
             // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
             // the exclusive ones; the result is the same as the per-PTE path.
             rmap::folio_ref_add(phys, c, head, -(nr as i32));
@@ -420,9 +420,9 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(phys, c, head, 1);
             c.add(Ev::ForkBatches, 1);
             let needs = ctx.needs_cow_for_dma && vma.is_cow();
-            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs).is_err() {
+            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, ctx.dst.id).is_err() {
                 rmap::folio_ref_add(phys, c, head, -1);
-                let copy = self.copy_present_page(vma, pfn, addr)?;
+                let copy = self.copy_present_page(ctx.dst, vma, pfn, addr)?;
                 dpt.set(dst_t, i, copy);
                 c.add(Ev::PteWrite, 1);
                 return Ok(1);
@@ -447,7 +447,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, vma: &Vma, pfn: u64, addr: u64) -> SysResult<u64> {
+    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, addr: u64) -> SysResult<u64> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -458,7 +458,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::PagesCopied, 1);
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
-        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner);
+        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner, dst.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));

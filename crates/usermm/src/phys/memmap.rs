@@ -297,6 +297,17 @@ impl Memmap {
             .store((index >> 32) as u32, Relaxed);
     }
 
+    /// Folio-wide auxiliary word `i` (0..5) of a large folio, kept in its first tail page
+    /// (like Linux's `_mm_id`/`_mm_id_mapcount` in the folio's second `struct page`).
+    pub fn folio_aux(&self, head: u64, i: usize) -> u32 {
+        self.words[(head as usize + 1) * WORDS + 8 + i].load(Relaxed)
+    }
+
+    /// Sets auxiliary word `i` of a large folio.
+    pub fn set_folio_aux(&self, head: u64, i: usize, v: u32) {
+        self.words[(head as usize + 1) * WORDS + 8 + i].store(v, Relaxed);
+    }
+
     /// The split PTE lock word of a page-table page.
     pub fn ptl(&self, pfn: u64) -> &AtomicU32 {
         self.w(pfn, W::Ptl)
