@@ -169,9 +169,8 @@ impl<'m> Cpu<'m> {
             let _ptl = PtlGuard::lock(&self.m.phys, table, c);
             let idx = index(addr, 12);
             if pt.get(table, idx) == 0 {
-                pt.set(table, idx, entry);
+                pt.set_pte(c, table, idx, entry);
                 self.m.phys.memmap.pt_entries_add(table, 1);
-                c.add(Ev::PteWrite, 1);
                 c.add(Ev::FaultZeroPage, 1);
             }
             return FaultOutcome::Completed;
@@ -198,11 +197,8 @@ impl<'m> Cpu<'m> {
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
-        for j in 0..nr {
-            pt.set(table, first_idx + j as usize, arch.advance_pfn(entry, j));
-        }
+        pt.set_ptes(c, table, first_idx, entry, nr as usize);
         self.m.phys.memmap.pt_entries_add(table, nr as i32);
-        c.add(Ev::PteWrite, nr);
         mm.rss_add(RssKind::Anon, nr as i64);
         c.add(
             if order > 0 {
@@ -310,9 +306,8 @@ impl<'m> Cpu<'m> {
             entry = arch.mkdirty(entry);
             self.m.phys.memmap.set(pfn, PageFlag::Dirty);
         }
-        pt.set(table, idx, entry);
+        pt.set_pte(c, table, idx, entry);
         self.m.phys.memmap.pt_entries_add(table, 1);
-        c.add(Ev::PteWrite, 1);
         c.add(Ev::FaultShared, 1);
         mm.rss_add(RssKind::Shmem, 1);
         FaultOutcome::Completed
@@ -338,9 +333,8 @@ impl<'m> Cpu<'m> {
         let zero = arch.special(pte) && self.m.phys.is_zero_pfn(pfn);
         if !zero && vma.shmem.is_some() {
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-            pt.set(table, idx, new);
+            pt.set_pte(c, table, idx, new);
             mem.set(pfn, PageFlag::Dirty);
-            c.add(Ev::PteWrite, 1);
             return FaultOutcome::Completed;
         }
         if !zero {
@@ -358,8 +352,7 @@ impl<'m> Cpu<'m> {
                     c.add(Ev::FolioAtomic, 1);
                 }
                 let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-                pt.set(table, idx, new);
-                c.add(Ev::PteWrite, 1);
+                pt.set_pte(c, table, idx, new);
                 c.add(Ev::CowReuse, 1);
                 return FaultOutcome::Completed;
             }
@@ -431,10 +424,9 @@ impl<'m> Cpu<'m> {
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
-        pt.set(table, idx, 0);
+        pt.clear_ptes(c, table, idx, 1);
         self.flush_tlb(mm, FlushScope::Page(addr & !4095));
-        pt.set(table, idx, entry);
-        c.add(Ev::PteWrite, 2);
+        pt.set_pte(c, table, idx, entry);
         drop(ptl);
         if zero {
             mm.rss_add(RssKind::Anon, 1);
@@ -711,16 +703,16 @@ impl<'m> Cpu<'m> {
             base = arch.mkwrite(base);
         }
         let zero = arch.special(pmd);
-        for i in 0..nr {
-            let e = if zero {
-                base
-            } else {
-                arch.advance_pfn(base, i)
-            };
-            pt.set(table, i as usize, e);
+        if zero {
+            for i in 0..nr {
+                pt.set(table, i as usize, base);
+            }
+            c.add(Ev::PteWrite, nr);
+        } else {
+            pt.set_ptes(c, table, 0, base, nr as usize);
         }
         phys.memmap.pt_entries_add(table, nr as i32);
-        c.add(Ev::PteWrite, nr + 1);
+        c.add(Ev::PteWrite, 1);
         if !zero {
             let mem = &phys.memmap;
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);

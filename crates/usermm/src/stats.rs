@@ -121,6 +121,10 @@ counters! {
     ZapPtes => "zap_ptes",
     /// mmu_gather flushes (TLB flush followed by freeing).
     GatherFlush => "gather_flushes",
+    /// arm64 contiguous blocks folded.
+    ContFold => "contpte_folds",
+    /// arm64 contiguous blocks unfolded.
+    ContUnfold => "contpte_unfolds",
     /// PMD-mapped THPs split into PTE mappings.
     ThpSplitPmd => "thp_split_pmd",
     /// VMA tree nodes allocated.

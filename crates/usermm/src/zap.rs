@@ -219,7 +219,7 @@ impl<'m> Cpu<'m> {
         let mut cleared = 0i32;
         let mut i = i0;
         while i < i1 {
-            let e = pt.get(table, i);
+            let e = pt.ptep_get(table, i);
             c.add(Ev::PteRead, 1);
             if e == 0 {
                 i += 1;
@@ -227,8 +227,7 @@ impl<'m> Cpu<'m> {
             }
             let pfn = arch.pfn(e);
             if arch.special(e) && phys.is_zero_pfn(pfn) {
-                pt.set(table, i, 0);
-                c.add(Ev::PteWrite, 1);
+                pt.clear_ptes(c, table, i, 1);
                 c.add(Ev::ZapPtes, 1);
                 cleared += 1;
                 i += 1;
@@ -268,13 +267,7 @@ impl<'m> Cpu<'m> {
 
     /// `get_and_clear_full_ptes`: clears `nr` entries; returns whether any was dirty.
     fn get_and_clear_full_ptes(&self, pt: PageTables<'m>, table: u64, i: usize, nr: usize) -> bool {
-        let mut dirty = false;
-        for j in i..i + nr {
-            dirty |= pt.arch.dirty(pt.get(table, j));
-            pt.set(table, j, 0);
-        }
-        self.c().add(Ev::PteWrite, nr as u64);
-        dirty
+        pt.clear_ptes(self.c(), table, i, nr)
     }
 
     /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.

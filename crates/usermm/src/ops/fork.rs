@@ -278,7 +278,7 @@ impl<'m> Cpu<'m> {
         let mut copied = 0;
         let mut i = i0;
         while i < iend {
-            let e = spt.get(src_t, i);
+            let e = spt.ptep_get(src_t, i);
             c.add(Ev::PteRead, 1);
             if e == 0 {
                 i += 1;
@@ -342,7 +342,7 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(phys, c, head, -(nr as i32));
             let mut rss = 0;
             for j in 0..b.nr {
-                let ej = spt.get(src_t, i + j);
+                let ej = spt.ptep_get(src_t, i + j);
                 rss += self.copy_present_pte(
                     ctx,
                     vma,
@@ -361,7 +361,7 @@ impl<'m> Cpu<'m> {
         let mut child = if b.any_writable { arch.mkwrite(e) } else { e };
         if vma.is_cow() && arch.write(child) {
             if !ctx.skip_wrprotect {
-                self.wrprotect_ptes(spt, src_t, i, b.nr);
+                spt.wrprotect_ptes(self.c(), src_t, i, b.nr);
             }
             child = arch.wrprotect(child);
         }
@@ -369,29 +369,8 @@ impl<'m> Cpu<'m> {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        self.set_ptes(ctx.dst, dst_t, i, child, b.nr);
+        self.tables(ctx.dst).set_ptes(self.c(), dst_t, i, child, b.nr);
         Ok((b.nr, nr as i64))
-    }
-
-    /// `wrprotect_ptes`: clears write on `nr` entries that may otherwise differ.
-    fn wrprotect_ptes(&self, pt: PageTables<'m>, table: u64, i: usize, nr: usize) {
-        let arch = pt.arch;
-        for j in i..i + nr {
-            let e = pt.get(table, j);
-            if arch.write(e) {
-                pt.set(table, j, arch.wrprotect(e));
-                self.c().add(Ev::PteWrite, 1);
-            }
-        }
-    }
-
-    /// `set_ptes`: writes `nr` entries with consecutive PFNs and otherwise identical bits.
-    fn set_ptes(&self, mm: &Mm, table: u64, i: usize, e: u64, nr: usize) {
-        let pt = self.tables(mm);
-        for j in 0..nr {
-            pt.set(table, i + j, pt.arch.advance_pfn(e, j as u64));
-        }
-        self.c().add(Ev::PteWrite, nr as u64);
     }
 
     /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
@@ -423,8 +402,7 @@ impl<'m> Cpu<'m> {
             if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, ctx.dst.id).is_err() {
                 rmap::folio_ref_add(phys, c, head, -1);
                 let copy = self.copy_present_page(ctx.dst, vma, pfn, addr)?;
-                dpt.set(dst_t, i, copy);
-                c.add(Ev::PteWrite, 1);
+                dpt.set_pte(c, dst_t, i, copy);
                 return Ok(1);
             }
             rss = 1;
@@ -432,8 +410,7 @@ impl<'m> Cpu<'m> {
         let mut child = e;
         if vma.is_cow() && arch.write(e) {
             if !ctx.skip_wrprotect {
-                spt.set(src_t, i, arch.wrprotect(e));
-                c.add(Ev::PteWrite, 1);
+                spt.wrprotect_ptes(c, src_t, i, 1);
             }
             child = arch.wrprotect(child);
         }
@@ -441,8 +418,7 @@ impl<'m> Cpu<'m> {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        dpt.set(dst_t, i, child);
-        c.add(Ev::PteWrite, 1);
+        dpt.set_pte(c, dst_t, i, child);
         Ok(rss)
     }
 

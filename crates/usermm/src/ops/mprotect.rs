@@ -155,9 +155,8 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let n = self.new_pte(vma, e, false);
-            if n != e {
-                pt.set(table, i, n);
-                c.add(Ev::PteWrite, 1);
+            if n != e & !crate::pgtable::arch::arm64::CONT {
+                pt.set_pte(c, table, i, n);
                 changed = true;
             }
         }

@@ -278,11 +278,11 @@ impl<'m> Cpu<'m> {
                 if entry != 0 {
                     if let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) {
                         let _g = PtlGuard::lock(phys, table, c);
-                        pt.set(table, idx, 0);
+                        let entry = pt.ptep_get(table, idx);
+                        pt.clear_ptes(c, table, idx, 1);
                         phys.memmap.pt_entries_add(table, -1);
-                        pt.set(dt, index(d, 12), entry);
+                        pt.set_pte(c, dt, index(d, 12), entry);
                         phys.memmap.pt_entries_add(dt, 1);
-                        c.add(Ev::PteWrite, 2);
                         moved = true;
                     }
                 }

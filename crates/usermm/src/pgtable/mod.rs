@@ -13,6 +13,7 @@
 
 pub mod arch;
 pub mod batch;
+pub mod contpte;
 
 use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
