@@ -269,6 +269,9 @@ impl<'m> Cpu<'m> {
         let Some(shmem) = &vma.shmem else {
             return self.segv();
         };
+        if access == Access::Read && self.do_fault_around(mm, vma, pt, table, addr) {
+            return FaultOutcome::Completed;
+        }
         let pgoff = vma.pgoff_at(addr);
         let pfn = {
             let mut cache = shmem.pages.lock();
@@ -311,6 +314,39 @@ impl<'m> Cpu<'m> {
         c.add(Ev::FaultShared, 1);
         mm.rss_add(RssKind::Shmem, 1);
         FaultOutcome::Completed
+    }
+
+    /// `do_fault_around` with `filemap_map_pages`: a read fault on shmem maps the pages of the
+    /// surrounding 64 KiB window (`fault_around_bytes`) that are already in the page cache,
+    /// clean and young. Returns whether the faulting page itself got mapped.
+    fn do_fault_around(&self, mm: &Mm, vma: &Vma, pt: PageTables<'m>, table: u64, addr: u64) -> bool {
+        const FAULT_AROUND_BYTES: u64 = 64 << 10;
+        let c = self.c();
+        let Some(shmem) = &vma.shmem else { return false };
+        let pmd_start = addr & !(PMD_SIZE - 1);
+        let start = (addr & !(FAULT_AROUND_BYTES - 1)).max(vma.start).max(pmd_start);
+        let end = ((addr & !(FAULT_AROUND_BYTES - 1)) + FAULT_AROUND_BYTES).min(vma.end).min(pmd_start + PMD_SIZE);
+        let cache = shmem.pages.lock();
+        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        let mut mapped_fault = false;
+        let mut a = start;
+        while a < end {
+            let idx = index(a, 12);
+            if let (0, Some(&pfn)) = (pt.get(table, idx), cache.get(&vma.pgoff_at(a))) {
+                rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
+                rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
+                self.mlock_vma_folio(pfn, vma);
+                pt.set_pte(c, table, idx, pt.arch.mk_pte(pfn, vma.flags.page_prot(), false));
+                self.m.phys.memmap.pt_entries_add(table, 1);
+                mm.rss_add(RssKind::Shmem, 1);
+                mapped_fault |= a == (addr & !4095);
+            }
+            a += 4096;
+        }
+        if mapped_fault {
+            c.add(Ev::FaultShared, 1);
+        }
+        mapped_fault
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -142,17 +142,15 @@ pub mod kpf {
 pub(crate) struct LeafInfo {
     pub(crate) entry: u64,
     pub(crate) pfn: u64,
+    pub(crate) huge: bool,
 }
 
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
     match pt.walk(addr) {
-        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo {
-            entry,
-            pfn: pt.arch.pfn(entry),
-        }),
+        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo { entry, pfn: pt.arch.pfn(entry), huge: false }),
         Walk::PmdLeaf { entry, .. } => {
             let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
-            Some(LeafInfo { entry, pfn })
+            Some(LeafInfo { entry, pfn, huge: true })
         }
         _ => None,
     }
@@ -340,7 +338,10 @@ impl<'m> Cpu<'m> {
         if !phys.is_zero_pfn(leaf.pfn) {
             let head = phys.memmap.folio_of(leaf.pfn);
             pm.file = !phys.memmap.test(head, PageFlag::Anon);
-            pm.exclusive = page_mapcount(phys, leaf.pfn) == 1;
+            // For a PMD mapping Linux judges every entry by the PMD's first page
+            // (`pagemap_pmd_range_thp` does not advance the page it checks).
+            let judged = if leaf.huge { pt.arch.pfn(leaf.entry) } else { leaf.pfn };
+            pm.exclusive = page_mapcount(phys, judged) == 1;
         }
         Ok(pm)
     }
@@ -381,12 +382,14 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
             u |= 1 << bit;
         }
     };
+    let large = mm.test(head, PageFlag::Head);
     if phys.is_zero_pfn(pfn) {
         set(kpf::ZERO_PAGE, true);
-        set(kpf::THP, mm.test(head, PageFlag::Head));
+        set(kpf::THP, large);
+        set(kpf::COMPOUND_HEAD, large && pfn == head);
+        set(kpf::COMPOUND_TAIL, large && pfn != head);
         return u;
     }
-    let large = mm.test(head, PageFlag::Head);
     let mapped = if large {
         mm.large_mapcount(head) > 0
     } else {

@@ -65,12 +65,10 @@ impl<'m> Cpu<'m> {
         if old_len == 0 {
             return Err(Errno::EINVAL);
         }
-        if old_len > st.vmas.get(id).end - addr {
-            return Err(Errno::EFAULT);
-        }
         if let Some(na) = flags.fixed {
             return self.mremap_to(&task, &mut st, addr, old_len, new_len, na);
         }
+        // Shrinking only unmaps the tail: the old range may span several VMAs.
         if new_len <= old_len {
             if new_len < old_len {
                 self.do_munmap(
@@ -82,6 +80,9 @@ impl<'m> Cpu<'m> {
                 )?;
             }
             return Ok(addr);
+        }
+        if old_len > st.vmas.get(id).end - addr {
+            return Err(Errno::EFAULT);
         }
         let vend = st.vmas.get(id).end;
         if addr + old_len == vend && self.vma_expandable(&st, vend, new_len - old_len) {
@@ -169,6 +170,10 @@ impl<'m> Cpu<'m> {
         } else {
             old_len
         };
+        let vma = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        if old_len > st.vmas.get(vma).end - addr {
+            return Err(Errno::EFAULT);
+        }
         self.get_unmapped_area(task, st, AreaRequest::Fixed(na), new_len, false)?;
         self.move_vma(task, st, addr, old_len, new_len, na)
     }
