@@ -76,6 +76,21 @@ fn advice(a: Advice) -> Res<usermm::Advice> {
         Advice::Dofork => usermm::Advice::DoFork,
         Advice::Wipeonfork => usermm::Advice::WipeOnFork,
         Advice::Keeponfork => usermm::Advice::KeepOnFork,
+        Advice::Normal => usermm::Advice::Normal,
+        Advice::Random => usermm::Advice::Random,
+        Advice::Sequential => usermm::Advice::Sequential,
+        Advice::Willneed => usermm::Advice::WillNeed,
+        Advice::Dontdump => usermm::Advice::DontDump,
+        Advice::Dodump => usermm::Advice::DoDump,
+        Advice::Mergeable => usermm::Advice::Mergeable,
+        Advice::Unmergeable => usermm::Advice::Unmergeable,
+        Advice::Cold => usermm::Advice::Cold,
+        Advice::Pageout => usermm::Advice::PageOut,
+        Advice::Free => usermm::Advice::Free,
+        Advice::Remove => usermm::Advice::Remove,
+        Advice::DontneedLocked => usermm::Advice::DontNeedLocked,
+        Advice::PopulateRead => usermm::Advice::PopulateRead,
+        Advice::PopulateWrite => usermm::Advice::PopulateWrite,
         other => {
             return Err(Fail::Unsupported(format!(
                 "madvise {other}: not implemented yet"

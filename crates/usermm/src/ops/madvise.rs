@@ -30,6 +30,36 @@ pub enum Advice {
     WipeOnFork,
     /// `MADV_KEEPONFORK`.
     KeepOnFork,
+    /// `MADV_NORMAL`.
+    Normal,
+    /// `MADV_RANDOM`.
+    Random,
+    /// `MADV_SEQUENTIAL`.
+    Sequential,
+    /// `MADV_WILLNEED` (anonymous memory: nothing to read ahead without swap).
+    WillNeed,
+    /// `MADV_DONTDUMP`.
+    DontDump,
+    /// `MADV_DODUMP`.
+    DoDump,
+    /// `MADV_MERGEABLE` (KSM).
+    Mergeable,
+    /// `MADV_UNMERGEABLE`.
+    Unmergeable,
+    /// `MADV_COLD`: deactivate.
+    Cold,
+    /// `MADV_PAGEOUT`: reclaim (no swap device: anonymous pages stay).
+    PageOut,
+    /// `MADV_FREE`: lazily free private anonymous pages.
+    Free,
+    /// `MADV_REMOVE`: punch a hole in shared memory.
+    Remove,
+    /// `MADV_DONTNEED_LOCKED`: like `DontNeed`, also on locked VMAs.
+    DontNeedLocked,
+    /// `MADV_POPULATE_READ`.
+    PopulateRead,
+    /// `MADV_POPULATE_WRITE`.
+    PopulateWrite,
 }
 
 impl<'m> Cpu<'m> {
@@ -50,6 +80,9 @@ impl<'m> Cpu<'m> {
         let end = addr.checked_add(alen).ok_or(Errno::EINVAL)?;
         if end == addr {
             return Ok(());
+        }
+        if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
+            return self.madvise_populate(&task.mm, addr, end, advice == Advice::PopulateWrite);
         }
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
@@ -103,6 +136,43 @@ impl<'m> Cpu<'m> {
                 tlb.finish();
                 return Ok(());
             }
+            Advice::DontNeedLocked => {
+                let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+                self.zap_vma_range(&mut tlb, mm, vma, start, end);
+                tlb.finish();
+                return Ok(());
+            }
+            Advice::WillNeed | Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
+            Advice::Cold | Advice::PageOut => {
+                if vma.flags.has(VmFlags::LOCKED) {
+                    return Err(Errno::EINVAL);
+                }
+                return Ok(());
+            }
+            Advice::Free => {
+                if vma.flags.has(VmFlags::LOCKED) || vma.shmem.is_some() {
+                    return Err(Errno::EINVAL);
+                }
+                self.madvise_free(mm, vma, start, end);
+                return Ok(());
+            }
+            Advice::Remove => {
+                if vma.flags.has(VmFlags::LOCKED) || vma.shmem.is_none() {
+                    return Err(Errno::EINVAL);
+                }
+                if !vma.flags.has(VmFlags::MAYWRITE) {
+                    return Err(Errno::EACCES);
+                }
+                self.madvise_remove(mm, vma, start, end);
+                return Ok(());
+            }
+            Advice::Normal => f & !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
+            Advice::Random => (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
+            Advice::Sequential => (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
+            Advice::DontDump => f | VmFlags::DONTDUMP,
+            Advice::DoDump => f & !VmFlags::DONTDUMP,
+            Advice::Mergeable => f | VmFlags::MERGEABLE,
+            Advice::Unmergeable => f & !VmFlags::MERGEABLE,
             Advice::HugePage => (f | VmFlags::HUGEPAGE) & !VmFlags::NOHUGEPAGE,
             Advice::NoHugePage => (f | VmFlags::NOHUGEPAGE) & !VmFlags::HUGEPAGE,
             Advice::DontFork => f | VmFlags::DONTCOPY,
@@ -123,6 +193,95 @@ impl<'m> Cpu<'m> {
             Ok(_) => Ok(()),
             Err(Errno::ENOMEM) => Err(Errno::EAGAIN),
             Err(e) => Err(e),
+        }
+    }
+
+    /// `MADV_POPULATE_(READ|WRITE)`: fault every page in; a hole gives `ENOMEM`, a VMA that
+    /// does not allow the access `EINVAL`, a fault that would signal `EFAULT`.
+    fn madvise_populate(&self, mm: &crate::mm::Mm, start: u64, end: u64, write: bool) -> SysResult<()> {
+        self.c().add(Ev::LockMmap, 1);
+        let st = mm.lock.read();
+        let access = if write { crate::fault::Access::Write } else { crate::fault::Access::Read };
+        let mut a = start;
+        while a < end {
+            let Some(id) = st.vmas.find(a) else { return Err(Errno::ENOMEM) };
+            let v = st.vmas.get(id);
+            let allowed = if write { v.flags.has(VmFlags::WRITE) } else { v.flags.has(VmFlags::READ) };
+            if !allowed {
+                return Err(Errno::EINVAL);
+            }
+            let stop = v.end.min(end);
+            while a < stop {
+                self.translate(mm, &st, a, access).map_err(|_| Errno::EFAULT)?;
+                a += 4096;
+            }
+        }
+        Ok(())
+    }
+
+    /// `MADV_FREE` on private anonymous memory: pages mapped only here become clean, old and
+    /// lazily freeable (no longer swap-backed); their data stays until reclaim.
+    fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
+        let pt = self.tables(mm);
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        self.lru_add_drain();
+        let mut a = start;
+        while a < end {
+            if let crate::pgtable::Walk::Pte { table, idx, entry } = pt.walk(a) {
+                let pfn = pt.arch.pfn(entry);
+                let head = mem.folio_of(pfn);
+                let small = !mem.test(head, crate::phys::PageFlag::Head);
+                if entry != 0 && pt.arch.present(entry) && !phys.is_zero_pfn(pfn) && small && mem.mapcount(pfn) == 1 {
+                    let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
+                    pt.set_pte(self.c(), table, idx, pt.arch.mkclean(pt.arch.mkold(entry)));
+                    self.folio_mark_lazyfree(head);
+                }
+            }
+            let _ = vma;
+            a += 4096;
+        }
+        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    }
+
+    fn folio_mark_lazyfree(&self, head: u64) {
+        use crate::phys::PageFlag;
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        mem.clear(head, PageFlag::Dirty);
+        if !mem.test(head, PageFlag::SwapBacked) {
+            return;
+        }
+        let nr = 1u64 << mem.order(head);
+        self.c().add(Ev::LockLru, 1);
+        let mut lists = phys.lruvec_of(head).lock();
+        let on_lru = mem.test(head, PageFlag::Lru) && !mem.test(head, PageFlag::Unevictable);
+        if on_lru {
+            lists.del(mem, head, nr);
+        }
+        mem.clear(head, PageFlag::SwapBacked);
+        mem.clear(head, PageFlag::Active);
+        mem.clear(head, PageFlag::Referenced);
+        if on_lru {
+            lists.add(mem, head, nr);
+        }
+    }
+
+    /// `MADV_REMOVE` on shared memory: unmap the range and drop its pages from the object.
+    fn madvise_remove(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
+        let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+        self.zap_vma_range(&mut tlb, mm, vma, start, end);
+        tlb.finish();
+        let Some(shmem) = &vma.shmem else { return };
+        let (first, last) = (vma.pgoff_at(start), vma.pgoff_at(end));
+        let removed: Vec<u64> = {
+            let mut cache = shmem.pages.lock();
+            (first..last).filter_map(|i| cache.remove(&i)).collect()
+        };
+        // Other processes sharing the object keep their mappings until they unmap them; the
+        // page cache's reference goes now.
+        for p in removed {
+            self.m.phys.put_folio(self.c(), p, 1);
         }
     }
 }

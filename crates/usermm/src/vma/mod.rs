@@ -31,6 +31,8 @@ impl VmFlags {
     pub const MAYEXEC: u64 = 0x40;
     pub const MAYSHARE: u64 = 0x80;
     pub const GROWSDOWN: u64 = 0x100;
+    pub const SEQ_READ: u64 = 0x8000;
+    pub const RAND_READ: u64 = 0x10000;
     pub const LOCKED: u64 = 0x2000;
     pub const DONTCOPY: u64 = 0x20000;
     pub const DONTEXPAND: u64 = 0x40000;
@@ -38,6 +40,8 @@ impl VmFlags {
     pub const ACCOUNT: u64 = 0x100000;
     pub const NORESERVE: u64 = 0x200000;
     pub const WIPEONFORK: u64 = 0x2000000;
+    pub const DONTDUMP: u64 = 0x4000000;
+    pub const MERGEABLE: u64 = 0x80000000;
     pub const SOFTDIRTY: u64 = 0x8000000;
     pub const HUGEPAGE: u64 = 0x20000000;
     pub const NOHUGEPAGE: u64 = 0x40000000;
