@@ -18,7 +18,7 @@ const RW: Prot = Prot {
 /// Arguments of `usermm bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Which benchmark: fault, fork, munmap, spawn, munlock, or all.
+    /// Which benchmark: fault, fork, munmap, spawn, munlock, linear-map, or all.
     #[arg(default_value = "all")]
     which: String,
     /// Size of the memory region, e.g. 256M or 1G.
@@ -403,7 +403,10 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     let pages = size / 4096;
     let reps = args.reps.max(1);
     let all = args.which == "all";
-    if !["all", "fault", "fork", "munmap", "spawn", "munlock"].contains(&args.which.as_str()) {
+    if args.which == "linear-map" {
+        return crate::bench_linear_map::bench_linear_map(&[16, 64, 256, 512], reps);
+    }
+    if !["all", "fault", "fork", "munmap", "spawn", "munlock", "linear-map"].contains(&args.which.as_str()) {
         anyhow::bail!(
             "unknown benchmark `{}` (fault, fork, munmap, spawn, munlock, all)",
             args.which
@@ -455,6 +458,9 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if all || args.which == "munlock" {
         crate::bench_munlock::bench_munlock(size, reps)?;
+    }
+    if all {
+        crate::bench_linear_map::bench_linear_map(&[16, 64], reps)?;
     }
     Ok(())
 }

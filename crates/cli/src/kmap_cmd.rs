@@ -159,7 +159,11 @@ pub fn kmap_main(args: &KmapArgs) -> anyhow::Result<()> {
     }
 
     let mut leaves = table(&["leaf", "descriptors", "bytes mapped"]);
-    for (kind, n) in summary.leaves.iter().rev() {
+    let mut kinds: Vec<_> = summary.leaves.iter().collect();
+    kinds.sort_by_key(|(k, _)| {
+        std::cmp::Reverse(granule.entry_size(k.level) * if k.cont { granule.cont_entries(k.level) } else { 1 })
+    });
+    for (kind, n) in kinds {
         leaves.add_row([
             leaf_label(*kind, granule),
             n.to_string(),

@@ -4,7 +4,10 @@
 //! 2 usage error, unreadable or unparsable file, or a statement the engine cannot run yet.
 
 mod bench;
+mod bench_linear_map;
 mod bench_munlock;
+mod kmap_cmd;
+mod oracle_cmd;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -44,11 +47,28 @@ enum Cmd {
     },
     /// List the runtime switches with their defaults.
     Tunables,
+    /// Build the arm64 kernel linear map for a RAM layout and show it (seed 002).
+    Kmap(kmap_cmd::KmapArgs),
+    /// Run scenarios on the host kernel and on the engine, and compare what a user observes.
+    Oracle(oracle_cmd::OracleArgs),
     /// Run benchmarks (all of them at a small scale by default).
     Bench(bench::BenchArgs),
 }
 
+/// A closed pipe on stdout (`usermm … | head`) ends the program quietly, like other CLI tools.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>().map(String::as_str).unwrap_or("");
+        if msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Run {
@@ -60,6 +80,8 @@ fn main() -> ExitCode {
         } => cmd_run(&files, verbose, json, validate, &tunables),
         Cmd::Tunables => cmd_tunables(),
         Cmd::Bench(args) => bench::main(&args).map(|_| 0),
+        Cmd::Oracle(args) => oracle_cmd::oracle_main(&args),
+        Cmd::Kmap(args) => kmap_cmd::kmap_main(&args).map(|_| 0),
     };
     match res {
         Ok(code) => ExitCode::from(code),

@@ -25,6 +25,7 @@
 pub mod access;
 pub mod errno;
 pub mod fault;
+pub mod kmap;
 pub mod machine;
 pub mod mlock;
 pub mod mm;

@@ -182,6 +182,8 @@ pub struct Tunables {
     pub vma_tree_dup: VmaTreeCopy,
     /// Seed 004: the munlock algorithm.
     pub munlock: MunlockDesign,
+    /// Seed 002: how kernel page tables are reached while the linear map is built.
+    pub linear_map: crate::kmap::LinearMapVariant,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -200,6 +202,7 @@ impl Default for Tunables {
             zap_pte_batch: PteBatching::Batched,
             vma_tree_dup: VmaTreeCopy::Dup,
             munlock: MunlockDesign::Modern,
+            linear_map: crate::kmap::LinearMapVariant::SingleMap,
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
             test_skip_fork_wrprotect: false,
@@ -294,6 +297,12 @@ impl Tunables {
                 help: "seed 004: the 2013 munlock batching patches applied cumulatively, or the current design",
             },
             TunableInfo {
+                name: "linear_map",
+                value: self.linear_map.name().into(),
+                values: crate::kmap::LinearMapVariant::VALUES,
+                help: "seed 002: fixmap remaps per kernel page table (33/2/1 TLBIs; va_late 0 for late changes)",
+            },
+            TunableInfo {
                 name: "max_map_count",
                 value: self.max_map_count.to_string(),
                 values: "integer",
@@ -356,6 +365,10 @@ impl Tunables {
             "munlock" => {
                 self.munlock =
                     MunlockDesign::parse(value).ok_or_else(|| bad("stage0..stage7|modern"))?
+            }
+            "linear_map" => {
+                self.linear_map =
+                    crate::kmap::LinearMapVariant::parse(value).ok_or_else(|| bad(crate::kmap::LinearMapVariant::VALUES))?
             }
             "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
             "overcommit_memory" => {

@@ -219,9 +219,12 @@ impl<'m> Cpu<'m> {
         Ok(())
     }
 
-    /// `MADV_FREE` on private anonymous memory: pages mapped only here become clean, old and
-    /// lazily freeable (no longer swap-backed); their data stays until reclaim.
+    /// `MADV_FREE` on private anonymous memory (`madvise_free_pte_range`): the entries become
+    /// clean and old and the folios lazily freeable (no longer swap-backed); their data stays
+    /// until reclaim. A folio already marked dirty is only freed when this mapping is its only
+    /// one; a large folio only when the range covers it and it is mapped exclusively.
     fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
+        use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -230,15 +233,23 @@ impl<'m> Cpu<'m> {
         while a < end {
             if let crate::pgtable::Walk::Pte { table, idx, entry } = pt.walk(a) {
                 let pfn = pt.arch.pfn(entry);
-                let head = mem.folio_of(pfn);
-                let small = !mem.test(head, crate::phys::PageFlag::Head);
-                if entry != 0 && pt.arch.present(entry) && !phys.is_zero_pfn(pfn) && small && mem.mapcount(pfn) == 1 {
-                    let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
-                    pt.set_pte(self.c(), table, idx, pt.arch.mkclean(pt.arch.mkold(entry)));
-                    self.folio_mark_lazyfree(head);
+                if entry != 0 && pt.arch.present(entry) && !phys.is_zero_pfn(pfn) {
+                    let head = mem.folio_of(pfn);
+                    let nr = 1u64 << mem.order(head);
+                    let folio_start = a - (pfn - head) * 4096;
+                    let mapcount = if nr > 1 { mem.large_mapcount(head) } else { mem.mapcount(head) };
+                    let eligible = if nr > 1 {
+                        folio_start >= start.max(vma.start) && folio_start + nr * 4096 <= end && mapcount == nr as i32
+                    } else {
+                        !mem.test(head, PageFlag::Dirty) || mapcount == 1
+                    };
+                    if eligible {
+                        let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
+                        pt.set_pte(self.c(), table, idx, pt.arch.mkclean(pt.arch.mkold(entry)));
+                        self.folio_mark_lazyfree(head);
+                    }
                 }
             }
-            let _ = vma;
             a += 4096;
         }
         self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));

@@ -1,0 +1,577 @@
+//! Runs one scenario on the engine and on the host in lockstep and compares what they report.
+//!
+//! Two [`Runner`]s execute each statement in turn. Compared per statement: the action's
+//! outcome (success, errno or signal), every `expect` verdict, and after each statement that
+//! may change an address space, for every live process: its scenario VMAs (ranges relative
+//! to the mapping names, permissions, VM_LOCKED and the smaps fields), the scenario status
+//! (VmRSS, VmLck), pagemap present/exclusive of every page, and for a sample of pages the
+//! kpageflags bits that describe a page's state and its folio order.
+
+use crate::host::HostBackend;
+use crate::knobs::ThpKnobs;
+use crate::report::{Difference, OracleReport};
+use crate::{procfs, sys, HostError};
+use scenario::backend::{Backend, Res, SmapsView};
+use scenario::engine::EngineBackend;
+use scenario::run::{fail_name, Abort, Runner, Step};
+use scenario::{Expect, Keyword, KpageFlag, Name, Script, StmtKind};
+use std::collections::HashSet;
+
+/// The kpageflags bits compared.
+pub const COMPARED_FLAGS: [KpageFlag; 10] = [
+    KpageFlag::Anon,
+    KpageFlag::Lru,
+    KpageFlag::Thp,
+    KpageFlag::Mlocked,
+    KpageFlag::Unevictable,
+    KpageFlag::CompoundHead,
+    KpageFlag::CompoundTail,
+    KpageFlag::ZeroPage,
+    KpageFlag::Mmap,
+    KpageFlag::Swapbacked,
+];
+/// VMAs up to this many pages have every page's flags compared.
+const SAMPLE_ALL_PAGES: usize = 64;
+/// Otherwise every this many pages (plus the first and the last).
+const SAMPLE_STRIDE: usize = 16;
+/// Page-difference lines reported per process and statement.
+const MAX_PAGE_LINES: usize = 16;
+
+/// How to compare.
+#[derive(Clone, Debug, Default)]
+pub struct CompareOptions {
+    /// Engine tunables applied before the file's own settings.
+    pub tunables: Vec<(String, String)>,
+    /// Print each statement and both outcomes.
+    pub verbose: bool,
+}
+
+/// A live oracle: root checked, stop signals caught, the THP knobs saved (and restored when
+/// this is dropped).
+#[derive(Debug)]
+pub struct Session {
+    knobs: ThpKnobs,
+}
+
+/// What one page looks like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageObs {
+    /// pagemap bit 63.
+    pub present: bool,
+    /// pagemap bit 56.
+    pub exclusive: bool,
+    /// The compared kpageflags bits (sampled pages that are present).
+    pub flags: Option<u64>,
+    /// Folio order (sampled pages that are present).
+    pub order: Option<u32>,
+}
+
+/// Whether page `i` of `n` has its flags compared.
+pub fn sampled(i: usize, n: usize) -> bool {
+    n <= SAMPLE_ALL_PAGES || i == 0 || i + 1 == n || i.is_multiple_of(SAMPLE_STRIDE)
+}
+
+fn flag_mask() -> u64 {
+    COMPARED_FLAGS.iter().fold(0, |m, f| m | f.mask())
+}
+
+/// Reads the pages of `[start, end)`: pagemap bits of all, flags and order of the sample.
+pub trait ObservePages {
+    /// The pages and the reasons anything was left out.
+    fn observe_pages(&mut self, p: u32, start: u64, end: u64) -> Res<(Vec<PageObs>, Vec<String>)>;
+
+    /// Why the VMA `[start, end)` cannot be compared, if it cannot.
+    fn vma_problem(&self, _p: u32, _start: u64, _end: u64) -> Option<String> {
+        None
+    }
+}
+
+impl ObservePages for EngineBackend {
+    fn observe_pages(&mut self, p: u32, start: u64, end: u64) -> Res<(Vec<PageObs>, Vec<String>)> {
+        let n = ((end - start) / 4096) as usize;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let v = self.page(p, start + i as u64 * 4096)?;
+            let keep = v.present && sampled(i, n);
+            out.push(PageObs {
+                present: v.present,
+                exclusive: v.exclusive,
+                flags: v.kpageflags.filter(|_| keep).map(|f| f & flag_mask()),
+                order: v.folio_order.filter(|_| keep),
+            });
+        }
+        Ok((out, Vec::new()))
+    }
+}
+
+impl ObservePages for HostBackend<'_> {
+    fn vma_problem(&self, p: u32, start: u64, end: u64) -> Option<String> {
+        self.own_overlap(p, start, end).map(|(a, b)| {
+            format!(
+                "the VMA {start:#x}-{end:#x} merged with the oracle server's own mapping \
+                 {a:#x}-{b:#x}: place the scenario's mappings elsewhere"
+            )
+        })
+    }
+
+    fn observe_pages(&mut self, p: u32, start: u64, end: u64) -> Res<(Vec<PageObs>, Vec<String>)> {
+        let n = ((end - start) / 4096) as usize;
+        let entries = self.pagemap_range(p, start, n)?;
+        let mut skipped = Vec::new();
+        let mut out = Vec::with_capacity(n);
+        for (i, &e) in entries.iter().enumerate() {
+            let mut o = PageObs {
+                present: e & procfs::PM_PRESENT != 0,
+                exclusive: e & procfs::PM_EXCLUSIVE != 0,
+                ..PageObs::default()
+            };
+            if o.present && sampled(i, n) && skipped.is_empty() {
+                match self.frame(e) {
+                    Ok((f, ord)) => {
+                        o.flags = f.map(|f| f & flag_mask());
+                        o.order = ord;
+                    }
+                    Err(f) => {
+                        skipped.push(format!("kpageflags and folio order: {}", fail_name(&f)))
+                    }
+                }
+            }
+            out.push(o);
+        }
+        Ok((out, skipped))
+    }
+}
+
+/// One scenario VMA, as compared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct VmaObs {
+    /// `a-a+0x4000 rw-p` (with ` locked` for VM_LOCKED).
+    key: String,
+    start: u64,
+    end: u64,
+    smaps: SmapsView,
+}
+
+/// What one process looks like after a statement.
+#[derive(Debug, Default)]
+struct ProcObs {
+    vmas: Vec<VmaObs>,
+    status: Option<(u64, u64)>,
+    pages: Vec<Vec<PageObs>>,
+    skipped: Vec<String>,
+}
+
+fn observe<B: Backend + ObservePages>(r: &mut Runner<B>, pid: u32) -> ProcObs {
+    let mut o = ProcObs::default();
+    let vmas = match r.scenario_vmas(pid) {
+        Ok(v) => v,
+        Err(f) => {
+            o.skipped.push(format!("maps and smaps: {}", fail_name(&f)));
+            return o;
+        }
+    };
+    for v in &vmas {
+        if let Some(m) = r.backend.vma_problem(pid, v.start, v.end) {
+            o.skipped.push(m);
+        }
+        let lock = if v.locked { " locked" } else { "" };
+        o.vmas.push(VmaObs {
+            key: format!(
+                "{}-{} {}{lock}",
+                r.relative(v.start),
+                r.relative(v.end),
+                v.perms
+            ),
+            start: v.start,
+            end: v.end,
+            smaps: v.smaps,
+        });
+    }
+    match r.scenario_status(pid) {
+        Ok(s) => o.status = Some((s.vm_rss, s.vm_lck)),
+        Err(f) => o.skipped.push(format!("status: {}", fail_name(&f))),
+    }
+    for v in &vmas {
+        match r.backend.observe_pages(pid, v.start, v.end) {
+            Ok((pages, skipped)) => {
+                o.pages.push(pages);
+                o.skipped.extend(skipped);
+            }
+            Err(f) => {
+                o.skipped.push(format!("pagemap: {}", fail_name(&f)));
+                o.pages.push(Vec::new());
+            }
+        }
+    }
+    o
+}
+
+fn kb(v: u64) -> String {
+    if v.is_multiple_of(1024) {
+        format!("{}K", v / 1024)
+    } else {
+        v.to_string()
+    }
+}
+
+/// Collects the differences of one statement.
+struct Diff<'r> {
+    line: u32,
+    out: &'r mut OracleReport,
+}
+
+impl Diff<'_> {
+    fn add(&mut self, process: Option<&str>, field: String, engine: String, host: String) {
+        self.out.differences.push(Difference {
+            line: self.line,
+            process: process.map(str::to_string),
+            field,
+            engine,
+            host,
+        });
+    }
+}
+
+/// Runs one statement on the engine, then on the host; `None` if a stop signal came.
+fn step_both(
+    eng: &mut Runner<EngineBackend>,
+    host: &mut Runner<HostBackend<'_>>,
+    stmt: &scenario::Stmt,
+) -> Option<(Step, Step)> {
+    if sys::stop_requested() {
+        return None;
+    }
+    let e = eng.step(&stmt.kind);
+    if sys::stop_requested() {
+        return None;
+    }
+    let pagemap_only = matches!(stmt.kind, StmtKind::Expect(Expect::Pagemap { .. }));
+    host.backend.set_page_frames(!pagemap_only);
+    let h = host.step(&stmt.kind);
+    host.backend.set_page_frames(true);
+    Some((e, h))
+}
+
+fn outcome_class(s: &Step) -> Option<String> {
+    s.outcome.as_ref().map(|o| match o {
+        Ok(_) => "success".to_string(),
+        Err(f) => fail_name(f),
+    })
+}
+
+impl Session {
+    /// Checks for root, catches SIGINT/SIGTERM/SIGHUP, saves the THP knobs.
+    pub fn new() -> Result<Session, HostError> {
+        if sys::geteuid() != 0 {
+            return Err(HostError::NotRoot);
+        }
+        sys::install_stop_handler().map_err(HostError::Signals)?;
+        Ok(Session {
+            knobs: ThpKnobs::acquire()?,
+        })
+    }
+
+    /// The saved knobs.
+    pub fn knobs(&self) -> &ThpKnobs {
+        &self.knobs
+    }
+
+    /// Runs `script` on both sides and compares.
+    pub fn compare(&mut self, script: &Script, opts: &CompareOptions) -> OracleReport {
+        let mut rep = OracleReport::new(&script.file);
+        if let Err(e) = self.knobs.set_defaults() {
+            rep.cannot_run = Some((0, format!("host: {e}")));
+            return rep;
+        }
+        let host = match HostBackend::new(&self.knobs) {
+            Ok(h) => h,
+            Err(e) => {
+                rep.cannot_run = Some((0, format!("host: cannot listen for forked servers: {e}")));
+                return rep;
+            }
+        };
+        let mut eng = Runner::new(EngineBackend::new(opts.tunables.clone()));
+        let mut host = Runner::new(host);
+        let mut dead: HashSet<Name> = HashSet::new();
+        for stmt in &script.stmts {
+            let line = stmt.pos.line;
+            rep.statements += 1;
+            let Some((e, h)) = step_both(&mut eng, &mut host, stmt) else {
+                rep.cannot_run = Some((line, "interrupted".into()));
+                break;
+            };
+            if opts.verbose {
+                eprintln!(
+                    "{}:{line}: {stmt}  [engine {} | host {}]",
+                    script.file,
+                    outcome_class(&e).unwrap_or_default(),
+                    outcome_class(&h).unwrap_or_default()
+                );
+            }
+            track_exits(&stmt.kind, &e, &h, &mut dead);
+            let h = unobservable_expect(&stmt.kind, h, line, &mut rep);
+            if self.statement(&mut rep, line, &e, &h) {
+                break;
+            }
+            if e.changes_space || h.changes_space {
+                let mut d = Diff {
+                    line,
+                    out: &mut rep,
+                };
+                compare_processes(&mut eng, &mut host, &dead, &mut d);
+            }
+        }
+        drop(host);
+        rep.dedup_skipped();
+        rep
+    }
+
+    /// Compares outcomes and verdicts of one statement; true when the run must stop.
+    fn statement(&self, rep: &mut OracleReport, line: u32, e: &Step, h: &Step) -> bool {
+        for (side, s) in [("engine", e), ("host", h)] {
+            if let Some(Abort::CannotRun(m)) = &s.abort {
+                rep.cannot_run = Some((line, format!("{side}: {m}")));
+                return true;
+            }
+        }
+        let (eo, ho) = (outcome_class(e), outcome_class(h));
+        if eo != ho {
+            let mut d = Diff { line, out: rep };
+            d.add(
+                None,
+                "outcome".into(),
+                eo.clone().unwrap_or_else(|| "-".into()),
+                ho.clone().unwrap_or_else(|| "-".into()),
+            );
+        }
+        match (&e.expect_failure, &h.expect_failure) {
+            (Some(a), Some(b)) if a == b => rep.expect_failures.push((line, "both", a.clone())),
+            (a, b) => {
+                if let Some(m) = a {
+                    rep.expect_failures.push((line, "engine", m.clone()));
+                }
+                if let Some(m) = b {
+                    rep.expect_failures.push((line, "host", m.clone()));
+                }
+            }
+        }
+        match (&e.abort, &h.abort) {
+            (Some(Abort::Failed(m)), Some(Abort::Failed(_))) if eo == ho => {
+                rep.failed = Some((line, m.clone()));
+                true
+            }
+            (None, None) => false,
+            _ => {
+                rep.failed = Some((line, "the two sides diverged; stopped".into()));
+                true
+            }
+        }
+    }
+}
+
+/// An observation `expect` the host cannot evaluate (a `/proc` file unreadable) skips that
+/// check, reported as skipped, instead of stopping the file.
+fn unobservable_expect(kind: &StmtKind, mut h: Step, line: u32, rep: &mut OracleReport) -> Step {
+    let observation = matches!(kind, StmtKind::Expect(x) if !matches!(x, Expect::Outcome { .. } | Expect::Read { .. }));
+    if let (true, Some(Abort::CannotRun(m))) = (observation, &h.abort) {
+        rep.skip(line, format!("host cannot evaluate this expect: {m}"));
+        h.abort = None;
+    }
+    h
+}
+
+fn track_exits(kind: &StmtKind, e: &Step, h: &Step, dead: &mut HashSet<Name>) {
+    if let StmtKind::Action {
+        action: scenario::Action::Exit { task },
+        ..
+    } = kind
+    {
+        if matches!(e.outcome, Some(Ok(_))) || matches!(h.outcome, Some(Ok(_))) {
+            dead.insert(task.clone());
+        }
+    }
+}
+
+fn compare_processes(
+    eng: &mut Runner<EngineBackend>,
+    host: &mut Runner<HostBackend<'_>>,
+    dead: &HashSet<Name>,
+    d: &mut Diff<'_>,
+) {
+    let hp: std::collections::HashMap<Name, u32> = host.processes().into_iter().collect();
+    for (name, ep) in eng.processes() {
+        let Some(&hpid) = hp.get(&name) else {
+            continue;
+        };
+        if dead.contains(&name) {
+            continue;
+        }
+        let eo = observe(eng, ep);
+        let ho = observe(host, hpid);
+        compare_obs(name.as_str(), &eo, &ho, d, host);
+    }
+}
+
+fn compare_obs(
+    proc_name: &str,
+    e: &ProcObs,
+    h: &ProcObs,
+    d: &mut Diff<'_>,
+    host: &Runner<HostBackend<'_>>,
+) {
+    for s in &e.skipped {
+        d.out.skip(d.line, format!("{proc_name} engine {s}"));
+    }
+    for s in &h.skipped {
+        d.out.skip(d.line, format!("{proc_name} host {s}"));
+    }
+    if let (Some((er, el)), Some((hr, hl))) = (e.status, h.status) {
+        for (f, a, b) in [("VmRSS", er, hr), ("VmLck", el, hl)] {
+            if a != b {
+                d.add(Some(proc_name), format!("status {f}"), kb(a), kb(b));
+            }
+        }
+    }
+    let ek: Vec<&str> = e.vmas.iter().map(|v| v.key.as_str()).collect();
+    let hk: Vec<&str> = h.vmas.iter().map(|v| v.key.as_str()).collect();
+    if ek != hk {
+        if !e.skipped.is_empty() || !h.skipped.is_empty() {
+            return;
+        }
+        d.add(
+            Some(proc_name),
+            "maps".into(),
+            format!("[{}]", ek.join(", ")),
+            format!("[{}]", hk.join(", ")),
+        );
+        return;
+    }
+    for (i, (ev, hv)) in e.vmas.iter().zip(&h.vmas).enumerate() {
+        for ((f, a), (_, b)) in ev.smaps.fields().iter().zip(hv.smaps.fields().iter()) {
+            if a != b {
+                d.add(
+                    Some(proc_name),
+                    format!("smaps {} {f}", ev.key),
+                    kb(*a),
+                    kb(*b),
+                );
+            }
+        }
+        if let (Some(ep), Some(hp)) = (e.pages.get(i), h.pages.get(i)) {
+            if ep.len() == hp.len() && !ep.is_empty() {
+                compare_pages(proc_name, hv.start, ep, hp, d, host);
+            }
+        }
+    }
+}
+
+/// One compared property of a page.
+type PageField = (&'static str, fn(&PageObs) -> Option<String>);
+
+fn page_fields() -> Vec<PageField> {
+    fn bit(o: &PageObs, f: KpageFlag) -> Option<String> {
+        o.flags
+            .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string())
+    }
+    macro_rules! flag {
+        ($f:expr) => {
+            (($f).as_str(), |o: &PageObs| bit(o, $f))
+        };
+    }
+    vec![
+        ("present", |o: &PageObs| {
+            Some(u8::from(o.present).to_string())
+        }),
+        ("exclusive", |o: &PageObs| {
+            Some(u8::from(o.exclusive).to_string())
+        }),
+        ("folio order", |o: &PageObs| o.order.map(|x| x.to_string())),
+        flag!(KpageFlag::Anon),
+        flag!(KpageFlag::Lru),
+        flag!(KpageFlag::Thp),
+        flag!(KpageFlag::Mlocked),
+        flag!(KpageFlag::Unevictable),
+        flag!(KpageFlag::CompoundHead),
+        flag!(KpageFlag::CompoundTail),
+        flag!(KpageFlag::ZeroPage),
+        flag!(KpageFlag::Mmap),
+        flag!(KpageFlag::Swapbacked),
+    ]
+}
+
+fn compare_pages(
+    proc_name: &str,
+    host_start: u64,
+    ep: &[PageObs],
+    hp: &[PageObs],
+    d: &mut Diff<'_>,
+    host: &Runner<HostBackend<'_>>,
+) {
+    let mut lines = 0usize;
+    let mut more = 0usize;
+    for (name, get) in page_fields() {
+        // Runs of pages with the same (engine, host) disagreement.
+        let mut run: Option<(usize, usize, String, String)> = None;
+        let mut flush = |run: &mut Option<(usize, usize, String, String)>, d: &mut Diff<'_>| {
+            if let Some((a, b, ev, hv)) = run.take() {
+                if lines >= MAX_PAGE_LINES {
+                    more += 1;
+                    return;
+                }
+                lines += 1;
+                let at = |i: usize| host.relative(host_start + i as u64 * 4096);
+                let what = if a == b {
+                    format!("page {} {name}", at(a))
+                } else {
+                    format!("pages {}..{} {name}", at(a), at(b + 1))
+                };
+                d.add(Some(proc_name), what, ev, hv);
+            }
+        };
+        for (i, (eo, ho)) in ep.iter().zip(hp).enumerate() {
+            let (ev, hv) = (get(eo), get(ho));
+            let (Some(ev), Some(hv)) = (ev, hv) else {
+                continue;
+            };
+            if ev == hv {
+                flush(&mut run, d);
+                continue;
+            }
+            match &mut run {
+                Some((_, b, rev, rhv)) if *rev == ev && *rhv == hv => *b = i,
+                _ => {
+                    flush(&mut run, d);
+                    run = Some((i, i, ev, hv));
+                }
+            }
+        }
+        flush(&mut run, d);
+    }
+    if more > 0 {
+        d.add(
+            Some(proc_name),
+            "pages".into(),
+            format!("{more} more page differences"),
+            String::new(),
+        );
+    }
+}
+
+/// Runs `script` on the engine (with `engine_tunables`) and on the host, and compares.
+/// The THP knobs are saved and restored around the run.
+pub fn compare(script: &Script, engine_tunables: &[(String, String)]) -> OracleReport {
+    match Session::new() {
+        Ok(mut s) => s.compare(
+            script,
+            &CompareOptions {
+                tunables: engine_tunables.to_vec(),
+                verbose: false,
+            },
+        ),
+        Err(e) => {
+            let mut rep = OracleReport::new(&script.file);
+            rep.cannot_run = Some((0, format!("host: {e}")));
+            rep
+        }
+    }
+}

@@ -1,0 +1,577 @@
+//! The host kernel as a scenario [`Backend`]: every scenario process is a real process.
+//!
+//! The controller (this process) forks one server per `spawn` and sends it requests over a
+//! socket pair; a server's `fork` makes a child server that connects back to the
+//! controller's listening socket (an abstract Unix address). Observables come from `/proc`
+//! (read by the controller as root), with the per-CPU LRU and mlock batches drained first.
+//! Requests whose range overlaps a server's own mappings (its program, libraries, stack,
+//! fences) are refused as unsupported: performing them would break the server, not test the
+//! kernel.
+
+use crate::knobs::ThpKnobs;
+use crate::proto::{Op, Reply, Request, REPLY_BYTES};
+use crate::server::{self, SpawnConfig, Step};
+use crate::{procfs, sys};
+use scenario::backend::{
+    Backend, Fail, LockOp, MmapReq, PageView, Place, ProcId, Res, StatusView, VmaView,
+};
+use scenario::{Advice, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Signal, ThpSetting};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer one request.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a wait for a server looks at the stop flag.
+const POLL: Duration = Duration::from_millis(200);
+/// How long a forked child may take to connect back.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// End of the x86-64 user address space (4-level page tables).
+const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+
+static LISTENERS: AtomicU32 = AtomicU32::new(0);
+
+/// One server process.
+#[derive(Debug)]
+struct Server {
+    pid: i32,
+    conn: UnixStream,
+    /// The server's own mappings (and fences), which the scenario must not touch.
+    own: Vec<(u64, u64)>,
+    pagemap: Option<File>,
+    /// A direct child of the controller (reaped by it).
+    spawned: bool,
+}
+
+/// Runs scenario statements in real processes on the host kernel.
+#[derive(Debug)]
+pub struct HostBackend<'k> {
+    knobs: &'k ThpKnobs,
+    listener: UnixListener,
+    listener_name: Vec<u8>,
+    servers: HashMap<ProcId, Server>,
+    kpageflags: Result<File, String>,
+    /// Requests were sent since the last drain of the per-CPU batches.
+    undrained: bool,
+    /// [`Backend::page`] reads kpageflags and the folio order too (not for `expect pagemap`,
+    /// which must not depend on /proc/kpageflags being readable).
+    page_frames: bool,
+}
+
+fn unsupported(m: impl Into<String>) -> Fail {
+    Fail::Unsupported(m.into())
+}
+
+fn errno_fail(e: i32) -> Fail {
+    match Errno::from_number(e) {
+        Some(x) => Fail::Outcome(Outcome::Errno(x)),
+        None => unsupported(format!(
+            "the host returned errno {e}, which scenarios cannot name"
+        )),
+    }
+}
+
+fn signal_fail(s: i32) -> Fail {
+    match s {
+        libc::SIGSEGV => Fail::Outcome(Outcome::Signal(Signal::Sigsegv)),
+        libc::SIGBUS => Fail::Outcome(Outcome::Signal(Signal::Sigbus)),
+        _ => unsupported(format!("the access raised signal {s}")),
+    }
+}
+
+fn own_ranges(pid: i32) -> Res<Vec<(u64, u64)>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| unsupported(format!("/proc/{pid}/maps unreadable: {e}")))?;
+    Ok(procfs::parse_smaps(&text)
+        .into_iter()
+        .map(|v| (v.start, v.end))
+        .collect())
+}
+
+impl<'k> HostBackend<'k> {
+    /// A backend with no processes; `knobs` is where `set thp` goes.
+    pub fn new(knobs: &'k ThpKnobs) -> io::Result<HostBackend<'k>> {
+        let n = LISTENERS.fetch_add(1, Ordering::Relaxed);
+        let name = format!("usermm-oracle-{}-{n}", std::process::id()).into_bytes();
+        let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
+        listener.set_nonblocking(true)?;
+        let kpageflags =
+            File::open("/proc/kpageflags").map_err(|e| format!("/proc/kpageflags unreadable: {e}"));
+        Ok(HostBackend {
+            knobs,
+            listener,
+            listener_name: name,
+            servers: HashMap::new(),
+            kpageflags,
+            undrained: true,
+            page_frames: true,
+        })
+    }
+
+    fn server(&mut self, p: ProcId) -> Res<&mut Server> {
+        self.servers
+            .get_mut(&p)
+            .ok_or_else(|| unsupported(format!("host process {p} is not running")))
+    }
+
+    /// Refuses a range that overlaps the server's own mappings.
+    fn guard(&self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        let end = addr.saturating_add(len.max(1));
+        let Some(s) = self.servers.get(&p) else {
+            return Ok(());
+        };
+        match s.own.iter().find(|&&(a, b)| a < end && addr < b) {
+            Some(&(a, b)) => Err(unsupported(format!(
+                "{addr:#x}..{end:#x} overlaps the oracle server's own mapping {a:#x}-{b:#x} \
+                 on the host; choose another address"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::guard`] for calls that the kernel refuses outright when the range ends
+    /// beyond the user address space (mmap, mremap, munmap): those need no guard.
+    fn guard_mapping(&self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        match addr.checked_add(len) {
+            Some(end) if end <= TASK_SIZE => self.guard(p, addr, len),
+            _ => Ok(()),
+        }
+    }
+
+    fn call(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<(u64, u64)> {
+        if sys::stop_requested() {
+            return Err(unsupported("interrupted"));
+        }
+        self.undrained = true;
+        let s = self.server(p)?;
+        let req = Request::new(op, args).encode();
+        s.conn
+            .write_all(&req)
+            .map_err(|e| unsupported(format!("host process {p}: {e}")))?;
+        match read_reply(&mut s.conn)? {
+            Reply::Ok(a, b) => Ok((a, b)),
+            Reply::Errno(e) => Err(errno_fail(e)),
+            Reply::Signal(sig) => Err(signal_fail(sig)),
+            Reply::Refused(c, e) => Err(unsupported(format!(
+                "host process {p} refused {op:?} (code {c}, errno {e})"
+            ))),
+        }
+    }
+
+    fn unit(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<()> {
+        self.call(p, op, args).map(|_| ())
+    }
+
+    fn accept_child(&mut self, pid: i32) -> Res<UnixStream> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        loop {
+            match self.listener.accept() {
+                Ok((mut conn, _)) => {
+                    conn.set_nonblocking(false)
+                        .map_err(|e| unsupported(e.to_string()))?;
+                    conn.set_read_timeout(Some(POLL))
+                        .map_err(|e| unsupported(e.to_string()))?;
+                    match read_reply(&mut conn)? {
+                        Reply::Ok(got, _) if got == pid as u64 => return Ok(conn),
+                        other => {
+                            return Err(unsupported(format!(
+                                "forked host process {pid} said {other:?}"
+                            )))
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(unsupported(format!("accept: {e}"))),
+            }
+            if sys::stop_requested() {
+                return Err(unsupported("interrupted"));
+            }
+            if Instant::now() > deadline {
+                return Err(unsupported(format!(
+                    "forked host process {pid} did not connect back"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn add_server(&mut self, pid: i32, conn: UnixStream, spawned: bool) -> Res<ProcId> {
+        let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
+        let own = own_ranges(pid)?;
+        self.servers.insert(
+            pid as ProcId,
+            Server {
+                pid,
+                conn,
+                own,
+                pagemap,
+                spawned,
+            },
+        );
+        Ok(pid as ProcId)
+    }
+
+    /// The server's own mapping that `[start, end)` overlaps, if any: a scenario VMA that
+    /// merged with one would make the comparison meaningless.
+    pub fn own_overlap(&self, p: ProcId, start: u64, end: u64) -> Option<(u64, u64)> {
+        let s = self.servers.get(&p)?;
+        s.own.iter().copied().find(|&(a, b)| a < end && start < b)
+    }
+
+    fn kpf(&self) -> Res<&File> {
+        self.kpageflags.as_ref().map_err(|e| unsupported(e.clone()))
+    }
+
+    /// Drains the per-CPU LRU and mlock batches if anything ran since the last drain.
+    fn drain(&mut self) {
+        if self.undrained {
+            sys::drain_lru_batches();
+            self.undrained = false;
+        }
+    }
+
+    /// Whether [`Backend::page`] also reads kpageflags and the folio order.
+    pub fn set_page_frames(&mut self, on: bool) {
+        self.page_frames = on;
+    }
+
+    /// The raw pagemap entries of `count` pages from `addr`.
+    pub fn pagemap_range(&mut self, p: ProcId, addr: u64, count: usize) -> Res<Vec<u64>> {
+        self.drain();
+        let s = self.server(p)?;
+        let f = s
+            .pagemap
+            .as_ref()
+            .ok_or_else(|| unsupported(format!("/proc/{p}/pagemap unreadable")))?;
+        procfs::pagemap(f, addr >> 12, count)
+            .map_err(|e| unsupported(format!("/proc/{p}/pagemap unreadable: {e}")))
+    }
+
+    /// kpageflags and folio order of the frame a pagemap entry names (`None` if absent).
+    pub fn frame(&mut self, entry: u64) -> Res<(Option<u64>, Option<u32>)> {
+        let pfn = entry & procfs::PM_PFN;
+        if entry & procfs::PM_PRESENT == 0 {
+            return Ok((None, None));
+        }
+        if pfn == 0 {
+            return Err(unsupported("pagemap shows no PFNs (not root?)"));
+        }
+        let f = self.kpf()?;
+        let unreadable = |e: io::Error| unsupported(format!("/proc/kpageflags unreadable: {e}"));
+        let flags = procfs::kpageflags(f, pfn).map_err(unreadable)?;
+        let order = procfs::folio_order(f, pfn, flags).map_err(unreadable)?;
+        Ok((Some(flags), Some(order)))
+    }
+
+    fn mmap_flags(r: &MmapReq) -> i32 {
+        let mut f = libc::MAP_ANONYMOUS
+            | match r.sharing {
+                Sharing::Private => libc::MAP_PRIVATE,
+                Sharing::Shared => libc::MAP_SHARED,
+            };
+        for (on, bit) in [
+            (r.populate, libc::MAP_POPULATE),
+            (r.locked, libc::MAP_LOCKED),
+            (r.noreserve, libc::MAP_NORESERVE),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+        f | match r.place {
+            Place::Fixed(_) => libc::MAP_FIXED,
+            Place::FixedNoreplace(_) => libc::MAP_FIXED_NOREPLACE,
+            Place::Anywhere | Place::Hint(_) => 0,
+        }
+    }
+}
+
+/// Why a wait for a server ended early.
+fn wait_error(e: &io::Error, since: Instant) -> Option<Fail> {
+    let waiting = matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    );
+    if !waiting {
+        return Some(unsupported(format!("host process: {e}")));
+    }
+    if sys::stop_requested() {
+        return Some(unsupported("interrupted"));
+    }
+    (since.elapsed() > REPLY_TIMEOUT).then(|| unsupported("a host process did not answer"))
+}
+
+fn read_reply(conn: &mut UnixStream) -> Res<Reply> {
+    let since = Instant::now();
+    let mut buf = [0u8; REPLY_BYTES];
+    let mut got = 0;
+    while got < REPLY_BYTES {
+        match conn.read(&mut buf[got..]) {
+            Ok(0) => return Err(unsupported("the host process died")),
+            Ok(n) => got += n,
+            Err(e) => {
+                if let Some(f) = wait_error(&e, since) {
+                    return Err(f);
+                }
+            }
+        }
+    }
+    Reply::decode(&buf).ok_or_else(|| unsupported("garbled reply from a host process"))
+}
+
+fn wait_eof(conn: &mut UnixStream) {
+    let since = Instant::now();
+    let mut b = [0u8; 64];
+    loop {
+        match conn.read(&mut b) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if wait_error(&e, since).is_some() => return,
+            Err(_) => {}
+        }
+    }
+}
+
+impl Drop for HostBackend<'_> {
+    fn drop(&mut self) {
+        for s in self.servers.values() {
+            sys::kill(s.pid);
+        }
+        for s in self.servers.values_mut() {
+            wait_eof(&mut s.conn);
+            if s.spawned {
+                for _ in 0..1000 {
+                    if sys::reap(s.pid) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
+
+fn lock_flags(op: LockOp) -> (Op, u64) {
+    match op {
+        LockOp::Mlock => (Op::Mlock2, 0),
+        LockOp::Mlock2Onfault => (Op::Mlock2, libc::MLOCK_ONFAULT as u64),
+        LockOp::Munlock => (Op::Munlock, 0),
+    }
+}
+
+impl Backend for HostBackend<'_> {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn set_thp(&mut self, settings: &[ThpSetting]) -> Res<()> {
+        self.knobs
+            .apply(settings)
+            .map_err(|e| unsupported(e.to_string()))
+    }
+
+    fn set_engine(&mut self, setting: &Setting) -> Res<()> {
+        match setting {
+            Setting::Tunable { name, value } if name == "thp_use_zero_page" => self
+                .knobs
+                .set_use_zero_page(value == "true")
+                .map_err(|e| unsupported(e.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    fn set_mempolicy(&mut self, _interleave: bool) -> Res<()> {
+        Ok(())
+    }
+
+    fn spawn(&mut self, privileged: bool, rlimit_memlock: Option<u64>) -> Res<ProcId> {
+        let (ours, theirs) = UnixStream::pair().map_err(|e| unsupported(e.to_string()))?;
+        let cfg = SpawnConfig {
+            conn: theirs.as_raw_fd(),
+            stray: ours.as_raw_fd(),
+            privileged,
+            rlimit_memlock,
+            listener: &self.listener_name,
+        };
+        let pid = sys::fork().map_err(|e| unsupported(format!("fork: errno {e}")))?;
+        if pid == 0 {
+            server::run_spawned(cfg);
+        }
+        drop(theirs);
+        let mut conn = ours;
+        conn.set_read_timeout(Some(POLL))
+            .map_err(|e| unsupported(e.to_string()))?;
+        match read_reply(&mut conn) {
+            Ok(Reply::Ok(..)) => self.add_server(pid, conn, true),
+            Ok(Reply::Refused(step, e)) => {
+                sys::reap(pid);
+                Err(unsupported(format!(
+                    "host server setup failed {}: errno {e}",
+                    Step::describe(step)
+                )))
+            }
+            Ok(other) => Err(unsupported(format!("host server said {other:?}"))),
+            Err(f) => Err(f),
+        }
+    }
+
+    fn fork(&mut self, p: ProcId) -> Res<ProcId> {
+        let (child, _) = self.call(p, Op::Fork, &[])?;
+        let child = child as i32;
+        let conn = self.accept_child(child)?;
+        let own = self.server(p)?.own.clone();
+        let id = self.add_server(child, conn, false)?;
+        if let Some(s) = self.servers.get_mut(&id) {
+            s.own = own;
+        }
+        Ok(id)
+    }
+
+    fn exit(&mut self, p: ProcId) -> Res<()> {
+        self.undrained = true;
+        let mut s = self
+            .servers
+            .remove(&p)
+            .ok_or_else(|| unsupported(format!("host process {p} is not running")))?;
+        let req = Request::new(Op::Exit, &[]).encode();
+        s.conn
+            .write_all(&req)
+            .map_err(|e| unsupported(format!("host process {p}: {e}")))?;
+        wait_eof(&mut s.conn);
+        if s.spawned {
+            while !sys::reap(s.pid) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+
+    fn mmap(&mut self, p: ProcId, req: &MmapReq) -> Res<u64> {
+        let addr = match req.place {
+            Place::Anywhere => 0,
+            Place::Hint(a) => a,
+            Place::Fixed(a) | Place::FixedNoreplace(a) => {
+                self.guard_mapping(p, a, req.len)?;
+                a
+            }
+        };
+        let flags = Self::mmap_flags(req) as u64;
+        let prot = u64::from(req.prot.bits());
+        self.call(p, Op::Mmap, &[addr, req.len, prot, flags])
+            .map(|r| r.0)
+    }
+
+    fn munmap(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.guard_mapping(p, addr, len)?;
+        self.unit(p, Op::Munmap, &[addr, len])
+    }
+
+    fn mprotect(&mut self, p: ProcId, addr: u64, len: u64, prot: Prot) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Mprotect, &[addr, len, u64::from(prot.bits())])
+    }
+
+    fn mremap(
+        &mut self,
+        p: ProcId,
+        addr: u64,
+        old: u64,
+        new: u64,
+        maymove: bool,
+        fixed: Option<u64>,
+    ) -> Res<u64> {
+        self.guard_mapping(p, addr, old)?;
+        let mut flags = if maymove { libc::MREMAP_MAYMOVE } else { 0 };
+        if let Some(f) = fixed {
+            self.guard_mapping(p, f, new)?;
+            flags |= libc::MREMAP_FIXED;
+        }
+        let args = [addr, old, new, flags as u64, fixed.unwrap_or(0)];
+        self.call(p, Op::Mremap, &args).map(|r| r.0)
+    }
+
+    fn brk(&mut self, p: ProcId, new: u64) -> Res<u64> {
+        self.call(p, Op::Brk, &[new]).map(|r| r.0)
+    }
+
+    fn madvise(&mut self, p: ProcId, addr: u64, len: u64, advice: Advice) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Madvise, &[addr, len, advice.number() as u64])
+    }
+
+    fn mlock(&mut self, p: ProcId, addr: u64, len: u64, op: LockOp) -> Res<()> {
+        self.guard(p, addr, len)?;
+        let (code, flags) = lock_flags(op);
+        self.unit(p, code, &[addr, len, flags])
+    }
+
+    fn mlockall(&mut self, p: ProcId, flags: MlockallFlags) -> Res<()> {
+        self.unit(p, Op::Mlockall, &[u64::from(flags.bits())])
+    }
+
+    fn munlockall(&mut self, p: ProcId) -> Res<()> {
+        self.unit(p, Op::Munlockall, &[])
+    }
+
+    fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Pin, &[addr, len])
+    }
+
+    fn unpin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
+        self.unit(p, Op::Unpin, &[addr, len])
+    }
+
+    fn write(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Fill, &[addr, len, u64::from(byte)])
+    }
+
+    fn touch(&mut self, p: ProcId, addr: u64, len: u64, write: bool) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Touch, &[addr, len, u64::from(write)])
+    }
+
+    fn check(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<Option<(u64, u8)>> {
+        self.guard(p, addr, len)?;
+        let (off, v) = self.call(p, Op::Check, &[addr, len, u64::from(byte)])?;
+        Ok((off != u64::MAX).then_some((off, v as u8)))
+    }
+
+    fn vmas(&mut self, p: ProcId) -> Res<Vec<VmaView>> {
+        let pid = self.server(p)?.pid;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+            .map_err(|e| unsupported(format!("/proc/{pid}/smaps unreadable: {e}")))?;
+        Ok(procfs::parse_smaps(&text))
+    }
+
+    fn status(&mut self, p: ProcId) -> Res<StatusView> {
+        let pid = self.server(p)?.pid;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| unsupported(format!("/proc/{pid}/status unreadable: {e}")))?;
+        let vm_pin = procfs::status_field(&text, "VmPin")
+            .ok_or_else(|| unsupported(format!("/proc/{pid}/status has no VmPin")))?;
+        Ok(StatusView { vm_pin })
+    }
+
+    fn page(&mut self, p: ProcId, addr: u64) -> Res<PageView> {
+        let entry = self.pagemap_range(p, addr, 1)?[0];
+        let (kpageflags, folio_order) = if self.page_frames {
+            self.frame(entry)?
+        } else {
+            (None, None)
+        };
+        Ok(PageView {
+            present: entry & procfs::PM_PRESENT != 0,
+            exclusive: entry & procfs::PM_EXCLUSIVE != 0,
+            kpageflags,
+            folio_order,
+        })
+    }
+}

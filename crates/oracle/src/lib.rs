@@ -1,0 +1,83 @@
+//! The host-kernel oracle: runs a scenario in real processes and on the engine, and compares.
+//!
+//! `usermm oracle FILE` is [`compare`]: every scenario process is a real process, a
+//! *server* ([`server`]) forked by this process, the *controller* ([`host`]), which sends it
+//! one request per statement (the system call or memory access to perform in that process)
+//! and reads what the kernel shows about it from `/proc` ([`procfs`]). The engine runs the
+//! same statements beside it, and [`compare`](mod@compare) reports every outcome, verdict
+//! and observable the two disagree on ([`report`]). The host's THP policy knobs are saved,
+//! set per file, and restored ([`knobs`]).
+//!
+//! This is the only crate of the workspace that calls libc; all of it is in [`sys`] (plus
+//! the small C file of fault-catching memory accessors that `build.rs` compiles).
+
+#![deny(unsafe_code)]
+
+pub mod compare;
+pub mod host;
+pub mod knobs;
+pub mod layout;
+pub mod procfs;
+pub mod proto;
+pub mod report;
+pub mod server;
+#[allow(unsafe_code)]
+pub mod sys;
+
+pub use compare::{compare, CompareOptions, Session};
+pub use host::HostBackend;
+pub use report::{Difference, OracleReport};
+
+/// Why the oracle cannot run on this host.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Not root.
+    #[error("the oracle needs root (to write the THP knobs, read PFNs and /proc/kpageflags, and drop privileges per process)")]
+    NotRoot,
+    /// A THP knob (or the oracle's lock file) could not be read or written.
+    #[error("{0}: {1}")]
+    Knob(String, #[source] std::io::Error),
+    /// The stop-signal handlers could not be installed.
+    #[error("cannot install SIGINT/SIGTERM handlers: errno {0}")]
+    Signals(i32),
+}
+
+/// Runs the oracle on each file, printing every report to stdout (and parse errors to
+/// stderr); returns the worst exit code: 0 all agreed, 1 a difference or failed
+/// expectation, 2 a file could not be read, parsed or run.
+pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
+    let mut session = match Session::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("usermm oracle: {e}");
+            return 2;
+        }
+    };
+    let mut worst = 0u8;
+    for file in files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{file}: cannot read: {e}");
+                worst = 2;
+                continue;
+            }
+        };
+        let script = match scenario::parse(file, &text) {
+            Ok(s) => s,
+            Err(errs) => {
+                eprintln!("{}", errs.to_string().trim_end());
+                worst = 2;
+                continue;
+            }
+        };
+        let report = session.compare(&script, opts);
+        println!("{report}");
+        worst = worst.max(report.exit_code());
+        if sys::stop_requested() {
+            eprintln!("usermm oracle: interrupted; THP knobs restored");
+            return worst.max(2);
+        }
+    }
+    worst
+}

@@ -1,0 +1,185 @@
+//! What the host kernel shows about a process: `/proc/PID/smaps`, `/proc/PID/status`,
+//! `/proc/PID/pagemap` and `/proc/kpageflags`, parsed into the backend's views.
+//!
+//! Folio order is derived from kpageflags: a compound page's head has KPF_COMPOUND_HEAD and
+//! its tails KPF_COMPOUND_TAIL, so the folio is the run from the head over the tails.
+
+use scenario::backend::{SmapsView, VmaView};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// pagemap: page present.
+pub const PM_PRESENT: u64 = 1 << 63;
+/// pagemap: exclusively mapped.
+pub const PM_EXCLUSIVE: u64 = 1 << 56;
+/// pagemap: the PFN bits.
+pub const PM_PFN: u64 = (1 << 55) - 1;
+const KPF_COMPOUND_HEAD: u64 = 1 << 15;
+const KPF_COMPOUND_TAIL: u64 = 1 << 16;
+/// Pages looked at around a compound page (orders up to 10).
+const MAX_FOLIO_PAGES: u64 = 1024;
+
+/// Parses `/proc/PID/smaps` text.
+pub fn parse_smaps(text: &str) -> Vec<VmaView> {
+    let mut out: Vec<VmaView> = Vec::new();
+    for line in text.lines() {
+        if let Some(v) = parse_header(line) {
+            out.push(v);
+            continue;
+        }
+        let Some(cur) = out.last_mut() else {
+            continue;
+        };
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        if key == "VmFlags" {
+            cur.locked = rest.split_whitespace().any(|f| f == "lo");
+            continue;
+        }
+        if let Some(bytes) = parse_kb(rest) {
+            set_field(&mut cur.smaps, key, bytes);
+        }
+    }
+    out
+}
+
+fn parse_header(line: &str) -> Option<VmaView> {
+    let mut it = line.split_whitespace();
+    let (s, e) = it.next()?.split_once('-')?;
+    let start = u64::from_str_radix(s, 16).ok()?;
+    let end = u64::from_str_radix(e, 16).ok()?;
+    let perms = it.next()?;
+    if perms.len() != 4 {
+        return None;
+    }
+    Some(VmaView {
+        start,
+        end,
+        perms: perms.to_string(),
+        ..VmaView::default()
+    })
+}
+
+fn parse_kb(rest: &str) -> Option<u64> {
+    let mut it = rest.split_whitespace();
+    let n: u64 = it.next()?.parse().ok()?;
+    (it.next()? == "kB").then_some(n * 1024)
+}
+
+fn set_field(s: &mut SmapsView, key: &str, v: u64) {
+    match key {
+        "Size" => s.size = v,
+        "Rss" => s.rss = v,
+        "Pss" => s.pss = v,
+        "Shared_Clean" => s.shared_clean = v,
+        "Shared_Dirty" => s.shared_dirty = v,
+        "Private_Clean" => s.private_clean = v,
+        "Private_Dirty" => s.private_dirty = v,
+        "Anonymous" => s.anonymous = v,
+        "AnonHugePages" => s.anon_huge_pages = v,
+        "Locked" => s.locked = v,
+        _ => {}
+    }
+}
+
+/// A `kB` line of `/proc/PID/status`, in bytes.
+pub fn status_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(parse_kb)
+}
+
+fn read_words(f: &File, index: u64, out: &mut [u64]) -> io::Result<()> {
+    let mut buf = vec![0u8; out.len() * 8];
+    f.read_exact_at(&mut buf, index * 8)?;
+    for (w, c) in out.iter_mut().zip(buf.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        *w = u64::from_le_bytes(b);
+    }
+    Ok(())
+}
+
+/// The pagemap entries of `count` pages from virtual page `vpn`.
+pub fn pagemap(f: &File, vpn: u64, count: usize) -> io::Result<Vec<u64>> {
+    let mut out = vec![0u64; count];
+    read_words(f, vpn, &mut out)?;
+    Ok(out)
+}
+
+/// The kpageflags word of `pfn`.
+pub fn kpageflags(f: &File, pfn: u64) -> io::Result<u64> {
+    let mut w = [0u64; 1];
+    read_words(f, pfn, &mut w)?;
+    Ok(w[0])
+}
+
+/// Order of the folio that contains `pfn` (whose flags are `flags`).
+pub fn folio_order(f: &File, pfn: u64, flags: u64) -> io::Result<u32> {
+    if flags & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) == 0 {
+        return Ok(0);
+    }
+    let head = if flags & KPF_COMPOUND_HEAD != 0 {
+        pfn
+    } else {
+        find_head(f, pfn)?
+    };
+    let mut tails = vec![0u64; MAX_FOLIO_PAGES as usize - 1];
+    read_words(f, head + 1, &mut tails)?;
+    let n = 1 + tails
+        .iter()
+        .take_while(|w| **w & KPF_COMPOUND_TAIL != 0)
+        .count() as u64;
+    Ok(63 - n.leading_zeros())
+}
+
+fn find_head(f: &File, pfn: u64) -> io::Result<u64> {
+    let first = pfn.saturating_sub(MAX_FOLIO_PAGES - 1);
+    let mut before = vec![0u64; (pfn - first) as usize];
+    read_words(f, first, &mut before)?;
+    before
+        .iter()
+        .rposition(|w| w & KPF_COMPOUND_HEAD != 0)
+        .map(|i| first + i as u64)
+        .ok_or_else(|| io::Error::other(format!("no compound head before pfn {pfn:#x}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_smaps_and_status() {
+        let text = "\
+10000000-10004000 rw-p 00000000 00:00 0 
+Size:                 16 kB
+Rss:                   8 kB
+Pss:                   4 kB
+Shared_Dirty:          4 kB
+Private_Dirty:         4 kB
+Anonymous:             8 kB
+AnonHugePages:         0 kB
+Locked:                0 kB
+VmFlags: rd wr mr mw me lo ac
+7f0000000000-7f0000001000 r--s 00000000 00:01 5   /dev/zero (deleted)
+Size:                  4 kB
+VmFlags: rd sh mr mw me ms
+";
+        let v = parse_smaps(text);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].start, v[0].end, v[0].perms.as_str()),
+            (0x1000_0000, 0x1000_4000, "rw-p")
+        );
+        assert!(v[0].locked && !v[1].locked);
+        assert_eq!(v[0].smaps.rss, 8192);
+        assert_eq!(v[0].smaps.pss, 4096);
+        assert_eq!(v[1].perms, "r--s");
+        assert_eq!(
+            status_field("VmPin:\t     12 kB\nVmLck: 0 kB\n", "VmPin"),
+            Some(12288)
+        );
+    }
+}

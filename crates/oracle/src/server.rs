@@ -1,0 +1,286 @@
+//! A host server: one real process of the scenario, driven by the controller.
+//!
+//! The server performs each request (a system call or a memory access in its own address
+//! space) and replies with the result. It is a fork of the controller (`spawn`) or of another
+//! server (`fork`, whose child connects back to the controller's listening socket). It keeps
+//! its state in fixed-size values and calls only the allocation-free wrappers of
+//! [`crate::sys`], so it never creates or grows a mapping of its own after it starts.
+
+use crate::layout;
+use crate::proto::{Op, Reply, Request, REPLY_BYTES, REQ_BYTES};
+use crate::sys;
+
+/// The descriptor a server talks to the controller on.
+const CONN_FD: i32 = 3;
+/// Pins a server can hold at once.
+const MAX_PINS: usize = 64;
+/// Longest listener name.
+const MAX_NAME: usize = 100;
+/// The user and group ordinary servers run as (nobody).
+const NOBODY: u32 = 65534;
+
+/// Setup steps, reported in a refused hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Step {
+    /// Signal dispositions and the fault handler.
+    Signals = 1,
+    /// RLIMIT_MEMLOCK.
+    Rlimit = 2,
+    /// Fences and the heap move.
+    Layout = 3,
+    /// Dropping root.
+    Credentials = 4,
+    /// Moving the connection to its descriptor.
+    Descriptors = 5,
+}
+
+impl Step {
+    /// What the step does, for messages.
+    pub fn describe(code: u64) -> &'static str {
+        match code {
+            1 => "installing signal handlers",
+            2 => "setrlimit(RLIMIT_MEMLOCK)",
+            3 => "placing fences and moving the heap (prctl PR_SET_MM)",
+            4 => "dropping root (setresuid/setresgid)",
+            5 => "setting up descriptors",
+            _ => "an unknown step",
+        }
+    }
+}
+
+/// How a spawned server sets itself up.
+#[derive(Clone, Copy, Debug)]
+pub struct SpawnConfig<'a> {
+    /// The server's end of its connection.
+    pub conn: i32,
+    /// The controller's end, to close in the server.
+    pub stray: i32,
+    /// Keep root's capabilities.
+    pub privileged: bool,
+    /// RLIMIT_MEMLOCK (`None`: unlimited).
+    pub rlimit_memlock: Option<u64>,
+    /// Abstract name of the controller's listening socket (for forked children).
+    pub listener: &'a [u8],
+}
+
+#[derive(Clone, Copy)]
+struct PinSlot {
+    addr: u64,
+    len: u64,
+    fd: i32,
+}
+
+const FREE: PinSlot = PinSlot {
+    addr: 0,
+    len: 0,
+    fd: -1,
+};
+
+struct Server {
+    conn: i32,
+    name: [u8; MAX_NAME],
+    name_len: usize,
+    pins: [PinSlot; MAX_PINS],
+}
+
+/// Runs in the child of the controller's `fork`: sets up, says hello, serves. Never returns.
+pub fn run_spawned(cfg: SpawnConfig<'_>) -> ! {
+    sys::close(cfg.stray);
+    let hello = match setup(&cfg) {
+        Ok(()) => Reply::Ok(sys::getpid() as u64, 0),
+        Err((step, e)) => Reply::Refused(step as u64, e),
+    };
+    let conn = if matches!(hello, Reply::Refused(s, _) if s == Step::Descriptors as u64) {
+        cfg.conn
+    } else {
+        CONN_FD
+    };
+    if !send(conn, &hello) || !matches!(hello, Reply::Ok(..)) {
+        sys::exit_now(2);
+    }
+    let mut s = Server {
+        conn,
+        name: [0; MAX_NAME],
+        name_len: cfg.listener.len().min(MAX_NAME),
+        pins: [FREE; MAX_PINS],
+    };
+    s.name[..s.name_len].copy_from_slice(&cfg.listener[..s.name_len]);
+    s.serve()
+}
+
+fn setup(cfg: &SpawnConfig<'_>) -> Result<(), (Step, i32)> {
+    sys::dup2(cfg.conn, CONN_FD).map_err(|e| (Step::Descriptors, e))?;
+    sys::close_from(CONN_FD as u32 + 1);
+    sys::server_signals().map_err(|e| (Step::Signals, e))?;
+    sys::install_fault_handler().map_err(|e| (Step::Signals, e))?;
+    // A privileged process's memlock limit does not matter (CAP_IPC_LOCK); without
+    // CAP_SYS_RESOURCE a limit above the hard one cannot be set, so do not insist there.
+    match sys::set_memlock_limit(cfg.rlimit_memlock) {
+        Err(e) if !cfg.privileged => return Err((Step::Rlimit, e)),
+        _ => {}
+    }
+    layout::prepare().map_err(|e| (Step::Layout, e))?;
+    if !cfg.privileged {
+        sys::drop_privileges(NOBODY).map_err(|e| (Step::Credentials, e))?;
+    }
+    Ok(())
+}
+
+fn read_full(fd: i32, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        match sys::read(fd, &mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(libc::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+fn send(fd: i32, r: &Reply) -> bool {
+    let buf = r.encode();
+    let mut put = 0;
+    while put < REPLY_BYTES {
+        match sys::write(fd, &buf[put..]) {
+            Ok(n) => put += n,
+            Err(libc::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+fn unit(r: Result<(), sys::Errno>) -> Reply {
+    match r {
+        Ok(()) => Reply::Ok(0, 0),
+        Err(e) => Reply::Errno(e),
+    }
+}
+
+fn value(r: Result<u64, sys::Errno>) -> Reply {
+    match r {
+        Ok(v) => Reply::Ok(v, 0),
+        Err(e) => Reply::Errno(e),
+    }
+}
+
+fn access(r: Result<(), i32>) -> Reply {
+    match r {
+        Ok(()) => Reply::Ok(0, 0),
+        Err(sig) => Reply::Signal(sig),
+    }
+}
+
+impl Server {
+    fn serve(&mut self) -> ! {
+        loop {
+            let mut buf = [0u8; REQ_BYTES];
+            if !read_full(self.conn, &mut buf) {
+                self.exit();
+            }
+            let reply = match Request::decode(&buf) {
+                Some(req) => self.handle(&req),
+                None => Some(Reply::Refused(0, libc::EINVAL)),
+            };
+            if let Some(r) = reply {
+                if !send(self.conn, &r) {
+                    self.exit();
+                }
+            }
+        }
+    }
+
+    /// Performs one request; `None` when there is nothing to reply (a fork's child).
+    fn handle(&mut self, req: &Request) -> Option<Reply> {
+        let [a, b, c, d, e] = req.args;
+        Some(match req.op {
+            Op::Mmap => value(sys::mmap(a, b, c as i32, d as i32)),
+            Op::Munmap => unit(sys::munmap(a, b)),
+            Op::Mprotect => unit(sys::mprotect(a, b, c as i32)),
+            Op::Mremap => value(sys::mremap(a, b, c, d as i32, e)),
+            Op::Brk => Reply::Ok(sys::brk(a), 0),
+            Op::Madvise => unit(sys::madvise(a, b, c as i32)),
+            Op::Mlock2 => unit(sys::mlock2(a, b, c as u32)),
+            Op::Munlock => unit(sys::munlock(a, b)),
+            Op::Mlockall => unit(sys::mlockall(a as i32)),
+            Op::Munlockall => unit(sys::munlockall()),
+            Op::Pin => self.pin(a, b),
+            Op::Unpin => self.unpin(a, b),
+            Op::Fill => access(sys::fill(a, b, c as u8)),
+            Op::Touch => access(sys::touch(a, b, c != 0)),
+            Op::Check => match sys::check_bytes(a, b, c as u8) {
+                Ok(None) => Reply::Ok(u64::MAX, 0),
+                Ok(Some((off, v))) => Reply::Ok(off, u64::from(v)),
+                Err(sig) => Reply::Signal(sig),
+            },
+            Op::Fork => return self.fork(),
+            Op::Exit => self.exit(),
+        })
+    }
+
+    fn pin(&mut self, addr: u64, len: u64) -> Reply {
+        let Some(slot) = self.pins.iter_mut().find(|p| p.fd < 0) else {
+            return Reply::Refused(0, libc::ENOSPC);
+        };
+        match sys::io_uring_pin(addr, len) {
+            Ok(fd) => {
+                *slot = PinSlot { addr, len, fd };
+                Reply::Ok(0, 0)
+            }
+            Err(e) => Reply::Errno(e),
+        }
+    }
+
+    fn unpin(&mut self, addr: u64, len: u64) -> Reply {
+        match self
+            .pins
+            .iter_mut()
+            .find(|p| p.fd >= 0 && p.addr == addr && p.len == len)
+        {
+            Some(slot) => {
+                let r = sys::io_uring_unpin(slot.fd);
+                *slot = FREE;
+                unit(r)
+            }
+            None => Reply::Errno(libc::EINVAL),
+        }
+    }
+
+    fn fork(&mut self) -> Option<Reply> {
+        match sys::fork() {
+            Ok(0) => {
+                self.become_child();
+                None
+            }
+            Ok(pid) => Some(Reply::Ok(pid as u64, 0)),
+            Err(e) => Some(Reply::Errno(e)),
+        }
+    }
+
+    /// In a fork's child: drop the parent's connection and pins, connect back, say hello.
+    fn become_child(&mut self) {
+        sys::close(self.conn);
+        for p in self.pins.iter_mut().filter(|p| p.fd >= 0) {
+            sys::close(p.fd);
+            *p = FREE;
+        }
+        match sys::connect_abstract(&self.name[..self.name_len]) {
+            Ok(fd) => self.conn = fd,
+            Err(_) => sys::exit_now(3),
+        }
+        if !send(self.conn, &Reply::Ok(sys::getpid() as u64, 0)) {
+            sys::exit_now(3);
+        }
+    }
+
+    /// Releases the pins synchronously (a ring's teardown at exit is deferred) and exits.
+    fn exit(&mut self) -> ! {
+        for p in self.pins.iter().filter(|p| p.fd >= 0) {
+            let _ = sys::io_uring_unpin(p.fd);
+        }
+        sys::exit_now(0)
+    }
+}

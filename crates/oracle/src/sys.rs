@@ -1,0 +1,518 @@
+//! The oracle's only contact with libc and the C accessors.
+//!
+//! Thin wrappers around the system calls the host servers and the controller make
+//! (memory-management calls, process and socket plumbing, io_uring buffer registration,
+//! credentials and limits), and around `csrc/access.c`, which touches scenario memory with
+//! SIGSEGV/SIGBUS caught. Each returns the errno (or the signal number) as a value. None of
+//! them allocates, so the servers may call them after `fork` of a multi-threaded controller.
+
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+/// An errno value.
+pub type Errno = i32;
+
+extern "C" {
+    fn usermm_oracle_install_fault_handler() -> libc::c_int;
+    fn usermm_oracle_fill(addr: usize, len: usize, byte: u8) -> libc::c_int;
+    fn usermm_oracle_touch(addr: usize, len: usize, write: libc::c_int) -> libc::c_int;
+    fn usermm_oracle_check(
+        addr: usize,
+        len: usize,
+        byte: u8,
+        at: *mut usize,
+        found: *mut u8,
+    ) -> libc::c_int;
+}
+
+fn errno() -> Errno {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn check(ret: libc::c_int) -> Result<(), Errno> {
+    if ret == -1 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_long(ret: libc::c_long) -> Result<u64, Errno> {
+    if ret == -1 {
+        Err(errno())
+    } else {
+        Ok(ret as u64)
+    }
+}
+
+/// `mmap` of anonymous memory.
+pub fn mmap(addr: u64, len: u64, prot: i32, flags: i32) -> Result<u64, Errno> {
+    // SAFETY: an anonymous mapping (fd -1); the kernel validates every argument. A fixed
+    // placement can replace mappings; the controller refuses ranges that overlap the
+    // server's own mappings before asking for it.
+    let r = unsafe { libc::mmap(addr as *mut c_void, len as usize, prot, flags, -1, 0) };
+    if r == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// `munmap`.
+pub fn munmap(addr: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: unmaps scenario memory only (the controller checks the range against the
+    // server's own mappings); no Rust reference points into it.
+    check(unsafe { libc::munmap(addr as *mut c_void, len as usize) })
+}
+
+/// `mprotect`.
+pub fn mprotect(addr: u64, len: u64, prot: i32) -> Result<(), Errno> {
+    // SAFETY: as `munmap`: scenario memory only, never referenced from Rust.
+    check(unsafe { libc::mprotect(addr as *mut c_void, len as usize, prot) })
+}
+
+/// The raw `mremap` system call.
+pub fn mremap(addr: u64, old: u64, new: u64, flags: i32, new_addr: u64) -> Result<u64, Errno> {
+    // SAFETY: moves or resizes scenario memory only (checked by the controller); the raw
+    // system call takes plain integers.
+    check_long(unsafe { libc::syscall(libc::SYS_mremap, addr, old, new, flags, new_addr) })
+}
+
+/// The raw `brk` system call: the break after the call.
+pub fn brk(addr: u64) -> u64 {
+    // SAFETY: the raw system call only moves the heap area that `set_brk_area` placed away
+    // from everything the server uses.
+    unsafe { libc::syscall(libc::SYS_brk, addr) as u64 }
+}
+
+/// `madvise`.
+pub fn madvise(addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
+    // SAFETY: scenario memory only (checked by the controller).
+    check(unsafe { libc::madvise(addr as *mut c_void, len as usize, advice) })
+}
+
+/// `mlock2` (flags 0 is `mlock`).
+pub fn mlock2(addr: u64, len: u64, flags: u32) -> Result<(), Errno> {
+    // SAFETY: locking changes no memory contents; plain integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) }).map(|_| ())
+}
+
+/// `munlock`.
+pub fn munlock(addr: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: unlocking changes no memory contents.
+    check(unsafe { libc::munlock(addr as *const c_void, len as usize) })
+}
+
+/// `mlockall`.
+pub fn mlockall(flags: i32) -> Result<(), Errno> {
+    // SAFETY: no memory is changed.
+    check(unsafe { libc::mlockall(flags) })
+}
+
+/// `munlockall`.
+pub fn munlockall() -> Result<(), Errno> {
+    // SAFETY: no memory is changed.
+    check(unsafe { libc::munlockall() })
+}
+
+/// Drains every CPU's LRU and mlock batches. `move_pages` with a node list disables the
+/// per-CPU LRU caches for its duration, which drains them on all CPUs (an `mlock` only
+/// drains the calling CPU's); with no pages it moves nothing.
+pub fn drain_lru_batches() {
+    let node = 0i32;
+    let mut status = 0i32;
+    // SAFETY: zero pages, so the kernel reads no page list and writes no status; the node
+    // and status pointers are valid anyway.
+    let _ = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            0u64,
+            std::ptr::null::<*mut c_void>(),
+            &node as *const i32,
+            &mut status as *mut i32,
+            0,
+        )
+    };
+}
+
+/// `fork`: `Ok(0)` in the child, the child's pid in the parent.
+pub fn fork() -> Result<i32, Errno> {
+    // SAFETY: the child only calls the allocation-free wrappers of this module (the server
+    // loop) and leaves with `exit_now`, so it never touches state another thread held.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        Err(errno())
+    } else {
+        Ok(pid)
+    }
+}
+
+/// `_exit`.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: ends the process without running destructors or atexit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+/// `getpid`.
+pub fn getpid() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { libc::getpid() }
+}
+
+/// `geteuid`.
+pub fn geteuid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::geteuid() }
+}
+
+/// `read` into `buf`.
+pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes of writing.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `write` of `buf` (MSG_NOSIGNAL semantics are not needed: SIGPIPE is ignored).
+pub fn write(fd: i32, buf: &[u8]) -> Result<usize, Errno> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes of reading.
+    let n = unsafe { libc::write(fd, buf.as_ptr() as *const c_void, buf.len()) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `close`.
+pub fn close(fd: i32) {
+    // SAFETY: closing a descriptor this process owns; errors are irrelevant.
+    let _ = unsafe { libc::close(fd) };
+}
+
+/// Closes every descriptor from `first` up.
+pub fn close_from(first: u32) {
+    // SAFETY: closes descriptors of a freshly forked server, which owns no Rust objects
+    // that wrap them.
+    let _ = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+}
+
+/// `dup2`.
+pub fn dup2(old: i32, new: i32) -> Result<i32, Errno> {
+    // SAFETY: plain descriptor numbers.
+    let r = unsafe { libc::dup2(old, new) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A connected pair of stream sockets.
+pub fn socketpair() -> Result<(i32, i32), Errno> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// A stream socket connected to the abstract Unix address `name`.
+pub fn connect_abstract(name: &[u8]) -> Result<i32, Errno> {
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path[1..].iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // SAFETY: creates a descriptor; no memory is passed.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `addr` is a valid sockaddr_un and `len` covers the used part of it.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+            len as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        let e = errno();
+        close(fd);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// Sets RLIMIT_MEMLOCK (soft and hard); `None` is unlimited.
+pub fn set_memlock_limit(limit: Option<u64>) -> Result<(), Errno> {
+    let v = limit.unwrap_or(libc::RLIM_INFINITY);
+    let r = libc::rlimit {
+        rlim_cur: v,
+        rlim_max: v,
+    };
+    // SAFETY: `r` is a valid rlimit.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) })
+}
+
+/// The memory-map descriptor of `prctl(PR_SET_MM, PR_SET_MM_MAP)` (`struct prctl_mm_map`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MmMap {
+    /// start_code.
+    pub start_code: u64,
+    /// end_code.
+    pub end_code: u64,
+    /// start_data.
+    pub start_data: u64,
+    /// end_data.
+    pub end_data: u64,
+    /// start_brk.
+    pub start_brk: u64,
+    /// brk.
+    pub brk: u64,
+    /// start_stack.
+    pub start_stack: u64,
+    /// arg_start.
+    pub arg_start: u64,
+    /// arg_end.
+    pub arg_end: u64,
+    /// env_start.
+    pub env_start: u64,
+    /// env_end.
+    pub env_end: u64,
+    /// auxv pointer (0: unchanged).
+    pub auxv: u64,
+    /// auxv size (0: unchanged).
+    pub auxv_size: u32,
+    /// exe fd (`u32::MAX`: unchanged).
+    pub exe_fd: u32,
+}
+
+/// Replaces the process's memory-map descriptor (the checkpoint/restore interface, which
+/// needs no capability when the executable and auxv stay as they are).
+pub fn set_mm_map(map: &MmMap) -> Result<(), Errno> {
+    // SAFETY: `map` is a valid prctl_mm_map of the size passed; its auxv pointer is null.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_MM,
+            libc::PR_SET_MM_MAP as libc::c_ulong,
+            map as *const MmMap as libc::c_ulong,
+            std::mem::size_of::<MmMap>() as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+}
+
+/// Opens a file read-only (close-on-exec).
+pub fn open_read(path: &std::ffi::CStr) -> Result<i32, Errno> {
+    // SAFETY: `path` is a NUL-terminated string.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Becomes user and group `id` with no supplementary groups: every capability is dropped.
+pub fn drop_privileges(id: u32) -> Result<(), Errno> {
+    // SAFETY: credential calls with plain integers; an empty group list.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(id, id, id))?;
+        check(libc::setresuid(id, id, id))
+    }
+}
+
+/// io_uring_params: 120 bytes the kernel fills in.
+const IO_URING_PARAMS_WORDS: usize = 15;
+const IORING_REGISTER_BUFFERS: u32 = 0;
+const IORING_UNREGISTER_BUFFERS: u32 = 1;
+
+/// Registers `[addr, addr+len)` as the fixed buffer of a new io_uring: a long-term pin
+/// (FOLL_WRITE | FOLL_LONGTERM) that lasts until [`io_uring_unpin`]. Returns the ring's fd.
+pub fn io_uring_pin(addr: u64, len: u64) -> Result<i32, Errno> {
+    let mut params = [0u64; IO_URING_PARAMS_WORDS];
+    // SAFETY: `params` is a zeroed io_uring_params of the right size for the kernel to fill.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = fd as i32;
+    let iov = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: len as usize,
+    };
+    // SAFETY: one valid iovec; the kernel pins the user pages it names.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            fd,
+            IORING_REGISTER_BUFFERS,
+            &iov as *const libc::iovec,
+            1u32,
+        )
+    };
+    if r < 0 {
+        let e = errno();
+        close(fd);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// Releases the pin of ring `fd` synchronously (unregister), then closes the ring.
+pub fn io_uring_unpin(fd: i32) -> Result<(), Errno> {
+    // SAFETY: unregistering takes no memory argument.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            fd,
+            IORING_UNREGISTER_BUFFERS,
+            std::ptr::null::<c_void>(),
+            0u32,
+        )
+    };
+    let res = check_long(r).map(|_| ());
+    close(fd);
+    res
+}
+
+/// Installs the SIGSEGV/SIGBUS handler of the accessors (in a server).
+pub fn install_fault_handler() -> Result<(), Errno> {
+    // SAFETY: installs a handler that only jumps back into an accessor that armed it.
+    if unsafe { usermm_oracle_install_fault_handler() } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// Fills scenario memory with `byte`; `Err(signal)` if an access faulted.
+pub fn fill(addr: u64, len: u64, byte: u8) -> Result<(), i32> {
+    // SAFETY: writes scenario memory of this server, which no Rust object refers to (the
+    // controller refuses ranges overlapping the server's own mappings); faults come back
+    // as the signal number.
+    match unsafe { usermm_oracle_fill(addr as usize, len as usize, byte) } {
+        0 => Ok(()),
+        sig => Err(sig),
+    }
+}
+
+/// One read or write access (keeping the contents) per page.
+pub fn touch(addr: u64, len: u64, write: bool) -> Result<(), i32> {
+    // SAFETY: as `fill`; a write access rewrites the byte it read.
+    match unsafe { usermm_oracle_touch(addr as usize, len as usize, i32::from(write)) } {
+        0 => Ok(()),
+        sig => Err(sig),
+    }
+}
+
+/// The first byte that is not `byte`: `Ok(Some((offset, value)))`.
+pub fn check_bytes(addr: u64, len: u64, byte: u8) -> Result<Option<(u64, u8)>, i32> {
+    let mut at = 0usize;
+    let mut found = 0u8;
+    // SAFETY: reads scenario memory only; `at` and `found` are valid out-pointers.
+    let sig =
+        unsafe { usermm_oracle_check(addr as usize, len as usize, byte, &mut at, &mut found) };
+    match sig {
+        0 if at as u64 >= len => Ok(None),
+        0 => Ok(Some((at as u64, found))),
+        s => Err(s),
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static EMERGENCY: OnceLock<Vec<(CString, Vec<u8>)>> = OnceLock::new();
+
+/// First stop signal: set the flag the controller polls. Second: write the saved knob
+/// values back with raw system calls (all async-signal-safe) and exit with 130.
+extern "C" fn on_stop(_sig: libc::c_int) {
+    if !STOP.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    if let Some(list) = EMERGENCY.get() {
+        for (path, value) in list {
+            // SAFETY: open/write/close with a NUL-terminated path and a valid buffer.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                if fd >= 0 {
+                    let _ = libc::write(fd, value.as_ptr() as *const c_void, value.len());
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+    exit_now(130)
+}
+
+/// Registers the knob values a second stop signal writes back before exiting (the first
+/// registration of the process is kept).
+pub fn arm_emergency_restore(list: Vec<(CString, Vec<u8>)>) {
+    let _ = EMERGENCY.set(list);
+}
+
+fn set_handler(sig: i32, handler: libc::sighandler_t) -> Result<(), Errno> {
+    // SAFETY: sigaction is plain data; all-zero is a valid (empty-mask) value.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler;
+    // No SA_RESTART: a blocking read returns EINTR so the controller notices the request.
+    // SAFETY: `sa` is initialised; the handler only stores to an atomic.
+    check(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP set the flag [`stop_requested`] reads (a second one
+/// restores the THP knobs at once and exits).
+pub fn install_stop_handler() -> Result<(), Errno> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        set_handler(sig, on_stop as *const () as libc::sighandler_t)?;
+    }
+    Ok(())
+}
+
+/// Whether SIGINT/SIGTERM/SIGHUP arrived.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// In a new server: default actions for the stop signals, children reaped by the kernel,
+/// SIGPIPE ignored (a dead controller is seen as EPIPE).
+pub fn server_signals() -> Result<(), Errno> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        set_handler(sig, libc::SIG_DFL)?;
+    }
+    set_handler(libc::SIGCHLD, libc::SIG_IGN)?;
+    set_handler(libc::SIGPIPE, libc::SIG_IGN)
+}
+
+/// `kill(pid, SIGKILL)`.
+pub fn kill(pid: i32) {
+    // SAFETY: signals a process this controller started.
+    let _ = unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Reaps `pid` if it has exited (never blocks).
+pub fn reap(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}

@@ -1,0 +1,130 @@
+//! The oracle against the real kernel: agreement on a tiny scenario, a deliberately broken
+//! engine detected, THP knobs restored. These need root and the THP sysfs knobs; without
+//! them each test prints why and returns (CI runs as root).
+
+use oracle::knobs;
+
+fn host_ready() -> bool {
+    if oracle::sys::geteuid() != 0 {
+        eprintln!("skipped: the oracle needs root");
+        return false;
+    }
+    if !std::path::Path::new(knobs::THP_DIR)
+        .join("enabled")
+        .exists()
+    {
+        eprintln!("skipped: no THP sysfs knobs on this host");
+        return false;
+    }
+    true
+}
+
+fn script(text: &str) -> scenario::Script {
+    match scenario::parse("test.scn", text) {
+        Ok(s) => s,
+        Err(e) => panic!("bad test scenario: {e}"),
+    }
+}
+
+const FORK_WRITE: &str = "\
+p0 = spawn
+a = p0 mmap 64K rw private anon fixed 0x200000000
+p0 write a 64K pattern=0x11
+p1 = p0 fork
+p0 write a 4K pattern=0x22
+expect p1 read a 4K pattern=0x11
+expect p0 read a 4K pattern=0x22
+expect p0 pagemap a exclusive
+expect p1 pagemap a+4K shared
+p1 exit
+expect p0 pagemap a+4K exclusive
+";
+
+#[test]
+fn tiny_scenario_agrees() {
+    if !host_ready() {
+        return;
+    }
+    let rep = oracle::compare(&script(FORK_WRITE), &[]);
+    assert_eq!(rep.exit_code(), 0, "{rep}");
+    assert!(
+        rep.differences.is_empty() && rep.skipped.is_empty(),
+        "{rep}"
+    );
+    assert_eq!(rep.statements, 11);
+}
+
+#[test]
+fn broken_engine_is_caught() {
+    if !host_ready() {
+        return;
+    }
+    let broken = [("test_skip_fork_wrprotect".to_string(), "true".to_string())];
+    let rep = oracle::compare(&script(FORK_WRITE), &broken);
+    assert_eq!(rep.exit_code(), 1, "{rep}");
+    assert!(!rep.differences.is_empty(), "{rep}");
+    assert!(
+        rep.to_string().contains("engine=") && rep.to_string().contains("host="),
+        "{rep}"
+    );
+}
+
+#[test]
+fn thp_knobs_are_restored() {
+    if !host_ready() {
+        return;
+    }
+    // Hold the oracle lock while reading, so another test's run does not overlap.
+    let before = {
+        let _guard = knobs::ThpKnobs::acquire();
+        knobs::snapshot()
+    };
+    let before = match before {
+        Ok(b) => b,
+        Err(e) => panic!("{e}"),
+    };
+    let rep = oracle::compare(
+        &script("set thp top=always 64K=always 2M=never\np0 = spawn\na = p0 mmap 2M rw private anon\np0 write a 2M pattern=0x1\n"),
+        &[],
+    );
+    assert_eq!(rep.exit_code(), 0, "{rep}");
+    let after = {
+        let _guard = knobs::ThpKnobs::acquire();
+        knobs::snapshot()
+    };
+    match after {
+        Ok(a) => assert_eq!(before, a),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn corpus_agrees_with_the_host() {
+    if !host_ready() {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/oracle");
+    let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "scn"))
+            .collect(),
+        Err(e) => panic!("{}: {e}", dir.display()),
+    };
+    files.sort();
+    assert!(files.len() >= 12, "corpus too small: {}", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let name = f.display().to_string();
+        let rep = match scenario::parse(&name, &text) {
+            Ok(s) => oracle::compare(&s, &[]),
+            Err(e) => panic!("{e}"),
+        };
+        if rep.exit_code() != 0 {
+            bad.push(rep.to_string());
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
