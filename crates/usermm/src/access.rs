@@ -67,7 +67,7 @@ impl<'m> Cpu<'m> {
             match self.handle_mm_fault(mm, st, addr, access) {
                 FaultOutcome::Completed => {}
                 FaultOutcome::Sigsegv => return Err(Signal::Segv(addr)),
-                FaultOutcome::Oom => return Err(Signal::Bus(addr)),
+                FaultOutcome::Oom | FaultOutcome::Sigbus => return Err(Signal::Bus(addr)),
             }
         }
         Err(Signal::Bus(addr))

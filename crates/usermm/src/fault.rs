@@ -39,6 +39,8 @@ pub enum FaultOutcome {
     Sigsegv,
     /// Memory could not be allocated (the engine's policy: SIGBUS, see README).
     Oom,
+    /// The access is beyond the backing object (`VM_FAULT_SIGBUS`).
+    Sigbus,
 }
 
 impl<'m> Cpu<'m> {
@@ -273,6 +275,11 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         let pgoff = vma.pgoff_at(addr);
+        if pgoff >= shmem.size_pages {
+            // Beyond the object's size (a shared mapping grown by mremap): SIGBUS.
+            self.c().add(Ev::FaultSigbus, 1);
+            return FaultOutcome::Sigbus;
+        }
         let pfn = {
             let mut cache = shmem.pages.lock();
             match cache.get(&pgoff) {
@@ -474,6 +481,23 @@ impl<'m> Cpu<'m> {
         }
         c.add(Ev::CowCopy, 1);
         FaultOutcome::Completed
+    }
+
+    /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
+    /// (`vma_adjust_trans_huge`, called when a VMA is split).
+    pub(crate) fn split_huge_pmd_boundaries(&self, mm: &Mm, st: &MmState, start: u64, end: u64) {
+        for addr in [start, end] {
+            if addr % PMD_SIZE == 0 {
+                continue;
+            }
+            let pt = self.tables(mm);
+            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+                let haddr = addr & !(PMD_SIZE - 1);
+                if let Some(id) = st.vmas.find(haddr) {
+                    self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);
+                }
+            }
+        }
     }
 
     /// The node a new folio for `addr` comes from: the CPU's node, or with the interleave

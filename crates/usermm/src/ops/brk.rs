@@ -39,6 +39,11 @@ impl<'m> Cpu<'m> {
             return Ok(brk);
         }
         if brk <= st.brk {
+            // Shrinking needs the heap VMA to reach into the range being given back.
+            let heap = st.vmas.overlapping(newbrk, oldbrk);
+            if heap.first().is_none_or(|&id| st.vmas.get(id).start >= oldbrk) {
+                return Ok(orig);
+            }
             return match self.do_munmap(mm, &mut st, newbrk, oldbrk, CountCheck::Munmap) {
                 Ok(()) => {
                     st.brk = brk;

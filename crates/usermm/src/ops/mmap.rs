@@ -193,7 +193,7 @@ impl<'m> Cpu<'m> {
         sharing: Sharing,
     ) -> SysResult<()> {
         let shmem =
-            (sharing == Sharing::Shared).then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id())));
+            (sharing == Sharing::Shared).then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id(), len >> 12)));
         let pgoff = if shmem.is_some() { 0 } else { addr >> 12 };
         let p = Proposal {
             start: addr,

@@ -83,6 +83,7 @@ impl<'m> Cpu<'m> {
             0
         };
         let max = self.m.tunables().max_map_count;
+        self.split_huge_pmd_boundaries(mm, st, start, end);
         let target = match merge::modify_flags(&mut st.vmas, id, start, end, newflags, max) {
             Ok(t) => t,
             Err(e) => {

@@ -63,7 +63,7 @@ impl<'m> Cpu<'m> {
         let mut st = task.mm.lock.write();
         let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
         if old_len == 0 {
-            return Err(Errno::EINVAL);
+            return self.mremap_dup_shared(&task, &mut st, id, addr, new_len, flags);
         }
         if let Some(na) = flags.fixed {
             return self.mremap_to(&task, &mut st, addr, old_len, new_len, na);
@@ -94,6 +94,37 @@ impl<'m> Cpu<'m> {
         }
         let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
         self.move_vma(&task, &mut st, addr, old_len, new_len, dst)
+    }
+
+    /// `old_len == 0` on a shared mapping: a second mapping of the same object at a new
+    /// address (the "duplicate shm area" case); private mappings get `EINVAL`.
+    fn mremap_dup_shared(
+        &self,
+        task: &Task,
+        st: &mut MmState,
+        id: crate::vma::VmaId,
+        addr: u64,
+        new_len: u64,
+        flags: MremapFlags,
+    ) -> SysResult<u64> {
+        let v = st.vmas.get(id);
+        if !v.flags.has(VmFlags::MAYSHARE) {
+            return Err(Errno::EINVAL);
+        }
+        if !flags.maymove {
+            return Err(Errno::ENOMEM);
+        }
+        let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(addr), v.shmem.clone());
+        let dst = match flags.fixed {
+            Some(na) => {
+                self.do_munmap(&task.mm, st, na, na + new_len, CountCheck::Munmap)?;
+                na
+            }
+            None => self.get_unmapped_area(task, st, AreaRequest::Hint(0), new_len, false)?,
+        };
+        let p = Proposal { start: dst, end: dst + new_len, flags: vflags, pgoff, anon_vma: (0, 0), shmem: shmem.as_ref() };
+        merge::insert_new(&mut st.vmas, p)?;
+        Ok(dst)
     }
 
     fn vma_expandable(&self, st: &MmState, from: u64, delta: u64) -> bool {

@@ -15,17 +15,15 @@ pub struct Shmem {
     pub id: u32,
     /// Page cache: page offset -> pfn.
     pub pages: Mutex<HashMap<u64, u64>>,
+    /// Size of the object in pages (`i_size`): faults beyond it get SIGBUS.
+    pub size_pages: u64,
     users: AtomicU64,
 }
 
 impl Shmem {
     /// A new empty object with one user.
-    pub fn new(id: u32) -> Shmem {
-        Shmem {
-            id,
-            pages: Mutex::new(HashMap::new()),
-            users: AtomicU64::new(1),
-        }
+    pub fn new(id: u32, size_pages: u64) -> Shmem {
+        Shmem { id, pages: Mutex::new(HashMap::new()), size_pages, users: AtomicU64::new(1) }
     }
 
     /// Adds a mapping user.
