@@ -3,9 +3,6 @@
 //! Exit codes: 0 success; 1 an expectation failed (or a statement failed without `expect`);
 //! 2 usage error, unreadable or unparsable file, or a statement the engine cannot run yet.
 
-mod bench;
-mod bench_linear_map;
-mod bench_munlock;
 mod kmap_cmd;
 mod oracle_cmd;
 
@@ -51,8 +48,8 @@ enum Cmd {
     Kmap(kmap_cmd::KmapArgs),
     /// Run scenarios on the host kernel and on the engine, and compare what a user observes.
     Oracle(oracle_cmd::OracleArgs),
-    /// Run benchmarks (all of them at a small scale by default).
-    Bench(bench::BenchArgs),
+    /// Run benchmarks: the whole suite at a small scale by default, with an HTML report.
+    Bench(usermm_bench::cli::BenchArgs),
 }
 
 /// A closed pipe on stdout (`usermm … | head`) ends the program quietly, like other CLI tools.
@@ -79,7 +76,7 @@ fn main() -> ExitCode {
             tunables,
         } => cmd_run(&files, verbose, json, validate, &tunables),
         Cmd::Tunables => cmd_tunables(),
-        Cmd::Bench(args) => bench::main(&args).map(|_| 0),
+        Cmd::Bench(args) => usermm_bench::cli::main(&args).map(|_| 0),
         Cmd::Oracle(args) => oracle_cmd::oracle_main(&args),
         Cmd::Kmap(args) => kmap_cmd::kmap_main(&args).map(|_| 0),
     };

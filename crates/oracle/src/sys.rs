@@ -510,6 +510,36 @@ pub fn kill(pid: i32) {
     let _ = unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
+/// Waits until child `pid` has ended (retrying after signals); its wait status.
+pub fn wait_child(pid: i32) -> Result<i32, Errno> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer; waiting changes no memory of ours.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(status);
+        }
+        let e = errno();
+        if r < 0 && e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// `set_mempolicy(mode, nodemask)` for the calling thread (`MPOL_DEFAULT` is 0,
+/// `MPOL_INTERLEAVE` 3); `nodemask` has one bit per node 0..64.
+pub fn set_mempolicy(mode: i32, nodemask: u64) -> Result<(), Errno> {
+    let mask = [nodemask];
+    let ptr = if nodemask == 0 {
+        std::ptr::null()
+    } else {
+        mask.as_ptr()
+    };
+    let maxnode: u64 = if nodemask == 0 { 0 } else { 65 };
+    // SAFETY: `ptr` is null or points at one valid u64 holding `maxnode - 1` node bits.
+    check_long(unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, maxnode) }).map(|_| ())
+}
+
 /// Reaps `pid` if it has exited (never blocks).
 pub fn reap(pid: i32) -> bool {
     let mut status = 0;

@@ -125,14 +125,10 @@ counters! {
     ContFold => "contpte_folds",
     /// arm64 contiguous blocks unfolded.
     ContUnfold => "contpte_unfolds",
+    /// VMA-tree nodes allocated for the child's tree by fork (seed 001: dup vs insert).
+    VmaNodeAlloc => "vma_nodes_allocated",
     /// PMD-mapped THPs split into PTE mappings.
     ThpSplitPmd => "thp_split_pmd",
-    /// VMA tree nodes allocated.
-    VmaNodeAlloc => "vma_nodes_allocated",
-    /// VMA splits.
-    VmaSplit => "vma_splits",
-    /// VMA merges.
-    VmaMerge => "vma_merges",
 }
 
 /// Number of counters.

@@ -86,10 +86,19 @@ impl<'m> Cpu<'m> {
             skip_wrprotect,
             batching,
         };
-        match mode {
-            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst)?,
-            VmaTreeCopy::Dup => self.dup_tree_structure(pst, cst, fail_nth)?,
-        }
+        let nodes_before = pst.vmas.tree.stats().allocated;
+        let res = match mode {
+            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst),
+            VmaTreeCopy::Dup => self.dup_tree_structure(pst, cst, fail_nth),
+        };
+        // The child's tree allocates from the parent's node cache (shared counters); in the
+        // insert baseline it has its own.
+        let nodes = match mode {
+            VmaTreeCopy::Dup => pst.vmas.tree.stats().allocated - nodes_before,
+            VmaTreeCopy::Insert => cst.vmas.tree.stats().allocated,
+        };
+        self.c().add(Ev::VmaNodeAlloc, nodes);
+        res?;
         for id in pst.vmas.all() {
             let vma = pst.vmas.get(id);
             let copy =

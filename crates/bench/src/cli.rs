@@ -1,0 +1,142 @@
+//! `usermm bench [fault|fork|munmap|spawn|sharing|munlock|linear-map|all]`: arguments and
+//! the command itself. With no benchmark named it runs the whole suite at the small default
+//! scale and writes `report.html`, `report.json` and `plots/` to `target/usermm-bench/`.
+
+use crate::engine::parse_size;
+use crate::host::HostSide;
+use crate::output::{self, Outputs};
+use crate::progress::Progress;
+use crate::suite::{self, Bench, Options};
+use crate::text;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Arguments of `usermm bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which benchmark: all (the default: the whole suite, report written), fault, fork,
+    /// munmap, spawn, sharing, munlock, linear-map.
+    #[arg(default_value = "all")]
+    pub which: String,
+    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock), e.g. 256M or 1G.
+    #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
+    pub scale: Option<String>,
+    /// Repetitions per measurement.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Seconds per point of the spawn benchmark.
+    #[arg(long, default_value_t = 0.2)]
+    pub seconds: f64,
+    /// RAM sizes of the linear-map benchmark in GiB (default 16,64; 16,64,256,512 when
+    /// linear-map runs alone).
+    #[arg(long, value_delimiter = ',', value_name = "GIB")]
+    pub ram: Vec<u64>,
+    /// Modelled hardware latency of one TLBI in the linear-map benchmark, ns.
+    #[arg(long, value_name = "NS")]
+    pub tlbi_ns: Option<u64>,
+    /// Write the JSON report here (schema: docs/bench-schema.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the self-contained HTML report here (plots go to `plots/` beside it).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Write report.html, report.json and plots/ into this directory (default for the whole
+    /// suite: target/usermm-bench).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Leave out the host-kernel columns.
+    #[arg(long)]
+    pub no_host: bool,
+}
+
+/// The options these arguments select.
+pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
+    let mut o = Options::default();
+    if let Some(s) = &args.scale {
+        o.scale = parse_size(s)?;
+        o.munlock_scale = o.scale;
+    }
+    anyhow::ensure!(
+        o.scale >= 2 << 20 && o.scale % (2 << 20) == 0,
+        "--scale must be a multiple of 2M"
+    );
+    o.reps = args.reps.max(1);
+    o.spawn_seconds = args.seconds;
+    if !args.ram.is_empty() {
+        o.linear_map_gib = args.ram.clone();
+    } else if which == [Bench::LinearMap] {
+        o.linear_map_gib = vec![16, 64, 256, 512];
+    }
+    if let Some(ns) = args.tlbi_ns {
+        o.tlbi_ns = ns;
+    }
+    Ok(o)
+}
+
+/// Where the outputs go.
+fn outputs(args: &BenchArgs, whole_suite: bool) -> Outputs {
+    let mut o = match (
+        &args.out,
+        whole_suite && args.json.is_none() && args.report.is_none(),
+    ) {
+        (Some(d), _) => Outputs::in_dir(d),
+        (None, true) => Outputs::in_dir(&output::default_dir()),
+        (None, false) => Outputs::default(),
+    };
+    if let Some(j) = &args.json {
+        o.json = Some(j.clone());
+    }
+    if let Some(r) = &args.report {
+        o.html = Some(r.clone());
+        if o.plots.is_none() {
+            let dir = r.parent().map(PathBuf::from).unwrap_or_default();
+            o.plots = Some(dir.join("plots"));
+        }
+    }
+    o
+}
+
+/// Runs the command.
+pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
+    let which = Bench::parse(&args.which).ok_or_else(|| {
+        let names: Vec<_> = Bench::ALL.iter().map(|b| b.name()).collect();
+        anyhow::anyhow!(
+            "unknown benchmark `{}` (all, {})",
+            args.which,
+            names.join(", ")
+        )
+    })?;
+    let opts = options(args, &which)?;
+    let host = HostSide::probe(!args.no_host);
+    println!(
+        "usermm bench {}: layouts {} MiB, munlock {} MiB, {} repetitions, spawn {} s per point; host kernel columns: {}",
+        args.which,
+        opts.scale >> 20,
+        opts.munlock_scale >> 20,
+        opts.reps,
+        opts.spawn_seconds,
+        host.describe()
+    );
+    let progress = Progress::new(which.len() as u64, std::io::stderr().is_terminal());
+    let report = suite::run(&which, &opts, &host, &progress, |t| {
+        print!("{}", text::render(t))
+    })?;
+    let outs = outputs(args, args.which == "all");
+    let written = output::write(&report, &outs)?;
+    println!("\nsuite wall time: {:.1} s", report.wall_seconds);
+    if let Some(h) = &outs.html {
+        println!("report: {}", absolute(h).display());
+    }
+    if let Some(j) = &outs.json {
+        println!("json:   {}", absolute(j).display());
+    }
+    if let Some(d) = &outs.plots {
+        let n = written.iter().filter(|p| p.starts_with(d)).count();
+        println!("plots:  {} ({n} files, PNG and SVG)", absolute(d).display());
+    }
+    Ok(())
+}
+
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}

@@ -1,0 +1,111 @@
+//! Engine helpers shared by the benchmarks: a fresh machine per repetition, warm-up, the
+//! seed-000 layout (populated folios of one size, 2M ones PTE-mapped by an `mprotect` of one
+//! subpage per block), sizes, and counters as a name → value map.
+
+use std::collections::BTreeMap;
+use usermm::{Cpu, Machine, MachineConfig, MmapArgs, Pid, Prot, Snapshot, ThpPolicy};
+
+/// Read-write.
+pub const RW: Prot = Prot {
+    read: true,
+    write: true,
+    exec: false,
+};
+/// Read-only.
+pub const RO: Prot = Prot {
+    read: true,
+    write: false,
+    exec: false,
+};
+/// PMD size.
+pub const PMD: u64 = 2 << 20;
+
+/// A machine large enough for two copies of `size` bytes, anonymous faults allocating folios
+/// of `folio` bytes, TLB checking off (it is a debugging aid, not part of the model's cost).
+pub fn machine(size: u64, folio: u64) -> Machine {
+    let mut cfg = MachineConfig {
+        memory: (size * 2 + (64 << 20)).next_power_of_two(),
+        ..MachineConfig::default()
+    };
+    cfg.tunables.check_tlb = false;
+    let m = Machine::new(cfg);
+    m.update_tunables(|t| {
+        t.thp.top = ThpPolicy::Never;
+        if folio > 4096 {
+            let _ = t.thp.set_size(folio, ThpPolicy::Always);
+        }
+    });
+    m
+}
+
+/// An engine error as `anyhow`.
+pub fn sig(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// Faults a region in and unmaps it, so that the host has backed the arena frames the
+/// measured run will reuse (the host's own first-touch cost is not the engine's).
+pub fn warm_up(cpu: &Cpu<'_>, p: Pid, size: u64) -> anyhow::Result<()> {
+    let a = cpu.mmap(p, MmapArgs::anon(size, RW))?;
+    cpu.touch(p, a, size, usermm::Access::Write).map_err(sig)?;
+    cpu.munmap(p, a, size)?;
+    Ok(())
+}
+
+/// Maps and write-faults `size` bytes; with `remap`, PTE-maps PMD THPs by an `mprotect` of
+/// the first subpage of each 2 MiB block to read-only and back.
+pub fn populate(cpu: &Cpu<'_>, p: Pid, size: u64, remap: bool) -> anyhow::Result<u64> {
+    let a = cpu.mmap(p, MmapArgs::anon(size, RW))?;
+    cpu.touch(p, a, size, usermm::Access::Write).map_err(sig)?;
+    if remap {
+        for blk in (a..a + size).step_by(PMD as usize) {
+            cpu.mprotect(p, blk, 4096, RO)?;
+            cpu.mprotect(p, blk, 4096, RW)?;
+        }
+    }
+    Ok(a)
+}
+
+/// The non-zero counters by name.
+pub fn counters(s: &Snapshot) -> BTreeMap<String, u64> {
+    s.nonzero()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// `4K`, `64K`, `2M`, `1G`.
+pub fn size_label(bytes: u64) -> String {
+    if bytes >= 1 << 30 && bytes & ((1 << 30) - 1) == 0 {
+        format!("{}G", bytes >> 30)
+    } else if bytes >= 1 << 20 && bytes & ((1 << 20) - 1) == 0 {
+        format!("{}M", bytes >> 20)
+    } else {
+        format!("{}K", bytes >> 10)
+    }
+}
+
+/// Parses `256M`, `1G`, `64K` or a byte count.
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let (num, mul) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("bad size `{s}`"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| anyhow::anyhow!("size `{s}` overflows"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("256M").ok(), Some(256 << 20));
+        assert_eq!(super::parse_size("4096").ok(), Some(4096));
+        assert!(super::parse_size("x").is_err());
+        assert_eq!(super::size_label(64 << 10), "64K");
+        assert_eq!(super::size_label(2 << 20), "2M");
+    }
+}

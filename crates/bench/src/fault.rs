@@ -1,0 +1,151 @@
+//! Fault-in cost: write one byte per page of a fresh anonymous region, 4K pages and 64K
+//! folios, on the engine and on the host kernel.
+
+use crate::engine::{counters, machine, size_label, warm_up, RW};
+use crate::host::region::Region;
+use crate::host::{mthp_stat, HostSession};
+use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
+use crate::suite::Ctx;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use usermm::{Ev, MmapArgs, Privilege};
+
+/// The folio sizes measured.
+const FOLIOS: [u64; 2] = [4 << 10, 64 << 10];
+
+/// One engine repetition.
+fn engine_once(size: u64, folio: u64) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    let m = machine(size, folio);
+    let cpu = m.enter_cpu(0)?;
+    let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+    warm_up(&cpu, p, size)?;
+    let a = cpu.mmap(p, MmapArgs::anon(size, RW))?;
+    let before = m.counters();
+    let t = Instant::now();
+    cpu.touch(p, a, size, usermm::Access::Write)
+        .map_err(crate::engine::sig)?;
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, m.counters().delta(&before)))
+}
+
+/// One host repetition: one write per page of a fresh mapping.
+fn host_once(
+    s: &HostSession,
+    size: u64,
+    folio: u64,
+) -> Result<(f64, BTreeMap<String, u64>), String> {
+    s.folio(folio)?;
+    let r = Region::anon(size)?;
+    let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
+    let t = Instant::now();
+    r.write_each_page()?;
+    let secs = t.elapsed().as_secs_f64();
+    let mut c = BTreeMap::new();
+    if folio > 4096 {
+        let n = mthp_stat(folio, "anon_fault_alloc")
+            .unwrap_or(0)
+            .saturating_sub(a0);
+        c.insert("host_mthp_anon_fault_alloc".to_string(), n);
+    }
+    Ok((secs, c))
+}
+
+/// Time to zero one 4 KiB frame of the arena (the floor of an anonymous fault).
+fn zero_cost() -> f64 {
+    let m = machine(64 << 20, 4096);
+    let n = 4096u64;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for pfn in 1..n {
+            m.phys.arena.zero_frame(pfn);
+        }
+        best = best.min(t.elapsed().as_secs_f64() / (n - 1) as f64);
+    }
+    best
+}
+
+/// Measurements (for the progress bar).
+pub fn steps(reps: usize) -> u64 {
+    (reps * FOLIOS.len() * 2) as u64
+}
+
+fn variants() -> Vec<Variant> {
+    vec![
+        Variant::engine("engine", "the usermm engine, default tunables"),
+        Variant::host(
+            "the host kernel: one write per page of a fresh mapping (mTHP knob of that size)",
+        ),
+    ]
+}
+
+/// The fault-in table.
+pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
+    let size = ctx.opts.scale;
+    let host = ctx.host.session();
+    let mut rows = Vec::new();
+    for folio in FOLIOS {
+        let label = size_label(folio);
+        let mut cols = vec![
+            Column::new("engine", vec![], BTreeMap::new()),
+            Column::new("host", vec![], BTreeMap::new()),
+        ];
+        for _ in 0..ctx.opts.reps {
+            let (secs, c) = engine_once(size, folio)?;
+            cols[0].samples.push(secs);
+            cols[0].counters = counters(&c);
+            ctx.task.step(&format!("{label} engine"))?;
+            cols[1].record(
+                host.as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|s| host_once(s, size, folio)),
+            );
+            ctx.task.step(&format!("{label} host"))?;
+        }
+        rows.push(Row {
+            label,
+            columns: cols,
+            published: vec![],
+        });
+    }
+    drop(host);
+    let pages = size / 4096;
+    let z = zero_cost() * 1e9;
+    let mut notes = vec![format!("zeroing one 4K frame of the arena: {z:.1} ns")];
+    for r in &rows {
+        if let Some(m) = crate::stats::summary(Stat::Median, &r.columns[0].samples) {
+            let per = m * 1e9 / pages as f64;
+            notes.push(format!(
+                "{}: engine {per:.1} ns per page ({:.1} ns beyond zeroing)",
+                r.label,
+                per - z
+            ));
+        }
+    }
+    Ok(Table {
+        id: "fault".into(),
+        title: format!("fault-in of {} MiB (write one byte per page)", size >> 20),
+        seed: None,
+        metric: "fault-in time".into(),
+        unit: Unit::Seconds,
+        better: Better::Lower,
+        stats: vec![Stat::Min, Stat::Median, Stat::Max],
+        baseline: "engine".into(),
+        variants: variants(),
+        row_label: "folio size".into(),
+        rows,
+        counters_shown: [
+            Ev::Fault,
+            Ev::FaultAnonMthp,
+            Ev::PteWrite,
+            Ev::RefcountAtomic,
+            Ev::PagesZeroed,
+        ]
+        .iter()
+        .map(|e| e.name().to_string())
+        .chain(["host_mthp_anon_fault_alloc".to_string()])
+        .collect(),
+        published_source: None,
+        notes,
+    })
+}

@@ -1,0 +1,262 @@
+//! Seed 000: fork and munmap of a layout of PTE-mapped folios of one size (4K…2M), per-PTE
+//! against batched (`folio_pte_batch`), and the host kernel with the same layout (mTHP knob
+//! of that size; 2M PMD THPs PTE-mapped by an `mprotect` of one subpage per block).
+//!
+//! Repetitions are interleaved across the three columns, so a burst of interference from
+//! other work on the machine does not land on one column only.
+
+use crate::engine::{counters, machine, populate, size_label, warm_up};
+use crate::host::measure::fork_time;
+use crate::host::region::Region;
+use crate::host::{mthp_stat, vmstat, HostSession};
+use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::suite::Ctx;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use usermm::tunables::PteBatching;
+use usermm::{Ev, Privilege};
+
+/// The folio sizes of the seed's table.
+pub const FOLIOS: [u64; 9] = [
+    4 << 10,
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    512 << 10,
+    1 << 20,
+    2 << 20,
+];
+
+/// Seed 000's published fork() change per folio size (Xeon Silver 4210R, 1 GiB).
+const SEED_FORK: [(u64, &str); 9] = [
+    (4 << 10, "-2%"),
+    (16 << 10, "-16%"),
+    (32 << 10, "-24%"),
+    (64 << 10, "-26%"),
+    (128 << 10, "-28%"),
+    (256 << 10, "-29%"),
+    (512 << 10, "-30%"),
+    (1 << 20, "-30%"),
+    (2 << 20, "-30%"),
+];
+
+/// What is timed after populating the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `fork()` (the child exits at once; only the call is timed).
+    Fork,
+    /// `munmap()` of the whole layout.
+    Munmap,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Fork => "fork",
+            Op::Munmap => "munmap",
+        }
+    }
+}
+
+/// One engine repetition: (seconds, counters of the timed operation).
+fn engine_once(
+    size: u64,
+    folio: u64,
+    batching: PteBatching,
+    op: Op,
+) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    let m = machine(size, folio);
+    m.update_tunables(|t| {
+        t.fork_pte_batch = batching;
+        t.zap_pte_batch = batching;
+    });
+    let cpu = m.enter_cpu(0)?;
+    let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+    warm_up(&cpu, p, size)?;
+    let a = populate(&cpu, p, size, folio == 2 << 20)?;
+    let before = m.counters();
+    let t = Instant::now();
+    match op {
+        Op::Fork => {
+            cpu.fork(p)?;
+        }
+        Op::Munmap => cpu.munmap(p, a, size)?,
+    }
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, m.counters().delta(&before)))
+}
+
+/// One host repetition: (seconds, what the host reports about the layout).
+fn host_once(
+    s: &HostSession,
+    size: u64,
+    folio: u64,
+    op: Op,
+) -> Result<(f64, BTreeMap<String, u64>), String> {
+    s.folio(folio)?;
+    let r = Region::anon(size)?;
+    let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
+    r.populate()?;
+    let mut c = BTreeMap::new();
+    if folio > 4096 {
+        let n = mthp_stat(folio, "anon_fault_alloc")
+            .unwrap_or(0)
+            .saturating_sub(alloc0);
+        c.insert("host_mthp_anon_fault_alloc".to_string(), n);
+    }
+    if folio == 2 << 20 {
+        let s0 = vmstat("thp_split_pmd").unwrap_or(0);
+        r.remap_ptes()?;
+        let n = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(s0);
+        c.insert("host_thp_split_pmd".into(), n);
+    }
+    let secs = match op {
+        Op::Fork => fork_time()?,
+        Op::Munmap => r.unmap_timed()?,
+    };
+    Ok((secs, c))
+}
+
+/// The columns of this table.
+fn variants() -> Vec<Variant> {
+    vec![
+        Variant::engine(
+            "per-pte",
+            "one PTE, one refcount and one rmap operation at a time (before seed 000)",
+        ),
+        Variant::engine(
+            "batched",
+            "folio_pte_batch: one refcount/rmap operation per run of a folio (seed 000)",
+        ),
+        Variant::host("the host kernel, same layout (mTHP knob of that size; THP knobs restored)"),
+    ]
+}
+
+/// One folio size: every column, repetitions interleaved.
+fn row(
+    ctx: &Ctx<'_>,
+    op: Op,
+    folio: u64,
+    host: &Result<HostSession, String>,
+) -> anyhow::Result<Row> {
+    let size = ctx.opts.scale;
+    let mut cols: Vec<Column> = variants()
+        .iter()
+        .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
+        .collect();
+    let label = size_label(folio);
+    for _ in 0..ctx.opts.reps {
+        for (i, b) in [PteBatching::PerPte, PteBatching::Batched]
+            .into_iter()
+            .enumerate()
+        {
+            let (secs, c) = engine_once(size, folio, b, op)?;
+            cols[i].samples.push(secs);
+            cols[i].counters = counters(&c);
+            ctx.task.step(&format!("{label} {}", cols[i].variant))?;
+        }
+        cols[2].record(
+            host.as_ref()
+                .map_err(Clone::clone)
+                .and_then(|s| host_once(s, size, folio, op)),
+        );
+        ctx.task.step(&format!("{label} host"))?;
+    }
+    let published = match op {
+        Op::Fork => SEED_FORK
+            .iter()
+            .filter(|(f, _)| *f == folio)
+            .map(|(_, text)| Published {
+                variant: "batched".into(),
+                gain_pct: -text.trim_end_matches('%').parse::<f64>().unwrap_or(0.0),
+                text: text.to_string(),
+            })
+            .collect(),
+        Op::Munmap => vec![],
+    };
+    Ok(Row {
+        label,
+        columns: cols,
+        published,
+    })
+}
+
+/// Measurements of one table (for the progress bar).
+pub fn steps(ctx_reps: usize, folios: usize) -> u64 {
+    (ctx_reps * folios * 3) as u64
+}
+
+/// Time to copy the page-table pages of `size` bytes (one 4K table per 2M), host memcpy.
+fn memcpy_floor(size: u64) -> f64 {
+    let bytes = (size / (2 << 20)).max(1) as usize * 4096;
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes];
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+/// The seed-000 table for `op`.
+pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
+    let host = ctx.host.session();
+    let mut rows = Vec::new();
+    for &folio in &ctx.opts.folios {
+        rows.push(row(ctx, op, folio, &host)?);
+    }
+    drop(host);
+    let (batches, ptes) = match op {
+        Op::Fork => ("fork_batches", "fork_ptes"),
+        Op::Munmap => ("zap_batches", "zap_ptes"),
+    };
+    let mut notes = vec![format!(
+        "layout: {} MiB written, in folios of the row's size; 2M: PMD THPs PTE-mapped by mprotect of one subpage per block",
+        ctx.opts.scale >> 20
+    )];
+    if op == Op::Fork {
+        notes.push(format!(
+            "floor: memcpy of the page-table pages of this layout: {:.3} ms",
+            memcpy_floor(ctx.opts.scale) * 1e3
+        ));
+    }
+    notes.push(match op {
+        Op::Fork => "host: only the fork() call is timed (the child _exits at once and is reaped before the next repetition)".into(),
+        Op::Munmap => "host: the munmap() call of the whole layout is timed, a fresh layout per repetition".into(),
+    });
+    Ok(Table {
+        id: op.name().into(),
+        title: format!(
+            "{}() of {} MiB of PTE-mapped folios, per folio size",
+            op.name(),
+            ctx.opts.scale >> 20
+        ),
+        seed: Some("000".into()),
+        metric: format!("{}() time", op.name()),
+        unit: Unit::Seconds,
+        better: Better::Lower,
+        stats: vec![Stat::Min, Stat::Median, Stat::Max],
+        baseline: "per-pte".into(),
+        variants: variants(),
+        row_label: "folio size".into(),
+        rows,
+        counters_shown: vec![
+            batches.into(),
+            ptes.into(),
+            Ev::RefcountAtomic.name().into(),
+            Ev::MapcountAtomic.name().into(),
+            Ev::PteWrite.name().into(),
+            "host_mthp_anon_fault_alloc".into(),
+            "host_thp_split_pmd".into(),
+        ],
+        published_source: (op == Op::Fork).then(|| {
+            "v6.8-rc1 vs the series, fork() with 1 GiB of PTE-mapped folios, Xeon Silver 4210R (shown as gain: -30% time = 30%)".to_string()
+        }),
+        notes,
+    })
+}

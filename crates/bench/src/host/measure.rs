@@ -1,0 +1,83 @@
+//! Timed host operations: fork (the call only), fork+exit+wait loops, and a child kept
+//! alive while the parent writes (copy-on-write).
+
+use super::errno_text;
+use oracle::sys;
+use std::time::Instant;
+
+/// Forks; the child `_exit`s at once; returns the time of the `fork` call in the parent.
+pub fn fork_time() -> Result<f64, String> {
+    let t = Instant::now();
+    let pid = sys::fork().map_err(|e| errno_text("fork", e))?;
+    if pid == 0 {
+        sys::exit_now(0);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    sys::wait_child(pid).map_err(|e| errno_text("waitpid", e))?;
+    Ok(secs)
+}
+
+/// fork + child `_exit` + `waitpid`, repeated for `secs` seconds: (forks per second, forks).
+pub fn fork_exit_rate(secs: f64) -> Result<(f64, u64), String> {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let pid = sys::fork().map_err(|e| errno_text("fork", e))?;
+        if pid == 0 {
+            sys::exit_now(0);
+        }
+        sys::wait_child(pid).map_err(|e| errno_text("waitpid", e))?;
+        n += 1;
+    }
+    Ok((n as f64 / start.elapsed().as_secs_f64(), n))
+}
+
+/// The VMAs of this process (lines of `/proc/self/maps`).
+pub fn vma_count() -> u64 {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|t| t.lines().count() as u64)
+        .unwrap_or(0)
+}
+
+/// A forked child that stays alive (blocked reading a socket) until dropped.
+pub struct LiveChild {
+    pid: i32,
+    fd: i32,
+}
+
+impl LiveChild {
+    /// Forks the child.
+    pub fn fork() -> Result<LiveChild, String> {
+        let (ours, theirs) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
+        let pid = match sys::fork() {
+            Ok(p) => p,
+            Err(e) => {
+                sys::close(ours);
+                sys::close(theirs);
+                return Err(errno_text("fork", e));
+            }
+        };
+        if pid == 0 {
+            sys::close(ours);
+            let mut b = [0u8; 1];
+            let _ = sys::read(theirs, &mut b);
+            sys::exit_now(0);
+        }
+        sys::close(theirs);
+        Ok(LiveChild { pid, fd: ours })
+    }
+}
+
+impl Drop for LiveChild {
+    fn drop(&mut self) {
+        sys::close(self.fd);
+        let _ = sys::wait_child(self.pid);
+    }
+}
+
+/// Times `f`.
+pub fn timed(f: impl FnOnce() -> Result<(), String>) -> Result<f64, String> {
+    let t = Instant::now();
+    f()?;
+    Ok(t.elapsed().as_secs_f64())
+}

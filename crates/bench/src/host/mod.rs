@@ -1,0 +1,170 @@
+//! The host-kernel columns: the same layouts and operations run by the Linux kernel this
+//! process is on, measured in the same run as the engine.
+//!
+//! The host's mTHP policy is set per layout through the sysfs knobs
+//! (`hugepages-<N>kB/enabled`), which needs root; [`HostSide::session`] saves every knob and
+//! takes the oracle's lock (so an oracle run and a benchmark never fight over them), and the
+//! [`HostSession`] restores them when dropped. Without root, or when the knobs cannot be
+//! written, every host cell says why ("n/a (not root)"). Only [`oracle::sys`] touches libc.
+
+pub mod measure;
+pub mod region;
+
+use oracle::knobs::{ThpKnobs, THP_DIR};
+use oracle::sys;
+use scenario::{ThpPolicy, ThpSetting, ThpSize, ThpTop};
+use std::path::Path;
+
+/// Whether host columns can be measured on this machine.
+#[derive(Clone, Debug)]
+pub struct HostSide {
+    /// Why no host column is measured at all (`--no-host`).
+    disabled: Option<String>,
+    /// Why the THP knobs cannot be set (not root, no sysfs).
+    reason: Option<String>,
+    nodes: usize,
+}
+
+/// The THP knobs held for one table; restored on drop.
+pub struct HostSession {
+    knobs: ThpKnobs,
+}
+
+/// NUMA nodes with memory.
+pub fn numa_nodes() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/node/has_memory")
+        .or_else(|_| std::fs::read_to_string("/sys/devices/system/node/online"))
+        .unwrap_or_default();
+    let n: usize = text
+        .trim()
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => {
+                let a: usize = a.parse().unwrap_or(0);
+                let b: usize = b.parse().unwrap_or(a);
+                b.saturating_sub(a) + 1
+            }
+            None => 1,
+        })
+        .sum();
+    n.max(1)
+}
+
+/// The running kernel's release.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl HostSide {
+    /// Probes this machine; `enabled: false` leaves the host columns out.
+    pub fn probe(enabled: bool) -> HostSide {
+        let disabled = (!enabled).then(|| "left out (--no-host)".to_string());
+        let reason = if sys::geteuid() != 0 {
+            Some("not root: the mTHP knobs need root".to_string())
+        } else if !Path::new(THP_DIR).exists() {
+            Some(format!("no {THP_DIR}"))
+        } else {
+            None
+        };
+        HostSide {
+            disabled,
+            reason,
+            nodes: numa_nodes(),
+        }
+    }
+
+    /// Host columns that are never measured.
+    pub fn disabled(reason: &str) -> HostSide {
+        HostSide {
+            disabled: Some(reason.into()),
+            reason: None,
+            nodes: numa_nodes(),
+        }
+    }
+
+    /// "measured" or why not.
+    pub fn describe(&self) -> String {
+        match (&self.disabled, &self.reason) {
+            (Some(r), _) => format!("n/a ({r})"),
+            (None, Some(r)) => {
+                format!("only those that need no THP knob (spawn); others n/a ({r})")
+            }
+            (None, None) => "measured (THP knobs saved and restored per table)".into(),
+        }
+    }
+
+    /// NUMA nodes with memory.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Whether host columns that need no knob (spawn) are measured.
+    pub fn enabled(&self) -> Result<(), String> {
+        match &self.disabled {
+            Some(r) => Err(r.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Saves the THP knobs (waiting for a running oracle) and sets Linux's defaults.
+    pub fn session(&self) -> Result<HostSession, String> {
+        self.enabled()?;
+        if let Some(r) = &self.reason {
+            return Err(r.clone());
+        }
+        sys::install_stop_handler().map_err(|e| format!("signal handlers: errno {e}"))?;
+        let knobs = ThpKnobs::acquire().map_err(|e| format!("THP knobs unwritable: {e}"))?;
+        knobs
+            .set_defaults()
+            .map_err(|e| format!("THP knobs unwritable: {e}"))?;
+        Ok(HostSession { knobs })
+    }
+}
+
+impl HostSession {
+    /// Anonymous faults allocate folios of `bytes` (4K: order 0; 16K…2M: that mTHP size).
+    pub fn folio(&self, bytes: u64) -> Result<(), String> {
+        self.knobs.set_defaults().map_err(|e| e.to_string())?;
+        let mut settings = vec![ThpSetting::Top(ThpTop::Never)];
+        if bytes > 4096 {
+            let size = ThpSize::new(bytes).ok_or(format!("no mTHP size {bytes}"))?;
+            settings.push(ThpSetting::Size {
+                size,
+                policy: ThpPolicy::Always,
+            });
+        }
+        self.knobs.apply(&settings).map_err(|e| e.to_string())
+    }
+
+    /// PMD THP always (`on`) or never, other sizes off.
+    pub fn thp(&self, on: bool) -> Result<(), String> {
+        self.knobs.set_defaults().map_err(|e| e.to_string())?;
+        let top = if on { ThpTop::Always } else { ThpTop::Never };
+        self.knobs
+            .apply(&[ThpSetting::Top(top)])
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A `/proc/vmstat` counter.
+pub fn vmstat(name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// An mTHP statistic of one size (`anon_fault_alloc`), summed over CPUs by the kernel.
+pub fn mthp_stat(bytes: u64, name: &str) -> Option<u64> {
+    let p = format!("{THP_DIR}/hugepages-{}kB/stats/{name}", bytes >> 10);
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Describes an errno.
+pub fn errno_text(what: &str, e: i32) -> String {
+    format!("{what}: {}", std::io::Error::from_raw_os_error(e))
+}

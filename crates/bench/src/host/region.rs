@@ -1,0 +1,178 @@
+//! An anonymous mapping of the host kernel, aligned and exactly the requested size, unmapped
+//! when dropped (unless [`Region::unmap_timed`] already did, timing it).
+
+use super::errno_text;
+use oracle::sys;
+use std::time::Instant;
+
+/// `PROT_READ | PROT_WRITE`.
+pub const RW: i32 = libc_prot::READ | libc_prot::WRITE;
+/// `PROT_READ`.
+pub const RO: i32 = libc_prot::READ;
+const PMD: u64 = 2 << 20;
+const PAGE: u64 = 4096;
+
+/// The protection and mapping flag values of Linux (stable ABI).
+mod libc_prot {
+    pub const NONE: i32 = 0;
+    pub const READ: i32 = 1;
+    pub const WRITE: i32 = 2;
+    pub const PRIVATE: i32 = 0x02;
+    pub const FIXED: i32 = 0x10;
+    pub const ANONYMOUS: i32 = 0x20;
+    pub const POPULATE: i32 = 0x8000;
+    pub const LOCKED: i32 = 0x2000;
+}
+
+/// `MADV_DONTNEED`.
+pub const MADV_DONTNEED: i32 = 4;
+/// `MADV_POPULATE_WRITE` (Linux 5.14+).
+const MADV_POPULATE_WRITE: i32 = 23;
+
+/// A private anonymous mapping `[addr, addr + len)`.
+#[derive(Debug)]
+pub struct Region {
+    /// Start (2 MiB aligned).
+    pub addr: u64,
+    /// Length.
+    pub len: u64,
+    mapped: bool,
+}
+
+impl Region {
+    /// Reserves `len` bytes aligned to 2 MiB, `PROT_NONE`.
+    fn reserve(len: u64) -> Result<Region, String> {
+        let flags = libc_prot::PRIVATE | libc_prot::ANONYMOUS;
+        let map =
+            sys::mmap(0, len + PMD, libc_prot::NONE, flags).map_err(|e| errno_text("mmap", e))?;
+        let addr = (map + PMD - 1) & !(PMD - 1);
+        if addr > map {
+            sys::munmap(map, addr - map).map_err(|e| errno_text("munmap", e))?;
+        }
+        let tail = map + len + PMD - (addr + len);
+        if tail > 0 {
+            sys::munmap(addr + len, tail).map_err(|e| errno_text("munmap", e))?;
+        }
+        Ok(Region {
+            addr,
+            len,
+            mapped: true,
+        })
+    }
+
+    /// Maps `extra_flags` anonymous memory over the reservation.
+    fn map_over(len: u64, prot: i32, extra_flags: i32) -> Result<Region, String> {
+        let r = Region::reserve(len)?;
+        let flags = libc_prot::PRIVATE | libc_prot::ANONYMOUS | libc_prot::FIXED | extra_flags;
+        sys::mmap(r.addr, len, prot, flags).map_err(|e| errno_text("mmap", e))?;
+        Ok(r)
+    }
+
+    /// A read-write anonymous mapping, not populated.
+    pub fn anon(len: u64) -> Result<Region, String> {
+        Region::map_over(len, RW, 0)
+    }
+
+    /// A read-write mapping populated and mlocked at mmap (`MAP_LOCKED | MAP_POPULATE`).
+    pub fn locked(len: u64) -> Result<Region, String> {
+        Region::map_over(len, RW, libc_prot::LOCKED | libc_prot::POPULATE)
+    }
+
+    /// Write-faults every page in (`MADV_POPULATE_WRITE`, else one write per page), so the
+    /// folios have the size the mTHP policy gives.
+    pub fn populate(&self) -> Result<(), String> {
+        if sys::madvise(self.addr, self.len, MADV_POPULATE_WRITE).is_ok() {
+            return Ok(());
+        }
+        self.write_each_page()
+    }
+
+    /// One write access per page (keeping the contents).
+    pub fn write_each_page(&self) -> Result<(), String> {
+        sys::touch(self.addr, self.len, true).map_err(|s| format!("signal {s} writing"))
+    }
+
+    /// Writes every byte (`memset`).
+    pub fn fill(&self, byte: u8) -> Result<(), String> {
+        sys::fill(self.addr, self.len, byte).map_err(|s| format!("signal {s} writing"))
+    }
+
+    /// PTE-maps every PMD-mapped THP: `mprotect` of one subpage of each 2 MiB block to
+    /// read-only and back, as seed 000 does.
+    pub fn remap_ptes(&self) -> Result<(), String> {
+        self.protect_subpages(RO)?;
+        self.protect_subpages(RW)
+    }
+
+    /// `mprotect` of the first subpage of each 2 MiB block.
+    pub fn protect_subpages(&self, prot: i32) -> Result<(), String> {
+        for blk in (self.addr..self.addr + self.len).step_by(PMD as usize) {
+            sys::mprotect(blk, PAGE, prot).map_err(|e| errno_text("mprotect", e))?;
+        }
+        Ok(())
+    }
+
+    /// `MADV_DONTNEED` of every 4 KiB subpage, one call each.
+    pub fn dontneed_each_page(&self) -> Result<(), String> {
+        for a in (self.addr..self.addr + self.len).step_by(PAGE as usize) {
+            sys::madvise(a, PAGE, MADV_DONTNEED).map_err(|e| errno_text("madvise", e))?;
+        }
+        Ok(())
+    }
+
+    /// Unmaps the region and returns how long `munmap` took.
+    pub fn unmap_timed(mut self) -> Result<f64, String> {
+        let t = Instant::now();
+        let r = sys::munmap(self.addr, self.len);
+        let secs = t.elapsed().as_secs_f64();
+        self.mapped = false;
+        r.map_err(|e| errno_text("munmap", e))?;
+        Ok(secs)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.mapped {
+            let _ = sys::munmap(self.addr, self.len);
+        }
+    }
+}
+
+/// `n` single-page read-only VMAs (a read-only mapping of `2n` pages with every second page
+/// unmapped), not populated; unmapped when dropped.
+pub struct SparseVmas {
+    regions: Vec<Region>,
+}
+
+impl SparseVmas {
+    /// Maps them.
+    pub fn new(n: u64) -> Result<SparseVmas, String> {
+        if n == 0 {
+            return Ok(SparseVmas { regions: vec![] });
+        }
+        let r = Region::map_over(2 * n * PAGE, RO, 0)?;
+        for i in 0..n {
+            sys::munmap(r.addr + (2 * i + 1) * PAGE, PAGE).map_err(|e| errno_text("munmap", e))?;
+        }
+        let regions = (0..n)
+            .map(|i| Region {
+                addr: r.addr + 2 * i * PAGE,
+                len: PAGE,
+                mapped: true,
+            })
+            .collect();
+        std::mem::forget(r);
+        Ok(SparseVmas { regions })
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+}

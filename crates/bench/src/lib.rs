@@ -1,0 +1,40 @@
+//! The usermm benchmark suite (`usermm bench`).
+//!
+//! Every benchmark puts the engine's variants (baseline → stages → best) and, where it can be
+//! measured, the host kernel side by side in one run, on the same layout, and produces the
+//! same shape: a [`model::Table`] of rows (a folio size, a VMA count) × variants, each cell
+//! the timed samples of every repetition plus the exact counters of one.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`model`] | the table model and the report; the JSON schema (`docs/bench-schema.md`) |
+//! | [`stats`] | min/median/mean/stddev/max and the gain over the baseline |
+//! | [`text`] | mmtests compare layout as text |
+//! | [`plot`] | PNG and SVG plots (`plotters`, embedded font) |
+//! | [`html`] | the self-contained HTML report |
+//! | [`output`] | writing JSON, HTML and plots |
+//! | [`suite`] | the benchmark list, options, and running them |
+//! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
+//! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
+//! | [`cli`] | `usermm bench` |
+
+pub mod cli;
+pub mod engine;
+pub mod fault;
+pub mod fork;
+pub mod host;
+pub mod html;
+pub mod linear_map;
+pub mod model;
+pub mod munlock;
+pub mod output;
+pub mod plot;
+pub mod progress;
+pub mod sharing;
+pub mod spawn;
+pub mod stats;
+pub mod suite;
+pub mod text;
+
+pub use model::{Report, Table, SCHEMA_VERSION};
+pub use suite::{Bench, Options};

@@ -1,0 +1,284 @@
+//! The one shape every benchmark produces: a [`Table`] of rows × variants, each cell a
+//! [`Column`] of timed samples plus the exact counters of one repetition; and the
+//! [`Report`] that collects the tables of a run. This is also the JSON schema
+//! (`docs/bench-schema.md`): every type here serializes as documented there.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the JSON layout; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What a sample measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Elapsed time of one operation, seconds.
+    Seconds,
+    /// Operations per second.
+    PerSecond,
+}
+
+/// Which direction is an improvement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Less is better (time).
+    Lower,
+    /// More is better (rate).
+    Higher,
+}
+
+/// A summary row of the mmtests layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stat {
+    /// Smallest sample.
+    Min,
+    /// Median sample (the upper one of an even count).
+    Median,
+    /// Arithmetic mean.
+    Mean,
+    /// Population standard deviation.
+    Stddev,
+    /// Largest sample.
+    Max,
+}
+
+impl Stat {
+    /// The row name as mmtests prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stat::Min => "Min",
+            Stat::Median => "Median",
+            Stat::Mean => "Mean",
+            Stat::Stddev => "Stddev",
+            Stat::Max => "Max",
+        }
+    }
+}
+
+/// Where a column's numbers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VariantKind {
+    /// The usermm engine with one setting of its tunables; counters are exact and
+    /// identical between runs.
+    Engine,
+    /// The host's Linux kernel running the same layout; counters are what the host reports
+    /// (they may vary between runs).
+    Host,
+}
+
+/// One column of a table: an engine setting or the host kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    /// Short name, the column header (`per-pte`, `stage3`, `host`).
+    pub name: String,
+    /// Engine or host.
+    pub kind: VariantKind,
+    /// One sentence on what this variant is.
+    pub about: String,
+}
+
+impl Variant {
+    /// An engine variant.
+    pub fn engine(name: &str, about: &str) -> Variant {
+        Variant {
+            name: name.into(),
+            kind: VariantKind::Engine,
+            about: about.into(),
+        }
+    }
+
+    /// The host-kernel variant.
+    pub fn host(about: &str) -> Variant {
+        Variant {
+            name: "host".into(),
+            kind: VariantKind::Host,
+            about: about.into(),
+        }
+    }
+}
+
+/// One cell: the samples of one variant for one row, and its counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Column {
+    /// The variant's name.
+    pub variant: String,
+    /// One sample per repetition, in [`Table::unit`].
+    pub samples: Vec<f64>,
+    /// Counters of one repetition (engine: exact; host: as the host reports them).
+    pub counters: BTreeMap<String, u64>,
+    /// Why there are no samples (`"not root"`, `"1 NUMA node"`), if there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+impl Column {
+    /// A measured cell.
+    pub fn new(variant: &str, samples: Vec<f64>, counters: BTreeMap<String, u64>) -> Column {
+        Column {
+            variant: variant.into(),
+            samples,
+            counters,
+            unavailable: None,
+        }
+    }
+
+    /// Adds one host repetition: its sample and counters, or the reason it failed (which
+    /// makes the whole cell unavailable).
+    pub fn record(&mut self, res: Result<(f64, BTreeMap<String, u64>), String>) {
+        if self.unavailable.is_some() {
+            return;
+        }
+        match res {
+            Ok((s, c)) => {
+                self.samples.push(s);
+                self.counters = c;
+            }
+            Err(why) => *self = Column::unavailable(&self.variant, &why),
+        }
+    }
+
+    /// A cell that could not be measured, with the reason.
+    pub fn unavailable(variant: &str, reason: &str) -> Column {
+        Column {
+            variant: variant.into(),
+            unavailable: Some(reason.into()),
+            ..Column::default()
+        }
+    }
+}
+
+/// A number the seed's cover letter published, next to ours.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Published {
+    /// The variant of ours it corresponds to.
+    pub variant: String,
+    /// The published change as a gain over the seed's baseline, in the mmtests convention:
+    /// positive is better (a time that fell 30 % is `30.0`; a rate that rose 53 % is `53.0`).
+    pub gain_pct: f64,
+    /// The number as the seed printed it (`"-30%"`, `"43.46%"`).
+    pub text: String,
+}
+
+/// One row: a parameter value (a folio size, a VMA count) with one cell per variant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// The parameter value (`"64K"`, `"21+6400"`).
+    pub label: String,
+    /// One cell per variant, in [`Table::variants`] order.
+    pub columns: Vec<Column>,
+    /// The seed's published numbers for this row.
+    #[serde(default)]
+    pub published: Vec<Published>,
+}
+
+/// A benchmark table in the mmtests compare layout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Table {
+    /// Stable identifier (`fork`, `munlock-one-node`): the HTML anchor and plot file name.
+    pub id: String,
+    /// Human title.
+    pub title: String,
+    /// The seed this table reproduces (`"000"`), if any.
+    pub seed: Option<String>,
+    /// What a sample is (`"fork() time"`).
+    pub metric: String,
+    /// Unit of the samples.
+    pub unit: Unit,
+    /// Which direction is an improvement.
+    pub better: Better,
+    /// The summary rows shown (min/median/max, or min/mean/stddev/max).
+    pub stats: Vec<Stat>,
+    /// The variant every gain is computed against.
+    pub baseline: String,
+    /// The columns, baseline and stages first, the host last.
+    pub variants: Vec<Variant>,
+    /// What the row labels are (`"folio size"`).
+    pub row_label: String,
+    /// The rows.
+    pub rows: Vec<Row>,
+    /// The counters shown under the timings (all counters are in the JSON).
+    pub counters_shown: Vec<String>,
+    /// Where the published numbers come from (machine, size), if any.
+    pub published_source: Option<String>,
+    /// Remarks printed under the table.
+    pub notes: Vec<String>,
+}
+
+impl Table {
+    /// Index of a variant.
+    pub fn variant_index(&self, name: &str) -> Option<usize> {
+        self.variants.iter().position(|v| v.name == name)
+    }
+
+    /// Index of the baseline variant.
+    pub fn baseline_index(&self) -> Option<usize> {
+        self.variant_index(&self.baseline)
+    }
+}
+
+/// How the run was configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The benchmarks run (`all`, `fork`, …).
+    pub which: String,
+    /// Size of the memory layouts, bytes.
+    pub scale_bytes: u64,
+    /// Repetitions per measurement.
+    pub reps: usize,
+    /// Seconds per point of the spawn benchmark.
+    pub spawn_seconds: f64,
+    /// RAM sizes of the linear-map benchmark, GiB.
+    pub linear_map_gib: Vec<u64>,
+}
+
+/// The machine the run was on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// `uname -r`-style kernel release (from /proc), or empty.
+    pub kernel: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// NUMA nodes with memory.
+    pub numa_nodes: usize,
+    /// Whether the host-kernel columns could be measured, or why not.
+    pub host_columns: String,
+}
+
+/// Everything one `usermm bench` run produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `usermm-bench <version>`.
+    pub generator: String,
+    /// Configuration.
+    pub run: RunInfo,
+    /// The machine.
+    pub host: HostInfo,
+    /// Wall time of the whole run, seconds.
+    pub wall_seconds: f64,
+    /// The tables, in run order.
+    pub tables: Vec<Table>,
+}
+
+impl Report {
+    /// Serializes as pretty JSON.
+    pub fn to_json(&self) -> anyhow::Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// Parses a report, refusing another schema version.
+    pub fn from_json(text: &str) -> anyhow::Result<Report> {
+        let r: Report = serde_json::from_str(text)?;
+        anyhow::ensure!(
+            r.schema_version == SCHEMA_VERSION,
+            "report schema {} is not {SCHEMA_VERSION}",
+            r.schema_version
+        );
+        Ok(r)
+    }
+}

@@ -1,0 +1,237 @@
+//! Seed 004: timedmunlock — map `MAP_LOCKED | MAP_POPULATE`, then time `munlock` of all of
+//! it, for stage0…stage7 (the 2013 series applied cumulatively), the modern design, and the
+//! host kernel; three setups: one node without THP, two nodes interleaved, THP on. The
+//! tables show min/mean/stddev/max as the seed's mmtests output does.
+
+use crate::engine::{counters, RW};
+use crate::host::measure::timed;
+use crate::host::region::Region;
+use crate::host::HostSession;
+use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::suite::Ctx;
+use oracle::sys;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use usermm::machine::MemPolicy;
+use usermm::tunables::MunlockDesign;
+use usermm::{Ev, Machine, MachineConfig, MmapArgs, Privilege, ThpPolicy};
+
+/// One benchmark setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// One node, THP off.
+    OneNode,
+    /// Two nodes, interleaved placement.
+    Interleaved,
+    /// One node, THP on.
+    Thp,
+}
+
+/// The setups in the seed's order.
+pub const SETUPS: [Setup; 3] = [Setup::OneNode, Setup::Interleaved, Setup::Thp];
+
+impl Setup {
+    fn id(self) -> &'static str {
+        match self {
+            Setup::OneNode => "munlock-one-node",
+            Setup::Interleaved => "munlock-interleaved",
+            Setup::Thp => "munlock-thp",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Setup::OneNode => "one node, THP off",
+            Setup::Interleaved => "2 nodes, interleaved (numactl --interleave)",
+            Setup::Thp => "THP on",
+        }
+    }
+
+    /// The seed's "Elapsed mean" gains of stage1…stage7 for this setup.
+    fn seed_mean(self) -> [&'static str; 7] {
+        match self {
+            Setup::OneNode => [
+                "-0.23%", "11.33%", "20.26%", "21.21%", "29.88%", "34.93%", "43.46%",
+            ],
+            Setup::Interleaved => [
+                "0.51%", "3.49%", "6.84%", "7.48%", "6.69%", "11.27%", "16.59%",
+            ],
+            Setup::Thp => [
+                "-0.27%", "6.39%", "5.30%", "5.32%", "5.03%", "5.97%", "5.22%",
+            ],
+        }
+    }
+}
+
+/// One engine repetition.
+fn engine_once(
+    size: u64,
+    setup: Setup,
+    design: MunlockDesign,
+) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    let nodes = if setup == Setup::Interleaved { 2 } else { 1 };
+    let mut cfg = MachineConfig {
+        memory: (size + (256 << 20)).next_power_of_two().max(512 << 20) * nodes as u64,
+        nodes,
+        ..MachineConfig::default()
+    };
+    cfg.tunables.check_tlb = false;
+    cfg.tunables.munlock = design;
+    let m = Machine::new(cfg);
+    m.update_tunables(|t| {
+        t.thp.top = if setup == Setup::Thp {
+            ThpPolicy::Always
+        } else {
+            ThpPolicy::Never
+        }
+    });
+    if setup == Setup::Interleaved {
+        m.set_mempolicy(MemPolicy::Interleave);
+    }
+    let cpu = m.enter_cpu(0)?;
+    let p = cpu.spawn(Privilege::Privileged, u64::MAX)?;
+    let args = MmapArgs {
+        locked: true,
+        populate: true,
+        ..MmapArgs::anon(size, RW)
+    };
+    let a = cpu.mmap(p, args)?;
+    cpu.lru_add_drain();
+    let before = m.counters();
+    let t = Instant::now();
+    cpu.munlock(p, a, size)?;
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, m.counters().delta(&before)))
+}
+
+/// Interleaves this thread's allocations over `nodes` nodes (0: back to the default).
+fn host_interleave(nodes: usize) -> Result<(), String> {
+    let (mode, mask) = if nodes >= 2 {
+        (3, (1u64 << nodes.min(63)) - 1)
+    } else {
+        (0, 0)
+    };
+    sys::set_mempolicy(mode, mask).map_err(|e| crate::host::errno_text("set_mempolicy", e))
+}
+
+/// One host repetition: `MAP_LOCKED | MAP_POPULATE`, drain the LRU batches, time munlock.
+fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> Result<f64, String> {
+    s.thp(setup == Setup::Thp)?;
+    if setup == Setup::Interleaved {
+        host_interleave(nodes)?;
+    }
+    let r = Region::locked(size);
+    if setup == Setup::Interleaved {
+        host_interleave(0)?;
+    }
+    let r = r?;
+    sys::drain_lru_batches();
+    timed(|| sys::munlock(r.addr, r.len).map_err(|e| crate::host::errno_text("munlock", e)))
+}
+
+fn variants() -> Vec<Variant> {
+    let mut v: Vec<Variant> = MunlockDesign::ALL
+        .iter()
+        .map(|d| {
+            let about = match d {
+                MunlockDesign::Stage(0) => "3.11-rc3: munlock page by page".to_string(),
+                MunlockDesign::Stage(n) => {
+                    format!("3.11-rc3 plus patches 1..{n} of the 2013 series")
+                }
+                MunlockDesign::Modern => {
+                    "the current design (5.18+): munlock at rmap removal, per-CPU mlock batch"
+                        .into()
+                }
+            };
+            Variant::engine(&d.name(), &about)
+        })
+        .collect();
+    v.push(Variant::host(
+        "the host kernel: MAP_LOCKED|MAP_POPULATE, then munlock timed",
+    ));
+    v
+}
+
+/// Measurements of one table (for the progress bar).
+pub fn steps(reps: usize) -> u64 {
+    (reps * (MunlockDesign::ALL.len() + 1)) as u64
+}
+
+/// The host column of one setup.
+fn host_column(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Column> {
+    let nodes = ctx.host.nodes();
+    let session = if setup == Setup::Interleaved && nodes < 2 {
+        Err(format!("{nodes} node"))
+    } else {
+        ctx.host.session()
+    };
+    let mut col = Column::new("host", vec![], BTreeMap::new());
+    for _ in 0..ctx.opts.reps {
+        let res = session
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|s| host_once(s, ctx.opts.munlock_scale, setup, nodes));
+        col.record(res.map(|secs| (secs, BTreeMap::new())));
+        ctx.task.step("host")?;
+    }
+    Ok(col)
+}
+
+/// The table of one setup.
+pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
+    let size = ctx.opts.munlock_scale;
+    let mut cols = Vec::new();
+    for design in MunlockDesign::ALL {
+        let mut col = Column::new(&design.name(), vec![], BTreeMap::new());
+        for _ in 0..ctx.opts.reps {
+            let (secs, c) = engine_once(size, setup, design)?;
+            col.samples.push(secs);
+            col.counters = counters(&c);
+            ctx.task.step(&design.name())?;
+        }
+        cols.push(col);
+    }
+    cols.push(host_column(ctx, setup)?);
+    let published = setup
+        .seed_mean()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Published {
+            variant: format!("stage{}", i + 1),
+            gain_pct: t.trim_end_matches('%').parse().unwrap_or(0.0),
+            text: t.to_string(),
+        })
+        .collect();
+    Ok(Table {
+        id: setup.id().into(),
+        title: format!("timedmunlock: {} MiB, {}", size >> 20, setup.title()),
+        seed: Some("004".into()),
+        metric: "munlock() time".into(),
+        unit: Unit::Seconds,
+        better: Better::Lower,
+        stats: vec![Stat::Min, Stat::Mean, Stat::Stddev, Stat::Max],
+        baseline: "stage0".into(),
+        variants: variants(),
+        row_label: "size".into(),
+        rows: vec![Row {
+            label: crate::engine::size_label(size),
+            columns: cols,
+            published,
+        }],
+        counters_shown: [
+            Ev::LockLru,
+            Ev::RefcountAtomic,
+            Ev::NrMlockUpdate,
+            Ev::BatchDrain,
+            Ev::LockPtl,
+            Ev::PteRead,
+        ]
+        .iter()
+        .map(|e| e.name().to_string())
+        .collect(),
+        published_source: Some(
+            "3.11-rc3 + the 2013 series, 'Elapsed mean' of mmtests timedmunlock (56 GB); the Seed row holds the mean's gain".into(),
+        ),
+        notes: vec![],
+    })
+}

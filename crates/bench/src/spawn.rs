@@ -1,0 +1,185 @@
+//! Seed 001: the spawn benchmark — fork+exit rate of a process with 21 + N VMAs, the child
+//! VMA tree built by insertion (before) or by `__mt_dup` (seed 001), and the host kernel's
+//! fork+exit+wait rate with N extra single-page VMAs.
+
+use crate::engine::{counters, machine, RO, RW};
+use crate::host::measure::{fork_exit_rate, vma_count};
+use crate::host::region::SparseVmas;
+use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::suite::Ctx;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use usermm::tunables::VmaTreeCopy;
+use usermm::{Ev, MmapArgs, Placement, Privilege};
+
+/// The extra VMA counts of the seed's table.
+pub const EXTRA: [u64; 8] = [0, 100, 200, 400, 800, 1600, 3200, 6400];
+
+/// Seed 001's published change (forks per 10 s, next-20230829 vs the series).
+const SEED: [(u64, &str); 8] = [
+    (0, "+2.37%"),
+    (100, "+13.09%"),
+    (200, "+20.23%"),
+    (400, "+26.39%"),
+    (800, "+38.18%"),
+    (1600, "+44.66%"),
+    (3200, "+47.92%"),
+    (6400, "+52.98%"),
+];
+
+/// A machine with one process of `21 + extra` VMAs (21 written, `extra` read-only, empty).
+fn setup(extra: u64, mode: VmaTreeCopy) -> anyhow::Result<(usermm::Machine, usermm::Pid)> {
+    let m = machine(64 << 20, 4096);
+    m.update_tunables(|t| t.vma_tree_dup = mode);
+    let p;
+    {
+        let cpu = m.enter_cpu(0)?;
+        p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+        for i in 0..21 + extra {
+            let a = 0x1000_0000 + i * 0x2000;
+            let args = MmapArgs {
+                placement: Placement::Fixed(a),
+                ..MmapArgs::anon(4096, if i < 21 { RW } else { RO })
+            };
+            cpu.mmap(p, args)?;
+            if i < 21 {
+                cpu.write_fill(p, a, 4096, 1).map_err(crate::engine::sig)?;
+            }
+        }
+    }
+    Ok((m, p))
+}
+
+/// The node statistics of a process's VMA tree.
+fn tree_stats(m: &usermm::Machine, p: usermm::Pid) -> anyhow::Result<maple::TreeStats> {
+    let task = m.task(p)?;
+    let st = task.mm.lock.read();
+    Ok(st.vmas.tree.stats())
+}
+
+/// Forks+exits per second for `secs`, and the exact counters of one fork+exit, with the
+/// child's VMA-tree nodes: allocated while it was built (`maple_nodes_allocated`; the
+/// inserted tree has a node cache of its own, the duplicated one shares the parent's) and
+/// in the finished tree (`maple_tree_nodes`).
+fn engine_rate(
+    extra: u64,
+    mode: VmaTreeCopy,
+    secs: f64,
+) -> anyhow::Result<(f64, BTreeMap<String, u64>)> {
+    let (m, p) = setup(extra, mode)?;
+    let cpu = m.enter_cpu(0)?;
+    let before = m.counters();
+    let parent = tree_stats(&m, p)?;
+    let c = cpu.fork(p)?;
+    let child = tree_stats(&m, c)?;
+    cpu.exit(c)?;
+    let mut one = counters(&m.counters().delta(&before));
+    let allocated = match mode {
+        VmaTreeCopy::Insert => child.allocated,
+        VmaTreeCopy::Dup => child.allocated.saturating_sub(parent.allocated),
+    };
+    one.insert("maple_nodes_allocated".into(), allocated);
+    one.insert("maple_tree_nodes".into(), child.nodes as u64);
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let c = cpu.fork(p)?;
+        cpu.exit(c)?;
+        n += 1;
+    }
+    Ok((n as f64 / start.elapsed().as_secs_f64(), one))
+}
+
+/// The host's rate with `extra` more VMAs than this process has.
+fn host_rate(extra: u64, secs: f64) -> Result<(f64, BTreeMap<String, u64>), String> {
+    let vmas = SparseVmas::new(extra)?;
+    let total = vma_count();
+    let (rate, _) = fork_exit_rate(secs)?;
+    drop(vmas);
+    let mut c = BTreeMap::new();
+    c.insert("host_vmas".to_string(), total);
+    Ok((rate, c))
+}
+
+/// Measurements (for the progress bar).
+pub fn steps(reps: usize, points: usize) -> u64 {
+    (reps * points * 3) as u64
+}
+
+fn variants() -> Vec<Variant> {
+    vec![
+        Variant::engine("insert", "the child's VMA tree built by inserting VMA by VMA (before seed 001)"),
+        Variant::engine("dup", "__mt_dup: the tree's nodes duplicated top-down, entries replaced (seed 001)"),
+        Variant::host("the host kernel: fork + child _exit + waitpid of this process with N extra single-page VMAs"),
+    ]
+}
+
+fn published(extra: u64) -> Vec<Published> {
+    SEED.iter()
+        .filter(|(e, _)| *e == extra)
+        .map(|(_, t)| Published {
+            variant: "dup".into(),
+            gain_pct: t.trim_end_matches('%').parse().unwrap_or(0.0),
+            text: t.to_string(),
+        })
+        .collect()
+}
+
+/// The spawn table.
+pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
+    let secs = ctx.opts.spawn_seconds;
+    let host_ok = ctx.host.enabled();
+    let mut rows = Vec::new();
+    for &extra in &ctx.opts.spawn_extra {
+        let label = format!("21+{extra}");
+        let mut cols: Vec<Column> = variants()
+            .iter()
+            .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
+            .collect();
+        for _ in 0..ctx.opts.reps {
+            for (i, mode) in [VmaTreeCopy::Insert, VmaTreeCopy::Dup]
+                .into_iter()
+                .enumerate()
+            {
+                let (rate, c) = engine_rate(extra, mode, secs)?;
+                cols[i].samples.push(rate);
+                cols[i].counters = c;
+                ctx.task.step(&format!("{label} {}", cols[i].variant))?;
+            }
+            cols[2].record(host_ok.clone().and_then(|_| host_rate(extra, secs)));
+            ctx.task.step(&format!("{label} host"))?;
+        }
+        rows.push(Row {
+            label,
+            columns: cols,
+            published: published(extra),
+        });
+    }
+    Ok(Table {
+        id: "spawn".into(),
+        title: format!("fork+exit rate with 21 + N VMAs, {secs} s per point"),
+        seed: Some("001".into()),
+        metric: "fork+exit rate".into(),
+        unit: Unit::PerSecond,
+        better: Better::Higher,
+        stats: vec![Stat::Min, Stat::Median, Stat::Max],
+        baseline: "insert".into(),
+        variants: variants(),
+        row_label: "VMAs".into(),
+        rows,
+        counters_shown: vec![
+            "maple_nodes_allocated".into(),
+            "maple_tree_nodes".into(),
+            Ev::PteRead.name().into(),
+            Ev::LockPtl.name().into(),
+            "host_vmas".into(),
+        ],
+        published_source: Some(
+            "6.5.0-next-20230829 vs the series, forks per 10 s of byte-unixbench spawn bound to one CPU".into(),
+        ),
+        notes: vec![
+            "engine counters: one fork+exit (the timed loop runs as many as fit in the time)".into(),
+            "host: the VMAs of this process itself plus N (host_vmas), not 21 + N".into(),
+        ],
+    })
+}

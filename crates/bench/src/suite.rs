@@ -1,0 +1,182 @@
+//! The suite: which benchmarks exist, their options, and running a selection of them into
+//! one [`Report`].
+
+use crate::host::{kernel_release, HostSide};
+use crate::model::{HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
+use crate::progress::{Progress, Task};
+use crate::{fault, fork, linear_map, munlock, sharing, spawn};
+use std::time::Instant;
+
+/// One benchmark of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bench {
+    /// Fault-in cost.
+    Fault,
+    /// Seed 000: fork of PTE-mapped folios.
+    Fork,
+    /// Seed 000: munmap of PTE-mapped folios.
+    Munmap,
+    /// Seed 001: fork+exit rate with many VMAs.
+    Spawn,
+    /// Seed 003: the eight micro benchmarks.
+    Sharing,
+    /// Seed 004: timedmunlock, three setups.
+    Munlock,
+    /// Seed 002: arm64 linear map creation.
+    LinearMap,
+}
+
+impl Bench {
+    /// The whole suite in run order.
+    pub const ALL: [Bench; 7] = [
+        Bench::Fault,
+        Bench::Fork,
+        Bench::Munmap,
+        Bench::Spawn,
+        Bench::Sharing,
+        Bench::Munlock,
+        Bench::LinearMap,
+    ];
+
+    /// The subcommand name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bench::Fault => "fault",
+            Bench::Fork => "fork",
+            Bench::Munmap => "munmap",
+            Bench::Spawn => "spawn",
+            Bench::Sharing => "sharing",
+            Bench::Munlock => "munlock",
+            Bench::LinearMap => "linear-map",
+        }
+    }
+
+    /// Parses a subcommand name; `all` is every benchmark.
+    pub fn parse(s: &str) -> Option<Vec<Bench>> {
+        if s == "all" {
+            return Some(Bench::ALL.to_vec());
+        }
+        Bench::ALL.iter().find(|b| b.name() == s).map(|b| vec![*b])
+    }
+
+    /// Measurements it makes (for the progress bar).
+    fn steps(self, o: &Options) -> u64 {
+        match self {
+            Bench::Fault => fault::steps(o.reps),
+            Bench::Fork | Bench::Munmap => fork::steps(o.reps, o.folios.len()),
+            Bench::Spawn => spawn::steps(o.reps, o.spawn_extra.len()),
+            Bench::Sharing => sharing::steps(o.reps),
+            Bench::Munlock => 3 * munlock::steps(o.reps),
+            Bench::LinearMap => linear_map::steps(o.reps, o.linear_map_gib.len()),
+        }
+    }
+}
+
+/// What to run and at which scale.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Size of the fault, fork, munmap and sharing layouts, bytes.
+    pub scale: u64,
+    /// Size of the munlock layout, bytes.
+    pub munlock_scale: u64,
+    /// Repetitions per measurement.
+    pub reps: usize,
+    /// Seconds per point of the spawn benchmark.
+    pub spawn_seconds: f64,
+    /// Extra VMA counts of the spawn benchmark.
+    pub spawn_extra: Vec<u64>,
+    /// Folio sizes of the fork and munmap tables.
+    pub folios: Vec<u64>,
+    /// RAM sizes of the linear-map benchmark, GiB.
+    pub linear_map_gib: Vec<u64>,
+    /// Modelled latency of one TLBI, ns.
+    pub tlbi_ns: u64,
+}
+
+impl Default for Options {
+    /// The small default scale of `usermm bench`: a few minutes on 2 cores.
+    fn default() -> Options {
+        Options {
+            scale: 256 << 20,
+            munlock_scale: 256 << 20,
+            reps: 3,
+            spawn_seconds: 0.2,
+            spawn_extra: spawn::EXTRA.to_vec(),
+            folios: fork::FOLIOS.to_vec(),
+            linear_map_gib: vec![16, 64],
+            tlbi_ns: linear_map::DEFAULT_TLBI_NS,
+        }
+    }
+}
+
+/// What a benchmark sees while it runs.
+pub struct Ctx<'a> {
+    /// The options.
+    pub opts: &'a Options,
+    /// Whether and how host columns are measured.
+    pub host: &'a HostSide,
+    /// Its progress bar.
+    pub task: &'a Task,
+}
+
+/// Runs one benchmark.
+fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
+    Ok(match b {
+        Bench::Fault => vec![fault::table(ctx)?],
+        Bench::Fork => vec![fork::table(ctx, fork::Op::Fork)?],
+        Bench::Munmap => vec![fork::table(ctx, fork::Op::Munmap)?],
+        Bench::Spawn => vec![spawn::table(ctx)?],
+        Bench::Sharing => vec![sharing::table(ctx)?],
+        Bench::Munlock => munlock::SETUPS
+            .iter()
+            .map(|&s| munlock::table(ctx, s))
+            .collect::<anyhow::Result<_>>()?,
+        Bench::LinearMap => linear_map::tables(ctx)?,
+    })
+}
+
+/// Runs `which`, calling `each` with every finished table (to print it at once).
+pub fn run(
+    which: &[Bench],
+    opts: &Options,
+    host: &HostSide,
+    progress: &Progress,
+    mut each: impl FnMut(&Table),
+) -> anyhow::Result<Report> {
+    let start = Instant::now();
+    let mut tables = Vec::new();
+    for &b in which {
+        let task = progress.task(b.name(), b.steps(opts));
+        let ctx = Ctx {
+            opts,
+            host,
+            task: &task,
+        };
+        let ts = run_one(b, &ctx)?;
+        progress.done(task);
+        for t in &ts {
+            progress.suspend(|| each(t));
+        }
+        tables.extend(ts);
+    }
+    progress.finish();
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
+        run: RunInfo {
+            which: which.iter().map(|b| b.name()).collect::<Vec<_>>().join(","),
+            scale_bytes: opts.scale,
+            reps: opts.reps,
+            spawn_seconds: opts.spawn_seconds,
+            linear_map_gib: opts.linear_map_gib.clone(),
+        },
+        host: HostInfo {
+            kernel: kernel_release(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            numa_nodes: host.nodes(),
+            host_columns: host.describe(),
+        },
+        wall_seconds: start.elapsed().as_secs_f64(),
+        tables,
+    })
+}

@@ -1,0 +1,260 @@
+//! Plain-text rendering in the layout of mmtests' compare output (seed 004 shows it): one
+//! column per variant, one line per summary statistic and row, `value (gain%)` against the
+//! baseline column, then the seed's published gain and the counters that explain the
+//! difference. The same cells feed the HTML tables ([`cells`]).
+
+use crate::model::{Better, Stat, Table, Unit};
+use crate::stats::{cell_gain, summary};
+
+/// One rendered line: its left label and one string per variant.
+pub struct Line {
+    /// `Min 64K`, `Seed 64K`, `refcount_atomics 64K`.
+    pub label: String,
+    /// What kind of line (for styling).
+    pub kind: LineKind,
+    /// One cell per variant.
+    pub cells: Vec<Cell>,
+}
+
+/// One rendered cell: a value and, for engine stages, its gain over the baseline.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cell {
+    /// The value, `n/a`, or empty.
+    pub text: String,
+    /// The gain over the baseline in percent (positive is better).
+    pub gain: Option<f64>,
+}
+
+impl Cell {
+    fn plain(text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            gain: None,
+        }
+    }
+
+    /// `value (gain%)` or the value alone.
+    pub fn render(&self) -> String {
+        match self.gain {
+            Some(g) if self.text.is_empty() => fmt_gain(g),
+            Some(g) => format!("{} {}", self.text, fmt_gain(g)),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// The kind of a rendered line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineKind {
+    /// A summary statistic of the samples.
+    Stat,
+    /// The seed's published gain.
+    Seed,
+    /// A counter.
+    Counter,
+}
+
+/// The display unit of the table's values.
+pub fn unit_text(table: &Table) -> &'static str {
+    match table.unit {
+        Unit::Seconds => "ms",
+        Unit::PerSecond => "per second",
+    }
+}
+
+/// Decimals that keep a row's largest value readable (about four significant digits).
+fn decimals(table: &Table, row: usize) -> usize {
+    let scale = display_scale(table);
+    let max = table.rows[row]
+        .columns
+        .iter()
+        .flat_map(|c| c.samples.iter())
+        .fold(0.0f64, |m, v| m.max(v * scale));
+    match max {
+        m if m >= 1000.0 => 0,
+        m if m >= 100.0 => 1,
+        m if m >= 10.0 => 2,
+        m if m >= 1.0 => 3,
+        _ => 4,
+    }
+}
+
+/// Multiplier from the stored unit to the display unit.
+pub fn display_scale(table: &Table) -> f64 {
+    match table.unit {
+        Unit::Seconds => 1e3,
+        Unit::PerSecond => 1.0,
+    }
+}
+
+/// A gain as mmtests prints it: `( 43.46%)`.
+pub fn fmt_gain(g: f64) -> String {
+    format!("({g:6.2}%)")
+}
+
+fn stat_cell(table: &Table, row: usize, col: usize, stat: Stat, dec: usize) -> Cell {
+    let c = &table.rows[row].columns[col];
+    if c.unavailable.is_some() {
+        return Cell::plain("n/a");
+    }
+    let Some(v) = summary(stat, &c.samples) else {
+        return Cell::plain("-");
+    };
+    Cell {
+        text: format!("{:.dec$}", v * display_scale(table)),
+        gain: cell_gain(table, row, col, stat),
+    }
+}
+
+fn seed_line(table: &Table, row: usize) -> Option<Line> {
+    let r = &table.rows[row];
+    if r.published.is_empty() {
+        return None;
+    }
+    let mut cells = vec![Cell::default(); table.variants.len()];
+    for p in &r.published {
+        if let Some(i) = table.variant_index(&p.variant) {
+            cells[i].gain = Some(p.gain_pct);
+        }
+    }
+    Some(Line {
+        label: format!("Seed {}", r.label),
+        kind: LineKind::Seed,
+        cells,
+    })
+}
+
+/// The counters of a row that at least one cell has, one line each.
+fn counter_lines(table: &Table, row: usize) -> Vec<Line> {
+    let r = &table.rows[row];
+    table
+        .counters_shown
+        .iter()
+        .filter(|name| r.columns.iter().any(|c| c.counters.contains_key(*name)))
+        .map(|name| Line {
+            label: format!("{name} {}", r.label),
+            kind: LineKind::Counter,
+            cells: r
+                .columns
+                .iter()
+                .map(|c| match (c.counters.get(name), &c.unavailable) {
+                    (Some(v), _) => Cell::plain(v.to_string()),
+                    (None, Some(_)) => Cell::default(),
+                    (None, None) => Cell::plain("-"),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Every line of the table body, row group by row group.
+pub fn cells(table: &Table) -> Vec<Vec<Line>> {
+    (0..table.rows.len())
+        .map(|row| {
+            let dec = decimals(table, row);
+            let mut lines: Vec<Line> = table
+                .stats
+                .iter()
+                .map(|&stat| Line {
+                    label: format!("{} {}", stat.label(), table.rows[row].label),
+                    kind: LineKind::Stat,
+                    cells: (0..table.variants.len())
+                        .map(|col| stat_cell(table, row, col, stat, dec))
+                        .collect(),
+                })
+                .collect();
+            lines.extend(seed_line(table, row));
+            lines.extend(counter_lines(table, row));
+            lines
+        })
+        .collect()
+}
+
+/// The explanation line under the title.
+pub fn legend(table: &Table) -> String {
+    let dir = match table.better {
+        Better::Lower => "lower is better",
+        Better::Higher => "higher is better",
+    };
+    let mut s = format!(
+        "{} in {}, {dir}; (%) = gain over {} (mmtests convention: positive is better)",
+        table.metric,
+        unit_text(table),
+        table.baseline
+    );
+    if table.rows.iter().any(|r| !r.published.is_empty()) {
+        s.push_str("; Seed = the seed's published gain");
+    }
+    s
+}
+
+/// The remarks under a table: unavailable columns, where published numbers come from, notes.
+pub fn footnotes(table: &Table) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, v) in table.variants.iter().enumerate() {
+        let why = table
+            .rows
+            .iter()
+            .find_map(|r| r.columns.get(i).and_then(|c| c.unavailable.clone()));
+        if let Some(why) = why {
+            out.push(format!("{}: n/a ({why})", v.name));
+        }
+    }
+    if let Some(src) = &table.published_source {
+        out.push(format!("seed: {src}"));
+    }
+    out.extend(table.notes.iter().cloned());
+    out
+}
+
+/// The title line.
+pub fn heading(table: &Table) -> String {
+    match &table.seed {
+        Some(s) => format!("{}: {} (seed {s})", table.id, table.title),
+        None => format!("{}: {}", table.id, table.title),
+    }
+}
+
+/// The whole table as text.
+pub fn render(table: &Table) -> String {
+    let groups = cells(table);
+    let left = groups
+        .iter()
+        .flatten()
+        .map(|l| l.label.len())
+        .max()
+        .unwrap_or(0)
+        .max(8)
+        + 2;
+    let width = groups
+        .iter()
+        .flatten()
+        .flat_map(|l| l.cells.iter().map(|c| c.render().len()))
+        .chain(table.variants.iter().map(|v| v.name.len()))
+        .max()
+        .unwrap_or(0)
+        + 3;
+    let mut out = format!("\n{}\n  {}\n", heading(table), legend(table));
+    out.push_str(&format!("{:left$}", ""));
+    for v in &table.variants {
+        out.push_str(&format!("{:>width$}", v.name));
+    }
+    out.push('\n');
+    let spaced = groups.len() > 1 && groups.iter().any(|g| g.len() > table.stats.len());
+    for (gi, g) in groups.iter().enumerate() {
+        if spaced && gi > 0 {
+            out.push('\n');
+        }
+        for line in g {
+            out.push_str(&format!("{:<left$}", line.label));
+            for c in &line.cells {
+                out.push_str(&format!("{:>width$}", c.render()));
+            }
+            out.push('\n');
+        }
+    }
+    for f in footnotes(table) {
+        out.push_str(&format!("  {f}\n"));
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! The suite's outputs: counters identical between two runs, the JSON round trip, the text
+//! and HTML layouts, and the plots (PNG drawn with the embedded font, SVG).
+
+mod common;
+
+use std::collections::BTreeMap;
+use usermm_bench::model::VariantKind;
+use usermm_bench::{html, output, text, Report};
+
+/// (table, row, variant) → counters of every engine cell.
+fn engine_counters(r: &Report) -> BTreeMap<(String, String, String), BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for t in &r.tables {
+        for row in &t.rows {
+            for (v, c) in t.variants.iter().zip(&row.columns) {
+                if v.kind == VariantKind::Engine {
+                    let key = (t.id.clone(), row.label.clone(), v.name.clone());
+                    out.insert(key, c.counters.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn counters_are_identical_between_runs_and_json_round_trips() {
+    let a = common::tiny_report();
+    let b = common::tiny_report();
+    let (ca, cb) = (engine_counters(&a), engine_counters(&b));
+    assert!(ca.len() > 50, "only {} engine cells", ca.len());
+    assert!(
+        ca.values().all(|c| !c.is_empty()),
+        "an engine cell without counters"
+    );
+    for (k, v) in &ca {
+        assert_eq!(Some(v), cb.get(k), "counters of {k:?} differ between runs");
+    }
+    let json = a.to_json().expect("json");
+    let back = Report::from_json(&json).expect("parse");
+    assert!(back == a, "the report changed in a JSON round trip");
+    assert!(json.contains("\"schema_version\": 1"));
+    let ids: Vec<&str> = a.tables.iter().map(|t| t.id.as_str()).collect();
+    for id in [
+        "fault",
+        "fork",
+        "munmap",
+        "spawn",
+        "sharing",
+        "munlock-one-node",
+        "munlock-interleaved",
+        "munlock-thp",
+        "linear-map",
+        "linear-map-engine",
+    ] {
+        assert!(ids.contains(&id), "no table {id} in {ids:?}");
+    }
+}
+
+#[test]
+fn text_html_and_plots() {
+    let r = common::tiny_report();
+    let fork = r
+        .tables
+        .iter()
+        .find(|t| t.id == "fork")
+        .expect("fork table");
+    let txt = text::render(fork);
+    assert!(txt.contains("per-pte") && txt.contains("batched") && txt.contains("host"));
+    assert!(txt.contains("Median 64K") && txt.contains("Seed 64K") && txt.contains("( 26.00%)"));
+    assert!(txt.contains("fork_batches 2M"));
+    assert!(txt.contains("host: n/a (left out by the test)"));
+    let page = html::report_html(&r).expect("html");
+    for t in &r.tables {
+        assert!(page.contains(&format!("id=\"table-{}\"", t.id)), "{}", t.id);
+        assert!(page.contains(&format!("id=\"plot-{}\"", t.id)), "{}", t.id);
+    }
+    assert!(
+        !page.contains("src=\"http") && !page.contains("href=\"http"),
+        "external resource"
+    );
+    let dir = std::env::temp_dir().join(format!("usermm-bench-test-{}", std::process::id()));
+    let files = output::write_plots(&r, &dir).expect("plots");
+    let png = files
+        .iter()
+        .find(|p| p.ends_with("fork.png"))
+        .expect("fork.png");
+    let bytes = std::fs::read(png).expect("read png");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(dir.join("fork.svg")).expect("svg");
+    assert!(svg.contains("<svg") && svg.contains("folio size"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
