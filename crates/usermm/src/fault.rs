@@ -605,18 +605,7 @@ impl<'m> Cpu<'m> {
             self.zap_deposited_table(mm, haddr);
             return Some(FaultOutcome::Completed);
         }
-        rmap::add_new_anon(
-            phys,
-            c,
-            head,
-            head,
-            1 << HPAGE_PMD_ORDER,
-            Level::Pmd,
-            owner,
-            mm.id,
-        );
-        phys.memmap.set_index(head, vma.pgoff_at(haddr));
-        self.folio_add_lru_vma(head, vma);
+        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
@@ -627,6 +616,14 @@ impl<'m> Cpu<'m> {
         c.add(Ev::FaultAnonPmd, 1);
         mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
         Some(FaultOutcome::Completed)
+    }
+
+    /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
+    fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: u64, haddr: u64, owner: u32) {
+        let phys = &self.m.phys;
+        rmap::add_new_anon(phys, self.c(), head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner, mm.id);
+        phys.memmap.set_index(head, vma.pgoff_at(haddr));
+        self.folio_add_lru_vma(head, vma);
     }
 
     /// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
@@ -702,18 +699,7 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return Some(FaultOutcome::Completed);
         }
-        rmap::add_new_anon(
-            phys,
-            c,
-            head,
-            head,
-            1 << HPAGE_PMD_ORDER,
-            Level::Pmd,
-            owner,
-            mm.id,
-        );
-        phys.memmap.set_index(head, vma.pgoff_at(haddr));
-        self.folio_add_lru_vma(head, vma);
+        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
         pt.set(pmd_t, pmd_idx, 0);
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));

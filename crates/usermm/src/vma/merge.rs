@@ -58,6 +58,17 @@ fn same_object(a: Option<&Arc<super::Shmem>>, b: Option<&Arc<super::Shmem>>) -> 
     }
 }
 
+/// Whether a merge of both neighbours into one VMA keeps anon_vmas compatible.
+fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>) -> bool {
+    match (left, right) {
+        (Some(pv), Some(nx)) => {
+            let (a, b) = (set.get(pv), set.get(nx));
+            anon_compatible((a.anon_vma(), a.anon_vma_chain()), (b.anon_vma(), b.anon_vma_chain()))
+        }
+        _ => false,
+    }
+}
+
 /// Whether `p` can merge with its left neighbour `prev` (which ends at `p.start`).
 pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
     prev.end == p.start
@@ -149,16 +160,7 @@ pub fn modify_flags(
     let (src, p_pgoff) = (p.anon_vma, p.pgoff);
     let left = prev.filter(|&pv| can_merge_after(set.get(pv), &p));
     let right = next.filter(|&nx| can_merge_before(&p, set.get(nx)));
-    let both = match (left, right) {
-        (Some(pv), Some(nx)) => {
-            let (a, b) = (set.get(pv), set.get(nx));
-            anon_compatible(
-                (a.anon_vma(), a.anon_vma_chain()),
-                (b.anon_vma(), b.anon_vma_chain()),
-            )
-        }
-        _ => false,
-    };
+    let both = neighbours_compatible(set, left, right);
     match (left, right) {
         (Some(pv), Some(nx)) if both => {
             let nend = set.get(nx).end;
@@ -228,16 +230,7 @@ pub fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
     let next = set.find(p.end);
     let left = prev.filter(|&pv| can_merge_after(set.get(pv), &p));
     let right = next.filter(|&nx| can_merge_before(&p, set.get(nx)));
-    let both = match (left, right) {
-        (Some(pv), Some(nx)) => {
-            let (a, b) = (set.get(pv), set.get(nx));
-            anon_compatible(
-                (a.anon_vma(), a.anon_vma_chain()),
-                (b.anon_vma(), b.anon_vma_chain()),
-            )
-        }
-        _ => false,
-    };
+    let both = neighbours_compatible(set, left, right);
     match (left, right) {
         (Some(pv), Some(nx)) if both => {
             let (pstart, nend) = (set.get(pv).start, set.get(nx).end);
