@@ -385,7 +385,7 @@ impl<'m> Cpu<'m> {
             let large = mem.test(head, PageFlag::Head);
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
             let reusable = if large {
-                self.can_reuse_large_anon_folio(head)
+                self.can_reuse_large_anon_folio(mm, head)
             } else {
                 self.can_reuse_small_anon_folio(head)
             };
@@ -419,14 +419,31 @@ impl<'m> Cpu<'m> {
 
     /// `__wp_can_reuse_large_anon_folio` (Linux 6.15+, MM owner tracking): reuse when this mm
     /// provably holds every mapping and every reference of the PTE-mapped folio.
-    fn can_reuse_large_anon_folio(&self, head: u64) -> bool {
+    fn can_reuse_large_anon_folio(&self, mm: &Mm, head: u64) -> bool {
+        use crate::sharing::SharingTracker;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
         let mapcount = mem.large_mapcount(head);
-        mapcount > 1
-            && !rmap::owner::maybe_mapped_shared(phys, head)
-            && mem.entire_mapcount(head) == 0
-            && mapcount == mem.refcount(head)
+        match phys.sharing.tracker() {
+            // Before 6.15 (and with the first-page estimate) large folios were always copied.
+            SharingTracker::Estimate => false,
+            SharingTracker::Owner => {
+                let quick = mapcount > 1
+                    && !rmap::owner::maybe_mapped_shared(phys, head)
+                    && mem.entire_mapcount(head) == 0
+                    && mapcount == mem.refcount(head);
+                if !quick {
+                    return false;
+                }
+                let _g = phys.sharing.lock_owner(head);
+                !rmap::owner::maybe_mapped_shared(phys, head) && mem.large_mapcount(head) == mem.refcount(head)
+            }
+            SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
+                phys.sharing.cow_reusable(head, mem.order(head), mm.id, |m| {
+                    mem.entire_mapcount(head) == 0 && mem.refcount(head) as u64 == m
+                })
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

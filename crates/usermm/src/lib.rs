@@ -34,6 +34,7 @@ pub mod ops;
 pub mod pgtable;
 pub mod phys;
 pub mod rmap;
+pub mod sharing;
 pub mod stats;
 pub mod tlb;
 pub mod tunables;

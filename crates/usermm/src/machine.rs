@@ -111,8 +111,10 @@ impl Machine {
     /// Builds a machine.
     pub fn new(cfg: MachineConfig) -> Machine {
         let check = cfg.tunables.check_tlb;
+        let phys = PhysMem::new(cfg.memory, cfg.nodes);
+        phys.sharing.select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
         Machine {
-            phys: PhysMem::new(cfg.memory, cfg.nodes),
+            phys,
             arch: cfg.arch,
             cpus: (0..cfg.cpus.max(1)).map(|_| CpuSlot::default()).collect(),
             tunables: RwLock::new(cfg.tunables),
@@ -152,6 +154,7 @@ impl Machine {
         let mut t = self.tunables.write();
         f(&mut t);
         self.check_tlb.store(t.check_tlb, Relaxed);
+        self.phys.sharing.select(t.sharing, t.sharing_shadow);
     }
 
     /// Sets the NUMA policy of folios faulted from now on.

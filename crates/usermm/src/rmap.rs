@@ -100,6 +100,35 @@ pub mod owner {
     }
 }
 
+/// Adds `nr` mappings by `mm_id` to a large folio's total mapcount and its sharing trackers,
+/// under the folio's owner lock (`folio_lock_large_mapcount`).
+fn large_map(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32, nr: i32) {
+    let mm = &phys.memmap;
+    let guard = phys.sharing.lock_owner(head);
+    let total = mm.large_mapcount_add(head, nr);
+    owner::map(phys, head, mm_id, nr, total);
+    drop(guard);
+    c.add(Ev::FolioAtomic, 1);
+    if mm.test(head, PageFlag::Anon) {
+        let n = phys.sharing.on_map(head, mm.order(head), mm_id, nr as u64);
+        c.add(Ev::FolioAtomic, u64::from(n));
+    }
+}
+
+/// Removes `nr` mappings by `mm_id` (the counterpart of [`large_map`]).
+fn large_unmap(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32, nr: i32) {
+    let mm = &phys.memmap;
+    let guard = phys.sharing.lock_owner(head);
+    let total = mm.large_mapcount_add(head, -nr);
+    owner::unmap(phys, head, mm_id, nr, total);
+    drop(guard);
+    c.add(Ev::FolioAtomic, 1);
+    if mm.test(head, PageFlag::Anon) {
+        let n = phys.sharing.on_unmap(head, mm.order(head), mm_id, nr as u64);
+        c.add(Ev::FolioAtomic, u64::from(n));
+    }
+}
+
 /// Mapping level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -155,6 +184,7 @@ pub fn add_new_anon(
                 let total = mm.large_mapcount_add(head, nr as i32);
                 owner::reset(phys, head);
                 owner::map(phys, head, mm_id, nr as i32, total);
+                phys.sharing.on_new(head, mm.order(head), mm_id, nr);
                 count_map(c, 1);
             }
         }
@@ -163,6 +193,7 @@ pub fn add_new_anon(
             let total = mm.large_mapcount_add(head, 1);
             owner::reset(phys, head);
             owner::map(phys, head, mm_id, 1, total);
+            phys.sharing.on_new(head, mm.order(head), mm_id, 1);
             mm.set(head, PageFlag::AnonExclusive);
             count_map(c, 2);
         }
@@ -177,8 +208,7 @@ pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, 
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        let total = mm.large_mapcount_add(head, nr as i32);
-        owner::map(phys, head, mm_id, nr as i32, total);
+        large_map(phys, c, head, mm_id, nr as i32);
         count_map(c, 1);
     }
 }
@@ -224,8 +254,7 @@ pub fn try_dup_anon_ptes(
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        let total = mm.large_mapcount_add(head, nr as i32);
-        owner::map(phys, head, dst_mm, nr as i32, total);
+        large_map(phys, c, head, dst_mm, nr as i32);
         count_map(c, 1);
     }
     Ok(())
@@ -248,8 +277,7 @@ pub fn try_dup_anon_pmd(
     }
     mm.clear(head, PageFlag::AnonExclusive);
     mm.entire_mapcount_add(head, 1);
-    let total = mm.large_mapcount_add(head, 1);
-    owner::map(phys, head, dst_mm, 1, total);
+    large_map(phys, c, head, dst_mm, 1);
     count_map(c, 3);
     Ok(())
 }
@@ -263,8 +291,7 @@ pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u6
     }
     count_map(c, nr);
     if mm.test(head, PageFlag::Head) {
-        let total = mm.large_mapcount_add(head, -(nr as i32));
-        owner::unmap(phys, head, mm_id, nr as i32, total);
+        large_unmap(phys, c, head, mm_id, nr as i32);
         count_map(c, 1);
     }
 }
@@ -273,8 +300,7 @@ pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u6
 pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
     let mm = &phys.memmap;
     mm.entire_mapcount_add(head, -1);
-    let total = mm.large_mapcount_add(head, -1);
-    owner::unmap(phys, head, mm_id, 1, total);
+    large_unmap(phys, c, head, mm_id, 1);
     count_map(c, 2);
 }
 

@@ -184,6 +184,10 @@ pub struct Tunables {
     pub munlock: MunlockDesign,
     /// Seed 002: how kernel page tables are reached while the linear map is built.
     pub linear_map: crate::kmap::LinearMapVariant,
+    /// Seed 003: the tracker that answers "is this large folio mapped only by this mm?".
+    pub sharing: crate::sharing::SharingTracker,
+    /// Keep every side-table tracker up to date so `validate` compares them all.
+    pub sharing_shadow: bool,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -203,6 +207,8 @@ impl Default for Tunables {
             vma_tree_dup: VmaTreeCopy::Dup,
             munlock: MunlockDesign::Modern,
             linear_map: crate::kmap::LinearMapVariant::SingleMap,
+            sharing: crate::sharing::SharingTracker::Owner,
+            sharing_shadow: cfg!(debug_assertions),
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
             test_skip_fork_wrprotect: false,
@@ -303,6 +309,18 @@ impl Tunables {
                 help: "seed 002: fixmap remaps per kernel page table (33/2/1 TLBIs; va_late 0 for late changes)",
             },
             TunableInfo {
+                name: "sharing",
+                value: self.sharing.name(),
+                values: crate::sharing::SharingTracker::VALUES,
+                help: "seed 003: tracker of 'mapped shared' for large anon folios (decides COW reuse)",
+            },
+            TunableInfo {
+                name: "sharing_shadow",
+                value: self.sharing_shadow.to_string(),
+                values: "true|false",
+                help: "debug: maintain every sharing tracker so validate() compares them with the truth",
+            },
+            TunableInfo {
                 name: "max_map_count",
                 value: self.max_map_count.to_string(),
                 values: "integer",
@@ -370,6 +388,11 @@ impl Tunables {
                 self.linear_map =
                     crate::kmap::LinearMapVariant::parse(value).ok_or_else(|| bad(crate::kmap::LinearMapVariant::VALUES))?
             }
+            "sharing" => {
+                self.sharing = crate::sharing::SharingTracker::parse(value)
+                    .ok_or_else(|| bad(crate::sharing::SharingTracker::VALUES))?
+            }
+            "sharing_shadow" => self.sharing_shadow = parse_bool(value).ok_or_else(|| bad("true|false"))?,
             "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
             "overcommit_memory" => {
                 self.overcommit_memory = match value {

@@ -380,6 +380,10 @@ impl Machine {
                 ));
             }
         }
+        let truth: Vec<(u32, u64)> = f.per_mm.iter().filter(|(_, &n)| n > 0).map(|(&id, &n)| (id, n as u64)).collect();
+        for e in self.phys.sharing.verify(head, self.phys.memmap.order(head), &truth) {
+            r.err(format!("folio {head:#x}: sharing tracker: {e}"));
+        }
         let mms = f.per_mm.values().filter(|&&n| n > 0).count();
         if mms > 1 && !crate::rmap::owner::maybe_mapped_shared(&self.phys, head) {
             r.err(format!(

@@ -359,6 +359,20 @@ impl<'m> Cpu<'m> {
         Ok(Some(stable_page_flags(&self.m.phys, leaf.pfn)))
     }
 
+    /// Every sharing tracker's answer for the large anon folio mapping `addr` (seed 003).
+    pub fn folio_sharing(&self, pid: Pid, addr: u64) -> SysResult<Option<crate::sharing::SharingAnswers>> {
+        let task = self.mm_of(pid)?;
+        let _st = task.mm.lock.read();
+        let pt = self.tables(&task.mm);
+        let Some(leaf) = leaf_at(pt, addr) else { return Ok(None) };
+        let mem = &self.m.phys.memmap;
+        let head = mem.folio_of(leaf.pfn);
+        if !(mem.test(head, PageFlag::Head) && mem.test(head, PageFlag::Anon)) {
+            return Ok(None);
+        }
+        Ok(Some(self.m.phys.sharing.answers(&self.m.phys, head, task.mm.id, task.mm.id)))
+    }
+
     /// Order of the folio mapping `addr`.
     pub fn folio_order(&self, pid: Pid, addr: u64) -> SysResult<Option<u32>> {
         let task = self.mm_of(pid)?;

@@ -508,3 +508,33 @@ fn large_folio_is_reused_after_the_child_exits() {
     assert!(cpu.pagemap(p, a + 64 * K).unwrap().exclusive);
     valid(&m);
 }
+
+#[test]
+fn every_sharing_tracker_decides_cow_reuse_and_stays_exact() {
+    for tracker in ["owner", "rmap-id", "rmap-id-sq", "estimate", "rmap-id+seed-sizing"] {
+        let m = machine(64 * M);
+        m.update_tunables(|t| {
+            t.thp.set_size(64 * K, ThpPolicy::Always).unwrap();
+            t.set("sharing", tracker).unwrap();
+            t.sharing_shadow = true;
+        });
+        let cpu = m.enter_cpu(0).unwrap();
+        let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+        let a = cpu.mmap(p, MmapArgs::anon(256 * K, RW)).unwrap();
+        cpu.write_fill(p, a, 256 * K, 1).unwrap();
+        let c = cpu.fork(p).unwrap();
+        let g = cpu.fork(c).unwrap();
+        valid(&m);
+        assert!(cpu.folio_sharing(p, a).unwrap().is_some(), "{tracker}: the view answers");
+        cpu.exit(g).unwrap();
+        cpu.exit(c).unwrap();
+        valid(&m);
+        let before = m.counters();
+        cpu.write_fill(p, a + 64 * K, 64 * K, 3).unwrap();
+        let d = m.counters().delta(&before);
+        let reuse = if tracker == "estimate" { 0 } else { 16 };
+        assert_eq!(d.get(Ev::CowReuse), reuse, "{tracker}");
+        assert_eq!(d.get(Ev::CowCopy), 16 - reuse, "{tracker}");
+        valid(&m);
+    }
+}

@@ -84,6 +84,8 @@ pub struct PhysMem {
     pub lruvecs: Vec<Lruvec>,
     /// `NR_MLOCK` per node, in pages.
     nr_mlock: Vec<AtomicI64>,
+    /// "Mapped shared?" trackers of large anon folios (issue 5, seed 003).
+    pub sharing: crate::sharing::Sharing,
 }
 
 impl PhysMem {
@@ -116,6 +118,7 @@ impl PhysMem {
             fail_pgtable: FailPoint::default(),
             lruvecs: (0..nodes).map(|_| Lruvec::default()).collect(),
             nr_mlock: (0..nodes).map(|_| AtomicI64::new(0)).collect(),
+            sharing: crate::sharing::Sharing::new(nr_frames, crate::sharing::SharingTracker::default(), false),
         };
         phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(0);
         phys

@@ -1,0 +1,582 @@
+//! "Mapped shared" vs. "mapped exclusively" for large anon folios: four trackers.
+//!
+//! Linux counterparts: `folio_likely_mapped_shared()` (the first-page estimate, ≤ v6.14),
+//! `folio_maybe_mapped_shared()` with MM owner tracking (`CONFIG_MM_ID`, v6.15; implemented in
+//! [`crate::rmap::owner`]), and seed 003 — D. Hildenbrand's Nov-2023 WIP series "mm: precise
+//! 'mapped shared' vs. 'mapped exclusively' detection for PTE-mapped THP / partially-mappable
+//! folios" (per-MM rmap IDs, sub-IDs, per-folio rmap values, the atomic seqcount) — plus the
+//! exact two-counter alternative derived in `research/sharing-and-cow.md` §A.2.2.
+//!
+//! The tunable `sharing` picks the tracker COW reuse consults ([`SharingTracker`]):
+//!
+//! | name | state | exclusive wrongly? | shared wrongly? |
+//! |---|---|---|---|
+//! | `estimate` | none (first page's mapcount) | yes (partial maps) | no |
+//! | `rmap-id` | seqcount, total, 1–6 values | never (safe sizing) / orders 7–9 (seed sizing) | never |
+//! | `rmap-id-sq` | seqcount, total, Σid, Σid² | never | never |
+//! | `owner` | two slots + bit (memmap) | never | after a 3rd MM |
+//!
+//! The memmap has no room left, so the rmap-ID and moment-sum state lives in a side table
+//! ([`Sharing`]): one 16-word entry per 4 frames (tracked folios have order ≥ 2), indexed by
+//! `head >> 2`, zero-allocated and lazily backed by the host. Each entry holds a tag (which
+//! state this folio maintains, and the configuration epoch it was created in), a lock word for
+//! the owner tracker, and the [`rmap_id::FolioWords`] record. Changing the tracker starts a new
+//! epoch: folios created before keep answering "shared" for the new tracker (never wrong),
+//! folios created after are tracked. With `shadow` on, every side-table tracker is maintained
+//! for every folio, so views and validation can compare all of them against the truth.
+
+pub mod estimate;
+pub mod rmap_id;
+pub mod seqcount;
+pub mod sq;
+pub mod subid;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::phys::PhysMem;
+pub use rmap_id::{FolioWords, Maintained, RmapId, RmapIdAllocator, Snapshot};
+pub use seqcount::WriterMode;
+pub use subid::{Layout, Sizing};
+
+/// Options of the `rmap-id` tracker: the seed's stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RmapIdOptions {
+    /// How writers enter the seqcount (patch 06 / 17 / 18).
+    pub writer: WriterMode,
+    /// Sub-ID sizing: the seed's table or the corrected one.
+    pub sizing: Sizing,
+}
+
+impl Default for RmapIdOptions {
+    /// The seed's final stage with the corrected sizing.
+    fn default() -> Self {
+        RmapIdOptions {
+            writer: WriterMode::ExclusiveAddReturn,
+            sizing: Sizing::Safe,
+        }
+    }
+}
+
+/// Which tracker answers "is this large folio mapped exclusively by this MM".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SharingTracker {
+    /// The first page's mapcount (`folio_likely_mapped_shared`); never used for COW reuse.
+    Estimate,
+    /// Seed 003: per-MM rmap IDs, sub-IDs, per-folio rmap values, the atomic seqcount.
+    RmapId(RmapIdOptions),
+    /// Total mapcount + Σid + Σid² under the same seqcount (exclusive-writer, add-return).
+    RmapIdSq,
+    /// Upstream 6.15 MM owner tracking (two slots + "maybe mapped shared").
+    Owner,
+}
+
+impl Default for SharingTracker {
+    /// The current upstream behaviour (see the crate's tunables for the chosen default).
+    fn default() -> Self {
+        SharingTracker::Owner
+    }
+}
+
+impl SharingTracker {
+    /// Accepted spellings, for `usermm tunables`.
+    pub const VALUES: &'static str =
+        "owner|rmap-id-sq|estimate|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing]";
+
+    /// Every tracker the benchmarks compare, including the seed's stages.
+    pub fn all() -> Vec<SharingTracker> {
+        let st = |writer, sizing| SharingTracker::RmapId(RmapIdOptions { writer, sizing });
+        vec![
+            SharingTracker::Estimate,
+            st(WriterMode::Shared, Sizing::Seed),
+            st(WriterMode::ExclusiveCmpxchg, Sizing::Seed),
+            st(WriterMode::ExclusiveAddReturn, Sizing::Seed),
+            st(WriterMode::ExclusiveAddReturn, Sizing::Safe),
+            SharingTracker::RmapIdSq,
+            SharingTracker::Owner,
+        ]
+    }
+
+    /// Parses `estimate`, `owner`, `rmap-id-sq`, or `rmap-id` with `+shared` (patch 10: shared
+    /// writers only), `+cmpxchg` (patch 17), `+add-return` (patch 18, the default) and
+    /// `+seed-sizing` (the series' sub-ID table) / `+safe-sizing` (the default).
+    pub fn parse(s: &str) -> Option<SharingTracker> {
+        match s {
+            "estimate" => return Some(SharingTracker::Estimate),
+            "owner" => return Some(SharingTracker::Owner),
+            "rmap-id-sq" => return Some(SharingTracker::RmapIdSq),
+            _ => {}
+        }
+        let mut parts = s.split('+');
+        if parts.next()? != "rmap-id" {
+            return None;
+        }
+        let mut o = RmapIdOptions::default();
+        for p in parts {
+            match p {
+                "shared" => o.writer = WriterMode::Shared,
+                "cmpxchg" => o.writer = WriterMode::ExclusiveCmpxchg,
+                "add-return" => o.writer = WriterMode::ExclusiveAddReturn,
+                "seed-sizing" => o.sizing = Sizing::Seed,
+                "safe-sizing" => o.sizing = Sizing::Safe,
+                _ => return None,
+            }
+        }
+        Some(SharingTracker::RmapId(o))
+    }
+
+    /// Canonical spelling (parses back to `self`).
+    pub fn name(self) -> String {
+        match self {
+            SharingTracker::Estimate => "estimate".into(),
+            SharingTracker::Owner => "owner".into(),
+            SharingTracker::RmapIdSq => "rmap-id-sq".into(),
+            SharingTracker::RmapId(o) => {
+                let mut s = String::from("rmap-id");
+                if o.writer != WriterMode::ExclusiveAddReturn {
+                    s.push('+');
+                    s.push_str(o.writer.name());
+                }
+                if o.sizing == Sizing::Seed {
+                    s.push_str("+seed-sizing");
+                }
+                s
+            }
+        }
+    }
+
+    /// Whether the tracker can never call a shared folio exclusive (safe for COW reuse).
+    pub fn never_falsely_exclusive(self) -> bool {
+        match self {
+            SharingTracker::Estimate => false,
+            SharingTracker::RmapId(o) => o.sizing == Sizing::Safe,
+            SharingTracker::RmapIdSq | SharingTracker::Owner => true,
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            SharingTracker::Estimate => 0,
+            SharingTracker::Owner => 1,
+            SharingTracker::RmapIdSq => 2,
+            SharingTracker::RmapId(o) => {
+                let w = match o.writer {
+                    WriterMode::Shared => 0,
+                    WriterMode::ExclusiveCmpxchg => 1,
+                    WriterMode::ExclusiveAddReturn => 2,
+                };
+                3 + w * 2 + u64::from(o.sizing == Sizing::Seed)
+            }
+        }
+    }
+
+    fn from_code(c: u64) -> SharingTracker {
+        match c {
+            0 => SharingTracker::Estimate,
+            2 => SharingTracker::RmapIdSq,
+            3..=8 => {
+                let writer = match (c - 3) / 2 {
+                    0 => WriterMode::Shared,
+                    1 => WriterMode::ExclusiveCmpxchg,
+                    _ => WriterMode::ExclusiveAddReturn,
+                };
+                let sizing = if (c - 3) % 2 == 1 {
+                    Sizing::Seed
+                } else {
+                    Sizing::Safe
+                };
+                SharingTracker::RmapId(RmapIdOptions { writer, sizing })
+            }
+            _ => SharingTracker::Owner,
+        }
+    }
+}
+
+/// Every tracker's answer for one folio and one MM (the `usermm` view).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SharingAnswers {
+    /// The selected tracker.
+    pub selected: String,
+    /// Folio order.
+    pub order: u32,
+    /// The memmap's folio-wide mapcount.
+    pub large_mapcount: i32,
+    /// The side table's total mapcount (if tracked).
+    pub tracked_total: Option<u64>,
+    /// `estimate`: exclusive?
+    pub estimate: bool,
+    /// `owner`: exclusive to this MM?
+    pub owner: bool,
+    /// `rmap-id` (with the sizing this folio was created with): exclusive? `None` if untracked.
+    pub rmap_id: Option<bool>,
+    /// The sizing behind `rmap_id`.
+    pub rmap_id_sizing: Option<&'static str>,
+    /// `rmap-id-sq`: exclusive? `None` if untracked.
+    pub rmap_id_sq: Option<bool>,
+}
+
+const STRIDE: usize = 16;
+const E_TAG: usize = 0;
+const E_LOCK: usize = 1;
+const E_REC: usize = 2;
+
+const F_RMAP: u64 = 1;
+const F_SEED: u64 = 2;
+const F_SQ: u64 = 4;
+const FLAGS: u64 = 0xff;
+const SHADOW: u64 = 1 << 16;
+const EPOCH_SHIFT: u32 = 32;
+
+/// Retries a reader makes before it says "shared".
+const READ_TRIES: u32 = 1 << 16;
+
+/// The sharing trackers' side table and configuration, one per machine.
+pub struct Sharing {
+    words: Box<[AtomicU64]>,
+    config: AtomicU64,
+    /// Per-MM rmap IDs (`mm_rmap_id`).
+    pub ids: Arc<RmapIdAllocator>,
+}
+
+impl std::fmt::Debug for Sharing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharing")
+            .field("entries", &(self.words.len() / STRIDE))
+            .field("tracker", &self.tracker())
+            .field("shadow", &self.shadow())
+            .finish()
+    }
+}
+
+fn maintain_flags(t: SharingTracker, shadow: bool) -> u64 {
+    let all = if shadow { F_RMAP | F_SQ } else { 0 };
+    match t {
+        SharingTracker::RmapId(o) => {
+            all | F_RMAP
+                | if o.sizing == Sizing::Seed {
+                    F_SEED
+                } else {
+                    0
+                }
+        }
+        SharingTracker::RmapIdSq => all | F_SQ,
+        SharingTracker::Estimate | SharingTracker::Owner => all,
+    }
+}
+
+fn maintained(flags: u64, order: u32) -> Maintained {
+    let sizing = if flags & F_SEED != 0 {
+        Sizing::Seed
+    } else {
+        Sizing::Safe
+    };
+    Maintained {
+        rmap: (flags & F_RMAP != 0).then(|| sizing.layout(order)),
+        seed_sizing: sizing == Sizing::Seed,
+        sq: flags & F_SQ != 0,
+    }
+}
+
+/// A held owner-tracking lock of one folio (the bit spinlock `folio_lock_large_mapcount`).
+#[derive(Debug)]
+pub struct OwnerLock<'a>(&'a AtomicU64);
+
+impl Drop for OwnerLock<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+impl Sharing {
+    /// A side table for `nr_frames` frames with `tracker` selected.
+    pub fn new(nr_frames: u64, tracker: SharingTracker, shadow: bool) -> Sharing {
+        let len = (nr_frames as usize / 4 + 1) * STRIDE;
+        let words: Box<[AtomicU64]> =
+            match bytemuck::allocation::zeroed_slice_box::<AtomicU64>(len) {
+                b if b.len() == len => b,
+                _ => Vec::new().into_boxed_slice(),
+            };
+        let s = Sharing {
+            words,
+            config: AtomicU64::new(0),
+            ids: Arc::new(RmapIdAllocator::default()),
+        };
+        s.select(tracker, shadow);
+        s
+    }
+
+    /// Selects the tracker (call whenever the `sharing` tunable may have changed). Starts a
+    /// new epoch only if the maintained state changes.
+    pub fn select(&self, tracker: SharingTracker, shadow: bool) {
+        let flags = maintain_flags(tracker, shadow);
+        let _ = self
+            .config
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                let mut epoch = old >> EPOCH_SHIFT;
+                if epoch == 0 || old & FLAGS != flags {
+                    epoch += 1;
+                }
+                Some(
+                    epoch << EPOCH_SHIFT
+                        | tracker.code() << 8
+                        | if shadow { SHADOW } else { 0 }
+                        | flags,
+                )
+            });
+    }
+
+    /// The selected tracker.
+    pub fn tracker(&self) -> SharingTracker {
+        SharingTracker::from_code(self.config.load(Ordering::Relaxed) >> 8 & 0xff)
+    }
+
+    /// Whether every side-table tracker is maintained.
+    pub fn shadow(&self) -> bool {
+        self.config.load(Ordering::Relaxed) & SHADOW != 0
+    }
+
+    fn writer(cfg: u64) -> WriterMode {
+        match SharingTracker::from_code(cfg >> 8 & 0xff) {
+            SharingTracker::RmapId(o) => o.writer,
+            _ => WriterMode::ExclusiveAddReturn,
+        }
+    }
+
+    #[inline]
+    fn entry(&self, head: u64) -> Option<&[AtomicU64]> {
+        let i = (head >> 2) as usize * STRIDE;
+        self.words.get(i..i + STRIDE)
+    }
+
+    /// The entry and maintained state of a tracked folio of the current epoch.
+    #[inline]
+    fn tracked(&self, head: u64, order: u32) -> Option<(u64, Maintained, FolioWords<'_, AtomicU64>)> {
+        let cfg = self.config.load(Ordering::Acquire);
+        if cfg & FLAGS == 0 {
+            return None;
+        }
+        let e = self.entry(head)?;
+        let tag = e[E_TAG].load(Ordering::Relaxed);
+        if tag >> EPOCH_SHIFT != cfg >> EPOCH_SHIFT || tag & FLAGS == 0 {
+            return None;
+        }
+        Some((
+            cfg,
+            maintained(tag & FLAGS, order),
+            FolioWords::new(&e[E_REC..E_REC + rmap_id::RECORD_WORDS]),
+        ))
+    }
+
+    /// A fresh large anon folio is mapped `nr` times by the MM with `rmap_id`
+    /// (`folio_add_new_anon_rmap`): records which state it maintains and initialises it.
+    pub fn on_new(&self, head: u64, order: u32, rmap_id: u32, nr: u64) {
+        let cfg = self.config.load(Ordering::Acquire);
+        let mut flags = cfg & FLAGS;
+        if flags == 0 {
+            return; // no folio of this epoch is tracked: stale tags are from older epochs
+        }
+        let Some(e) = self.entry(head) else {
+            return;
+        };
+        if !(subid::MIN_ORDER..=subid::MAX_ORDER).contains(&order) {
+            flags = 0;
+        }
+        e[E_TAG].store(cfg >> EPOCH_SHIFT << EPOCH_SHIFT | flags, Ordering::Relaxed);
+        if flags != 0 {
+            FolioWords::new(&e[E_REC..E_REC + rmap_id::RECORD_WORDS]).init(
+                maintained(flags, order),
+                rmap_id,
+                nr,
+            );
+        }
+    }
+
+    /// `nr` more mappings of the folio by `rmap_id` (PTE batch, PMD = 1, fork dup: the
+    /// child's ID). Returns the atomic RMW operations performed.
+    #[inline]
+    pub fn on_map(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+        self.apply(head, order, rmap_id, nr as i64)
+    }
+
+    /// `nr` fewer mappings of the folio by `rmap_id`. Returns the atomic RMW operations.
+    #[inline]
+    pub fn on_unmap(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+        self.apply(head, order, rmap_id, -(nr as i64))
+    }
+
+    fn apply(&self, head: u64, order: u32, rmap_id: u32, delta: i64) -> u32 {
+        match self.tracked(head, order) {
+            Some((cfg, what, f)) => f.apply(what, Self::writer(cfg), rmap_id, delta),
+            None => 0,
+        }
+    }
+
+    /// A consistent snapshot of a tracked folio.
+    pub fn snapshot(&self, head: u64, order: u32) -> Option<(Maintained, Snapshot)> {
+        let (_, what, f) = self.tracked(head, order)?;
+        Some((what, f.snapshot(what, READ_TRIES)?))
+    }
+
+    /// The selected side-table tracker's answer: is the folio mapped only by `rmap_id`?
+    /// `None` when the selected tracker keeps no side state or the folio is not tracked.
+    pub fn exclusive(&self, head: u64, order: u32, rmap_id: u32) -> Option<bool> {
+        let t = self.tracker();
+        let (what, s) = self.snapshot(head, order)?;
+        match t {
+            SharingTracker::RmapId(_) => Some(s.rmap_exclusive(&what.rmap?, order, rmap_id)),
+            SharingTracker::RmapIdSq => what.sq.then(|| sq::exclusive(&s, order, rmap_id)),
+            _ => None,
+        }
+    }
+
+    /// COW reuse with the selected side-table tracker (seed patch 10's
+    /// `wp_can_reuse_anon_folio` for large folios): one look without waiting; no if a writer
+    /// is inside, if `M ≤ 1` or `M > P`, if `check(M)` fails (the caller compares the refcount
+    /// with `M` and rejects PMD mappings), if the values do not say "only `rmap_id`", or if the
+    /// seqcount moved meanwhile. `false` for untracked folios and other trackers.
+    pub fn cow_reusable(
+        &self,
+        head: u64,
+        order: u32,
+        rmap_id: u32,
+        check: impl FnOnce(u64) -> bool,
+    ) -> bool {
+        let t = self.tracker();
+        let Some((_, what, f)) = self.tracked(head, order) else {
+            return false;
+        };
+        let r = f.try_snapshot_with(what, |s| {
+            let m = s.total;
+            if m <= 1 || m > 1 << order {
+                return false;
+            }
+            let mine = match t {
+                SharingTracker::RmapId(_) => what
+                    .rmap
+                    .is_some_and(|l| s.rmap_exclusive(&l, order, rmap_id)),
+                SharingTracker::RmapIdSq => what.sq && sq::exclusive(s, order, rmap_id),
+                _ => false,
+            };
+            mine && check(m)
+        });
+        matches!(r, Some((_, true)))
+    }
+
+    /// Every tracker's answer for the folio at `head` and the MM (`mm_id` for the owner
+    /// tracker, `rmap_id` for the others).
+    pub fn answers(&self, phys: &PhysMem, head: u64, mm_id: u32, rmap_id: u32) -> SharingAnswers {
+        let mem = &phys.memmap;
+        let order = mem.order(head);
+        let snap = self.snapshot(head, order);
+        let owner = !crate::rmap::owner::maybe_mapped_shared(phys, head)
+            && crate::rmap::owner::slots(phys, head)
+                .iter()
+                .any(|&(id, cnt)| id == mm_id && cnt > 0);
+        SharingAnswers {
+            selected: self.tracker().name(),
+            order,
+            large_mapcount: mem.large_mapcount(head),
+            tracked_total: snap.map(|s| s.1.total),
+            estimate: !estimate::likely_mapped_shared(mem, head),
+            owner,
+            rmap_id: snap.and_then(|(w, s)| w.rmap.map(|l| s.rmap_exclusive(&l, order, rmap_id))),
+            rmap_id_sizing: snap.and_then(|(w, _)| {
+                w.rmap.map(|_| if w.seed_sizing { "seed" } else { "safe" })
+            }),
+            rmap_id_sq: snap.and_then(|(w, s)| w.sq.then(|| sq::exclusive(&s, order, rmap_id))),
+        }
+    }
+
+    /// Validation: the tracked state of a folio against the truth, `(rmap_id, mappings)` of
+    /// every MM mapping it. Returns one message per disagreement (empty if untracked).
+    pub fn verify(&self, head: u64, order: u32, truth: &[(u32, u64)]) -> Vec<String> {
+        let mut errs = Vec::new();
+        let Some((what, s)) = self.snapshot(head, order) else {
+            return errs;
+        };
+        let total: u64 = truth.iter().map(|t| t.1).sum();
+        if s.total != total {
+            errs.push(format!(
+                "folio {head:#x}: tracked total mapcount {} but {total} mappings",
+                s.total
+            ));
+        }
+        let mappers = truth.iter().filter(|t| t.1 > 0).count();
+        for &(id, n) in truth {
+            let want = n > 0 && mappers == 1;
+            if let Some(l) = what.rmap {
+                if l.overflow_free() && s.rmap_exclusive(&l, order, id) != want {
+                    errs.push(format!(
+                        "folio {head:#x}: rmap-id says exclusive={} for rmap id {id}, truth {want}",
+                        !want
+                    ));
+                }
+            }
+            if what.sq && sq::exclusive(&s, order, id) != want {
+                errs.push(format!(
+                    "folio {head:#x}: rmap-id-sq says exclusive={} for rmap id {id}, truth {want}",
+                    !want
+                ));
+            }
+        }
+        errs
+    }
+
+    /// Takes the per-folio owner-tracking lock (`folio_lock_large_mapcount`), for wrapping the
+    /// owner slot updates of [`crate::rmap::owner`] and the COW check that reads them.
+    pub fn lock_owner(&self, head: u64) -> Option<OwnerLock<'_>> {
+        let w = &self.entry(head)?[E_LOCK];
+        let mut spins = 0;
+        while w
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            <AtomicU64 as seqcount::Word>::relax(&mut spins);
+        }
+        Some(OwnerLock(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for t in SharingTracker::all() {
+            assert_eq!(SharingTracker::parse(&t.name()), Some(t), "{}", t.name());
+            assert_eq!(SharingTracker::from_code(t.code()), t);
+        }
+        for w in [
+            WriterMode::Shared,
+            WriterMode::ExclusiveCmpxchg,
+            WriterMode::ExclusiveAddReturn,
+        ] {
+            for sizing in [Sizing::Seed, Sizing::Safe] {
+                let t = SharingTracker::RmapId(RmapIdOptions { writer: w, sizing });
+                assert_eq!(SharingTracker::parse(&t.name()), Some(t));
+                assert_eq!(SharingTracker::from_code(t.code()), t);
+            }
+        }
+        assert_eq!(SharingTracker::parse("rmap-id+bogus"), None);
+        assert_eq!(SharingTracker::parse("rmap"), None);
+    }
+
+    #[test]
+    fn switching_tracker_untracks_older_folios() {
+        let s = Sharing::new(64, SharingTracker::RmapIdSq, false);
+        s.on_new(8, 2, 7, 4);
+        assert_eq!(s.exclusive(8, 2, 7), Some(true));
+        s.select(SharingTracker::RmapIdSq, false); // same state: same epoch
+        assert_eq!(s.exclusive(8, 2, 7), Some(true));
+        s.select(SharingTracker::RmapId(RmapIdOptions::default()), false);
+        assert_eq!(s.exclusive(8, 2, 7), None);
+        assert_eq!(s.on_map(8, 2, 9, 1), 0);
+        assert!(!s.cow_reusable(8, 2, 7, |_| true));
+        s.on_new(8, 2, 7, 4);
+        assert_eq!(s.exclusive(8, 2, 7), Some(true));
+        assert!(s.cow_reusable(8, 2, 7, |m| m == 4));
+        s.on_map(8, 2, 9, 1);
+        assert_eq!(s.exclusive(8, 2, 7), Some(false));
+    }
+}
