@@ -120,7 +120,12 @@ impl EngineBackend {
             for s in &self.thp {
                 apply_thp(&mut cfg.tunables, s);
             }
-            self.machine = Some(Machine::new(cfg));
+            let memory = cfg.memory;
+            let m = Machine::new(cfg);
+            if m.phys.nr_frames() == 0 && memory >= 4 << 20 {
+                return Err(Fail::Unsupported(format!("set memory {memory}: the host cannot back that much simulated RAM")));
+            }
+            self.machine = Some(m);
         }
         self.machine
             .as_ref()

@@ -58,10 +58,13 @@ impl<'m> Cpu<'m> {
         }
         c.add(Ev::TlbMiss, 1);
         let pt = self.tables(mm);
-        for _ in 0..8 {
+        for _ in 0..64 {
             if let Some(leaf) = self.walk_leaf(pt, addr) {
                 if self.hw_permits(leaf.entry, access) {
-                    return Ok(self.hw_fill(mm, pt, leaf, vpn, access));
+                    if let Some(pfn) = self.hw_fill(mm, pt, leaf, vpn, access) {
+                        return Ok(pfn);
+                    }
+                    continue;
                 }
             }
             match self.handle_mm_fault(mm, st, addr, access) {
@@ -107,7 +110,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Sets accessed/dirty like the hardware walker and caches the translation.
-    fn hw_fill(&self, mm: &Mm, pt: PageTables<'m>, leaf: Leaf, vpn: u64, access: Access) -> u64 {
+    fn hw_fill(&self, mm: &Mm, pt: PageTables<'m>, leaf: Leaf, vpn: u64, access: Access) -> Option<u64> {
         let write = access == Access::Write;
         let mut cur = leaf.entry;
         loop {
@@ -121,13 +124,20 @@ impl<'m> Cpu<'m> {
             }
         }
         let writable = write || (pt.arch.hw_writable(cur) && pt.arch.dirty(cur));
-        self.tlb().fill(TlbEntry {
-            mm: mm.id,
-            vpn,
-            pfn: leaf.pfn,
-            writable,
-        });
-        leaf.pfn
+        self.tlb().fill(TlbEntry { mm: mm.id, vpn, pfn: leaf.pfn, writable });
+        // The walk and the fill are two steps: if the entry changed meanwhile (a COW on
+        // another CPU whose shootdown may already have passed), drop what we cached and walk
+        // again, as a hardware walker's atomic fill would never have cached it.
+        let now = pt.get(leaf.table, leaf.idx);
+        if now != cur && (pt.arch.pfn(now) != pt.arch.pfn(cur) || !self.hw_permits(now, access)) {
+            self.tlb().invalidate(mm.id, vpn, vpn + 1);
+            return None;
+        }
+        if !self.hw_permits(cur, access) {
+            self.tlb().invalidate(mm.id, vpn, vpn + 1);
+            return None;
+        }
+        Some(leaf.pfn)
     }
 
     /// Verifies a TLB hit against the page table; a mismatch means a flush was missed.

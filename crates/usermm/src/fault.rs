@@ -544,18 +544,19 @@ impl<'m> Cpu<'m> {
                 .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
     }
 
-    fn deposit_table(&self, mm: &Mm, haddr: u64) -> bool {
-        let c = self.c();
-        let Some(t) = self
-            .m
-            .phys
-            .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
-        else {
-            return false;
-        };
-        c.add(Ev::LockPageTable, 1);
-        mm.deposited.lock().insert(haddr, t);
-        true
+    /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
+    fn alloc_deposit(&self) -> Option<u64> {
+        self.m.phys.alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+    }
+
+    /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
+    ///
+    /// # Context
+    /// The PMD table's lock is held and the PMD was just installed, so no other deposit for
+    /// `haddr` can exist.
+    fn deposit_table(&self, mm: &Mm, haddr: u64, table: u64) {
+        self.c().add(Ev::LockPageTable, 1);
+        mm.deposited.lock().insert(haddr, table);
     }
 
     fn withdraw_table(&self, mm: &Mm, haddr: u64) -> Option<u64> {
@@ -587,16 +588,15 @@ impl<'m> Cpu<'m> {
         let use_zero = self.m.tunables().thp.use_zero_page;
         if access == Access::Read && use_zero {
             let hz = phys.huge_zero_pfn()?;
-            if !self.deposit_table(mm, haddr) {
-                return None;
-            }
+            let deposit = self.alloc_deposit()?;
             let entry = arch.mkspecial(arch.mk_pte(hz, vma.flags.page_prot(), true));
             let _ptl = PtlGuard::lock(phys, pmd_t, c);
             if pt.get(pmd_t, pmd_idx) != 0 {
                 drop(_ptl);
-                self.zap_deposited_table(mm, haddr);
+                phys.put_folio(c, deposit, 1);
                 return Some(FaultOutcome::Completed);
             }
+            self.deposit_table(mm, haddr, deposit);
             pt.set(pmd_t, pmd_idx, entry);
             phys.memmap.pt_entries_add(pmd_t, 1);
             c.add(Ev::PteWrite, 1);
@@ -611,17 +611,18 @@ impl<'m> Cpu<'m> {
             FolioKind::Anon,
             Zeroing::Zero,
         )?;
-        if !self.deposit_table(mm, haddr) {
+        let Some(deposit) = self.alloc_deposit() else {
             phys.put_folio(c, head, 1);
             return None;
-        }
+        };
         let _ptl = PtlGuard::lock(phys, pmd_t, c);
         if pt.get(pmd_t, pmd_idx) != 0 {
             drop(_ptl);
             phys.put_folio(c, head, 1);
-            self.zap_deposited_table(mm, haddr);
+            phys.put_folio(c, deposit, 1);
             return Some(FaultOutcome::Completed);
         }
+        self.deposit_table(mm, haddr, deposit);
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
         if vma.flags.has(VmFlags::WRITE) {

@@ -294,8 +294,14 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let at = addr + ((i - i0) as u64) * 4096;
-            let (nr, added) =
-                self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at)?;
+            let (nr, added) = match self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at) {
+                Ok(v) => v,
+                Err(err) => {
+                    // Account what was already copied so the failed child tears down cleanly.
+                    self.account_copied(ctx.dst, dst_t, i0, iend);
+                    return Err(err);
+                }
+            };
             rss += added;
             copied += nr as i32;
             i += nr;
@@ -303,6 +309,24 @@ impl<'m> Cpu<'m> {
         phys.memmap.pt_entries_add(dst_t, copied);
         ctx.dst.rss_add(RssKind::Anon, rss);
         Ok(())
+    }
+
+    /// Recounts the entries of `dst_t[i0..iend)` after a failed copy (`pt_entries`, RSS).
+    fn account_copied(&self, dst: &Mm, dst_t: u64, i0: usize, iend: usize) {
+        let pt = self.tables(dst);
+        let phys = &self.m.phys;
+        let (mut entries, mut rss) = (0, 0);
+        for i in i0..iend {
+            let e = pt.get(dst_t, i);
+            if e != 0 {
+                entries += 1;
+                if !(pt.arch.special(e) && phys.is_zero_pfn(pt.arch.pfn(e))) {
+                    rss += 1;
+                }
+            }
+        }
+        phys.memmap.pt_entries_add(dst_t, entries);
+        dst.rss_add(RssKind::Anon, rss);
     }
 
     /// Copies the present entry at `i` and, when batching, the rest of its folio run

@@ -213,7 +213,10 @@ impl<'m> Cpu<'m> {
             }
             let stop = v.end.min(end);
             while a < stop {
-                self.translate(mm, &st, a, access).map_err(|_| Errno::EFAULT)?;
+                self.translate(mm, &st, a, access).map_err(|s| match s {
+                    crate::access::Signal::Bus(_) => Errno::ENOMEM,
+                    _ => Errno::EFAULT,
+                })?;
                 a += 4096;
             }
         }

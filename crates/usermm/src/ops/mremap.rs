@@ -239,7 +239,7 @@ impl<'m> Cpu<'m> {
         if flags.has(VmFlags::ACCOUNT) && delta > 0 {
             self.vm_enough_memory(delta >> 12)?;
         }
-        self.prealloc_tables(mm, dst, old_len.min(new_len))?;
+        self.prealloc_tables(mm, addr, dst, old_len.min(new_len))?;
         let p = Proposal {
             start: dst,
             end: dst + new_len,
@@ -268,13 +268,22 @@ impl<'m> Cpu<'m> {
         Ok(dst)
     }
 
-    fn prealloc_tables(&self, mm: &Mm, dst: u64, len: u64) -> SysResult<()> {
+    /// Allocates every destination table the move will need before anything moves, so that a
+    /// failure leaves the mapping untouched (Linux moves back what it moved; nothing moved here).
+    fn prealloc_tables(&self, mm: &Mm, src: u64, dst: u64, len: u64) -> SysResult<()> {
         let pt = self.tables(mm);
         let mut a = dst;
         while a < dst + len {
-            pt.alloc_pmd_table(self.c(), &mm.page_table_lock, a)
-                .map_err(|_| Errno::ENOMEM)?;
-            a = (a & !(PMD_SIZE - 1)) + PMD_SIZE;
+            let chunk_end = ((a & !(PMD_SIZE - 1)) + PMD_SIZE).min(dst + len);
+            let s = src + (a - dst);
+            let whole_leaf = a % PMD_SIZE == 0 && s % PMD_SIZE == 0 && chunk_end - a == PMD_SIZE;
+            let needs_ptes = !whole_leaf && (s..s + (chunk_end - a)).step_by(4096).any(|x| !matches!(pt.walk(x), Walk::NoPmd | Walk::PmdNone { .. }));
+            if needs_ptes {
+                pt.alloc_pte_table(self.c(), &mm.page_table_lock, a).map_err(|_| Errno::ENOMEM)?;
+            } else {
+                pt.alloc_pmd_table(self.c(), &mm.page_table_lock, a).map_err(|_| Errno::ENOMEM)?;
+            }
+            a = chunk_end;
         }
         Ok(())
     }

@@ -23,12 +23,9 @@ pub struct Arena {
 impl Arena {
     /// Creates an arena of `nr_frames` zeroed frames (lazily backed by the host).
     pub fn new(nr_frames: u64) -> Arena {
-        let len = nr_frames as usize * WORDS_PER_PAGE;
-        let words: Box<[AtomicU64]> = match bytemuck::allocation::zeroed_slice_box::<AtomicU64>(len)
-        {
-            b if b.len() == len => b,
-            _ => Vec::new().into_boxed_slice(),
-        };
+        let len = usize::try_from(nr_frames).ok().and_then(|n| n.checked_mul(WORDS_PER_PAGE)).unwrap_or(0);
+        // A size the host cannot back gives an empty machine (every allocation then fails).
+        let words: Box<[AtomicU64]> = bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(len).unwrap_or_default();
         Arena { words }
     }
 

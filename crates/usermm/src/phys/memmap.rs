@@ -95,18 +95,20 @@ pub struct Memmap {
 impl Memmap {
     /// Creates zeroed metadata for `nr_frames` frames (lazily backed).
     pub fn new(nr_frames: u64) -> Memmap {
-        let len = nr_frames as usize * WORDS;
-        let words: Box<[AtomicU32]> = match bytemuck::allocation::zeroed_slice_box::<AtomicU32>(len)
-        {
-            b if b.len() == len => b,
-            _ => Vec::new().into_boxed_slice(),
-        };
+        let len = usize::try_from(nr_frames).ok().and_then(|n| n.checked_mul(WORDS)).unwrap_or(0);
+        // A size the host cannot back gives an empty machine (every allocation then fails).
+        let words: Box<[AtomicU32]> = bytemuck::allocation::try_zeroed_slice_box::<AtomicU32>(len).unwrap_or_default();
         Memmap { words }
     }
 
     #[inline]
     fn w(&self, pfn: u64, w: W) -> &AtomicU32 {
         &self.words[pfn as usize * WORDS + w as usize]
+    }
+
+    /// Number of frames described.
+    pub fn nr_frames(&self) -> u64 {
+        (self.words.len() / WORDS) as u64
     }
 
     /// Tests a flag.

@@ -94,6 +94,8 @@ impl PhysMem {
         let nr_frames = (bytes >> PAGE_SHIFT) & !((1u64 << buddy::MAX_ORDER) - 1);
         let arena = Arena::new(nr_frames);
         let memmap = Memmap::new(nr_frames);
+        // If the host could not back that much, the machine has no RAM at all.
+        let nr_frames = if arena.nr_frames() == nr_frames && memmap.nr_frames() == nr_frames { nr_frames } else { 0 };
         let nodes = u64::from(nodes.max(1));
         let per_node = (nr_frames / nodes) & !((1u64 << buddy::MAX_ORDER) - 1);
         let zones: Vec<Zone> = (0..nodes)
