@@ -170,7 +170,10 @@ pub fn steps(reps: usize) -> u64 {
 
 /// One engine column per sharing tracker, the pre-6.15 estimate first (the baseline).
 fn trackers() -> Vec<String> {
-    let mut names: Vec<String> = usermm::sharing::SharingTracker::all().iter().map(|t| t.name()).collect();
+    let mut names: Vec<String> = usermm::sharing::SharingTracker::all()
+        .iter()
+        .map(|t| t.name())
+        .collect();
     names.sort_by_key(|n| n != "estimate");
     names
 }
@@ -183,7 +186,9 @@ fn variants() -> Vec<Variant> {
             Variant::engine(&n, &about)
         })
         .collect();
-    v.push(Variant::host("the host kernel, same layout (PMD THP always; THP knobs restored)"));
+    v.push(Variant::host(
+        "the host kernel, same layout (PMD THP always; THP knobs restored)",
+    ));
     v
 }
 
@@ -194,7 +199,10 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let mut rows = Vec::new();
     for micro in MICROS {
         let names = trackers();
-        let mut cols: Vec<Column> = names.iter().map(|n| Column::new(n, vec![], BTreeMap::new())).collect();
+        let mut cols: Vec<Column> = names
+            .iter()
+            .map(|n| Column::new(n, vec![], BTreeMap::new()))
+            .collect();
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
         for _ in 0..ctx.opts.reps {

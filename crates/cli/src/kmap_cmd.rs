@@ -161,7 +161,14 @@ pub fn kmap_main(args: &KmapArgs) -> anyhow::Result<()> {
     let mut leaves = table(&["leaf", "descriptors", "bytes mapped"]);
     let mut kinds: Vec<_> = summary.leaves.iter().collect();
     kinds.sort_by_key(|(k, _)| {
-        std::cmp::Reverse(granule.entry_size(k.level) * if k.cont { granule.cont_entries(k.level) } else { 1 })
+        std::cmp::Reverse(
+            granule.entry_size(k.level)
+                * if k.cont {
+                    granule.cont_entries(k.level)
+                } else {
+                    1
+                },
+        )
     });
     for (kind, n) in kinds {
         leaves.add_row([

@@ -56,7 +56,11 @@ enum Cmd {
 fn exit_quietly_on_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let msg = info.payload().downcast_ref::<String>().map(String::as_str).unwrap_or("");
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or("");
         if msg.contains("Broken pipe") {
             std::process::exit(0);
         }

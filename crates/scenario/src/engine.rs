@@ -123,7 +123,9 @@ impl EngineBackend {
             let memory = cfg.memory;
             let m = Machine::new(cfg);
             if m.phys.nr_frames() == 0 && memory >= 4 << 20 {
-                return Err(Fail::Unsupported(format!("set memory {memory}: the host cannot back that much simulated RAM")));
+                return Err(Fail::Unsupported(format!(
+                    "set memory {memory}: the host cannot back that much simulated RAM"
+                )));
             }
             self.machine = Some(m);
         }

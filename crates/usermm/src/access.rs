@@ -110,7 +110,14 @@ impl<'m> Cpu<'m> {
     }
 
     /// Sets accessed/dirty like the hardware walker and caches the translation.
-    fn hw_fill(&self, mm: &Mm, pt: PageTables<'m>, leaf: Leaf, vpn: u64, access: Access) -> Option<u64> {
+    fn hw_fill(
+        &self,
+        mm: &Mm,
+        pt: PageTables<'m>,
+        leaf: Leaf,
+        vpn: u64,
+        access: Access,
+    ) -> Option<u64> {
         let write = access == Access::Write;
         let mut cur = leaf.entry;
         loop {
@@ -124,7 +131,12 @@ impl<'m> Cpu<'m> {
             }
         }
         let writable = write || (pt.arch.hw_writable(cur) && pt.arch.dirty(cur));
-        self.tlb().fill(TlbEntry { mm: mm.id, vpn, pfn: leaf.pfn, writable });
+        self.tlb().fill(TlbEntry {
+            mm: mm.id,
+            vpn,
+            pfn: leaf.pfn,
+            writable,
+        });
         // The walk and the fill are two steps: if the entry changed meanwhile (a COW on
         // another CPU whose shootdown may already have passed), drop what we cached and walk
         // again, as a hardware walker's atomic fill would never have cached it.

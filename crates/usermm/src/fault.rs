@@ -326,13 +326,26 @@ impl<'m> Cpu<'m> {
     /// `do_fault_around` with `filemap_map_pages`: a read fault on shmem maps the pages of the
     /// surrounding 64 KiB window (`fault_around_bytes`) that are already in the page cache,
     /// clean and young. Returns whether the faulting page itself got mapped.
-    fn do_fault_around(&self, mm: &Mm, vma: &Vma, pt: PageTables<'m>, table: u64, addr: u64) -> bool {
+    fn do_fault_around(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pt: PageTables<'m>,
+        table: u64,
+        addr: u64,
+    ) -> bool {
         const FAULT_AROUND_BYTES: u64 = 64 << 10;
         let c = self.c();
-        let Some(shmem) = &vma.shmem else { return false };
+        let Some(shmem) = &vma.shmem else {
+            return false;
+        };
         let pmd_start = addr & !(PMD_SIZE - 1);
-        let start = (addr & !(FAULT_AROUND_BYTES - 1)).max(vma.start).max(pmd_start);
-        let end = ((addr & !(FAULT_AROUND_BYTES - 1)) + FAULT_AROUND_BYTES).min(vma.end).min(pmd_start + PMD_SIZE);
+        let start = (addr & !(FAULT_AROUND_BYTES - 1))
+            .max(vma.start)
+            .max(pmd_start);
+        let end = ((addr & !(FAULT_AROUND_BYTES - 1)) + FAULT_AROUND_BYTES)
+            .min(vma.end)
+            .min(pmd_start + PMD_SIZE);
         let cache = shmem.pages.lock();
         let _ptl = PtlGuard::lock(&self.m.phys, table, c);
         let mut mapped_fault = false;
@@ -343,7 +356,12 @@ impl<'m> Cpu<'m> {
                 rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
                 rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
                 self.mlock_vma_folio(pfn, vma);
-                pt.set_pte(c, table, idx, pt.arch.mk_pte(pfn, vma.flags.page_prot(), false));
+                pt.set_pte(
+                    c,
+                    table,
+                    idx,
+                    pt.arch.mk_pte(pfn, vma.flags.page_prot(), false),
+                );
                 self.m.phys.memmap.pt_entries_add(table, 1);
                 mm.rss_add(RssKind::Shmem, 1);
                 mapped_fault |= a == (addr & !4095);
@@ -436,12 +454,14 @@ impl<'m> Cpu<'m> {
                     return false;
                 }
                 let _g = phys.sharing.lock_owner(head);
-                !rmap::owner::maybe_mapped_shared(phys, head) && mem.large_mapcount(head) == mem.refcount(head)
+                !rmap::owner::maybe_mapped_shared(phys, head)
+                    && mem.large_mapcount(head) == mem.refcount(head)
             }
             SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
-                phys.sharing.cow_reusable(head, mem.order(head), mm.id, |m| {
-                    mem.entire_mapcount(head) == 0 && mem.refcount(head) as u64 == m
-                })
+                phys.sharing
+                    .cow_reusable(head, mem.order(head), mm.id, |m| {
+                        mem.entire_mapcount(head) == 0 && mem.refcount(head) as u64 == m
+                    })
             }
         }
     }
@@ -546,7 +566,9 @@ impl<'m> Cpu<'m> {
 
     /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
     fn alloc_deposit(&self) -> Option<u64> {
-        self.m.phys.alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+        self.m
+            .phys
+            .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
     }
 
     /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
@@ -639,7 +661,16 @@ impl<'m> Cpu<'m> {
     /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
     fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: u64, haddr: u64, owner: u32) {
         let phys = &self.m.phys;
-        rmap::add_new_anon(phys, self.c(), head, head, 1 << HPAGE_PMD_ORDER, Level::Pmd, owner, mm.id);
+        rmap::add_new_anon(
+            phys,
+            self.c(),
+            head,
+            head,
+            1 << HPAGE_PMD_ORDER,
+            Level::Pmd,
+            owner,
+            mm.id,
+        );
         phys.memmap.set_index(head, vma.pgoff_at(haddr));
         self.folio_add_lru_vma(head, vma);
     }

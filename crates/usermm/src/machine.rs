@@ -112,7 +112,8 @@ impl Machine {
     pub fn new(cfg: MachineConfig) -> Machine {
         let check = cfg.tunables.check_tlb;
         let phys = PhysMem::new(cfg.memory, cfg.nodes);
-        phys.sharing.select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
+        phys.sharing
+            .select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
         Machine {
             phys,
             arch: cfg.arch,

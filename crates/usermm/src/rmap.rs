@@ -124,7 +124,9 @@ fn large_unmap(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32, nr: i32) 
     drop(guard);
     c.add(Ev::FolioAtomic, 1);
     if mm.test(head, PageFlag::Anon) {
-        let n = phys.sharing.on_unmap(head, mm.order(head), mm_id, nr as u64);
+        let n = phys
+            .sharing
+            .on_unmap(head, mm.order(head), mm_id, nr as u64);
         c.add(Ev::FolioAtomic, u64::from(n));
     }
 }

@@ -385,14 +385,16 @@ impl Tunables {
                     MunlockDesign::parse(value).ok_or_else(|| bad("stage0..stage7|modern"))?
             }
             "linear_map" => {
-                self.linear_map =
-                    crate::kmap::LinearMapVariant::parse(value).ok_or_else(|| bad(crate::kmap::LinearMapVariant::VALUES))?
+                self.linear_map = crate::kmap::LinearMapVariant::parse(value)
+                    .ok_or_else(|| bad(crate::kmap::LinearMapVariant::VALUES))?
             }
             "sharing" => {
                 self.sharing = crate::sharing::SharingTracker::parse(value)
                     .ok_or_else(|| bad(crate::sharing::SharingTracker::VALUES))?
             }
-            "sharing_shadow" => self.sharing_shadow = parse_bool(value).ok_or_else(|| bad("true|false"))?,
+            "sharing_shadow" => {
+                self.sharing_shadow = parse_bool(value).ok_or_else(|| bad("true|false"))?
+            }
             "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
             "overcommit_memory" => {
                 self.overcommit_memory = match value {

@@ -382,8 +382,17 @@ impl Machine {
                 ));
             }
         }
-        let truth: Vec<(u32, u64)> = f.per_mm.iter().filter(|(_, &n)| n > 0).map(|(&id, &n)| (id, n as u64)).collect();
-        for e in self.phys.sharing.verify(head, self.phys.memmap.order(head), &truth) {
+        let truth: Vec<(u32, u64)> = f
+            .per_mm
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(&id, &n)| (id, n as u64))
+            .collect();
+        for e in self
+            .phys
+            .sharing
+            .verify(head, self.phys.memmap.order(head), &truth)
+        {
             r.err(format!("folio {head:#x}: sharing tracker: {e}"));
         }
         let mms = f.per_mm.values().filter(|&&n| n > 0).count();

@@ -147,10 +147,18 @@ pub(crate) struct LeafInfo {
 
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
     match pt.walk(addr) {
-        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo { entry, pfn: pt.arch.pfn(entry), huge: false }),
+        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo {
+            entry,
+            pfn: pt.arch.pfn(entry),
+            huge: false,
+        }),
         Walk::PmdLeaf { entry, .. } => {
             let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
-            Some(LeafInfo { entry, pfn, huge: true })
+            Some(LeafInfo {
+                entry,
+                pfn,
+                huge: true,
+            })
         }
         _ => None,
     }
@@ -340,7 +348,11 @@ impl<'m> Cpu<'m> {
             pm.file = !phys.memmap.test(head, PageFlag::Anon);
             // For a PMD mapping Linux judges every entry by the PMD's first page
             // (`pagemap_pmd_range_thp` does not advance the page it checks).
-            let judged = if leaf.huge { pt.arch.pfn(leaf.entry) } else { leaf.pfn };
+            let judged = if leaf.huge {
+                pt.arch.pfn(leaf.entry)
+            } else {
+                leaf.pfn
+            };
             pm.exclusive = page_mapcount(phys, judged) == 1;
         }
         Ok(pm)
@@ -360,17 +372,28 @@ impl<'m> Cpu<'m> {
     }
 
     /// Every sharing tracker's answer for the large anon folio mapping `addr` (seed 003).
-    pub fn folio_sharing(&self, pid: Pid, addr: u64) -> SysResult<Option<crate::sharing::SharingAnswers>> {
+    pub fn folio_sharing(
+        &self,
+        pid: Pid,
+        addr: u64,
+    ) -> SysResult<Option<crate::sharing::SharingAnswers>> {
         let task = self.mm_of(pid)?;
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
-        let Some(leaf) = leaf_at(pt, addr) else { return Ok(None) };
+        let Some(leaf) = leaf_at(pt, addr) else {
+            return Ok(None);
+        };
         let mem = &self.m.phys.memmap;
         let head = mem.folio_of(leaf.pfn);
         if !(mem.test(head, PageFlag::Head) && mem.test(head, PageFlag::Anon)) {
             return Ok(None);
         }
-        Ok(Some(self.m.phys.sharing.answers(&self.m.phys, head, task.mm.id, task.mm.id)))
+        Ok(Some(self.m.phys.sharing.answers(
+            &self.m.phys,
+            head,
+            task.mm.id,
+            task.mm.id,
+        )))
     }
 
     /// Order of the folio mapping `addr`.

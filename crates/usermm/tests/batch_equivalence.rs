@@ -116,7 +116,11 @@ fn run(arch: Arch, folio: u64, batching: PteBatching, ops: &[Op]) -> (Vec<String
     // everything but the CONT bit must agree ("modulo contpte folding").
     let dump = |pid| -> Vec<(u64, u64, bool)> {
         let cont = if arch == Arch::Arm64 { 1u64 << 52 } else { 0 };
-        cpu.page_table_dump(pid).expect("dump").iter().map(|l| (l.addr, l.entry & !cont, l.huge)).collect()
+        cpu.page_table_dump(pid)
+            .expect("dump")
+            .iter()
+            .map(|l| (l.addr, l.entry & !cont, l.huge))
+            .collect()
     };
     for pid in [p, c] {
         obs.push(format!("{:?}", dump(pid)));

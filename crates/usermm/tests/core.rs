@@ -511,7 +511,13 @@ fn large_folio_is_reused_after_the_child_exits() {
 
 #[test]
 fn every_sharing_tracker_decides_cow_reuse_and_stays_exact() {
-    for tracker in ["owner", "rmap-id", "rmap-id-sq", "estimate", "rmap-id+seed-sizing"] {
+    for tracker in [
+        "owner",
+        "rmap-id",
+        "rmap-id-sq",
+        "estimate",
+        "rmap-id+seed-sizing",
+    ] {
         let m = machine(64 * M);
         m.update_tunables(|t| {
             t.thp.set_size(64 * K, ThpPolicy::Always).unwrap();
@@ -525,7 +531,10 @@ fn every_sharing_tracker_decides_cow_reuse_and_stays_exact() {
         let c = cpu.fork(p).unwrap();
         let g = cpu.fork(c).unwrap();
         valid(&m);
-        assert!(cpu.folio_sharing(p, a).unwrap().is_some(), "{tracker}: the view answers");
+        assert!(
+            cpu.folio_sharing(p, a).unwrap().is_some(),
+            "{tracker}: the view answers"
+        );
         cpu.exit(g).unwrap();
         cpu.exit(c).unwrap();
         valid(&m);

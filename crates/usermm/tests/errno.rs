@@ -906,7 +906,9 @@ fn mremap_fixed_with_old_len_zero_of_private_memory_is_einval_and_keeps_the_targ
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
-    no_change(&m, &cpu, p, Err(Errno::EINVAL), || cpu.mremap(p, A, 0, C_LEN, to(C)));
+    no_change(&m, &cpu, p, Err(Errno::EINVAL), || {
+        cpu.mremap(p, A, 0, C_LEN, to(C))
+    });
 }
 
 #[test]
@@ -919,5 +921,7 @@ fn pin_of_shared_memory_beyond_its_size_is_efault() {
         cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
         Ok(B)
     );
-    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, B + B_LEN, 4 * K));
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || {
+        cpu.pin(p, B + B_LEN, 4 * K)
+    });
 }

@@ -92,9 +92,8 @@ fn expected(what: Maintained, base: (u32, i64), ops: &[(u32, i64)], mask: u32) -
         s.total = s.total.wrapping_add(d);
         if what.sq {
             s.s1 = s.s1.wrapping_add(d.wrapping_mul(u64::from(id)));
-            s.s2 = s
-                .s2
-                .wrapping_add(d.wrapping_mul(u64::from(id) * u64::from(id)));
+            s.s2 =
+                s.s2.wrapping_add(d.wrapping_mul(u64::from(id) * u64::from(id)));
         }
         if let Some(l) = what.rmap {
             for j in 0..l.values as usize {
@@ -182,7 +181,13 @@ fn scenario(
     b.max_branches = 100_000;
     let base = (7u32, 3i64);
     let t0 = std::time::Instant::now();
-    let _report = Elapsed(t0, format!("{mode:?} {} writers, {reader:?}, bound {bound:?}", ops.len()));
+    let _report = Elapsed(
+        t0,
+        format!(
+            "{mode:?} {} writers, {reader:?}, bound {bound:?}",
+            ops.len()
+        ),
+    );
     b.check(move || {
         let w = record();
         FolioWords::new(&w[..]).init(what, base.0, base.1 as u64);
@@ -258,7 +263,10 @@ fn exclusive_add_return_writers_and_a_cow_reader() {
         d[0], d[1], d[2], d[3], d[4]
     );
     assert!(d[0] > 0, "exclusive-writer path never taken");
-    assert!(d[1] > 0, "add-return race (conversion to shared) never explored");
+    assert!(
+        d[1] > 0,
+        "add-return race (conversion to shared) never explored"
+    );
     assert!(d[3] > 0, "no writer ever waited for the exclusive writer");
     assert!(d[4] > 0, "no reader retry explored");
 }
@@ -275,8 +283,20 @@ fn exclusive_cmpxchg_writers_and_readers() {
 
 #[test]
 fn all_counters_two_writers_and_readers() {
-    scenario(WriterMode::ExclusiveAddReturn, full(), &[(5, 1), (0x00fe_dcba, 2)], Some(1), SPIN);
-    scenario(WriterMode::ExclusiveAddReturn, full(), &[(5, 1), (0x00fe_dcba, 2)], Some(1), COW);
+    scenario(
+        WriterMode::ExclusiveAddReturn,
+        full(),
+        &[(5, 1), (0x00fe_dcba, 2)],
+        Some(1),
+        SPIN,
+    );
+    scenario(
+        WriterMode::ExclusiveAddReturn,
+        full(),
+        &[(5, 1), (0x00fe_dcba, 2)],
+        Some(1),
+        COW,
+    );
 }
 
 #[test]
@@ -286,14 +306,23 @@ fn three_writers_and_a_reader() {
     scenario(WriterMode::Shared, small(), THREE, Some(1), COW);
     scenario(WriterMode::ExclusiveAddReturn, small(), THREE, Some(1), COW);
     let d = delta(before);
-    assert!(d[0] > 0 && d[1] > 0 && d[3] > 0, "exclusive paths not covered: {d:?}");
+    assert!(
+        d[0] > 0 && d[1] > 0 && d[3] > 0,
+        "exclusive paths not covered: {d:?}"
+    );
 }
 
 /// The remaining three-writer combinations (about 3 minutes): `--ignored`.
 #[test]
 #[ignore]
 fn three_writers_and_a_reader_extended() {
-    scenario(WriterMode::ExclusiveAddReturn, small(), THREE, Some(1), SPIN);
+    scenario(
+        WriterMode::ExclusiveAddReturn,
+        small(),
+        THREE,
+        Some(1),
+        SPIN,
+    );
     scenario(WriterMode::ExclusiveCmpxchg, small(), THREE, Some(1), SPIN);
     scenario(WriterMode::ExclusiveCmpxchg, small(), THREE, Some(1), COW);
 }

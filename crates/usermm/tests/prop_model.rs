@@ -722,8 +722,7 @@ impl<'a, 'm> Harness<'a, 'm> {
     /// with ENOMEM when memory is short, and must then change nothing (which the comparison
     /// after the step checks, the model being unchanged).
     fn out_of_memory_allowed<T>(&self, got: &Result<T, Errno>) -> bool {
-        matches!(got, Err(Errno::ENOMEM))
-            && self.m.phys.free_frames() < self.m.phys.nr_frames() / 4
+        matches!(got, Err(Errno::ENOMEM)) && self.m.phys.free_frames() < self.m.phys.nr_frames() / 4
     }
 
     fn pi(&self, p: u8) -> usize {
@@ -1722,7 +1721,8 @@ fn fork_after_madvise_splits_a_pmd_thp_copies_only_what_the_child_maps() {
         let a = cpu.mmap(p, MmapArgs::anon(2 * M, RW)).expect("mmap 2M");
         cpu.write_fill(p, a, 8 * K, 1).expect("write");
         assert_eq!(cpu.folio_order(p, a), Ok(Some(9)), "a PMD-mapped THP");
-        cpu.madvise(p, a, 4 * K, advice).expect("madvise the first page");
+        cpu.madvise(p, a, 4 * K, advice)
+            .expect("madvise the first page");
         let c = cpu.fork(p).expect("fork");
         valid(&m);
         let mut b = [0xffu8; 1];
@@ -1738,7 +1738,6 @@ fn fork_after_madvise_splits_a_pmd_thp_copies_only_what_the_child_maps() {
         );
     }
 }
-
 
 /// Regression: a VMA split by madvise used to leave the huge zero PMD across the boundary, and a
 /// write fault in the upper VMA underflowed in `Vma::pgoff_at`.

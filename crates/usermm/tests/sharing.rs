@@ -20,7 +20,12 @@ fn rmap_id(writer: WriterMode, sizing: Sizing) -> SharingTracker {
 }
 
 /// Builds the tracker state of `mappings` (the first creates the folio) and asks for `victim`.
-fn tracker_answer(t: SharingTracker, order: u32, mappings: &[(u32, u32)], victim: u32) -> Option<bool> {
+fn tracker_answer(
+    t: SharingTracker,
+    order: u32,
+    mappings: &[(u32, u32)],
+    victim: u32,
+) -> Option<bool> {
     let s = Sharing::new(4096, t, false);
     let head = 1024;
     for (i, &(id, n)) in mappings.iter().enumerate() {
@@ -45,15 +50,34 @@ fn seed_sizing_gives_false_exclusive_for_orders_7_to_9() {
         assert!(fe.total() <= p, "{fe:?}");
         assert!(fe.mappings.len() >= 2, "{fe:?}");
         assert!(fe.mappings.iter().any(|&(id, n)| id == fe.victim && n > 0));
-        assert!(fe.mappings.iter().all(|&(id, _)| (1..=subid::RMAP_ID_MAX).contains(&id)));
+        assert!(fe
+            .mappings
+            .iter()
+            .all(|&(id, _)| (1..=subid::RMAP_ID_MAX).contains(&id)));
         // The arithmetic says "exclusive" with the seed's sizing only.
-        assert!(values_say_exclusive(order, Sizing::Seed, fe.victim, &fe.mappings));
-        assert!(!values_say_exclusive(order, Sizing::Safe, fe.victim, &fe.mappings));
+        assert!(values_say_exclusive(
+            order,
+            Sizing::Seed,
+            fe.victim,
+            &fe.mappings
+        ));
+        assert!(!values_say_exclusive(
+            order,
+            Sizing::Safe,
+            fe.victim,
+            &fe.mappings
+        ));
         // And so do the trackers built from the same (un)map calls the engine makes.
         let seed = rmap_id(WriterMode::ExclusiveAddReturn, Sizing::Seed);
         let safe = rmap_id(WriterMode::ExclusiveAddReturn, Sizing::Safe);
-        assert_eq!(tracker_answer(seed, order, &fe.mappings, fe.victim), Some(true));
-        assert_eq!(tracker_answer(safe, order, &fe.mappings, fe.victim), Some(false));
+        assert_eq!(
+            tracker_answer(seed, order, &fe.mappings, fe.victim),
+            Some(true)
+        );
+        assert_eq!(
+            tracker_answer(safe, order, &fe.mappings, fe.victim),
+            Some(false)
+        );
         assert_eq!(
             tracker_answer(SharingTracker::RmapIdSq, order, &fe.mappings, fe.victim),
             Some(false)
@@ -61,7 +85,10 @@ fn seed_sizing_gives_false_exclusive_for_orders_7_to_9() {
         // Every other MM is answered correctly by the exact trackers too.
         for &(id, _) in &fe.mappings {
             assert_eq!(tracker_answer(safe, order, &fe.mappings, id), Some(false));
-            assert_eq!(tracker_answer(SharingTracker::RmapIdSq, order, &fe.mappings, id), Some(false));
+            assert_eq!(
+                tracker_answer(SharingTracker::RmapIdSq, order, &fe.mappings, id),
+                Some(false)
+            );
         }
         let counts: Vec<u32> = fe.mappings.iter().map(|m| m.1).collect();
         eprintln!(
@@ -82,7 +109,10 @@ fn smallest_false_exclusive_is_71_mappings_by_5_mms_on_an_order_7_folio() {
     counts.sort_unstable();
     assert_eq!(counts, [1, 2, 12, 28, 28]);
     // The victim maps one page: it takes a write fault there and would reuse the folio.
-    assert_eq!(fe.mappings.iter().find(|m| m.0 == fe.victim).map(|m| m.1), Some(1));
+    assert_eq!(
+        fe.mappings.iter().find(|m| m.0 == fe.victim).map(|m| m.1),
+        Some(1)
+    );
 }
 
 #[test]
@@ -112,7 +142,10 @@ fn the_research_order_9_example_with_512_mappings() {
     assert!(!values_say_exclusive(9, Sizing::Safe, victim, &mappings));
     let seed = rmap_id(WriterMode::Shared, Sizing::Seed);
     assert_eq!(tracker_answer(seed, 9, &mappings, victim), Some(true));
-    assert_eq!(tracker_answer(SharingTracker::RmapIdSq, 9, &mappings, victim), Some(false));
+    assert_eq!(
+        tracker_answer(SharingTracker::RmapIdSq, 9, &mappings, victim),
+        Some(false)
+    );
 }
 
 #[test]
@@ -122,9 +155,17 @@ fn order_6_overflows_but_has_no_false_answer_and_safe_sizing_has_none_anywhere()
     assert!(!Sizing::Seed.layout(6).overflow_free());
     assert_eq!(find_false_exclusive(6, Sizing::Seed), None);
     for order in subid::MIN_ORDER..=subid::MAX_ORDER {
-        assert_eq!(find_false_exclusive(order, Sizing::Safe), None, "order {order}");
+        assert_eq!(
+            find_false_exclusive(order, Sizing::Safe),
+            None,
+            "order {order}"
+        );
         if !(6..=9).contains(&order) {
-            assert_eq!(find_false_exclusive(order, Sizing::Seed), None, "order {order}");
+            assert_eq!(
+                find_false_exclusive(order, Sizing::Seed),
+                None,
+                "order {order}"
+            );
         }
     }
 }
@@ -426,7 +467,8 @@ impl Model {
         let total = self.total();
         let mem = &self.phys.memmap;
         prop_assert_eq!(i64::from(mem.large_mapcount(HEAD)), total as i64);
-        let truth_list: Vec<(u32, u64)> = (0..NR_MMS).map(|m| (self.ids[m], self.count(m))).collect();
+        let truth_list: Vec<(u32, u64)> =
+            (0..NR_MMS).map(|m| (self.ids[m], self.count(m))).collect();
         let est_excl = !estimate::likely_mapped_shared(mem, HEAD);
         let owner_shared = owner::maybe_mapped_shared(&self.phys, HEAD);
         for mm in 0..NR_MMS {
@@ -505,7 +547,13 @@ fn distinct_ids() -> impl Strategy<Value = [u32; NR_MMS]> {
             [v[0], v[1], v[2], v[3], v[4]]
         }),
         // IDs that differ in one slice only, and the largest IDs.
-        (0u32..256).prop_map(|x| [x << 8 | 1, x << 8 | 2, x << 8 | 0x81, 0xff_ff00 | 1, subid::RMAP_ID_MAX]),
+        (0u32..256).prop_map(|x| [
+            x << 8 | 1,
+            x << 8 | 2,
+            x << 8 | 0x81,
+            0xff_ff00 | 1,
+            subid::RMAP_ID_MAX
+        ]),
     ]
 }
 
@@ -617,8 +665,16 @@ fn concurrent_writers_and_a_reader_on_real_threads() {
         stop.store(true, Ordering::Relaxed);
         reader.join().expect("reader");
         assert!(reads.load(Ordering::Relaxed) > 0);
-        assert_eq!(s.verify(HEAD, order, &[(base_id, 100), (ids[0], 0)]), Vec::<String>::new());
-        assert_eq!(s.exclusive(HEAD, order, base_id), Some(true), "{}", t.name());
+        assert_eq!(
+            s.verify(HEAD, order, &[(base_id, 100), (ids[0], 0)]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            s.exclusive(HEAD, order, base_id),
+            Some(true),
+            "{}",
+            t.name()
+        );
     }
 }
 
@@ -683,7 +739,10 @@ fn tracker_cost() {
                 h.join().expect("thread");
             }
             let ns = start.elapsed().as_nanos() as f64 / (iters * 2) as f64;
-            rows.push(format!("{:<32} {threads} thread(s): {ns:6.1} ns per (un)map", t.name()));
+            rows.push(format!(
+                "{:<32} {threads} thread(s): {ns:6.1} ns per (un)map",
+                t.name()
+            ));
         }
     }
     for r in rows {

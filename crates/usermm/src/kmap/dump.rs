@@ -266,7 +266,12 @@ pub fn leaf_label(kind: LeafKind, granule: super::Granule) -> String {
 
 /// `4K`, `2M`, `1G`, ... (two decimals when not a whole number of the largest unit).
 pub fn human(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
     for (u, s) in UNITS {
         if bytes >= u {
             return if bytes & (u - 1) == 0 {

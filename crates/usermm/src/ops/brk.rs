@@ -41,7 +41,10 @@ impl<'m> Cpu<'m> {
         if brk <= st.brk {
             // Shrinking needs the heap VMA to reach into the range being given back.
             let heap = st.vmas.overlapping(newbrk, oldbrk);
-            if heap.first().is_none_or(|&id| st.vmas.get(id).start >= oldbrk) {
+            if heap
+                .first()
+                .is_none_or(|&id| st.vmas.get(id).start >= oldbrk)
+            {
                 return Ok(orig);
             }
             return match self.do_munmap(mm, &mut st, newbrk, oldbrk, CountCheck::Munmap) {

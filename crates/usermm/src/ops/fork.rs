@@ -294,14 +294,15 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let at = addr + ((i - i0) as u64) * 4096;
-            let (nr, added) = match self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at) {
-                Ok(v) => v,
-                Err(err) => {
-                    // Account what was already copied so the failed child tears down cleanly.
-                    self.account_copied(ctx.dst, dst_t, i0, iend);
-                    return Err(err);
-                }
-            };
+            let (nr, added) =
+                match self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at) {
+                    Ok(v) => v,
+                    Err(err) => {
+                        // Account what was already copied so the failed child tears down cleanly.
+                        self.account_copied(ctx.dst, dst_t, i0, iend);
+                        return Err(err);
+                    }
+                };
             rss += added;
             copied += nr as i32;
             i += nr;
@@ -402,7 +403,8 @@ impl<'m> Cpu<'m> {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        self.tables(ctx.dst).set_ptes(self.c(), dst_t, i, child, b.nr);
+        self.tables(ctx.dst)
+            .set_ptes(self.c(), dst_t, i, child, b.nr);
         Ok((b.nr, nr as i64))
     }
 

@@ -199,15 +199,31 @@ impl<'m> Cpu<'m> {
 
     /// `MADV_POPULATE_(READ|WRITE)`: fault every page in; a hole gives `ENOMEM`, a VMA that
     /// does not allow the access `EINVAL`, a fault that would signal `EFAULT`.
-    fn madvise_populate(&self, mm: &crate::mm::Mm, start: u64, end: u64, write: bool) -> SysResult<()> {
+    fn madvise_populate(
+        &self,
+        mm: &crate::mm::Mm,
+        start: u64,
+        end: u64,
+        write: bool,
+    ) -> SysResult<()> {
         self.c().add(Ev::LockMmap, 1);
         let st = mm.lock.read();
-        let access = if write { crate::fault::Access::Write } else { crate::fault::Access::Read };
+        let access = if write {
+            crate::fault::Access::Write
+        } else {
+            crate::fault::Access::Read
+        };
         let mut a = start;
         while a < end {
-            let Some(id) = st.vmas.find(a) else { return Err(Errno::ENOMEM) };
+            let Some(id) = st.vmas.find(a) else {
+                return Err(Errno::ENOMEM);
+            };
             let v = st.vmas.get(id);
-            let allowed = if write { v.flags.has(VmFlags::WRITE) } else { v.flags.has(VmFlags::READ) };
+            let allowed = if write {
+                v.flags.has(VmFlags::WRITE)
+            } else {
+                v.flags.has(VmFlags::READ)
+            };
             if !allowed {
                 return Err(Errno::EINVAL);
             }
@@ -241,9 +257,15 @@ impl<'m> Cpu<'m> {
                     let head = mem.folio_of(pfn);
                     let nr = 1u64 << mem.order(head);
                     let folio_start = a - (pfn - head) * 4096;
-                    let mapcount = if nr > 1 { mem.large_mapcount(head) } else { mem.mapcount(head) };
+                    let mapcount = if nr > 1 {
+                        mem.large_mapcount(head)
+                    } else {
+                        mem.mapcount(head)
+                    };
                     let eligible = if nr > 1 {
-                        folio_start >= start.max(vma.start) && folio_start + nr * 4096 <= end && mapcount == nr as i32
+                        folio_start >= start.max(vma.start)
+                            && folio_start + nr * 4096 <= end
+                            && mapcount == nr as i32
                     } else {
                         !mem.test(head, PageFlag::Dirty) || mapcount == 1
                     };

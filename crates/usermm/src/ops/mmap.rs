@@ -192,8 +192,8 @@ impl<'m> Cpu<'m> {
         flags: VmFlags,
         sharing: Sharing,
     ) -> SysResult<()> {
-        let shmem =
-            (sharing == Sharing::Shared).then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id(), len >> 12)));
+        let shmem = (sharing == Sharing::Shared)
+            .then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id(), len >> 12)));
         let pgoff = if shmem.is_some() { 0 } else { addr >> 12 };
         let p = Proposal {
             start: addr,

@@ -122,7 +122,14 @@ impl<'m> Cpu<'m> {
             }
             None => self.get_unmapped_area(task, st, AreaRequest::Hint(0), new_len, false)?,
         };
-        let p = Proposal { start: dst, end: dst + new_len, flags: vflags, pgoff, anon_vma: (0, 0), shmem: shmem.as_ref() };
+        let p = Proposal {
+            start: dst,
+            end: dst + new_len,
+            flags: vflags,
+            pgoff,
+            anon_vma: (0, 0),
+            shmem: shmem.as_ref(),
+        };
         merge::insert_new(&mut st.vmas, p)?;
         Ok(dst)
     }
@@ -277,11 +284,16 @@ impl<'m> Cpu<'m> {
             let chunk_end = ((a & !(PMD_SIZE - 1)) + PMD_SIZE).min(dst + len);
             let s = src + (a - dst);
             let whole_leaf = a % PMD_SIZE == 0 && s % PMD_SIZE == 0 && chunk_end - a == PMD_SIZE;
-            let needs_ptes = !whole_leaf && (s..s + (chunk_end - a)).step_by(4096).any(|x| !matches!(pt.walk(x), Walk::NoPmd | Walk::PmdNone { .. }));
+            let needs_ptes = !whole_leaf
+                && (s..s + (chunk_end - a))
+                    .step_by(4096)
+                    .any(|x| !matches!(pt.walk(x), Walk::NoPmd | Walk::PmdNone { .. }));
             if needs_ptes {
-                pt.alloc_pte_table(self.c(), &mm.page_table_lock, a).map_err(|_| Errno::ENOMEM)?;
+                pt.alloc_pte_table(self.c(), &mm.page_table_lock, a)
+                    .map_err(|_| Errno::ENOMEM)?;
             } else {
-                pt.alloc_pmd_table(self.c(), &mm.page_table_lock, a).map_err(|_| Errno::ENOMEM)?;
+                pt.alloc_pmd_table(self.c(), &mm.page_table_lock, a)
+                    .map_err(|_| Errno::ENOMEM)?;
             }
             a = chunk_end;
         }

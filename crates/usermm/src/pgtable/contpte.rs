@@ -71,10 +71,16 @@ impl<'a> PageTables<'a> {
         let mut i = 0;
         while i < nr {
             let v = self.arch.advance_pfn(e, i as u64);
-            let aligned = (idx + i) % CONT_PTES == 0 && self.arch.pfn(v) % CONT_PTES as u64 == 0 && nr - i >= CONT_PTES;
+            let aligned = (idx + i) % CONT_PTES == 0
+                && self.arch.pfn(v) % CONT_PTES as u64 == 0
+                && nr - i >= CONT_PTES;
             if arm && aligned && self.arch.accessible(v) {
                 for j in 0..CONT_PTES {
-                    self.set(table, idx + i + j, self.arch.advance_pfn(v, j as u64) | arm64::CONT);
+                    self.set(
+                        table,
+                        idx + i + j,
+                        self.arch.advance_pfn(v, j as u64) | arm64::CONT,
+                    );
                 }
                 i += CONT_PTES;
             } else {
@@ -218,11 +224,15 @@ impl<'a> PageTables<'a> {
             for i in 0..CONT_PTES {
                 let e = self.get(table, base + i);
                 if !pte_cont(arch, e) || norm(e) != arch.advance_pfn(norm(first), i as u64) {
-                    return Err(format!("table {table:#x}: broken contpte block at index {base}"));
+                    return Err(format!(
+                        "table {table:#x}: broken contpte block at index {base}"
+                    ));
                 }
             }
             if arch.pfn(first) % CONT_PTES as u64 != 0 {
-                return Err(format!("table {table:#x}: contpte block at {base} maps unaligned pfn"));
+                return Err(format!(
+                    "table {table:#x}: contpte block at {base} maps unaligned pfn"
+                ));
             }
         }
         Ok(())

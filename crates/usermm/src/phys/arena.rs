@@ -23,9 +23,13 @@ pub struct Arena {
 impl Arena {
     /// Creates an arena of `nr_frames` zeroed frames (lazily backed by the host).
     pub fn new(nr_frames: u64) -> Arena {
-        let len = usize::try_from(nr_frames).ok().and_then(|n| n.checked_mul(WORDS_PER_PAGE)).unwrap_or(0);
+        let len = usize::try_from(nr_frames)
+            .ok()
+            .and_then(|n| n.checked_mul(WORDS_PER_PAGE))
+            .unwrap_or(0);
         // A size the host cannot back gives an empty machine (every allocation then fails).
-        let words: Box<[AtomicU64]> = bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(len).unwrap_or_default();
+        let words: Box<[AtomicU64]> =
+            bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(len).unwrap_or_default();
         Arena { words }
     }
 

@@ -95,9 +95,13 @@ pub struct Memmap {
 impl Memmap {
     /// Creates zeroed metadata for `nr_frames` frames (lazily backed).
     pub fn new(nr_frames: u64) -> Memmap {
-        let len = usize::try_from(nr_frames).ok().and_then(|n| n.checked_mul(WORDS)).unwrap_or(0);
+        let len = usize::try_from(nr_frames)
+            .ok()
+            .and_then(|n| n.checked_mul(WORDS))
+            .unwrap_or(0);
         // A size the host cannot back gives an empty machine (every allocation then fails).
-        let words: Box<[AtomicU32]> = bytemuck::allocation::try_zeroed_slice_box::<AtomicU32>(len).unwrap_or_default();
+        let words: Box<[AtomicU32]> =
+            bytemuck::allocation::try_zeroed_slice_box::<AtomicU32>(len).unwrap_or_default();
         Memmap { words }
     }
 

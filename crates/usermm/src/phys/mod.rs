@@ -95,7 +95,11 @@ impl PhysMem {
         let arena = Arena::new(nr_frames);
         let memmap = Memmap::new(nr_frames);
         // If the host could not back that much, the machine has no RAM at all.
-        let nr_frames = if arena.nr_frames() == nr_frames && memmap.nr_frames() == nr_frames { nr_frames } else { 0 };
+        let nr_frames = if arena.nr_frames() == nr_frames && memmap.nr_frames() == nr_frames {
+            nr_frames
+        } else {
+            0
+        };
         let nodes = u64::from(nodes.max(1));
         let per_node = (nr_frames / nodes) & !((1u64 << buddy::MAX_ORDER) - 1);
         let zones: Vec<Zone> = (0..nodes)
@@ -120,7 +124,11 @@ impl PhysMem {
             fail_pgtable: FailPoint::default(),
             lruvecs: (0..nodes).map(|_| Lruvec::default()).collect(),
             nr_mlock: (0..nodes).map(|_| AtomicI64::new(0)).collect(),
-            sharing: crate::sharing::Sharing::new(nr_frames, crate::sharing::SharingTracker::default(), false),
+            sharing: crate::sharing::Sharing::new(
+                nr_frames,
+                crate::sharing::SharingTracker::default(),
+                false,
+            ),
         };
         phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(0);
         phys

@@ -252,12 +252,7 @@ fn maintain_flags(t: SharingTracker, shadow: bool) -> u64 {
     let all = if shadow { F_RMAP | F_SQ } else { 0 };
     match t {
         SharingTracker::RmapId(o) => {
-            all | F_RMAP
-                | if o.sizing == Sizing::Seed {
-                    F_SEED
-                } else {
-                    0
-                }
+            all | F_RMAP | if o.sizing == Sizing::Seed { F_SEED } else { 0 }
         }
         SharingTracker::RmapIdSq => all | F_SQ,
         SharingTracker::Estimate | SharingTracker::Owner => all,
@@ -291,11 +286,11 @@ impl Sharing {
     /// A side table for `nr_frames` frames with `tracker` selected.
     pub fn new(nr_frames: u64, tracker: SharingTracker, shadow: bool) -> Sharing {
         let len = (nr_frames as usize / 4 + 1) * STRIDE;
-        let words: Box<[AtomicU64]> =
-            match bytemuck::allocation::zeroed_slice_box::<AtomicU64>(len) {
-                b if b.len() == len => b,
-                _ => Vec::new().into_boxed_slice(),
-            };
+        let words: Box<[AtomicU64]> = match bytemuck::allocation::zeroed_slice_box::<AtomicU64>(len)
+        {
+            b if b.len() == len => b,
+            _ => Vec::new().into_boxed_slice(),
+        };
         let s = Sharing {
             words,
             config: AtomicU64::new(0),
@@ -350,7 +345,11 @@ impl Sharing {
 
     /// The entry and maintained state of a tracked folio of the current epoch.
     #[inline]
-    fn tracked(&self, head: u64, order: u32) -> Option<(u64, Maintained, FolioWords<'_, AtomicU64>)> {
+    fn tracked(
+        &self,
+        head: u64,
+        order: u32,
+    ) -> Option<(u64, Maintained, FolioWords<'_, AtomicU64>)> {
         let cfg = self.config.load(Ordering::Acquire);
         if cfg & FLAGS == 0 {
             return None;
@@ -480,9 +479,8 @@ impl Sharing {
             estimate: !estimate::likely_mapped_shared(mem, head),
             owner,
             rmap_id: snap.and_then(|(w, s)| w.rmap.map(|l| s.rmap_exclusive(&l, order, rmap_id))),
-            rmap_id_sizing: snap.and_then(|(w, _)| {
-                w.rmap.map(|_| if w.seed_sizing { "seed" } else { "safe" })
-            }),
+            rmap_id_sizing: snap
+                .and_then(|(w, _)| w.rmap.map(|_| if w.seed_sizing { "seed" } else { "safe" })),
             rmap_id_sq: snap.and_then(|(w, s)| w.sq.then(|| sq::exclusive(&s, order, rmap_id))),
         }
     }

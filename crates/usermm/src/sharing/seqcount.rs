@@ -61,8 +61,13 @@ pub trait Word: Send + Sync {
     /// Wrapping atomic add returning the previous value.
     fn fetch_add(&self, v: u64, o: Ordering) -> u64;
     /// Compare-and-exchange.
-    fn compare_exchange(&self, cur: u64, new: u64, ok: Ordering, fail: Ordering)
-        -> Result<u64, u64>;
+    fn compare_exchange(
+        &self,
+        cur: u64,
+        new: u64,
+        ok: Ordering,
+        fail: Ordering,
+    ) -> Result<u64, u64>;
     /// A memory fence of this atomics implementation.
     fn fence(o: Ordering);
     /// One step of a spin-wait (`spins` counts the steps so far).
@@ -154,14 +159,13 @@ impl<'a, A: Word> SeqCount<'a, A> {
             WriterMode::ExclusiveCmpxchg => {
                 let seen = w.load(Ordering::Relaxed);
                 if seen & WRITERS_MASK == 0
-                    && w
-                        .compare_exchange(
-                            seen,
-                            seen.wrapping_add(EXCLUSIVE_WRITER),
-                            Ordering::Acquire,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
+                    && w.compare_exchange(
+                        seen,
+                        seen.wrapping_add(EXCLUSIVE_WRITER),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
                 {
                     return self.entered(true);
                 }
@@ -313,8 +317,14 @@ mod tests {
         // the word arithmetic of the conversion here.
         let old = w.fetch_add(EXCLUSIVE_WRITER, Ordering::Acquire);
         assert_ne!(old & WRITERS_MASK, 0);
-        w.fetch_add(SHARED_WRITER.wrapping_sub(EXCLUSIVE_WRITER), Ordering::Acquire);
-        assert_eq!(w.load(Ordering::Relaxed) & WRITERS_MASK, EXCLUSIVE_WRITER | SHARED_WRITER);
+        w.fetch_add(
+            SHARED_WRITER.wrapping_sub(EXCLUSIVE_WRITER),
+            Ordering::Acquire,
+        );
+        assert_eq!(
+            w.load(Ordering::Relaxed) & WRITERS_MASK,
+            EXCLUSIVE_WRITER | SHARED_WRITER
+        );
         drop(a);
         w.fetch_add(SEQUENCE_STEP - SHARED_WRITER, Ordering::Release);
         assert_eq!(w.load(Ordering::Relaxed), 2 * SEQUENCE_STEP);

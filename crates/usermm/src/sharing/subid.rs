@@ -124,11 +124,7 @@ const fn safe_layout(order: u32) -> Layout {
             i += 1;
         }
         if ok {
-            return Layout {
-                values,
-                bits,
-                base,
-            };
+            return Layout { values, bits, base };
         }
         values += 1;
     }
@@ -283,7 +279,13 @@ fn realize(order: u32, l: &Layout, m: u32, e: &[i128]) -> FalseExclusive {
     let c: Vec<i128> = e
         .iter()
         .enumerate()
-        .map(|(i, d)| if y >> i & 1 != 0 { i128::from(m) + d } else { *d })
+        .map(|(i, d)| {
+            if y >> i & 1 != 0 {
+                i128::from(m) + d
+            } else {
+                *d
+            }
+        })
         .collect();
     // The other slices of every ID: a fixed non-zero pattern above slice 0.
     let high = (0x00a5_a5a5u32 & RMAP_ID_MAX) & !((1u32 << l.bits) - 1);
@@ -315,7 +317,12 @@ fn realize(order: u32, l: &Layout, m: u32, e: &[i128]) -> FalseExclusive {
 
 /// Evaluates the seed's test for `victim` over `mappings` with `sizing`: every value equals
 /// `M × subid` (wrapping u64 arithmetic, as the folio's values hold them).
-pub fn values_say_exclusive(order: u32, sizing: Sizing, victim: u32, mappings: &[(u32, u32)]) -> bool {
+pub fn values_say_exclusive(
+    order: u32,
+    sizing: Sizing,
+    victim: u32,
+    mappings: &[(u32, u32)],
+) -> bool {
     let l = sizing.layout(order);
     let m: u64 = mappings.iter().map(|x| u64::from(x.1)).sum();
     if m == 0 || m > 1 << order {
@@ -377,7 +384,11 @@ mod tests {
                 }
             }
         }
-        let odd = Layout { values: 1, bits: 3, base: 7 };
+        let odd = Layout {
+            values: 1,
+            bits: 3,
+            base: 7,
+        };
         assert_eq!(odd.subid(7), 1 + 7 + 49);
     }
 }

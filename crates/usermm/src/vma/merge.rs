@@ -63,7 +63,10 @@ fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>
     match (left, right) {
         (Some(pv), Some(nx)) => {
             let (a, b) = (set.get(pv), set.get(nx));
-            anon_compatible((a.anon_vma(), a.anon_vma_chain()), (b.anon_vma(), b.anon_vma_chain()))
+            anon_compatible(
+                (a.anon_vma(), a.anon_vma_chain()),
+                (b.anon_vma(), b.anon_vma_chain()),
+            )
         }
         _ => false,
     }

@@ -23,7 +23,12 @@ pub struct Shmem {
 impl Shmem {
     /// A new empty object with one user.
     pub fn new(id: u32, size_pages: u64) -> Shmem {
-        Shmem { id, pages: Mutex::new(HashMap::new()), size_pages, users: AtomicU64::new(1) }
+        Shmem {
+            id,
+            pages: Mutex::new(HashMap::new()),
+            size_pages,
+            users: AtomicU64::new(1),
+        }
     }
 
     /// Adds a mapping user.
