@@ -8,7 +8,6 @@ use super::page_align;
 use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::Pid;
-use crate::ops::munmap::CountCheck;
 use crate::stats::Ev;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
@@ -47,7 +46,7 @@ impl<'m> Cpu<'m> {
             {
                 return Ok(orig);
             }
-            return match self.do_munmap(mm, &mut st, newbrk, oldbrk, CountCheck::Munmap) {
+            return match self.do_munmap(mm, &mut st, newbrk, oldbrk) {
                 Ok(()) => {
                     st.brk = brk;
                     Ok(brk)

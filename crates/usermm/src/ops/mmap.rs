@@ -160,13 +160,7 @@ impl<'m> Cpu<'m> {
         let accountable =
             args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
         if let AreaRequest::Fixed(_) = req {
-            self.do_munmap(
-                &task.mm,
-                st,
-                addr,
-                addr + len,
-                super::munmap::CountCheck::Munmap,
-            )?;
+            self.do_munmap(&task.mm, st, addr, addr + len)?;
         }
         if accountable {
             self.vm_enough_memory(len >> 12)?;

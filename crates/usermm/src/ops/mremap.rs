@@ -11,7 +11,6 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Task};
 use crate::ops::mmap::AreaRequest;
-use crate::ops::munmap::CountCheck;
 use crate::pgtable::{index, PtlGuard, Walk, PMD_SIZE, TASK_SIZE};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -71,13 +70,7 @@ impl<'m> Cpu<'m> {
         // Shrinking only unmaps the tail: the old range may span several VMAs.
         if new_len <= old_len {
             if new_len < old_len {
-                self.do_munmap(
-                    &task.mm,
-                    &mut st,
-                    addr + new_len,
-                    addr + old_len,
-                    CountCheck::Munmap,
-                )?;
+                self.do_munmap(&task.mm, &mut st, addr + new_len, addr + old_len)?;
             }
             return Ok(addr);
         }
@@ -117,7 +110,7 @@ impl<'m> Cpu<'m> {
         let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(addr), v.shmem.clone());
         let dst = match flags.fixed {
             Some(na) => {
-                self.do_munmap(&task.mm, st, na, na + new_len, CountCheck::Munmap)?;
+                self.do_munmap(&task.mm, st, na, na + new_len)?;
                 na
             }
             None => self.get_unmapped_area(task, st, AreaRequest::Hint(0), new_len, false)?,
@@ -195,15 +188,9 @@ impl<'m> Cpu<'m> {
         if st.vmas.count() as u64 + 3 >= max {
             return Err(Errno::ENOMEM);
         }
-        self.do_munmap(&task.mm, st, na, na + new_len, CountCheck::Munmap)?;
+        self.do_munmap(&task.mm, st, na, na + new_len)?;
         let old_len = if old_len > new_len {
-            self.do_munmap(
-                &task.mm,
-                st,
-                addr + new_len,
-                addr + old_len,
-                CountCheck::Munmap,
-            )?;
+            self.do_munmap(&task.mm, st, addr + new_len, addr + old_len)?;
             new_len
         } else {
             old_len
@@ -268,7 +255,7 @@ impl<'m> Cpu<'m> {
         if flags.has(VmFlags::LOCKED) {
             st.locked_vm += old_len >> 12;
         }
-        self.do_munmap(mm, st, s, e, CountCheck::Munmap)?;
+        self.do_munmap(mm, st, s, e)?;
         if flags.has(VmFlags::LOCKED) && delta > 0 {
             st.locked_vm += delta >> 12;
         }

@@ -12,14 +12,6 @@ use crate::stats::Ev;
 use crate::vma::{merge, VmFlags};
 use crate::zap::{GatherScope, MmuGather};
 
-/// Which map-count rule applies to the splits of an unmap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CountCheck {
-    /// munmap: refuse only a split that leaves the count above the limit (a hole in the middle
-    /// of one VMA); other splits may exceed it temporarily.
-    Munmap,
-}
-
 impl<'m> Cpu<'m> {
     /// Unmaps `[addr, addr+len)` of process `pid`.
     ///
@@ -37,7 +29,7 @@ impl<'m> Cpu<'m> {
         }
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
-        self.do_munmap(&task.mm, &mut st, addr, addr + len, CountCheck::Munmap)
+        self.do_munmap(&task.mm, &mut st, addr, addr + len)
     }
 
     /// Removes every mapping in `[start, end)`: splits the VMAs at the edges, zaps the pages,
@@ -51,7 +43,6 @@ impl<'m> Cpu<'m> {
         st: &mut MmState,
         start: u64,
         end: u64,
-        _check: CountCheck,
     ) -> SysResult<()> {
         let vmas = st.vmas.overlapping(start, end);
         let Some(&first) = vmas.first() else {
