@@ -828,7 +828,7 @@ expect p0 fork = ENOMEM
 /// the child of the next fork leaks 4 frames when it exits (x86-64, or `dontfork`, or
 /// `mprotect` instead of `wipeonfork`, do not).
 #[test]
-#[ignore = "engine bug: arm64 fork of a VMA split inside a contpte block (wipeonfork) leaks 4 frames at the child's exit"]
+
 fn fuzz_regression_arm64_fork_of_a_contpte_block_split_by_wipeonfork_leaks_nothing() {
     let text = "\
 set arch arm64

@@ -67,6 +67,8 @@ impl<'a> PageTables<'a> {
             self.set_pte(c, table, idx, e);
             return;
         }
+        // The entry may come from a folded block (`ptep_get`): the CONT bit is re-derived here.
+        let e = e & !cont_bit(self.arch);
         let arm = self.arch == Arch::Arm64 && !self.arch.special(e);
         let mut i = 0;
         while i < nr {
@@ -148,7 +150,11 @@ impl<'a> PageTables<'a> {
         let base = idx & !(CONT_PTES - 1);
         let merged = self.ptep_get(table, base);
         for i in 0..CONT_PTES {
-            let mut v = self.get(table, base + i) & !arm64::CONT;
+            let raw = self.get(table, base + i);
+            if raw == 0 {
+                continue;
+            }
+            let mut v = raw & !arm64::CONT;
             if self.arch.young(merged) {
                 v = self.arch.mkyoung(v);
             }
