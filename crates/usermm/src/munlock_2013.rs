@@ -57,8 +57,11 @@ impl<'m> Cpu<'m> {
     ) {
         let pt = self.tables(mm);
         let mut addr = start;
+        // A page the pagevec fill looked up but could not take (another node) starts the next
+        // pagevec, as the 3.12 loop does, instead of being looked up twice.
+        let mut carried: Option<Found> = None;
         while addr < end {
-            let Some(found) = self.follow_page(pt, addr) else {
+            let Some(found) = carried.take().or_else(|| self.follow_page(pt, addr)) else {
                 addr += 4096;
                 continue;
             };
@@ -75,7 +78,8 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let mut pvec = vec![found.head];
-            addr = self.munlock_pagevec_fill(pt, vma, &mut pvec, addr + 4096, end, design);
+            (addr, carried) =
+                self.munlock_pagevec_fill(pt, vma, &mut pvec, addr + 4096, end, design);
             self.munlock_pagevec(mm, st, pvec, design);
         }
         if !design.has_patch(2) {
@@ -118,7 +122,8 @@ impl<'m> Cpu<'m> {
     }
 
     /// Adds following pages of the same node to `pvec` (patch 3), by per-page lookups or
-    /// (patch 7) by walking the PTE table under one lock. Returns the next address.
+    /// (patch 7) by walking the PTE table under one lock. Returns the next address and, with
+    /// per-page lookups, a page of another node already looked up (it starts the next pagevec).
     fn munlock_pagevec_fill(
         &self,
         pt: PageTables<'m>,
@@ -127,7 +132,7 @@ impl<'m> Cpu<'m> {
         mut addr: u64,
         end: u64,
         design: MunlockDesign,
-    ) -> u64 {
+    ) -> (u64, Option<Found>) {
         let phys = &self.m.phys;
         let node = phys.node_of(pvec[0]);
         let end = end
@@ -135,7 +140,7 @@ impl<'m> Cpu<'m> {
             .min(vma.end);
         if design.has_patch(7) {
             let Some(table) = pt.pte_table(addr - 4096) else {
-                return addr;
+                return (addr, None);
             };
             let _ptl = PtlGuard::lock(phys, table, self.c());
             while addr < end && pvec.len() < PAGEVEC_SIZE {
@@ -146,27 +151,31 @@ impl<'m> Cpu<'m> {
                     break;
                 }
                 let head = phys.memmap.folio_of(pfn);
-                if phys.memmap.test(head, PageFlag::Head) || phys.node_of(head) != node {
+                if phys.memmap.test(head, PageFlag::Head) {
                     break;
+                }
+                if phys.node_of(head) != node {
+                    // Already found under this PTL: it starts the next pagevec.
+                    crate::rmap::folio_ref_add(phys, self.c(), head, 1);
+                    return (addr, Some(Found { head, thp: false }));
                 }
                 crate::rmap::folio_ref_add(phys, self.c(), head, 1);
                 pvec.push(head);
                 addr += 4096;
             }
-            return addr;
+            return (addr, None);
         }
         while addr < end && pvec.len() < PAGEVEC_SIZE {
             let Some(f) = self.follow_page(pt, addr) else {
                 break;
             };
             if f.thp || phys.node_of(f.head) != node {
-                phys.put_folio(self.c(), f.head, 1);
-                break;
+                return (addr, Some(f));
             }
             pvec.push(f.head);
             addr += 4096;
         }
-        addr
+        (addr, None)
     }
 
     /// `munlock_vma_page` (stages 0–2, and THPs at every stage): one page at a time.
