@@ -392,10 +392,30 @@ impl<'m> Cpu<'m> {
         }
         c.add(Ev::ForkBatches, 1);
         c.add(Ev::ForkPtes, nr);
-        let mut child = if b.any_writable { arch.mkwrite(e) } else { e };
+        let first = if b.any_writable { arch.mkwrite(e) } else { e };
+        self.write_copied_ptes(ctx, vma, spt, src_t, dst_t, i, first, b.nr);
+        Ok((b.nr, nr as i64))
+    }
+
+    /// `__copy_present_ptes`: write-protects `nr` parent entries of a COW mapping and writes the
+    /// child's entries (old, clean for shared mappings, without uffd-wp), `e` first.
+    #[allow(clippy::too_many_arguments)]
+    fn write_copied_ptes(
+        &self,
+        ctx: &ForkCtx<'_>,
+        vma: &Vma,
+        spt: PageTables<'m>,
+        src_t: u64,
+        dst_t: u64,
+        i: usize,
+        e: u64,
+        nr: usize,
+    ) {
+        let arch = self.m.arch;
+        let mut child = e;
         if vma.is_cow() && arch.write(child) {
             if !ctx.skip_wrprotect {
-                spt.wrprotect_ptes(self.c(), src_t, i, b.nr);
+                spt.wrprotect_ptes(self.c(), src_t, i, nr);
             }
             child = arch.wrprotect(child);
         }
@@ -403,9 +423,7 @@ impl<'m> Cpu<'m> {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        self.tables(ctx.dst)
-            .set_ptes(self.c(), dst_t, i, child, b.nr);
-        Ok((b.nr, nr as i64))
+        self.tables(ctx.dst).set_ptes(self.c(), dst_t, i, child, nr);
     }
 
     /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
@@ -442,18 +460,7 @@ impl<'m> Cpu<'m> {
             }
             rss = 1;
         }
-        let mut child = e;
-        if vma.is_cow() && arch.write(e) {
-            if !ctx.skip_wrprotect {
-                spt.wrprotect_ptes(c, src_t, i, 1);
-            }
-            child = arch.wrprotect(child);
-        }
-        if vma.flags.has(VmFlags::SHARED) {
-            child = arch.mkclean(child);
-        }
-        child = arch.clear_uffd_wp(arch.mkold(child));
-        dpt.set_pte(c, dst_t, i, child);
+        self.write_copied_ptes(ctx, vma, spt, src_t, dst_t, i, e, 1);
         Ok(rss)
     }
 
