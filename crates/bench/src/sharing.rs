@@ -96,27 +96,27 @@ pub const STAGES: [Stage; 9] = [
     Stage {
         name: "rmap-id",
         about: "patches 4-11: rmap IDs, the atomic seqcount (shared writers), COW reuse; the seed's sub-ID sizing",
-        tunables: &[("sharing", "rmap-id+shared+seed-sizing"), ("remap_rmap_batch", "per-pte")],
+        tunables: &[("sharing", "rmap-id+shared+seed-sizing+atomic-pages"), ("remap_rmap_batch", "per-pte")],
     },
     Stage {
         name: "batch",
         about: "patches 12-14: one batched rmap update when a PMD is PTE-remapped",
-        tunables: &[("sharing", "rmap-id+shared+seed-sizing"), ("remap_rmap_batch", "batched")],
+        tunables: &[("sharing", "rmap-id+shared+seed-sizing+atomic-pages"), ("remap_rmap_batch", "batched")],
     },
     Stage {
         name: "exclusive",
         about: "patches 16-17: the exclusive-writer seqcount (cmpxchg to enter)",
-        tunables: &[("sharing", "rmap-id+cmpxchg+seed-sizing"), ("remap_rmap_batch", "batched")],
+        tunables: &[("sharing", "rmap-id+cmpxchg+seed-sizing+atomic-pages"), ("remap_rmap_batch", "batched")],
     },
     Stage {
         name: "nocmpxchg",
         about: "patch 18: add-return instead of cmpxchg to enter the seqcount",
-        tunables: &[("sharing", "rmap-id+add-return+seed-sizing"), ("remap_rmap_batch", "batched")],
+        tunables: &[("sharing", "rmap-id+add-return+seed-sizing+atomic-pages"), ("remap_rmap_batch", "batched")],
     },
     Stage {
         name: "all",
         about: "patches 19-20: the per-page mapcounts updated under the seqcount too (plain stores when exclusive)",
-        tunables: &[("sharing", "rmap-id+all+seed-sizing"), ("remap_rmap_batch", "batched")],
+        tunables: &[("sharing", "rmap-id+add-return+seed-sizing+all"), ("remap_rmap_batch", "batched")],
     },
     Stage {
         name: "owner",

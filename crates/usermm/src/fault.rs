@@ -19,6 +19,7 @@ use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::tunables::PteBatching;
 use crate::vma::{VmFlags, Vma};
 
 /// The kind of access that faulted.
@@ -441,11 +442,13 @@ impl<'m> Cpu<'m> {
         use crate::sharing::SharingTracker;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
-        let mapcount = mem.large_mapcount(head);
         match phys.sharing.tracker() {
-            // Before 6.15 (and with the first-page estimate) large folios were always copied.
-            SharingTracker::Estimate => false,
+            // Before 6.15 (and with the first-page estimates) large folios were always copied.
+            SharingTracker::Estimate | SharingTracker::Mapcount => false,
+            // Owner slots exist only on folios allocated while owner tracking was on.
+            SharingTracker::Owner if !mem.test(head, PageFlag::OwnerTracked) => false,
             SharingTracker::Owner => {
+                let mapcount = mem.large_mapcount(head);
                 let quick = mapcount > 1
                     && !rmap::owner::maybe_mapped_shared(phys, head)
                     && mem.entire_mapcount(head) == 0
@@ -798,20 +801,27 @@ impl<'m> Cpu<'m> {
             base = arch.mkwrite(base);
         }
         let zero = arch.special(pmd);
+        let batch = self.m.tunables().remap_rmap_batch;
         if zero {
             for i in 0..nr {
                 pt.set(table, i as usize, base);
             }
             c.add(Ev::PteWrite, nr);
+        } else if batch == PteBatching::PerPte {
+            // v6.7: one rmap call and one PTE store per page.
+            for i in 0..nr {
+                rmap::add_ptes(phys, c, pfn, pfn + i, 1, mm.id);
+                pt.set_pte(c, table, i as usize, arch.advance_pfn(base, i));
+            }
         } else {
             pt.set_ptes(c, table, 0, base, nr as usize);
+            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
         }
         phys.memmap.pt_entries_add(table, nr as i32);
         c.add(Ev::PteWrite, 1);
         if !zero {
             let mem = &phys.memmap;
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
             rmap::remove_pmd(phys, c, pfn, mm.id);
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
             self.munlock_vma_folio(pfn, vma);

@@ -13,6 +13,7 @@
 //! because they decide VMA merging.
 
 use crate::phys::{PageFlag, PhysMem};
+use crate::sharing::Plain;
 use crate::stats::{CpuCounters, Ev};
 
 /// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
@@ -100,34 +101,64 @@ pub mod owner {
     }
 }
 
-/// Adds `nr` mappings by `mm_id` to a large folio's total mapcount and its sharing trackers,
-/// under the folio's owner lock (`folio_lock_large_mapcount`).
-fn large_map(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32, nr: i32) {
+/// Updates the PTE mapcounts of `page..page + nr` by `delta`: one atomic add each, or plain
+/// load+store pairs inside an exclusively held rmap seqcount (seed 003 stage "all").
+fn page_mapcounts(phys: &PhysMem, c: &CpuCounters, page: u64, nr: u64, delta: i32, plain: Plain) {
     let mm = &phys.memmap;
-    let guard = phys.sharing.lock_owner(head);
-    let total = mm.large_mapcount_add(head, nr);
-    owner::map(phys, head, mm_id, nr, total);
-    drop(guard);
-    c.add(Ev::FolioAtomic, 1);
-    if mm.test(head, PageFlag::Anon) {
-        let n = phys.sharing.on_map(head, mm.order(head), mm_id, nr as u64);
-        c.add(Ev::FolioAtomic, u64::from(n));
+    match plain {
+        Plain::Yes => {
+            for p in page..page + nr {
+                mm.mapcount_add_plain(p, delta);
+            }
+        }
+        Plain::No => {
+            for p in page..page + nr {
+                mm.mapcount_add(p, delta);
+            }
+            count_map(c, nr);
+        }
     }
 }
 
-/// Removes `nr` mappings by `mm_id` (the counterpart of [`large_map`]).
-fn large_unmap(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32, nr: i32) {
+/// One rmap operation on a folio: `delta` mappings by `mm_id` (negative: removed), with the
+/// per-page updates `pages`. For a large folio this maintains the memmap counts it was
+/// allocated with (total mapcount; owner slots under `folio_lock_large_mapcount`) and, for
+/// anon folios, the selected side-table tracker.
+fn folio_rmap(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    head: u64,
+    mm_id: u32,
+    delta: i32,
+    pages: impl FnOnce(Plain),
+) {
     let mm = &phys.memmap;
-    let guard = phys.sharing.lock_owner(head);
-    let total = mm.large_mapcount_add(head, -nr);
-    owner::unmap(phys, head, mm_id, nr, total);
-    drop(guard);
-    c.add(Ev::FolioAtomic, 1);
+    if !mm.test(head, PageFlag::Head) {
+        pages(Plain::No);
+        return;
+    }
+    if mm.test(head, PageFlag::OwnerTracked) {
+        let guard = phys.sharing.lock_owner(head);
+        let total = mm.large_mapcount_add(head, delta);
+        if delta > 0 {
+            owner::map(phys, head, mm_id, delta, total);
+        } else {
+            owner::unmap(phys, head, mm_id, -delta, total);
+        }
+        drop(guard);
+        c.add(Ev::FolioAtomic, 1);
+        count_map(c, 1);
+    } else if mm.test(head, PageFlag::TotalMapcount) {
+        mm.large_mapcount_add(head, delta);
+        count_map(c, 1);
+    }
     if mm.test(head, PageFlag::Anon) {
         let n = phys
             .sharing
-            .on_unmap(head, mm.order(head), mm_id, nr as u64);
+            .update(head, mm.order(head), mm_id, i64::from(delta), pages);
         c.add(Ev::FolioAtomic, u64::from(n));
+    } else {
+        pages(Plain::No);
     }
 }
 
@@ -175,44 +206,41 @@ pub fn add_new_anon(
     let mm = &phys.memmap;
     mm.set_mapping(head, owner);
     let large = mm.test(head, PageFlag::Head);
-    match level {
+    let maps = match level {
         Level::Pte => {
             for p in page..page + nr {
                 mm.mapcount_add(p, 1);
                 mm.set(p, PageFlag::AnonExclusive);
             }
             count_map(c, nr);
-            if large {
-                let total = mm.large_mapcount_add(head, nr as i32);
-                owner::reset(phys, head);
-                owner::map(phys, head, mm_id, nr as i32, total);
-                phys.sharing.on_new(head, mm.order(head), mm_id, nr);
-                count_map(c, 1);
-            }
+            nr
         }
         Level::Pmd => {
             mm.entire_mapcount_add(head, 1);
-            let total = mm.large_mapcount_add(head, 1);
-            owner::reset(phys, head);
-            owner::map(phys, head, mm_id, 1, total);
-            phys.sharing.on_new(head, mm.order(head), mm_id, 1);
             mm.set(head, PageFlag::AnonExclusive);
-            count_map(c, 2);
+            count_map(c, 1);
+            1
         }
+    };
+    if large {
+        // Nobody else sees the folio yet: plain initialisation (`folio_set_large_mapcount`).
+        if mm.test(head, PageFlag::TotalMapcount) {
+            mm.large_mapcount_add(head, maps as i32);
+            count_map(c, 1);
+        }
+        if mm.test(head, PageFlag::OwnerTracked) {
+            owner::reset(phys, head);
+            owner::map(phys, head, mm_id, maps as i32, maps as i32);
+        }
+        phys.sharing.on_new(head, mm.order(head), mm_id, maps);
     }
 }
 
 /// Adds PTE mappings of existing pages (shmem, or a split): mapcounts only.
 pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
-    let mm = &phys.memmap;
-    for p in page..page + nr {
-        mm.mapcount_add(p, 1);
-    }
-    count_map(c, nr);
-    if mm.test(head, PageFlag::Head) {
-        large_map(phys, c, head, mm_id, nr as i32);
-        count_map(c, 1);
-    }
+    folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
+        page_mapcounts(phys, c, page, nr, 1, plain)
+    });
 }
 
 /// Whether a folio may be pinned (`folio_maybe_dma_pinned`).
@@ -252,13 +280,10 @@ pub fn try_dup_anon_ptes(
             mm.clear(p, PageFlag::AnonExclusive);
             c.add(Ev::FolioAtomic, 1);
         }
-        mm.mapcount_add(p, 1);
     }
-    count_map(c, nr);
-    if mm.test(head, PageFlag::Head) {
-        large_map(phys, c, head, dst_mm, nr as i32);
-        count_map(c, 1);
-    }
+    folio_rmap(phys, c, head, dst_mm, nr as i32, |plain| {
+        page_mapcounts(phys, c, page, nr, 1, plain)
+    });
     Ok(())
 }
 
@@ -279,31 +304,24 @@ pub fn try_dup_anon_pmd(
     }
     mm.clear(head, PageFlag::AnonExclusive);
     mm.entire_mapcount_add(head, 1);
-    large_map(phys, c, head, dst_mm, 1);
-    count_map(c, 3);
+    count_map(c, 1);
+    folio_rmap(phys, c, head, dst_mm, 1, |_| {});
     Ok(())
 }
 
 /// Removes `nr` PTE mappings (`folio_remove_rmap_ptes`). References are dropped separately,
 /// after the TLB flush, by the mmu_gather.
 pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
-    let mm = &phys.memmap;
-    for p in page..page + nr {
-        mm.mapcount_add(p, -1);
-    }
-    count_map(c, nr);
-    if mm.test(head, PageFlag::Head) {
-        large_unmap(phys, c, head, mm_id, nr as i32);
-        count_map(c, 1);
-    }
+    folio_rmap(phys, c, head, mm_id, -(nr as i32), |plain| {
+        page_mapcounts(phys, c, page, nr, -1, plain)
+    });
 }
 
 /// Removes a PMD mapping (`folio_remove_rmap_pmd`).
 pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
-    let mm = &phys.memmap;
-    mm.entire_mapcount_add(head, -1);
-    large_unmap(phys, c, head, mm_id, 1);
-    count_map(c, 2);
+    phys.memmap.entire_mapcount_add(head, -1);
+    count_map(c, 1);
+    folio_rmap(phys, c, head, mm_id, -1, |_| {});
 }
 
 /// The precise mapcount of one page: its PTE mappings plus the folio's PMD mappings.

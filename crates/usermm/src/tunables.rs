@@ -178,6 +178,9 @@ pub struct Tunables {
     pub fork_pte_batch: PteBatching,
     /// Seed 000 follow-up: PTE batching in zap (munmap, dontneed, exit).
     pub zap_pte_batch: PteBatching,
+    /// Seed 003 patches 12-14: one batched rmap update (and one `set_ptes`) when a PMD-mapped
+    /// THP is PTE-remapped, instead of one per page (v6.7 `__split_huge_pmd_locked`).
+    pub remap_rmap_batch: PteBatching,
     /// Seed 001: how fork copies the VMA tree.
     pub vma_tree_dup: VmaTreeCopy,
     /// Seed 004: the munlock algorithm.
@@ -204,6 +207,7 @@ impl Default for Tunables {
             overcommit_memory: 0,
             fork_pte_batch: PteBatching::Batched,
             zap_pte_batch: PteBatching::Batched,
+            remap_rmap_batch: PteBatching::Batched,
             vma_tree_dup: VmaTreeCopy::Dup,
             munlock: MunlockDesign::Modern,
             linear_map: crate::kmap::LinearMapVariant::SingleMap,
@@ -285,6 +289,12 @@ impl Tunables {
                 value: batching_name(self.zap_pte_batch).into(),
                 values: "batched|per-pte",
                 help: "seed 000 follow-up: batch PTEs of one folio in munmap/dontneed/exit",
+            },
+            TunableInfo {
+                name: "remap_rmap_batch",
+                value: batching_name(self.remap_rmap_batch).into(),
+                values: "batched|per-pte",
+                help: "seed 003: one rmap update for all PTEs when a PMD-mapped THP is PTE-remapped",
             },
             TunableInfo {
                 name: "vma_tree_dup",
@@ -372,6 +382,10 @@ impl Tunables {
             }
             "zap_pte_batch" => {
                 self.zap_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
+            }
+            "remap_rmap_batch" => {
+                self.remap_rmap_batch =
+                    parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
             }
             "vma_tree_dup" => {
                 self.vma_tree_dup = match value {

@@ -396,7 +396,8 @@ impl Machine {
             r.err(format!("folio {head:#x}: sharing tracker: {e}"));
         }
         let mms = f.per_mm.values().filter(|&&n| n > 0).count();
-        if mms > 1 && !crate::rmap::owner::maybe_mapped_shared(&self.phys, head) {
+        let owner_tracked = self.phys.memmap.test(head, PageFlag::OwnerTracked);
+        if owner_tracked && mms > 1 && !crate::rmap::owner::maybe_mapped_shared(&self.phys, head) {
             r.err(format!(
                 "folio {head:#x}: owner tracker says exclusive but {mms} mms map it"
             ));
@@ -442,14 +443,20 @@ impl Machine {
                 self.check_owner(head, f, r);
             }
             if large {
+                // `folio_mapcount` reads the maintained total or scans the per-page counts.
                 let total: i32 = f.pte_maps.values().sum::<i32>() + f.pmd_maps;
-                if mem.large_mapcount(head) != total || mem.entire_mapcount(head) != f.pmd_maps {
+                if mem.folio_mapcount(head) != total || mem.entire_mapcount(head) != f.pmd_maps {
                     r.err(format!(
-                        "folio {head:#x}: large_mapcount {} entire {} but recount {} / {}",
-                        mem.large_mapcount(head),
+                        "folio {head:#x}: folio_mapcount {} entire {} but recount {} / {}",
+                        mem.folio_mapcount(head),
                         mem.entire_mapcount(head),
                         total,
                         f.pmd_maps
+                    ));
+                }
+                if !mem.test(head, PageFlag::TotalMapcount) && mem.large_mapcount(head) != 0 {
+                    r.err(format!(
+                        "folio {head:#x}: a total mapcount it does not maintain"
                     ));
                 }
             }

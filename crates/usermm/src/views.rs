@@ -428,7 +428,7 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
         return u;
     }
     let mapped = if large {
-        mm.large_mapcount(head) > 0
+        mm.folio_mapcount(head) > 0
     } else {
         mm.mapcount(head) > 0
     };

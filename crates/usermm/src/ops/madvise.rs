@@ -258,7 +258,7 @@ impl<'m> Cpu<'m> {
                     let nr = 1u64 << mem.order(head);
                     let folio_start = a - (pfn - head) * 4096;
                     let mapcount = if nr > 1 {
-                        mem.large_mapcount(head)
+                        mem.folio_mapcount(head)
                     } else {
                         mem.mapcount(head)
                     };

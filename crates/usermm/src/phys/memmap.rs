@@ -56,6 +56,12 @@ pub enum PageFlag {
     LargeRmappable = 16,
     /// Reserved (never allocated).
     Reserved = 17,
+    /// Head of a large folio that maintains the folio-wide total mapcount (seed 003 patches
+    /// 1-3, upstream since 6.9). Decided when the folio is allocated, for its lifetime.
+    TotalMapcount = 18,
+    /// Head of a large folio with MM owner tracking (upstream 6.15, `CONFIG_MM_ID`); implies
+    /// [`PageFlag::TotalMapcount`].
+    OwnerTracked = 19,
 }
 
 impl PageFlag {
@@ -217,10 +223,30 @@ impl Memmap {
         (self.w(pfn, W::Mapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
+    /// Adds to the per-page mapcount with a plain load and store (the caller excludes every
+    /// other writer of this folio's mapcounts).
+    #[inline]
+    pub fn mapcount_add_plain(&self, pfn: u64, n: i32) {
+        let w = self.w(pfn, W::Mapcount);
+        w.store(w.load(Relaxed).wrapping_add(n as u32), Relaxed);
+    }
+
     /// Folio-wide total mapcount of a large folio (PTE maps + PMD maps).
     #[inline]
     pub fn large_mapcount(&self, head: u64) -> i32 {
         self.w(head, W::LargeMapcount).load(Relaxed) as i32
+    }
+
+    /// `folio_mapcount()` of a large folio: the maintained total, or — for a folio allocated
+    /// without one (the v6.7 design) — the PMD mappings plus every page's PTE mappings, a scan
+    /// of the folio's memmap.
+    pub fn folio_mapcount(&self, head: u64) -> i32 {
+        if self.test(head, PageFlag::TotalMapcount) {
+            return self.large_mapcount(head);
+        }
+        let nr = 1u64 << self.order(head);
+        let ptes: i32 = (head..head + nr).map(|p| self.mapcount(p)).sum();
+        ptes + self.entire_mapcount(head)
     }
 
     /// Adds to the folio-wide mapcount and returns the new value.

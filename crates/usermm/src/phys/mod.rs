@@ -267,6 +267,17 @@ impl PhysMem {
             }
         }
         mm.set(pfn, PageFlag::Uptodate);
+        if order > 0 && kind != FolioKind::Pgtable {
+            use crate::sharing::FolioCounts;
+            match self.sharing.folio_counts() {
+                FolioCounts::Scanned => {}
+                FolioCounts::Total => mm.set(pfn, PageFlag::TotalMapcount),
+                FolioCounts::TotalAndOwner => {
+                    mm.set(pfn, PageFlag::TotalMapcount);
+                    mm.set(pfn, PageFlag::OwnerTracked);
+                }
+            }
+        }
         if zero == Zeroing::Zero {
             for p in pfn..pfn + nr {
                 self.arena.zero_frame(p);

@@ -1,21 +1,28 @@
-//! The old guess (`estimate`): the mapcount of the folio's first page.
+//! The old guesses: `estimate` (the first page's mapcount) and `mapcount` (the same, improved
+//! by a folio-wide total mapcount).
 //!
-//! Linux counterpart: `folio_estimated_sharers()` (≈ v6.3–v6.8), renamed
-//! `folio_likely_mapped_shared()` and, once the folio-wide mapcount existed (≈ v6.11), given
-//! two exact shortcuts. This is the v6.11 form: a total mapcount of at most one is exclusive;
-//! a PMD mapping beside any other mapping, or more mappings than pages, is shared; otherwise
-//! the first page decides (mapped more than once: shared). Seed 003 replaced it.
+//! Linux counterparts: `folio_estimated_sharers()` (≈ v6.3–v6.8: the first page's mapcount
+//! alone, the seed's baseline) and `folio_likely_mapped_shared()` (≈ v6.9–v6.14, seed 003
+//! patches 1-3), which the total mapcount gives two exact shortcuts: a total of at most one is
+//! exclusive; a PMD mapping beside any other mapping, or more mappings than pages, is shared;
+//! otherwise the first page still decides.
 //!
-//! Its error is one-sided the other way from the trackers: for anon folios it never says
-//! "shared" wrongly (two mappings of one anon page are two MMs), but it says "exclusive"
+//! Their error is one-sided the other way from the trackers: for anon folios they never say
+//! "shared" wrongly (two mappings of one anon page are two MMs), but they say "exclusive"
 //! wrongly whenever the first page is not mapped by every sharer (COWed or unmapped in one of
-//! them). It is therefore unusable for COW reuse; the engine copies instead.
+//! them). They are therefore unusable for COW reuse; the engine copies instead.
 
 use crate::phys::Memmap;
 
-/// `folio_likely_mapped_shared` for a large anon folio.
+/// `folio_estimated_sharers() > 1` (v6.7) for a large anon folio: the first page is mapped
+/// more than once (by PTE or by PMD).
+pub fn estimated_shared(mem: &Memmap, head: u64) -> bool {
+    mem.mapcount(head) + mem.entire_mapcount(head) > 1
+}
+
+/// `folio_likely_mapped_shared` (v6.9–v6.14) for a large anon folio.
 pub fn likely_mapped_shared(mem: &Memmap, head: u64) -> bool {
-    let total = mem.large_mapcount(head);
+    let total = mem.folio_mapcount(head);
     if total <= 1 {
         return false;
     }

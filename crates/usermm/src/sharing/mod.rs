@@ -46,6 +46,18 @@ pub struct RmapIdOptions {
     pub writer: WriterMode,
     /// Sub-ID sizing: the seed's table or the corrected one.
     pub sizing: Sizing,
+    /// Where the per-page mapcounts are updated (patches 19-20 move them under the seqcount).
+    pub pages: PageMapcounts,
+}
+
+/// Where an rmap operation on a tracked folio updates the per-page mapcounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PageMapcounts {
+    /// Outside the seqcount, one atomic add per page (patches 1-18).
+    Atomic,
+    /// Inside the folio's seqcount write section: plain stores for the exclusive writer,
+    /// atomic adds for shared writers (seed 003 patches 19-20, stage "all").
+    UnderSeqcount,
 }
 
 impl Default for RmapIdOptions {
@@ -54,6 +66,7 @@ impl Default for RmapIdOptions {
         RmapIdOptions {
             writer: WriterMode::ExclusiveAddReturn,
             sizing: Sizing::Safe,
+            pages: PageMapcounts::UnderSeqcount,
         }
     }
 }
@@ -61,8 +74,12 @@ impl Default for RmapIdOptions {
 /// Which tracker answers "is this large folio mapped exclusively by this MM".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SharingTracker {
-    /// The first page's mapcount (`folio_likely_mapped_shared`); never used for COW reuse.
+    /// v6.7: the first page's mapcount (`folio_estimated_sharers`), no folio-wide mapcount;
+    /// large folios are never reused.
     Estimate,
+    /// Seed 003 patches 1-3 (upstream 6.9-6.14): a folio-wide total mapcount and the estimate
+    /// improved by it (`folio_likely_mapped_shared`); large folios are still never reused.
+    Mapcount,
     /// Seed 003: per-MM rmap IDs, sub-IDs, per-folio rmap values, the atomic seqcount.
     RmapId(RmapIdOptions),
     /// Total mapcount + Σid + Σid² under the same seqcount (exclusive-writer, add-return).
@@ -81,28 +98,40 @@ impl Default for SharingTracker {
 impl SharingTracker {
     /// Accepted spellings, for `usermm tunables`.
     pub const VALUES: &'static str =
-        "owner|rmap-id-sq|estimate|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing]";
+        "owner|rmap-id-sq|estimate|mapcount|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing][+atomic-pages]";
 
     /// Every tracker the benchmarks compare, including the seed's stages.
     pub fn all() -> Vec<SharingTracker> {
-        let st = |writer, sizing| SharingTracker::RmapId(RmapIdOptions { writer, sizing });
+        let st = |writer, sizing, pages| {
+            SharingTracker::RmapId(RmapIdOptions {
+                writer,
+                sizing,
+                pages,
+            })
+        };
+        use PageMapcounts::{Atomic, UnderSeqcount};
         vec![
             SharingTracker::Estimate,
-            st(WriterMode::Shared, Sizing::Seed),
-            st(WriterMode::ExclusiveCmpxchg, Sizing::Seed),
-            st(WriterMode::ExclusiveAddReturn, Sizing::Seed),
-            st(WriterMode::ExclusiveAddReturn, Sizing::Safe),
+            SharingTracker::Mapcount,
+            st(WriterMode::Shared, Sizing::Seed, Atomic),
+            st(WriterMode::ExclusiveCmpxchg, Sizing::Seed, Atomic),
+            st(WriterMode::ExclusiveAddReturn, Sizing::Seed, Atomic),
+            st(WriterMode::ExclusiveAddReturn, Sizing::Seed, UnderSeqcount),
+            st(WriterMode::ExclusiveAddReturn, Sizing::Safe, UnderSeqcount),
             SharingTracker::RmapIdSq,
             SharingTracker::Owner,
         ]
     }
 
-    /// Parses `estimate`, `owner`, `rmap-id-sq`, or `rmap-id` with `+shared` (patch 10: shared
-    /// writers only), `+cmpxchg` (patch 17), `+add-return` (patch 18, the default) and
-    /// `+seed-sizing` (the series' sub-ID table) / `+safe-sizing` (the default).
+    /// Parses `estimate`, `mapcount`, `owner`, `rmap-id-sq`, or `rmap-id` with `+shared`
+    /// (patch 10: shared writers only), `+cmpxchg` (patch 17), `+add-return` (patch 18, the
+    /// default), `+seed-sizing` (the series' sub-ID table) / `+safe-sizing` (the default), and
+    /// `+atomic-pages` (per-page mapcounts outside the seqcount, before patches 19-20) /
+    /// `+all` (under it, the default).
     pub fn parse(s: &str) -> Option<SharingTracker> {
         match s {
             "estimate" => return Some(SharingTracker::Estimate),
+            "mapcount" => return Some(SharingTracker::Mapcount),
             "owner" => return Some(SharingTracker::Owner),
             "rmap-id-sq" => return Some(SharingTracker::RmapIdSq),
             _ => {}
@@ -119,6 +148,8 @@ impl SharingTracker {
                 "add-return" => o.writer = WriterMode::ExclusiveAddReturn,
                 "seed-sizing" => o.sizing = Sizing::Seed,
                 "safe-sizing" => o.sizing = Sizing::Safe,
+                "atomic-pages" => o.pages = PageMapcounts::Atomic,
+                "all" => o.pages = PageMapcounts::UnderSeqcount,
                 _ => return None,
             }
         }
@@ -129,6 +160,7 @@ impl SharingTracker {
     pub fn name(self) -> String {
         match self {
             SharingTracker::Estimate => "estimate".into(),
+            SharingTracker::Mapcount => "mapcount".into(),
             SharingTracker::Owner => "owner".into(),
             SharingTracker::RmapIdSq => "rmap-id-sq".into(),
             SharingTracker::RmapId(o) => {
@@ -140,6 +172,9 @@ impl SharingTracker {
                 if o.sizing == Sizing::Seed {
                     s.push_str("+seed-sizing");
                 }
+                if o.pages == PageMapcounts::Atomic {
+                    s.push_str("+atomic-pages");
+                }
                 s
             }
         }
@@ -148,7 +183,7 @@ impl SharingTracker {
     /// Whether the tracker can never call a shared folio exclusive (safe for COW reuse).
     pub fn never_falsely_exclusive(self) -> bool {
         match self {
-            SharingTracker::Estimate => false,
+            SharingTracker::Estimate | SharingTracker::Mapcount => false,
             SharingTracker::RmapId(o) => o.sizing == Sizing::Safe,
             SharingTracker::RmapIdSq | SharingTracker::Owner => true,
         }
@@ -159,13 +194,16 @@ impl SharingTracker {
             SharingTracker::Estimate => 0,
             SharingTracker::Owner => 1,
             SharingTracker::RmapIdSq => 2,
+            SharingTracker::Mapcount => 15,
             SharingTracker::RmapId(o) => {
                 let w = match o.writer {
                     WriterMode::Shared => 0,
                     WriterMode::ExclusiveCmpxchg => 1,
                     WriterMode::ExclusiveAddReturn => 2,
                 };
-                3 + w * 2 + u64::from(o.sizing == Sizing::Seed)
+                3 + w * 2
+                    + u64::from(o.sizing == Sizing::Seed)
+                    + 6 * u64::from(o.pages == PageMapcounts::Atomic)
             }
         }
     }
@@ -174,18 +212,29 @@ impl SharingTracker {
         match c {
             0 => SharingTracker::Estimate,
             2 => SharingTracker::RmapIdSq,
-            3..=8 => {
-                let writer = match (c - 3) / 2 {
+            15 => SharingTracker::Mapcount,
+            3..=14 => {
+                let k = (c - 3) % 6;
+                let writer = match k / 2 {
                     0 => WriterMode::Shared,
                     1 => WriterMode::ExclusiveCmpxchg,
                     _ => WriterMode::ExclusiveAddReturn,
                 };
-                let sizing = if (c - 3) % 2 == 1 {
+                let sizing = if k % 2 == 1 {
                     Sizing::Seed
                 } else {
                     Sizing::Safe
                 };
-                SharingTracker::RmapId(RmapIdOptions { writer, sizing })
+                let pages = if c >= 9 {
+                    PageMapcounts::Atomic
+                } else {
+                    PageMapcounts::UnderSeqcount
+                };
+                SharingTracker::RmapId(RmapIdOptions {
+                    writer,
+                    sizing,
+                    pages,
+                })
             }
             _ => SharingTracker::Owner,
         }
@@ -199,12 +248,15 @@ pub struct SharingAnswers {
     pub selected: String,
     /// Folio order.
     pub order: u32,
-    /// The memmap's folio-wide mapcount.
+    /// `folio_mapcount()`: the memmap's folio-wide mapcount, or the per-page scan for a folio
+    /// that keeps none.
     pub large_mapcount: i32,
     /// The side table's total mapcount (if tracked).
     pub tracked_total: Option<u64>,
-    /// `estimate`: exclusive?
+    /// `estimate` (v6.7 first page): exclusive?
     pub estimate: bool,
+    /// `mapcount` (total mapcount + first page): exclusive?
+    pub mapcount: bool,
     /// `owner`: exclusive to this MM?
     pub owner: bool,
     /// `rmap-id` (with the sizing this folio was created with): exclusive? `None` if untracked.
@@ -223,6 +275,9 @@ const E_REC: usize = 2;
 const F_RMAP: u64 = 1;
 const F_SEED: u64 = 2;
 const F_SQ: u64 = 4;
+/// The folio's per-page mapcounts are updated under its seqcount (stage "all"). Unlike the
+/// other flags this one binds for the folio's lifetime, whatever the epoch.
+const F_PAGES: u64 = 8;
 const FLAGS: u64 = 0xff;
 const SHADOW: u64 = 1 << 16;
 const EPOCH_SHIFT: u32 = 32;
@@ -249,14 +304,34 @@ impl std::fmt::Debug for Sharing {
 }
 
 fn maintain_flags(t: SharingTracker, shadow: bool) -> u64 {
-    let all = if shadow { F_RMAP | F_SQ } else { 0 };
+    let every = if shadow { F_RMAP | F_SQ } else { 0 };
     match t {
         SharingTracker::RmapId(o) => {
-            all | F_RMAP | if o.sizing == Sizing::Seed { F_SEED } else { 0 }
+            every
+                | F_RMAP
+                | if o.sizing == Sizing::Seed { F_SEED } else { 0 }
+                | if o.pages == PageMapcounts::UnderSeqcount {
+                    F_PAGES
+                } else {
+                    0
+                }
         }
-        SharingTracker::RmapIdSq => all | F_SQ,
-        SharingTracker::Estimate | SharingTracker::Owner => all,
+        SharingTracker::RmapIdSq => every | F_SQ,
+        SharingTracker::Estimate | SharingTracker::Mapcount | SharingTracker::Owner => every,
     }
+}
+
+/// Which folio-wide counts in the memmap a large folio keeps for its lifetime (decided when
+/// it is allocated, so that switching trackers never leaves a count half-maintained).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolioCounts {
+    /// None: `folio_mapcount()` scans the per-page mapcounts (v6.7; and the rmap-ID trackers,
+    /// whose total mapcount lives in their record under the seqcount).
+    Scanned,
+    /// The total mapcount (seed 003 patches 1-3).
+    Total,
+    /// The total mapcount and MM owner tracking under the folio's bit lock (upstream 6.15).
+    TotalAndOwner,
 }
 
 fn maintained(flags: u64, order: u32) -> Maintained {
@@ -270,6 +345,16 @@ fn maintained(flags: u64, order: u32) -> Maintained {
         seed_sizing: sizing == Sizing::Seed,
         sq: flags & F_SQ != 0,
     }
+}
+
+/// Whether per-page mapcounts may be updated by plain load+store (inside an exclusively held
+/// seqcount) or need atomic adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plain {
+    /// Plain stores: this writer holds the folio's seqcount exclusively.
+    Yes,
+    /// Atomic adds.
+    No,
 }
 
 /// A held owner-tracking lock of one folio (the bit spinlock `folio_lock_large_mapcount`).
@@ -330,6 +415,20 @@ impl Sharing {
         self.config.load(Ordering::Relaxed) & SHADOW != 0
     }
 
+    /// The memmap counts a large folio allocated now maintains (shadow mode keeps them all).
+    pub fn folio_counts(&self) -> FolioCounts {
+        if self.shadow() {
+            return FolioCounts::TotalAndOwner;
+        }
+        match self.tracker() {
+            SharingTracker::Owner => FolioCounts::TotalAndOwner,
+            SharingTracker::Mapcount => FolioCounts::Total,
+            SharingTracker::Estimate | SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
+                FolioCounts::Scanned
+            }
+        }
+    }
+
     fn writer(cfg: u64) -> WriterMode {
         match SharingTracker::from_code(cfg >> 8 & 0xff) {
             SharingTracker::RmapId(o) => o.writer,
@@ -371,9 +470,6 @@ impl Sharing {
     pub fn on_new(&self, head: u64, order: u32, rmap_id: u32, nr: u64) {
         let cfg = self.config.load(Ordering::Acquire);
         let mut flags = cfg & FLAGS;
-        if flags == 0 {
-            return; // no folio of this epoch is tracked: stale tags are from older epochs
-        }
         let Some(e) = self.entry(head) else {
             return;
         };
@@ -390,24 +486,57 @@ impl Sharing {
         }
     }
 
-    /// `nr` more mappings of the folio by `rmap_id` (PTE batch, PMD = 1, fork dup: the
-    /// child's ID). Returns the atomic RMW operations performed.
-    #[inline]
-    pub fn on_map(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
-        self.apply(head, order, rmap_id, nr as i64)
-    }
-
-    /// `nr` fewer mappings of the folio by `rmap_id`. Returns the atomic RMW operations.
-    #[inline]
-    pub fn on_unmap(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
-        self.apply(head, order, rmap_id, -(nr as i64))
-    }
-
-    fn apply(&self, head: u64, order: u32, rmap_id: u32, delta: i64) -> u32 {
-        match self.tracked(head, order) {
-            Some((cfg, what, f)) => f.apply(what, Self::writer(cfg), rmap_id, delta),
-            None => 0,
+    /// `delta` mappings (negative: removed) of an anon folio by `rmap_id` (PTE batch, PMD = 1,
+    /// fork dup: the child's ID), with `pages` — the operation's per-page mapcount updates,
+    /// told whether plain stores suffice — run inside the folio's seqcount write section when
+    /// the folio was created in stage "all", before the tracker update otherwise. Returns the
+    /// tracker's atomic RMW operations (`pages` counts its own).
+    pub fn update(
+        &self,
+        head: u64,
+        order: u32,
+        rmap_id: u32,
+        delta: i64,
+        pages: impl FnOnce(Plain),
+    ) -> u32 {
+        let Some(e) = self.entry(head) else {
+            pages(Plain::No);
+            return 0;
+        };
+        let under_seq = e[E_TAG].load(Ordering::Relaxed) & F_PAGES != 0;
+        let tracked = self.tracked(head, order);
+        if !under_seq {
+            pages(Plain::No);
+            return tracked.map_or(0, |(cfg, what, f)| {
+                f.apply(what, Self::writer(cfg), rmap_id, delta)
+            });
         }
+        // Stage "all": the per-page counts bind to the seqcount for the folio's lifetime, so
+        // every writer of this folio enters it, tracked in this epoch or not.
+        let cfg = self.config.load(Ordering::Acquire);
+        let f = FolioWords::new(&e[E_REC..E_REC + rmap_id::RECORD_WORDS]);
+        let ws = f.seq().write_begin(Self::writer(cfg));
+        pages(if ws.exclusive() {
+            Plain::Yes
+        } else {
+            Plain::No
+        });
+        let mut n = 2;
+        if let Some((_, what, _)) = tracked {
+            n += f.apply_in(&ws, what, rmap_id, delta);
+        }
+        drop(ws);
+        n
+    }
+
+    /// `nr` more mappings by `rmap_id`, no per-page counts involved. Returns the atomics.
+    pub fn on_map(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+        self.update(head, order, rmap_id, nr as i64, |_| {})
+    }
+
+    /// `nr` fewer mappings by `rmap_id` (the counterpart of [`Sharing::on_map`]).
+    pub fn on_unmap(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+        self.update(head, order, rmap_id, -(nr as i64), |_| {})
     }
 
     /// A consistent snapshot of a tracked folio.
@@ -467,16 +596,18 @@ impl Sharing {
         let mem = &phys.memmap;
         let order = mem.order(head);
         let snap = self.snapshot(head, order);
-        let owner = !crate::rmap::owner::maybe_mapped_shared(phys, head)
+        let owner = mem.test(head, crate::phys::PageFlag::OwnerTracked)
+            && !crate::rmap::owner::maybe_mapped_shared(phys, head)
             && crate::rmap::owner::slots(phys, head)
                 .iter()
                 .any(|&(id, cnt)| id == mm_id && cnt > 0);
         SharingAnswers {
             selected: self.tracker().name(),
             order,
-            large_mapcount: mem.large_mapcount(head),
+            large_mapcount: mem.folio_mapcount(head),
             tracked_total: snap.map(|s| s.1.total),
-            estimate: !estimate::likely_mapped_shared(mem, head),
+            estimate: !estimate::estimated_shared(mem, head),
+            mapcount: !estimate::likely_mapped_shared(mem, head),
             owner,
             rmap_id: snap.and_then(|(w, s)| w.rmap.map(|l| s.rmap_exclusive(&l, order, rmap_id))),
             rmap_id_sizing: snap
@@ -551,11 +682,22 @@ mod tests {
             WriterMode::ExclusiveAddReturn,
         ] {
             for sizing in [Sizing::Seed, Sizing::Safe] {
-                let t = SharingTracker::RmapId(RmapIdOptions { writer: w, sizing });
-                assert_eq!(SharingTracker::parse(&t.name()), Some(t));
-                assert_eq!(SharingTracker::from_code(t.code()), t);
+                for pages in [PageMapcounts::Atomic, PageMapcounts::UnderSeqcount] {
+                    let t = SharingTracker::RmapId(RmapIdOptions {
+                        writer: w,
+                        sizing,
+                        pages,
+                    });
+                    assert_eq!(SharingTracker::parse(&t.name()), Some(t));
+                    assert_eq!(SharingTracker::from_code(t.code()), t);
+                }
             }
         }
+        assert_eq!(
+            SharingTracker::parse("rmap-id+shared+seed-sizing+atomic-pages").map(|t| t.code()),
+            Some(10)
+        );
+        assert_eq!(SharingTracker::from_code(15), SharingTracker::Mapcount);
         assert_eq!(SharingTracker::parse("rmap-id+bogus"), None);
         assert_eq!(SharingTracker::parse("rmap"), None);
     }

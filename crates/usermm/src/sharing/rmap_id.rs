@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::seqcount::{SeqCount, Word, WriterMode, WRITERS_MASK};
+use super::seqcount::{SeqCount, Word, WriteSection, WriterMode, WRITERS_MASK};
 use super::subid::{Layout, MAX_VALUES, RMAP_ID_MAX};
 
 /// Allocates per-MM rmap IDs in `[1, max]` (`mm_rmap_id` from an IDA), smallest free first.
@@ -240,9 +240,16 @@ impl<'a, A: Word> FolioWords<'a, A> {
     /// Adds `delta` mappings (negative: removes) by `id` under the seqcount. Returns the
     /// number of atomic RMW operations performed.
     pub fn apply(&self, what: Maintained, mode: WriterMode, id: u32, delta: i64) -> u32 {
-        let d = delta as u64;
         let ws = self.seq().write_begin(mode);
-        let mut atomics = 2 + ws.add(&self.w[W_TOTAL], d);
+        let atomics = 2 + self.apply_in(&ws, what, id, delta);
+        drop(ws);
+        atomics
+    }
+
+    /// The counter updates of [`FolioWords::apply`] inside a write section the caller holds.
+    pub fn apply_in(&self, ws: &WriteSection<'_, A>, what: Maintained, id: u32, delta: i64) -> u32 {
+        let d = delta as u64;
+        let mut atomics = ws.add(&self.w[W_TOTAL], d);
         if let Some(l) = what.rmap {
             for j in 0..l.values {
                 atomics += ws.add(
@@ -256,7 +263,6 @@ impl<'a, A: Word> FolioWords<'a, A> {
             atomics += ws.add(&self.w[W_S1], d.wrapping_mul(id));
             atomics += ws.add(&self.w[W_S2], d.wrapping_mul(id.wrapping_mul(id)));
         }
-        drop(ws);
         atomics
     }
 
