@@ -35,13 +35,17 @@ pub enum MlockOp {
     Munlock,
 }
 
+/// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch` (no
+/// heap allocation on the paths being measured).
+pub type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
+
 /// One CPU's folio batches.
 #[derive(Debug, Default)]
 pub struct CpuBatches {
     /// `lru_add` batch: new folios waiting to join an LRU.
-    pub lru_add: Vec<u64>,
+    pub lru_add: FolioBatch<u64>,
     /// `mlock_fbatch`.
-    pub mlock: Vec<(u64, MlockOp)>,
+    pub mlock: FolioBatch<(u64, MlockOp)>,
 }
 
 impl CpuBatches {
@@ -190,7 +194,7 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn process_lru_add(&self, folios: Vec<u64>) {
+    fn process_lru_add(&self, folios: FolioBatch<u64>) {
         if folios.is_empty() {
             return;
         }
@@ -209,12 +213,12 @@ impl<'m> Cpu<'m> {
         self.release_batch(folios.into_iter());
     }
 
-    fn process_mlock(&self, entries: Vec<(u64, MlockOp)>) {
+    fn process_mlock(&self, entries: FolioBatch<(u64, MlockOp)>) {
         if entries.is_empty() {
             return;
         }
         self.c().add(Ev::BatchDrain, 1);
-        let folios: Vec<u64> = entries.iter().map(|&(f, _)| f).collect();
+        let folios: FolioBatch<u64> = entries.iter().map(|&(f, _)| f).collect();
         let mut ops = entries.iter().map(|&(_, op)| op);
         self.with_lru_locks(&folios, |lists, f| match ops.next() {
             Some(MlockOp::New) => self.mlock_new_locked(lists, f),

@@ -34,6 +34,9 @@ use crate::vma::{VmFlags, Vma};
 /// Pages per pagevec in 3.12.
 const PAGEVEC_SIZE: usize = 14;
 
+/// An on-stack `struct pagevec` (inline storage: filling one allocates nothing).
+type Pagevec = smallvec::SmallVec<[u64; PAGEVEC_SIZE]>;
+
 /// A page found by a lookup, holding a reference.
 #[derive(Clone, Copy, Debug)]
 struct Found {
@@ -77,7 +80,8 @@ impl<'m> Cpu<'m> {
                 addr += 4096;
                 continue;
             }
-            let mut pvec = vec![found.head];
+            let mut pvec = Pagevec::new();
+            pvec.push(found.head);
             (addr, carried) =
                 self.munlock_pagevec_fill(pt, vma, &mut pvec, addr + 4096, end, design);
             self.munlock_pagevec(mm, st, pvec, design);
@@ -128,7 +132,7 @@ impl<'m> Cpu<'m> {
         &self,
         pt: PageTables<'m>,
         vma: &Vma,
-        pvec: &mut Vec<u64>,
+        pvec: &mut Pagevec,
         mut addr: u64,
         end: u64,
         design: MunlockDesign,
@@ -246,11 +250,11 @@ impl<'m> Cpu<'m> {
     }
 
     /// `__munlock_pagevec` (stages 3+).
-    fn munlock_pagevec(&self, mm: &Mm, st: &MmState, pvec: Vec<u64>, design: MunlockDesign) {
+    fn munlock_pagevec(&self, mm: &Mm, st: &MmState, pvec: Pagevec, design: MunlockDesign) {
         let phys = &self.m.phys;
         let mem = &phys.memmap;
-        let mut isolated = Vec::with_capacity(pvec.len());
-        let mut putback = Vec::new();
+        let mut isolated = Pagevec::new();
+        let mut putback = Pagevec::new();
         let mut delta = 0i64;
         self.c().add(Ev::LockLru, 1);
         {
@@ -285,7 +289,7 @@ impl<'m> Cpu<'m> {
         for p in putback {
             phys.put_folio(self.c(), p, 1);
         }
-        let mut fast = Vec::new();
+        let mut fast = Pagevec::new();
         for p in isolated {
             let evictable = !mem.test(p, PageFlag::Mlocked);
             if design.has_patch(5) && crate::rmap::page_mapcount(phys, p) <= 1 && evictable {
@@ -307,7 +311,7 @@ impl<'m> Cpu<'m> {
 
     /// `__pagevec_lru_add` (patch 5): evictable pages back on their list under one lock,
     /// dropping the references the pagevec held.
-    fn pagevec_lru_add(&self, pages: Vec<u64>, design: MunlockDesign) {
+    fn pagevec_lru_add(&self, pages: Pagevec, design: MunlockDesign) {
         if pages.is_empty() {
             return;
         }
