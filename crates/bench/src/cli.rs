@@ -1,6 +1,7 @@
-//! `usermm bench [fault|fork|munmap|spawn|sharing|munlock|linear-map|all]`: arguments and
-//! the command itself. With no benchmark named it runs the whole suite at the small default
-//! scale and writes `report.html`, `report.json` and `plots/` to `target/usermm-bench/`.
+//! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|all]`:
+//! arguments and the command itself. With no benchmark named it runs the whole suite at the
+//! small default scale and writes `report.html`, `report.json` and `plots/` to
+//! `target/usermm-bench/`.
 
 use crate::engine::parse_size;
 use crate::host::HostSide;
@@ -15,10 +16,11 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Which benchmark: all (the default: the whole suite, report written), fault, fork,
-    /// munmap, spawn, sharing, munlock, linear-map.
+    /// munmap, spawn, sharing, anon-cow, munlock, linear-map.
     #[arg(default_value = "all")]
     pub which: String,
-    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock), e.g. 256M or 1G.
+    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock; anon-cow: the area
+    /// every instance copies, default 32M), e.g. 256M or 1G.
     #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
     pub scale: Option<String>,
     /// Repetitions per measurement.
@@ -55,6 +57,7 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
     if let Some(s) = &args.scale {
         o.scale = parse_size(s)?;
         o.munlock_scale = o.scale;
+        o.anon_cow_scale = o.scale;
     }
     anyhow::ensure!(
         o.scale >= 2 << 20 && o.scale % (2 << 20) == 0,
@@ -109,10 +112,11 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
     let opts = options(args, &which)?;
     let host = HostSide::probe(!args.no_host);
     println!(
-        "usermm bench {}: layouts {} MiB, munlock {} MiB, {} repetitions, spawn {} s per point; host kernel columns: {}",
+        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, {} repetitions, spawn {} s per point; host kernel columns: {}",
         args.which,
         opts.scale >> 20,
         opts.munlock_scale >> 20,
+        opts.anon_cow_scale >> 20,
         opts.reps,
         opts.spawn_seconds,
         host.describe()

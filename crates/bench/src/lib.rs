@@ -15,9 +15,10 @@
 //! | [`output`] | writing JSON, HTML and plots |
 //! | [`suite`] | the benchmark list, options, and running them |
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
-//! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
+//! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`cli`] | `usermm bench` |
 
+pub mod anon_cow;
 pub mod cli;
 pub mod engine;
 pub mod fault;

@@ -17,6 +17,8 @@ pub enum Unit {
     Seconds,
     /// Operations per second.
     PerSecond,
+    /// Bytes per second (memory throughput); shown in MiB/s.
+    BytesPerSecond,
 }
 
 /// Which direction is an improvement.

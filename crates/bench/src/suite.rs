@@ -4,7 +4,7 @@
 use crate::host::{kernel_release, HostSide};
 use crate::model::{HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
 use crate::progress::{Progress, Task};
-use crate::{fault, fork, linear_map, munlock, sharing, spawn};
+use crate::{anon_cow, fault, fork, linear_map, munlock, sharing, spawn};
 use std::time::Instant;
 
 /// One benchmark of the suite.
@@ -20,6 +20,8 @@ pub enum Bench {
     Spawn,
     /// Seed 003: the eight micro benchmarks.
     Sharing,
+    /// Seed 003: vm-scalability's concurrent COW of shared THPs (case-anon-cow-seq/-rand).
+    AnonCow,
     /// Seed 004: timedmunlock, three setups.
     Munlock,
     /// Seed 002: arm64 linear map creation.
@@ -28,12 +30,13 @@ pub enum Bench {
 
 impl Bench {
     /// The whole suite in run order.
-    pub const ALL: [Bench; 7] = [
+    pub const ALL: [Bench; 8] = [
         Bench::Fault,
         Bench::Fork,
         Bench::Munmap,
         Bench::Spawn,
         Bench::Sharing,
+        Bench::AnonCow,
         Bench::Munlock,
         Bench::LinearMap,
     ];
@@ -46,6 +49,7 @@ impl Bench {
             Bench::Munmap => "munmap",
             Bench::Spawn => "spawn",
             Bench::Sharing => "sharing",
+            Bench::AnonCow => "anon-cow",
             Bench::Munlock => "munlock",
             Bench::LinearMap => "linear-map",
         }
@@ -66,6 +70,7 @@ impl Bench {
             Bench::Fork | Bench::Munmap => fork::steps(o.reps, o.folios.len()),
             Bench::Spawn => spawn::steps(o.reps, o.spawn_extra.len()),
             Bench::Sharing => sharing::steps(o.reps),
+            Bench::AnonCow => anon_cow::steps(o.reps),
             Bench::Munlock => 3 * munlock::steps(o.reps),
             Bench::LinearMap => linear_map::steps(o.reps, o.linear_map_gib.len()),
         }
@@ -79,6 +84,8 @@ pub struct Options {
     pub scale: u64,
     /// Size of the munlock layout, bytes.
     pub munlock_scale: u64,
+    /// The area every anon-cow instance copies (the parent's shared THPs), bytes.
+    pub anon_cow_scale: u64,
     /// Repetitions per measurement.
     pub reps: usize,
     /// Seconds per point of the spawn benchmark.
@@ -99,6 +106,7 @@ impl Default for Options {
         Options {
             scale: 256 << 20,
             munlock_scale: 256 << 20,
+            anon_cow_scale: 32 << 20,
             reps: 3,
             spawn_seconds: 0.2,
             spawn_extra: spawn::EXTRA.to_vec(),
@@ -127,6 +135,7 @@ fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
         Bench::Munmap => vec![fork::table(ctx, fork::Op::Munmap)?],
         Bench::Spawn => vec![spawn::table(ctx)?],
         Bench::Sharing => vec![sharing::table(ctx)?],
+        Bench::AnonCow => vec![anon_cow::table(ctx)?],
         Bench::Munlock => munlock::SETUPS
             .iter()
             .map(|&s| munlock::table(ctx, s))

@@ -59,6 +59,7 @@ pub fn unit_text(table: &Table) -> &'static str {
     match table.unit {
         Unit::Seconds => "ms",
         Unit::PerSecond => "per second",
+        Unit::BytesPerSecond => "MiB/s",
     }
 }
 
@@ -84,6 +85,7 @@ pub fn display_scale(table: &Table) -> f64 {
     match table.unit {
         Unit::Seconds => 1e3,
         Unit::PerSecond => 1.0,
+        Unit::BytesPerSecond => 1.0 / (1u64 << 20) as f64,
     }
 }
 

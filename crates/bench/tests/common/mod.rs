@@ -12,6 +12,7 @@ pub fn tiny() -> Options {
     Options {
         scale: 4 << 20,
         munlock_scale: 4 << 20,
+        anon_cow_scale: 4 << 20,
         reps: 1,
         spawn_seconds: 0.01,
         spawn_extra: vec![0, 100],

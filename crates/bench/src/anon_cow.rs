@@ -1,0 +1,492 @@
+//! Seed 003, section 7.3 "VM scalability": vm-scalability's `case-anon-cow-seq` and
+//! `case-anon-cow-rand` — concurrent copy-on-write of the same PMD THPs by one process per CPU.
+//!
+//! vm-scalability runs `usemem -n $nr_task --prealloc --prefault [--random] $((mem / nr_task /
+//! 2))`: the usemem process maps the area (`MAP_POPULATE`) *before* forking, then forks
+//! `nr_task` children; the children report ready over a pipe, are released together, and each
+//! writes the whole shared area once — every 8-byte word in ascending order, or (`--random`)
+//! as many words at random offsets — and prints bytes / elapsed; the result is the sum over the
+//! children. Here, per repetition and per engine stage ([`STAGES`], fresh machine from
+//! [`stage_machine`]): the parent process populates `area` bytes of PMD THPs on CPU 0 and forks
+//! one child per instance; then one host thread per instance enters its own CPU, all wait on a
+//! barrier, and each writes every 4 KiB page of its child's copy of the area once — `seq`: one
+//! `write_fill` over the area (every byte, ascending), `rand`: one 4 KiB `write_fill` per page
+//! in a per-instance pseudo-random permutation (fixed seed). Each child's first write into a
+//! THP PTE-remaps its PMD and every page is then copied, while the other instances (un)map
+//! pages of the same folios. The sample is the summed throughput `Σ area / tᵢ`, `tᵢ` from the
+//! barrier's release to instance `i`'s last write. The host column does the same with real
+//! `fork()`s of this process.
+
+use crate::engine::{counters, populate, sig, warm_up, PMD};
+use crate::host::region::Region;
+use crate::host::{errno_text, vmstat, HostSession};
+use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::sharing::{stage_machine, Stage, STAGES};
+use crate::suite::Ctx;
+use oracle::sys;
+use std::collections::BTreeMap;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+use usermm::{Ev, Pid, Privilege};
+
+const PAGE: u64 = 4096;
+/// The byte every instance writes.
+const FILL: u8 = 0x5a;
+/// Counters of this table that depend on how the instances interleave: in the stages with an
+/// exclusive seqcount writer (plain stores), a writer that finds another one inside the folio's
+/// seqcount falls back to atomic adds, so these count the contention; every other counter is
+/// exact and identical between runs.
+pub const CONTENDED: [&str; 2] = ["folio_atomics", "mapcount_atomics"];
+
+/// Seed of the `rand` page orders (instance `i` uses `SEED ^ i`).
+const SEED: u64 = 0x5eed_0003_c0de_0073;
+
+/// The page order of the writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Ascending (`case-anon-cow-seq`).
+    Seq,
+    /// A pseudo-random permutation of the pages (`case-anon-cow-rand`).
+    Rand,
+}
+
+/// Both, in the seed's column order.
+pub const ORDERS: [Order; 2] = [Order::Seq, Order::Rand];
+
+impl Order {
+    /// The row label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Seq => "seq",
+            Order::Rand => "rand",
+        }
+    }
+}
+
+/// splitmix64: a small, fixed, portable generator (the permutation must not depend on a crate
+/// version).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Byte offsets of the pages of `area` in the order instance `instance` writes them (`seq`:
+/// ascending; `rand`: a Fisher–Yates shuffle seeded by the instance).
+pub fn page_order(area: u64, order: Order, instance: usize) -> Vec<u64> {
+    let mut pages: Vec<u64> = (0..area / PAGE).map(|i| i * PAGE).collect();
+    if order == Order::Rand {
+        let mut st = SEED ^ instance as u64;
+        for i in (1..pages.len()).rev() {
+            let j = (splitmix(&mut st) % (i as u64 + 1)) as usize;
+            pages.swap(i, j);
+        }
+    }
+    pages
+}
+
+/// Instances: one per host CPU, at most as many as a stage machine has CPU slots.
+pub fn instances() -> anyhow::Result<usize> {
+    let host = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let slots = stage_machine(PMD, &STAGES[0])?.nr_cpus();
+    Ok(host.min(slots).max(1))
+}
+
+/// Summed throughput: `Σ area / tᵢ`.
+fn throughput(area: u64, times: &[Duration]) -> f64 {
+    times
+        .iter()
+        .map(|t| area as f64 / t.as_secs_f64().max(1e-9))
+        .sum()
+}
+
+/// One instance: writes its child's copy of the area in `order`.
+fn engine_writes(
+    cpu: &usermm::Cpu<'_>,
+    child: Pid,
+    a: u64,
+    area: u64,
+    pages: &[u64],
+    order: Order,
+) -> anyhow::Result<()> {
+    match order {
+        Order::Seq => cpu.write_fill(child, a, area, FILL).map_err(sig),
+        Order::Rand => {
+            for &off in pages {
+                cpu.write_fill(child, a + off, PAGE, FILL).map_err(sig)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One engine repetition: (bytes per second summed over instances, counters of the timed part).
+fn engine_once(
+    area: u64,
+    order: Order,
+    stage: &Stage,
+    n: usize,
+    orders: &[Vec<u64>],
+) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    // The parent's area, one copy per child, page tables: `stage_machine(s)` has 2s + 64 MiB.
+    let m = stage_machine((area * (n as u64 + 1)).div_ceil(2), stage)?;
+    anyhow::ensure!(
+        m.nr_cpus() >= n,
+        "stage {}: {} CPU slots for {n} instances",
+        stage.name,
+        m.nr_cpus()
+    );
+    let (parent, a, children) = {
+        let cpu = m.enter_cpu(0)?;
+        let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+        // Back every arena frame the run will use (the host's first touch is not the engine's).
+        warm_up(&cpu, p, area * (n as u64 + 1))?;
+        let a = populate(&cpu, p, area, false)?;
+        let kids = (0..n).map(|_| cpu.fork(p)).collect::<Result<Vec<_>, _>>()?;
+        (p, a, kids)
+    };
+    let barrier = Barrier::new(n);
+    let before = m.counters();
+    let results: Vec<anyhow::Result<Duration>> = std::thread::scope(|s| {
+        let handles: Vec<_> = children
+            .iter()
+            .enumerate()
+            .map(|(i, &child)| {
+                let (m, barrier, pages) = (&m, &barrier, &orders[i]);
+                s.spawn(move || -> anyhow::Result<Duration> {
+                    let cpu = m.enter_cpu(i);
+                    // Every thread reaches the barrier, even one whose CPU could not be entered.
+                    barrier.wait();
+                    let cpu = cpu?;
+                    let t = Instant::now();
+                    engine_writes(&cpu, child, a, area, pages, order)?;
+                    Ok(t.elapsed())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("instance thread panicked")))
+            })
+            .collect()
+    });
+    let times = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let delta = m.counters().delta(&before);
+    // Spot check, first and last page of every THP: the parent's are untouched (zero), every
+    // child's are its own copy (the full check would cost more than the timed part).
+    let cpu = m.enter_cpu(0)?;
+    for blk in (a..a + area).step_by(PMD as usize) {
+        for pg in [blk, blk + PMD - PAGE] {
+            let bad = |pid: Pid, byte: u8| -> anyhow::Result<bool> {
+                Ok(cpu
+                    .find_mismatch(pid, pg, PAGE, byte)
+                    .map_err(sig)?
+                    .is_some())
+            };
+            anyhow::ensure!(
+                !bad(parent, 0)?,
+                "stage {}: the parent's area changed",
+                stage.name
+            );
+            for &c in &children {
+                anyhow::ensure!(
+                    !bad(c, FILL)?,
+                    "stage {}: a child's page was not written",
+                    stage.name
+                );
+            }
+        }
+    }
+    Ok((throughput(area, &times), delta))
+}
+
+/// A forked host child that waits for the start, writes the area in its page order, and
+/// reports its elapsed time.
+struct HostChild {
+    pid: i32,
+    /// Our end of its socket: one ready byte, then its elapsed nanoseconds (8 bytes).
+    fd: i32,
+}
+
+impl HostChild {
+    /// Forks an instance that writes `pages` of `r`; it starts when `go_read` reads EOF (the
+    /// parent closed `go_write`, which the child closes at once).
+    fn fork(r: &Region, pages: &[u64], go_read: i32, go_write: i32) -> Result<HostChild, String> {
+        let (ours, theirs) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
+        let pid = match sys::fork() {
+            Ok(p) => p,
+            Err(e) => {
+                sys::close(ours);
+                sys::close(theirs);
+                return Err(errno_text("fork", e));
+            }
+        };
+        if pid == 0 {
+            // The child: only allocation-free calls (this process may have other threads).
+            sys::close(ours);
+            sys::close(go_write);
+            let ok = sys::write(theirs, b"r") == Ok(1);
+            let mut b = [0u8; 1];
+            let _ = sys::read(go_read, &mut b);
+            let t = Instant::now();
+            let mut failed = !ok;
+            for &off in pages {
+                if sys::fill(r.addr + off, PAGE, FILL).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            let ns = t.elapsed().as_nanos() as u64;
+            let _ = sys::write(theirs, &ns.to_le_bytes());
+            sys::exit_now(i32::from(failed));
+        }
+        sys::close(theirs);
+        Ok(HostChild { pid, fd: ours })
+    }
+
+    /// Reads exactly `buf.len()` bytes from the child.
+    fn read_exact(&self, buf: &mut [u8]) -> Result<(), String> {
+        let mut got = 0;
+        while got < buf.len() {
+            match sys::read(self.fd, &mut buf[got..]) {
+                Ok(0) => return Err("an instance died".into()),
+                Ok(k) => got += k,
+                Err(4) => {} // EINTR
+                Err(e) => return Err(errno_text("read", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the child; its elapsed time.
+    fn finish(self) -> Result<Duration, String> {
+        let mut b = [0u8; 8];
+        let r = self.read_exact(&mut b);
+        sys::close(self.fd);
+        let status = sys::wait_child(self.pid).map_err(|e| errno_text("waitpid", e))?;
+        r?;
+        if status != 0 {
+            return Err(format!("an instance failed (status {status})"));
+        }
+        Ok(Duration::from_nanos(u64::from_le_bytes(b)))
+    }
+}
+
+/// One host repetition: the same with real `fork()`s of this process.
+fn host_once(
+    s: &HostSession,
+    area: u64,
+    orders: &[Vec<u64>],
+) -> Result<(f64, BTreeMap<String, u64>), String> {
+    s.folio(PMD)?;
+    let r = Region::anon(area)?;
+    r.populate()?;
+    let (go_write, go_read) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
+    let split0 = vmstat("thp_split_pmd").unwrap_or(0);
+    let mut kids = Vec::new();
+    let mut err = None;
+    for pages in orders {
+        match HostChild::fork(&r, pages, go_read, go_write) {
+            Ok(k) => kids.push(k),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    // Every child is ready (or failed) before the start: its first byte.
+    for k in &kids {
+        let mut b = [0u8; 1];
+        if let Err(e) = k.read_exact(&mut b) {
+            err.get_or_insert(e);
+        }
+    }
+    // Start: closing the last write end wakes every child's read with EOF at once.
+    sys::close(go_write);
+    let mut times = Vec::new();
+    for k in kids {
+        match k.finish() {
+            Ok(t) => times.push(t),
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    sys::close(go_read);
+    let split = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(split0);
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let mut c = BTreeMap::new();
+    c.insert("host_thp_split_pmd".to_string(), split);
+    Ok((throughput(area, &times), c))
+}
+
+/// Measurements (for the progress bar).
+pub fn steps(reps: usize) -> u64 {
+    (reps * ORDERS.len() * (STAGES.len() + 1)) as u64
+}
+
+/// Seed 003's published throughput change per stage (Xeon Silver 4210R, 20 cores, 1 GiB per
+/// instance; positive is more throughput): (stage, seq, rand). Its "123" stage has no column.
+const SEED_INTEL: [(&str, &str, &str); 6] = [
+    ("mapcount", "-8.2%", "-0.1%"),
+    ("rmap-id", "-16.2%", "-0.3%"),
+    ("batch", "-8.3%", "-0.4%"),
+    ("exclusive", "-7.1%", "0.4%"),
+    ("nocmpxchg", "-6.6%", "-0.3%"),
+    ("all", "-5.6%", "-0.3%"),
+];
+
+fn published(order: Order) -> Vec<Published> {
+    SEED_INTEL
+        .iter()
+        .map(|&(stage, seq, rand)| {
+            let text = if order == Order::Seq { seq } else { rand };
+            Published {
+                variant: stage.into(),
+                gain_pct: text.trim_end_matches('%').parse().unwrap_or(0.0),
+                text: text.into(),
+            }
+        })
+        .collect()
+}
+
+fn variants() -> Vec<Variant> {
+    let mut v: Vec<Variant> = STAGES
+        .iter()
+        .map(|s| Variant::engine(s.name, s.about))
+        .collect();
+    v.push(Variant::host(
+        "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
+    ));
+    v
+}
+
+/// The counters shown: the COW outcome, the PMD remaps, folio atomics, and any seqcount
+/// retry/contention counter the engine has.
+fn counters_shown() -> Vec<String> {
+    let mut v: Vec<String> = [
+        Ev::CowCopy,
+        Ev::CowReuse,
+        Ev::ThpSplitPmd,
+        Ev::FolioAtomic,
+        Ev::MapcountAtomic,
+    ]
+    .iter()
+    .map(|e| e.name().to_string())
+    .collect();
+    v.extend(
+        Ev::ALL
+            .iter()
+            .map(|e| e.name())
+            .filter(|n| n.contains("seq") || n.contains("retr") || n.contains("contend"))
+            .map(String::from),
+    );
+    v.push("host_thp_split_pmd".into());
+    v
+}
+
+/// The anon-cow table.
+pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
+    let area = ctx.opts.anon_cow_scale;
+    anyhow::ensure!(
+        area >= PMD && area.is_multiple_of(PMD),
+        "the anon-cow area must be a multiple of 2M"
+    );
+    let n = instances()?;
+    let host = ctx.host.session();
+    let mut rows = Vec::new();
+    for order in ORDERS {
+        let pages: Vec<Vec<u64>> = (0..n).map(|i| page_order(area, order, i)).collect();
+        let mut cols: Vec<Column> = STAGES
+            .iter()
+            .map(|s| Column::new(s.name, vec![], BTreeMap::new()))
+            .collect();
+        cols.push(Column::new("host", vec![], BTreeMap::new()));
+        let host_col = cols.len() - 1;
+        for _ in 0..ctx.opts.reps {
+            for (i, stage) in STAGES.iter().enumerate() {
+                let (rate, c) = engine_once(area, order, stage, n, &pages)?;
+                cols[i].samples.push(rate);
+                cols[i].counters = counters(&c);
+                ctx.task.step(&format!("{} {}", order.name(), stage.name))?;
+            }
+            let res = host
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|s| host_once(s, area, &pages));
+            cols[host_col].record(res);
+            ctx.task.step(&format!("{} host", order.name()))?;
+        }
+        rows.push(Row {
+            label: order.name().into(),
+            columns: cols,
+            published: published(order),
+        });
+    }
+    drop(host);
+    Ok(Table {
+        id: "anon-cow".into(),
+        title: format!(
+            "vm-scalability case-anon-cow-seq/-rand: {n} instances, each COWing {} MiB of shared PMD THPs",
+            area >> 20
+        ),
+        seed: Some("003".into()),
+        metric: "COW throughput summed over instances".into(),
+        unit: Unit::BytesPerSecond,
+        better: Better::Higher,
+        stats: vec![Stat::Min, Stat::Median, Stat::Max],
+        baseline: "baseline".into(),
+        variants: variants(),
+        row_label: "page order".into(),
+        rows,
+        counters_shown: counters_shown(),
+        published_source: Some(
+            "seed 003 cover letter 7.3, throughput change vs v6.7-rc1, one instance per core of a 2-socket Xeon Silver 4210R (20 cores), 1 GiB per instance".into(),
+        ),
+        notes: vec![
+            format!(
+                "follows vm-scalability's `usemem -n N --prealloc --prefault [--random]`: one parent populates {} MiB of PMD THPs, then forks N = {n} children (one per CPU: host CPUs capped by the engine machine's CPU slots); the children start together and each writes the whole shared area once; sample = Σ area / tᵢ, tᵢ from the common start to child i's last write (usemem: bytes / elapsed per child, summed)",
+                area >> 20
+            ),
+            "differences from usemem: it writes every 8-byte word (--random: as many words at random offsets, with repetition) and times from before the parent's populate; here seq is one memset of the area, rand one 4 KiB memset per page in a fixed-seed random permutation (every page once), and only the COW phase is timed".into(),
+            "each child's first write to a THP PTE-remaps the PMD in that child, then every page is copied: no stage can reuse (the parent keeps every folio mapped), so cow_copies = pages x N and thp_split_pmd = THPs x N in every column".into(),
+            format!(
+                "counters: of the timed part, all instances; {} vary between runs in the stages with an exclusive seqcount writer (a writer that met another inside a folio's seqcount used atomic adds): the excess over the lowest value is the contention",
+                CONTENDED.join(" and ")
+            ),
+            "engine: one host thread per instance, each on its own engine CPU; the rand row calls the access API once per page (a process lookup and mmap_lock per call), so compare rows by their gains, not absolutely".into(),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_orders_are_permutations_and_fixed() {
+        let seq = page_order(8 << 20, Order::Seq, 0);
+        assert_eq!(seq.len(), 2048);
+        assert!(seq.windows(2).all(|w| w[1] == w[0] + PAGE));
+        let r0 = page_order(8 << 20, Order::Rand, 0);
+        let r1 = page_order(8 << 20, Order::Rand, 1);
+        assert_ne!(r0, seq);
+        assert_ne!(r0, r1);
+        assert_eq!(r0, page_order(8 << 20, Order::Rand, 0));
+        let mut sorted = r0.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, seq);
+    }
+
+    #[test]
+    fn throughput_sums_instances() {
+        let t = [Duration::from_secs(1), Duration::from_secs(2)];
+        assert_eq!(throughput(4096, &t), 4096.0 + 2048.0);
+    }
+}
