@@ -11,7 +11,8 @@
 //!
 //! | name | state | exclusive wrongly? | shared wrongly? |
 //! |---|---|---|---|
-//! | `estimate` | none (first page's mapcount) | yes (partial maps) | no |
+//! | `estimate` | none (first page's mapcount; v6.7, no folio-wide mapcount) | yes (partial maps) | no |
+//! | `mapcount` | folio-wide total mapcount (seed patches 1-3) | yes (partial maps) | no |
 //! | `rmap-id` | seqcount, total, 1–6 values | never (safe sizing) / orders 7–9 (seed sizing) | never |
 //! | `rmap-id-sq` | seqcount, total, Σid, Σid² | never | never |
 //! | `owner` | two slots + bit (memmap) | never | after a 3rd MM |
@@ -24,6 +25,14 @@
 //! epoch: folios created before keep answering "shared" for the new tracker (never wrong),
 //! folios created after are tracked. With `shadow` on, every side-table tracker is maintained
 //! for every folio, so views and validation can compare all of them against the truth.
+//!
+//! Which memmap counts a large folio keeps is likewise fixed when it is allocated
+//! ([`FolioCounts`]): the total mapcount only for `mapcount` and `owner` (the rmap-ID trackers
+//! keep theirs in the record, v6.7 kept none and scanned), the owner slots only for `owner`.
+//! The seed's stages map onto switches: `rmap-id+shared|+cmpxchg|+add-return` (patches
+//! 10/17/18), `+atomic-pages` vs `+all` (patches 19-20: per-page mapcounts inside the
+//! seqcount, plain stores for the exclusive writer), and the separate tunable
+//! `remap_rmap_batch` (patches 12-14).
 
 pub mod estimate;
 pub mod rmap_id;
