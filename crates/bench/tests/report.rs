@@ -44,7 +44,7 @@ fn counters_are_identical_between_runs_and_json_round_trips() {
     let json = a.to_json().expect("json");
     let back = Report::from_json(&json).expect("parse");
     assert!(back == a, "the report changed in a JSON round trip");
-    assert!(json.contains("\"schema_version\": 1"));
+    assert!(json.contains("\"schema_version\": 2"));
     let ids: Vec<&str> = a.tables.iter().map(|t| t.id.as_str()).collect();
     for id in [
         "fault",

@@ -94,7 +94,8 @@ pub struct Machine {
     cpus: Vec<CpuSlot>,
     tunables: RwLock<Tunables>,
     check_tlb: AtomicBool,
-    tasks: Mutex<BTreeMap<Pid, Arc<Task>>>,
+    /// Processes by pid: read-locked by every access, written by spawn, fork and exit.
+    tasks: RwLock<BTreeMap<Pid, Arc<Task>>>,
     next_pid: AtomicU32,
     next_mm: AtomicU32,
     next_anon_vma: AtomicU64,
@@ -120,7 +121,7 @@ impl Machine {
             cpus: (0..cfg.cpus.max(1)).map(|_| CpuSlot::default()).collect(),
             tunables: RwLock::new(cfg.tunables),
             check_tlb: AtomicBool::new(check),
-            tasks: Mutex::new(BTreeMap::new()),
+            tasks: RwLock::new(BTreeMap::new()),
             next_pid: AtomicU32::new(1),
             next_mm: AtomicU32::new(1),
             next_anon_vma: AtomicU64::new(1),
@@ -205,20 +206,20 @@ impl Machine {
 
     /// Looks up a live process.
     pub fn task(&self, pid: Pid) -> SysResult<Arc<Task>> {
-        self.tasks.lock().get(&pid).cloned().ok_or(Errno::ESRCH)
+        self.tasks.read().get(&pid).cloned().ok_or(Errno::ESRCH)
     }
 
     /// Every live process.
     pub fn tasks(&self) -> Vec<Arc<Task>> {
-        self.tasks.lock().values().cloned().collect()
+        self.tasks.read().values().cloned().collect()
     }
 
     pub(crate) fn insert_task(&self, t: Arc<Task>) {
-        self.tasks.lock().insert(t.pid, t);
+        self.tasks.write().insert(t.pid, t);
     }
 
     pub(crate) fn remove_task(&self, pid: Pid) -> Option<Arc<Task>> {
-        self.tasks.lock().remove(&pid)
+        self.tasks.write().remove(&pid)
     }
 
     pub(crate) fn alloc_pid(&self) -> Pid {

@@ -6,11 +6,16 @@
 //! # Lock order (the one place it is written down)
 //!
 //! ```text
-//! Machine::tasks (process table)
+//! Machine::tasks (process table; read-locked only to look a process up, never held below)
 //!   -> Mm::lock (mmap_lock; at fork: parent, then child)
 //!     -> Mm::page_table_lock (upper-level populate, deposited tables)
 //!     -> split PTL of a table page (at fork: child's table, then parent's)
 //!       -> folio flags / mapcounts (atomics, no lock)
+//!       -> folio owner bit lock (`folio_lock_large_mapcount`, leaf)
+//!       -> a folio's rmap seqcount write section (leaf; entered after the owner lock is
+//!          released, never with another folio's)
+//!       -> per-CPU folio batch lock (leaf: batches are taken out, then processed)
+//!       -> lruvec lock of one node (leaf; a drain relocks per node)
 //!       -> Tlb lock of each CPU (leaf)
 //!       -> Zone lock (leaf)
 //! ```
