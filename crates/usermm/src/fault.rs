@@ -75,9 +75,10 @@ impl<'m> Cpu<'m> {
         };
         let pmd_idx = index(addr, 21);
         if pt.get(pmd_t, pmd_idx) == 0 && self.thp_pmd_eligible(vma, addr) {
-            match self.do_huge_pmd_anonymous_page(mm, vma, pmd_t, pmd_idx, addr, access) {
-                Some(o) => return o,
-                None => {} // fall back to PTEs
+            // `None`: fall back to PTEs.
+            if let Some(o) = self.do_huge_pmd_anonymous_page(mm, vma, pmd_t, pmd_idx, addr, access)
+            {
+                return o;
             }
         }
         let pmd = pt.get(pmd_t, pmd_idx);

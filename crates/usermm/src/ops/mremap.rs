@@ -270,7 +270,9 @@ impl<'m> Cpu<'m> {
         while a < dst + len {
             let chunk_end = ((a & !(PMD_SIZE - 1)) + PMD_SIZE).min(dst + len);
             let s = src + (a - dst);
-            let whole_leaf = a % PMD_SIZE == 0 && s % PMD_SIZE == 0 && chunk_end - a == PMD_SIZE;
+            let whole_leaf = a.is_multiple_of(PMD_SIZE)
+                && s.is_multiple_of(PMD_SIZE)
+                && chunk_end - a == PMD_SIZE;
             let needs_ptes = !whole_leaf
                 && (s..s + (chunk_end - a))
                     .step_by(4096)

@@ -73,8 +73,8 @@ impl<'a> PageTables<'a> {
         let mut i = 0;
         while i < nr {
             let v = self.arch.advance_pfn(e, i as u64);
-            let aligned = (idx + i) % CONT_PTES == 0
-                && self.arch.pfn(v) % CONT_PTES as u64 == 0
+            let aligned = (idx + i).is_multiple_of(CONT_PTES)
+                && self.arch.pfn(v).is_multiple_of(CONT_PTES as u64)
                 && nr - i >= CONT_PTES;
             if arm && aligned && self.arch.accessible(v) {
                 for j in 0..CONT_PTES {
@@ -133,11 +133,11 @@ impl<'a> PageTables<'a> {
         if self.arch != Arch::Arm64 || nr == 0 {
             return;
         }
-        if idx % CONT_PTES != 0 || nr < CONT_PTES {
+        if !idx.is_multiple_of(CONT_PTES) || nr < CONT_PTES {
             self.unfold_if_cont(c, table, idx);
         }
         let end = idx + nr;
-        if end % CONT_PTES != 0 {
+        if !end.is_multiple_of(CONT_PTES) {
             self.unfold_if_cont(c, table, end - 1);
         }
     }
@@ -178,7 +178,7 @@ impl<'a> PageTables<'a> {
             return;
         }
         let pfn0 = arch.pfn(first);
-        if pfn0 % CONT_PTES as u64 != 0 {
+        if !pfn0.is_multiple_of(CONT_PTES as u64) {
             return;
         }
         let mem = &self.phys.memmap;
@@ -235,7 +235,7 @@ impl<'a> PageTables<'a> {
                     ));
                 }
             }
-            if arch.pfn(first) % CONT_PTES as u64 != 0 {
+            if !arch.pfn(first).is_multiple_of(CONT_PTES as u64) {
                 return Err(format!(
                     "table {table:#x}: contpte block at {base} maps unaligned pfn"
                 ));

@@ -86,11 +86,11 @@ impl Arena {
             return;
         }
         let mut whole = first..last + 1;
-        if off % 8 != 0 {
+        if !off.is_multiple_of(8) {
             update_word(&frame[first], byte_mask(off % 8, 8 - off % 8), pattern);
             whole.start += 1;
         }
-        if end % 8 != 0 {
+        if !end.is_multiple_of(8) {
             update_word(&frame[last], byte_mask(0, end % 8), pattern);
             whole.end -= 1;
         }

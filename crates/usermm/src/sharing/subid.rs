@@ -257,7 +257,7 @@ pub fn find_false_exclusive(order: u32, sizing: Sizing) -> Option<FalseExclusive
             }
             e.push(r);
             let m = e.iter().map(|d| d.abs()).max().unwrap_or(0) + 1;
-            if m <= p && best.as_ref().map_or(true, |b| m < b.0) {
+            if m <= p && best.as_ref().is_none_or(|b| m < b.0) {
                 best = Some((m, e));
             }
         }
