@@ -45,6 +45,22 @@ impl<'m> Cpu<'m> {
         addr: u64,
         access: Access,
     ) -> Result<u64, Signal> {
+        self.translate_or_fault(mm, st, addr, access)
+            .map_err(|o| match o {
+                FaultOutcome::Sigsegv => Signal::Segv(addr),
+                _ => Signal::Bus(addr),
+            })
+    }
+
+    /// [`Cpu::translate`] telling why a fault failed (GUP maps the reasons to different
+    /// errnos): `Sigsegv`, `Oom` or `Sigbus` (also after 64 retries that did not settle).
+    pub(crate) fn translate_or_fault(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        access: Access,
+    ) -> Result<u64, FaultOutcome> {
         let c = self.c();
         let vpn = addr >> 12;
         if let Some(e) = self.tlb().lookup(mm.id, vpn) {
@@ -69,11 +85,10 @@ impl<'m> Cpu<'m> {
             }
             match self.handle_mm_fault(mm, st, addr, access) {
                 FaultOutcome::Completed => {}
-                FaultOutcome::Sigsegv => return Err(Signal::Segv(addr)),
-                FaultOutcome::Oom | FaultOutcome::Sigbus => return Err(Signal::Bus(addr)),
+                failed => return Err(failed),
             }
         }
-        Err(Signal::Bus(addr))
+        Err(FaultOutcome::Sigbus)
     }
 
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {

@@ -911,8 +911,8 @@ fn mremap_fixed_with_old_len_zero_of_private_memory_is_einval_and_keeps_the_targ
     });
 }
 
+// GUP turns VM_FAULT_SIGBUS into EFAULT (mm/gup.c), only VM_FAULT_OOM into ENOMEM.
 #[test]
-#[ignore = "engine differs from Linux: pinning shared memory beyond its object's size is ENOMEM, Linux's GUP turns VM_FAULT_SIGBUS into EFAULT"]
 fn pin_of_shared_memory_beyond_its_size_is_efault() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
@@ -924,4 +924,28 @@ fn pin_of_shared_memory_beyond_its_size_is_efault() {
     no_change(&m, &cpu, p, Err(Errno::EFAULT), || {
         cpu.pin(p, B + B_LEN, 4 * K)
     });
+}
+
+// `madvise_populate` reports a fault's SIGBUS (beyond a shared object) as EFAULT and keeps
+// ENOMEM for out of memory; the pages before the object's end are populated.
+#[test]
+fn populate_of_shared_memory_beyond_its_size_is_efault() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = fixture(&cpu);
+    assert_eq!(
+        cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
+        Ok(B)
+    );
+    for advice in [Advice::PopulateRead, Advice::PopulateWrite] {
+        assert_eq!(
+            cpu.madvise(p, B, 2 * B_LEN, advice),
+            Err(Errno::EFAULT),
+            "{advice:?}"
+        );
+        valid(&m);
+    }
+    let mut b = [0u8; 1];
+    cpu.read_bytes(p, B + B_LEN - 1, &mut b).expect("inside the object");
+    assert_eq!(b[0], 0xb2);
 }

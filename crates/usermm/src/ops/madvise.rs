@@ -229,10 +229,13 @@ impl<'m> Cpu<'m> {
             }
             let stop = v.end.min(end);
             while a < stop {
-                self.translate(mm, &st, a, access).map_err(|s| match s {
-                    crate::access::Signal::Bus(_) => Errno::ENOMEM,
-                    _ => Errno::EFAULT,
-                })?;
+                // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
+                // object) and SIGSEGV are EFAULT.
+                self.translate_or_fault(mm, &st, a, access)
+                    .map_err(|o| match o {
+                        crate::fault::FaultOutcome::Oom => Errno::ENOMEM,
+                        _ => Errno::EFAULT,
+                    })?;
                 a += 4096;
             }
         }

@@ -7,9 +7,8 @@
 //! which is what makes a later fork copy these pages for the child.
 
 use super::aligned;
-use crate::access::Signal;
 use crate::errno::{Errno, SysResult};
-use crate::fault::Access;
+use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
 use crate::mm::{Pid, PinRecord, Privilege};
 use crate::phys::PageFlag;
@@ -21,8 +20,9 @@ impl<'m> Cpu<'m> {
     /// Pins `[addr, addr+len)` of process `pid` until [`Cpu::unpin`].
     ///
     /// # Errors
-    /// `EINVAL` (unaligned or empty), `EFAULT` (not mapped or not writable), `ENOMEM` (memlock
-    /// charge above RLIMIT_MEMLOCK for an ordinary process, or out of memory).
+    /// `EINVAL` (unaligned or empty), `EFAULT` (not mapped, not writable, or beyond a shared
+    /// mapping's object: the fault's SIGBUS), `ENOMEM` (memlock charge above RLIMIT_MEMLOCK for
+    /// an ordinary process, or out of memory).
     pub fn pin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
         let task = self.m.task(pid)?;
         if !aligned(addr) || len == 0 || addr.checked_add(len).is_none() {
@@ -40,9 +40,10 @@ impl<'m> Cpu<'m> {
         let mut pfns = Vec::with_capacity(pages as usize);
         for i in 0..pages {
             let a = addr + i * 4096;
-            match self.translate(mm, &st, a, Access::Write) {
+            // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
+            match self.translate_or_fault(mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),
-                Err(Signal::Bus(_)) => return Err(Errno::ENOMEM),
+                Err(FaultOutcome::Oom) => return Err(Errno::ENOMEM),
                 Err(_) => return Err(Errno::EFAULT),
             }
         }
