@@ -118,7 +118,12 @@ impl Machine {
         Machine {
             phys,
             arch: cfg.arch,
-            cpus: (0..cfg.cpus.max(1)).map(|_| CpuSlot::default()).collect(),
+            cpus: (0..cfg.cpus.max(1))
+                .map(|_| CpuSlot {
+                    counters: CpuCounters::new(cfg.nodes.max(1) as usize),
+                    ..CpuSlot::default()
+                })
+                .collect(),
             tunables: RwLock::new(cfg.tunables),
             check_tlb: AtomicBool::new(check),
             tasks: RwLock::new(BTreeMap::new()),
@@ -182,6 +187,20 @@ impl Machine {
     /// Counters summed over CPUs.
     pub fn counters(&self) -> Snapshot {
         Snapshot::sum(self.cpus.iter().map(|c| &c.counters))
+    }
+
+    /// `NR_MLOCK` (pages): every node's folded counter plus every CPU's unfolded diff, exact
+    /// when no CPU is changing it.
+    pub fn nr_mlock(&self) -> i64 {
+        let diffs: i64 = (0..self.phys.nr_nodes())
+            .map(|n| {
+                self.cpus
+                    .iter()
+                    .map(|c| c.counters.vmstat_diff(n))
+                    .sum::<i64>()
+            })
+            .sum();
+        self.phys.nr_mlock_folded() + diffs
     }
 
     /// The folio batches of CPU `cpu`.

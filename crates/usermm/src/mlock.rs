@@ -12,8 +12,10 @@
 //! (`mlock_count` reaches zero).
 //!
 //! # Locking
-//! The per-CPU batch lock (`local_lock`) is a leaf except for the lru_lock taken while
-//! processing it.
+//! The per-CPU batch lock stands for Linux's `local_lock` (which only disables preemption).
+//! It is a leaf: a full batch is taken out and the lock released while the batch is processed
+//! under the lru_lock. A walk that queues many folios ([`MlockQueue`]) holds it across one PTE
+//! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
 use crate::phys::lru::LruList;
@@ -58,6 +60,36 @@ impl CpuBatches {
     }
 }
 
+/// This CPU's mlock batch with its lock held (see the module's locking notes).
+pub struct MlockQueue<'a, 'm> {
+    cpu: &'a Cpu<'m>,
+    batches: parking_lot::MutexGuard<'m, CpuBatches>,
+}
+
+impl MlockQueue<'_, '_> {
+    /// Queues `op` for a folio, taking a reference for the batch; processes the batch (with the
+    /// lock released) when it is full or the folio is large.
+    pub fn push(&mut self, head: u64, op: MlockOp) {
+        let cpu = self.cpu;
+        crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
+        self.batches.mlock.push((head, op));
+        if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.large(head) {
+            let list = std::mem::take(&mut self.batches.mlock);
+            parking_lot::MutexGuard::unlocked(&mut self.batches, || cpu.process_mlock(list));
+        }
+    }
+
+    /// `mlock_folio` (`lock`) or `munlock_folio`.
+    pub fn mlock_or_munlock(&mut self, head: u64, lock: bool) {
+        if lock {
+            self.cpu.set_mlocked(head);
+            self.push(head, MlockOp::Mlock);
+        } else {
+            self.push(head, MlockOp::Munlock);
+        }
+    }
+}
+
 /// Whether a VMA's pages are kept mlocked (`VM_LOCKED` and not `VM_SPECIAL`).
 pub fn vma_locked(vma: &Vma) -> bool {
     vma.flags.has(VmFlags::LOCKED)
@@ -95,21 +127,23 @@ impl<'m> Cpu<'m> {
     }
 
     fn queue_mlock(&self, head: u64, op: MlockOp) {
-        crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
-        let full = {
-            let mut b = self.batches().lock();
-            b.mlock.push((head, op));
-            b.mlock.len() >= FOLIO_BATCH_SIZE || self.large(head)
-        };
-        if full {
-            self.drain_mlock();
+        self.mlock_queue().push(head, op);
+    }
+
+    /// This CPU's mlock batch, held for queueing several folios.
+    pub fn mlock_queue(&self) -> MlockQueue<'_, 'm> {
+        MlockQueue {
+            cpu: self,
+            batches: self.batches().lock(),
         }
     }
 
     fn set_mlocked(&self, head: u64) {
         let mem = &self.m.phys.memmap;
         if !mem.test_and_set(head, PageFlag::Mlocked) {
-            self.m.phys.mod_nr_mlock(head, self.nr_pages(head) as i64);
+            self.m
+                .phys
+                .mod_nr_mlock(self.c(), head, self.nr_pages(head) as i64);
             self.c().add(Ev::NrMlockUpdate, 1);
             self.c().add(Ev::Mlocked, 1);
         }
@@ -288,7 +322,7 @@ impl<'m> Cpu<'m> {
             }
         }
         if mem.test_and_clear(f, PageFlag::Mlocked) {
-            self.m.phys.mod_nr_mlock(f, -(nr as i64));
+            self.m.phys.mod_nr_mlock(self.c(), f, -(nr as i64));
             self.c().add(Ev::NrMlockUpdate, 1);
             self.c().add(Ev::Munlocked, 1);
         }

@@ -192,7 +192,7 @@ impl<'m> Cpu<'m> {
         if !mem.test_and_clear(head, PageFlag::Mlocked) {
             return;
         }
-        phys.mod_nr_mlock(head, -(nr as i64));
+        phys.mod_nr_mlock(self.c(), head, -(nr as i64));
         self.c().add(Ev::NrMlockUpdate, 1);
         self.c().add(Ev::Munlocked, 1);
         if !mem.test_and_clear(head, PageFlag::Lru) {
@@ -266,7 +266,7 @@ impl<'m> Cpu<'m> {
                     if design.has_patch(4) {
                         delta += nr;
                     } else {
-                        phys.mod_nr_mlock(p, -nr);
+                        phys.mod_nr_mlock(self.c(), p, -nr);
                         self.c().add(Ev::NrMlockUpdate, 1);
                     }
                     if mem.test_and_clear(p, PageFlag::Lru) {
@@ -283,7 +283,7 @@ impl<'m> Cpu<'m> {
             }
         }
         if design.has_patch(4) && delta != 0 {
-            phys.mod_nr_mlock(pvec[0], -delta);
+            phys.mod_nr_mlock(self.c(), pvec[0], -delta);
             self.c().add(Ev::NrMlockUpdate, 1);
         }
         for p in putback {
@@ -352,7 +352,9 @@ impl<'m> Cpu<'m> {
         if found {
             let mem = &self.m.phys.memmap;
             if !mem.test_and_set(head, PageFlag::Mlocked) {
-                self.m.phys.mod_nr_mlock(head, 1i64 << mem.order(head));
+                self.m
+                    .phys
+                    .mod_nr_mlock(self.c(), head, 1i64 << mem.order(head));
                 self.c().add(Ev::NrMlockUpdate, 1);
             }
         }

@@ -6,7 +6,7 @@
 //! only by the thread that holds its CPU, with a relaxed load + store (no locked instruction),
 //! and read by anyone with relaxed loads.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident => $text:literal,)*) => {
@@ -138,17 +138,56 @@ pub const NR_EVENTS: usize = Ev::ALL.len();
 #[derive(Debug)]
 pub struct CpuCounters {
     slots: [AtomicU64; NR_EVENTS],
+    /// Per-node `NR_MLOCK` changes not yet folded into the node's counter (the per-CPU
+    /// `vm_node_stat_diff` of Linux's vmstat).
+    vmstat_diff: Box<[AtomicI64]>,
 }
 
+/// A per-CPU vmstat diff is folded into the global counter once it exceeds this many pages
+/// either way (Linux computes 2…125 from the zone size and the number of CPUs).
+pub const VMSTAT_THRESHOLD: i64 = 32;
+
 impl Default for CpuCounters {
+    /// Counters without per-CPU vmstat diffs (every vmstat change goes to the global counter).
     fn default() -> Self {
-        CpuCounters {
-            slots: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
+        CpuCounters::new(0)
     }
 }
 
 impl CpuCounters {
+    /// Counters with per-CPU vmstat diffs for `nodes` nodes.
+    pub fn new(nodes: usize) -> CpuCounters {
+        CpuCounters {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            vmstat_diff: (0..nodes).map(|_| AtomicI64::new(0)).collect(),
+        }
+    }
+
+    /// `__mod_node_page_state`: adds `delta` to this CPU's diff of `node`, folding the diff
+    /// into `global` (one atomic add) when it passes [`VMSTAT_THRESHOLD`].
+    ///
+    /// # Context
+    /// Only the thread that holds this CPU slot calls it.
+    #[inline]
+    pub fn mod_vmstat(&self, node: usize, delta: i64, global: &AtomicI64) {
+        let Some(d) = self.vmstat_diff.get(node) else {
+            global.fetch_add(delta, Relaxed);
+            return;
+        };
+        let v = d.load(Relaxed) + delta;
+        if v.abs() > VMSTAT_THRESHOLD {
+            global.fetch_add(v, Relaxed);
+            d.store(0, Relaxed);
+        } else {
+            d.store(v, Relaxed);
+        }
+    }
+
+    /// This CPU's unfolded diff of `node`.
+    pub fn vmstat_diff(&self, node: usize) -> i64 {
+        self.vmstat_diff.get(node).map_or(0, |d| d.load(Relaxed))
+    }
+
     /// Adds `n` to a counter.
     ///
     /// # Context

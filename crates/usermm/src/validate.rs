@@ -360,10 +360,10 @@ impl Machine {
                 ));
             }
         }
-        if mlocked != self.phys.nr_mlock() {
+        if mlocked != self.nr_mlock() {
             r.err(format!(
                 "NR_MLOCK is {} pages but {} pages are PG_mlocked",
-                self.phys.nr_mlock(),
+                self.nr_mlock(),
                 mlocked
             ));
         }

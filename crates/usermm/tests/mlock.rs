@@ -32,7 +32,7 @@ fn mlock_populates_and_accounts() {
         has(f, kpf::MLOCKED) && has(f, kpf::UNEVICTABLE) && has(f, kpf::LRU),
         "{f:#x}"
     );
-    assert_eq!(m.phys.nr_mlock(), 16);
+    assert_eq!(m.nr_mlock(), 16);
     cpu.munlock(p, a, 64 * K).expect("munlock");
     valid(&m);
     let f = flags(&cpu, p, a);
@@ -40,7 +40,7 @@ fn mlock_populates_and_accounts() {
         !has(f, kpf::MLOCKED) && !has(f, kpf::UNEVICTABLE) && has(f, kpf::LRU),
         "{f:#x}"
     );
-    assert_eq!(m.phys.nr_mlock(), 0);
+    assert_eq!(m.nr_mlock(), 0);
     assert_eq!(cpu.status(p).expect("status").vm_lck, 0);
 }
 
@@ -234,7 +234,7 @@ fn mlockall_current_and_future() {
     cpu.exit(p).expect("exit");
     valid(&m);
     assert_eq!(m.phys.allocated_frames(), 0);
-    assert_eq!(m.phys.nr_mlock(), 0);
+    assert_eq!(m.nr_mlock(), 0);
 }
 
 fn all_designs() -> Vec<usermm::tunables::MunlockDesign> {
@@ -274,7 +274,7 @@ fn every_munlock_design_gives_the_same_result() {
         cpu.mlock(c, s, 8 * K).expect("mlock");
         cpu.lru_add_drain_all();
         valid(&m);
-        assert_eq!(m.phys.nr_mlock(), 64 + 2, "{design:?}");
+        assert_eq!(m.nr_mlock(), 64 + 2, "{design:?}");
         cpu.munlock(p, a, 128 * K).expect("munlock half");
         cpu.munlock(p, s, 8 * K).expect("munlock shared in parent");
         cpu.lru_add_drain_all();
@@ -290,7 +290,7 @@ fn every_munlock_design_gives_the_same_result() {
         cpu.lru_add_drain_all();
         valid(&m);
         seen.push((
-            m.phys.nr_mlock(),
+            m.nr_mlock(),
             has(flags(&cpu, p, s), kpf::MLOCKED),
             has(flags(&cpu, p, a), kpf::UNEVICTABLE),
         ));
@@ -328,7 +328,7 @@ fn munlock_of_pages_not_yet_on_the_lru_keeps_nr_mlock_exact() {
         );
         cpu.munmap(p, a, 32 * K).expect("munmap");
         cpu.lru_add_drain_all();
-        assert_eq!(m.phys.nr_mlock(), 0, "{design:?}");
+        assert_eq!(m.nr_mlock(), 0, "{design:?}");
         valid(&m);
     }
 }

@@ -282,7 +282,7 @@ impl<'m> Cpu<'m> {
                 Walk::PmdLeaf { entry, .. } => {
                     let pfn = pt.arch.pfn(entry);
                     if !phys.is_zero_pfn(pfn) && pt.arch.present(entry) {
-                        self.mlock_or_munlock(pfn, lock);
+                        self.mlock_queue().mlock_or_munlock(pfn, lock);
                     }
                 }
                 Walk::Pte { table, .. } => {
@@ -291,14 +291,6 @@ impl<'m> Cpu<'m> {
                 Walk::NoPmd | Walk::PmdNone { .. } => {}
             }
             addr = next;
-        }
-    }
-
-    fn mlock_or_munlock(&self, head: u64, lock: bool) {
-        if lock {
-            self.mlock_folio(head);
-        } else {
-            self.munlock_folio(head);
         }
     }
 
@@ -320,6 +312,7 @@ impl<'m> Cpu<'m> {
             index(addr, 12),
             index(addr, 12) + ((end - addr) >> 12) as usize,
         );
+        let mut queue = self.mlock_queue();
         let mut i = i0;
         while i < i1 {
             let e = pt.get(table, i);
@@ -330,7 +323,7 @@ impl<'m> Cpu<'m> {
             }
             let head = mem.folio_of(pfn);
             if !mem.test(head, PageFlag::Head) {
-                self.mlock_or_munlock(head, lock);
+                queue.mlock_or_munlock(head, lock);
                 i += 1;
                 continue;
             }
@@ -342,7 +335,7 @@ impl<'m> Cpu<'m> {
             let within = folio_start >= range.0.max(vma.start)
                 && folio_start + nr_pages * 4096 <= range.1.min(vma.end);
             if !lock || (within && step as u64 == nr_pages) {
-                self.mlock_or_munlock(head, lock);
+                queue.mlock_or_munlock(head, lock);
             }
             i += step;
         }

@@ -305,13 +305,16 @@ impl PhysMem {
         left < 0
     }
 
-    /// Adds to `NR_MLOCK` of the folio's node.
-    pub fn mod_nr_mlock(&self, head: u64, pages: i64) {
-        self.nr_mlock[self.node_of(head)].fetch_add(pages, Relaxed);
+    /// Adds to `NR_MLOCK` of the folio's node through CPU `c`'s vmstat diff
+    /// (`__mod_zone_page_state`).
+    pub fn mod_nr_mlock(&self, c: &CpuCounters, head: u64, pages: i64) {
+        let node = self.node_of(head);
+        c.mod_vmstat(node, pages, &self.nr_mlock[node]);
     }
 
-    /// `NR_MLOCK` summed over nodes, in pages.
-    pub fn nr_mlock(&self) -> i64 {
+    /// The folded part of `NR_MLOCK` summed over nodes (see [`crate::Machine::nr_mlock`] for
+    /// the exact value).
+    pub fn nr_mlock_folded(&self) -> i64 {
         self.nr_mlock.iter().map(|n| n.load(Relaxed)).sum()
     }
 
@@ -332,7 +335,7 @@ impl PhysMem {
             self.memmap.clear(head, PageFlag::Lru);
         }
         if self.memmap.test_and_clear(head, PageFlag::Mlocked) {
-            self.mod_nr_mlock(head, -(nr as i64));
+            self.mod_nr_mlock(c, head, -(nr as i64));
         }
         if self.memmap.test(head, PageFlag::Pgtable) {
             c.add(Ev::PgtableFree, 1);
