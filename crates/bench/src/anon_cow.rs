@@ -20,7 +20,7 @@
 use crate::engine::{counters, populate, sig, warm_up, PMD};
 use crate::host::region::Region;
 use crate::host::{errno_text, vmstat, HostSession};
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit};
 use crate::sharing::{stage_machine, Stage, STAGES};
 use crate::suite::Ctx;
 use oracle::sys;
@@ -347,24 +347,9 @@ fn published(order: Order) -> Vec<Published> {
         .iter()
         .map(|&(stage, seq, rand)| {
             let text = if order == Order::Seq { seq } else { rand };
-            Published {
-                variant: stage.into(),
-                gain_pct: text.trim_end_matches('%').parse().unwrap_or(0.0),
-                text: text.into(),
-            }
+            Published::parse(stage, text, SeedSign::Gain)
         })
         .collect()
-}
-
-fn variants() -> Vec<Variant> {
-    let mut v: Vec<Variant> = STAGES
-        .iter()
-        .map(|s| Variant::engine(s.name, s.about))
-        .collect();
-    v.push(Variant::host(
-        "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
-    ));
-    v
 }
 
 /// The counters shown: the COW outcome, the PMD remaps, folio atomics, and any seqcount
@@ -442,7 +427,9 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         better: Better::Higher,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
         baseline: "baseline".into(),
-        variants: variants(),
+        variants: crate::sharing::stage_variants(
+            "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
+        ),
         row_label: "page order".into(),
         rows,
         counters_shown: counters_shown(),

@@ -9,7 +9,7 @@ use crate::engine::{counters, machine, populate, size_label, warm_up};
 use crate::host::measure::fork_time;
 use crate::host::region::Region;
 use crate::host::{mthp_stat, vmstat, HostSession};
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -168,11 +168,7 @@ fn row(
         Op::Fork => SEED_FORK
             .iter()
             .filter(|(f, _)| *f == folio)
-            .map(|(_, text)| Published {
-                variant: "batched".into(),
-                gain_pct: -text.trim_end_matches('%').parse::<f64>().unwrap_or(0.0),
-                text: text.to_string(),
-            })
+            .map(|(_, text)| Published::parse("batched", text, SeedSign::TimeChange))
             .collect(),
         Op::Munmap => vec![],
     };

@@ -7,7 +7,7 @@
 //! The seed's "before" is `remap_alloc_populate` (patches 1–2 applied), its "after"
 //! `single_map`, so that is the baseline here. The host cannot run this (arm64 boot code).
 
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -78,11 +78,7 @@ fn row(ctx: &Ctx<'_>, gib: u64, gran: LinearGranularity, tlbi_ns: u64) -> anyhow
     let published = SEED
         .iter()
         .filter(|(g, _)| *g == gib && gran == LinearGranularity::ForcePages)
-        .map(|(_, t)| Published {
-            variant: "single_map".into(),
-            gain_pct: -t.trim_end_matches('%').parse::<f64>().unwrap_or(0.0),
-            text: t.to_string(),
-        })
+        .map(|(_, t)| Published::parse("single_map", t, SeedSign::TimeChange))
         .collect();
     Ok(Row {
         label,

@@ -165,6 +165,27 @@ pub struct Published {
     pub text: String,
 }
 
+/// How a seed printed a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedSign {
+    /// The change of a time (`"-30%"`: it fell, which is better).
+    TimeChange,
+    /// Already a gain in the mmtests convention, or the change of a rate (positive is better).
+    Gain,
+}
+
+impl Published {
+    /// The seed's `text` (`"-30%"`, `"43.46%"`) for our `variant`.
+    pub fn parse(variant: impl Into<String>, text: &str, sign: SeedSign) -> Published {
+        let v: f64 = text.trim_end_matches('%').parse().unwrap_or(0.0);
+        Published {
+            variant: variant.into(),
+            gain_pct: if sign == SeedSign::TimeChange { -v } else { v },
+            text: text.into(),
+        }
+    }
+}
+
 /// One row: a parameter value (a folio size, a VMA count) with one cell per variant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {

@@ -7,7 +7,7 @@ use crate::engine::{counters, RW};
 use crate::host::measure::timed;
 use crate::host::region::Region;
 use crate::host::HostSession;
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use oracle::sys;
 use std::collections::BTreeMap;
@@ -196,11 +196,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .seed_mean()
         .iter()
         .enumerate()
-        .map(|(i, t)| Published {
-            variant: format!("stage{}", i + 1),
-            gain_pct: t.trim_end_matches('%').parse().unwrap_or(0.0),
-            text: t.to_string(),
-        })
+        .map(|(i, t)| Published::parse(format!("stage{}", i + 1), t, SeedSign::Gain))
         .collect();
     Ok(Table {
         id: setup.id().into(),

@@ -8,7 +8,7 @@ use crate::engine::{counters, machine, populate, sig, PMD, RO};
 use crate::host::measure::{fork_time, timed, LiveChild};
 use crate::host::region::{Region, RO as HOST_RO};
 use crate::host::HostSession;
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -277,22 +277,17 @@ fn published(micro: Micro) -> Vec<Published> {
     let col = MICROS.iter().position(|m| *m == micro).unwrap_or(0);
     SEED_INTEL
         .iter()
-        .map(|(stage, row)| Published {
-            variant: (*stage).into(),
-            gain_pct: -row[col].trim_end_matches('%').parse::<f64>().unwrap_or(0.0),
-            text: row[col].into(),
-        })
+        .map(|(stage, row)| Published::parse(*stage, row[col], SeedSign::TimeChange))
         .collect()
 }
 
-fn variants() -> Vec<Variant> {
+/// One engine variant per stage, then the host described by `host`.
+pub fn stage_variants(host: &str) -> Vec<Variant> {
     let mut v: Vec<Variant> = STAGES
         .iter()
         .map(|s| Variant::engine(s.name, s.about))
         .collect();
-    v.push(Variant::host(
-        "the host kernel, same layout (PMD THP always; THP knobs restored)",
-    ));
+    v.push(Variant::host(host));
     v
 }
 
@@ -338,7 +333,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
         baseline: "baseline".into(),
-        variants: variants(),
+        variants: stage_variants("the host kernel, same layout (PMD THP always; THP knobs restored)"),
         row_label: "benchmark".into(),
         rows,
         counters_shown: [

@@ -5,7 +5,7 @@
 use crate::engine::{counters, machine, RO, RW};
 use crate::host::measure::{fork_exit_rate, vma_count};
 use crate::host::region::SparseVmas;
-use crate::model::{Better, Column, Published, Row, Stat, Table, Unit, Variant};
+use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -117,11 +117,7 @@ fn variants() -> Vec<Variant> {
 fn published(extra: u64) -> Vec<Published> {
     SEED.iter()
         .filter(|(e, _)| *e == extra)
-        .map(|(_, t)| Published {
-            variant: "dup".into(),
-            gain_pct: t.trim_end_matches('%').parse().unwrap_or(0.0),
-            text: t.to_string(),
-        })
+        .map(|(_, t)| Published::parse("dup", t, SeedSign::Gain))
         .collect()
 }
 
