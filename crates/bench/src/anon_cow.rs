@@ -18,6 +18,7 @@
 //! `fork()`s of this process.
 
 use crate::engine::{counters, populate, sig, warm_up, PMD};
+use crate::host::measure::{fork_with_socket, Forked};
 use crate::host::region::Region;
 use crate::host::{errno_text, vmstat, HostSession};
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit};
@@ -216,35 +217,27 @@ impl HostChild {
     /// Forks an instance that writes `pages` of `r`; it starts when `go_read` reads EOF (the
     /// parent closed `go_write`, which the child closes at once).
     fn fork(r: &Region, pages: &[u64], go_read: i32, go_write: i32) -> Result<HostChild, String> {
-        let (ours, theirs) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
-        let pid = match sys::fork() {
-            Ok(p) => p,
-            Err(e) => {
-                sys::close(ours);
-                sys::close(theirs);
-                return Err(errno_text("fork", e));
+        let (pid, ours) = match fork_with_socket()? {
+            Forked::Parent { pid, fd } => (pid, fd),
+            Forked::Child { fd: theirs } => {
+                // The child: only allocation-free calls (this process may have other threads).
+                sys::close(go_write);
+                let ok = sys::write(theirs, b"r") == Ok(1);
+                let mut b = [0u8; 1];
+                let _ = sys::read(go_read, &mut b);
+                let t = Instant::now();
+                let mut failed = !ok;
+                for &off in pages {
+                    if sys::fill(r.addr + off, PAGE, FILL).is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as u64;
+                let _ = sys::write(theirs, &ns.to_le_bytes());
+                sys::exit_now(i32::from(failed));
             }
         };
-        if pid == 0 {
-            // The child: only allocation-free calls (this process may have other threads).
-            sys::close(ours);
-            sys::close(go_write);
-            let ok = sys::write(theirs, b"r") == Ok(1);
-            let mut b = [0u8; 1];
-            let _ = sys::read(go_read, &mut b);
-            let t = Instant::now();
-            let mut failed = !ok;
-            for &off in pages {
-                if sys::fill(r.addr + off, PAGE, FILL).is_err() {
-                    failed = true;
-                    break;
-                }
-            }
-            let ns = t.elapsed().as_nanos() as u64;
-            let _ = sys::write(theirs, &ns.to_le_bytes());
-            sys::exit_now(i32::from(failed));
-        }
-        sys::close(theirs);
         Ok(HostChild { pid, fd: ours })
     }
 

@@ -39,6 +39,43 @@ pub fn vma_count() -> u64 {
         .unwrap_or(0)
 }
 
+/// Which side of [`fork_with_socket`] this process is.
+pub enum Forked {
+    /// The parent: the child's pid and our end of the socket pair.
+    Parent {
+        /// The child.
+        pid: i32,
+        /// Our end.
+        fd: i32,
+    },
+    /// The child: its end of the socket pair (the parent's end is closed).
+    Child {
+        /// The child's end.
+        fd: i32,
+    },
+}
+
+/// Forks this process with a socket pair between parent and child; each side closes the other's
+/// end. On failure nothing is left open.
+pub fn fork_with_socket() -> Result<Forked, String> {
+    let (ours, theirs) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
+    match sys::fork() {
+        Ok(0) => {
+            sys::close(ours);
+            Ok(Forked::Child { fd: theirs })
+        }
+        Ok(pid) => {
+            sys::close(theirs);
+            Ok(Forked::Parent { pid, fd: ours })
+        }
+        Err(e) => {
+            sys::close(ours);
+            sys::close(theirs);
+            Err(errno_text("fork", e))
+        }
+    }
+}
+
 /// A forked child that stays alive (blocked reading a socket) until dropped.
 pub struct LiveChild {
     pid: i32,
@@ -48,23 +85,14 @@ pub struct LiveChild {
 impl LiveChild {
     /// Forks the child.
     pub fn fork() -> Result<LiveChild, String> {
-        let (ours, theirs) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
-        let pid = match sys::fork() {
-            Ok(p) => p,
-            Err(e) => {
-                sys::close(ours);
-                sys::close(theirs);
-                return Err(errno_text("fork", e));
+        match fork_with_socket()? {
+            Forked::Child { fd } => {
+                let mut b = [0u8; 1];
+                let _ = sys::read(fd, &mut b);
+                sys::exit_now(0)
             }
-        };
-        if pid == 0 {
-            sys::close(ours);
-            let mut b = [0u8; 1];
-            let _ = sys::read(theirs, &mut b);
-            sys::exit_now(0);
+            Forked::Parent { pid, fd } => Ok(LiveChild { pid, fd }),
         }
-        sys::close(theirs);
-        Ok(LiveChild { pid, fd: ours })
     }
 }
 
