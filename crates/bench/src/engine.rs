@@ -23,8 +23,14 @@ pub const PMD: u64 = 2 << 20;
 /// A machine large enough for two copies of `size` bytes, anonymous faults allocating folios
 /// of `folio` bytes, TLB checking off (it is a debugging aid, not part of the model's cost).
 pub fn machine(size: u64, folio: u64) -> Machine {
+    machine_with_cpus(size, folio, MachineConfig::default().cpus)
+}
+
+/// [`machine`] with `cpus` CPU slots.
+pub fn machine_with_cpus(size: u64, folio: u64, cpus: usize) -> Machine {
     let mut cfg = MachineConfig {
         memory: (size * 2 + (64 << 20)).next_power_of_two(),
+        cpus,
         ..MachineConfig::default()
     };
     cfg.tunables.check_tlb = false;

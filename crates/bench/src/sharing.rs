@@ -4,7 +4,7 @@
 //! tracking and the exact two-counter tracker), the seed's published change beside each, and
 //! the host kernel with the same layout.
 
-use crate::engine::{counters, machine, populate, sig, PMD, RO};
+use crate::engine::{counters, machine_with_cpus, populate, sig, PMD, RO};
 use crate::host::measure::{fork_time, timed, LiveChild};
 use crate::host::region::{Region, RO as HOST_RO};
 use crate::host::HostSession;
@@ -130,9 +130,9 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
-/// A fresh machine for `size` bytes of PMD THPs configured as `stage`.
-pub fn stage_machine(size: u64, stage: &Stage) -> anyhow::Result<usermm::Machine> {
-    let m = machine(size, PMD);
+/// A fresh machine with `cpus` CPU slots for `size` bytes of PMD THPs configured as `stage`.
+pub fn stage_machine(size: u64, cpus: usize, stage: &Stage) -> anyhow::Result<usermm::Machine> {
+    let m = machine_with_cpus(size, PMD, cpus);
     let mut err = None;
     m.update_tunables(|t| {
         for (k, v) in stage.tunables {
@@ -149,7 +149,7 @@ pub fn stage_machine(size: u64, stage: &Stage) -> anyhow::Result<usermm::Machine
 
 /// One engine repetition.
 fn engine_once(size: u64, micro: Micro, stage: &Stage) -> anyhow::Result<(f64, usermm::Snapshot)> {
-    let m = stage_machine(size, stage)?;
+    let m = stage_machine(size, usermm::MachineConfig::default().cpus, stage)?;
     let cpu = m.enter_cpu(0)?;
     let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
     // Back every frame the run may touch on the host first, the copies' too: a host page fault
