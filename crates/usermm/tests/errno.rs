@@ -78,6 +78,15 @@ fn fixture(cpu: &Cpu<'_>) -> Pid {
     p
 }
 
+/// Grows the shared mapping B in place to twice its size: its second half lies beyond the
+/// shmem object (which keeps the size of the mmap), where faults raise SIGBUS.
+fn grow_shared_beyond_its_object(cpu: &Cpu<'_>, p: Pid) {
+    assert_eq!(
+        cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
+        Ok(B)
+    );
+}
+
 fn map_count(cpu: &Cpu<'_>, p: Pid) -> u64 {
     cpu.status(p).expect("status").map_count
 }
@@ -833,10 +842,7 @@ fn shared_memory_grown_past_its_size_faults_with_sigbus() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
-    assert_eq!(
-        cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
-        Ok(B)
-    );
+    grow_shared_beyond_its_object(&cpu, p);
     cpu.write_fill(p, B, B_LEN, 0xb3)
         .expect("the original size is fine");
     assert_eq!(
@@ -924,10 +930,7 @@ fn pin_of_shared_memory_beyond_its_size_is_efault() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
-    assert_eq!(
-        cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
-        Ok(B)
-    );
+    grow_shared_beyond_its_object(&cpu, p);
     no_change(&m, &cpu, p, Err(Errno::EFAULT), || {
         cpu.pin(p, B + B_LEN, 4 * K)
     });
@@ -940,10 +943,7 @@ fn populate_of_shared_memory_beyond_its_size_is_efault() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
-    assert_eq!(
-        cpu.mremap(p, B, B_LEN, 2 * B_LEN, MremapFlags::default()),
-        Ok(B)
-    );
+    grow_shared_beyond_its_object(&cpu, p);
     for advice in [Advice::PopulateRead, Advice::PopulateWrite] {
         assert_eq!(
             cpu.madvise(p, B, 2 * B_LEN, advice),
