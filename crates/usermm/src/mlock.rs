@@ -79,13 +79,23 @@ impl MlockQueue<'_, '_> {
         }
     }
 
-    /// `mlock_folio` (`lock`) or `munlock_folio`.
+    /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
+    pub fn mlock(&mut self, head: u64) {
+        self.cpu.set_mlocked(head);
+        self.push(head, MlockOp::Mlock);
+    }
+
+    /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
+    pub fn munlock(&mut self, head: u64) {
+        self.push(head, MlockOp::Munlock);
+    }
+
+    /// [`MlockQueue::mlock`] (`lock`) or [`MlockQueue::munlock`].
     pub fn mlock_or_munlock(&mut self, head: u64, lock: bool) {
         if lock {
-            self.cpu.set_mlocked(head);
-            self.push(head, MlockOp::Mlock);
+            self.mlock(head);
         } else {
-            self.push(head, MlockOp::Munlock);
+            self.munlock(head);
         }
     }
 }
@@ -126,10 +136,6 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn queue_mlock(&self, head: u64, op: MlockOp) {
-        self.mlock_queue().push(head, op);
-    }
-
     /// This CPU's mlock batch, held for queueing several folios.
     pub fn mlock_queue(&self) -> MlockQueue<'_, 'm> {
         MlockQueue {
@@ -152,18 +158,17 @@ impl<'m> Cpu<'m> {
     /// `mlock_new_folio`.
     pub fn mlock_new_folio(&self, head: u64) {
         self.set_mlocked(head);
-        self.queue_mlock(head, MlockOp::New);
+        self.mlock_queue().push(head, MlockOp::New);
     }
 
-    /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
+    /// `mlock_folio` of one folio.
     pub fn mlock_folio(&self, head: u64) {
-        self.set_mlocked(head);
-        self.queue_mlock(head, MlockOp::Mlock);
+        self.mlock_queue().mlock(head);
     }
 
-    /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
+    /// `munlock_folio` of one folio.
     pub fn munlock_folio(&self, head: u64) {
-        self.queue_mlock(head, MlockOp::Munlock);
+        self.mlock_queue().munlock(head);
     }
 
     /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.

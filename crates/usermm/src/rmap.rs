@@ -223,7 +223,7 @@ pub fn add_new_anon(
         }
     };
     if large {
-        // Nobody else sees the folio yet: plain initialisation (`folio_set_large_mapcount`).
+        // `folio_set_large_mapcount`: the counter of a fresh folio is zero, so adding sets it.
         if mm.test(head, PageFlag::TotalMapcount) {
             mm.large_mapcount_add(head, maps as i32);
             count_map(c, 1);

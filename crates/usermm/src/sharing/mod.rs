@@ -107,7 +107,7 @@ impl Default for SharingTracker {
 impl SharingTracker {
     /// Accepted spellings, for `usermm tunables`.
     pub const VALUES: &'static str =
-        "owner|rmap-id-sq|estimate|mapcount|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing][+atomic-pages]";
+        "owner|rmap-id-sq|estimate|mapcount|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing][+atomic-pages|+all]";
 
     /// Every tracker the benchmarks compare, including the seed's stages.
     pub fn all() -> Vec<SharingTracker> {
@@ -522,7 +522,9 @@ impl Sharing {
         }
         // Stage "all": the per-page counts bind to the seqcount for the folio's lifetime, so
         // every writer of this folio enters it, tracked in this epoch or not.
-        let cfg = self.config.load(Ordering::Acquire);
+        let cfg = tracked
+            .as_ref()
+            .map_or_else(|| self.config.load(Ordering::Acquire), |t| t.0);
         let f = FolioWords::new(&e[E_REC..E_REC + rmap_id::RECORD_WORDS]);
         let ws = f.seq().write_begin(Self::writer(cfg));
         pages(if ws.exclusive() {
