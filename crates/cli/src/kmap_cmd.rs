@@ -33,12 +33,17 @@ pub struct KmapArgs {
     #[arg(long, default_value = "4K")]
     pub granule: String,
     /// Hardware latency charged per TLBI, in ns (0 = engine time only).
-    #[arg(long, default_value_t = SEED_TLBI_NS)]
+    #[arg(long, default_value_t = SEED_TLBI_NS,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_TLBI_NS))]
     pub tlbi_ns: u64,
     /// Print every run of leaves (by default at most 64).
     #[arg(long)]
     pub all_runs: bool,
 }
+
+/// The largest TLBI latency accepted (100 µs, ~70x the seed's 1.5 µs): each TLBI busy-waits
+/// this long, and a map has hundreds of thousands of them.
+const MAX_TLBI_NS: u64 = 100_000;
 
 /// Parses `4096`, `0x1000`, `64K`, `2M`, `1G`, `1T`.
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
@@ -64,7 +69,10 @@ fn parse_ranges(s: &str) -> anyhow::Result<Vec<PhysRange>> {
         .map(|part| {
             if let Some((a, b)) = part.split_once('+') {
                 let start = parse_size(a)?;
-                Ok(PhysRange::new(start, start + parse_size(b)?))
+                let end = start
+                    .checked_add(parse_size(b)?)
+                    .with_context(|| format!("range `{part}` overflows"))?;
+                Ok(PhysRange::new(start, end))
             } else if let Some((a, b)) = part.split_once('-') {
                 Ok(PhysRange::new(parse_size(a)?, parse_size(b)?))
             } else {

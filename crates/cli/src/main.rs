@@ -124,7 +124,14 @@ fn cmd_run(
     };
     let mut worst = 0u8;
     for file in files {
-        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
+        let text = match scenario::read_source(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{e}");
+                worst = worst.max(2);
+                continue;
+            }
+        };
         let script = match scenario::parse(file, &text) {
             Ok(s) => s,
             Err(errs) => {

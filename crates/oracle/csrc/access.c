@@ -5,7 +5,9 @@
  * number of the signal (SIGSEGV, SIGBUS) the access raised. The fault handler jumps back
  * only while an accessor is running ("armed"); any other fault gets the default action.
  * Accesses go page by page in address order, so a range that runs into a hole is written
- * up to the hole, as the engine does.
+ * up to the hole, as the engine does. A range that wraps past the top of the address space
+ * (addr + len beyond 2^64) is SIGSEGV before any byte is touched, as in the engine: no
+ * accessor ever computes a wrapped address.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -43,6 +45,12 @@ int usermm_oracle_install_fault_handler(void)
 	return 0;
 }
 
+/* Whether [addr, addr+len) wraps: addr + len does not fit in an address. */
+static int wraps(uintptr_t addr, size_t len)
+{
+	return len > UINTPTR_MAX - addr;
+}
+
 static size_t chunk(uintptr_t a, size_t left)
 {
 	size_t room = PAGE - (a & (PAGE - 1));
@@ -64,8 +72,11 @@ int usermm_oracle_fill(uintptr_t addr, size_t len, uint8_t byte)
 {
 	volatile uintptr_t a = addr;
 	volatile size_t left = len;
-	int sig = sigsetjmp(fault_env, 1);
+	int sig;
 
+	if (wraps(addr, len))
+		return SIGSEGV;
+	sig = sigsetjmp(fault_env, 1);
 	if (sig)
 		return sig;
 	armed = 1;
@@ -84,9 +95,13 @@ int usermm_oracle_fill(uintptr_t addr, size_t len, uint8_t byte)
 int usermm_oracle_touch(uintptr_t addr, size_t len, int write)
 {
 	volatile uintptr_t a = addr;
-	uintptr_t end = addr + len;
-	int sig = sigsetjmp(fault_env, 1);
+	uintptr_t end;
+	int sig;
 
+	if (wraps(addr, len))
+		return SIGSEGV;
+	end = addr + len;
+	sig = sigsetjmp(fault_env, 1);
 	if (sig)
 		return sig;
 	armed = 1;
@@ -96,7 +111,10 @@ int usermm_oracle_touch(uintptr_t addr, size_t len, int write)
 			rmw_keep(p);
 		else
 			(void)*(volatile uint8_t *)p;
-		a = (a & ~(PAGE - 1)) + PAGE;
+		/* Stop at the page holding the last byte: the next page's address could wrap. */
+		if ((a | (PAGE - 1)) >= end - 1)
+			break;
+		a = (a | (PAGE - 1)) + 1;
 	}
 	armed = 0;
 	return 0;
@@ -110,6 +128,8 @@ int usermm_oracle_check(uintptr_t addr, size_t len, uint8_t byte, size_t *at, ui
 	int sig;
 
 	*at = len;
+	if (wraps(addr, len))
+		return SIGSEGV;
 	sig = sigsetjmp(fault_env, 1);
 	if (sig)
 		return sig;

@@ -1,8 +1,14 @@
 //! The host kernel as a scenario [`Backend`]: every scenario process is a real process.
 //!
 //! The controller (this process) forks one server per `spawn` and sends it requests over a
-//! socket pair; a server's `fork` makes a child server that connects back to the
-//! controller's listening socket (an abstract Unix address). Observables come from `/proc`
+//! socket pair. A server's `fork` makes a child server whose connection is a socket pair the
+//! parent server creates before forking: it sends the controller's end back attached
+//! (SCM_RIGHTS) to its reply. The controller listens on no socket, so no other local user
+//! can reach it: an earlier design had children connect back to a listening abstract Unix
+//! address, where any user could connect first, stall the root controller or forge a
+//! server's answers. The controller still checks each passed connection ([`check_peer`]):
+//! its peer must be the forking server (pid and user), and the child's hello must name the
+//! pid the fork reply announced. Observables come from `/proc`
 //! (read by the controller as root), with the per-CPU LRU and mlock batches drained first.
 //! Requests whose range overlaps a server's own mappings (its program, libraries, stack,
 //! fences) are refused as unsupported: performing them would break the server, not test the
@@ -19,28 +25,27 @@ use scenario::{Advice, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Si
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer one request.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a wait for a server looks at the stop flag.
 const POLL: Duration = Duration::from_millis(200);
-/// How long a forked child may take to connect back.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// io_uring's largest registered buffer (`io_buffer_validate`).
+const PIN_MAX_LEN: u64 = 1 << 30;
 
 /// End of the x86-64 user address space (4-level page tables).
 const TASK_SIZE: u64 = 0x7fff_ffff_f000;
-
-static LISTENERS: AtomicU32 = AtomicU32::new(0);
 
 /// One server process.
 #[derive(Debug)]
 struct Server {
     pid: i32,
+    /// The user it runs as (a forked child's is its parent's).
+    uid: u32,
     conn: UnixStream,
     /// The server's own mappings (and fences), which the scenario must not touch.
     own: Vec<(u64, u64)>,
@@ -53,8 +58,6 @@ struct Server {
 #[derive(Debug)]
 pub struct HostBackend<'k> {
     knobs: &'k ThpKnobs,
-    listener: UnixListener,
-    listener_name: Vec<u8>,
     servers: HashMap<ProcId, Server>,
     kpageflags: Result<File, String>,
     /// Requests were sent since the last drain of the per-CPU batches.
@@ -97,16 +100,10 @@ fn own_ranges(pid: i32) -> Res<Vec<(u64, u64)>> {
 impl<'k> HostBackend<'k> {
     /// A backend with no processes; `knobs` is where `set thp` goes.
     pub fn new(knobs: &'k ThpKnobs) -> io::Result<HostBackend<'k>> {
-        let n = LISTENERS.fetch_add(1, Ordering::Relaxed);
-        let name = format!("usermm-oracle-{}-{n}", std::process::id()).into_bytes();
-        let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
-        listener.set_nonblocking(true)?;
         let kpageflags =
             File::open("/proc/kpageflags").map_err(|e| format!("/proc/kpageflags unreadable: {e}"));
         Ok(HostBackend {
             knobs,
-            listener,
-            listener_name: name,
             servers: HashMap::new(),
             kpageflags,
             undrained: true,
@@ -121,8 +118,14 @@ impl<'k> HostBackend<'k> {
     }
 
     /// Refuses a range that overlaps the server's own mappings.
+    ///
+    /// A range that wraps past the top of the address space needs no guard: the kernel
+    /// refuses such a system call before it looks at any mapping, and the accessors of
+    /// `csrc/access.c` report SIGSEGV for it without touching memory (as the engine does).
     fn guard(&self, p: ProcId, addr: u64, len: u64) -> Res<()> {
-        let end = addr.saturating_add(len.max(1));
+        let Some(end) = addr.checked_add(len.max(1)) else {
+            return Ok(());
+        };
         let Some(s) = self.servers.get(&p) else {
             return Ok(());
         };
@@ -145,6 +148,11 @@ impl<'k> HostBackend<'k> {
     }
 
     fn call(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<(u64, u64)> {
+        self.call_fd(p, op, args).map(|(r, _)| r)
+    }
+
+    /// [`Self::call`], also returning a descriptor the server attached to its reply.
+    fn call_fd(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<((u64, u64), Option<OwnedFd>)> {
         if sys::stop_requested() {
             return Err(unsupported("interrupted"));
         }
@@ -154,8 +162,9 @@ impl<'k> HostBackend<'k> {
         s.conn
             .write_all(&req)
             .map_err(|e| unsupported(format!("host process {p}: {e}")))?;
-        match read_reply(&mut s.conn)? {
-            Reply::Ok(a, b) => Ok((a, b)),
+        let (reply, fd) = read_reply_fd(&mut s.conn)?;
+        match reply {
+            Reply::Ok(a, b) => Ok(((a, b), fd)),
             Reply::Errno(e) => Err(errno_fail(e)),
             Reply::Signal(sig) => Err(signal_fail(sig)),
             Reply::Refused(c, e) => Err(unsupported(format!(
@@ -168,46 +177,37 @@ impl<'k> HostBackend<'k> {
         self.call(p, op, args).map(|_| ())
     }
 
-    fn accept_child(&mut self, pid: i32) -> Res<UnixStream> {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
-        loop {
-            match self.listener.accept() {
-                Ok((mut conn, _)) => {
-                    conn.set_nonblocking(false)
-                        .map_err(|e| unsupported(e.to_string()))?;
-                    conn.set_read_timeout(Some(POLL))
-                        .map_err(|e| unsupported(e.to_string()))?;
-                    match read_reply(&mut conn)? {
-                        Reply::Ok(got, _) if got == pid as u64 => return Ok(conn),
-                        other => {
-                            return Err(unsupported(format!(
-                                "forked host process {pid} said {other:?}"
-                            )))
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(unsupported(format!("accept: {e}"))),
-            }
-            if sys::stop_requested() {
-                return Err(unsupported("interrupted"));
-            }
-            if Instant::now() > deadline {
-                return Err(unsupported(format!(
-                    "forked host process {pid} did not connect back"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
+    /// Takes the connection of the child `child` that server `parent` forked and passed
+    /// back: its peer must be the parent (pid and user), and the child's hello its pid.
+    fn adopt_child(&mut self, parent: ProcId, child: i32, fd: OwnedFd) -> Res<UnixStream> {
+        let (ppid, uid) = {
+            let s = self.server(parent)?;
+            (s.pid, s.uid)
+        };
+        check_peer(&fd, ppid, uid).map_err(|m| {
+            unsupported(format!(
+                "forked host process {child}: connection refused: {m}"
+            ))
+        })?;
+        let mut conn = UnixStream::from(fd);
+        conn.set_read_timeout(Some(POLL))
+            .map_err(|e| unsupported(e.to_string()))?;
+        match read_reply(&mut conn)? {
+            Reply::Ok(got, _) if got == child as u64 => Ok(conn),
+            other => Err(unsupported(format!(
+                "forked host process {child} said {other:?}"
+            ))),
         }
     }
 
-    fn add_server(&mut self, pid: i32, conn: UnixStream, spawned: bool) -> Res<ProcId> {
+    fn add_server(&mut self, pid: i32, uid: u32, conn: UnixStream, spawned: bool) -> Res<ProcId> {
         let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
         let own = own_ranges(pid)?;
         self.servers.insert(
             pid as ProcId,
             Server {
                 pid,
+                uid,
                 conn,
                 own,
                 pagemap,
@@ -241,20 +241,46 @@ impl<'k> HostBackend<'k> {
         self.page_frames = on;
     }
 
-    /// The raw pagemap entries of `count` pages from `addr`.
-    pub fn pagemap_range(&mut self, p: ProcId, addr: u64, count: usize) -> Res<Vec<u64>> {
+    /// The open `/proc/PID/pagemap` of `p`, after draining the per-CPU batches.
+    fn pagemap_file(&mut self, p: ProcId) -> Res<&File> {
         self.drain();
         let s = self.server(p)?;
-        let f = s
-            .pagemap
+        s.pagemap
             .as_ref()
-            .ok_or_else(|| unsupported(format!("/proc/{p}/pagemap unreadable")))?;
+            .ok_or_else(|| unsupported(format!("/proc/{p}/pagemap unreadable")))
+    }
+
+    /// The raw pagemap entries of `count` pages from `addr`.
+    pub fn pagemap_range(&mut self, p: ProcId, addr: u64, count: usize) -> Res<Vec<u64>> {
+        let f = self.pagemap_file(p)?;
         procfs::pagemap(f, addr >> 12, count)
             .map_err(|e| unsupported(format!("/proc/{p}/pagemap unreadable: {e}")))
     }
 
+    /// The pagemap entries of the pages of `[start, end)` that have a bit of `mask` set, as
+    /// `(address, entry)` in address order. The file is read a bounded chunk at a time, so
+    /// memory follows the pages shown, not the size of the range.
+    pub fn pagemap_entries(
+        &mut self,
+        p: ProcId,
+        start: u64,
+        end: u64,
+        mask: u64,
+    ) -> Res<Vec<(u64, u64)>> {
+        let f = self.pagemap_file(p)?;
+        let mut out = Vec::new();
+        let count = end.saturating_sub(start) >> 12;
+        procfs::scan_pagemap(f, start >> 12, count, |vpn, e| {
+            if e & mask != 0 {
+                out.push((vpn << 12, e));
+            }
+        })
+        .map_err(|e| unsupported(format!("/proc/{p}/pagemap unreadable: {e}")))?;
+        Ok(out)
+    }
+
     /// kpageflags and folio order of the frame a pagemap entry names (`None` if absent).
-    pub fn frame(&mut self, entry: u64) -> Res<(Option<u64>, Option<u32>)> {
+    pub fn frame(&self, entry: u64) -> Res<(Option<u64>, Option<u32>)> {
         let pfn = entry & procfs::PM_PFN;
         if entry & procfs::PM_PRESENT == 0 {
             return Ok((None, None));
@@ -308,21 +334,48 @@ fn wait_error(e: &io::Error, since: Instant) -> Option<Fail> {
 }
 
 fn read_reply(conn: &mut UnixStream) -> Res<Reply> {
+    read_reply_fd(conn).map(|(r, _)| r)
+}
+
+/// Reads one reply and the first descriptor attached to it, if any (any other is closed:
+/// only a fork reply carries one).
+fn read_reply_fd(conn: &mut UnixStream) -> Res<(Reply, Option<OwnedFd>)> {
     let since = Instant::now();
     let mut buf = [0u8; REPLY_BYTES];
     let mut got = 0;
+    let mut fd = None;
     while got < REPLY_BYTES {
-        match conn.read(&mut buf[got..]) {
-            Ok(0) => return Err(unsupported("the host process died")),
-            Ok(n) => got += n,
+        match sys::recv_with_fd(conn.as_raw_fd(), &mut buf[got..]) {
+            Ok((0, _)) => return Err(unsupported("the host process died")),
+            Ok((n, passed)) => {
+                got += n;
+                if fd.is_none() {
+                    fd = passed;
+                }
+            }
             Err(e) => {
-                if let Some(f) = wait_error(&e, since) {
+                if let Some(f) = wait_error(&io::Error::from_raw_os_error(e), since) {
                     return Err(f);
                 }
             }
         }
     }
-    Reply::decode(&buf).ok_or_else(|| unsupported("garbled reply from a host process"))
+    let reply =
+        Reply::decode(&buf).ok_or_else(|| unsupported("garbled reply from a host process"))?;
+    Ok((reply, fd))
+}
+
+/// Whether the Unix socket `conn` is connected to (or, for a socket pair, was created by)
+/// process `pid` running as user `uid` (`SO_PEERCRED`); why not, if it is not.
+pub fn check_peer(conn: &impl AsRawFd, pid: i32, uid: u32) -> Result<(), String> {
+    let (peer_pid, peer_uid, _) =
+        sys::peer_cred(conn.as_raw_fd()).map_err(|e| format!("SO_PEERCRED failed: errno {e}"))?;
+    if peer_pid != pid || peer_uid != uid {
+        return Err(format!(
+            "its peer is pid {peer_pid} uid {peer_uid}, expected pid {pid} uid {uid}"
+        ));
+    }
+    Ok(())
 }
 
 fn wait_eof(conn: &mut UnixStream) {
@@ -370,6 +423,13 @@ impl Backend for HostBackend<'_> {
         "host"
     }
 
+    fn on_cpu(&mut self, p: ProcId, cpu: u32) -> Res<()> {
+        // One sched_setaffinity per statement: cheaper than tracking where each server is.
+        let pid = self.server(p)?.pid;
+        sys::pin_to_cpu(pid, cpu)
+            .map_err(|e| unsupported(format!("cannot pin to host cpu{cpu} (errno {e})")))
+    }
+
     fn set_thp(&mut self, settings: &[ThpSetting]) -> Res<()> {
         self.knobs
             .apply(settings)
@@ -397,7 +457,6 @@ impl Backend for HostBackend<'_> {
             stray: ours.as_raw_fd(),
             privileged,
             rlimit_memlock,
-            listener: &self.listener_name,
         };
         let pid = sys::fork().map_err(|e| unsupported(format!("fork: errno {e}")))?;
         if pid == 0 {
@@ -408,7 +467,7 @@ impl Backend for HostBackend<'_> {
         conn.set_read_timeout(Some(POLL))
             .map_err(|e| unsupported(e.to_string()))?;
         match read_reply(&mut conn) {
-            Ok(Reply::Ok(..)) => self.add_server(pid, conn, true),
+            Ok(Reply::Ok(..)) => self.add_server(pid, server::server_uid(privileged), conn, true),
             Ok(Reply::Refused(step, e)) => {
                 sys::reap(pid);
                 Err(unsupported(format!(
@@ -422,11 +481,19 @@ impl Backend for HostBackend<'_> {
     }
 
     fn fork(&mut self, p: ProcId) -> Res<ProcId> {
-        let (child, _) = self.call(p, Op::Fork, &[])?;
+        let ((child, _), fd) = self.call_fd(p, Op::Fork, &[])?;
         let child = child as i32;
-        let conn = self.accept_child(child)?;
-        let own = self.server(p)?.own.clone();
-        let id = self.add_server(child, conn, false)?;
+        let fd = fd.ok_or_else(|| {
+            unsupported(format!(
+                "host process {p} forked {child} but passed no connection"
+            ))
+        })?;
+        let conn = self.adopt_child(p, child, fd)?;
+        let (own, uid) = {
+            let s = self.server(p)?;
+            (s.own.clone(), s.uid)
+        };
+        let id = self.add_server(child, uid, conn, false)?;
         if let Some(s) = self.servers.get_mut(&id) {
             s.own = own;
         }
@@ -520,7 +587,11 @@ impl Backend for HostBackend<'_> {
     }
 
     fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
-        self.guard(p, addr, len)?;
+        // io_uring refuses a null address, an empty or over-1-GiB buffer before it looks at
+        // any page, so such a pin cannot reach the server's own memory.
+        if addr != 0 && len != 0 && len <= PIN_MAX_LEN {
+            self.guard(p, addr, len)?;
+        }
         self.unit(p, Op::Pin, &[addr, len])
     }
 

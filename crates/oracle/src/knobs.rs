@@ -8,26 +8,104 @@
 //! Besides the anonymous THP policies it pins the shmem policies (shared anonymous memory
 //! follows those) to their defaults and slows khugepaged down for the run, so a background
 //! collapse cannot change a page between two observations.
+//!
+//! # The lock directory
+//!
+//! The lock and the knob journal live in a directory of our own: `/run/lock/usermm`, or
+//! `$TMPDIR/usermm-<uid>` (`/tmp` without `TMPDIR`) where `/run/lock` is missing, or
+//! whatever the environment variable `USERMM_LOCK_DIR` ([`LOCK_DIR_ENV`]) names. Both
+//! defaults sit in world-writable directories where any local user may plant a symbolic
+//! link, so root never follows one there: the directory is created with mode 0700 if
+//! missing and otherwise opened with `O_NOFOLLOW` and refused unless it is a directory
+//! owned by our euid that neither group nor others may write; its files are opened relative
+//! to it with `O_NOFOLLOW`, never truncated on open, and refused unless they are regular
+//! files of ours with a single link ([`HostError::UnsafeLock`]).
+//!
+//! # The knob journal
+//!
+//! A SIGKILLed run cannot restore the knobs, and the next run would save the changed values
+//! as its baseline. So right after saving the knobs, and before changing any, a run writes
+//! the saved values and its pid to `knobs.journal` in the lock directory (a temporary file
+//! renamed over it, both synced), and deletes the journal once it has restored them. Taking
+//! the lock means the previous owner has ended; a journal still there is what a killed run
+//! left, and [`ThpKnobs::acquire`] (or [`recover`], which `usermm oracle --restore-knobs`
+//! calls) writes its values back first: only lines naming a knob under the THP directory
+//! with a plain word as value, and nothing from a journal of an earlier boot (the reboot
+//! reset the knobs already).
+//!
+//! The THP directory itself can be redirected with `USERMM_THP_DIR` ([`THP_DIR_ENV`]), which
+//! the tests use to run on a fake tree of plain files.
 
-use crate::HostError;
+use crate::{sys, HostError};
 use scenario::{ThpPolicy, ThpSetting, ThpTop};
+use std::ffi::{CStr, CString};
+use std::fmt::Write as _;
 use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-/// The sysfs directory of the THP knobs.
+/// The sysfs directory of the THP knobs (the default of [`thp_dir`]).
 pub const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
+/// The environment variable that overrides [`THP_DIR`] (tests point it at a fake tree).
+pub const THP_DIR_ENV: &str = "USERMM_THP_DIR";
+/// The environment variable that overrides the lock directory (see [`lock_dir`]).
+pub const LOCK_DIR_ENV: &str = "USERMM_LOCK_DIR";
 /// PMD size in kB.
 const PMD_KB: u64 = 2048;
 /// khugepaged's sleep between scans during a run (ms).
 const KHUGEPAGED_SLEEP_MS: &str = "3600000";
-const LOCK_FILE: &str = "/run/lock/usermm-oracle.lock";
+/// Where the default lock directory is made, if it exists.
+const RUN_LOCK: &str = "/run/lock";
+const LOCK_NAME: &CStr = c"oracle.lock";
+const JOURNAL_NAME: &CStr = c"knobs.journal";
+const JOURNAL_TMP: &CStr = c"knobs.journal.tmp";
+/// The journal's first line (its format and version).
+const JOURNAL_MAGIC: &str = "usermm-oracle-knobs 1";
+/// A journal is a few hundred bytes; anything much larger is not one of ours.
+const JOURNAL_MAX: u64 = 64 << 10;
+/// The longest knob value a journal may hold.
+const VALUE_MAX: usize = 64;
 
 /// Saved THP knobs and the oracle's lock; restores the knobs when dropped.
 #[derive(Debug)]
 pub struct ThpKnobs {
     dir: PathBuf,
     saved: Vec<(PathBuf, String)>,
-    _lock: File,
+    lock: OracleLock,
+}
+
+/// What a journal left by a killed run held, and what was done with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The journal's path (deleted now).
+    pub journal: PathBuf,
+    /// The pid of the run that wrote it.
+    pub pid: i32,
+    /// The knobs written back (path, value); empty if `earlier_boot`.
+    pub restored: Vec<(PathBuf, String)>,
+    /// Lines that were not restored, each with why.
+    pub ignored: Vec<String>,
+    /// The journal is from before this boot: discarded without restoring anything.
+    pub earlier_boot: bool,
+}
+
+impl Recovery {
+    /// A one-line note for stderr.
+    pub fn note(&self) -> String {
+        if self.earlier_boot {
+            format!(
+                "usermm: discarded the THP knob journal of run pid {} from an earlier boot",
+                self.pid
+            )
+        } else {
+            format!(
+                "usermm: restored THP knobs left by killed run pid {}",
+                self.pid
+            )
+        }
+    }
 }
 
 /// The current value of a knob: the bracketed choice, or the whole text.
@@ -38,16 +116,49 @@ pub fn current(text: &str) -> String {
     }
 }
 
+/// The THP knob directory: `$USERMM_THP_DIR` if set and not empty, else [`THP_DIR`].
+pub fn thp_dir() -> PathBuf {
+    match std::env::var_os(THP_DIR_ENV) {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(THP_DIR),
+    }
+}
+
+/// The oracle's lock directory: `$USERMM_LOCK_DIR` if set and not empty, else
+/// `/run/lock/usermm`, else (no `/run/lock`) `usermm-<euid>` in the temporary directory.
+/// It is only used after the checks of the module documentation.
+pub fn lock_dir() -> PathBuf {
+    match std::env::var_os(LOCK_DIR_ENV) {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ if Path::new(RUN_LOCK).is_dir() => Path::new(RUN_LOCK).join("usermm"),
+        _ => std::env::temp_dir().join(format!("usermm-{}", sys::geteuid())),
+    }
+}
+
+/// Where a run keeps the original knob values while it may have changed them.
+pub fn journal_path() -> PathBuf {
+    lock_dir().join(name_str(JOURNAL_NAME))
+}
+
+fn name_str(name: &CStr) -> &str {
+    // The names are ASCII constants of this module.
+    name.to_str().unwrap_or("?")
+}
+
+/// `hugepages-<N>kB` → N.
+fn size_kb(name: &str) -> Option<u64> {
+    let n = name.strip_prefix("hugepages-")?.strip_suffix("kB")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
+}
+
 fn size_dirs(dir: &Path) -> Result<Vec<(u64, PathBuf)>, HostError> {
     let mut out = Vec::new();
     let rd = fs::read_dir(dir).map_err(|e| HostError::Knob(dir.display().to_string(), e))?;
     for ent in rd.flatten() {
-        let name = ent.file_name().to_string_lossy().to_string();
-        if let Some(kb) = name
-            .strip_prefix("hugepages-")
-            .and_then(|r| r.strip_suffix("kB"))
-            .and_then(|n| n.parse::<u64>().ok())
-        {
+        if let Some(kb) = size_kb(&ent.file_name().to_string_lossy()) {
             out.push((kb, ent.path()));
         }
     }
@@ -55,35 +166,356 @@ fn size_dirs(dir: &Path) -> Result<Vec<(u64, PathBuf)>, HostError> {
     Ok(out)
 }
 
-impl ThpKnobs {
-    /// Takes the oracle lock (waiting for another run to finish) and saves every knob.
-    pub fn acquire() -> Result<ThpKnobs, HostError> {
-        let dir = PathBuf::from(THP_DIR);
-        let lock = File::create(LOCK_FILE)
-            .or_else(|_| File::create(std::env::temp_dir().join("usermm-oracle.lock")))
-            .map_err(|e| HostError::Knob(LOCK_FILE.into(), e))?;
-        lock.lock()
-            .map_err(|e| HostError::Knob(LOCK_FILE.into(), e))?;
-        let mut saved = Vec::new();
-        for p in Self::paths(&dir)? {
-            let text =
-                fs::read_to_string(&p).map_err(|e| HostError::Knob(p.display().to_string(), e))?;
-            saved.push((p, current(&text)));
+/// Writes one knob. Never creates a file: a knob this kernel lacks is NotFound.
+fn write_knob(path: &Path, value: &str) -> io::Result<()> {
+    // Truncation matters only for the plain files of a fake tree (sysfs ignores it).
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?
+        .write_all(value.as_bytes())
+}
+
+fn read_knobs(dir: &Path) -> Result<Vec<(PathBuf, String)>, HostError> {
+    let mut out = Vec::new();
+    for p in ThpKnobs::paths(dir)? {
+        let text =
+            fs::read_to_string(&p).map_err(|e| HostError::Knob(p.display().to_string(), e))?;
+        out.push((p, current(&text)));
+    }
+    Ok(out)
+}
+
+/// Whether `rel` (relative to the THP directory) is a knob [`ThpKnobs`] saves.
+fn is_knob(rel: &str) -> bool {
+    match rel {
+        "enabled" | "use_zero_page" | "shmem_enabled" | "khugepaged/scan_sleep_millisecs" => true,
+        _ => rel
+            .split_once('/')
+            .is_some_and(|(d, f)| size_kb(d).is_some() && matches!(f, "enabled" | "shmem_enabled")),
+    }
+}
+
+/// Whether `v` may be a knob value: a short word (policy names, numbers).
+fn valid_value(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= VALUE_MAX
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One `PATH=VALUE` line of a journal, checked: the knob path rebuilt under `thp`.
+fn knob_line(thp: &Path, line: &str) -> Result<(PathBuf, String), String> {
+    let (p, v) = line
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{line:?} is not PATH=VALUE"))?;
+    if !valid_value(v) {
+        return Err(format!("{p}: {v:?} is not a knob value"));
+    }
+    let rel = Path::new(p)
+        .strip_prefix(thp)
+        .map_err(|_| format!("{p} is outside {}", thp.display()))?;
+    // Components are compared as text, so `..` or anything unexpected never matches.
+    let rel = rel
+        .to_str()
+        .filter(|r| is_knob(r))
+        .ok_or_else(|| format!("{p} is not a THP knob the oracle saves"))?;
+    Ok((thp.join(rel), v.to_string()))
+}
+
+/// This boot's id (empty if unreadable: the check is then skipped).
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A parsed journal.
+struct Journal {
+    pid: i32,
+    boot: Option<String>,
+    knobs: Vec<(PathBuf, String)>,
+    ignored: Vec<String>,
+}
+
+fn parse_journal(text: &str, thp: &Path) -> Result<Journal, String> {
+    let mut lines = text.lines();
+    if lines.next() != Some(JOURNAL_MAGIC) {
+        return Err(format!("does not start with {JOURNAL_MAGIC:?}"));
+    }
+    let pid = lines
+        .next()
+        .and_then(|l| l.strip_prefix("pid "))
+        .and_then(|n| n.parse::<i32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or("its second line is not \"pid N\"")?;
+    let mut j = Journal {
+        pid,
+        boot: None,
+        knobs: Vec::new(),
+        ignored: Vec::new(),
+    };
+    for (i, line) in lines.enumerate() {
+        if let Some(b) = line.strip_prefix("boot ") {
+            j.boot = Some(b.to_string());
+        } else if !line.is_empty() {
+            match knob_line(thp, line) {
+                Ok(kv) => j.knobs.push(kv),
+                Err(why) => j.ignored.push(format!("line {}: {why}", i + 3)),
+            }
         }
+    }
+    Ok(j)
+}
+
+fn unsafe_lock(path: &Path, problem: impl Into<String>) -> HostError {
+    HostError::UnsafeLock {
+        path: path.display().to_string(),
+        problem: problem.into(),
+    }
+}
+
+fn io_error(path: &Path, e: io::Error) -> HostError {
+    HostError::Knob(path.display().to_string(), e)
+}
+
+/// An errno from a `*_at` call on `path`: ELOOP means a symbolic link was planted there.
+fn at_error(path: &Path, e: sys::Errno) -> HostError {
+    if e == libc::ELOOP {
+        unsafe_lock(path, "is a symbolic link")
+    } else {
+        io_error(path, io::Error::from_raw_os_error(e))
+    }
+}
+
+/// Checks a file opened in the lock directory: a regular file of ours with one link (a
+/// hard link would let a write through it reach a file elsewhere).
+fn check_private_file(file: &File, path: &Path) -> Result<(), HostError> {
+    let m = file.metadata().map_err(|e| io_error(path, e))?;
+    let euid = sys::geteuid();
+    if !m.file_type().is_file() {
+        Err(unsafe_lock(path, "is not a regular file"))
+    } else if m.uid() != euid {
+        Err(unsafe_lock(
+            path,
+            format!("is owned by uid {}, not by uid {euid}", m.uid()),
+        ))
+    } else if m.nlink() != 1 {
+        Err(unsafe_lock(
+            path,
+            format!("has {} hard links (must have exactly one)", m.nlink()),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Creates (mode 0700) or opens the lock directory `path` and checks it.
+fn open_private_dir(path: &Path) -> Result<File, HostError> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        // Whatever is there (a dangling symbolic link too) is judged below.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error(path, e)),
+    }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| unsafe_lock(path, "contains a NUL byte"))?;
+    let dir = sys::open_dir_nofollow(&c).map_err(|e| match e {
+        libc::ELOOP | libc::ENOTDIR => {
+            let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            unsafe_lock(
+                path,
+                if link {
+                    "is a symbolic link"
+                } else {
+                    "is not a directory"
+                },
+            )
+        }
+        e => io_error(path, io::Error::from_raw_os_error(e)),
+    })?;
+    let m = dir.metadata().map_err(|e| io_error(path, e))?;
+    let euid = sys::geteuid();
+    if !m.is_dir() {
+        return Err(unsafe_lock(path, "is not a directory"));
+    }
+    if m.uid() != euid {
+        return Err(unsafe_lock(
+            path,
+            format!("is owned by uid {}, not by uid {euid}", m.uid()),
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(unsafe_lock(
+            path,
+            format!(
+                "is writable by group or others (mode {:04o})",
+                m.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(dir)
+}
+
+/// The oracle's exclusive lock: the checked lock directory and its locked `oracle.lock`.
+/// Dropping it closes the file, which releases the lock.
+#[derive(Debug)]
+struct OracleLock {
+    path: PathBuf,
+    dir: File,
+    _file: File,
+}
+
+impl OracleLock {
+    /// Opens and checks the lock directory and file, then waits for the lock.
+    fn take() -> Result<OracleLock, HostError> {
+        // A non-root caller would create the default directory as itself, which root then
+        // refuses; it cannot write the knobs anyway.
+        if sys::geteuid() != 0 && std::env::var_os(LOCK_DIR_ENV).is_none() {
+            return Err(HostError::NotRoot);
+        }
+        let path = lock_dir();
+        let dir = open_private_dir(&path)?;
+        let lock_path = path.join(name_str(LOCK_NAME));
+        let file = sys::open_or_create_at(&dir, LOCK_NAME).map_err(|e| at_error(&lock_path, e))?;
+        check_private_file(&file, &lock_path)?;
+        file.lock().map_err(|e| io_error(&lock_path, e))?;
+        Ok(OracleLock {
+            path,
+            dir,
+            _file: file,
+        })
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.path.join(name_str(JOURNAL_NAME))
+    }
+
+    /// Unlinks `name` (absent is fine) and syncs the directory.
+    fn remove(&self, name: &CStr) -> Result<(), HostError> {
+        let path = self.path.join(name_str(name));
+        match sys::unlink_at(&self.dir, name) {
+            Ok(()) => self.dir.sync_all().map_err(|e| io_error(&self.path, e)),
+            Err(libc::ENOENT) => Ok(()),
+            Err(e) => Err(at_error(&path, e)),
+        }
+    }
+
+    /// Atomically replaces the journal with `saved` and this process's pid.
+    fn write_journal(&self, saved: &[(PathBuf, String)]) -> Result<(), HostError> {
+        let mut text = format!("{JOURNAL_MAGIC}\npid {}\n", sys::getpid());
+        let boot = boot_id();
+        if !boot.is_empty() {
+            let _ = writeln!(text, "boot {boot}");
+        }
+        for (p, v) in saved {
+            // Only lines a later run accepts are worth writing; a knob with unusual content
+            // is still restored by Drop, just not after a SIGKILL.
+            if let Some(p) = p.to_str().filter(|p| !p.contains('\n')) {
+                if valid_value(v) {
+                    let _ = writeln!(text, "{p}={v}");
+                }
+            }
+        }
+        // We hold the lock, so a temporary file here is from a run killed while writing it.
+        self.remove(JOURNAL_TMP)?;
+        let tmp = self.path.join(name_str(JOURNAL_TMP));
+        let mut f = sys::create_new_at(&self.dir, JOURNAL_TMP).map_err(|e| at_error(&tmp, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_error(&tmp, e))?;
+        drop(f);
+        sys::rename_at(&self.dir, JOURNAL_TMP, JOURNAL_NAME)
+            .map_err(|e| at_error(&self.journal(), e))?;
+        self.dir.sync_all().map_err(|e| io_error(&self.path, e))
+    }
+
+    /// Restores the knobs from a journal a killed run left, then deletes it. A knob that
+    /// cannot be written keeps the journal and fails, so the changed value never becomes
+    /// the next baseline.
+    fn replay_journal(&self, thp: &Path) -> Result<Option<Recovery>, HostError> {
+        let path = self.journal();
+        let f = match sys::open_read_at(&self.dir, JOURNAL_NAME) {
+            Ok(f) => f,
+            Err(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(at_error(&path, e)),
+        };
+        check_private_file(&f, &path)?;
+        let mut bytes = Vec::new();
+        f.take(JOURNAL_MAX + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(&path, e))?;
+        let bad = |problem: String| HostError::Journal {
+            path: path.display().to_string(),
+            problem,
+        };
+        if bytes.len() as u64 > JOURNAL_MAX {
+            return Err(bad(format!("is larger than {JOURNAL_MAX} bytes")));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| bad("is not UTF-8".into()))?;
+        let j = parse_journal(&text, thp).map_err(bad)?;
+        let mut rec = Recovery {
+            journal: path.clone(),
+            pid: j.pid,
+            restored: Vec::new(),
+            ignored: j.ignored,
+            earlier_boot: false,
+        };
+        let now = boot_id();
+        if j.boot
+            .as_deref()
+            .is_some_and(|b| !now.is_empty() && b != now)
+        {
+            rec.earlier_boot = true;
+            rec.ignored.clear();
+        } else {
+            for (p, v) in j.knobs {
+                match write_knob(&p, &v) {
+                    Ok(()) => rec.restored.push((p, v)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => rec
+                        .ignored
+                        .push(format!("{}: no such knob on this kernel", p.display())),
+                    Err(e) => return Err(io_error(&p, e)),
+                }
+            }
+        }
+        self.remove(JOURNAL_NAME)?;
+        Ok(Some(rec))
+    }
+}
+
+/// Takes the oracle lock (waiting for a running oracle or benchmark) and restores the knobs
+/// from a journal a killed run left, then releases the lock; `None` if there was no
+/// journal. `usermm oracle --restore-knobs` is this.
+pub fn recover() -> Result<Option<Recovery>, HostError> {
+    OracleLock::take()?.replay_journal(&thp_dir())
+}
+
+impl ThpKnobs {
+    /// Takes the oracle lock (waiting for another run to finish), restores the knobs a
+    /// killed run left changed (printing a note to stderr), saves every knob, and journals
+    /// the saved values before anything changes them.
+    pub fn acquire() -> Result<ThpKnobs, HostError> {
+        let lock = OracleLock::take()?;
+        let dir = thp_dir();
+        if let Some(rec) = lock.replay_journal(&dir)? {
+            eprintln!("{}", rec.note());
+            for why in &rec.ignored {
+                eprintln!("usermm: {}: ignored {why}", rec.journal.display());
+            }
+        }
+        let saved = read_knobs(&dir)?;
+        lock.write_journal(&saved)?;
         crate::sys::arm_emergency_restore(
             saved
                 .iter()
                 .filter_map(|(p, v)| {
-                    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
+                    let c = CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
                     Some((c, v.clone().into_bytes()))
                 })
                 .collect(),
         );
-        Ok(ThpKnobs {
-            dir,
-            saved,
-            _lock: lock,
-        })
+        Ok(ThpKnobs { dir, saved, lock })
     }
 
     fn paths(dir: &Path) -> Result<Vec<PathBuf>, HostError> {
@@ -105,7 +537,7 @@ impl ThpKnobs {
 
     fn write(&self, rel: &Path, value: &str) -> Result<(), HostError> {
         let p = self.dir.join(rel);
-        fs::write(&p, value).map_err(|e| HostError::Knob(p.display().to_string(), e))
+        write_knob(&p, value).map_err(|e| io_error(&p, e))
     }
 
     /// Linux's defaults: top `madvise`, 2M `inherit`, other sizes `never`, the zero page
@@ -148,11 +580,12 @@ impl ThpKnobs {
         self.write(Path::new("use_zero_page"), if on { "1" } else { "0" })
     }
 
-    /// Writes the saved values back; returns the knobs that could not be restored.
+    /// Writes the saved values back; returns the knobs that could not be restored. The
+    /// journal stays until the drop, since the knobs may still be changed after this.
     pub fn restore(&self) -> Vec<String> {
         let mut failed = Vec::new();
         for (p, v) in &self.saved {
-            if let Err(e) = fs::write(p, v) {
+            if let Err(e) = write_knob(p, v) {
                 failed.push(format!("{}: {e}", p.display()));
             }
         }
@@ -167,8 +600,18 @@ impl ThpKnobs {
 
 impl Drop for ThpKnobs {
     fn drop(&mut self) {
-        for f in self.restore() {
+        let failed = self.restore();
+        for f in &failed {
             eprintln!("usermm oracle: could not restore THP knob {f}");
+        }
+        if !failed.is_empty() {
+            // The next run (or `usermm oracle --restore-knobs`) retries from the journal.
+            eprintln!(
+                "usermm oracle: keeping {} to restore from later",
+                self.lock.journal().display()
+            );
+        } else if let Err(e) = self.lock.remove(JOURNAL_NAME) {
+            eprintln!("usermm oracle: cannot remove the knob journal: {e}");
         }
     }
 }
@@ -190,23 +633,62 @@ fn policy_word(p: ThpPolicy) -> &'static str {
     }
 }
 
-/// Reads every knob's current value (for tests and reports).
+/// Reads every knob's current value (for tests and reports) under [`thp_dir`].
 pub fn snapshot() -> Result<Vec<(PathBuf, String)>, HostError> {
-    let dir = PathBuf::from(THP_DIR);
-    let mut out = Vec::new();
-    for p in ThpKnobs::paths(&dir)? {
-        let text =
-            fs::read_to_string(&p).map_err(|e| HostError::Knob(p.display().to_string(), e))?;
-        out.push((p, current(&text)));
-    }
-    Ok(out)
+    read_knobs(&thp_dir())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn reads_the_bracketed_choice() {
-        assert_eq!(super::current("always [madvise] never\n"), "madvise");
-        assert_eq!(super::current("1\n"), "1");
+        assert_eq!(current("always [madvise] never\n"), "madvise");
+        assert_eq!(current("1\n"), "1");
+    }
+
+    #[test]
+    fn journal_lines_are_checked() {
+        let thp = Path::new("/thp");
+        let ok = |l: &str| knob_line(thp, l).ok();
+        assert_eq!(
+            ok("/thp/hugepages-64kB/enabled=never"),
+            Some((PathBuf::from("/thp/hugepages-64kB/enabled"), "never".into()))
+        );
+        assert_eq!(
+            ok("/thp/khugepaged/scan_sleep_millisecs=10000"),
+            Some((
+                PathBuf::from("/thp/khugepaged/scan_sleep_millisecs"),
+                "10000".into()
+            ))
+        );
+        assert_eq!(ok("/etc/passwd=x"), None);
+        assert_eq!(ok("/thp/../etc/passwd=x"), None);
+        assert_eq!(ok("/thp/hugepages-64kB/../../etc/shadow=x"), None);
+        assert_eq!(ok("/thp/hugepages-+64kB/enabled=never"), None);
+        assert_eq!(ok("/thp/defrag=never"), None);
+        assert_eq!(ok("/thp/enabled=a b"), None);
+        assert_eq!(ok("/thp/enabled="), None);
+        assert_eq!(ok("/thp/enabled"), None);
+    }
+
+    #[test]
+    fn journal_header_is_required() {
+        let thp = Path::new("/thp");
+        assert!(parse_journal("pid 3\n/thp/enabled=never\n", thp).is_err());
+        assert!(parse_journal(&format!("{JOURNAL_MAGIC}\npid x\n"), thp).is_err());
+        let j = match parse_journal(
+            &format!("{JOURNAL_MAGIC}\npid 42\nboot b\n/thp/enabled=never\n/tmp/x=1\n"),
+            thp,
+        ) {
+            Ok(j) => j,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(j.pid, 42);
+        assert_eq!(j.boot.as_deref(), Some("b"));
+        assert_eq!(j.knobs.len(), 1);
+        assert_eq!(j.ignored.len(), 1);
+        assert!(j.ignored[0].starts_with("line 5:"), "{:?}", j.ignored);
     }
 }

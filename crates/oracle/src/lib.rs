@@ -34,9 +34,26 @@ pub enum HostError {
     /// Not root.
     #[error("the oracle needs root (to write the THP knobs, read PFNs and /proc/kpageflags, and drop privileges per process)")]
     NotRoot,
-    /// A THP knob (or the oracle's lock file) could not be read or written.
+    /// A THP knob (or a file of the oracle's lock directory) could not be read or written.
     #[error("{0}: {1}")]
     Knob(String, #[source] std::io::Error),
+    /// The oracle's lock directory, lock file or knob journal is not safe for root to use
+    /// (a symbolic link, not ours, writable by others, hard-linked…): refused untouched.
+    #[error("{path}: {problem}; refusing to use it (remove or fix it, or set USERMM_LOCK_DIR to another directory)")]
+    UnsafeLock {
+        /// The offending path.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The knob journal a killed run left is malformed; it is kept for inspection.
+    #[error("{path}: {problem}; inspect it, then remove it to let the oracle run")]
+    Journal {
+        /// The journal's path.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The stop-signal handlers could not be installed.
     #[error("cannot install SIGINT/SIGTERM handlers: errno {0}")]
     Signals(i32),
@@ -55,10 +72,10 @@ pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
     };
     let mut worst = 0u8;
     for file in files {
-        let text = match std::fs::read_to_string(file) {
+        let text = match scenario::read_source(file) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("{file}: cannot read: {e}");
+                eprintln!("{e}");
                 worst = 2;
                 continue;
             }

@@ -109,6 +109,38 @@ pub fn pagemap(f: &File, vpn: u64, count: usize) -> io::Result<Vec<u64>> {
     Ok(out)
 }
 
+/// pagemap entries read at once by [`scan_pagemap`] (4 KiB): its memory is bounded
+/// whatever the size of the range.
+pub const PAGEMAP_CHUNK: usize = 512;
+
+/// Calls `visit(vpn, entry)` for the pagemap entry of each of the `count` pages from virtual
+/// page `vpn`, in order, reading [`PAGEMAP_CHUNK`] entries at a time into a stack buffer.
+pub fn scan_pagemap(
+    f: &File,
+    vpn: u64,
+    count: u64,
+    mut visit: impl FnMut(u64, u64),
+) -> io::Result<()> {
+    let mut buf = [0u8; PAGEMAP_CHUNK * 8];
+    let mut done = 0u64;
+    while done < count {
+        let n = (count - done).min(PAGEMAP_CHUNK as u64) as usize;
+        let first = vpn + done;
+        let offset = first
+            .checked_mul(8)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let bytes = &mut buf[..n * 8];
+        f.read_exact_at(bytes, offset)?;
+        for (i, c) in bytes.chunks_exact(8).enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            visit(first + i as u64, u64::from_le_bytes(w));
+        }
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// The kpageflags word of `pfn`.
 pub fn kpageflags(f: &File, pfn: u64) -> io::Result<u64> {
     let mut w = [0u64; 1];

@@ -2,9 +2,14 @@
 //!
 //! The server performs each request (a system call or a memory access in its own address
 //! space) and replies with the result. It is a fork of the controller (`spawn`) or of another
-//! server (`fork`, whose child connects back to the controller's listening socket). It keeps
-//! its state in fixed-size values and calls only the allocation-free wrappers of
-//! [`crate::sys`], so it never creates or grows a mapping of its own after it starts.
+//! server (`fork`). It keeps its state in fixed-size values and calls only the
+//! allocation-free wrappers of [`crate::sys`], so it never creates or grows a mapping of its
+//! own after it starts.
+//!
+//! A `fork` request makes a socket pair *before* forking: the child keeps one end as its
+//! connection, and the parent sends the other end to the controller attached (SCM_RIGHTS)
+//! to its reply. No socket is ever listening, so no other local user can connect to the
+//! controller, stall it or forge a server's answers (see [`crate::host`]).
 
 use crate::layout;
 use crate::proto::{Op, Reply, Request, REPLY_BYTES, REQ_BYTES};
@@ -14,10 +19,20 @@ use crate::sys;
 const CONN_FD: i32 = 3;
 /// Pins a server can hold at once.
 const MAX_PINS: usize = 64;
-/// Longest listener name.
-const MAX_NAME: usize = 100;
 /// The user and group ordinary servers run as (nobody).
 const NOBODY: u32 = 65534;
+/// The refusal code of a fork whose connection could not be made or handed over.
+pub const FORK_CONNECTION: u64 = 6;
+
+/// The user a server spawned with `privileged` runs as (a forked server keeps its
+/// parent's): the controller's own effective user, or nobody.
+pub fn server_uid(privileged: bool) -> u32 {
+    if privileged {
+        sys::geteuid()
+    } else {
+        NOBODY
+    }
+}
 
 /// Setup steps, reported in a refused hello.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +66,7 @@ impl Step {
 
 /// How a spawned server sets itself up.
 #[derive(Clone, Copy, Debug)]
-pub struct SpawnConfig<'a> {
+pub struct SpawnConfig {
     /// The server's end of its connection.
     pub conn: i32,
     /// The controller's end, to close in the server.
@@ -60,8 +75,6 @@ pub struct SpawnConfig<'a> {
     pub privileged: bool,
     /// RLIMIT_MEMLOCK (`None`: unlimited).
     pub rlimit_memlock: Option<u64>,
-    /// Abstract name of the controller's listening socket (for forked children).
-    pub listener: &'a [u8],
 }
 
 #[derive(Clone, Copy)]
@@ -79,13 +92,11 @@ const FREE: PinSlot = PinSlot {
 
 struct Server {
     conn: i32,
-    name: [u8; MAX_NAME],
-    name_len: usize,
     pins: [PinSlot; MAX_PINS],
 }
 
 /// Runs in the child of the controller's `fork`: sets up, says hello, serves. Never returns.
-pub fn run_spawned(cfg: SpawnConfig<'_>) -> ! {
+pub fn run_spawned(cfg: SpawnConfig) -> ! {
     sys::close(cfg.stray);
     let hello = match setup(&cfg) {
         Ok(()) => Reply::Ok(sys::getpid() as u64, 0),
@@ -101,15 +112,12 @@ pub fn run_spawned(cfg: SpawnConfig<'_>) -> ! {
     }
     let mut s = Server {
         conn,
-        name: [0; MAX_NAME],
-        name_len: cfg.listener.len().min(MAX_NAME),
         pins: [FREE; MAX_PINS],
     };
-    s.name[..s.name_len].copy_from_slice(&cfg.listener[..s.name_len]);
     s.serve()
 }
 
-fn setup(cfg: &SpawnConfig<'_>) -> Result<(), (Step, i32)> {
+fn setup(cfg: &SpawnConfig) -> Result<(), (Step, i32)> {
     sys::dup2(cfg.conn, CONN_FD).map_err(|e| (Step::Descriptors, e))?;
     sys::close_from(CONN_FD as u32 + 1);
     sys::server_signals().map_err(|e| (Step::Signals, e))?;
@@ -141,8 +149,11 @@ fn read_full(fd: i32, buf: &mut [u8]) -> bool {
 }
 
 fn send(fd: i32, r: &Reply) -> bool {
-    let buf = r.encode();
-    let mut put = 0;
+    send_from(fd, &r.encode(), 0)
+}
+
+/// Writes `buf[put..]` completely.
+fn send_from(fd: i32, buf: &[u8; REPLY_BYTES], mut put: usize) -> bool {
     while put < REPLY_BYTES {
         match sys::write(fd, &buf[put..]) {
             Ok(n) => put += n,
@@ -249,28 +260,59 @@ impl Server {
         }
     }
 
+    /// Forks; the reply (sent here, with the controller's end of the child's connection
+    /// attached) is the child's pid.
     fn fork(&mut self) -> Option<Reply> {
+        let (controller_end, child_end) = match sys::socketpair() {
+            Ok(pair) => pair,
+            Err(e) => return Some(Reply::Refused(FORK_CONNECTION, e)),
+        };
         match sys::fork() {
             Ok(0) => {
-                self.become_child();
+                sys::close(controller_end);
+                self.become_child(child_end);
                 None
             }
-            Ok(pid) => Some(Reply::Ok(pid as u64, 0)),
-            Err(e) => Some(Reply::Errno(e)),
+            Ok(pid) => {
+                sys::close(child_end);
+                let sent = self.send_with_connection(&Reply::Ok(pid as u64, 0), controller_end);
+                sys::close(controller_end);
+                if !sent {
+                    // The child has no controller and sees end of file; so do we.
+                    self.exit();
+                }
+                None
+            }
+            Err(e) => {
+                sys::close(controller_end);
+                sys::close(child_end);
+                Some(Reply::Errno(e))
+            }
         }
     }
 
-    /// In a fork's child: drop the parent's connection and pins, connect back, say hello.
-    fn become_child(&mut self) {
+    /// Sends `r` with descriptor `fd` attached to its first byte.
+    fn send_with_connection(&self, r: &Reply, fd: i32) -> bool {
+        let buf = r.encode();
+        loop {
+            match sys::send_with_fd(self.conn, &buf, fd) {
+                Ok(0) => return false,
+                Ok(n) => return send_from(self.conn, &buf, n),
+                Err(libc::EINTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// In a fork's child: drop the parent's connection and pins, take `conn` as the
+    /// connection, say hello.
+    fn become_child(&mut self, conn: i32) {
         sys::close(self.conn);
         for p in self.pins.iter_mut().filter(|p| p.fd >= 0) {
             sys::close(p.fd);
             *p = FREE;
         }
-        match sys::connect_abstract(&self.name[..self.name_len]) {
-            Ok(fd) => self.conn = fd,
-            Err(_) => sys::exit_now(3),
-        }
+        self.conn = conn;
         if !send(self.conn, &Reply::Ok(sys::getpid() as u64, 0)) {
             sys::exit_now(3);
         }

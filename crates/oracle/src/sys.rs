@@ -230,39 +230,6 @@ pub fn socketpair() -> Result<(i32, i32), Errno> {
     Ok((fds[0], fds[1]))
 }
 
-/// A stream socket connected to the abstract Unix address `name`.
-pub fn connect_abstract(name: &[u8]) -> Result<i32, Errno> {
-    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if name.len() + 1 > addr.sun_path.len() {
-        return Err(libc::ENAMETOOLONG);
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path[1..].iter_mut().zip(name) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-    // SAFETY: creates a descriptor; no memory is passed.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: `addr` is a valid sockaddr_un and `len` covers the used part of it.
-    let r = unsafe {
-        libc::connect(
-            fd,
-            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
-            len as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        let e = errno();
-        close(fd);
-        return Err(e);
-    }
-    Ok(fd)
-}
-
 /// Sets RLIMIT_MEMLOCK (soft and hard); `None` is unlimited.
 pub fn set_memlock_limit(limit: Option<u64>) -> Result<(), Errno> {
     let v = limit.unwrap_or(libc::RLIM_INFINITY);
@@ -545,4 +512,236 @@ pub fn reap(pid: i32) -> bool {
     let mut status = 0;
     // SAFETY: `status` is a valid out-pointer.
     unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}
+
+/// Pins process `pid` to host CPU `cpu` (`on cpuN`).
+pub fn pin_to_cpu(pid: i32, cpu: u32) -> Result<(), Errno> {
+    if cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes one bit inside it (the
+    // index was checked against CPU_SETSIZE above).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    check(unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) })
+}
+
+/// Wraps a descriptor a system call just returned (`fd < 0`: the errno).
+fn file_from_fd(fd: libc::c_int) -> Result<std::fs::File, Errno> {
+    if fd < 0 {
+        return Err(errno());
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` was just returned by the kernel to this call and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// Opens directory `path` read-only (close-on-exec), refusing a symbolic link as its last
+/// component (`O_DIRECTORY | O_NOFOLLOW`): the oracle's lock directory, whose descriptor
+/// the `*_at` calls below work in.
+pub fn open_dir_nofollow(path: &std::ffi::CStr) -> Result<std::fs::File, Errno> {
+    // SAFETY: `path` is NUL-terminated; open reads nothing else of ours.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    file_from_fd(fd)
+}
+
+/// `openat` in `dir` with `O_NOFOLLOW | O_CLOEXEC` always added: a symbolic link planted
+/// at `name` fails with ELOOP instead of redirecting the open.
+fn open_at(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Result<std::fs::File, Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `dir` is an open descriptor for the whole call and `name` is NUL-terminated;
+    // `mode_t` is an unsigned int on Linux, the type the variadic argument is read as.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    file_from_fd(fd)
+}
+
+/// In `dir`: opens `name` read-write, creating it with mode 0600 if missing. Never
+/// truncates and never follows a symbolic link.
+pub fn open_or_create_at(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+) -> Result<std::fs::File, Errno> {
+    open_at(dir, name, libc::O_RDWR | libc::O_CREAT, 0o600)
+}
+
+/// In `dir`: creates `name` write-only with mode 0600; EEXIST if anything (a symbolic link
+/// included) is already there.
+pub fn create_new_at(dir: &std::fs::File, name: &std::ffi::CStr) -> Result<std::fs::File, Errno> {
+    open_at(
+        dir,
+        name,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o600,
+    )
+}
+
+/// In `dir`: opens the existing `name` read-only without following a symbolic link.
+pub fn open_read_at(dir: &std::fs::File, name: &std::ffi::CStr) -> Result<std::fs::File, Errno> {
+    open_at(dir, name, libc::O_RDONLY, 0)
+}
+
+/// `renameat` of `from` to `to`, both in `dir` (atomically replaces `to`).
+pub fn rename_at(
+    dir: &std::fs::File,
+    from: &std::ffi::CStr,
+    to: &std::ffi::CStr,
+) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    let d = dir.as_raw_fd();
+    // SAFETY: `d` is open for the call; both names are NUL-terminated.
+    check(unsafe { libc::renameat(d, from.as_ptr(), d, to.as_ptr()) })
+}
+
+/// `unlinkat` of the file `name` in `dir` (a symbolic link is removed, not followed).
+pub fn unlink_at(dir: &std::fs::File, name: &std::ffi::CStr) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `dir` is open for the call; `name` is NUL-terminated.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })
+}
+
+/// Control-message room for one descriptor (`CMSG_SPACE(sizeof(int))`, 24 bytes on 64-bit
+/// Linux), aligned as `struct cmsghdr` needs; on the stack, so sending stays allocation-free.
+#[repr(C, align(8))]
+struct OneFdCmsg([u8; 32]);
+
+// SAFETY: CMSG_SPACE is arithmetic on its argument. The check keeps `OneFdCmsg` big enough.
+const _: () = assert!(unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } <= 32);
+
+/// Sends `buf` on the stream socket `sock` with descriptor `fd` attached (SCM_RIGHTS):
+/// how a server hands the controller the connection of the child it forked. Returns the
+/// bytes sent (the descriptor goes with them). Allocation-free: servers call it.
+pub fn send_with_fd(sock: i32, buf: &[u8], fd: i32) -> Result<usize, Errno> {
+    let mut space = OneFdCmsg([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.0.as_mut_ptr() as *mut c_void;
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as _;
+    // SAFETY: `msg_control` points at `space`, which is aligned for cmsghdr and large
+    // enough for CMSG_SPACE(sizeof(int)) (the constant assertion above), so
+    // CMSG_FIRSTHDR is non-null and the header and its one int of data lie inside `space`.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() {
+            return Err(libc::EINVAL);
+        }
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd);
+    }
+    // SAFETY: `msg` points at `iov` (valid for `buf.len()` bytes of reading) and at the
+    // control message built above; all of them outlive the call.
+    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Receives into `buf` from the stream socket `sock`, and the first descriptor attached
+/// with SCM_RIGHTS, if any (close-on-exec; further ones are closed at once, and the kernel
+/// closes those that did not fit). `Ok((0, _))` is end of file; a receive timeout is EAGAIN.
+pub fn recv_with_fd(
+    sock: i32,
+    buf: &mut [u8],
+) -> Result<(usize, Option<std::os::fd::OwnedFd>), Errno> {
+    use std::os::fd::FromRawFd;
+    let mut space = OneFdCmsg([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.0.as_mut_ptr() as *mut c_void;
+    msg.msg_controllen = space.0.len() as _;
+    // SAFETY: `iov` is valid for `buf.len()` bytes of writing and the control buffer for
+    // `msg_controllen` bytes; both outlive the call.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(errno());
+    }
+    let mut got: Option<std::os::fd::OwnedFd> = None;
+    // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages into
+    // `space`; CMSG_FIRSTHDR/CMSG_NXTHDR stay inside that length and return null at its end.
+    // Each SCM_RIGHTS message carries `(cmsg_len - CMSG_LEN(0)) / sizeof(int)` descriptors
+    // that were just installed in this process and belong to nobody else, so wrapping each
+    // in an OwnedFd (which closes it when dropped) is sound.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const i32;
+                let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                for i in 0..bytes / std::mem::size_of::<i32>() {
+                    let fd =
+                        std::os::fd::OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if got.is_none() {
+                        got = Some(fd);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, got))
+}
+
+/// The credentials a Unix socket's peer had when the connection was made (`SO_PEERCRED`;
+/// for a socket pair, the process that created the pair): `(pid, euid, egid)`.
+pub fn peer_cred(sock: i32) -> Result<(i32, u32, u32), Errno> {
+    let mut c = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid out-pointers of the sizes passed.
+    check(unsafe {
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut c as *mut libc::ucred as *mut c_void,
+            &mut len,
+        )
+    })?;
+    Ok((c.pid, c.uid, c.gid))
+}
+
+/// The peak resident set size of this process so far, in KiB (`getrusage` ru_maxrss).
+pub fn peak_rss_kib() -> Result<u64, Errno> {
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid out-pointer.
+    check(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) })?;
+    Ok(u.ru_maxrss.max(0) as u64)
 }

@@ -30,6 +30,19 @@ pub struct Stmt {
     pub pos: Pos,
     /// What the statement says.
     pub kind: StmtKind,
+    /// `on cpuN`: the CPU a process statement runs on (`None`: cpu0).
+    pub cpu: Option<u32>,
+}
+
+impl StmtKind {
+    /// The process the statement acts on or observes, if any.
+    pub fn task(&self) -> Option<&Name> {
+        match self {
+            StmtKind::Set(_) => None,
+            StmtKind::Action { action, .. } => action.task(),
+            StmtKind::Expect(e) => e.task(),
+        }
+    }
 }
 
 /// The three kinds of statements.

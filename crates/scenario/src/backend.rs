@@ -166,6 +166,10 @@ pub trait Backend {
     fn set_engine(&mut self, setting: &crate::ast::Setting) -> Res<()>;
     /// Sets the NUMA policy for later faults.
     fn set_mempolicy(&mut self, interleave: bool) -> Res<()>;
+    /// Runs process `p`'s next statements on CPU `cpu` (`on cpuN`; cpu0 unless a statement
+    /// says otherwise): the engine's CPU slot, whose TLB and per-CPU batches it then uses;
+    /// the host pins the process to that host CPU.
+    fn on_cpu(&mut self, p: ProcId, cpu: u32) -> Res<()>;
     /// A new process.
     fn spawn(&mut self, privileged: bool, rlimit_memlock: Option<u64>) -> Res<ProcId>;
     /// fork.

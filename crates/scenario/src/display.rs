@@ -360,7 +360,11 @@ impl Display for StmtKind {
 impl Display for Stmt {
     /// The statement's canonical text (without its position).
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        self.kind.fmt(f)
+        self.kind.fmt(f)?;
+        match self.cpu {
+            Some(n) => write!(f, " on cpu{n}"),
+            None => Ok(()),
+        }
     }
 }
 

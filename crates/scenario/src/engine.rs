@@ -17,6 +17,8 @@ pub struct EngineBackend {
     machine: Option<Machine>,
     pending: Vec<(String, String)>,
     thp: Vec<ThpSetting>,
+    /// The CPU slot the next statement runs on (`on cpuN`).
+    cpu: usize,
 }
 
 fn errno(e: usermm::Errno) -> Fail {
@@ -140,9 +142,10 @@ impl EngineBackend {
     }
 
     fn with<T>(&mut self, f: impl FnOnce(&usermm::Cpu<'_>) -> Res<T>) -> Res<T> {
+        let id = self.cpu;
         let m = self.machine()?;
         let cpu = m
-            .enter_cpu(0)
+            .enter_cpu(id)
             .map_err(|e| Fail::Unsupported(e.to_string()))?;
         f(&cpu)
     }
@@ -151,6 +154,15 @@ impl EngineBackend {
 impl Backend for EngineBackend {
     fn name(&self) -> &'static str {
         "engine"
+    }
+
+    fn on_cpu(&mut self, _p: ProcId, cpu: u32) -> Res<()> {
+        let n = self.machine()?.nr_cpus();
+        if cpu as usize >= n {
+            return Err(Fail::Unsupported(format!("cpu{cpu}: the machine has {n} CPUs")));
+        }
+        self.cpu = cpu as usize;
+        Ok(())
     }
 
     fn set_thp(&mut self, settings: &[ThpSetting]) -> Res<()> {

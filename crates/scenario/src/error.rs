@@ -159,6 +159,56 @@ pub enum ErrorKind {
     },
 }
 
+/// The longest piece of a file echoed in a message, in characters: a 10 MB token must not
+/// become a 10 MB error line.
+pub const MAX_ECHO: usize = 80;
+
+/// Errors reported per file; the rest are counted (`… and N more errors`).
+pub const MAX_ERRORS: usize = 50;
+
+/// `text` cut to [`MAX_ECHO`] characters (an ellipsis marks the cut).
+fn clip(text: &mut String) {
+    if let Some((at, _)) = text.char_indices().nth(MAX_ECHO) {
+        text.truncate(at);
+        text.push('…');
+    }
+}
+
+impl ErrorKind {
+    /// Every piece of file text in the message cut to [`MAX_ECHO`] characters.
+    pub(crate) fn clipped(mut self) -> ErrorKind {
+        use ErrorKind as E;
+        match &mut self {
+            E::MissingArgument { .. } => {}
+            E::UnknownStatement { word: a }
+            | E::BadSize { text: a }
+            | E::BadThpSize { text: a }
+            | E::BadNumber { text: a }
+            | E::BadAddress { text: a }
+            | E::BadPattern { text: a }
+            | E::BadPerms { text: a }
+            | E::TrailingGarbage { text: a }
+            | E::UnknownName { name: a }
+            | E::Duplicate { option: a }
+            | E::NothingToBind { verb: a }
+            | E::BindInExpect { name: a }
+            | E::ReservedName { name: a }
+            | E::ExpectOnly { verb: a }
+            | E::MachineAfterSpawn { what: a } => clip(a),
+            E::UnknownOption { option: a, .. }
+            | E::Unexpected { found: a, .. }
+            | E::Absurd { text: a, .. }
+            | E::BadOutcome { verb: a, .. } => clip(a),
+            E::WrongKind { name: a, .. } => clip(a),
+            E::Conflict { option: a, with: b } => {
+                clip(a);
+                clip(b);
+            }
+        }
+        self
+    }
+}
+
 /// One error, displayed as `FILE:LINE:COL: message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}:{}:{}: {kind}", .pos.line, .pos.col)]
@@ -171,17 +221,23 @@ pub struct ParseError {
     pub kind: ErrorKind,
 }
 
-/// Every error found in a file (at most one per line, in line order; never empty).
-/// Displayed one per line.
+/// The errors found in a file (at most one per line, in line order; never empty): the
+/// first [`MAX_ERRORS`], and how many more there were. Displayed one per line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseErrors {
     errors: Vec<ParseError>,
+    more: usize,
 }
 
 impl ParseErrors {
-    /// Wraps a non-empty list.
-    pub(crate) fn new(errors: Vec<ParseError>) -> ParseErrors {
-        ParseErrors { errors }
+    /// Wraps a non-empty list and the count of errors left out of it.
+    pub(crate) fn new(errors: Vec<ParseError>, more: usize) -> ParseErrors {
+        ParseErrors { errors, more }
+    }
+
+    /// How many errors were found but not kept (beyond [`MAX_ERRORS`]).
+    pub fn more(&self) -> usize {
+        self.more
     }
 
     /// The errors, in line order.
@@ -189,7 +245,7 @@ impl ParseErrors {
         &self.errors
     }
 
-    /// How many errors.
+    /// How many errors are kept.
     pub fn len(&self) -> usize {
         self.errors.len()
     }
@@ -228,6 +284,10 @@ impl fmt::Display for ParseErrors {
                 writeln!(f)?;
             }
             write!(f, "{e}")?;
+        }
+        if self.more > 0 {
+            let file = self.errors.first().map_or("", |e| e.file.as_str());
+            write!(f, "\n{file}: … and {} more errors", self.more)?;
         }
         Ok(())
     }

@@ -110,6 +110,7 @@ mod error;
 mod lexer;
 mod parser;
 pub mod run;
+mod source;
 
 pub use ast::{
     Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck, Keyword,
@@ -118,5 +119,6 @@ pub use ast::{
     SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
 pub use display::Bytes;
-pub use error::{ErrorKind, ParseError, ParseErrors};
+pub use error::{ErrorKind, ParseError, ParseErrors, MAX_ECHO, MAX_ERRORS};
 pub use parser::parse;
+pub use source::{read_source, SourceError, MAX_SOURCE};

@@ -13,7 +13,7 @@ use crate::ast::{
     Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
     SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
-use crate::error::{ErrorKind, ParseError, ParseErrors};
+use crate::error::{ErrorKind, ParseError, ParseErrors, MAX_ERRORS};
 use crate::lexer::{lex, TokKind, Token};
 
 /// Parses a whole scenario file.
@@ -25,6 +25,7 @@ pub fn parse(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
     let mut parser = Parser::default();
     let mut stmts = Vec::new();
     let mut errors = Vec::new();
+    let mut more = 0usize;
     for (i, raw) in text.split('\n').enumerate() {
         let line_no = u32::try_from(i).unwrap_or(u32::MAX - 1).saturating_add(1);
         let line = raw.strip_suffix('\r').unwrap_or(raw);
@@ -32,28 +33,42 @@ pub fn parse(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
         let Some(first) = toks.first() else {
             continue;
         };
+        let (body, on) = split_on_cpu(&toks);
         let mut cur = Cursor {
-            toks: &toks,
+            toks: body,
             i: 0,
             line,
         };
-        match parser.statement(&mut cur) {
-            Ok(kind) => stmts.push(Stmt {
-                pos: Pos {
-                    line: line_no,
-                    col: first.col,
-                },
-                kind,
-            }),
+        let parsed = parser
+            .statement(&mut cur)
+            .and_then(|kind| Ok((parser.on_cpu(&kind, on)?, kind)));
+        match parsed {
+            Ok((cpu, kind)) => {
+                if let StmtKind::Set(Setting::Cpus(n)) = kind {
+                    parser.cpus = Some(n);
+                }
+                stmts.push(Stmt {
+                    pos: Pos {
+                        line: line_no,
+                        col: first.col,
+                    },
+                    kind,
+                    cpu,
+                })
+            }
             Err(fail) => {
                 parser.recover(&toks);
+                if errors.len() == MAX_ERRORS {
+                    more += 1;
+                    continue;
+                }
                 errors.push(ParseError {
                     file: file_name.to_owned(),
                     pos: Pos {
                         line: line_no,
                         col: fail.col,
                     },
-                    kind: fail.kind,
+                    kind: fail.kind.clipped(),
                 });
             }
         }
@@ -64,7 +79,26 @@ pub fn parse(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
             stmts,
         })
     } else {
-        Err(ParseErrors::new(errors))
+        Err(ParseErrors::new(errors, more))
+    }
+}
+
+/// Splits a trailing `on cpuN` off a line's tokens: the statement's tokens, and the `on`
+/// token with the CPU word when present.
+fn split_on_cpu<'t, 'a>(
+    toks: &'t [Token<'a>],
+) -> (&'t [Token<'a>], Option<(&'t Token<'a>, &'t Token<'a>)>) {
+    match toks {
+        [body @ .., on, cpu]
+            if !body.is_empty()
+                && on.kind == TokKind::Word
+                && on.text == "on"
+                && cpu.kind == TokKind::Word
+                && cpu.text.starts_with("cpu") =>
+        {
+            (body, Some((on, cpu)))
+        }
+        _ => (toks, None),
     }
 }
 
@@ -93,6 +127,8 @@ enum Bound {
 struct Parser {
     env: HashMap<String, Bound>,
     spawned: bool,
+    /// `set cpus N`, if given (`on cpuN` must name one of them).
+    cpus: Option<u32>,
 }
 
 /// The tokens of one line and a position among them.
@@ -512,6 +548,50 @@ impl Parser {
             Delta::Plus(0)
         };
         Ok(AddrExpr::Rel { base, delta })
+    }
+
+    /// Checks a statement's `on cpuN`: only statements of a process run on a CPU, and the
+    /// CPU must exist (below `set cpus`, or the engine's default count).
+    fn on_cpu(&self, kind: &StmtKind, on: Option<(&Token<'_>, &Token<'_>)>) -> PResult<Option<u32>> {
+        let Some((on, word)) = on else {
+            return Ok(None);
+        };
+        if kind.task().is_none() {
+            return fail(
+                on.col,
+                ErrorKind::Unexpected {
+                    expected: "the end of the line (`on cpuN` needs a statement of a process)"
+                        .into(),
+                    found: "on".into(),
+                },
+            );
+        }
+        let digits = &word.text[3..];
+        let n = match parse_uint(digits) {
+            Ok(n) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => {
+                return fail(
+                    word.col,
+                    ErrorKind::Unexpected {
+                        expected: "a CPU (`cpu0`, `cpu1`, …)".into(),
+                        found: word.text.into(),
+                    },
+                )
+            }
+        };
+        let cpus = self
+            .cpus
+            .unwrap_or(usermm::MachineConfig::default().cpus as u32);
+        if n >= u64::from(cpus) {
+            return fail(
+                word.col,
+                ErrorKind::Absurd {
+                    text: word.text.into(),
+                    why: format!("the machine has {cpus} CPUs (`set cpus N` before the first spawn)"),
+                },
+            );
+        }
+        Ok(Some(n as u32))
     }
 
     fn statement(&mut self, c: &mut Cursor<'_, '_>) -> PResult<StmtKind> {

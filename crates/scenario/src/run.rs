@@ -6,7 +6,7 @@
 
 use crate::ast::{
     Action, AddrExpr, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState, Placement,
-    Script, Setting, SmapsField, StatusField, StmtKind,
+    Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
 };
 use crate::backend::{Backend, Fail, LockOp, MmapReq, Place, ProcId, Res, SmapsView, VmaView};
 use crate::engine::EngineBackend;
@@ -97,7 +97,7 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
             eprintln!("{}:{line}: {stmt}", script.file);
         }
         statements += 1;
-        let step = r.step(&stmt.kind);
+        let step = r.run_stmt(stmt);
         if let Some(m) = step.expect_failure {
             failures.push(Failure {
                 line,
@@ -299,7 +299,23 @@ impl<B: Backend> Runner<B> {
             .push((start, start.saturating_add(len.max(1))));
     }
 
-    /// Runs one statement.
+    /// Runs one statement on the CPU it names (`on cpuN`, else cpu0).
+    pub fn run_stmt(&mut self, stmt: &Stmt) -> Step {
+        if let Some(task) = stmt.kind.task() {
+            // An unknown process is the statement's own error, reported by `step`.
+            if let Ok(p) = self.pid(task) {
+                if let Err(f) = self.backend.on_cpu(p, stmt.cpu.unwrap_or(0)) {
+                    return Step {
+                        abort: Some(Abort::CannotRun(format!("on cpu: {}", fail_name(&f)))),
+                        ..Step::default()
+                    };
+                }
+            }
+        }
+        self.step(&stmt.kind)
+    }
+
+    /// Runs one statement's action or check (on the CPU last chosen by [`Runner::run_stmt`]).
     pub fn step(&mut self, kind: &StmtKind) -> Step {
         match kind {
             StmtKind::Set(s) => Step {

@@ -402,7 +402,8 @@ fn action() -> impl Strategy<Value = (String, bool)> {
             }),
         1 => select(vec!["mlockall current", "mlockall future", "mlockall current|onfault", "munlockall"])
             .prop_map(|s| (s.to_string(), false)),
-        1 => (select(vec!["pin", "unpin"]), addr(), select(vec!["4K", "8K", "64K", "1", "0"]))
+        1 => (select(vec!["pin", "unpin"]), prop_oneof![4 => addr(), 1 => Just("a+100".to_string())],
+              select(vec!["4K", "8K", "64K", "1", "0", "1G", "0x40001000", "0x7f0000000000", "0xffffffffffffffff"]))
             .prop_map(|(v, a, l)| (format!("{v} {a} {l}"), false)),
     ]
 }
@@ -447,8 +448,8 @@ fn statement() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Machine settings (before the first spawn).
-fn header() -> impl Strategy<Value = String> {
+/// Machine settings (before the first spawn), and the CPU count they set.
+fn header() -> impl Strategy<Value = (String, u32)> {
     (
         select(vec!["8M", "16M", "32M", "64M"]),
         select(vec!["x86_64", "arm64"]),
@@ -462,13 +463,32 @@ fn header() -> impl Strategy<Value = String> {
         ]),
     )
         .prop_map(|(mem, arch, cpus, nodes, thp)| {
-            format!("set memory {mem}\nset arch {arch}\nset cpus {cpus}\nset nodes {nodes}\n{thp}")
+            let h = format!("set memory {mem}\nset arch {arch}\nset cpus {cpus}\nset nodes {nodes}\n{thp}");
+            (h, cpus)
         })
 }
 
+/// Whether `on cpuN` may end this generated statement: every statement of a process (not
+/// `set`, not `spawn`).
+fn takes_cpu(stmt: &str) -> bool {
+    !stmt.starts_with("set ") && !stmt.ends_with("= spawn")
+}
+
 fn script_text() -> impl Strategy<Value = String> {
-    (header(), prop::collection::vec(statement(), 0..40))
-        .prop_map(|(h, body)| format!("{h}{PRELUDE}{}\n", body.join("\n")))
+    (
+        header(),
+        prop::collection::vec((statement(), proptest::option::weighted(0.3, 0u32..4)), 0..40),
+    )
+        .prop_map(|((h, cpus), body)| {
+            let body: Vec<String> = body
+                .into_iter()
+                .map(|(s, cpu)| match cpu {
+                    Some(n) if takes_cpu(&s) => format!("{s} on cpu{}", n % cpus),
+                    _ => s,
+                })
+                .collect();
+            format!("{h}{PRELUDE}{}\n", body.join("\n"))
+        })
 }
 
 #[test]

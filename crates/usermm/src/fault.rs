@@ -14,7 +14,8 @@
 
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
-use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE};
+use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
+use crate::pgtable::{index, PageTables, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -42,6 +43,25 @@ pub enum FaultOutcome {
     Oom,
     /// The access is beyond the backing object (`VM_FAULT_SIGBUS`).
     Sigbus,
+}
+
+/// One PTE-level fault (Linux's `struct vm_fault`): where it happened and what it asked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FaultCtx<'a, 'm> {
+    mm: &'a Mm,
+    vma: &'a Vma,
+    pt: PageTables<'m>,
+    /// The PTE table covering `addr`.
+    table: u64,
+    addr: u64,
+    access: Access,
+}
+
+impl FaultCtx<'_, '_> {
+    /// The faulting entry's index in its table.
+    fn idx(&self) -> usize {
+        index(self.addr, 12)
+    }
 }
 
 impl<'m> Cpu<'m> {
@@ -96,7 +116,15 @@ impl<'m> Cpu<'m> {
             Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
             Err(_) => return self.oom(),
         };
-        self.handle_pte_fault(mm, vma, pt, table, addr, access)
+        let vmf = FaultCtx {
+            mm,
+            vma,
+            pt,
+            table,
+            addr,
+            access,
+        };
+        self.handle_pte_fault(&vmf)
     }
 
     fn segv(&self) -> FaultOutcome {
@@ -109,35 +137,24 @@ impl<'m> Cpu<'m> {
         FaultOutcome::Oom
     }
 
-    fn handle_pte_fault(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        addr: u64,
-        access: Access,
-    ) -> FaultOutcome {
-        let c = self.c();
-        let idx = index(addr, 12);
-        let ptl = PtlGuard::lock(&self.m.phys, table, c);
-        let pte = pt.get(table, idx);
-        c.add(Ev::PteRead, 1);
+    fn handle_pte_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
+        let mut ptes = PteLock::lock(vmf.pt, self.c(), vmf.table);
+        let idx = vmf.idx();
+        let pte = ptes.get_raw(idx);
         if pte == 0 {
-            drop(ptl);
-            return match &vma.shmem {
-                Some(_) => self.do_shared_fault(mm, vma, pt, table, addr, access),
-                None => self.do_anonymous_page(mm, vma, pt, table, addr, access),
+            drop(ptes);
+            return match &vmf.vma.shmem {
+                Some(_) => self.do_shared_fault(vmf),
+                None => self.do_anonymous_page(vmf),
             };
         }
-        if access == Access::Write && !pt.arch.write(pte) {
-            return self.do_wp_page(mm, vma, pt, table, idx, addr, pte, ptl);
+        if vmf.access == Access::Write && !vmf.pt.arch.write(pte) {
+            return self.do_wp_page(vmf, ptes, pte);
         }
         // Spurious: only the accessed/dirty bits were missing.
-        let new = pt.arch.hw_access(pte, access == Access::Write);
+        let new = vmf.pt.arch.hw_access(pte, vmf.access == Access::Write);
         if new != pte {
-            pt.set(table, idx, new);
-            c.add(Ev::PteWrite, 1);
+            ptes.set_access_flags(idx, new);
         }
         FaultOutcome::Completed
     }
@@ -156,38 +173,30 @@ impl<'m> Cpu<'m> {
         st_vma.anon_vma()
     }
 
-    fn do_anonymous_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        addr: u64,
-        access: Access,
-    ) -> FaultOutcome {
+    fn do_anonymous_page(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
         let c = self.c();
+        let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
         let arch = pt.arch;
-        if access == Access::Read {
+        if vmf.access == Access::Read {
             let entry =
                 arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.flags.page_prot(), false));
-            let _ptl = PtlGuard::lock(&self.m.phys, table, c);
-            let idx = index(addr, 12);
-            if pt.get(table, idx) == 0 {
-                pt.set_pte(c, table, idx, entry);
-                self.m.phys.memmap.pt_entries_add(table, 1);
+            let mut ptes = PteLock::lock(pt, c, vmf.table);
+            let idx = vmf.idx();
+            if ptes.peek_raw(idx) == 0 {
+                ptes.set_ptes(idx, entry, 1);
                 c.add(Ev::FaultZeroPage, 1);
             }
             return FaultOutcome::Completed;
         }
         let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let Some((head, order, start)) = self.alloc_anon_folio(vma, pt, table, addr) else {
+        let Some((head, order, start)) = self.alloc_anon_folio(vmf) else {
             return self.oom();
         };
         let nr = 1u64 << order;
         let first_idx = index(start, 12);
-        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
-        if (first_idx..first_idx + nr as usize).any(|i| pt.get(table, i) != 0) {
-            drop(_ptl);
+        let mut ptes = PteLock::lock(pt, c, vmf.table);
+        if (first_idx..first_idx + nr as usize).any(|i| ptes.peek_raw(i) != 0) {
+            drop(ptes);
             self.m.phys.put_folio(c, head, 1);
             return FaultOutcome::Completed; // raced with another fault: retry
         }
@@ -201,8 +210,7 @@ impl<'m> Cpu<'m> {
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
-        pt.set_ptes(c, table, first_idx, entry, nr as usize);
-        self.m.phys.memmap.pt_entries_add(table, nr as i32);
+        ptes.set_ptes(first_idx, entry, nr as usize);
         mm.rss_add(RssKind::Anon, nr as i64);
         c.add(
             if order > 0 {
@@ -217,14 +225,9 @@ impl<'m> Cpu<'m> {
 
     /// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
     /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
-    fn alloc_anon_folio(
-        &self,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        addr: u64,
-    ) -> Option<(u64, u32, u64)> {
+    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(u64, u32, u64)> {
         let c = self.c();
+        let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table, vmf.addr);
         let thp = self.m.tunables().thp.clone();
         let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
         for order in (2..HPAGE_PMD_ORDER).rev() {
@@ -260,20 +263,13 @@ impl<'m> Cpu<'m> {
         Some((h, 0, addr & !4095))
     }
 
-    fn do_shared_fault(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        addr: u64,
-        access: Access,
-    ) -> FaultOutcome {
+    fn do_shared_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
         let c = self.c();
+        let (mm, vma, addr, access) = (vmf.mm, vmf.vma, vmf.addr, vmf.access);
         let Some(shmem) = &vma.shmem else {
             return self.segv();
         };
-        if access == Access::Read && self.do_fault_around(mm, vma, pt, table, addr) {
+        if access == Access::Read && self.do_fault_around(vmf) {
             return FaultOutcome::Completed;
         }
         let pgoff = vma.pgoff_at(addr);
@@ -304,10 +300,10 @@ impl<'m> Cpu<'m> {
                 }
             }
         };
-        let arch = pt.arch;
-        let idx = index(addr, 12);
-        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
-        if pt.get(table, idx) != 0 {
+        let arch = vmf.pt.arch;
+        let idx = vmf.idx();
+        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+        if ptes.peek_raw(idx) != 0 {
             return FaultOutcome::Completed;
         }
         rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
@@ -318,8 +314,7 @@ impl<'m> Cpu<'m> {
             entry = arch.mkdirty(entry);
             self.m.phys.memmap.set(pfn, PageFlag::Dirty);
         }
-        pt.set_pte(c, table, idx, entry);
-        self.m.phys.memmap.pt_entries_add(table, 1);
+        ptes.set_ptes(idx, entry, 1);
         c.add(Ev::FaultShared, 1);
         mm.rss_add(RssKind::Shmem, 1);
         FaultOutcome::Completed
@@ -328,16 +323,10 @@ impl<'m> Cpu<'m> {
     /// `do_fault_around` with `filemap_map_pages`: a read fault on shmem maps the pages of the
     /// surrounding 64 KiB window (`fault_around_bytes`) that are already in the page cache,
     /// clean and young. Returns whether the faulting page itself got mapped.
-    fn do_fault_around(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        addr: u64,
-    ) -> bool {
+    fn do_fault_around(&self, vmf: &FaultCtx<'_, 'm>) -> bool {
         const FAULT_AROUND_BYTES: u64 = 64 << 10;
         let c = self.c();
+        let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
         let Some(shmem) = &vma.shmem else {
             return false;
         };
@@ -349,22 +338,16 @@ impl<'m> Cpu<'m> {
             .min(vma.end)
             .min(pmd_start + PMD_SIZE);
         let cache = shmem.pages.lock();
-        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+        let mut ptes = PteLock::lock(pt, c, vmf.table);
         let mut mapped_fault = false;
         let mut a = start;
         while a < end {
             let idx = index(a, 12);
-            if let (0, Some(&pfn)) = (pt.get(table, idx), cache.get(&vma.pgoff_at(a))) {
+            if let (0, Some(&pfn)) = (ptes.peek_raw(idx), cache.get(&vma.pgoff_at(a))) {
                 rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
                 rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
                 self.mlock_vma_folio(pfn, vma);
-                pt.set_pte(
-                    c,
-                    table,
-                    idx,
-                    pt.arch.mk_pte(pfn, vma.flags.page_prot(), false),
-                );
-                self.m.phys.memmap.pt_entries_add(table, 1);
+                ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.flags.page_prot(), false), 1);
                 mm.rss_add(RssKind::Shmem, 1);
                 mapped_fault |= a == (addr & !4095);
             }
@@ -376,27 +359,18 @@ impl<'m> Cpu<'m> {
         mapped_fault
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn do_wp_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        idx: usize,
-        addr: u64,
-        pte: u64,
-        ptl: PtlGuard<'m>,
-    ) -> FaultOutcome {
+    fn do_wp_page(&self, vmf: &FaultCtx<'_, 'm>, mut ptes: PteLock<'_>, pte: u64) -> FaultOutcome {
         let c = self.c();
         c.add(Ev::FaultWp, 1);
-        let arch = pt.arch;
+        let (mm, vma) = (vmf.mm, vmf.vma);
+        let arch = vmf.pt.arch;
+        let idx = vmf.idx();
         let mem = &self.m.phys.memmap;
         let pfn = arch.pfn(pte);
-        let zero = arch.special(pte) && self.m.phys.is_zero_pfn(pfn);
+        let zero = vmf.pt.vm_normal_folio(pte).is_none();
         if !zero && vma.shmem.is_some() {
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-            pt.set_pte(c, table, idx, new);
+            ptes.replace(idx, new);
             mem.set(pfn, PageFlag::Dirty);
             return FaultOutcome::Completed;
         }
@@ -415,13 +389,13 @@ impl<'m> Cpu<'m> {
                     c.add(Ev::FolioAtomic, 1);
                 }
                 let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-                pt.set_pte(c, table, idx, new);
+                ptes.replace(idx, new);
                 c.add(Ev::CowReuse, 1);
                 return FaultOutcome::Completed;
             }
         }
-        drop(ptl);
-        self.wp_page_copy(mm, vma, pt, table, idx, addr, pte, zero)
+        drop(ptes);
+        self.wp_page_copy(vmf, pte, zero)
     }
 
     /// `wp_can_reuse_anon_folio` for a small folio: no other reference (a reference held by this
@@ -470,20 +444,12 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn wp_page_copy(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        table: u64,
-        idx: usize,
-        addr: u64,
-        old: u64,
-        zero: bool,
-    ) -> FaultOutcome {
+    /// `wp_page_copy`: a private copy of the page `old` maps (a zeroed page for the zero
+    /// page) replaces it, with a flush in between (`ptep_clear_flush`).
+    fn wp_page_copy(&self, vmf: &FaultCtx<'_, 'm>, old: u64, zero: bool) -> FaultOutcome {
         let c = self.c();
-        let arch = pt.arch;
+        let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
+        let arch = vmf.pt.arch;
         let phys = &self.m.phys;
         let owner = self.anon_vma_prepare(mm, vma) as u32;
         let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
@@ -496,9 +462,9 @@ impl<'m> Cpu<'m> {
             phys.arena.copy_frame(new, old_pfn);
             c.add(Ev::PagesCopied, 1);
         }
-        let ptl = PtlGuard::lock(phys, table, c);
-        if pt.get(table, idx) != old {
-            drop(ptl);
+        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+        if ptes.peek_raw(idx) != old {
+            drop(ptes);
             phys.put_folio(c, new, 1);
             return FaultOutcome::Completed;
         }
@@ -508,10 +474,10 @@ impl<'m> Cpu<'m> {
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
-        pt.clear_ptes(c, table, idx, 1);
+        ptes.clear(idx, 1);
         self.flush_tlb(mm, FlushScope::Page(addr & !4095));
-        pt.set_pte(c, table, idx, entry);
-        drop(ptl);
+        ptes.set_ptes(idx, entry, 1);
+        drop(ptes);
         if zero {
             mm.rss_add(RssKind::Anon, 1);
         } else {
@@ -616,16 +582,14 @@ impl<'m> Cpu<'m> {
             let hz = phys.huge_zero_pfn()?;
             let deposit = self.alloc_deposit()?;
             let entry = arch.mkspecial(arch.mk_pte(hz, vma.flags.page_prot(), true));
-            let _ptl = PtlGuard::lock(phys, pmd_t, c);
-            if pt.get(pmd_t, pmd_idx) != 0 {
-                drop(_ptl);
+            let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+            if pmdl.get(pmd_idx) != 0 {
+                drop(pmdl);
                 phys.put_folio(c, deposit, 1);
                 return Some(FaultOutcome::Completed);
             }
             self.deposit_table(mm, haddr, deposit);
-            pt.set(pmd_t, pmd_idx, entry);
-            phys.memmap.pt_entries_add(pmd_t, 1);
-            c.add(Ev::PteWrite, 1);
+            pmdl.install(pmd_idx, entry);
             c.add(Ev::FaultZeroPage, 1);
             return Some(FaultOutcome::Completed);
         }
@@ -641,9 +605,9 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return None;
         };
-        let _ptl = PtlGuard::lock(phys, pmd_t, c);
-        if pt.get(pmd_t, pmd_idx) != 0 {
-            drop(_ptl);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        if pmdl.get(pmd_idx) != 0 {
+            drop(pmdl);
             phys.put_folio(c, head, 1);
             phys.put_folio(c, deposit, 1);
             return Some(FaultOutcome::Completed);
@@ -654,9 +618,7 @@ impl<'m> Cpu<'m> {
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
-        pt.set(pmd_t, pmd_idx, entry);
-        phys.memmap.pt_entries_add(pmd_t, 1);
-        c.add(Ev::PteWrite, 1);
+        pmdl.install(pmd_idx, entry);
         c.add(Ev::FaultAnonPmd, 1);
         mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
         Some(FaultOutcome::Completed)
@@ -695,29 +657,24 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let pt = self.tables(mm);
         let haddr = addr & !(PMD_SIZE - 1);
-        let ptl = PtlGuard::lock(phys, pmd_t, c);
-        let pmd = pt.get(pmd_t, pmd_idx);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
             return Some(FaultOutcome::Completed);
         }
         let pfn = arch.pfn(pmd);
         if phys.is_zero_pfn(pfn) {
-            drop(ptl);
+            drop(pmdl);
             return self.huge_zero_wp(mm, vma, pmd_t, pmd_idx, haddr, pmd);
         }
         let mem = &phys.memmap;
         if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
             mem.set(pfn, PageFlag::AnonExclusive);
-            pt.set(
-                pmd_t,
-                pmd_idx,
-                arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))),
-            );
-            c.add(Ev::PteWrite, 1);
+            pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
             c.add(Ev::CowReuse, 1);
             return Some(FaultOutcome::Completed);
         }
-        drop(ptl);
+        drop(pmdl);
         self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
         None
     }
@@ -746,18 +703,18 @@ impl<'m> Cpu<'m> {
             self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
             return None;
         };
-        let _ptl = PtlGuard::lock(phys, pmd_t, c);
-        if pt.get(pmd_t, pmd_idx) != old {
-            drop(_ptl);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        if pmdl.get(pmd_idx) != old {
+            drop(pmdl);
             phys.put_folio(c, head, 1);
             return Some(FaultOutcome::Completed);
         }
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
-        pt.set(pmd_t, pmd_idx, 0);
+        // Break before make: the huge zero page leaves every TLB before the THP appears.
+        pmdl.clear(pmd_idx);
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
-        pt.set(pmd_t, pmd_idx, entry);
-        c.add(Ev::PteWrite, 2);
+        pmdl.install(pmd_idx, entry);
         c.add(Ev::FaultAnonPmd, 1);
         mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
         Some(FaultOutcome::Completed)
@@ -774,8 +731,8 @@ impl<'m> Cpu<'m> {
         let phys = &self.m.phys;
         let arch = self.m.arch;
         let pt = self.tables(mm);
-        let ptl = PtlGuard::lock(phys, pmd_t, c);
-        let pmd = pt.get(pmd_t, pmd_idx);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) {
             return;
         }
@@ -803,23 +760,22 @@ impl<'m> Cpu<'m> {
         }
         let zero = arch.special(pmd);
         let batch = self.m.tunables().remap_rmap_batch;
+        // The withdrawn table is not linked yet: no walker can reach it until the PMD points
+        // at it, so it is filled without its lock (Linux fills it before `pmd_populate`).
+        let mut ptes = UnlinkedPtes::new(pt, c, table);
         if zero {
-            for i in 0..nr {
-                pt.set(table, i as usize, base);
-            }
-            c.add(Ev::PteWrite, nr);
+            ptes.fill_same(0, base, nr as usize);
         } else if batch == PteBatching::PerPte {
             // v6.7: one rmap call and one PTE store per page.
             for i in 0..nr {
                 rmap::add_ptes(phys, c, pfn, pfn + i, 1, mm.id);
-                pt.set_pte(c, table, i as usize, arch.advance_pfn(base, i));
+                ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
             }
         } else {
-            pt.set_ptes(c, table, 0, base, nr as usize);
+            ptes.set_ptes(0, base, nr as usize);
             rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
         }
-        phys.memmap.pt_entries_add(table, nr as i32);
-        c.add(Ev::PteWrite, 1);
+        drop(ptes);
         if !zero {
             let mem = &phys.memmap;
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
@@ -832,9 +788,9 @@ impl<'m> Cpu<'m> {
                 }
             }
         }
-        pt.set(pmd_t, pmd_idx, arch.mk_table(table));
+        pmdl.replace(pmd_idx, arch.mk_table(table));
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
-        drop(ptl);
+        drop(pmdl);
         c.add(Ev::ThpSplitPmd, 1);
     }
 }

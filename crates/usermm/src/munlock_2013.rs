@@ -25,7 +25,8 @@
 
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState};
-use crate::pgtable::{index, PageTables, PtlGuard, Walk, PMD_SIZE};
+use crate::pgtable::cursor::{PmdLock, PteLock};
+use crate::pgtable::{index, PageTables, Walk, PMD_SIZE};
 use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
@@ -99,19 +100,18 @@ impl<'m> Cpu<'m> {
         c.add(Ev::PteRead, 4);
         match pt.walk(addr) {
             Walk::Pte { table, idx, .. } => {
-                let _ptl = PtlGuard::lock(phys, table, c);
-                let e = pt.get(table, idx);
-                let pfn = pt.arch.pfn(e);
-                if e == 0 || !pt.arch.present(e) || (pt.arch.special(e) && phys.is_zero_pfn(pfn)) {
+                let ptes = PteLock::lock(pt, c, table);
+                let e = ptes.peek_raw(idx);
+                if e == 0 || !pt.arch.present(e) {
                     return None;
                 }
-                let head = phys.memmap.folio_of(pfn);
+                let head = pt.vm_normal_folio(e)?;
                 crate::rmap::folio_ref_add(phys, c, head, 1);
                 Some(Found { head, thp: false })
             }
-            Walk::PmdLeaf { table, entry, .. } => {
-                let _ptl = PtlGuard::lock(phys, table, c);
-                let pfn = pt.arch.pfn(entry);
+            Walk::PmdLeaf { table, idx, .. } => {
+                let pmdl = PmdLock::lock(pt, c, table);
+                let pfn = pt.arch.pfn(pmdl.get(idx));
                 if phys.is_zero_pfn(pfn) {
                     return None;
                 }
@@ -146,10 +146,9 @@ impl<'m> Cpu<'m> {
             let Some(table) = pt.pte_table(addr - 4096) else {
                 return (addr, None);
             };
-            let _ptl = PtlGuard::lock(phys, table, self.c());
+            let ptes = PteLock::lock(pt, self.c(), table);
             while addr < end && pvec.len() < PAGEVEC_SIZE {
-                let e = pt.get(table, index(addr, 12));
-                self.c().add(Ev::PteRead, 1);
+                let e = ptes.get_raw(index(addr, 12));
                 let pfn = pt.arch.pfn(e);
                 if e == 0 || !pt.arch.present(e) || pt.arch.special(e) {
                     break;

@@ -9,6 +9,7 @@
 //! # Context
 //! Call at a quiescent point (no operation in flight on any CPU).
 
+use crate::pgtable::cursor::PmdKind;
 use crate::machine::Machine;
 use crate::mm::{Mm, RssKind};
 use crate::pgtable::{PageTables, PTRS_PER_TABLE};
@@ -465,36 +466,16 @@ impl Machine {
     }
 }
 
-/// Calls `f(addr, entry, is_pmd_leaf)` for every non-empty leaf entry.
+/// Calls `f(addr, entry, is_pmd_leaf)` for every non-empty leaf entry, in address order.
 pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, u64, bool)) {
-    let arch = pt.arch;
-    for i0 in 0..PTRS_PER_TABLE {
-        let e0 = pt.get(pt.pgd, i0);
-        if !arch.is_table(e0) {
-            continue;
-        }
-        let pud = arch.table_pfn(e0);
-        for i1 in 0..PTRS_PER_TABLE {
-            let e1 = pt.get(pud, i1);
-            if !arch.is_table(e1) {
-                continue;
-            }
-            let pmd = arch.table_pfn(e1);
-            for i2 in 0..PTRS_PER_TABLE {
-                let e2 = pt.get(pmd, i2);
-                let base = ((i0 as u64) << 39) | ((i1 as u64) << 30) | ((i2 as u64) << 21);
-                if e2 == 0 {
-                    continue;
-                }
-                if !arch.is_table(e2) {
-                    f(base, e2, true);
-                    continue;
-                }
-                let pte = arch.table_pfn(e2);
-                for i3 in 0..PTRS_PER_TABLE {
-                    let e3 = pt.get(pte, i3);
-                    if e3 != 0 {
-                        f(base | ((i3 as u64) << 12), e3, false);
+    for step in pt.pmd_walk(0, u64::MAX) {
+        match step.kind {
+            PmdKind::Huge(e) => f(step.start, e, true),
+            PmdKind::Table(table) => {
+                for i in 0..PTRS_PER_TABLE {
+                    let e = pt.get(table, i);
+                    if e != 0 {
+                        f(step.start + ((i as u64) << 12), e, false);
                     }
                 }
             }

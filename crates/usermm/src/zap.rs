@@ -8,13 +8,13 @@
 
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
-use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
-use crate::pgtable::{index, PageTables, PtlGuard, PMD_SIZE};
+use crate::pgtable::batch::BatchFlags;
+use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::{PageTables, PMD_SIZE};
 use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
-use crate::tunables::PteBatching;
 use crate::vma::Vma;
 
 /// Pages gathered before a forced flush (Linux `MAX_GATHER_BATCH_COUNT` × batch size ≈ 10k).
@@ -127,127 +127,76 @@ impl<'m> Cpu<'m> {
             return;
         }
         let pt = self.tables(mm);
-        let mut addr = start;
-        while addr < end {
-            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
-            self.zap_pmd(tlb, mm, vma, pt, addr, next);
-            addr = next;
-        }
-    }
-
-    fn zap_pmd(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        addr: u64,
-        end: u64,
-    ) {
-        let Some(pmd_t) = pt.pmd_table(addr) else {
-            return;
-        };
-        let idx = index(addr, 21);
-        let pmd = pt.get(pmd_t, idx);
-        if pmd == 0 {
-            return;
-        }
-        if !pt.arch.is_table(pmd) {
-            let haddr = addr & !(PMD_SIZE - 1);
-            if addr == haddr && end == haddr + PMD_SIZE {
-                self.zap_huge_pmd(tlb, mm, vma, pt, pmd_t, idx, haddr);
-                return;
+        for step in pt.pmd_walk(start, end) {
+            if let PmdKind::Huge(_) = step.kind {
+                if step.whole() {
+                    self.zap_huge_pmd(tlb, mm, vma, &step);
+                    continue;
+                }
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
-            self.split_huge_pmd(mm, vma, pmd_t, idx, haddr);
-        }
-        if let Some(table) = pt.pte_table(addr) {
-            self.zap_pte_range(tlb, mm, vma, pt, table, addr, end);
+            if let Some(table) = pt.pte_table_at(step.table, step.idx) {
+                self.zap_pte_range(tlb, mm, vma, table, &step);
+            }
         }
     }
 
-    fn zap_huge_pmd(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        vma: &Vma,
-        pt: PageTables<'m>,
-        pmd_t: u64,
-        idx: usize,
-        haddr: u64,
-    ) {
+    fn zap_huge_pmd(&self, tlb: &mut MmuGather<'_, 'm>, mm: &Mm, vma: &Vma, step: &PmdStep) {
         let c = self.c();
         let phys = &self.m.phys;
-        let ptl = PtlGuard::lock(phys, pmd_t, c);
-        let pmd = pt.get(pmd_t, idx);
-        pt.set(pmd_t, idx, 0);
-        phys.memmap.pt_entries_add(pmd_t, -1);
-        c.add(Ev::PteWrite, 1);
+        let pt = self.tables(mm);
+        let haddr = step.haddr();
+        let mut pmdl = PmdLock::lock(pt, c, step.table);
+        let pmd = pmdl.clear(step.idx);
         tlb.add_range(haddr, haddr + PMD_SIZE);
-        let pfn = pt.arch.pfn(pmd);
-        if !(pt.arch.special(pmd) && phys.is_zero_pfn(pfn)) {
+        if let Some(pfn) = pt.vm_normal_folio(pmd) {
             rmap::remove_pmd(phys, c, pfn, mm.id);
             self.munlock_vma_folio(pfn, vma);
             mm.rss_add(RssKind::Anon, -(1 << HPAGE_PMD_ORDER));
             tlb.remove_folio(pfn, 1);
         }
-        drop(ptl);
+        drop(pmdl);
         self.zap_deposited_table(mm, haddr);
         c.add(Ev::ZapBatches, 1);
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `zap_pte_range` over the part of `step` in PTE table `table`: one batch per folio run
+    /// (`zap_present_ptes`).
     fn zap_pte_range(
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         vma: &Vma,
-        pt: PageTables<'m>,
         table: u64,
-        start: u64,
-        end: u64,
+        step: &PmdStep,
     ) {
         let c = self.c();
         let phys = &self.m.phys;
-        let arch = pt.arch;
-        let _ptl = PtlGuard::lock(phys, table, c);
-        let (i0, i1) = (
-            index(start, 12),
-            index(start, 12) + ((end - start) >> 12) as usize,
-        );
+        let mut ptes = PteLock::lock(self.tables(mm), c, table);
+        let (i0, i1) = step.pte_indexes();
         let shmem = vma.shmem.is_some();
         let batching = self.m.tunables().zap_pte_batch;
-        let mut cleared = 0i32;
+        let mut cleared = 0usize;
         let mut i = i0;
         while i < i1 {
-            let e = pt.ptep_get(table, i);
-            c.add(Ev::PteRead, 1);
+            let e = ptes.get(i);
             if e == 0 {
                 i += 1;
                 continue;
             }
-            let pfn = arch.pfn(e);
-            if arch.special(e) && phys.is_zero_pfn(pfn) {
-                pt.clear_ptes(c, table, i, 1);
-                c.add(Ev::ZapPtes, 1);
-                cleared += 1;
-                i += 1;
+            let run = ptes.run(i, e, i1 - i, batching, BatchFlags::default());
+            let nr = run.nr;
+            let dirty = ptes.clear(i, nr);
+            c.add(Ev::ZapPtes, nr as u64);
+            cleared += nr;
+            i += nr;
+            let Some(head) = run.folio else {
                 continue;
-            }
-            let head = phys.memmap.folio_of(pfn);
-            let large = phys.memmap.test(head, PageFlag::Head);
-            let nr = if batching == PteBatching::Batched && large && i1 - i > 1 {
-                let last = head + (1u64 << phys.memmap.order(head)) - 1;
-                let b = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default());
-                c.add(Ev::PteRead, b.nr as u64 - 1);
-                b.nr
-            } else {
-                1
             };
-            let dirty = self.get_and_clear_full_ptes(pt, table, i, nr);
             if shmem && dirty {
                 phys.memmap.set(head, PageFlag::Dirty);
             }
-            rmap::remove_ptes(phys, c, head, pfn, nr as u64, mm.id);
+            rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
             self.munlock_vma_folio(head, vma);
             mm.rss_add(
                 if shmem { RssKind::Shmem } else { RssKind::Anon },
@@ -255,19 +204,10 @@ impl<'m> Cpu<'m> {
             );
             tlb.remove_folio(head, nr as i32);
             c.add(Ev::ZapBatches, 1);
-            c.add(Ev::ZapPtes, nr as u64);
-            cleared += nr as i32;
-            i += nr;
         }
         if cleared > 0 {
-            phys.memmap.pt_entries_add(table, -cleared);
-            tlb.add_range(start, end);
+            tlb.add_range(step.start, step.end);
         }
-    }
-
-    /// `get_and_clear_full_ptes`: clears `nr` entries; returns whether any was dirty.
-    fn get_and_clear_full_ptes(&self, pt: PageTables<'m>, table: u64, i: usize, nr: usize) -> bool {
-        pt.clear_ptes(self.c(), table, i, nr)
     }
 
     /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.
@@ -299,24 +239,21 @@ impl<'m> Cpu<'m> {
         end: u64,
     ) {
         let pt = self.tables(mm);
-        self.free_level(tlb, mm, st, pt, pt.pgd, 0, 0, start, end);
+        let mut walk = FreeWalk {
+            tlb,
+            mm,
+            st,
+            pt,
+            range: (start, end),
+        };
+        self.free_level(&mut walk, pt.pgd, 0, 0);
     }
 
     /// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
-    /// `[start, end)`; frees each lower table whose span holds no VMA any more.
-    #[allow(clippy::too_many_arguments)]
-    fn free_level(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        st: &MmState,
-        pt: PageTables<'m>,
-        table: u64,
-        level: usize,
-        base: u64,
-        start: u64,
-        end: u64,
-    ) {
+    /// the walk's range; frees each lower table whose span holds no VMA any more.
+    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: u64, level: usize, base: u64) {
+        let pt = w.pt;
+        let (start, end) = w.range;
         let shift = crate::pgtable::LEVEL_SHIFTS[level];
         let size = 1u64 << shift;
         let first = (start.max(base) - base) >> shift;
@@ -329,20 +266,25 @@ impl<'m> Cpu<'m> {
             let child = pt.arch.table_pfn(e);
             let cbase = base + (i << shift);
             if level < 2 {
-                self.free_level(tlb, mm, st, pt, child, level + 1, cbase, start, end);
+                self.free_level(w, child, level + 1, cbase);
             }
             let span_end = cbase.saturating_add(size);
             if self.m.phys.memmap.pt_entries(child) != 0
-                || !st.vmas.overlapping(cbase, span_end).is_empty()
+                || !w.st.vmas.overlapping(cbase, span_end).is_empty()
             {
                 continue;
             }
-            self.c().add(Ev::LockPageTable, 1);
-            let _g = mm.page_table_lock.lock();
-            pt.set(table, i as usize, 0);
-            self.m.phys.memmap.pt_entries_add(table, -1);
-            self.c().add(Ev::PteWrite, 1);
-            tlb.remove_table(child);
+            pt.unlink_table(self.c(), &w.mm.page_table_lock, table, i as usize);
+            w.tlb.remove_table(child);
         }
     }
+}
+
+/// One `free_pgtables` walk: where freed tables go, and the range whose tables may go.
+struct FreeWalk<'g, 'c, 'm> {
+    tlb: &'g mut MmuGather<'c, 'm>,
+    mm: &'g Mm,
+    st: &'g MmState,
+    pt: PageTables<'m>,
+    range: (u64, u64),
 }

@@ -623,6 +623,15 @@ fn mremap_with_bad_arguments_is_einval() {
     no_change(&m, &cpu, p, Err(Errno::EINVAL), || {
         cpu.mremap(p, A, 0, 8 * K, plain)
     });
+    // Shrinking with an old length that runs past the address space: the tail's unmap is
+    // refused (EINVAL), B and C stay. It used to wrap and unmap them.
+    for old in [0xffff_0000_0000, 0xffff_ffff_ffff_f000, TASK_SIZE] {
+        for flags in [plain, MAYMOVE] {
+            no_change(&m, &cpu, p, Err(Errno::EINVAL), || {
+                cpu.mremap(p, A, old, 8 * K, flags)
+            });
+        }
+    }
 }
 
 #[test]
@@ -749,6 +758,19 @@ fn unpin_of_something_never_pinned_is_einval() {
 }
 
 #[test]
+fn pin_of_an_unaligned_address_pins_every_page_it_touches() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = fixture(&cpu);
+    cpu.pin(p, A + 1, 4 * K).expect("io_uring takes unaligned buffers");
+    assert_eq!(cpu.status(p).expect("status").vm_pin, 8 * K);
+    no_change(&m, &cpu, p, Err(Errno::EINVAL), || cpu.unpin(p, A, 4 * K));
+    assert_eq!(cpu.unpin(p, A + 1, 4 * K), Ok(()));
+    assert_eq!(cpu.status(p).expect("status").vm_pin, 0);
+    m.validate().expect("valid");
+}
+
+#[test]
 fn pin_of_an_unmapped_or_read_only_range_is_efault() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
@@ -761,8 +783,16 @@ fn pin_of_an_unmapped_or_read_only_range_is_efault() {
     ] {
         no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, addr, len));
     }
-    no_change(&m, &cpu, p, Err(Errno::EINVAL), || cpu.pin(p, A + 1, 4 * K));
-    no_change(&m, &cpu, p, Err(Errno::EINVAL), || cpu.pin(p, A, 0));
+    // io_uring's buffer checks: an empty buffer, a null address and one over 1 GiB are
+    // EFAULT before any page is touched (a 254 GiB pin used to abort the process allocating
+    // its page list); a wrapping range is EOVERFLOW.
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, 0));
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, 0, 4 * K));
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, (1 << 30) + 4 * K));
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, 0x7f00_0000_0000));
+    no_change(&m, &cpu, p, Err(Errno::EOVERFLOW), || {
+        cpu.pin(p, 0xffff_ffff_ffff_f000, 8 * K)
+    });
     // More than RLIMIT_MEMLOCK (8M) for an ordinary process.
     no_change(&m, &cpu, p, Err(Errno::ENOMEM), || {
         cpu.pin(p, A, 8 * M + 4 * K)

@@ -15,9 +15,10 @@
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, RssKind, Task};
-use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
-use crate::pgtable::{index, Arch, PageTables, PtlGuard, Walk, PMD_SIZE};
-use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::pgtable::batch::BatchFlags;
+use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
+use crate::pgtable::{index, Arch};
+use crate::phys::{FolioKind, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -25,6 +26,13 @@ use crate::tunables::{PteBatching, VmaTreeCopy};
 use crate::vma::{VmFlags, Vma};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// The PTE tables one `copy_pte_range` copies between, locked, and what it copies for.
+struct CopyPtes<'c, 'a> {
+    ctx: &'c ForkCtx<'c>,
+    vma: &'c Vma,
+    tables: PteCopy<'a>,
+}
 
 /// The pair of mms a fork copies between.
 struct ForkCtx<'a> {
@@ -194,52 +202,42 @@ impl<'m> Cpu<'m> {
 
     fn copy_page_range(&self, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
         let spt = self.tables(ctx.src);
-        let mut addr = vma.start;
-        while addr < vma.end {
-            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(vma.end);
-            match spt.walk(addr) {
-                Walk::PmdLeaf { table, idx, .. } => {
-                    if !self.copy_huge_pmd(ctx, vma, table, idx, addr)? {
-                        continue; // split: copy the PTEs on the next pass
-                    }
+        for step in spt.pmd_walk(vma.start, vma.end) {
+            if let PmdKind::Huge(_) = step.kind {
+                if self.copy_huge_pmd(ctx, vma, &step)? {
+                    continue;
                 }
-                Walk::Pte { table, .. } => self.copy_pte_range(ctx, vma, spt, table, addr, next)?,
-                Walk::NoPmd | Walk::PmdNone { .. } => {}
+                // Split (maybe pinned): copy its PTEs below.
             }
-            addr = next;
+            if let Some(table) = spt.pte_table_at(step.table, step.idx) {
+                self.copy_pte_range(ctx, vma, table, &step)?;
+            }
         }
         Ok(())
     }
 
     /// Copies one huge PMD; `Ok(false)` if it had to be split (maybe pinned) instead.
-    fn copy_huge_pmd(
-        &self,
-        ctx: &ForkCtx<'_>,
-        vma: &Vma,
-        table: u64,
-        idx: usize,
-        addr: u64,
-    ) -> SysResult<bool> {
+    fn copy_huge_pmd(&self, ctx: &ForkCtx<'_>, vma: &Vma, step: &PmdStep) -> SysResult<bool> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
         let spt = self.tables(ctx.src);
         let dpt = self.tables(ctx.dst);
-        let haddr = addr & !(PMD_SIZE - 1);
+        let (table, idx, haddr) = (step.table, step.idx, step.haddr());
         let dpmd = dpt
             .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
             .map_err(|_| Errno::ENOMEM)?;
         let deposit = phys
             .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
             .ok_or(Errno::ENOMEM)?;
-        let ptl = PtlGuard::lock(phys, table, c);
-        let pmd = spt.get(table, idx);
-        let pfn = arch.pfn(pmd);
-        let zero = arch.special(pmd) && phys.is_zero_pfn(pfn);
-        if !zero {
+        // The child's PMD lock, then the parent's, as `copy_huge_pmd`.
+        let mut dst = PmdLock::lock(dpt, c, dpmd);
+        let mut src = PmdLock::lock(spt, c, table);
+        let pmd = src.get(idx);
+        if let Some(pfn) = spt.vm_normal_folio(pmd) {
             let needs = ctx.needs_cow_for_dma && vma.is_cow();
             if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
-                drop(ptl);
+                drop((src, dst));
                 phys.put_folio(c, deposit, 1);
                 self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
                 return Ok(false);
@@ -249,97 +247,78 @@ impl<'m> Cpu<'m> {
         }
         let mut e = pmd;
         if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
-            spt.set(table, idx, arch.wrprotect(e));
-            c.add(Ev::PteWrite, 1);
+            src.replace(idx, arch.wrprotect(e));
         }
         if vma.is_cow() {
             e = arch.wrprotect(e);
         }
-        e = arch.mkold(e);
-        dpt.set(dpmd, index(haddr, 21), e);
-        phys.memmap.pt_entries_add(dpmd, 1);
-        c.add(Ev::PteWrite, 1);
+        dst.install(index(haddr, 21), arch.mkold(e));
         ctx.dst.deposited.lock().insert(haddr, deposit);
         Ok(true)
     }
 
+    /// `copy_pte_range`: the part of `step` in source PTE table `src_t`, one folio run at a
+    /// time, with the child's table and then the parent's locked.
     fn copy_pte_range(
         &self,
         ctx: &ForkCtx<'_>,
         vma: &Vma,
-        spt: PageTables<'m>,
         src_t: u64,
-        addr: u64,
-        end: u64,
+        step: &PmdStep,
     ) -> SysResult<()> {
         let c = self.c();
-        let phys = &self.m.phys;
         let dpt = self.tables(ctx.dst);
         let dst_t = dpt
-            .alloc_pte_table(c, &ctx.dst.page_table_lock, addr)
+            .alloc_pte_table(c, &ctx.dst.page_table_lock, step.start)
             .map_err(|_| Errno::ENOMEM)?
             .ok_or(Errno::ENOMEM)?;
-        let _dl = PtlGuard::lock(phys, dst_t, c);
-        let _sl = PtlGuard::lock(phys, src_t, c);
+        let mut cp = CopyPtes {
+            ctx,
+            vma,
+            tables: PteCopy::lock(self.tables(ctx.src), dpt, c, src_t, dst_t),
+        };
+        let (i0, iend) = step.pte_indexes();
         let mut rss = 0i64;
-        let i0 = index(addr, 12);
-        let iend = i0 + ((end - addr) >> 12) as usize;
-        let mut copied = 0;
         let mut i = i0;
         while i < iend {
-            let e = spt.ptep_get(src_t, i);
-            c.add(Ev::PteRead, 1);
+            let e = cp.tables.src.get(i);
             if e == 0 {
                 i += 1;
                 continue;
             }
-            let at = addr + ((i - i0) as u64) * 4096;
-            let (nr, added) =
-                match self.copy_present_ptes(ctx, vma, spt, src_t, dst_t, i, iend - i, e, at) {
-                    Ok(v) => v,
-                    Err(err) => {
-                        // Account what was already copied so the failed child tears down cleanly.
-                        self.account_copied(ctx.dst, dst_t, i0, iend);
-                        return Err(err);
-                    }
-                };
-            rss += added;
-            copied += nr as i32;
-            i += nr;
+            let at = step.start + ((i - i0) as u64) * 4096;
+            match self.copy_present_ptes(&mut cp, i, iend - i, e, at) {
+                Ok((nr, added)) => {
+                    rss += added;
+                    i += nr;
+                }
+                Err(err) => {
+                    // Account what was already copied so the failed child tears down cleanly.
+                    ctx.dst.rss_add(RssKind::Anon, self.copied_rss(&cp.tables.dst, i0, iend));
+                    return Err(err);
+                }
+            }
         }
-        phys.memmap.pt_entries_add(dst_t, copied);
         ctx.dst.rss_add(RssKind::Anon, rss);
         Ok(())
     }
 
-    /// Recounts the entries of `dst_t[i0..iend)` after a failed copy (`pt_entries`, RSS).
-    fn account_copied(&self, dst: &Mm, dst_t: u64, i0: usize, iend: usize) {
-        let pt = self.tables(dst);
-        let phys = &self.m.phys;
-        let (mut entries, mut rss) = (0, 0);
-        for i in i0..iend {
-            let e = pt.get(dst_t, i);
-            if e != 0 {
-                entries += 1;
-                if !(pt.arch.special(e) && phys.is_zero_pfn(pt.arch.pfn(e))) {
-                    rss += 1;
-                }
-            }
-        }
-        phys.memmap.pt_entries_add(dst_t, entries);
-        dst.rss_add(RssKind::Anon, rss);
+    /// The anon RSS of the child's entries `[i0, iend)` after a failed copy.
+    fn copied_rss(&self, dst: &PteLock<'_>, i0: usize, iend: usize) -> i64 {
+        let pt = dst.tables();
+        (i0..iend)
+            .filter(|&i| {
+                let e = pt.get(dst.table(), i);
+                e != 0 && pt.vm_normal_folio(e).is_some()
+            })
+            .count() as i64
     }
 
     /// Copies the present entry at `i` and, when batching, the rest of its folio run
     /// (`copy_present_ptes`). Returns (entries copied, anon RSS added to the child).
-    #[allow(clippy::too_many_arguments)]
     fn copy_present_ptes(
         &self,
-        ctx: &ForkCtx<'_>,
-        vma: &Vma,
-        spt: PageTables<'m>,
-        src_t: u64,
-        dst_t: u64,
+        cp: &mut CopyPtes<'_, '_>,
         i: usize,
         max_nr: usize,
         e: u64,
@@ -348,74 +327,47 @@ impl<'m> Cpu<'m> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
-        let pfn = arch.pfn(e);
-        let zero = arch.special(e) && phys.is_zero_pfn(pfn);
-        let head = phys.memmap.folio_of(pfn);
-        let large = !zero && phys.memmap.test(head, PageFlag::Head);
-        if ctx.batching != PteBatching::Batched || !large || max_nr == 1 {
-            return Ok((
-                1,
-                self.copy_present_pte(ctx, vma, spt, src_t, dst_t, i, e, addr)?,
-            ));
-        }
+        let vma = cp.vma;
         let flags = BatchFlags {
             respect_dirty: !vma.flags.has(VmFlags::SHARED),
             respect_soft_dirty: arch == Arch::X86_64 && !vma.flags.has(VmFlags::SOFTDIRTY),
             merge_write: true,
             ..BatchFlags::default()
         };
-        let last = head + (1u64 << phys.memmap.order(head)) - 1;
-        let b = folio_pte_batch(spt, src_t, i, e, last, max_nr, flags);
-        c.add(Ev::PteRead, b.nr as u64 - 1);
-        let nr = b.nr as u64;
+        let run = cp.tables.src.run(i, e, max_nr, cp.ctx.batching, flags);
+        let (Some(head), true) = (run.folio, run.batched) else {
+            return Ok((1, self.copy_present_pte(cp, i, e, addr)?));
+        };
+        let nr = run.nr as u64;
         rmap::folio_ref_add(phys, c, head, nr as i32);
-        let needs = ctx.needs_cow_for_dma && vma.is_cow();
-        if rmap::try_dup_anon_ptes(phys, c, head, pfn, nr, needs, ctx.dst.id).is_err() {
+        let needs = cp.ctx.needs_cow_for_dma && vma.is_cow();
+        if rmap::try_dup_anon_ptes(phys, c, head, run.pfn, nr, needs, cp.ctx.dst.id).is_err() {
             // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
             // the exclusive ones; the result is the same as the per-PTE path.
             rmap::folio_ref_add(phys, c, head, -(nr as i32));
             let mut rss = 0;
-            for j in 0..b.nr {
-                let ej = spt.ptep_get(src_t, i + j);
-                rss += self.copy_present_pte(
-                    ctx,
-                    vma,
-                    spt,
-                    src_t,
-                    dst_t,
-                    i + j,
-                    ej,
-                    addr + j as u64 * 4096,
-                )?;
+            for j in 0..run.nr {
+                let ej = cp.tables.src.peek(i + j);
+                rss += self.copy_present_pte(cp, i + j, ej, addr + j as u64 * 4096)?;
             }
-            return Ok((b.nr, rss));
+            return Ok((run.nr, rss));
         }
         c.add(Ev::ForkBatches, 1);
         c.add(Ev::ForkPtes, nr);
-        let first = if b.any_writable { arch.mkwrite(e) } else { e };
-        self.write_copied_ptes(ctx, vma, spt, src_t, dst_t, i, first, b.nr);
-        Ok((b.nr, nr as i64))
+        let first = if run.any_writable { arch.mkwrite(e) } else { e };
+        self.write_copied_ptes(cp, i, first, run.nr);
+        Ok((run.nr, nr as i64))
     }
 
     /// `__copy_present_ptes`: write-protects `nr` parent entries of a COW mapping and writes the
     /// child's entries (old, clean for shared mappings, without uffd-wp), `e` first.
-    #[allow(clippy::too_many_arguments)]
-    fn write_copied_ptes(
-        &self,
-        ctx: &ForkCtx<'_>,
-        vma: &Vma,
-        spt: PageTables<'m>,
-        src_t: u64,
-        dst_t: u64,
-        i: usize,
-        e: u64,
-        nr: usize,
-    ) {
+    fn write_copied_ptes(&self, cp: &mut CopyPtes<'_, '_>, i: usize, e: u64, nr: usize) {
         let arch = self.m.arch;
+        let vma = cp.vma;
         let mut child = e;
         if vma.is_cow() && arch.write(child) {
-            if !ctx.skip_wrprotect {
-                spt.wrprotect_ptes(self.c(), src_t, i, nr);
+            if !cp.ctx.skip_wrprotect {
+                cp.tables.src.wrprotect(i, nr);
             }
             child = arch.wrprotect(child);
         }
@@ -423,18 +375,13 @@ impl<'m> Cpu<'m> {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        self.tables(ctx.dst).set_ptes(self.c(), dst_t, i, child, nr);
+        cp.tables.dst.set_ptes(i, child, nr);
     }
 
     /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
-    #[allow(clippy::too_many_arguments)]
     fn copy_present_pte(
         &self,
-        ctx: &ForkCtx<'_>,
-        vma: &Vma,
-        spt: PageTables<'m>,
-        src_t: u64,
-        dst_t: u64,
+        cp: &mut CopyPtes<'_, '_>,
         i: usize,
         e: u64,
         addr: u64,
@@ -442,25 +389,22 @@ impl<'m> Cpu<'m> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
-        let dpt = self.tables(ctx.dst);
         let pfn = arch.pfn(e);
-        let normal = !(arch.special(e) && phys.is_zero_pfn(pfn));
         let mut rss = 0;
         c.add(Ev::ForkPtes, 1);
-        if normal {
-            let head = phys.memmap.folio_of(pfn);
+        if let Some(head) = cp.tables.src.tables().vm_normal_folio(e) {
             rmap::folio_ref_add(phys, c, head, 1);
             c.add(Ev::ForkBatches, 1);
-            let needs = ctx.needs_cow_for_dma && vma.is_cow();
-            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, ctx.dst.id).is_err() {
+            let needs = cp.ctx.needs_cow_for_dma && cp.vma.is_cow();
+            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, cp.ctx.dst.id).is_err() {
                 rmap::folio_ref_add(phys, c, head, -1);
-                let copy = self.copy_present_page(ctx.dst, vma, pfn, addr)?;
-                dpt.set_pte(c, dst_t, i, copy);
+                let copy = self.copy_present_page(cp.ctx.dst, cp.vma, pfn, addr)?;
+                cp.tables.dst.set_ptes(i, copy, 1);
                 return Ok(1);
             }
             rss = 1;
         }
-        self.write_copied_ptes(ctx, vma, spt, src_t, dst_t, i, e, 1);
+        self.write_copied_ptes(cp, i, e, 1);
         Ok(rss)
     }
 

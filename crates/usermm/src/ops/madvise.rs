@@ -247,39 +247,42 @@ impl<'m> Cpu<'m> {
     /// until reclaim. A folio already marked dirty is only freed when this mapping is its only
     /// one; a large folio only when the range covers it and it is mapped exclusively.
     fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
+        use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
+        let mem = &self.m.phys.memmap;
         self.lru_add_drain();
-        let mut a = start;
-        while a < end {
-            if let crate::pgtable::Walk::Pte { table, idx, entry } = pt.walk(a) {
+        // PMD leaves are left alone (Linux's madvise_free_huge_pmd is not modelled yet).
+        for step in pt.pmd_walk(start, end) {
+            let PmdKind::Table(table) = step.kind else {
+                continue;
+            };
+            let mut ptes = PteLock::lock(pt, self.c(), table);
+            let (i0, i1) = step.pte_indexes();
+            for i in i0..i1 {
+                let entry = ptes.get(i);
+                if entry == 0 || !pt.arch.present(entry) {
+                    continue;
+                }
+                let Some(head) = pt.vm_normal_folio(entry) else {
+                    continue;
+                };
+                let a = step.start + ((i - i0) as u64) * 4096;
                 let pfn = pt.arch.pfn(entry);
-                if entry != 0 && pt.arch.present(entry) && !phys.is_zero_pfn(pfn) {
-                    let head = mem.folio_of(pfn);
-                    let nr = 1u64 << mem.order(head);
-                    let folio_start = a - (pfn - head) * 4096;
-                    let mapcount = if nr > 1 {
-                        mem.folio_mapcount(head)
-                    } else {
-                        mem.mapcount(head)
-                    };
-                    let eligible = if nr > 1 {
-                        folio_start >= start.max(vma.start)
-                            && folio_start + nr * 4096 <= end
-                            && mapcount == nr as i32
-                    } else {
-                        !mem.test(head, PageFlag::Dirty) || mapcount == 1
-                    };
-                    if eligible {
-                        let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
-                        pt.set_pte(self.c(), table, idx, pt.arch.mkclean(pt.arch.mkold(entry)));
-                        self.folio_mark_lazyfree(head);
-                    }
+                let nr = 1u64 << mem.order(head);
+                let folio_start = a - (pfn - head) * 4096;
+                let eligible = if nr > 1 {
+                    folio_start >= start.max(vma.start)
+                        && folio_start + nr * 4096 <= end
+                        && mem.folio_mapcount(head) == nr as i32
+                } else {
+                    !mem.test(head, PageFlag::Dirty) || mem.mapcount(head) == 1
+                };
+                if eligible {
+                    ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry)));
+                    self.folio_mark_lazyfree(head);
                 }
             }
-            a += 4096;
         }
         self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
     }

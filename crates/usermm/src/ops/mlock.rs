@@ -13,7 +13,7 @@ use crate::fault::Access;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
-use crate::pgtable::{index, Walk, PMD_SIZE};
+use crate::pgtable::cursor::{PmdKind, PmdStep, PteLock};
 use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
@@ -275,69 +275,66 @@ impl<'m> Cpu<'m> {
     fn mlock_vma_pages_range(&self, mm: &Mm, vma: &Vma, start: u64, end: u64, lock: bool) {
         let pt = self.tables(mm);
         let phys = &self.m.phys;
-        let mut addr = start;
-        while addr < end {
-            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
-            match pt.walk(addr) {
-                Walk::PmdLeaf { entry, .. } => {
+        for step in pt.pmd_walk(start, end) {
+            match step.kind {
+                PmdKind::Huge(entry) => {
                     let pfn = pt.arch.pfn(entry);
                     if !phys.is_zero_pfn(pfn) && pt.arch.present(entry) {
                         self.mlock_queue().mlock_or_munlock(pfn, lock);
                     }
                 }
-                Walk::Pte { table, .. } => {
-                    self.mlock_pte_table(pt, table, vma, (start, end), addr, next, lock)
+                PmdKind::Table(table) => {
+                    self.mlock_pte_table(pt, table, vma, (start, end), &step, lock)
                 }
-                Walk::NoPmd | Walk::PmdNone { .. } => {}
             }
-            addr = next;
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `mlock_pte_range` over the part of `step` in `table`. Reads are not counted and large
+    /// folios are always batched, as before the page-table cursor (the munlock tables'
+    /// counters stay comparable across versions).
     fn mlock_pte_table(
         &self,
         pt: crate::pgtable::PageTables<'m>,
         table: u64,
         vma: &Vma,
         range: (u64, u64),
-        addr: u64,
-        end: u64,
+        step: &PmdStep,
         lock: bool,
     ) {
         let phys = &self.m.phys;
         let mem = &phys.memmap;
-        let _ptl = crate::pgtable::PtlGuard::lock(phys, table, self.c());
-        let (i0, i1) = (
-            index(addr, 12),
-            index(addr, 12) + ((end - addr) >> 12) as usize,
-        );
+        let ptes = PteLock::lock(pt, self.c(), table);
+        let (i0, i1) = step.pte_indexes();
         let mut queue = self.mlock_queue();
         let mut i = i0;
         while i < i1 {
-            let e = pt.get(table, i);
-            let pfn = pt.arch.pfn(e);
-            if e == 0 || !pt.arch.present(e) || (pt.arch.special(e) && phys.is_zero_pfn(pfn)) {
+            let e = ptes.peek_raw(i);
+            if e == 0 || !pt.arch.present(e) {
                 i += 1;
                 continue;
             }
-            let head = mem.folio_of(pfn);
+            let Some(head) = pt.vm_normal_folio(e) else {
+                i += 1;
+                continue;
+            };
             if !mem.test(head, PageFlag::Head) {
                 queue.mlock_or_munlock(head, lock);
                 i += 1;
                 continue;
             }
+            let pfn = pt.arch.pfn(e);
             let nr_pages = 1u64 << mem.order(head);
             let last = head + nr_pages - 1;
-            let step = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
-            let va = addr + ((i - i0) as u64) * 4096;
+            let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
+            let va = step.start + ((i - i0) as u64) * 4096;
             let folio_start = va - (pfn - head) * 4096;
             let within = folio_start >= range.0.max(vma.start)
                 && folio_start + nr_pages * 4096 <= range.1.min(vma.end);
-            if !lock || (within && step as u64 == nr_pages) {
+            if !lock || (within && n as u64 == nr_pages) {
                 queue.mlock_or_munlock(head, lock);
             }
-            i += step;
+            i += n;
         }
     }
 

@@ -20,6 +20,13 @@ pub(crate) fn page_align(len: u64) -> Option<u64> {
     len.checked_add(4095).map(|v| v & !4095)
 }
 
+/// Whether `[start, start+len)` lies inside the user address space, as `do_vmi_munmap`
+/// requires (`start > TASK_SIZE || len > TASK_SIZE - start` is `EINVAL`). Written without
+/// the sum so that a huge `len` cannot wrap around to a small end.
+pub(crate) fn user_range_ok(start: u64, len: u64) -> bool {
+    start <= crate::pgtable::TASK_SIZE && len <= crate::pgtable::TASK_SIZE - start
+}
+
 /// Whether an address is page aligned.
 pub(crate) fn aligned(addr: u64) -> bool {
     addr & 4095 == 0

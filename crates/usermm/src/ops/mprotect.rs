@@ -10,7 +10,8 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::ops::mmap::prot_flags;
-use crate::pgtable::{index, Prot, PtlGuard, Walk, PMD_SIZE};
+use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::Prot;
 use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -103,28 +104,17 @@ impl<'m> Cpu<'m> {
     pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: u64, end: u64) {
         let pt = self.tables(mm);
         let mut changed = false;
-        let mut addr = start;
-        while addr < end {
-            let next = ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end);
-            match pt.walk(addr) {
-                Walk::PmdLeaf { table, idx, .. } => {
-                    let haddr = addr & !(PMD_SIZE - 1);
-                    if addr == haddr && next == haddr + PMD_SIZE {
-                        changed |= self.change_huge_pmd(mm, vma, table, idx);
-                        addr = next;
-                        continue;
-                    }
-                    self.split_huge_pmd(mm, vma, table, idx, haddr);
-                    if let Some(t) = pt.pte_table(addr) {
-                        changed |= self.change_pte_range(mm, vma, t, addr, next);
-                    }
+        for step in pt.pmd_walk(start, end) {
+            if let PmdKind::Huge(_) = step.kind {
+                if step.whole() {
+                    changed |= self.change_huge_pmd(mm, vma, step.table, step.idx);
+                    continue;
                 }
-                Walk::Pte { table, .. } => {
-                    changed |= self.change_pte_range(mm, vma, table, addr, next)
-                }
-                Walk::NoPmd | Walk::PmdNone { .. } => {}
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
-            addr = next;
+            if let Some(table) = pt.pte_table_at(step.table, step.idx) {
+                changed |= self.change_pte_range(mm, vma, table, &step);
+            }
         }
         if changed {
             self.flush_tlb(mm, FlushScope::Range(start, end));
@@ -144,20 +134,18 @@ impl<'m> Cpu<'m> {
         n
     }
 
-    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: u64, start: u64, end: u64) -> bool {
-        let c = self.c();
-        let pt = self.tables(mm);
-        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
+    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: u64, step: &PmdStep) -> bool {
+        let mut ptes = PteLock::lock(self.tables(mm), self.c(), table);
+        let (i0, i1) = step.pte_indexes();
         let mut changed = false;
-        for i in index(start, 12)..index(start, 12) + ((end - start) >> 12) as usize {
-            let e = pt.get(table, i);
-            c.add(Ev::PteRead, 1);
+        for i in i0..i1 {
+            let e = ptes.get_raw(i);
             if e == 0 {
                 continue;
             }
             let n = self.new_pte(vma, e, false);
             if n != e & !crate::pgtable::arch::arm64::CONT {
-                pt.set_pte(c, table, i, n);
+                ptes.replace(i, n);
                 changed = true;
             }
         }
@@ -165,14 +153,11 @@ impl<'m> Cpu<'m> {
     }
 
     fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: u64, idx: usize) -> bool {
-        let c = self.c();
-        let pt = self.tables(mm);
-        let _ptl = PtlGuard::lock(&self.m.phys, table, c);
-        let e = pt.get(table, idx);
+        let mut pmdl = PmdLock::lock(self.tables(mm), self.c(), table);
+        let e = pmdl.get(idx);
         let n = self.new_pte(vma, e, true);
         if n != e {
-            pt.set(table, idx, n);
-            c.add(Ev::PteWrite, 1);
+            pmdl.replace(idx, n);
         }
         n != e
     }

@@ -6,12 +6,13 @@
 //! mapcounts and RSS do not change; the new VMA keeps the old page offset and therefore only
 //! merges with neighbours whose offsets continue it.
 
-use super::{aligned, page_align};
+use super::{aligned, page_align, user_range_ok};
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Task};
 use crate::ops::mmap::AreaRequest;
-use crate::pgtable::{index, PtlGuard, Walk, PMD_SIZE, TASK_SIZE};
+use crate::pgtable::cursor::{pmd_addr_end, PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::{index, PMD_SIZE, TASK_SIZE};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::merge::{self, Proposal};
@@ -45,7 +46,9 @@ impl<'m> Cpu<'m> {
         if !aligned(addr) {
             return Err(Errno::EINVAL);
         }
-        let old_len = page_align(old_len).ok_or(Errno::EINVAL)?;
+        // PAGE_ALIGN wraps as Linux's does: a length within a page of 2^64 becomes 0, the
+        // "duplicate a shared mapping" case.
+        let old_len = page_align(old_len).unwrap_or(0);
         let new_len = page_align(new_len).unwrap_or(0);
         if new_len == 0 || new_len > TASK_SIZE {
             return Err(Errno::EINVAL);
@@ -70,7 +73,7 @@ impl<'m> Cpu<'m> {
         // Shrinking only unmaps the tail: the old range may span several VMAs.
         if new_len <= old_len {
             if new_len < old_len {
-                self.do_munmap(&task.mm, &mut st, addr + new_len, addr + old_len)?;
+                self.shrink_tail(&task.mm, &mut st, addr, old_len, new_len)?;
             }
             return Ok(addr);
         }
@@ -125,6 +128,25 @@ impl<'m> Cpu<'m> {
         };
         merge::insert_new(&mut st.vmas, p)?;
         Ok(dst)
+    }
+
+    /// Unmaps the tail `[addr+new_len, addr+old_len)` of a shrinking remap (`shrink_vma`,
+    /// which goes through `do_vmi_munmap` and so refuses a range that leaves the address
+    /// space with `EINVAL`: an old length near 2^64 must not wrap onto other mappings).
+    fn shrink_tail(
+        &self,
+        mm: &Mm,
+        st: &mut MmState,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+    ) -> SysResult<()> {
+        let start = addr.checked_add(new_len).ok_or(Errno::EINVAL)?;
+        let len = old_len - new_len;
+        if !user_range_ok(start, len) {
+            return Err(Errno::EINVAL);
+        }
+        self.do_munmap(mm, st, start, start + len)
     }
 
     fn vma_expandable(&self, st: &MmState, from: u64, delta: u64) -> bool {
@@ -193,7 +215,7 @@ impl<'m> Cpu<'m> {
         }
         self.do_munmap(&task.mm, st, na, na + new_len)?;
         let old_len = if old_len > new_len {
-            self.do_munmap(&task.mm, st, addr + new_len, addr + old_len)?;
+            self.shrink_tail(&task.mm, st, addr, old_len, new_len)?;
             new_len
         } else {
             old_len
@@ -269,19 +291,20 @@ impl<'m> Cpu<'m> {
 
     /// Allocates every destination table the move will need before anything moves, so that a
     /// failure leaves the mapping untouched (Linux moves back what it moved; nothing moved here).
+    /// A destination PTE table is needed wherever the source has one, or a PMD leaf that will
+    /// not move whole.
     fn prealloc_tables(&self, mm: &Mm, src: u64, dst: u64, len: u64) -> SysResult<()> {
         let pt = self.tables(mm);
         let mut a = dst;
         while a < dst + len {
-            let chunk_end = ((a & !(PMD_SIZE - 1)) + PMD_SIZE).min(dst + len);
+            let chunk_end = pmd_addr_end(a, dst + len);
             let s = src + (a - dst);
-            let whole_leaf = a.is_multiple_of(PMD_SIZE)
-                && s.is_multiple_of(PMD_SIZE)
-                && chunk_end - a == PMD_SIZE;
-            let needs_ptes = !whole_leaf
-                && (s..s + (chunk_end - a))
-                    .step_by(4096)
-                    .any(|x| !matches!(pt.walk(x), Walk::NoPmd | Walk::PmdNone { .. }));
+            let needs_ptes = pt
+                .pmd_walk(s, s + (chunk_end - a))
+                .any(|step| match step.kind {
+                    PmdKind::Table(_) => true,
+                    PmdKind::Huge(_) => !(a.is_multiple_of(PMD_SIZE) && step.whole()),
+                });
             if needs_ptes {
                 pt.alloc_pte_table(self.c(), &mm.page_table_lock, a)
                     .map_err(|_| Errno::ENOMEM)?;
@@ -294,54 +317,85 @@ impl<'m> Cpu<'m> {
         Ok(())
     }
 
-    /// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`).
+    /// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`):
+    /// whole PMD leaves when both sides are PMD aligned, otherwise PTEs, one source table
+    /// piece at a time with both tables locked (`move_ptes`).
     fn move_page_tables(&self, mm: &Mm, vma: &crate::vma::Vma, src: u64, dst: u64, len: u64) {
-        let c = self.c();
         let pt = self.tables(mm);
-        let phys = &self.m.phys;
-        let mut off = 0;
         let mut moved = false;
-        while off < len {
-            let (s, d) = (src + off, dst + off);
-            if let Walk::PmdLeaf { table, idx, entry } = pt.walk(s) {
-                let whole =
-                    s & (PMD_SIZE - 1) == 0 && d & (PMD_SIZE - 1) == 0 && len - off >= PMD_SIZE;
-                if whole {
-                    if let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, d) {
-                        let _g = PtlGuard::lock(phys, table, c);
-                        pt.set(table, idx, 0);
-                        phys.memmap.pt_entries_add(table, -1);
-                        pt.set(dpmd, index(d, 21), entry);
-                        phys.memmap.pt_entries_add(dpmd, 1);
-                        c.add(Ev::PteWrite, 2);
-                        let dep = mm.deposited.lock().remove(&s);
-                        if let Some(t) = dep {
-                            mm.deposited.lock().insert(d, t);
-                        }
-                        moved = true;
-                        off += PMD_SIZE;
-                        continue;
-                    }
+        for step in pt.pmd_walk(src, src + len) {
+            let d0 = dst + (step.start - src);
+            if let PmdKind::Huge(_) = step.kind {
+                if step.whole() && d0.is_multiple_of(PMD_SIZE) && self.move_huge_pmd(mm, &step, d0)
+                {
+                    moved = true;
+                    continue;
                 }
-                self.split_huge_pmd(mm, vma, table, idx, s & !(PMD_SIZE - 1));
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
-            if let Walk::Pte { table, idx, entry } = pt.walk(s) {
-                if entry != 0 {
-                    if let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) {
-                        let _g = PtlGuard::lock(phys, table, c);
-                        let entry = pt.ptep_get(table, idx);
-                        pt.clear_ptes(c, table, idx, 1);
-                        phys.memmap.pt_entries_add(table, -1);
-                        pt.set_pte(c, dt, index(d, 12), entry);
-                        phys.memmap.pt_entries_add(dt, 1);
-                        moved = true;
-                    }
-                }
+            let Some(table) = pt.pte_table_at(step.table, step.idx) else {
+                continue;
+            };
+            // Pieces that stay inside one destination table.
+            let mut s = step.start;
+            while s < step.end {
+                let d = dst + (s - src);
+                let piece_end = step.end.min(s + (pmd_addr_end(d, u64::MAX) - d));
+                moved |= self.move_ptes(mm, table, s, piece_end, d);
+                s = piece_end;
             }
-            off += 4096;
         }
         if moved {
             self.flush_tlb(mm, FlushScope::Range(src, src + len));
         }
+    }
+
+    /// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table; false if
+    /// the destination PMD table cannot be had (the caller splits and moves PTEs instead).
+    fn move_huge_pmd(&self, mm: &Mm, step: &PmdStep, dst: u64) -> bool {
+        let c = self.c();
+        let pt = self.tables(mm);
+        let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, dst) else {
+            return false;
+        };
+        let mut from = PmdLock::lock(pt, c, step.table);
+        let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
+        let entry = from.clear(step.idx);
+        match other.as_mut() {
+            Some(to) => to.install(index(dst, 21), entry),
+            None => from.install(index(dst, 21), entry),
+        }
+        let mut deposited = mm.deposited.lock();
+        if let Some(t) = deposited.remove(&step.start) {
+            deposited.insert(dst, t);
+        }
+        true
+    }
+
+    /// `move_ptes`: moves the entries of `[s, e)` in PTE table `table` to `d`, which lies in
+    /// one destination table; the source table is locked first, then the destination.
+    fn move_ptes(&self, mm: &Mm, table: u64, s: u64, e: u64, d: u64) -> bool {
+        let c = self.c();
+        let pt = self.tables(mm);
+        let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) else {
+            return false;
+        };
+        let (si, di, n) = (index(s, 12), index(d, 12), ((e - s) >> 12) as usize);
+        let mut from = PteLock::lock(pt, c, table);
+        let mut to = (dt != table).then(|| PteLock::lock(pt, c, dt));
+        let mut moved = false;
+        for j in 0..n {
+            let entry = from.get(si + j);
+            if entry == 0 {
+                continue;
+            }
+            from.clear(si + j, 1);
+            match to.as_mut() {
+                Some(to) => to.set_ptes(di + j, entry, 1),
+                None => from.set_ptes(di + j, entry, 1),
+            }
+            moved = true;
+        }
+        moved
     }
 }

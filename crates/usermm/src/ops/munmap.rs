@@ -3,11 +3,10 @@
 //! Linux counterparts: `mm/vma.c` (`do_vmi_munmap`, `do_vmi_align_munmap`,
 //! `vms_gather_munmap_vmas`, `vms_complete_munmap_vmas`), `mm/mmap.c` (`__vm_munmap`).
 
-use super::{aligned, page_align};
+use super::{aligned, page_align, user_range_ok};
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
-use crate::pgtable::TASK_SIZE;
 use crate::stats::Ev;
 use crate::vma::{merge, VmFlags};
 use crate::zap::{GatherScope, MmuGather};
@@ -24,7 +23,7 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EINVAL);
         }
         let len = page_align(len).ok_or(Errno::EINVAL)?;
-        if addr > TASK_SIZE || len > TASK_SIZE - addr {
+        if !user_range_ok(addr, len) {
             return Err(Errno::EINVAL);
         }
         self.c().add(Ev::LockMmap, 1);

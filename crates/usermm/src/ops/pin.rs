@@ -6,7 +6,6 @@
 //! its refcount by `GUP_PIN_COUNTING_BIAS` (small folios), and marks the mm `MMF_HAS_PINNED`,
 //! which is what makes a later fork copy these pages for the child.
 
-use super::aligned;
 use crate::errno::{Errno, SysResult};
 use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
@@ -16,20 +15,33 @@ use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::stats::Ev;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// io_uring's limit on one registered buffer (`SZ_1G` in `io_buffer_validate`): longer ones
+/// are `EFAULT`. It also bounds what one pin allocates here.
+const PIN_MAX_LEN: u64 = 1 << 30;
+
 impl<'m> Cpu<'m> {
-    /// Pins `[addr, addr+len)` of process `pid` until [`Cpu::unpin`].
+    /// Pins the pages of `[addr, addr+len)` of process `pid` until [`Cpu::unpin`].
+    ///
+    /// The checks are io_uring's buffer registration (`io_buffer_validate`): the address need
+    /// not be page aligned (the pages the range touches are pinned), a buffer is at most 1 GiB.
     ///
     /// # Errors
-    /// `EINVAL` (unaligned or empty), `EFAULT` (not mapped, not writable, or beyond a shared
-    /// mapping's object: the fault's SIGBUS), `ENOMEM` (memlock charge above RLIMIT_MEMLOCK for
-    /// an ordinary process, or out of memory).
+    /// `EFAULT` (null address, zero or over-1-GiB length, not mapped, not writable, or beyond
+    /// a shared mapping's object: the fault's SIGBUS), `EOVERFLOW` (the range wraps),
+    /// `ENOMEM` (memlock charge above RLIMIT_MEMLOCK for an ordinary process, or out of
+    /// memory).
     pub fn pin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
         let task = self.m.task(pid)?;
-        if !aligned(addr) || len == 0 || addr.checked_add(len).is_none() {
-            return Err(Errno::EINVAL);
+        if addr == 0 || len == 0 || len > PIN_MAX_LEN {
+            return Err(Errno::EFAULT);
         }
+        let end = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(4095))
+            .ok_or(Errno::EOVERFLOW)?;
+        let first = addr & !4095;
+        let pages = (end >> 12) - (addr >> 12);
         let mm = &task.mm;
-        let pages = len.div_ceil(4096);
         self.c().add(Ev::LockMmap, 1);
         let mut st = mm.lock.write();
         if task.privilege == Privilege::Ordinary
@@ -39,7 +51,7 @@ impl<'m> Cpu<'m> {
         }
         let mut pfns = Vec::with_capacity(pages as usize);
         for i in 0..pages {
-            let a = addr + i * 4096;
+            let a = first + i * 4096;
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
             match self.translate_or_fault(mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),

@@ -62,7 +62,7 @@ impl<'a> PageTables<'a> {
     ///
     /// # Context
     /// PTL held; for `nr > 1` the targets are empty.
-    pub fn set_ptes(&self, c: &CpuCounters, table: u64, idx: usize, e: u64, nr: usize) {
+    pub(super) fn set_ptes(&self, c: &CpuCounters, table: u64, idx: usize, e: u64, nr: usize) {
         if nr == 1 {
             self.set_pte(c, table, idx, e);
             return;
@@ -95,7 +95,7 @@ impl<'a> PageTables<'a> {
 
     /// Sets one entry (`set_pte_at`): unfolds its block first if folded, then tries to fold
     /// when this is the last entry of a block.
-    pub fn set_pte(&self, c: &CpuCounters, table: u64, idx: usize, e: u64) {
+    pub(super) fn set_pte(&self, c: &CpuCounters, table: u64, idx: usize, e: u64) {
         self.unfold_if_cont(c, table, idx);
         self.set(table, idx, e & !cont_bit(self.arch));
         c.add(Ev::PteWrite, 1);
@@ -105,7 +105,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Clears `nr` entries (`get_and_clear_full_ptes`); returns whether any was dirty.
-    pub fn clear_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) -> bool {
+    pub(super) fn clear_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) -> bool {
         self.unfold_partial(c, table, idx, nr);
         let mut dirty = false;
         for j in idx..idx + nr {
@@ -117,7 +117,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Write-protects `nr` present entries (`wrprotect_ptes`); whole folded blocks stay folded.
-    pub fn wrprotect_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) {
+    pub(super) fn wrprotect_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) {
         self.unfold_partial(c, table, idx, nr);
         for j in idx..idx + nr {
             let e = self.get(table, j);

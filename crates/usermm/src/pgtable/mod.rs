@@ -14,6 +14,7 @@
 pub mod arch;
 pub mod batch;
 pub mod contpte;
+pub(crate) mod cursor;
 
 use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
@@ -129,9 +130,10 @@ impl<'a> PageTables<'a> {
         self.phys.arena.word(table, idx).load(Ordering::Acquire)
     }
 
-    /// Writes an entry.
+    /// Writes an entry. Private to the page-table module: everything else writes through
+    /// the cursor's lock types ([`cursor`]), which own the lock and the bookkeeping.
     #[inline]
-    pub fn set(&self, table: u64, idx: usize, v: u64) {
+    pub(super) fn set(&self, table: u64, idx: usize, v: u64) {
         self.phys.arena.word(table, idx).store(v, Ordering::Release)
     }
 
@@ -232,6 +234,25 @@ impl<'a> PageTables<'a> {
         self.phys.memmap.pt_entries_add(table, 1);
         c.add(Ev::PteWrite, 1);
         Ok(Some(new))
+    }
+
+    /// Empties `table[idx]`, which points at a lower table (`free_pgtables`); the caller
+    /// frees that table after the TLB flush.
+    ///
+    /// # Context
+    /// mmap lock held for writing; takes `page_table_lock` around the store.
+    pub(crate) fn unlink_table(
+        &self,
+        c: &CpuCounters,
+        lock: &parking_lot::Mutex<()>,
+        table: u64,
+        idx: usize,
+    ) {
+        c.add(Ev::LockPageTable, 1);
+        let _g = lock.lock();
+        self.set(table, idx, 0);
+        self.phys.memmap.pt_entries_add(table, -1);
+        c.add(Ev::PteWrite, 1);
     }
 
     /// Ensures the PGD and PUD levels exist for `addr` and returns the PMD table.

@@ -1,0 +1,113 @@
+//! Reproducers of the security and data-loss review, on the engine (the oracle corpus runs
+//! the same files against the host): each failed before its fix.
+
+use scenario::engine::EngineBackend;
+use scenario::run::{run, RunOptions, Runner};
+use usermm::Ev;
+
+fn file(name: &str) -> scenario::Script {
+    let path = format!("{}/../../scenarios/oracle/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = scenario::read_source(&path).unwrap_or_else(|e| panic!("{e}"));
+    scenario::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn validated(tunables: &[(&str, &str)]) -> RunOptions {
+    RunOptions {
+        validate: true,
+        tunables: tunables
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..RunOptions::default()
+    }
+}
+
+fn assert_clean(name: &str) {
+    let r = run(&file(name), &validated(&[]));
+    assert_eq!(r.exit_code(), 0, "{name}: {:?} {:?}", r.failures, r.abort);
+}
+
+#[test]
+fn mremap_with_an_old_length_past_the_address_space_is_einval_and_loses_nothing() {
+    assert_clean("mremap-huge-old-len.scn");
+}
+
+#[test]
+fn pins_follow_io_uring_limits_without_allocating_for_absurd_lengths() {
+    assert_clean("pin-bounds.scn");
+}
+
+#[test]
+fn on_cpu_shootdown_reaches_the_other_cpu() {
+    assert_clean("on-cpu-shootdown.scn");
+}
+
+#[test]
+fn a_skipped_shootdown_is_reported_as_a_stale_access() {
+    let r = run(
+        &file("on-cpu-shootdown.scn"),
+        &validated(&[("test_skip_tlb_flush", "true"), ("check_tlb", "true")]),
+    );
+    assert_eq!(r.exit_code(), 1, "{:?}", r.abort);
+    assert!(
+        r.failures
+            .iter()
+            .any(|f| f.line == 9 && f.message.contains("succeeded")),
+        "the read on cpu1 after the unmap must be the failure: {:?}",
+        r.failures
+    );
+    assert!(r.counters.get(Ev::TlbStaleHit) >= 1);
+    assert!(
+        r.failures.iter().any(|f| f.message.starts_with("validate:")),
+        "validate() sees the stale TLB entry: {:?}",
+        r.failures
+    );
+}
+
+#[test]
+fn on_cpu_runs_the_statement_on_that_cpu() {
+    let text = "set cpus 3\np0 = spawn\na = p0 mmap 64K rw private anon\n\
+                p0 write a 4K pattern=0x1 on cpu2\np0 read a 4K on cpu1\n";
+    let script = scenario::parse("t.scn", text).expect("parses");
+    let mut r = Runner::new(EngineBackend::new(Vec::new()));
+    for s in &script.stmts {
+        let step = r.run_stmt(s);
+        assert!(step.abort.is_none() && step.expect_failure.is_none());
+    }
+    let m = r.backend.built().expect("machine");
+    let tlbs = m.tlbs();
+    let filled: Vec<usize> = tlbs.iter().map(|t| t.entries().len()).collect();
+    assert_eq!(filled, vec![0, 1, 1], "cpu0 never ran an access");
+    assert_eq!(script.to_string().lines().nth(3), Some("p0 write a 4K pattern=0x01 on cpu2"));
+}
+
+#[test]
+fn on_cpu_is_checked_at_parse_time() {
+    for (text, col, msg) in [
+        ("p0 = spawn\np0 exit on cpu2\n", 12, "the machine has 2 CPUs"),
+        ("set cpus 4\np0 = spawn\np0 exit on cpu4\n", 12, "the machine has 4 CPUs"),
+        ("p0 = spawn on cpu1\n", 12, "needs a statement of a process"),
+        ("set thp 64K=always on cpu0\n", 20, "needs a statement of a process"),
+        ("p0 = spawn\np0 exit on cpux\n", 12, "a CPU"),
+    ] {
+        let e = scenario::parse("t.scn", text).expect_err(text);
+        let first = e.first().expect("an error");
+        assert_eq!(first.pos.col, col, "{text}: {e}");
+        assert!(e.to_string().contains(msg), "{text}: {e}");
+    }
+}
+
+#[test]
+fn error_output_is_bounded() {
+    let token = "x".repeat(10 << 20);
+    let e = scenario::parse("t.scn", &format!("p0 = spawn\np0 {token}\n")).expect_err("bad");
+    assert!(e.to_string().len() < 300, "{} bytes", e.to_string().len());
+    assert!(e.to_string().contains('…'));
+    let many = "bogus\n".repeat(1_000_000);
+    let e = scenario::parse("t.scn", &many).expect_err("bad");
+    assert_eq!(e.len(), scenario::MAX_ERRORS);
+    assert_eq!(e.more(), 1_000_000 - scenario::MAX_ERRORS);
+    assert!(e
+        .to_string()
+        .ends_with(&format!("t.scn: … and {} more errors", 1_000_000 - scenario::MAX_ERRORS)));
+}

@@ -1,0 +1,483 @@
+//! One page-table cursor for the software walkers.
+//!
+//! Linux counterparts: the `pgd_offset` … `pmd_offset` descent with `p?d_addr_end` and
+//! `p?d_none_or_clear_bad` that `zap_pmd_range`, `change_pmd_range`, `copy_pmd_range`,
+//! `move_page_tables` and `walk_page_range` (`mm/pagewalk.c`) each spell out;
+//! `pte_offset_map_lock` / `pte_unmap_unlock`; `vm_normal_folio` (`mm/memory.c`).
+//!
+//! Two layers:
+//! - [`PmdWalk`] steps through a range one PMD entry at a time and yields only the entries
+//!   that map something ([`PmdStep`]: a huge leaf or a PTE table), skipping a missing PUD or
+//!   PGD table in one step (1 GiB or 512 GiB) instead of probing it per 2 MiB, and descending
+//!   from the PGD once per 1 GiB rather than once per PMD.
+//! - [`PteLock`] is a PTE table with its split lock held. Every read and write of the table
+//!   goes through it, so a write without the lock cannot be written; it yields folio runs
+//!   ([`PteLock::run`]: `ptep_get` + `vm_normal_folio` + `folio_pte_batch`, reads counted),
+//!   applies Linux's batch primitives (`set_ptes`, `clear_ptes`, `wrprotect_ptes`, a single
+//!   `set_pte`) and folds the table's entry-count bookkeeping in once, when it is dropped.
+//!
+//! Deliberate differences: there is no `pte_offset_map` without the lock (the engine's
+//! lockless readers are the MMU model in `access.rs`, which keeps its own walker because it
+//! models hardware); a walk does not clear bad entries (the engine never writes one, and
+//! `validate()` reports any).
+//!
+//! # Context
+//! The caller holds the mmap lock (read or write), which keeps upper-level tables from being
+//! freed under the walk; a [`PmdStep`]'s entry was read without the PMD lock and is re-read
+//! under it by whoever changes it.
+
+use super::batch::{folio_pte_batch, BatchFlags};
+use super::{index, PageTables, PtlGuard, PMD_SIZE, PUD_SIZE};
+use crate::phys::PageFlag;
+use crate::stats::{CpuCounters, Ev};
+use crate::tunables::PteBatching;
+
+/// The addresses four table levels translate.
+const TABLE_SPAN: u64 = 1 << 48;
+
+/// What a non-empty PMD entry holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PmdKind {
+    /// A 2 MiB leaf (the entry).
+    Huge(u64),
+    /// A PTE table (its frame).
+    Table(u64),
+}
+
+/// A non-empty PMD entry met by a [`PmdWalk`], and the part of the walked range it covers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PmdStep {
+    /// First address of the range under this entry.
+    pub start: u64,
+    /// End of the range under this entry (at most the next 2 MiB boundary).
+    pub end: u64,
+    /// The PMD table holding the entry.
+    pub table: u64,
+    /// The entry's index in it.
+    pub idx: usize,
+    /// What the entry held when the walk read it.
+    pub kind: PmdKind,
+}
+
+impl PmdStep {
+    /// The 2 MiB-aligned address the entry maps.
+    pub fn haddr(&self) -> u64 {
+        self.start & !(PMD_SIZE - 1)
+    }
+
+    /// Whether the range covers the entry's whole 2 MiB.
+    pub fn whole(&self) -> bool {
+        self.start == self.haddr() && self.end - self.start == PMD_SIZE
+    }
+
+    /// PTE indexes of the range in its table.
+    pub fn pte_indexes(&self) -> (usize, usize) {
+        let i0 = index(self.start, 12);
+        (i0, i0 + ((self.end - self.start) >> 12) as usize)
+    }
+}
+
+/// The end of the PMD entry's span containing `addr`, clipped to `end` (`pmd_addr_end`).
+#[inline]
+pub(crate) fn pmd_addr_end(addr: u64, end: u64) -> u64 {
+    ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end)
+}
+
+/// Iterates the non-empty PMD entries of `[start, end)`; see the module docs.
+#[derive(Debug)]
+pub(crate) struct PmdWalk<'a> {
+    pt: PageTables<'a>,
+    addr: u64,
+    end: u64,
+    /// The PMD table of the current 1 GiB, with that span's start.
+    cached: Option<(u64, u64)>,
+}
+
+impl<'a> PmdWalk<'a> {
+    /// A walk of `[start, end)` (clipped to the 48 bits four levels translate: higher
+    /// addresses would alias lower table indexes).
+    pub fn new(pt: PageTables<'a>, start: u64, end: u64) -> Self {
+        PmdWalk {
+            pt,
+            addr: start,
+            end: end.min(TABLE_SPAN),
+            cached: None,
+        }
+    }
+
+    /// The PMD table covering `addr`; `Err(next)` with the address where the empty upper
+    /// level ends when there is none.
+    fn pmd_table(&mut self, addr: u64) -> Result<u64, u64> {
+        let span = addr & !(PUD_SIZE - 1);
+        if let Some((s, t)) = self.cached {
+            if s == span {
+                return Ok(t);
+            }
+        }
+        let pt = self.pt;
+        let pgd_e = pt.get(pt.pgd, index(addr, 39));
+        if !pt.arch.is_table(pgd_e) {
+            let pgd_size = PUD_SIZE << 9;
+            return Err((addr & !(pgd_size - 1)).saturating_add(pgd_size));
+        }
+        let pud_e = pt.get(pt.arch.table_pfn(pgd_e), index(addr, 30));
+        if !pt.arch.is_table(pud_e) {
+            return Err(span.saturating_add(PUD_SIZE));
+        }
+        let t = pt.arch.table_pfn(pud_e);
+        self.cached = Some((span, t));
+        Ok(t)
+    }
+}
+
+impl Iterator for PmdWalk<'_> {
+    type Item = PmdStep;
+
+    fn next(&mut self) -> Option<PmdStep> {
+        while self.addr < self.end {
+            let addr = self.addr;
+            let table = match self.pmd_table(addr) {
+                Ok(t) => t,
+                Err(next) => {
+                    self.addr = next.min(self.end);
+                    continue;
+                }
+            };
+            let next = pmd_addr_end(addr, self.end);
+            self.addr = next;
+            let idx = index(addr, 21);
+            let e = self.pt.get(table, idx);
+            if e == 0 {
+                continue;
+            }
+            let kind = if self.pt.arch.is_table(e) {
+                PmdKind::Table(self.pt.arch.table_pfn(e))
+            } else {
+                PmdKind::Huge(e)
+            };
+            return Some(PmdStep {
+                start: addr,
+                end: next,
+                table,
+                idx,
+                kind,
+            });
+        }
+        None
+    }
+}
+
+impl<'a> PageTables<'a> {
+    /// A [`PmdWalk`] of `[start, end)`.
+    pub(crate) fn pmd_walk(self, start: u64, end: u64) -> PmdWalk<'a> {
+        PmdWalk::new(self, start, end)
+    }
+
+    /// The PTE table entry `idx` of PMD table `pmd_table` points at now (after a split, say).
+    pub(crate) fn pte_table_at(&self, pmd_table: u64, idx: usize) -> Option<u64> {
+        let e = self.get(pmd_table, idx);
+        self.arch.is_table(e).then(|| self.arch.table_pfn(e))
+    }
+
+    /// `vm_normal_folio` for a present entry: the head of the folio it maps, or `None` for a
+    /// special mapping of the shared zero page.
+    #[inline]
+    pub(crate) fn vm_normal_folio(&self, e: u64) -> Option<u64> {
+        let pfn = self.arch.pfn(e);
+        if self.arch.special(e) && self.phys.is_zero_pfn(pfn) {
+            return None;
+        }
+        Some(self.phys.memmap.folio_of(pfn))
+    }
+}
+
+/// A run of consecutive entries of one [`PteLock`] that map consecutive pages of one folio
+/// alike (or a single entry).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PteRun {
+    /// The page the first entry maps.
+    pub pfn: u64,
+    /// The folio's head, `None` for the zero page.
+    pub folio: Option<u64>,
+    /// Entries in the run (at least 1).
+    pub nr: usize,
+    /// `folio_pte_batch` was asked (a large folio, batching on, room for more than one
+    /// entry), even if the run it found is a single entry.
+    pub batched: bool,
+    /// Some entry of the batch was writable (with `merge_write`).
+    pub any_writable: bool,
+}
+
+/// A PTE table with its split lock held (`pte_offset_map_lock`). See the module docs.
+#[derive(Debug)]
+#[must_use = "the table is unlocked (and its entry count updated) when this is dropped"]
+pub(crate) struct PteLock<'a> {
+    pt: PageTables<'a>,
+    c: &'a CpuCounters,
+    table: u64,
+    /// Net change of the table's entry count, applied once on drop.
+    entries: i32,
+    _ptl: PtlGuard<'a>,
+}
+
+impl<'a> PteLock<'a> {
+    /// Locks PTE table `table`.
+    pub fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+        let ptl = PtlGuard::lock(pt.phys, table, c);
+        PteLock {
+            pt,
+            c,
+            table,
+            entries: 0,
+            _ptl: ptl,
+        }
+    }
+
+    /// The table's frame.
+    pub fn table(&self) -> u64 {
+        self.table
+    }
+
+    /// The page tables the table belongs to.
+    pub fn tables(&self) -> PageTables<'a> {
+        self.pt
+    }
+
+    /// `ptep_get` of entry `idx`, counted as a PTE read.
+    #[inline]
+    pub fn get(&self, idx: usize) -> u64 {
+        self.c.add(Ev::PteRead, 1);
+        self.pt.ptep_get(self.table, idx)
+    }
+
+    /// `ptep_get` of entry `idx` again, not counted (the run that read it was).
+    #[inline]
+    pub fn peek(&self, idx: usize) -> u64 {
+        self.pt.ptep_get(self.table, idx)
+    }
+
+    /// Entry `idx` as stored, not counted (walkers whose reads the counters leave out).
+    #[inline]
+    pub fn peek_raw(&self, idx: usize) -> u64 {
+        self.pt.get(self.table, idx)
+    }
+
+    /// Entry `idx` as stored (no contpte gathering of accessed/dirty), counted as a read.
+    #[inline]
+    pub fn get_raw(&self, idx: usize) -> u64 {
+        self.c.add(Ev::PteRead, 1);
+        self.pt.get(self.table, idx)
+    }
+
+    /// The run that starts at `idx`, whose entry `e` ([`PteLock::get`]) is present: the zero
+    /// page or a small folio is one entry; a large folio's entries are batched up to `limit`
+    /// entries when `batching` allows (the extra reads are counted).
+    pub fn run(
+        &self,
+        idx: usize,
+        e: u64,
+        limit: usize,
+        batching: PteBatching,
+        flags: BatchFlags,
+    ) -> PteRun {
+        let arch = self.pt.arch;
+        let pfn = arch.pfn(e);
+        let folio = self.pt.vm_normal_folio(e);
+        let mut run = PteRun {
+            pfn,
+            folio,
+            nr: 1,
+            batched: false,
+            any_writable: arch.write(e),
+        };
+        let Some(head) = folio else {
+            return run;
+        };
+        let mem = &self.pt.phys.memmap;
+        if batching == PteBatching::Batched && limit > 1 && mem.test(head, PageFlag::Head) {
+            let last = head + (1u64 << mem.order(head)) - 1;
+            let b = folio_pte_batch(self.pt, self.table, idx, e, last, limit, flags);
+            self.c.add(Ev::PteRead, b.nr as u64 - 1);
+            run.nr = b.nr;
+            run.batched = true;
+            run.any_writable = b.any_writable;
+        }
+        run
+    }
+
+    /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty.
+    pub fn clear(&mut self, idx: usize, nr: usize) -> bool {
+        self.entries -= nr as i32;
+        self.pt.clear_ptes(self.c, self.table, idx, nr)
+    }
+
+    /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
+    pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+        self.entries += nr as i32;
+        self.pt.set_ptes(self.c, self.table, idx, e, nr);
+    }
+
+    /// Replaces a present entry with another present one (`set_pte_at`).
+    pub fn replace(&mut self, idx: usize, e: u64) {
+        self.pt.set_pte(self.c, self.table, idx, e);
+    }
+
+    /// Sets the accessed/dirty bits of entry `idx` as the hardware would, in place
+    /// (`ptep_set_access_flags`; a folded block stays folded).
+    pub fn set_access_flags(&mut self, idx: usize, e: u64) {
+        self.pt.set(self.table, idx, e);
+        self.c.add(Ev::PteWrite, 1);
+    }
+
+    /// Write-protects `nr` entries from `idx` (`wrprotect_ptes`).
+    pub fn wrprotect(&mut self, idx: usize, nr: usize) {
+        self.pt.wrprotect_ptes(self.c, self.table, idx, nr);
+    }
+}
+
+impl Drop for PteLock<'_> {
+    fn drop(&mut self) {
+        if self.entries != 0 {
+            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
+        }
+    }
+}
+
+/// A PTE table no walker can reach yet (just withdrawn from a PMD leaf's deposit, about to
+/// be linked by [`PmdLock::replace`]): written without its lock, as Linux fills a table before
+/// `pmd_populate`. The entry count is folded in when it is dropped.
+#[derive(Debug)]
+#[must_use = "the entry count is updated when this is dropped"]
+pub(crate) struct UnlinkedPtes<'a> {
+    pt: PageTables<'a>,
+    c: &'a CpuCounters,
+    table: u64,
+    entries: i32,
+}
+
+impl<'a> UnlinkedPtes<'a> {
+    /// The unlinked table `table`.
+    pub fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+        debug_assert_eq!(pt.phys.memmap.pt_entries(table), 0, "an unlinked table is empty");
+        UnlinkedPtes {
+            pt,
+            c,
+            table,
+            entries: 0,
+        }
+    }
+
+    /// Stores `e` in `nr` entries from `idx` as it is (the same entry each time: the zero
+    /// page), one counted write each.
+    pub fn fill_same(&mut self, idx: usize, e: u64, nr: usize) {
+        for i in idx..idx + nr {
+            self.pt.set(self.table, i, e);
+        }
+        self.entries += nr as i32;
+        self.c.add(Ev::PteWrite, nr as u64);
+    }
+
+    /// `set_ptes` of `nr` consecutive pages, `e` first.
+    pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+        self.pt.set_ptes(self.c, self.table, idx, e, nr);
+        self.entries += nr as i32;
+    }
+}
+
+impl Drop for UnlinkedPtes<'_> {
+    fn drop(&mut self) {
+        if self.entries != 0 {
+            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
+        }
+    }
+}
+
+/// A PMD table with its split lock held (`pmd_lock`), for the huge-leaf paths: reading an
+/// entry, installing a leaf or a PTE table into an empty one, clearing or replacing one. PMD
+/// reads are not counted (no walker ever counted them); writes are, and the entry count is
+/// folded in once, when the lock is dropped.
+#[derive(Debug)]
+#[must_use = "the table is unlocked (and its entry count updated) when this is dropped"]
+pub(crate) struct PmdLock<'a> {
+    pt: PageTables<'a>,
+    c: &'a CpuCounters,
+    table: u64,
+    entries: i32,
+    _ptl: PtlGuard<'a>,
+}
+
+impl<'a> PmdLock<'a> {
+    /// Locks PMD table `table`.
+    pub fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+        let ptl = PtlGuard::lock(pt.phys, table, c);
+        PmdLock {
+            pt,
+            c,
+            table,
+            entries: 0,
+            _ptl: ptl,
+        }
+    }
+
+    /// Entry `idx`.
+    #[inline]
+    pub fn get(&self, idx: usize) -> u64 {
+        self.pt.get(self.table, idx)
+    }
+
+    /// Fills the empty entry `idx` with a leaf or a table entry.
+    pub fn install(&mut self, idx: usize, e: u64) {
+        debug_assert_eq!(self.get(idx), 0, "installing over a live PMD entry");
+        self.pt.set(self.table, idx, e);
+        self.entries += 1;
+        self.c.add(Ev::PteWrite, 1);
+    }
+
+    /// Empties entry `idx`; returns what it held.
+    pub fn clear(&mut self, idx: usize) -> u64 {
+        let old = self.get(idx);
+        self.pt.set(self.table, idx, 0);
+        self.entries -= 1;
+        self.c.add(Ev::PteWrite, 1);
+        old
+    }
+
+    /// Replaces the live entry `idx` (a leaf by a leaf, or a leaf by its PTE table).
+    pub fn replace(&mut self, idx: usize, e: u64) {
+        self.pt.set(self.table, idx, e);
+        self.c.add(Ev::PteWrite, 1);
+    }
+}
+
+impl Drop for PmdLock<'_> {
+    fn drop(&mut self) {
+        if self.entries != 0 {
+            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
+        }
+    }
+}
+
+/// A child's PTE table and a parent's locked together for `copy_pte_range`: the destination
+/// first, then the source (the lock ladder in `mm.rs`); unlocked in the reverse order.
+#[derive(Debug)]
+pub(crate) struct PteCopy<'a> {
+    /// The parent's table.
+    pub src: PteLock<'a>,
+    /// The child's table.
+    pub dst: PteLock<'a>,
+}
+
+impl<'a> PteCopy<'a> {
+    /// Locks `dst_t` of `dpt`, then `src_t` of `spt`.
+    pub fn lock(
+        spt: PageTables<'a>,
+        dpt: PageTables<'a>,
+        c: &'a CpuCounters,
+        src_t: u64,
+        dst_t: u64,
+    ) -> Self {
+        let dst = PteLock::lock(dpt, c, dst_t);
+        let src = PteLock::lock(spt, c, src_t);
+        PteCopy { src, dst }
+    }
+}
