@@ -379,19 +379,21 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .collect();
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        for _ in 0..ctx.opts.reps {
-            for (i, stage) in STAGES.iter().enumerate() {
-                let (rate, c) = engine_once(area, order, stage, n, &pages)?;
-                cols[i].samples.push(rate);
-                cols[i].counters = counters(&c);
-                ctx.task.step(&format!("{} {}", order.name(), stage.name))?;
+        for rep in 0..ctx.opts.reps {
+            for i in crate::stats::rotation(rep, cols.len()) {
+                if let Some(stage) = STAGES.get(i) {
+                    let (rate, c) = engine_once(area, order, stage, n, &pages)?;
+                    cols[i].samples.push(rate);
+                    cols[i].counters = counters(&c);
+                } else {
+                    let res = host
+                        .as_ref()
+                        .map_err(Clone::clone)
+                        .and_then(|s| host_once(s, area, &pages));
+                    cols[host_col].record(res);
+                }
+                ctx.task.step(&format!("{} {}", order.name(), cols[i].variant))?;
             }
-            let res = host
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|s| host_once(s, area, &pages));
-            cols[host_col].record(res);
-            ctx.task.step(&format!("{} host", order.name()))?;
         }
         rows.push(Row {
             label: order.name().into(),

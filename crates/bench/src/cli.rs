@@ -23,8 +23,8 @@ pub struct BenchArgs {
     /// every instance copies, default 32M), e.g. 256M or 1G.
     #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
     pub scale: Option<String>,
-    /// Repetitions per measurement.
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions per measurement (each gain gets a 95% interval from them; at least 3).
+    #[arg(long, default_value_t = 7)]
     pub reps: usize,
     /// Seconds per point of the spawn benchmark.
     #[arg(long, default_value_t = 0.2)]

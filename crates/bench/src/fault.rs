@@ -90,17 +90,21 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             Column::new("engine", vec![], BTreeMap::new()),
             Column::new("host", vec![], BTreeMap::new()),
         ];
-        for _ in 0..ctx.opts.reps {
-            let (secs, c) = engine_once(size, folio)?;
-            cols[0].samples.push(secs);
-            cols[0].counters = counters(&c);
-            ctx.task.step(&format!("{label} engine"))?;
-            cols[1].record(
-                host.as_ref()
-                    .map_err(Clone::clone)
-                    .and_then(|s| host_once(s, size, folio)),
-            );
-            ctx.task.step(&format!("{label} host"))?;
+        for rep in 0..ctx.opts.reps {
+            for i in crate::stats::rotation(rep, 2) {
+                if i == 0 {
+                    let (secs, c) = engine_once(size, folio)?;
+                    cols[0].samples.push(secs);
+                    cols[0].counters = counters(&c);
+                } else {
+                    cols[1].record(
+                        host.as_ref()
+                            .map_err(Clone::clone)
+                            .and_then(|s| host_once(s, size, folio)),
+                    );
+                }
+                ctx.task.step(&format!("{label} {}", cols[i].variant))?;
+            }
         }
         rows.push(Row {
             label,

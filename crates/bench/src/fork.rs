@@ -2,14 +2,17 @@
 //! against batched (`folio_pte_batch`), and the host kernel with the same layout (mTHP knob
 //! of that size; 2M PMD THPs PTE-mapped by an `mprotect` of one subpage per block).
 //!
-//! Repetitions are interleaved across the three columns, so a burst of interference from
-//! other work on the machine does not land on one column only.
+//! Repetitions are interleaved across the three columns, in an order rotated per repetition,
+//! so a burst of interference from other work on the machine does not land on one column
+//! only. At 4K both engine columns run the same code: that row is the A/A control, whose gain
+//! must read `~` (its interval contains 0).
 
 use crate::engine::{counters, machine, populate, size_label, warm_up};
 use crate::host::measure::fork_time;
 use crate::host::region::Region;
 use crate::host::{mthp_stat, vmstat, HostSession};
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
+use crate::stats::rotation;
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -147,22 +150,22 @@ fn row(
         .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
     let label = size_label(folio);
-    for _ in 0..ctx.opts.reps {
-        for (i, b) in [PteBatching::PerPte, PteBatching::Batched]
-            .into_iter()
-            .enumerate()
-        {
-            let (secs, c) = engine_once(size, folio, b, op)?;
-            cols[i].samples.push(secs);
-            cols[i].counters = counters(&c);
+    for rep in 0..ctx.opts.reps {
+        for i in rotation(rep, cols.len()) {
+            match [PteBatching::PerPte, PteBatching::Batched].get(i) {
+                Some(&b) => {
+                    let (secs, c) = engine_once(size, folio, b, op)?;
+                    cols[i].samples.push(secs);
+                    cols[i].counters = counters(&c);
+                }
+                None => cols[i].record(
+                    host.as_ref()
+                        .map_err(Clone::clone)
+                        .and_then(|s| host_once(s, size, folio, op)),
+                ),
+            }
             ctx.task.step(&format!("{label} {}", cols[i].variant))?;
         }
-        cols[2].record(
-            host.as_ref()
-                .map_err(Clone::clone)
-                .and_then(|s| host_once(s, size, folio, op)),
-        );
-        ctx.task.step(&format!("{label} host"))?;
     }
     let published = match op {
         Op::Fork => SEED_FORK

@@ -17,7 +17,7 @@ table.mmtests th.left{text-align:left}
 table.mmtests thead th{border-bottom:2px solid #888;position:sticky;top:0;background:#fff}
 table.mmtests tbody{border-top:1px solid #ccc}
 tr.seed td{color:#6a3d9a;font-style:italic} tr.counter td,tr.counter th{color:#555}
-td.host{background:#f4f8ff} .up{color:#1a7f37} .down{color:#c62828}
+td.host{background:#f4f8ff} .up{color:#1a7f37} .down{color:#c62828} .noise{color:#777}
 .legend{color:#555;font-size:14px} ul.notes{font-size:13px;color:#444}
 figure{margin:1em 0} figure svg{max-width:100%;height:auto}
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 14px}
@@ -35,6 +35,9 @@ pub fn esc(s: &str) -> String {
 fn cell_html(c: &Cell, host: bool) -> String {
     let class = if host { " class=\"host\"" } else { "" };
     let gain = match c.gain {
+        Some(g) if c.noise => format!(
+            " <span class=\"noise\" title=\"95% interval contains 0\">(~{g:.2}%)</span>"
+        ),
         Some(g) => {
             let cls = if g >= 0.0 { "up" } else { "down" };
             format!(" <span class=\"{cls}\">({g:.2}%)</span>")

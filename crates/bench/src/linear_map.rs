@@ -67,8 +67,9 @@ fn row(ctx: &Ctx<'_>, gib: u64, gran: LinearGranularity, tlbi_ns: u64) -> anyhow
         .map(|v| Column::new(v.name(), vec![], BTreeMap::new()))
         .collect();
     let label = format!("{gib}G {}", gran.name());
-    for _ in 0..ctx.opts.reps {
-        for (i, &v) in LinearMapVariant::ALL.iter().enumerate() {
+    for rep in 0..ctx.opts.reps {
+        for i in crate::stats::rotation(rep, LinearMapVariant::ALL.len()) {
+            let v = LinearMapVariant::ALL[i];
             let (secs, st) = run_once(gib, gran, v, tlbi_ns)?;
             cols[i].samples.push(secs);
             cols[i].counters = kmap_counters(&st);

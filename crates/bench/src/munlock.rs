@@ -157,41 +157,41 @@ pub fn steps(reps: usize) -> u64 {
     (reps * (MunlockDesign::ALL.len() + 1)) as u64
 }
 
-/// The host column of one setup.
-fn host_column(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Column> {
+/// The table of one setup: every design and the host, repetitions interleaved in an order
+/// rotated per repetition (a drift of the machine's load must not land on one stage).
+pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
+    let size = ctx.opts.munlock_scale;
     let nodes = ctx.host.nodes();
     let session = if setup == Setup::Interleaved && nodes < 2 {
         Err(format!("{nodes} node"))
     } else {
         ctx.host.session()
     };
-    let mut col = Column::new("host", vec![], BTreeMap::new());
-    for _ in 0..ctx.opts.reps {
-        let res = session
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|s| host_once(s, ctx.opts.munlock_scale, setup, nodes));
-        col.record(res.map(|secs| (secs, BTreeMap::new())));
-        ctx.task.step("host")?;
-    }
-    Ok(col)
-}
-
-/// The table of one setup.
-pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
-    let size = ctx.opts.munlock_scale;
-    let mut cols = Vec::new();
-    for design in MunlockDesign::ALL {
-        let mut col = Column::new(&design.name(), vec![], BTreeMap::new());
-        for _ in 0..ctx.opts.reps {
-            let (secs, c) = engine_once(size, setup, design)?;
-            col.samples.push(secs);
-            col.counters = counters(&c);
-            ctx.task.step(&design.name())?;
+    let mut cols: Vec<Column> = MunlockDesign::ALL
+        .iter()
+        .map(|d| Column::new(&d.name(), vec![], BTreeMap::new()))
+        .collect();
+    cols.push(Column::new("host", vec![], BTreeMap::new()));
+    for rep in 0..ctx.opts.reps {
+        for i in crate::stats::rotation(rep, cols.len()) {
+            match MunlockDesign::ALL.get(i) {
+                Some(&design) => {
+                    let (secs, c) = engine_once(size, setup, design)?;
+                    cols[i].samples.push(secs);
+                    cols[i].counters = counters(&c);
+                }
+                None => {
+                    let res = session
+                        .as_ref()
+                        .map_err(Clone::clone)
+                        .and_then(|s| host_once(s, size, setup, nodes));
+                    cols[i].record(res.map(|secs| (secs, BTreeMap::new())));
+                }
+            }
+            ctx.task.step(&cols[i].variant.clone())?;
         }
-        cols.push(col);
     }
-    cols.push(host_column(ctx, setup)?);
+    drop(session);
     let published = setup
         .seed_mean()
         .iter()

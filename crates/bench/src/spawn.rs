@@ -132,18 +132,18 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .iter()
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        for _ in 0..ctx.opts.reps {
-            for (i, mode) in [VmaTreeCopy::Insert, VmaTreeCopy::Dup]
-                .into_iter()
-                .enumerate()
-            {
-                let (rate, c) = engine_rate(extra, mode, secs)?;
-                cols[i].samples.push(rate);
-                cols[i].counters = c;
+        for rep in 0..ctx.opts.reps {
+            for i in crate::stats::rotation(rep, cols.len()) {
+                match [VmaTreeCopy::Insert, VmaTreeCopy::Dup].get(i) {
+                    Some(&mode) => {
+                        let (rate, c) = engine_rate(extra, mode, secs)?;
+                        cols[i].samples.push(rate);
+                        cols[i].counters = c;
+                    }
+                    None => cols[i].record(host_ok.clone().and_then(|_| host_rate(extra, secs))),
+                }
                 ctx.task.step(&format!("{label} {}", cols[i].variant))?;
             }
-            cols[2].record(host_ok.clone().and_then(|_| host_rate(extra, secs)));
-            ctx.task.step(&format!("{label} host"))?;
         }
         rows.push(Row {
             label,

@@ -45,6 +45,75 @@ pub fn cell_gain(table: &Table, row: usize, col: usize, stat: Stat) -> Option<f6
     gain_pct(v, base, table.better)
 }
 
+/// The order in which repetition `rep` measures `n` variants: rotated by one each repetition,
+/// so that a variant is not always measured first (cold) or right after the same neighbour,
+/// and a drift of the machine's load spreads over all of them.
+pub fn rotation(rep: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (rep + k) % n)
+}
+
+/// Bootstrap resamples of a gain interval.
+const RESAMPLES: usize = 2000;
+
+/// The 95 % bootstrap interval of the gain of `col` over `base`, from the gains of the
+/// repetitions paired by index (a repetition measures every variant, in rotated order, so
+/// drift of the machine's load cancels within a pair): `None` with fewer than 3 pairs. The
+/// resampling is seeded, so a report is reproducible from its samples.
+pub fn gain_ci95(col: &[f64], base: &[f64], better: Better) -> Option<[f64; 2]> {
+    let gains: Vec<f64> = col
+        .iter()
+        .zip(base)
+        .filter_map(|(&v, &b)| gain_pct(v, b, better))
+        .collect();
+    let n = gains.len();
+    if n < 3 {
+        return None;
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        // xorshift64*: a fixed, dependency-free stream.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut medians = Vec::with_capacity(RESAMPLES);
+    let mut pick = vec![0.0; n];
+    for _ in 0..RESAMPLES {
+        for slot in pick.iter_mut() {
+            *slot = gains[(next() % n as u64) as usize];
+        }
+        medians.push(summary(Stat::Median, &pick)?);
+    }
+    medians.sort_by(f64::total_cmp);
+    Some([
+        medians[RESAMPLES * 25 / 1000],
+        medians[RESAMPLES * 975 / 1000 - 1],
+    ])
+}
+
+/// Whether an interval says the gain may be nothing (it contains 0).
+pub fn is_noise(ci: Option<[f64; 2]>) -> bool {
+    ci.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0)
+}
+
+/// Fills [`Column::gain_ci95_pct`] of every engine column of `table` against its baseline.
+pub fn add_intervals(table: &mut Table) {
+    let Some(b) = table.baseline_index() else {
+        return;
+    };
+    let better = table.better;
+    let kinds: Vec<VariantKind> = table.variants.iter().map(|v| v.kind).collect();
+    for row in &mut table.rows {
+        let base = row.columns.get(b).map(|c| c.samples.clone()).unwrap_or_default();
+        for (i, c) in row.columns.iter_mut().enumerate() {
+            if i != b && kinds.get(i) == Some(&VariantKind::Engine) {
+                c.gain_ci95_pct = gain_ci95(&c.samples, &base, better);
+            }
+        }
+    }
+}
+
 /// The headline value of a cell: its median (or mean when the table shows no median).
 pub fn headline(table: &Table, c: &Column) -> Option<f64> {
     let stat = if table.stats.contains(&Stat::Median) {
@@ -68,6 +137,19 @@ mod tests {
         assert_eq!(summary(Stat::Mean, &s), Some(3.0));
         assert_eq!(summary(Stat::Stddev, &[1.0, 3.0]), Some(1.0));
         assert_eq!(summary(Stat::Min, &[]), None);
+    }
+
+    #[test]
+    fn intervals_separate_a_real_gain_from_noise() {
+        let base = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02];
+        let same = [1.01, 1.09, 0.92, 1.04, 0.96, 0.99, 1.0];
+        let faster = [0.5, 0.56, 0.44, 0.52, 0.48, 0.51, 0.5];
+        let ci = gain_ci95(&same, &base, Better::Lower);
+        assert!(is_noise(ci), "{ci:?}");
+        let ci = gain_ci95(&faster, &base, Better::Lower).expect("interval");
+        assert!(ci[0] > 40.0 && ci[1] < 60.0, "{ci:?}");
+        assert!(!is_noise(Some(ci)));
+        assert_eq!(gain_ci95(&[1.0, 2.0], &[1.0, 2.0], Better::Lower), None);
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl Default for Options {
             scale: 256 << 20,
             munlock_scale: 256 << 20,
             anon_cow_scale: 32 << 20,
-            reps: 3,
+            reps: 7,
             spawn_seconds: 0.2,
             spawn_extra: spawn::EXTRA.to_vec(),
             folios: fork::FOLIOS.to_vec(),
@@ -144,6 +144,14 @@ fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
     })
 }
 
+/// Pins the calling thread to the last CPU it may use; returns the CPUs it had.
+fn pin_to_last_cpu() -> Option<Vec<u32>> {
+    let all = oracle::sys::affinity(0).ok()?;
+    let last = *all.last()?;
+    oracle::sys::pin_to_cpu(0, last).ok()?;
+    Some(all)
+}
+
 /// Runs `which`, calling `each` with every finished table (to print it at once).
 pub fn run(
     which: &[Bench],
@@ -161,7 +169,16 @@ pub fn run(
             host,
             task: &task,
         };
-        let ts = run_one(b, &ctx)?;
+        // One CPU for the whole measurement of a single-threaded benchmark: the engine thread
+        // and the host helpers it forks (which inherit it) never migrate mid-sample. anon-cow
+        // runs one instance per CPU and places its threads itself.
+        let pinned = (b != Bench::AnonCow).then(pin_to_last_cpu).flatten();
+        let res = run_one(b, &ctx);
+        if let Some(all) = pinned {
+            let _ = oracle::sys::set_affinity(0, &all);
+        }
+        let mut ts = res?;
+        ts.iter_mut().for_each(crate::stats::add_intervals);
         progress.done(task);
         for t in &ts {
             progress.suspend(|| each(t));

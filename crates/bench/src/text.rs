@@ -4,7 +4,7 @@
 //! difference. The same cells feed the HTML tables ([`cells`]).
 
 use crate::model::{Better, Stat, Table, Unit};
-use crate::stats::{cell_gain, summary};
+use crate::stats::{cell_gain, is_noise, summary};
 
 /// One rendered line: its left label and one string per variant.
 pub struct Line {
@@ -23,22 +23,29 @@ pub struct Cell {
     pub text: String,
     /// The gain over the baseline in percent (positive is better).
     pub gain: Option<f64>,
+    /// The gain's 95 % interval contains 0: shown as `~`, never coloured.
+    pub noise: bool,
 }
 
 impl Cell {
     fn plain(text: impl Into<String>) -> Cell {
         Cell {
             text: text.into(),
-            gain: None,
+            ..Cell::default()
         }
     }
 
-    /// `value (gain%)` or the value alone.
+    /// `value (gain%)`, `value (~gain%)` when the gain is within the noise, or the value.
     pub fn render(&self) -> String {
-        match self.gain {
-            Some(g) if self.text.is_empty() => fmt_gain(g),
-            Some(g) => format!("{} {}", self.text, fmt_gain(g)),
-            None => self.text.clone(),
+        let g = match self.gain {
+            Some(g) if self.noise => fmt_noise(g),
+            Some(g) => fmt_gain(g),
+            None => return self.text.clone(),
+        };
+        if self.text.is_empty() {
+            g
+        } else {
+            format!("{} {g}", self.text)
         }
     }
 }
@@ -94,6 +101,11 @@ pub fn fmt_gain(g: f64) -> String {
     format!("({g:6.2}%)")
 }
 
+/// A gain whose 95 % interval contains 0: `(~ 1.23%)`.
+pub fn fmt_noise(g: f64) -> String {
+    format!("(~{g:5.2}%)")
+}
+
 fn stat_cell(table: &Table, row: usize, col: usize, stat: Stat, dec: usize) -> Cell {
     let c = &table.rows[row].columns[col];
     if c.unavailable.is_some() {
@@ -104,7 +116,11 @@ fn stat_cell(table: &Table, row: usize, col: usize, stat: Stat, dec: usize) -> C
     };
     Cell {
         text: format!("{:.dec$}", v * display_scale(table)),
-        gain: cell_gain(table, row, col, stat),
+        // A spread has no "better": its change is not a gain.
+        gain: (stat != Stat::Stddev)
+            .then(|| cell_gain(table, row, col, stat))
+            .flatten(),
+        noise: is_noise(c.gain_ci95_pct),
     }
 }
 
@@ -179,7 +195,8 @@ pub fn legend(table: &Table) -> String {
         Better::Higher => "higher is better",
     };
     let mut s = format!(
-        "{} in {}, {dir}; (%) = gain over {} (mmtests convention: positive is better)",
+        "{} in {}, {dir}; (%) = gain over {} (mmtests convention: positive is better); \
+         (~%) = its 95% interval (bootstrap of the per-repetition gains) contains 0",
         table.metric,
         unit_text(table),
         table.baseline

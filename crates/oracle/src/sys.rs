@@ -514,17 +514,36 @@ pub fn reap(pid: i32) -> bool {
     unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
 }
 
-/// Pins process `pid` to host CPU `cpu` (`on cpuN`).
+/// Pins process (or thread) `pid` to host CPU `cpu` (`on cpuN`); 0 is the calling thread.
 pub fn pin_to_cpu(pid: i32, cpu: u32) -> Result<(), Errno> {
-    if cpu as usize >= libc::CPU_SETSIZE as usize {
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes one bit inside it (the
-    // index was checked against CPU_SETSIZE above).
+    set_affinity(pid, &[cpu])
+}
+
+/// Lets `pid` (0: the calling thread) run on exactly `cpus`.
+pub fn set_affinity(pid: i32, cpus: &[u32]) -> Result<(), Errno> {
+    // SAFETY: a zeroed cpu_set_t is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    for &cpu in cpus {
+        if cpu as usize >= libc::CPU_SETSIZE as usize {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: CPU_SET writes one bit inside `set`; the index was checked above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    }
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     check(unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) })
+}
+
+/// The CPUs `pid` (0: the calling thread) may run on, ascending.
+pub fn affinity(pid: i32) -> Result<Vec<u32>, Errno> {
+    // SAFETY: a zeroed cpu_set_t is a valid out-buffer.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed, written by the kernel.
+    check(unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    Ok((0..libc::CPU_SETSIZE as u32)
+        // SAFETY: CPU_ISSET reads one bit inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
 }
 
 /// Wraps a descriptor a system call just returned (`fd < 0`: the errno).

@@ -178,7 +178,7 @@ pub fn fail_name(f: &Fail) -> String {
 }
 
 fn kb(v: u64) -> String {
-    if v % 1024 == 0 {
+    if v.is_multiple_of(1024) {
         format!("{}K", v / 1024)
     } else {
         format!("{v}")

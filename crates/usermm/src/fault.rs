@@ -203,7 +203,7 @@ impl<'m> Cpu<'m> {
         if nr > 1 {
             rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
         }
-        rmap::add_new_anon(&self.m.phys, c, head, head, nr, Level::Pte, owner, mm.id);
+        rmap::add_new_anon(&self.m.phys, c, head, nr, Level::Pte, owner, mm.id);
         self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
         self.folio_add_lru_vma(head, vma);
         let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
@@ -468,7 +468,7 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, new, 1);
             return FaultOutcome::Completed;
         }
-        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner, mm.id);
+        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
         let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
@@ -630,7 +630,6 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(
             phys,
             self.c(),
-            head,
             head,
             1 << HPAGE_PMD_ORDER,
             Level::Pmd,

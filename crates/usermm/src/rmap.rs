@@ -190,14 +190,13 @@ pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
     phys.memmap.ref_add(head, n);
 }
 
-/// Maps a freshly allocated anon folio exclusively: `nr` pages from `page` by PTEs, or the
+/// Maps a freshly allocated anon folio exclusively: its first `nr` pages by PTEs, or the
 /// whole folio by a PMD. Sets PageAnonExclusive and the owner id. The folio's initial reference
 /// must already be adjusted by the caller to one per mapping.
 pub fn add_new_anon(
     phys: &PhysMem,
     c: &CpuCounters,
     head: u64,
-    page: u64,
     nr: u64,
     level: Level,
     owner: u32,
@@ -208,7 +207,7 @@ pub fn add_new_anon(
     let large = mm.test(head, PageFlag::Head);
     let maps = match level {
         Level::Pte => {
-            for p in page..page + nr {
+            for p in head..head + nr {
                 mm.mapcount_add(p, 1);
                 mm.set(p, PageFlag::AnonExclusive);
             }

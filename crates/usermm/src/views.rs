@@ -165,26 +165,32 @@ pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
     }
 }
 
-fn accumulate(
-    s: &mut Smaps,
-    phys: &PhysMem,
+/// What one mapping of a folio adds to smaps.
+#[derive(Clone, Copy, Debug)]
+struct Charge {
+    /// Bytes mapped.
     size: u64,
+    /// Their proportional share (fixed point, 12 fractional bits).
     pss: u64,
+    /// The entry is dirty.
     dirty: bool,
+    /// The VMA is locked.
     locked: bool,
+    /// Mapped once (Private_*), else Shared_*.
     private: bool,
-    head: u64,
-) {
-    s.pss_fixed += pss;
-    if locked {
-        s.locked_fixed += pss;
+}
+
+fn accumulate(s: &mut Smaps, phys: &PhysMem, head: u64, ch: Charge) {
+    s.pss_fixed += ch.pss;
+    if ch.locked {
+        s.locked_fixed += ch.pss;
     }
-    let dirty = dirty || phys.memmap.test(head, PageFlag::Dirty);
-    match (dirty, private) {
-        (true, true) => s.private_dirty += size,
-        (true, false) => s.shared_dirty += size,
-        (false, true) => s.private_clean += size,
-        (false, false) => s.shared_clean += size,
+    let dirty = ch.dirty || phys.memmap.test(head, PageFlag::Dirty);
+    match (dirty, ch.private) {
+        (true, true) => s.private_dirty += ch.size,
+        (true, false) => s.shared_dirty += ch.size,
+        (false, true) => s.private_clean += ch.size,
+        (false, false) => s.shared_clean += ch.size,
     }
 }
 
@@ -197,13 +203,27 @@ fn smaps_account(s: &mut Smaps, phys: &PhysMem, page: u64, nr: u64, dirty: bool,
     }
     s.rss += size;
     if phys.memmap.refcount(head) == 1 {
-        accumulate(s, phys, size, size << 12, dirty, locked, true, head);
+        let ch = Charge {
+            size,
+            pss: size << 12,
+            dirty,
+            locked,
+            private: true,
+        };
+        accumulate(s, phys, head, ch);
         return;
     }
     for p in page..page + nr {
         let mapcount = page_mapcount(phys, p).max(1) as u64;
         let pss = (4096u64 << 12) / mapcount;
-        accumulate(s, phys, 4096, pss, dirty, locked, mapcount < 2, head);
+        let ch = Charge {
+            size: 4096,
+            pss,
+            dirty,
+            locked,
+            private: mapcount < 2,
+        };
+        accumulate(s, phys, head, ch);
     }
 }
 

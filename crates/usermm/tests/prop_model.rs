@@ -534,13 +534,13 @@ fn op_s() -> impl Strategy<Value = Op> {
     let arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
         (
             4,
-            (p.clone(), access_at_s(), 0u16..4096, 1u16..12288)
+            (p, access_at_s(), 0u16..4096, 1u16..12288)
                 .prop_map(|(p, at, off, len)| Op::Read { p, at, off, len })
                 .boxed(),
         ),
         (
             3,
-            (p.clone(), access_at_s(), 1u8..=16, any::<bool>())
+            (p, access_at_s(), 1u8..=16, any::<bool>())
                 .prop_map(|(p, at, pages, write)| Op::Touch {
                     p,
                     at,
@@ -552,7 +552,7 @@ fn op_s() -> impl Strategy<Value = Op> {
         (
             8,
             (
-                p.clone(),
+                p,
                 access_at_s(),
                 0u16..4096,
                 prop_oneof![3 => 0u16..4096, 1 => 0u16..12288],
@@ -567,23 +567,23 @@ fn op_s() -> impl Strategy<Value = Op> {
                 })
                 .boxed(),
         ),
-        (9, mmap_s(p.clone()).boxed()),
+        (9, mmap_s(p).boxed()),
         (
             4,
-            (p.clone(), at_s(), len_s())
+            (p, at_s(), len_s())
                 .prop_map(|(p, at, len)| Op::Munmap { p, at, len })
                 .boxed(),
         ),
         (
             4,
-            (p.clone(), at_s(), len_s(), prot_s())
+            (p, at_s(), len_s(), prot_s())
                 .prop_map(|(p, at, len, prot)| Op::Mprotect { p, at, len, prot })
                 .boxed(),
         ),
         (
             5,
             (
-                p.clone(),
+                p,
                 at_s(),
                 prop_oneof![
                     12 => (1u16..=8).prop_map(Len::Pages),
@@ -621,7 +621,7 @@ fn op_s() -> impl Strategy<Value = Op> {
         (
             5,
             (
-                p.clone(),
+                p,
                 at_s(),
                 len_s(),
                 prop_oneof![
@@ -637,17 +637,17 @@ fn op_s() -> impl Strategy<Value = Op> {
                 .prop_map(|(p, at, len, advice)| Op::Madvise { p, at, len, advice })
                 .boxed(),
         ),
-        (2, p.clone().prop_map(|p| Op::Fork { p }).boxed()),
-        (1, p.clone().prop_map(|p| Op::Exit { p }).boxed()),
+        (2, p.prop_map(|p| Op::Fork { p }).boxed()),
+        (1, p.prop_map(|p| Op::Exit { p }).boxed()),
         (
             1,
-            (p.clone(), -64i32 * 4096..64 * 4096)
+            (p, -64i32 * 4096..64 * 4096)
                 .prop_map(|(p, delta)| Op::Brk { p, delta })
                 .boxed(),
         ),
         (
             1,
-            (p.clone(), access_at_s(), 1u8..=16)
+            (p, access_at_s(), 1u8..=16)
                 .prop_map(|(p, at, pages)| Op::Pin { p, at, pages })
                 .boxed(),
         ),
@@ -826,20 +826,12 @@ impl<'a, 'm> Harness<'a, 'm> {
                     "write_fill {addr:#x}+{len:#x}: engine {got:?}, model {want:?}"
                 );
             }
-            Op::Mmap {
-                p,
-                place,
-                at,
-                len,
-                prot,
-                shared,
-                populate,
-            } => return self.mmap(*p, *place, at, len, *prot, *shared, *populate),
+            Op::Mmap { .. } => return self.mmap(op),
             Op::Munmap { p, at, len } => {
                 let pi = self.pi(*p);
                 let addr = self.resolve(pi, at);
                 let len = len.bytes();
-                let want = if addr % PAGE != 0 || len == 0 {
+                let want = if !addr.is_multiple_of(PAGE) || len == 0 {
                     Err(Errno::EINVAL)
                 } else {
                     match page_align(len) {
@@ -972,7 +964,7 @@ impl<'a, 'm> Harness<'a, 'm> {
                 let addr = self.resolve(pi, at);
                 let len = u64::from(*pages) * PAGE;
                 let pr = &self.model.procs[pi];
-                let want = if addr % PAGE != 0 {
+                let want = if !addr.is_multiple_of(PAGE) {
                     Err(Errno::EINVAL)
                 } else if (pr.pinned_pages + u64::from(*pages)) * PAGE > RLIMIT_MEMLOCK {
                     Err(Errno::ENOMEM)
@@ -1031,17 +1023,20 @@ impl<'a, 'm> Harness<'a, 'm> {
         Ok(true)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn mmap(
-        &mut self,
-        p: u8,
-        place: Place,
-        at: &At,
-        len: &Len,
-        prot: P,
-        shared: bool,
-        populate: bool,
-    ) -> Result<bool, String> {
+    /// An `Op::Mmap` on the engine and the model.
+    fn mmap(&mut self, op: &Op) -> Result<bool, String> {
+        let &Op::Mmap {
+            p,
+            place,
+            ref at,
+            ref len,
+            prot,
+            shared,
+            populate,
+        } = op
+        else {
+            return Err(format!("not an mmap: {op:?}"));
+        };
         let pi = self.pi(p);
         let addr = self.resolve(pi, at);
         let bytes = len.bytes();
@@ -1116,7 +1111,7 @@ impl<'a, 'm> Harness<'a, 'm> {
 
     /// mprotect: VMA by VMA from `addr`, stopping with ENOMEM at the first hole.
     fn model_mprotect(&mut self, pi: usize, addr: u64, len: u64, prot: P) -> Result<(), Errno> {
-        if addr % PAGE != 0 {
+        if !addr.is_multiple_of(PAGE) {
             return Err(Errno::EINVAL);
         }
         if len == 0 {
@@ -1142,7 +1137,7 @@ impl<'a, 'm> Harness<'a, 'm> {
     /// madvise: every mapped page of the range, ENOMEM at the end if there were holes; EINVAL
     /// (immediately) for wipeonfork on a shared page.
     fn model_madvise(&mut self, pi: usize, addr: u64, len: u64, adv: Advice) -> Result<(), Errno> {
-        if addr % PAGE != 0 {
+        if !addr.is_multiple_of(PAGE) {
             return Err(Errno::EINVAL);
         }
         let end = page_align(len)
@@ -1213,7 +1208,7 @@ impl<'a, 'm> Harness<'a, 'm> {
         // The errno checks, in Linux's order (check_mremap_params, the VMA lookup, then
         // remap_is_valid). Where the engine differs (see the module doc), the call is skipped.
         let early: Option<Errno> = 'e: {
-            if addr % PAGE != 0 || anew == 0 {
+            if !addr.is_multiple_of(PAGE) || anew == 0 {
                 break 'e Some(Errno::EINVAL);
             }
             if let Some(na) = fixed {
@@ -1284,11 +1279,11 @@ impl<'a, 'm> Harness<'a, 'm> {
             Want::Is(Ok(na))
         } else if aold == 0 {
             Want::AnyOk
-        } else if anew <= aold {
-            Want::Is(Ok(addr))
-        } else if addr + aold == vend
-            && addr + anew <= TASK_SIZE
-            && !self.model.any_mapped(pi, vend, addr + anew)
+        } else if anew <= aold
+            // Shrinks stay; growth in place where the room after the VMA is free.
+            || (addr + aold == vend
+                && addr + anew <= TASK_SIZE
+                && !self.model.any_mapped(pi, vend, addr + anew))
         {
             Want::Is(Ok(addr))
         } else if flags.maymove {
@@ -1526,7 +1521,7 @@ impl<'a, 'm> Harness<'a, 'm> {
                 }
             }
             for a in [e.start.wrapping_sub(PAGE), e.end] {
-                if a >= PAGE && a < TASK_SIZE && !pr.pages.contains_key(&a) {
+                if (PAGE..TASK_SIZE).contains(&a) && !pr.pages.contains_key(&a) {
                     let got = self.cpu.touch(pid, a, 1, Access::Read);
                     ensure!(
                         got == Err(Signal::Segv(a)),

@@ -194,49 +194,63 @@ fn exhaustive(order: u32, bits: u32, word_bits: u32) -> u64 {
         (1u64 << word_bits) - 1
     };
     let s: Vec<u64> = (0..n).map(|x| l.subid(x) & mask).collect();
-    let mut bad = 0;
     // Multisets as non-decreasing index sequences, with running sums.
-    fn rec(
-        s: &[u64],
+    struct Walk<'a> {
+        s: &'a [u64],
         mask: u64,
         p: u32,
+        bad: u64,
+    }
+    /// A prefix of a multiset: its size, sum, first index, and whether all are that index.
+    #[derive(Clone, Copy)]
+    struct Prefix {
         start: usize,
         m: u32,
         sum: u64,
         first: usize,
         all_same: bool,
-        bad: &mut u64,
-    ) {
-        if m > 0 {
-            for (y, sy) in s.iter().enumerate() {
-                let says = sum == u64::from(m).wrapping_mul(*sy) & mask;
-                let truth = all_same && first == y;
-                assert!(!(truth && !says), "true exclusive missed");
+    }
+    fn rec(w: &mut Walk<'_>, x: Prefix) {
+        if x.m > 0 {
+            for (y, sy) in w.s.iter().enumerate() {
+                let says = x.sum == u64::from(x.m).wrapping_mul(*sy) & w.mask;
+                let truth = x.all_same && x.first == y;
+                assert!(!truth || says, "true exclusive missed");
                 if says && !truth {
-                    *bad += 1;
+                    w.bad += 1;
                 }
             }
         }
-        if m == p {
+        if x.m == w.p {
             return;
         }
-        for i in start..s.len() {
-            let f = if m == 0 { i } else { first };
-            rec(
-                s,
-                mask,
-                p,
-                i,
-                m + 1,
-                sum.wrapping_add(s[i]) & mask,
-                f,
-                (m == 0 || all_same) && f == i,
-                bad,
-            );
+        for i in x.start..w.s.len() {
+            let f = if x.m == 0 { i } else { x.first };
+            let next = Prefix {
+                start: i,
+                m: x.m + 1,
+                sum: x.sum.wrapping_add(w.s[i]) & w.mask,
+                first: f,
+                all_same: (x.m == 0 || x.all_same) && f == i,
+            };
+            rec(w, next);
         }
     }
-    rec(&s, mask, p, 0, 0, 0, 0, true, &mut bad);
-    bad
+    let mut w = Walk {
+        s: &s,
+        mask,
+        p,
+        bad: 0,
+    };
+    let start = Prefix {
+        start: 0,
+        m: 0,
+        sum: 0,
+        first: 0,
+        all_same: true,
+    };
+    rec(&mut w, start);
+    w.bad
 }
 
 #[test]

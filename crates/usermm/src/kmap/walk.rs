@@ -214,7 +214,7 @@ impl KernelSpace {
         end: u64,
         phys: u64,
     ) -> Result<(), KmapError> {
-        self.cont_table(ctx, parent, pidx, 2, addr, end, phys)
+        self.cont_table(ctx, (parent, pidx, 2), addr, end, phys)
     }
 
     /// `alloc_init_cont_pte`: one PTE table, populated in contiguous chunks.
@@ -227,21 +227,22 @@ impl KernelSpace {
         end: u64,
         phys: u64,
     ) -> Result<(), KmapError> {
-        self.cont_table(ctx, parent, pidx, 3, addr, end, phys)
+        self.cont_table(ctx, (parent, pidx, 3), addr, end, phys)
     }
 
     /// The shared body of `alloc_init_cont_pmd` / `alloc_init_cont_pte`.
-    #[allow(clippy::too_many_arguments)]
+    ///
+    /// `slot`: the parent table, the index of the entry that will point at the new table, and
+    /// the new table's level.
     fn cont_table(
         &mut self,
         ctx: &Ctx,
-        parent: View,
-        pidx: u64,
-        level: u32,
+        slot: (View, u64, u32),
         addr: u64,
         end: u64,
         phys: u64,
     ) -> Result<(), KmapError> {
+        let (parent, pidx, level) = slot;
         match ctx.strategy.remap {
             RemapScope::PerTable => {
                 let view = self.open_table(ctx, parent, pidx, level, addr)?;

@@ -420,7 +420,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::PagesCopied, 1);
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
-        rmap::add_new_anon(phys, c, new, new, 1, Level::Pte, owner, dst.id);
+        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));

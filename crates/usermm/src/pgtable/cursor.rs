@@ -133,6 +133,7 @@ impl<'a> PmdWalk<'a> {
 impl Iterator for PmdWalk<'_> {
     type Item = PmdStep;
 
+    #[inline]
     fn next(&mut self) -> Option<PmdStep> {
         while self.addr < self.end {
             let addr = self.addr;
@@ -222,6 +223,7 @@ pub(crate) struct PteLock<'a> {
 
 impl<'a> PteLock<'a> {
     /// Locks PTE table `table`.
+    #[inline]
     pub fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
         let ptl = PtlGuard::lock(pt.phys, table, c);
         PteLock {
@@ -272,6 +274,7 @@ impl<'a> PteLock<'a> {
     /// The run that starts at `idx`, whose entry `e` ([`PteLock::get`]) is present: the zero
     /// page or a small folio is one entry; a large folio's entries are batched up to `limit`
     /// entries when `batching` allows (the extra reads are counted).
+    #[inline]
     pub fn run(
         &self,
         idx: usize,
@@ -306,30 +309,35 @@ impl<'a> PteLock<'a> {
     }
 
     /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty.
+    #[inline]
     pub fn clear(&mut self, idx: usize, nr: usize) -> bool {
         self.entries -= nr as i32;
         self.pt.clear_ptes(self.c, self.table, idx, nr)
     }
 
     /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
+    #[inline]
     pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
         self.entries += nr as i32;
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
     }
 
     /// Replaces a present entry with another present one (`set_pte_at`).
+    #[inline]
     pub fn replace(&mut self, idx: usize, e: u64) {
         self.pt.set_pte(self.c, self.table, idx, e);
     }
 
     /// Sets the accessed/dirty bits of entry `idx` as the hardware would, in place
     /// (`ptep_set_access_flags`; a folded block stays folded).
+    #[inline]
     pub fn set_access_flags(&mut self, idx: usize, e: u64) {
         self.pt.set(self.table, idx, e);
         self.c.add(Ev::PteWrite, 1);
     }
 
     /// Write-protects `nr` entries from `idx` (`wrprotect_ptes`).
+    #[inline]
     pub fn wrprotect(&mut self, idx: usize, nr: usize) {
         self.pt.wrprotect_ptes(self.c, self.table, idx, nr);
     }
@@ -378,6 +386,7 @@ impl<'a> UnlinkedPtes<'a> {
     }
 
     /// `set_ptes` of `nr` consecutive pages, `e` first.
+    #[inline]
     pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
         self.entries += nr as i32;
@@ -434,6 +443,7 @@ impl<'a> PmdLock<'a> {
     }
 
     /// Empties entry `idx`; returns what it held.
+    #[inline]
     pub fn clear(&mut self, idx: usize) -> u64 {
         let old = self.get(idx);
         self.pt.set(self.table, idx, 0);
@@ -443,6 +453,7 @@ impl<'a> PmdLock<'a> {
     }
 
     /// Replaces the live entry `idx` (a leaf by a leaf, or a leaf by its PTE table).
+    #[inline]
     pub fn replace(&mut self, idx: usize, e: u64) {
         self.pt.set(self.table, idx, e);
         self.c.add(Ev::PteWrite, 1);
