@@ -40,10 +40,16 @@
 //! least 4 children (Linux `mt_min_slots`); stores split, rebalance, grow
 //! and shrink the tree as needed, see the `store` module.
 //!
+//! Besides single stores, a tree can be built in one go from ranges in
+//! ascending order ([`MapleTree::from_sorted_bulk`]), shaped as Linux's bulk
+//! mode (`mas_expected_entries` + in-order stores + `mas_destroy`) shapes it,
+//! see the `bulk` module.
+//!
 //! The public API uses exclusive ends (`start..end`), as an address space
 //! does; internally pivots are inclusive. Consequently index `u64::MAX`
 //! can never hold an entry.
 
+mod bulk;
 mod dup;
 mod gap;
 mod iter;
@@ -54,6 +60,7 @@ mod validate;
 use core::fmt::{self, Debug};
 use std::sync::Arc;
 
+pub use bulk::bulk_prealloc_nodes;
 pub use iter::Iter;
 use node::{Leaf, Node, NodeCache, NodeId};
 
@@ -63,7 +70,8 @@ pub enum MapleError {
     /// A node allocation failed (the fail point fired).
     #[error("node allocation failed")]
     NoMemory,
-    /// `start >= end`.
+    /// `start >= end`, or (bulk loads) a range starting below the end of
+    /// the previous one.
     #[error("invalid range {start:#x}..{end:#x}")]
     InvalidRange {
         /// Requested start.

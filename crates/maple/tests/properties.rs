@@ -332,6 +332,34 @@ proptest! {
     }
 
     #[test]
+    fn bulk_load_matches_the_model(
+        seeds in prop::collection::vec(seed(), 0..3),
+        ops in prop::collection::vec(op(), 0..20),
+        probes in prop::collection::vec(index(), 0..12),
+        windows in prop::collection::vec(window(), 0..6),
+        slack in 0usize..3,
+    ) {
+        let (_, mut m) = build(&seeds);
+        for op in &ops {
+            if let Some((s, e)) = op.range() {
+                m.store(s, e, op.value);
+            }
+        }
+        let entries = m.entries();
+        let expected = entries.len() / (slack + 1);
+        let t = MapleTree::from_sorted_bulk(entries.iter().copied(), expected).expect("bulk");
+        check(&t, &m, &probes, &windows);
+        let stats = t.stats();
+        prop_assert_eq!(stats.allocated - stats.freed, t.node_count() as u64);
+        prop_assert_eq!(
+            stats.allocated,
+            1 + maple::bulk_prealloc_nodes(expected).max(t.node_count()) as u64
+        );
+        let insert = MapleTree::from_sorted_insert(entries.iter().copied()).expect("insert");
+        prop_assert!(t.height() <= insert.height());
+    }
+
+    #[test]
     fn replace_entries_matches_the_model(
         seeds in prop::collection::vec(seed(), 0..3),
         ops in prop::collection::vec(op(), 0..10),

@@ -159,7 +159,8 @@ impl MunlockDesign {
 /// How fork builds the child's VMA tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmaTreeCopy {
-    /// The pre-seed algorithm: insert the child's VMAs one by one (with rebalancing).
+    /// The pre-seed algorithm (Linux 6.1-6.5): build the child's tree VMA by VMA in the maple
+    /// tree's bulk mode (preallocated nodes, full leaves, appended at the right edge).
     Insert,
     /// Seed 001: duplicate the tree's node structure top-down (`__mt_dup`), then replace entries.
     Dup,
@@ -304,7 +305,7 @@ impl Tunables {
                 }
                 .into(),
                 values: "dup|insert",
-                help: "seed 001: fork duplicates the VMA tree structurally instead of inserting VMA by VMA",
+                help: "seed 001: fork duplicates the VMA tree structurally (dup) instead of building it in bulk mode (insert, Linux 6.1-6.5)",
             },
             TunableInfo {
                 name: "munlock",

@@ -60,7 +60,17 @@ fn dup_and_insert_build_the_same_child() {
 
 #[test]
 fn dup_failure_at_every_node_allocation_tears_the_child_down() {
+    failure_at_every_node_allocation_tears_the_child_down(VmaTreeCopy::Dup);
+}
+
+#[test]
+fn bulk_insert_failure_at_every_node_allocation_tears_the_child_down() {
+    failure_at_every_node_allocation_tears_the_child_down(VmaTreeCopy::Insert);
+}
+
+fn failure_at_every_node_allocation_tears_the_child_down(mode: VmaTreeCopy) {
     let m = machine(64 * M);
+    m.update_tunables(|t| t.vma_tree_dup = mode);
     let p = setup(&m, 200);
     let cpu = m.enter_cpu(0).expect("cpu");
     let maps = cpu.maps(p).expect("maps");
@@ -91,7 +101,7 @@ fn dup_failure_at_every_node_allocation_tears_the_child_down() {
     }
     assert!(
         failures >= 10,
-        "the dup allocates several nodes ({failures})"
+        "{mode:?} allocates several nodes ({failures})"
     );
     valid(&m);
 }

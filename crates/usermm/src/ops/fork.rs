@@ -4,7 +4,8 @@
 //! `mm/memory.c` (`copy_page_range`, `copy_pte_range`, `copy_present_ptes`,
 //! `copy_present_page`), `mm/huge_memory.c` (`copy_huge_pmd`), `lib/maple_tree.c`
 //! (`__mt_dup`). The child's VMA tree is either duplicated node by node and its entries
-//! replaced (seed 001, `vma_tree_dup=dup`) or built by inserting VMA by VMA (the baseline). Page tables are copied one PTE at a time (the baseline,
+//! replaced (seed 001, `vma_tree_dup=dup`) or built from scratch in the maple tree's bulk
+//! mode, as Linux 6.1–6.5 did (the baseline, `vma_tree_dup=insert`). Page tables are copied one PTE at a time (the baseline,
 //! `fork_pte_batch=per-pte`) or, for PTE-mapped large folios, one `folio_pte_batch` run at a
 //! time (seed 000: one refcount add, one rmap dup, one `wrprotect_ptes`, one `set_ptes`). Each
 //! present anon PTE takes one reference and one mapcount, the page loses PageAnonExclusive, and both
@@ -96,7 +97,7 @@ impl<'m> Cpu<'m> {
         };
         let nodes_before = pst.vmas.tree.stats().allocated;
         let res = match mode {
-            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst),
+            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst, fail_nth),
             VmaTreeCopy::Dup => self.dup_tree_structure(pst, cst, fail_nth),
         };
         // The child's tree allocates from the parent's node cache (shared counters); in the
@@ -151,22 +152,29 @@ impl<'m> Cpu<'m> {
         Ok(pages)
     }
 
-    /// The baseline: insert the child's VMAs one by one, in order.
-    fn dup_tree_insert(&self, pst: &MmState, cst: &mut MmState) -> SysResult<()> {
-        for id in pst.vmas.all() {
-            let vma = pst.vmas.get(id);
-            if vma.flags.has(VmFlags::DONTCOPY) {
-                continue;
-            }
-            let child = self.dup_vma(vma);
-            let (s, e) = (child.start, child.end);
-            let cid = cst.vmas.alloc(child);
-            if cst.vmas.tree.store_range(s, e, Some(cid)).is_err() {
-                self.release_vma(cst, cid);
-                return Err(Errno::ENOMEM);
-            }
-        }
-        Ok(())
+    /// The baseline (Linux 6.1–6.5 `dup_mmap`): build the child's tree from scratch in bulk
+    /// mode. `mas_expected_entries(map_count)` preallocates the nodes a tree of that many
+    /// entries (and a gap after each) needs, every copied VMA is then stored in address
+    /// order, appended to the rightmost leaf (leaves are kept full, not split evenly), and
+    /// `mas_destroy()` frees the unused preallocation (`VmaSet::bulk_from`,
+    /// `MapleTree::load_sorted_bulk`). The child's tree counts the preallocation as
+    /// allocated and the unused part as freed, so `allocated - freed` is its node count.
+    ///
+    /// On ENOMEM no child VMA is left behind: those already made are dropped without
+    /// touching the overcommit accounting (none is in the child's tree, so `fork_failed`
+    /// returns the whole up-front charge).
+    fn dup_tree_insert(
+        &self,
+        pst: &MmState,
+        cst: &mut MmState,
+        fail_nth: Option<u64>,
+    ) -> SysResult<()> {
+        cst.vmas.set_fail_point(fail_nth);
+        let res = cst.vmas.bulk_from(&pst.vmas, |v| {
+            (!v.flags.has(VmFlags::DONTCOPY)).then(|| self.dup_vma(v))
+        });
+        cst.vmas.set_fail_point(None);
+        res.map_err(|_| Errno::ENOMEM)
     }
 
     /// Seed 001: copy the tree's structure, then swap each entry for the child's VMA.

@@ -295,6 +295,40 @@ impl VmaSet {
         Ok(())
     }
 
+    /// Builds this (empty) set from `parent`'s VMAs the way `dup_mmap()` did before
+    /// `__mt_dup` (Linux 6.1–6.5): the tree's nodes for `parent.count()` (`map_count`)
+    /// entries are preallocated (`mas_expected_entries`), then every VMA `f` makes from the
+    /// parent's, in address order, is appended in bulk mode (`None` skips it, as
+    /// `VM_DONTCOPY` does) and the unused nodes are freed (`mas_destroy`). `f` is only
+    /// called once the preallocation succeeded.
+    ///
+    /// # Errors
+    /// On a node allocation failure the set is left empty: the VMAs already made are
+    /// dropped (their shmem references returned) and the tree is untouched.
+    pub fn bulk_from(
+        &mut self,
+        parent: &VmaSet,
+        mut f: impl FnMut(&Vma) -> Option<Vma>,
+    ) -> Result<(), maple::MapleError> {
+        let slab = &mut self.slab;
+        let entries = parent.tree.iter().filter_map(|(start, end, pid)| {
+            let child = f(parent.get(pid))?;
+            slab.push(Some(child));
+            Some((start, end, VmaId(slab.len() as u32 - 1)))
+        });
+        let res = self.tree.load_sorted_bulk(entries, parent.count());
+        if let Err(e) = res {
+            for v in self.slab.drain(..).flatten() {
+                if let Some(s) = v.shmem {
+                    s.put();
+                }
+            }
+            self.free.clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Sets the tree's node-allocation fail point (the n-th allocation from now fails).
     pub fn set_fail_point(&mut self, n: Option<u64>) {
         self.tree.set_fail_point(n);
