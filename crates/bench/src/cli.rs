@@ -101,6 +101,9 @@ fn outputs(args: &BenchArgs, whole_suite: bool) -> Outputs {
 
 /// Runs the command.
 pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.which == crate::host::agent::AGENT_ARG {
+        return crate::host::agent::serve();
+    }
     let which = Bench::parse(&args.which).ok_or_else(|| {
         let names: Vec<_> = Bench::ALL.iter().map(|b| b.name()).collect();
         anyhow::anyhow!(

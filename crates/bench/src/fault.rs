@@ -2,8 +2,7 @@
 //! folios, on the engine and on the host kernel.
 
 use crate::engine::{counters, machine, size_label, warm_up, RW};
-use crate::host::region::Region;
-use crate::host::{mthp_stat, HostSession};
+use crate::host::HostSession;
 use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
@@ -35,19 +34,7 @@ fn host_once(
     folio: u64,
 ) -> Result<(f64, BTreeMap<String, u64>), String> {
     s.folio(folio)?;
-    let r = Region::anon(size)?;
-    let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
-    let t = Instant::now();
-    r.write_each_page()?;
-    let secs = t.elapsed().as_secs_f64();
-    let mut c = BTreeMap::new();
-    if folio > 4096 {
-        let n = mthp_stat(folio, "anon_fault_alloc")
-            .unwrap_or(0)
-            .saturating_sub(a0);
-        c.insert("host_mthp_anon_fault_alloc".to_string(), n);
-    }
-    Ok((secs, c))
+    crate::host::agent::measure(&crate::host::agent::HostCell::Fault { size, folio })
 }
 
 /// Time to zero one 4 KiB frame of the arena (the floor of an anonymous fault).

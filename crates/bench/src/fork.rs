@@ -8,9 +8,8 @@
 //! must read `~` (its interval contains 0).
 
 use crate::engine::{counters, machine, populate, size_label, warm_up};
-use crate::host::measure::fork_time;
-use crate::host::region::Region;
-use crate::host::{mthp_stat, vmstat, HostSession};
+use crate::host::agent::{self, HostCell};
+use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::stats::rotation;
 use crate::suite::Ctx;
@@ -91,7 +90,7 @@ fn engine_once(
     Ok((secs, m.counters().delta(&before)))
 }
 
-/// One host repetition: (seconds, what the host reports about the layout).
+/// One host repetition, in a fresh agent process (see [`crate::host::agent`]).
 fn host_once(
     s: &HostSession,
     size: u64,
@@ -99,27 +98,11 @@ fn host_once(
     op: Op,
 ) -> Result<(f64, BTreeMap<String, u64>), String> {
     s.folio(folio)?;
-    let r = Region::anon(size)?;
-    let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
-    r.populate()?;
-    let mut c = BTreeMap::new();
-    if folio > 4096 {
-        let n = mthp_stat(folio, "anon_fault_alloc")
-            .unwrap_or(0)
-            .saturating_sub(alloc0);
-        c.insert("host_mthp_anon_fault_alloc".to_string(), n);
-    }
-    if folio == 2 << 20 {
-        let s0 = vmstat("thp_split_pmd").unwrap_or(0);
-        r.remap_ptes()?;
-        let n = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(s0);
-        c.insert("host_thp_split_pmd".into(), n);
-    }
-    let secs = match op {
-        Op::Fork => fork_time()?,
-        Op::Munmap => r.unmap_timed()?,
-    };
-    Ok((secs, c))
+    agent::measure(&HostCell::ForkOrMunmap {
+        size,
+        folio,
+        munmap: op == Op::Munmap,
+    })
 }
 
 /// The columns of this table.
@@ -225,8 +208,8 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
         ));
     }
     notes.push(match op {
-        Op::Fork => "host: only the fork() call is timed (the child _exits at once and is reaped before the next repetition)".into(),
-        Op::Munmap => "host: the munmap() call of the whole layout is timed, a fresh layout per repetition".into(),
+        Op::Fork => "host: a fresh agent process builds the layout; only its fork() call is timed (the child _exits at once); host_vmas and host_rss_anon_kb describe the agent".into(),
+        Op::Munmap => "host: a fresh agent process builds the layout; the munmap() of the whole layout is timed".into(),
     });
     Ok(Table {
         id: op.name().into(),
@@ -252,6 +235,8 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
             Ev::PteWrite.name().into(),
             "host_mthp_anon_fault_alloc".into(),
             "host_thp_split_pmd".into(),
+            "host_vmas".into(),
+            "host_rss_anon_kb".into(),
         ],
         published_source: (op == Op::Fork).then(|| {
             "v6.8-rc1 vs the series, fork() with 1 GiB of PTE-mapped folios, Xeon Silver 4210R (shown as gain: -30% time = 30%)".to_string()

@@ -7,6 +7,7 @@
 //! [`HostSession`] restores them when dropped. Without root, or when the knobs cannot be
 //! written, every host cell says why ("n/a (not root)"). Only [`oracle::sys`] touches libc.
 
+pub mod agent;
 pub mod measure;
 pub mod region;
 

@@ -1,0 +1,207 @@
+//! Host cells measured in a fresh process, not in the bench process.
+//!
+//! The bench process is a poor subject for the host kernel: by the time a host cell runs it
+//! holds the engine's binary, threads and whatever heap glibc kept after the engine's large
+//! frees (tens of MB of anonymous RSS, 35+ VMAs), and every `fork` of it copies all that. So
+//! each host cell is measured by a new process: the `usermm` binary re-executed as
+//! `usermm bench __host-cell` with the request in `USERMM_HOST_CELL` (JSON). It starts with
+//! only its own program, libraries and stack, inherits the bench thread's CPU pinning, builds
+//! exactly the row's layout, measures, prints the result as one JSON line and exits. The THP
+//! knobs are set by the bench process, which holds the machine-wide knob lock, before it
+//! starts the agent. Each result carries the agent's own VMA count and anonymous RSS at the
+//! moment of measurement (`host_vmas`, `host_rss_anon_kb`), so a reader sees what was forked.
+//!
+//! When the running executable is not `usermm` (the bench crate's own tests), the cell is
+//! measured in this process instead, and says so (`host_in_process`).
+
+use super::measure::{fork_exit_rate, fork_time, vma_count};
+use super::region::{Region, SparseVmas};
+use super::{mthp_stat, vmstat};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// The `bench` argument that makes the `usermm` binary an agent.
+pub const AGENT_ARG: &str = "__host-cell";
+/// The environment variable carrying the request.
+const REQUEST_ENV: &str = "USERMM_HOST_CELL";
+
+/// One host measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum HostCell {
+    /// fork + child `_exit` + `waitpid` for `secs`, with `vmas` VMAs in all: as many
+    /// single-page VMAs are added as the agent lacks (seed 001's 21 + N).
+    Spawn {
+        /// VMAs of the forked process in all.
+        vmas: u64,
+        /// Seconds of forking.
+        secs: f64,
+    },
+    /// Populate `size` bytes with the mTHP size already set, PTE-remap 2M THPs, then time
+    /// one `fork()` (the call) or the `munmap()` of the whole layout.
+    ForkOrMunmap {
+        /// Layout size.
+        size: u64,
+        /// Folio size of the layout.
+        folio: u64,
+        /// `true`: munmap; `false`: fork.
+        munmap: bool,
+    },
+    /// Write one byte per page of a fresh `size`-byte mapping.
+    Fault {
+        /// Mapping size.
+        size: u64,
+        /// Folio size (for the mTHP statistic).
+        folio: u64,
+    },
+}
+
+/// A measurement: (seconds or rate, counters).
+pub type CellResult = Result<(f64, BTreeMap<String, u64>), String>;
+
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    value: f64,
+    counters: BTreeMap<String, u64>,
+}
+
+/// Measures `cell` in a fresh agent process (or here, outside the `usermm` binary).
+pub fn measure(cell: &HostCell) -> CellResult {
+    let Some(exe) = agent_exe() else {
+        let mut r = run(cell)?;
+        r.1.insert("host_in_process".into(), 1);
+        return Ok(r);
+    };
+    let req = serde_json::to_string(cell).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(["bench", AGENT_ARG])
+        .env(REQUEST_ENV, req)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("host agent: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    match serde_json::from_str::<Result<Reply, String>>(line) {
+        Ok(Ok(r)) => Ok((r.value, r.counters)),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err(format!(
+            "host agent failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// The `usermm` executable, when this process is one.
+fn agent_exe() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    (exe.file_stem()? == "usermm").then_some(exe)
+}
+
+/// The agent's side: reads the request from the environment, measures, prints one JSON line.
+pub fn serve() -> anyhow::Result<()> {
+    let req = std::env::var(REQUEST_ENV)
+        .map_err(|_| anyhow::anyhow!("{AGENT_ARG} is internal: it needs {REQUEST_ENV}"))?;
+    let cell: HostCell = serde_json::from_str(&req)?;
+    let reply = run(&cell).map(|(value, counters)| Reply { value, counters });
+    println!("{}", serde_json::to_string(&reply)?);
+    Ok(())
+}
+
+/// What the forked process looked like: its VMAs and anonymous RSS.
+fn shape(c: &mut BTreeMap<String, u64>) {
+    c.insert("host_vmas".into(), vma_count());
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    c.insert("host_rss_anon_kb".into(), rss);
+}
+
+/// Measures `cell` in this process.
+fn run(cell: &HostCell) -> CellResult {
+    let mut c = BTreeMap::new();
+    match *cell {
+        HostCell::Spawn { vmas, secs } => {
+            let extra = vmas.saturating_sub(vma_count());
+            let layout = SparseVmas::new(extra)?;
+            shape(&mut c);
+            let (rate, _) = fork_exit_rate(secs)?;
+            drop(layout);
+            Ok((rate, c))
+        }
+        HostCell::ForkOrMunmap {
+            size,
+            folio,
+            munmap,
+        } => {
+            let r = Region::anon(size)?;
+            let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
+            r.populate()?;
+            if folio > 4096 {
+                let n = mthp_stat(folio, "anon_fault_alloc")
+                    .unwrap_or(0)
+                    .saturating_sub(alloc0);
+                c.insert("host_mthp_anon_fault_alloc".into(), n);
+            }
+            if folio == 2 << 20 {
+                let s0 = vmstat("thp_split_pmd").unwrap_or(0);
+                r.remap_ptes()?;
+                let n = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(s0);
+                c.insert("host_thp_split_pmd".into(), n);
+            }
+            shape(&mut c);
+            let secs = if munmap { r.unmap_timed()? } else { fork_time()? };
+            Ok((secs, c))
+        }
+        HostCell::Fault { size, folio } => {
+            let r = Region::anon(size)?;
+            let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
+            shape(&mut c);
+            let t = Instant::now();
+            r.write_each_page()?;
+            let secs = t.elapsed().as_secs_f64();
+            if folio > 4096 {
+                let n = mthp_stat(folio, "anon_fault_alloc")
+                    .unwrap_or(0)
+                    .saturating_sub(a0);
+                c.insert("host_mthp_anon_fault_alloc".into(), n);
+            }
+            Ok((secs, c))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawn_cell_forks_a_process_of_the_asked_size() {
+        // Outside the usermm binary the cell runs here and says so.
+        let (rate, c) = measure(&HostCell::Spawn {
+            vmas: 300,
+            secs: 0.01,
+        })
+        .expect("fork works here");
+        assert!(rate > 0.0);
+        assert_eq!(c.get("host_in_process"), Some(&1));
+        assert!(c["host_vmas"] >= 300, "{c:?}");
+        assert!(c.contains_key("host_rss_anon_kb"));
+    }
+
+    #[test]
+    fn requests_survive_the_environment() {
+        let cell = HostCell::ForkOrMunmap {
+            size: 2 << 20,
+            folio: 64 << 10,
+            munmap: true,
+        };
+        let text = serde_json::to_string(&cell).expect("json");
+        assert_eq!(serde_json::from_str::<HostCell>(&text).expect("back"), cell);
+    }
+}
