@@ -78,7 +78,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             Column::new("host", vec![], BTreeMap::new()),
         ];
         for rep in 0..ctx.opts.reps {
-            for i in crate::stats::rotation(rep, 2) {
+            for i in crate::stats::rotation_host_last(rep, 2) {
                 if i == 0 {
                     let (secs, c) = engine_once(size, folio)?;
                     cols[0].samples.push(secs);

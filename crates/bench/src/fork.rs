@@ -11,7 +11,7 @@ use crate::engine::{counters, machine, populate, size_label, warm_up};
 use crate::host::agent::{self, HostCell};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
-use crate::stats::rotation;
+use crate::stats::rotation_host_last;
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -134,7 +134,7 @@ fn row(
         .collect();
     let label = size_label(folio);
     for rep in 0..ctx.opts.reps {
-        for i in rotation(rep, cols.len()) {
+        for i in rotation_host_last(rep, cols.len()) {
             match [PteBatching::PerPte, PteBatching::Batched].get(i) {
                 Some(&b) => {
                     let (secs, c) = engine_once(size, folio, b, op)?;

@@ -173,7 +173,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .collect();
     cols.push(Column::new("host", vec![], BTreeMap::new()));
     for rep in 0..ctx.opts.reps {
-        for i in crate::stats::rotation(rep, cols.len()) {
+        for i in crate::stats::rotation_host_last(rep, cols.len()) {
             match MunlockDesign::ALL.get(i) {
                 Some(&design) => {
                     let (secs, c) = engine_once(size, setup, design)?;

@@ -309,7 +309,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
         for rep in 0..ctx.opts.reps {
-            for i in crate::stats::rotation(rep, cols.len()) {
+            for i in crate::stats::rotation_host_last(rep, cols.len()) {
                 if let Some(stage) = STAGES.get(i) {
                     let (secs, c) = engine_once(size, micro, stage)?;
                     cols[i].samples.push(secs);

@@ -130,7 +130,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
         for rep in 0..ctx.opts.reps {
-            for i in crate::stats::rotation(rep, cols.len()) {
+            for i in crate::stats::rotation_host_last(rep, cols.len()) {
                 match [VmaTreeCopy::Insert, VmaTreeCopy::Dup].get(i) {
                     Some(&mode) => {
                         let (rate, c) = engine_rate(extra, mode, secs)?;

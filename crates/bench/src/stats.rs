@@ -52,6 +52,15 @@ pub fn rotation(rep: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (rep + k) % n)
 }
 
+/// [`rotation`] of the engine columns `0..n-1`, then the host column `n-1` last: the host
+/// cell (another process populating and freeing a whole layout) leaves the machine in a
+/// different state than an engine cell, and must precede every engine column equally often,
+/// which it does as the last of one repetition before the rotated first of the next.
+pub fn rotation_host_last(rep: usize, n: usize) -> impl Iterator<Item = usize> {
+    let engines = n.saturating_sub(1);
+    rotation(rep, engines).chain((n > 0).then_some(n - 1))
+}
+
 /// Bootstrap resamples of a gain interval.
 const RESAMPLES: usize = 2000;
 
@@ -137,6 +146,20 @@ mod tests {
         assert_eq!(summary(Stat::Mean, &s), Some(3.0));
         assert_eq!(summary(Stat::Stddev, &[1.0, 3.0]), Some(1.0));
         assert_eq!(summary(Stat::Min, &[]), None);
+    }
+
+    #[test]
+    fn rotations_visit_every_column_once_per_repetition() {
+        for rep in 0..5 {
+            let mut r: Vec<usize> = rotation(rep, 4).collect();
+            assert_eq!(r[0], rep % 4);
+            r.sort_unstable();
+            assert_eq!(r, [0, 1, 2, 3]);
+            let h: Vec<usize> = rotation_host_last(rep, 3).collect();
+            assert_eq!(h.len(), 3);
+            assert_eq!(h[2], 2, "host last");
+            assert_eq!(h[0], rep % 2);
+        }
     }
 
     #[test]
