@@ -8,8 +8,18 @@
 //! ```text
 //! Machine::tasks (process table; read-locked only to look a process up, never held below)
 //!   -> Mm::lock (mmap_lock; at fork: parent, then child)
-//!     -> Mm::page_table_lock (upper-level populate, deposited tables)
-//!     -> split PTL of a table page (at fork: child's table, then parent's)
+//!     -> Mm::page_table_lock (upper-level populate and unlink; leaf: never held while
+//!        a split PTL is taken)
+//!     -> a shmem object's page map (fault-around holds it while it takes the PTL: the page
+//!        cache lookup comes first, as in Linux)
+//!     -> split PTL of a table page, taken only through `pgtable::cursor` (`PteLock`,
+//!        `PmdLock`, `PteCopy`); two at once only as Linux nests them: at fork the child's
+//!        table, then the parent's (`copy_pte_range`, `copy_huge_pmd`); at mremap the source
+//!        table, then the destination (`move_ptes`, `move_huge_pmd`) — safe because both
+//!        belong to one mm whose mmap lock is held for writing
+//!       -> Mm::deposited (the deposited-table map, leaf: taken under a PMD lock when a THP
+//!          is mapped, copied or moved)
+//!       -> Machine::tunables read lock (leaf; read under the PTL by zap and split)
 //!       -> folio flags / mapcounts (atomics, no lock)
 //!       -> folio owner bit lock (`folio_lock_large_mapcount`, leaf)
 //!       -> a folio's rmap seqcount write section (leaf; entered after the owner lock is

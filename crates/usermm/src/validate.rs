@@ -170,7 +170,11 @@ impl Machine {
                     self.phys.memmap.pt_entries(table)
                 ));
             }
-            let _ = level;
+            if level == 3 {
+                if let Err(e) = pt.check_contpte(table) {
+                    r.err(format!("mm {}: {e}", mm.id));
+                }
+            }
         });
         self.recount_leaves(mm, &st, pt, folios, &mut rss, r);
         tables += mm.deposited.lock().len() as u64;
