@@ -288,7 +288,8 @@ pub fn stage_variants(host: &str) -> Vec<Variant> {
     let mut v: Vec<Variant> = STAGES
         .iter()
         .map(|s| {
-            let switches: Vec<String> = s.tunables.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let switches: Vec<String> =
+                s.tunables.iter().map(|(k, v)| format!("{k}={v}")).collect();
             Variant::engine(s.name, &format!("{} [{}]", s.about, switches.join(", ")))
         })
         .collect();
@@ -321,7 +322,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                         .and_then(|s| host_once(s, size, micro));
                     cols[host_col].record(res.map(|secs| (secs, BTreeMap::new())));
                 }
-                ctx.task.step(&format!("{} {}", micro.name(), cols[i].variant))?;
+                ctx.task
+                    .step(&format!("{} {}", micro.name(), cols[i].variant))?;
             }
         }
         rows.push(Row {

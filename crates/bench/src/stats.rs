@@ -114,7 +114,11 @@ pub fn add_intervals(table: &mut Table) {
     let better = table.better;
     let kinds: Vec<VariantKind> = table.variants.iter().map(|v| v.kind).collect();
     for row in &mut table.rows {
-        let base = row.columns.get(b).map(|c| c.samples.clone()).unwrap_or_default();
+        let base = row
+            .columns
+            .get(b)
+            .map(|c| c.samples.clone())
+            .unwrap_or_default();
         for (i, c) in row.columns.iter_mut().enumerate() {
             if i != b && kinds.get(i) == Some(&VariantKind::Engine) {
                 c.gain_ci95_pct = gain_ci95(&c.samples, &base, better);

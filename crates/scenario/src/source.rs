@@ -90,6 +90,8 @@ mod tests {
     #[test]
     fn a_missing_file_names_its_path() {
         let e = read_source("/nonexistent/usermm.scn").unwrap_err();
-        assert!(e.to_string().starts_with("/nonexistent/usermm.scn: cannot read"));
+        assert!(e
+            .to_string()
+            .starts_with("/nonexistent/usermm.scn: cannot read"));
     }
 }

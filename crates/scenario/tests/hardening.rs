@@ -6,7 +6,10 @@ use scenario::run::{run, RunOptions, Runner};
 use usermm::Ev;
 
 fn file(name: &str) -> scenario::Script {
-    let path = format!("{}/../../scenarios/oracle/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../scenarios/oracle/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = scenario::read_source(&path).unwrap_or_else(|e| panic!("{e}"));
     scenario::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -58,7 +61,9 @@ fn a_skipped_shootdown_is_reported_as_a_stale_access() {
     );
     assert!(r.counters.get(Ev::TlbStaleHit) >= 1);
     assert!(
-        r.failures.iter().any(|f| f.message.starts_with("validate:")),
+        r.failures
+            .iter()
+            .any(|f| f.message.starts_with("validate:")),
         "validate() sees the stale TLB entry: {:?}",
         r.failures
     );
@@ -78,16 +83,31 @@ fn on_cpu_runs_the_statement_on_that_cpu() {
     let tlbs = m.tlbs();
     let filled: Vec<usize> = tlbs.iter().map(|t| t.entries().len()).collect();
     assert_eq!(filled, vec![0, 1, 1], "cpu0 never ran an access");
-    assert_eq!(script.to_string().lines().nth(3), Some("p0 write a 4K pattern=0x01 on cpu2"));
+    assert_eq!(
+        script.to_string().lines().nth(3),
+        Some("p0 write a 4K pattern=0x01 on cpu2")
+    );
 }
 
 #[test]
 fn on_cpu_is_checked_at_parse_time() {
     for (text, col, msg) in [
-        ("p0 = spawn\np0 exit on cpu2\n", 12, "the machine has 2 CPUs"),
-        ("set cpus 4\np0 = spawn\np0 exit on cpu4\n", 12, "the machine has 4 CPUs"),
+        (
+            "p0 = spawn\np0 exit on cpu2\n",
+            12,
+            "the machine has 2 CPUs",
+        ),
+        (
+            "set cpus 4\np0 = spawn\np0 exit on cpu4\n",
+            12,
+            "the machine has 4 CPUs",
+        ),
         ("p0 = spawn on cpu1\n", 12, "needs a statement of a process"),
-        ("set thp 64K=always on cpu0\n", 20, "needs a statement of a process"),
+        (
+            "set thp 64K=always on cpu0\n",
+            20,
+            "needs a statement of a process",
+        ),
         ("p0 = spawn\np0 exit on cpux\n", 12, "a CPU"),
     ] {
         let e = scenario::parse("t.scn", text).expect_err(text);
@@ -107,7 +127,8 @@ fn error_output_is_bounded() {
     let e = scenario::parse("t.scn", &many).expect_err("bad");
     assert_eq!(e.len(), scenario::MAX_ERRORS);
     assert_eq!(e.more(), 1_000_000 - scenario::MAX_ERRORS);
-    assert!(e
-        .to_string()
-        .ends_with(&format!("t.scn: … and {} more errors", 1_000_000 - scenario::MAX_ERRORS)));
+    assert!(e.to_string().ends_with(&format!(
+        "t.scn: … and {} more errors",
+        1_000_000 - scenario::MAX_ERRORS
+    )));
 }

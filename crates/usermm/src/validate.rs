@@ -9,9 +9,9 @@
 //! # Context
 //! Call at a quiescent point (no operation in flight on any CPU).
 
-use crate::pgtable::cursor::PmdKind;
 use crate::machine::Machine;
 use crate::mm::{Mm, RssKind};
+use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;

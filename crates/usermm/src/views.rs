@@ -7,10 +7,10 @@
 //! a page counts as shared when its precise mapcount is two or more, and a folio whose
 //! refcount is one is private without looking further.
 
-use crate::pgtable::cursor::PmdKind;
 use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::{Mm, Pid, RssKind};
+use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{PageTables, Walk, PMD_SIZE};
 use crate::phys::{PageFlag, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
@@ -307,7 +307,14 @@ impl<'m> Cpu<'m> {
                             continue;
                         }
                         if pt.vm_normal_folio(e).is_some() {
-                            smaps_account(&mut s, phys, pt.arch.pfn(e), 1, pt.arch.dirty(e), locked);
+                            smaps_account(
+                                &mut s,
+                                phys,
+                                pt.arch.pfn(e),
+                                1,
+                                pt.arch.dirty(e),
+                                locked,
+                            );
                         }
                     }
                 }

@@ -547,3 +547,44 @@ fn every_sharing_tracker_decides_cow_reuse_and_stays_exact() {
         valid(&m);
     }
 }
+
+/// mremap and MADV_FREE go through the page-table cursor: each PTE table is locked once
+/// (mremap: the source and the destination table together) and each entry read once, where
+/// they used to walk from the PGD and lock per 4 KiB page.
+#[test]
+fn mremap_and_madv_free_visit_each_table_once() {
+    let m = machine(256 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let len = 64 * M;
+    let (tables, ptes) = (len / (2 * M), len / (4 * K));
+    let a = cpu.mmap(p, fixed(len, 0x4000_0000)).unwrap();
+    cpu.write_fill(p, a, len, 0x3c).unwrap();
+    let before = m.counters();
+    let flags = MremapFlags {
+        maymove: true,
+        fixed: Some(0x8000_0000),
+    };
+    let b = cpu.mremap(p, a, len, len, flags).unwrap();
+    let d = m.counters().delta(&before);
+    // The move locks each source table with its destination once and reads each entry once;
+    // then the old range is unmapped as Linux does, which zaps (locks, reads) the emptied
+    // source tables once more and frees them.
+    assert_eq!(d.get(Ev::LockPtl), 2 * tables + tables);
+    assert_eq!(d.get(Ev::PteRead), ptes + ptes);
+    // Each entry cleared and written; one PMD and `tables` PTE tables linked, as many unlinked.
+    assert_eq!(d.get(Ev::PteWrite), 2 * ptes + 2 * (tables + 1));
+    assert_eq!(d.get(Ev::PgtableAlloc), tables + 1);
+    valid(&m);
+    let before = m.counters();
+    cpu.madvise(p, b, len, Advice::Free).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::LockPtl), tables);
+    assert_eq!(d.get(Ev::PteRead), ptes);
+    valid(&m);
+    assert_eq!(
+        cpu.find_mismatch(p, b, len, 0x3c).unwrap(),
+        None,
+        "MADV_FREE keeps data until reclaim"
+    );
+}

@@ -155,7 +155,11 @@ fn run(cell: &HostCell) -> CellResult {
                 c.insert("host_thp_split_pmd".into(), n);
             }
             shape(&mut c);
-            let secs = if munmap { r.unmap_timed()? } else { fork_time()? };
+            let secs = if munmap {
+                r.unmap_timed()?
+            } else {
+                fork_time()?
+            };
             Ok((secs, c))
         }
         HostCell::Fault { size, folio } => {

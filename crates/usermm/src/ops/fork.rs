@@ -302,7 +302,8 @@ impl<'m> Cpu<'m> {
                 }
                 Err(err) => {
                     // Account what was already copied so the failed child tears down cleanly.
-                    ctx.dst.rss_add(RssKind::Anon, self.copied_rss(&cp.tables.dst, i0, iend));
+                    ctx.dst
+                        .rss_add(RssKind::Anon, self.copied_rss(&cp.tables.dst, i0, iend));
                     return Err(err);
                 }
             }

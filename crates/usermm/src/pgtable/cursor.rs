@@ -366,7 +366,11 @@ pub(crate) struct UnlinkedPtes<'a> {
 impl<'a> UnlinkedPtes<'a> {
     /// The unlinked table `table`.
     pub fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
-        debug_assert_eq!(pt.phys.memmap.pt_entries(table), 0, "an unlinked table is empty");
+        debug_assert_eq!(
+            pt.phys.memmap.pt_entries(table),
+            0,
+            "an unlinked table is empty"
+        );
         UnlinkedPtes {
             pt,
             c,
