@@ -132,3 +132,49 @@ fn error_output_is_bounded() {
         1_000_000 - scenario::MAX_ERRORS
     )));
 }
+
+/// Every sabotage switch (`test_*` tunable) makes some corpus file fail its expectations (so
+/// the oracle, which checks them on both sides, catches it), and the README's examples are
+/// ones that do.
+#[test]
+fn every_sabotage_switch_is_caught_by_the_corpus() {
+    let dir = format!("{}/../../scenarios/oracle", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "scn"))
+        .collect();
+    files.sort();
+    let switches: Vec<String> = usermm::Tunables::default()
+        .list()
+        .into_iter()
+        .map(|i| i.name.to_string())
+        .filter(|n| n.starts_with("test_"))
+        .collect();
+    assert!(switches.len() >= 2, "{switches:?}");
+    for sw in &switches {
+        let caught: Vec<String> = files
+            .iter()
+            .filter(|f| {
+                let name = f.file_name().unwrap_or_default().to_string_lossy().to_string();
+                // Caught by what a user sees (an expectation), not only by validate().
+                let opts = RunOptions {
+                    validate: false,
+                    ..validated(&[(sw.as_str(), "true")])
+                };
+                run(&file(&name), &opts).exit_code() == 1
+            })
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(!caught.is_empty(), "{sw}: no corpus file notices it");
+        let readme_example = match sw.as_str() {
+            "test_skip_fork_wrprotect" => "fork-cow-small.scn",
+            "test_skip_tlb_flush" => "on-cpu-shootdown.scn",
+            other => panic!("{other}: name a corpus file that catches it in the README"),
+        };
+        assert!(
+            caught.iter().any(|c| c.ends_with(readme_example)),
+            "{sw}: the README's example {readme_example} must catch it ({caught:?})"
+        );
+    }
+}
