@@ -586,6 +586,8 @@ impl<B: Backend> Runner<B> {
     }
 
     fn bind_map(&mut self, bind: Option<&Name>, p: ProcId, addr: u64, len: u64) {
+        // The kernel maps whole pages: a 4097-byte mapping is 8K long (smaps Size, clipping).
+        let len = len.checked_next_multiple_of(4096).unwrap_or(len);
         self.track(p, addr, len);
         if let Some(n) = bind {
             self.maps.insert(n.clone(), Binding { addr, len });
