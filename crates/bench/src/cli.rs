@@ -1,7 +1,9 @@
 //! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|all]`:
 //! arguments and the command itself. With no benchmark named it runs the whole suite at the
 //! small default scale and writes `report.html`, `report.json` and `plots/` to
-//! `target/usermm-bench/`.
+//! `target/usermm-bench/`. `usermm bench compare A.json B.json…` compares reports
+//! ([`crate::compare`]); `usermm bench scenario FILE… --sweep NAME=V1,V2` times scenario
+//! files under tunable sweeps ([`crate::scenario_bench`]).
 
 use crate::engine::parse_size;
 use crate::host::HostSide;
@@ -14,7 +16,11 @@ use std::path::PathBuf;
 
 /// Arguments of `usermm bench`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// `compare` or `scenario` instead of a benchmark of the suite.
+    #[command(subcommand)]
+    pub cmd: Option<BenchCmd>,
     /// Which benchmark: all (the default: the whole suite, report written), fault, fork,
     /// munmap, spawn, sharing, anon-cow, munlock, linear-map.
     #[arg(default_value = "all")]
@@ -49,6 +55,17 @@ pub struct BenchArgs {
     /// Leave out the host-kernel columns.
     #[arg(long)]
     pub no_host: bool,
+}
+
+/// The subcommands of `usermm bench` beside the suite's benchmarks.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BenchCmd {
+    /// Compare bench reports (JSON) side by side: the median of each run per row and engine
+    /// variant, and the gain over the first report, `~` when within the noise.
+    Compare(crate::compare::CompareArgs),
+    /// Time whole runs of your scenario files on the engine under every combination of
+    /// swept tunables (`--sweep fork_pte_batch=per-pte,batched`).
+    Scenario(crate::scenario_bench::ScenarioArgs),
 }
 
 /// The options these arguments select.
@@ -99,10 +116,15 @@ fn outputs(args: &BenchArgs, whole_suite: bool) -> Outputs {
     o
 }
 
-/// Runs the command.
-pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
+/// Runs the command; returns the exit code.
+pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
+    match &args.cmd {
+        Some(BenchCmd::Compare(a)) => return crate::compare::main(a),
+        Some(BenchCmd::Scenario(a)) => return crate::scenario_bench::main(a),
+        None => {}
+    }
     if args.which == crate::host::agent::AGENT_ARG {
-        return crate::host::agent::serve();
+        return crate::host::agent::serve().map(|()| 0);
     }
     let which = Bench::parse(&args.which).ok_or_else(|| {
         let names: Vec<_> = Bench::ALL.iter().map(|b| b.name()).collect();
@@ -141,7 +163,7 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<()> {
         let n = written.iter().filter(|p| p.starts_with(d)).count();
         println!("plots:  {} ({n} files, PNG and SVG)", absolute(d).display());
     }
-    Ok(())
+    Ok(0)
 }
 
 fn absolute(p: &std::path::Path) -> PathBuf {

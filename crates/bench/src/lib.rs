@@ -16,10 +16,13 @@
 //! | [`suite`] | the benchmark list, options, and running them |
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
+//! | [`compare`] | `usermm bench compare`: reports side by side |
+//! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
 pub mod cli;
+pub mod compare;
 pub mod engine;
 pub mod fault;
 pub mod fork;
@@ -31,6 +34,7 @@ pub mod munlock;
 pub mod output;
 pub mod plot;
 pub mod progress;
+pub mod scenario_bench;
 pub mod sharing;
 pub mod spawn;
 pub mod stats;

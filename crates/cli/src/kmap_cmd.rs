@@ -39,6 +39,9 @@ pub struct KmapArgs {
     /// Print every run of leaves (by default at most 64).
     #[arg(long)]
     pub all_runs: bool,
+    /// Print the result as one JSON document (every run of leaves; docs/cli-json.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The largest TLBI latency accepted (100 µs, ~70x the seed's 1.5 µs): each TLBI busy-waits
@@ -129,6 +132,62 @@ pub fn kmap_main(args: &KmapArgs) -> anyhow::Result<()> {
     ks.validate()?;
     let summary = ks.summary()?;
     let st = ks.stats();
+    if args.json {
+        let runs: Vec<_> = summary
+            .runs
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "va": r.va, "pa": r.pa, "size": r.size,
+                    "leaf": leaf_label(r.kind, granule), "entries": r.entries,
+                    "prot": prot_label(r.prot),
+                })
+            })
+            .collect();
+        let leaves: Vec<_> = summary
+            .leaves
+            .iter()
+            .map(|(kind, n)| {
+                serde_json::json!({
+                    "leaf": leaf_label(*kind, granule), "descriptors": n,
+                    "bytes": n * granule.entry_size(kind.level),
+                })
+            })
+            .collect();
+        let levels: Vec<_> = (granule.top_level() + 1..=3)
+            .map(|level| {
+                let l = level as usize;
+                serde_json::json!({
+                    "level": level, "name": granule.level_name(level),
+                    "tables_allocated": st.tables_allocated[l],
+                    "reachable": summary.tables[l], "tlbi": st.tlbi_page_by_level[l],
+                })
+            })
+            .collect();
+        let cost: serde_json::Map<String, serde_json::Value> = st
+            .pairs()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        let out = serde_json::json!({
+            "ram_bytes": layout.total(),
+            "ranges": layout.ranges.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+            "kernel_image": [layout.kernel_image.start, layout.kernel_image.end],
+            "granule": granule.name(),
+            "granularity": gran.name(),
+            "variant": variant.name(),
+            "tlbi_ns": args.tlbi_ns,
+            "map_mem_seconds": elapsed.as_secs_f64(),
+            "phys_offset": ks.phys_offset(),
+            "image_tables": ks.image_tables(),
+            "runs": runs,
+            "leaves": leaves,
+            "levels": levels,
+            "cost": cost,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
 
     println!(
         "linear map of {} in {} range(s), {} granule, {}, variant {} (TLBI latency {} ns)",

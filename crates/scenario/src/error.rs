@@ -151,12 +151,40 @@ pub enum ErrorKind {
         /// Why not.
         why: String,
     },
+    /// `set tunable NAME=VALUE` with a NAME the engine does not have
+    /// ([`crate::Script::parse_checked`]).
+    #[error("unknown tunable `{name}`{} (see `usermm tunables`)", did_you_mean(.suggestion))]
+    UnknownTunable {
+        /// The name.
+        name: String,
+        /// The closest known name, if one is close.
+        suggestion: Option<String>,
+    },
+    /// `set tunable NAME=VALUE` with a VALUE the tunable does not accept
+    /// ([`crate::Script::parse_checked`]).
+    #[error("bad value `{value}` for tunable `{name}` (accepted: {accepted}){}", did_you_mean(.suggestion))]
+    BadTunableValue {
+        /// The tunable.
+        name: String,
+        /// The value.
+        value: String,
+        /// What the tunable accepts (as `usermm tunables` lists it).
+        accepted: String,
+        /// The closest accepted value, if one is close.
+        suggestion: Option<String>,
+    },
     /// A machine setting after the first `spawn`.
     #[error("`set {what}` must come before the first `spawn`")]
     MachineAfterSpawn {
         /// The setting.
         what: String,
     },
+}
+
+/// `; did you mean `X`?` or nothing.
+fn did_you_mean(s: &Option<String>) -> String {
+    s.as_ref()
+        .map_or_else(String::new, |s| format!("; did you mean `{s}`?"))
 }
 
 /// The longest piece of a file echoed in a message, in characters: a 10 MB token must not
@@ -199,7 +227,13 @@ impl ErrorKind {
             | E::Unexpected { found: a, .. }
             | E::Absurd { text: a, .. }
             | E::BadOutcome { verb: a, .. } => clip(a),
-            E::WrongKind { name: a, .. } => clip(a),
+            E::WrongKind { name: a, .. } | E::UnknownTunable { name: a, .. } => clip(a),
+            E::BadTunableValue {
+                name: a, value: b, ..
+            } => {
+                clip(a);
+                clip(b);
+            }
             E::Conflict { option: a, with: b } => {
                 clip(a);
                 clip(b);

@@ -22,7 +22,48 @@ use crate::lexer::{lex, TokKind, Token};
 /// returned (at most one per line), each displayed as `FILE:LINE:COL: message`.
 /// Never panics, whatever `text` is.
 pub fn parse(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
-    let mut parser = Parser::default();
+    parse_with(file_name, text, false)
+}
+
+impl Script {
+    /// Parses like [`parse`], and also checks every `set tunable NAME=VALUE` against the
+    /// engine's tunables ([`usermm::Tunables::set`]): an unknown name or a value the tunable
+    /// does not accept is a parse error of that line (with a "did you mean" suggestion when
+    /// one is close), so a file meant for the engine fails before anything runs.
+    ///
+    /// [`parse`] keeps `NAME` and `VALUE` as free text (the language does not know the
+    /// engine's switches, and the host ignores them); `usermm run` and `usermm bench
+    /// scenario` parse with this.
+    ///
+    /// ```
+    /// let e = scenario::Script::parse_checked("f.scn", "set tunable fork_pte_bach=per-pte\n")
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "f.scn:1:13: unknown tunable `fork_pte_bach`; did you mean `fork_pte_batch`? \
+    ///      (see `usermm tunables`)"
+    /// );
+    /// assert!(scenario::parse("f.scn", "set tunable fork_pte_bach=per-pte\n").is_ok());
+    /// ```
+    pub fn parse_checked(file_name: &str, text: &str) -> Result<Script, ParseErrors> {
+        parse_with(file_name, text, true)
+    }
+}
+
+impl ErrorKind {
+    /// Checks one engine tunable setting as `set tunable NAME=VALUE` (and `usermm run
+    /// --tunable`) would apply it: the error is [`ErrorKind::UnknownTunable`] or
+    /// [`ErrorKind::BadTunableValue`], with the closest known name or value as a suggestion.
+    pub fn check_tunable(name: &str, value: &str) -> Result<(), ErrorKind> {
+        check_tunable(name, value)
+    }
+}
+
+fn parse_with(file_name: &str, text: &str, check_tunables: bool) -> Result<Script, ParseErrors> {
+    let mut parser = Parser {
+        check_tunables,
+        ..Parser::default()
+    };
     let mut stmts = Vec::new();
     let mut errors = Vec::new();
     let mut more = 0usize;
@@ -129,6 +170,8 @@ struct Parser {
     spawned: bool,
     /// `set cpus N`, if given (`on cpuN` must name one of them).
     cpus: Option<u32>,
+    /// Check `set tunable` against the engine's tunables ([`Script::parse_checked`]).
+    check_tunables: bool,
 }
 
 /// The tokens of one line and a position among them.
@@ -1030,7 +1073,19 @@ impl Parser {
             "nodes" => Setting::Nodes(to_u32(c.bounded("a node count", 1, 1024)?)),
             "cpus" => Setting::Cpus(to_u32(c.bounded("a CPU count", 1, 8192)?)),
             "arch" => Setting::Arch(c.keyword::<Arch>("an architecture")?.0),
-            "tunable" => tunable(c)?,
+            "tunable" => {
+                let (setting, name_col, value_col) = tunable(c)?;
+                if let (true, Setting::Tunable { name, value }) = (self.check_tunables, &setting) {
+                    if let Err(kind) = check_tunable(name, value) {
+                        let col = match kind {
+                            ErrorKind::BadTunableValue { .. } => value_col,
+                            _ => name_col,
+                        };
+                        return fail(col, kind);
+                    }
+                }
+                setting
+            }
             "thp" => Setting::Thp(self.thp(c)?),
             "rlimit" => {
                 let (resource, _) = c.keyword::<Resource>("a resource")?;
@@ -1350,15 +1405,18 @@ fn fields<K: Keyword + PartialEq>(c: &mut Cursor<'_, '_>, what: &str) -> PResult
     }
 }
 
-/// `set tunable NAME=VALUE`.
-fn tunable(c: &mut Cursor<'_, '_>) -> PResult<Setting> {
+/// `set tunable NAME=VALUE`, with the columns of NAME and VALUE.
+fn tunable(c: &mut Cursor<'_, '_>) -> PResult<(Setting, u32, u32)> {
     let Some((col, run)) = c.glued_run() else {
         return c.missing("NAME=VALUE");
     };
-    let (name, value) = match run.split_once('=') {
-        Some((n, v)) => (n, v),
+    let (name, value, value_col) = match run.split_once('=') {
+        Some((n, v)) => {
+            let value_col = col.saturating_add(to_u32(n.chars().count() as u64) + 1);
+            (n, v, value_col)
+        }
         None if c.eat_kind(TokKind::Eq) => match c.glued_run() {
-            Some((_, v)) => (run, v),
+            Some((vcol, v)) => (run, v, vcol),
             None => return c.missing("a tunable VALUE after `=`"),
         },
         None => return c.missing(format!("`=VALUE` after `{run}`")),
@@ -1374,10 +1432,113 @@ fn tunable(c: &mut Cursor<'_, '_>) -> PResult<Setting> {
     if value.is_empty() {
         return c.missing("a tunable VALUE after `=`");
     }
-    Ok(Setting::Tunable {
-        name: name.into(),
-        value: value.into(),
-    })
+    Ok((
+        Setting::Tunable {
+            name: name.into(),
+            value: value.into(),
+        },
+        col,
+        value_col,
+    ))
+}
+
+/// [`ErrorKind::check_tunable`].
+fn check_tunable(name: &str, value: &str) -> Result<(), ErrorKind> {
+    match usermm::Tunables::default().set(name, value) {
+        Ok(()) => Ok(()),
+        Err(usermm::tunables::TunableError::Unknown(_)) => {
+            let names: Vec<&str> = usermm::Tunables::default()
+                .list()
+                .iter()
+                .map(|t| t.name)
+                .collect();
+            Err(ErrorKind::UnknownTunable {
+                name: name.into(),
+                suggestion: closest(name, &names),
+            })
+        }
+        Err(usermm::tunables::TunableError::BadValue { accepted, .. }) => {
+            let values = accepted_values(accepted);
+            let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+            Err(ErrorKind::BadTunableValue {
+                name: name.into(),
+                value: value.into(),
+                accepted: accepted.into(),
+                suggestion: closest(value, &refs),
+            })
+        }
+    }
+}
+
+/// The plain words of an accepted-values text (`batched|per-pte`, `stage0..stage7|modern`,
+/// `rmap-id[+shared|...]`): the `|` alternatives, `wordN..wordM` ranges expanded, optional
+/// `[...]` parts dropped.
+fn accepted_values(accepted: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for alt in accepted.split('|') {
+        let word = alt.split('[').next().unwrap_or("");
+        if word.is_empty() || word.contains(['+', ']']) {
+            continue;
+        }
+        match word.split_once("..") {
+            Some((a, b)) => {
+                let digits = |w: &str| w.trim_start_matches(|ch: char| !ch.is_ascii_digit()).len();
+                let (pa, pb) = (&a[..a.len() - digits(a)], &b[..b.len() - digits(b)]);
+                match (a[pa.len()..].parse::<u32>(), b[pb.len()..].parse::<u32>()) {
+                    (Ok(lo), Ok(hi)) if pa == pb && hi >= lo && hi - lo <= 64 => {
+                        out.extend((lo..=hi).map(|n| format!("{pa}{n}")));
+                    }
+                    _ => out.extend([a.to_string(), b.to_string()]),
+                }
+            }
+            None => out.push(word.to_string()),
+        }
+    }
+    out
+}
+
+/// The candidate closest to `word` by edit distance (adjacent swaps count one), if it is
+/// close enough to be a typo of it: at most a third of the word's length, and at least one.
+/// Words longer than 64 characters get no suggestion (no typo of a tunable is that long,
+/// and the distance costs their length times the candidate's).
+fn closest(word: &str, candidates: &[&str]) -> Option<String> {
+    let len = word.chars().count();
+    if len > 64 {
+        return None;
+    }
+    let limit = (len / 3).max(1);
+    candidates
+        .iter()
+        .filter(|c| c.chars().count().abs_diff(len) <= limit)
+        .map(|c| (edit_distance(word, c), *c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c.to_string())
+}
+
+/// Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of
+/// adjacent characters each cost one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * w + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let mut v = (d[(i - 1) * w + j] + 1)
+                    .min(d[i * w + j - 1] + 1)
+                    .min(d[(i - 1) * w + j - 1] + cost);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    v = v.min(d[(i - 2) * w + j - 2] + 1);
+                }
+                v
+            };
+        }
+    }
+    d[a.len() * w + b.len()]
 }
 
 fn to_u32(v: u64) -> u32 {
@@ -1411,6 +1572,32 @@ mod tests {
         assert_eq!(parse_size("18446744073709551616"), Err(NumErr::Overflow));
         assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
         assert_eq!(parse_size("99999999999999999999x"), Err(NumErr::Syntax));
+    }
+
+    #[test]
+    fn tunable_suggestions() {
+        assert_eq!(edit_distance("fork_pte_bach", "fork_pte_batch"), 1);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(
+            accepted_values("stage0..stage2|modern"),
+            ["stage0", "stage1", "stage2", "modern"]
+        );
+        assert_eq!(
+            accepted_values("owner|rmap-id[+shared|+cmpxchg][+all]"),
+            ["owner", "rmap-id"]
+        );
+        assert_eq!(accepted_values("integer"), ["integer"]);
+        assert_eq!(
+            closest("perpte", &["batched", "per-pte"]).as_deref(),
+            Some("per-pte")
+        );
+        assert_eq!(closest("zzz", &["batched", "per-pte"]), None);
+        assert!(check_tunable("fork_pte_batch", "per-pte").is_ok());
+        assert!(matches!(
+            check_tunable("munlock", "stage9"),
+            Err(ErrorKind::BadTunableValue { suggestion: Some(s), .. }) if s == "stage0" || s == "stage7"
+        ));
     }
 
     #[test]

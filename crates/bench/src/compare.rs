@@ -1,0 +1,396 @@
+//! `usermm bench compare A.json B.json [C.json…]`: the runs of several reports side by side
+//! in the mmtests compare layout. For every table present in all reports, every row and
+//! engine variant present in all of them gets one line: the median of each run, and for
+//! B, C, … the gain over A (mmtests convention: positive is better) with `~` when the 95 %
+//! bootstrap interval of the difference of medians contains 0. The runs are independent
+//! (different processes, maybe different days), so each run's samples are resampled on their
+//! own ([`median_diff_ci95`]); the suite's own `gain_ci95` pairs repetitions of one run.
+
+use crate::model::{Better, Report, Stat, Table, VariantKind};
+use crate::stats::{gain_pct, summary};
+use crate::text::{display_scale, fmt_gain, fmt_noise, unit_text};
+use anyhow::Context;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `usermm bench compare`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// Bench reports (`usermm bench --json FILE`, `report.json`): the first is the baseline.
+    #[arg(required = true, num_args = 2.., value_name = "REPORT.json")]
+    pub reports: Vec<PathBuf>,
+    /// Print the comparison as JSON instead of text (docs/cli-json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Bootstrap resamples of an interval.
+const RESAMPLES: usize = 2000;
+
+/// A fixed xorshift64* stream: the intervals are reproducible from the samples.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+    }
+}
+
+fn resampled_median(samples: &[f64], rng: &mut Rng, pick: &mut [f64]) -> Option<f64> {
+    for slot in pick.iter_mut() {
+        *slot = samples[rng.below(samples.len())];
+    }
+    summary(Stat::Median, pick)
+}
+
+/// The 95 % bootstrap interval of `median(b) - median(a)` for two independent sets of
+/// samples: each set resampled with replacement on its own, `None` when either has fewer
+/// than 3 samples. Seeded, so the same samples always give the same interval.
+pub fn median_diff_ci95(a: &[f64], b: &[f64]) -> Option<[f64; 2]> {
+    if a.len() < 3 || b.len() < 3 {
+        return None;
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut pa, mut pb) = (vec![0.0; a.len()], vec![0.0; b.len()]);
+    let mut diffs = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        let ma = resampled_median(a, &mut rng, &mut pa)?;
+        let mb = resampled_median(b, &mut rng, &mut pb)?;
+        diffs.push(mb - ma);
+    }
+    diffs.sort_by(f64::total_cmp);
+    Some([
+        diffs[RESAMPLES * 25 / 1000],
+        diffs[RESAMPLES * 975 / 1000 - 1],
+    ])
+}
+
+/// One run of the comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRef {
+    /// Column name: the file stem (made unique).
+    pub name: String,
+    /// The path given.
+    pub path: String,
+    /// The report's generator.
+    pub generator: String,
+}
+
+/// The change of one run against the baseline run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Change {
+    /// Gain over the baseline's median in percent (positive is better).
+    pub gain_pct: Option<f64>,
+    /// 95 % bootstrap interval of `median(run) - median(baseline)`, in the table's unit.
+    pub diff_ci95: Option<[f64; 2]>,
+    /// The interval contains 0: the change may be nothing (`~`).
+    pub noise: bool,
+}
+
+/// One row and variant across the runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Line {
+    /// The row label (`64K`).
+    pub row: String,
+    /// The engine variant (`batched`).
+    pub variant: String,
+    /// Median of each run, in the table's unit (`None`: unmeasured).
+    pub medians: Vec<Option<f64>>,
+    /// Change of each run against the first (`None` for the first).
+    pub changes: Vec<Option<Change>>,
+}
+
+/// One table across the runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableCmp {
+    /// Table id.
+    pub id: String,
+    /// Title.
+    pub title: String,
+    /// What a sample is.
+    pub metric: String,
+    /// Unit of the medians (as in the reports: seconds, per_second, bytes_per_second).
+    pub unit: crate::model::Unit,
+    /// Which direction is better.
+    pub better: Better,
+    /// The lines.
+    pub lines: Vec<Line>,
+}
+
+/// The whole comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// The runs, baseline first.
+    pub runs: Vec<RunRef>,
+    /// Tables present in every report (in the baseline's order).
+    pub tables: Vec<TableCmp>,
+    /// Tables of some report that are not in all of them.
+    pub skipped_tables: Vec<String>,
+}
+
+fn median_of(t: &Table, row: &str, variant: &str) -> Option<Vec<f64>> {
+    let vi = t.variant_index(variant)?;
+    let r = t.rows.iter().find(|r| r.label == row)?;
+    let c = r.columns.get(vi)?;
+    (c.unavailable.is_none()).then(|| c.samples.clone())
+}
+
+/// Compares `reports` (baseline first), named by `names`.
+pub fn compare(reports: &[Report], names: Vec<RunRef>) -> Comparison {
+    let mut tables = Vec::new();
+    let mut skipped = Vec::new();
+    let Some(base) = reports.first() else {
+        return Comparison {
+            runs: names,
+            tables,
+            skipped_tables: skipped,
+        };
+    };
+    for r in reports {
+        for t in &r.tables {
+            let everywhere = reports
+                .iter()
+                .all(|o| o.tables.iter().any(|u| u.id == t.id));
+            if !everywhere && !skipped.contains(&t.id) {
+                skipped.push(t.id.clone());
+            }
+        }
+    }
+    for t in &base.tables {
+        let all: Option<Vec<&Table>> = reports
+            .iter()
+            .map(|r| r.tables.iter().find(|u| u.id == t.id))
+            .collect();
+        let Some(all) = all else { continue };
+        let mut lines = Vec::new();
+        for row in &t.rows {
+            for v in t.variants.iter().filter(|v| v.kind == VariantKind::Engine) {
+                let present = all.iter().all(|u| {
+                    u.rows.iter().any(|r| r.label == row.label)
+                        && u.variants
+                            .iter()
+                            .any(|w| w.name == v.name && w.kind == VariantKind::Engine)
+                });
+                if !present {
+                    continue;
+                }
+                let samples: Vec<Option<Vec<f64>>> = all
+                    .iter()
+                    .map(|u| median_of(u, &row.label, &v.name))
+                    .collect();
+                let medians: Vec<Option<f64>> = samples
+                    .iter()
+                    .map(|s| s.as_deref().and_then(|s| summary(Stat::Median, s)))
+                    .collect();
+                let changes = samples
+                    .iter()
+                    .zip(&medians)
+                    .enumerate()
+                    .map(|(i, (s, m))| {
+                        if i == 0 {
+                            return None;
+                        }
+                        let (Some(base_s), Some(s)) = (&samples[0], s) else {
+                            return None;
+                        };
+                        let ci = median_diff_ci95(base_s, s);
+                        Some(Change {
+                            gain_pct: m
+                                .zip(medians[0])
+                                .and_then(|(m, b)| gain_pct(m, b, t.better)),
+                            diff_ci95: ci,
+                            noise: ci.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0),
+                        })
+                    })
+                    .collect();
+                lines.push(Line {
+                    row: row.label.clone(),
+                    variant: v.name.clone(),
+                    medians,
+                    changes,
+                });
+            }
+        }
+        tables.push(TableCmp {
+            id: t.id.clone(),
+            title: t.title.clone(),
+            metric: t.metric.clone(),
+            unit: t.unit,
+            better: t.better,
+            lines,
+        });
+    }
+    Comparison {
+        runs: names,
+        tables,
+        skipped_tables: skipped,
+    }
+}
+
+/// Column names from the paths: file stems, made unique with `#N`.
+pub fn run_names(paths: &[PathBuf], reports: &[Report]) -> Vec<RunRef> {
+    let mut out: Vec<RunRef> = Vec::new();
+    for (i, (p, r)) in paths.iter().zip(reports).enumerate() {
+        let stem = p
+            .file_stem()
+            .map_or_else(|| format!("run{i}"), |s| s.to_string_lossy().into_owned());
+        let clash = paths
+            .iter()
+            .filter(|q| q.file_stem() == p.file_stem())
+            .count()
+            > 1;
+        out.push(RunRef {
+            name: if clash {
+                format!("{stem}#{}", i + 1)
+            } else {
+                stem
+            },
+            path: p.display().to_string(),
+            generator: r.generator.clone(),
+        });
+    }
+    out
+}
+
+/// Display decimals for a group of values (about four significant digits).
+fn decimals(max: f64) -> usize {
+    match max {
+        m if m >= 1000.0 => 0,
+        m if m >= 100.0 => 1,
+        m if m >= 10.0 => 2,
+        m if m >= 1.0 => 3,
+        _ => 4,
+    }
+}
+
+/// The comparison as text, one block per table.
+pub fn render(c: &Comparison, reports: &[Report]) -> String {
+    let mut out = String::new();
+    for t in &c.tables {
+        let Some(table) = reports
+            .first()
+            .and_then(|r| r.tables.iter().find(|u| u.id == t.id))
+        else {
+            continue;
+        };
+        let scale = display_scale(table);
+        let dir = match t.better {
+            Better::Lower => "lower is better",
+            Better::Higher => "higher is better",
+        };
+        out.push_str(&format!(
+            "\n{}: {}\n  median {} in {}, {dir}; (%) = gain over {} (positive is better); \
+             (~%) = the 95% bootstrap interval of the difference of medians contains 0\n",
+            t.id,
+            t.title,
+            t.metric,
+            unit_text(table),
+            c.runs.first().map_or("", |r| r.name.as_str()),
+        ));
+        let rows: Vec<(String, Vec<String>)> = t
+            .lines
+            .iter()
+            .map(|l| {
+                let max = l
+                    .medians
+                    .iter()
+                    .flatten()
+                    .fold(0.0f64, |m, v| m.max(v * scale));
+                let dec = decimals(max);
+                let cells = l
+                    .medians
+                    .iter()
+                    .zip(&l.changes)
+                    .enumerate()
+                    .map(|(i, (m, ch))| {
+                        let Some(m) = m else {
+                            return "n/a".to_string();
+                        };
+                        let v = format!("{:.dec$}", m * scale);
+                        match ch
+                            .as_ref()
+                            .and_then(|ch| ch.gain_pct.map(|g| (g, ch.noise)))
+                        {
+                            Some((g, true)) => format!("{v} {}", fmt_noise(g)),
+                            Some((g, false)) => format!("{v} {}", fmt_gain(g)),
+                            // The baseline, as mmtests prints it.
+                            None if i == 0 => format!("{v} {}", fmt_gain(0.0)),
+                            None => v,
+                        }
+                    })
+                    .collect();
+                (format!("Median {} {}", l.row, l.variant), cells)
+            })
+            .collect();
+        let left = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0).max(8) + 2;
+        let width = rows
+            .iter()
+            .flat_map(|(_, cs)| cs.iter().map(String::len))
+            .chain(c.runs.iter().map(|r| r.name.len()))
+            .max()
+            .unwrap_or(0)
+            + 3;
+        out.push_str(&format!("{:left$}", ""));
+        for r in &c.runs {
+            out.push_str(&format!("{:>width$}", r.name));
+        }
+        out.push('\n');
+        for (label, cells) in &rows {
+            out.push_str(&format!("{label:<left$}"));
+            for cell in cells {
+                out.push_str(&format!("{cell:>width$}"));
+            }
+            out.push('\n');
+        }
+    }
+    if !c.skipped_tables.is_empty() {
+        out.push_str(&format!(
+            "\nnot in every report (skipped): {}\n",
+            c.skipped_tables.join(", ")
+        ));
+    }
+    out
+}
+
+/// Loads one report.
+pub fn load(path: &Path) -> anyhow::Result<Report> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Report::from_json(&text).with_context(|| format!("{}: not a bench report", path.display()))
+}
+
+/// Runs `usermm bench compare`.
+pub fn main(args: &CompareArgs) -> anyhow::Result<u8> {
+    let reports = args
+        .reports
+        .iter()
+        .map(|p| load(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let c = compare(&reports, run_names(&args.reports, &reports));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        print!("{}", render(&c, &reports));
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unpaired_interval_separates_a_shift_from_noise() {
+        let a = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02];
+        let same = [1.01, 0.92, 1.09, 0.96, 1.04, 1.0, 0.99];
+        let slower = [2.0, 2.1, 1.9, 2.05, 1.95, 2.0, 2.02];
+        let ci = median_diff_ci95(&a, &same).expect("interval");
+        assert!(ci[0] <= 0.0 && ci[1] >= 0.0, "{ci:?}");
+        let ci = median_diff_ci95(&a, &slower).expect("interval");
+        assert!(ci[0] > 0.8 && ci[1] < 1.2, "{ci:?}");
+        assert_eq!(median_diff_ci95(&a, &[1.0, 2.0]), None);
+    }
+}

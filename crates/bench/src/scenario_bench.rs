@@ -1,0 +1,353 @@
+//! `usermm bench scenario FILE… --sweep NAME=V1,V2 [--sweep …]`: times whole runs of the
+//! user's own scenario files on the engine under every combination of the swept tunables
+//! (the cartesian product, the first value of each sweep first: that combination is the
+//! baseline), repetitions interleaved in rotated order ([`rotation`]), and prints the same
+//! table as the suite's benchmarks: one row per file, one column per combination, the counters
+//! of one run under the timings, and the gain over the baseline with its 95 % interval.
+
+use crate::model::{
+    Better, Column, HostInfo, Report, Row, RunInfo, Stat, Table, Unit, Variant, SCHEMA_VERSION,
+};
+use crate::progress::Progress;
+use crate::stats::{add_intervals, rotation};
+use crate::text;
+use anyhow::Context;
+use scenario::run::{run, RunOptions};
+use scenario::{ErrorKind, Script, Setting, StmtKind};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `usermm bench scenario`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScenarioArgs {
+    /// Scenario files (`-` reads standard input).
+    #[arg(required = true)]
+    pub files: Vec<String>,
+    /// A tunable and the values to try, NAME=V1,V2[,…] (repeatable: every combination runs;
+    /// the first values form the baseline column).
+    #[arg(long = "sweep", value_name = "NAME=V1,V2")]
+    pub sweeps: Vec<String>,
+    /// Repetitions per combination (the gain's 95 % interval needs at least 3).
+    #[arg(long, default_value_t = 7)]
+    pub reps: usize,
+    /// Write the JSON report here (schema: docs/bench-schema.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// One swept tunable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// Tunable name.
+    pub name: String,
+    /// Values, in the order given.
+    pub values: Vec<String>,
+}
+
+/// Parses and checks `--sweep NAME=V1,V2` options (every value against the engine).
+pub fn parse_sweeps(opts: &[String]) -> anyhow::Result<Vec<Sweep>> {
+    let mut out: Vec<Sweep> = Vec::new();
+    for o in opts {
+        let (name, values) = o
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--sweep {o}: expected NAME=V1,V2[,...]"))?;
+        let values: Vec<String> = values.split(',').map(str::to_string).collect();
+        anyhow::ensure!(
+            values.iter().all(|v| !v.is_empty()),
+            "--sweep {o}: an empty value"
+        );
+        for v in &values {
+            ErrorKind::check_tunable(name, v).map_err(|e| anyhow::anyhow!("--sweep {o}: {e}"))?;
+        }
+        anyhow::ensure!(
+            !out.iter().any(|s| s.name == name),
+            "--sweep {o}: `{name}` is swept twice"
+        );
+        out.push(Sweep {
+            name: name.to_string(),
+            values,
+        });
+    }
+    Ok(out)
+}
+
+/// Every combination of the sweeps' values, the first value of each sweep first (the last
+/// sweep varies fastest). One empty combination without sweeps.
+pub fn combinations(sweeps: &[Sweep]) -> Vec<Vec<(String, String)>> {
+    let mut out = vec![Vec::new()];
+    for s in sweeps {
+        out = out
+            .into_iter()
+            .flat_map(|combo: Vec<(String, String)>| {
+                s.values.iter().map(move |v| {
+                    let mut c = combo.clone();
+                    c.push((s.name.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// A combination's column name: its values joined by `/` (`default` without sweeps).
+pub fn column_name(combo: &[(String, String)]) -> String {
+    if combo.is_empty() {
+        return "default".into();
+    }
+    combo
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Reads and parses a file (tunables checked), refusing a file that sets a swept tunable
+/// itself (its own `set tunable` would override the sweep).
+fn load(file: &str, sweeps: &[Sweep]) -> anyhow::Result<Script> {
+    let text = scenario::read_source(file)?;
+    let script = Script::parse_checked(file, &text)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+    for st in &script.stmts {
+        if let StmtKind::Set(Setting::Tunable { name, .. }) = &st.kind {
+            anyhow::ensure!(
+                !sweeps.iter().any(|s| &s.name == name),
+                "{file}:{}:{}: the file sets `{name}` itself, which would override --sweep {name}=…",
+                st.pos.line,
+                st.pos.col
+            );
+        }
+    }
+    Ok(script)
+}
+
+/// What the runs of one cell found besides their times.
+#[derive(Default)]
+struct CellRuns {
+    samples: Vec<f64>,
+    counters: Option<BTreeMap<String, u64>>,
+    /// First failure (`FILE:LINE:COL: message`) and the worst exit code.
+    problem: Option<(u8, String)>,
+}
+
+/// Times every combination on every file; returns the table and the worst exit code of the
+/// runs (0 all held, 1 an expectation failed, 2 a statement could not run).
+pub fn measure(
+    files: &[(String, Script)],
+    sweeps: &[Sweep],
+    reps: usize,
+    progress: &Progress,
+) -> anyhow::Result<(Table, u8)> {
+    let combos = combinations(sweeps);
+    let variants: Vec<Variant> = combos
+        .iter()
+        .map(|c| {
+            let about = if c.is_empty() {
+                "the engine's default tunables".to_string()
+            } else {
+                c.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            Variant::engine(&column_name(c), &about)
+        })
+        .collect();
+    let mut worst = 0u8;
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for (file, script) in files {
+        let task = progress.task(file, (reps * combos.len()) as u64);
+        let mut cells: Vec<CellRuns> = combos.iter().map(|_| CellRuns::default()).collect();
+        for rep in 0..reps {
+            for k in rotation(rep, combos.len()) {
+                let opts = RunOptions {
+                    tunables: combos[k].clone(),
+                    ..RunOptions::default()
+                };
+                let t = Instant::now();
+                let report = run(script, &opts);
+                let secs = t.elapsed().as_secs_f64();
+                let cell = &mut cells[k];
+                let code = u8::try_from(report.exit_code()).unwrap_or(2);
+                let first = report
+                    .abort
+                    .as_ref()
+                    .map(|(f, _)| f)
+                    .or(report.failures.first());
+                if let (Some(f), None) = (first, &cell.problem) {
+                    cell.problem =
+                        Some((code, format!("{file}:{}:{}: {}", f.line, f.col, f.message)));
+                }
+                worst = worst.max(code);
+                cell.samples.push(secs);
+                cell.counters
+                    .get_or_insert_with(|| crate::engine::counters(&report.counters));
+                task.step(&variants[k].name)?;
+            }
+        }
+        progress.done(task);
+        let columns = cells
+            .into_iter()
+            .zip(&variants)
+            .map(|(c, v)| match c.problem {
+                Some((2, why)) => Column::unavailable(&v.name, &format!("cannot run: {why}")),
+                problem => {
+                    if let Some((_, why)) = problem {
+                        notes.push(format!("{}: an expectation failed: {why}", v.name));
+                    }
+                    Column::new(&v.name, c.samples, c.counters.unwrap_or_default())
+                }
+            })
+            .collect();
+        rows.push(Row {
+            label: file.clone(),
+            columns,
+            published: Vec::new(),
+        });
+    }
+    let counters_shown = differing_counters(&rows);
+    if counters_shown.is_empty() && combos.len() > 1 {
+        notes.push("every counter is the same in every column".into());
+    }
+    let mut table = Table {
+        id: "scenario".into(),
+        title: "whole runs of scenario files under tunable sweeps".into(),
+        seed: None,
+        metric: "run time of the whole file (machine built, every statement)".into(),
+        unit: Unit::Seconds,
+        better: Better::Lower,
+        stats: vec![Stat::Min, Stat::Median, Stat::Max],
+        baseline: variants.first().map(|v| v.name.clone()).unwrap_or_default(),
+        variants,
+        row_label: "file".into(),
+        rows,
+        counters_shown,
+        published_source: None,
+        notes,
+    };
+    add_intervals(&mut table);
+    Ok((table, worst))
+}
+
+/// The counters that differ between the columns of a row (what explains a difference), in
+/// name order; at most 16.
+fn differing_counters(rows: &[Row]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        let keys: std::collections::BTreeSet<&String> =
+            r.columns.iter().flat_map(|c| c.counters.keys()).collect();
+        for k in keys {
+            let mut vals = r
+                .columns
+                .iter()
+                .filter(|c| c.unavailable.is_none())
+                .map(|c| c.counters.get(k).copied().unwrap_or(0));
+            let first = vals.next();
+            if vals.any(|v| Some(v) != first) && !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+    }
+    names.sort();
+    names.truncate(16);
+    names
+}
+
+/// Pins the calling thread to the last CPU it may use; returns the CPUs it had.
+fn pin_to_last_cpu() -> Option<Vec<u32>> {
+    let all = oracle::sys::affinity(0).ok()?;
+    let last = *all.last()?;
+    oracle::sys::pin_to_cpu(0, last).ok()?;
+    Some(all)
+}
+
+/// Runs `usermm bench scenario`; the exit code is the worst of the runs'.
+pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
+    let sweeps = parse_sweeps(&args.sweeps)?;
+    anyhow::ensure!(args.reps >= 1, "--reps must be at least 1");
+    let files = args
+        .files
+        .iter()
+        .map(|f| Ok((f.clone(), load(f, &sweeps)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let combos = combinations(&sweeps);
+    println!(
+        "usermm bench scenario: {} file(s), {} combination(s), {} repetitions",
+        files.len(),
+        combos.len(),
+        args.reps
+    );
+    let start = Instant::now();
+    let progress = Progress::new(files.len() as u64, std::io::stderr().is_terminal());
+    let pinned = pin_to_last_cpu();
+    let res = measure(&files, &sweeps, args.reps, &progress);
+    if let Some(all) = pinned {
+        let _ = oracle::sys::set_affinity(0, &all);
+    }
+    progress.finish();
+    let (table, worst) = res?;
+    print!("{}", text::render(&table));
+    if let Some(path) = &args.json {
+        let report = Report {
+            schema_version: SCHEMA_VERSION,
+            generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
+            run: RunInfo {
+                which: "scenario".into(),
+                scale_bytes: 0,
+                reps: args.reps,
+                spawn_seconds: 0.0,
+                linear_map_gib: Vec::new(),
+            },
+            host: HostInfo {
+                kernel: crate::host::kernel_release(),
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                numa_nodes: crate::host::numa_nodes(),
+                host_columns: "n/a (scenario runs only on the engine)".into(),
+            },
+            wall_seconds: start.elapsed().as_secs_f64(),
+            tables: vec![table],
+        };
+        let out = crate::output::Outputs {
+            json: Some(path.clone()),
+            ..crate::output::Outputs::default()
+        };
+        crate::output::write(&report, &out).context("writing the JSON report")?;
+        println!("json:   {}", path.display());
+    }
+    Ok(worst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_are_the_cartesian_product_baseline_first() {
+        let s = parse_sweeps(&[
+            "fork_pte_batch=per-pte,batched".into(),
+            "vma_tree_dup=dup,insert".into(),
+        ])
+        .expect("sweeps");
+        let names: Vec<String> = combinations(&s).iter().map(|c| column_name(c)).collect();
+        assert_eq!(
+            names,
+            [
+                "per-pte/dup",
+                "per-pte/insert",
+                "batched/dup",
+                "batched/insert"
+            ]
+        );
+        assert_eq!(combinations(&[]), vec![Vec::new()]);
+        let e = parse_sweeps(&["fork_pte_bach=per-pte".into()]).unwrap_err();
+        assert!(
+            e.to_string().contains("did you mean `fork_pte_batch`"),
+            "{e}"
+        );
+        assert!(parse_sweeps(&["fork_pte_batch=perpte".into()]).is_err());
+        assert!(parse_sweeps(&["fork_pte_batch".into()]).is_err());
+    }
+}

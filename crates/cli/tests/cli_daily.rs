@@ -1,0 +1,429 @@
+//! `usermm` for daily use: one JSON document per `run`, tunables checked before anything
+//! runs (in files and on the command line), `bench compare`, `bench scenario`, completions
+//! and the manual page. Runs the built binary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use usermm_bench::model::{
+    Better, Column, HostInfo, Report, Row, RunInfo, Stat, Table, Unit, Variant,
+};
+
+fn usermm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(args)
+        .output()
+        .expect("run usermm")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli_daily_{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("mkdir");
+    d
+}
+
+fn write(d: &Path, name: &str, text: &str) -> String {
+    let p = d.join(name);
+    std::fs::write(&p, text).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+fn scenarios() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+const OK: &str = "p0 = spawn\na = p0 mmap 64K rw private anon\np0 write a 64K pattern=0xA5\n\
+                  expect p0 read a 64K pattern=0xA5\n";
+/// A failed expectation on line 3, then an mlock of an unmapped range aborts on line 4.
+const ABORTS: &str = "p0 = spawn\na = p0 mmap 4K rw private anon\n\
+                      expect p0 read a 4K pattern=0x11\np0 mlock a+8K 4K\np0 exit\n";
+const BAD_TUNABLES: &str =
+    "set tunable fork_pte_bach=per-pte\nset tunable fork_pte_batch=perpte\np0 = spawn\n";
+
+#[test]
+fn run_json_is_one_document_for_all_files() {
+    let d = dir("run_json");
+    let ok = write(&d, "ok.scn", OK);
+    let aborts = write(&d, "aborts.scn", ABORTS);
+    let bad = write(&d, "bad.scn", BAD_TUNABLES);
+    let missing = d.join("missing.scn").to_string_lossy().into_owned();
+    let o = usermm(&["run", "--json", &ok, &aborts, &bad, &missing]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON document");
+    assert_eq!(v["exit_code"], 2);
+    let files = v["files"].as_array().expect("files");
+    assert_eq!(files.len(), 4);
+
+    let f = &files[0];
+    assert_eq!(f["file"], ok.as_str());
+    assert_eq!(f["exit_code"], 0);
+    assert_eq!(f["statements"], 4);
+    assert!(f["abort"].is_null());
+    assert_eq!(f["failures"].as_array().map(Vec::len), Some(0));
+    let counters = f["counters"].as_object().expect("counters");
+    assert!(counters.len() > 20, "every counter: {counters:?}");
+    assert!(counters.values().any(|c| c == 0), "zeros are included");
+    assert!(counters["frames_allocated"].as_u64() > Some(0));
+    assert!(f["wall_seconds"].as_f64() > Some(0.0));
+
+    let f = &files[1];
+    assert_eq!(f["file"], aborts.as_str());
+    assert_eq!(f["exit_code"], 1);
+    assert_eq!(f["failures"][0]["line"], 3);
+    assert_eq!(f["abort"]["line"], 4);
+    assert_eq!(f["abort"]["col"], 1);
+    assert_eq!(f["abort"]["kind"], "failed");
+    assert!(f["abort"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("ENOMEM")));
+
+    let f = &files[2];
+    assert_eq!(f["exit_code"], 2);
+    assert_eq!(f["statements"], 0);
+    let pe = f["parse_errors"].as_array().expect("parse errors");
+    assert_eq!(pe.len(), 2);
+    assert_eq!((&pe[0]["line"], &pe[0]["col"]), (&1.into(), &13.into()));
+    assert!(pe[0]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("did you mean `fork_pte_batch`?")));
+    assert_eq!((&pe[1]["line"], &pe[1]["col"]), (&2.into(), &28.into()));
+    assert!(pe[1]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("did you mean `per-pte`?")));
+
+    let f = &files[3];
+    assert_eq!(f["exit_code"], 2);
+    assert!(f["read_error"]
+        .as_str()
+        .is_some_and(|m| m.contains("cannot read")));
+}
+
+#[test]
+fn a_bad_tunable_in_a_file_is_a_parse_error_and_nothing_runs() {
+    let d = dir("bad_tunable");
+    let bad = write(&d, "bad.scn", BAD_TUNABLES);
+    let o = usermm(&["run", &bad]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o), "", "nothing ran");
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!(
+            "{bad}:1:13: unknown tunable `fork_pte_bach`; did you mean `fork_pte_batch`?"
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "{bad}:2:28: bad value `perpte` for tunable `fork_pte_batch` (accepted: batched|per-pte); did you mean `per-pte`?"
+        )),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_tunable_option_blames_the_option() {
+    let d = dir("bad_option");
+    let ok = write(&d, "ok.scn", OK);
+    let o = usermm(&["run", "--tunable", "nope=1", &ok]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o), "");
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("usermm: --tunable nope=1: unknown tunable `nope`"),
+        "{e}"
+    );
+    assert!(!e.contains("ok.scn"), "{e}");
+    let o = usermm(&["run", "--json", "--tunable", "fork_pte_bach=per-pte", &ok]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--tunable fork_pte_bach=per-pte: unknown tunable `fork_pte_bach`; did you mean `fork_pte_batch`?"),
+        "{}",
+        stderr(&o)
+    );
+    let o = usermm(&["run", "--tunable", "fork_pte_batch=per-pte", &ok]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(": ok: 4 statements"));
+}
+
+#[test]
+fn run_reads_standard_input() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["run", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(OK.as_bytes())
+        .expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["files"][0]["file"], "-");
+    assert_eq!(v["files"][0]["statements"], 4);
+}
+
+#[test]
+fn tunables_and_kmap_as_json() {
+    let o = usermm(&["tunables", "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let list = v.as_array().expect("array");
+    let fork = list
+        .iter()
+        .find(|t| t["name"] == "fork_pte_batch")
+        .expect("fork_pte_batch");
+    assert_eq!(fork["value"], "batched");
+    assert_eq!(fork["values"], "batched|per-pte");
+    assert!(fork["help"].as_str().is_some_and(|h| !h.is_empty()));
+
+    let o = usermm(&["kmap", "--json", "--ram", "2G"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["ram_bytes"], 2u64 << 30);
+    let mapped: u64 = v["leaves"]
+        .as_array()
+        .expect("leaves")
+        .iter()
+        .filter_map(|l| l["bytes"].as_u64())
+        .sum();
+    assert!(mapped > 0);
+    assert!(!v["runs"].as_array().expect("runs").is_empty());
+}
+
+#[test]
+fn bench_scenario_sweeps_a_tunable() {
+    let d = dir("bench_scenario");
+    let json = d.join("sweep.json");
+    let fork_cow = scenarios().join("fork-cow.scn");
+    let o = usermm(&[
+        "bench",
+        "scenario",
+        fork_cow.to_str().expect("path"),
+        "--sweep",
+        "fork_pte_batch=per-pte,batched",
+        "--reps",
+        "3",
+        "--json",
+        json.to_str().expect("path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let header = out
+        .lines()
+        .find(|l| l.contains("per-pte") && l.contains("batched") && !l.contains('('))
+        .unwrap_or_else(|| panic!("no header with both columns:\n{out}"));
+    assert!(header.find("per-pte") < header.find("batched"), "{header}");
+    assert!(out.contains("Median "), "{out}");
+    assert!(
+        out.contains("fork_batches "),
+        "the counter that differs:\n{out}"
+    );
+    let r = Report::from_json(&std::fs::read_to_string(&json).expect("json")).expect("report");
+    let t = &r.tables[0];
+    let names: Vec<&str> = t.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["per-pte", "batched"]);
+    assert_eq!(t.baseline, "per-pte");
+    let row = &t.rows[0];
+    assert!(row.columns.iter().all(|c| c.samples.len() == 3));
+    let batches = |i: usize| row.columns[i].counters.get("fork_batches").copied();
+    assert!(batches(0) > batches(1), "batched fork takes fewer batches");
+    assert!(row.columns[1].gain_ci95_pct.is_some());
+
+    // Two sweeps: the cartesian product, four columns.
+    let o = usermm(&[
+        "bench",
+        "scenario",
+        fork_cow.to_str().expect("path"),
+        "--sweep",
+        "fork_pte_batch=per-pte,batched",
+        "--sweep",
+        "zap_pte_batch=per-pte,batched",
+        "--reps",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("per-pte/batched"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("batched/per-pte"));
+}
+
+#[test]
+fn bench_scenario_refuses_bad_sweeps() {
+    let fork_cow = scenarios().join("fork-cow.scn");
+    let f = fork_cow.to_str().expect("path");
+    let o = usermm(&[
+        "bench",
+        "scenario",
+        f,
+        "--sweep",
+        "fork_pte_bach=per-pte,batched",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("did you mean `fork_pte_batch`?"),
+        "{}",
+        stderr(&o)
+    );
+    let d = dir("bench_scenario_bad");
+    let sets = write(
+        &d,
+        "sets.scn",
+        "set tunable fork_pte_batch=batched\np0 = spawn\n",
+    );
+    let o = usermm(&[
+        "bench",
+        "scenario",
+        &sets,
+        "--sweep",
+        "fork_pte_batch=per-pte,batched",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("would override --sweep"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A one-table report whose `batched` cells have `samples`, `per-pte` fixed.
+fn report(batched: &[f64]) -> Report {
+    let col = |name: &str, s: &[f64]| Column::new(name, s.to_vec(), BTreeMap::new());
+    let base = [1.0, 1.02, 0.98, 1.01, 0.99];
+    Report {
+        schema_version: usermm_bench::SCHEMA_VERSION,
+        generator: "test".into(),
+        run: RunInfo {
+            which: "fork".into(),
+            scale_bytes: 4 << 20,
+            reps: 5,
+            spawn_seconds: 0.0,
+            linear_map_gib: Vec::new(),
+        },
+        host: HostInfo {
+            kernel: String::new(),
+            cpus: 1,
+            numa_nodes: 1,
+            host_columns: String::new(),
+        },
+        wall_seconds: 1.0,
+        tables: vec![Table {
+            id: "fork".into(),
+            title: "fork".into(),
+            seed: None,
+            metric: "fork() time".into(),
+            unit: Unit::Seconds,
+            better: Better::Lower,
+            stats: vec![Stat::Min, Stat::Median, Stat::Max],
+            baseline: "per-pte".into(),
+            variants: vec![
+                Variant::engine("per-pte", "a"),
+                Variant::engine("batched", "b"),
+                Variant::host("the host"),
+            ],
+            row_label: "folio size".into(),
+            rows: vec![Row {
+                label: "64K".into(),
+                columns: vec![
+                    col("per-pte", &base),
+                    col("batched", batched),
+                    col("host", &[5.0, 5.0, 5.0]),
+                ],
+                published: Vec::new(),
+            }],
+            counters_shown: Vec::new(),
+            published_source: None,
+            notes: Vec::new(),
+        }],
+    }
+}
+
+#[test]
+fn bench_compare_marks_noise_and_real_changes() {
+    let d = dir("bench_compare");
+    let a = d.join("before.json");
+    let b = d.join("after.json");
+    std::fs::write(
+        &a,
+        report(&[0.5, 0.51, 0.49, 0.5, 0.52])
+            .to_json()
+            .expect("json"),
+    )
+    .expect("write");
+    // per-pte unchanged (noise); batched twice as fast.
+    std::fs::write(
+        &b,
+        report(&[0.25, 0.26, 0.24, 0.25, 0.25])
+            .to_json()
+            .expect("json"),
+    )
+    .expect("write");
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    let o = usermm(&["bench", "compare", a, b]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let header = out
+        .lines()
+        .find(|l| l.contains("before") && l.contains("after"))
+        .unwrap_or_else(|| panic!("no header:\n{out}"));
+    assert!(header.find("before") < header.find("after"));
+    let line = |v: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("Median 64K {v}")))
+            .unwrap_or_else(|| panic!("no {v} line:\n{out}"))
+            .to_string()
+    };
+    assert!(line("per-pte").contains("(~"), "{}", line("per-pte"));
+    assert!(line("batched").contains("( 50.00%)"), "{}", line("batched"));
+    assert!(!line("batched").contains('~'));
+    assert!(
+        !out.contains("Median 64K host"),
+        "host columns are not compared"
+    );
+
+    let o = usermm(&["bench", "compare", "--json", a, b]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v["runs"][1]["name"], "after");
+    let lines = v["tables"][0]["lines"].as_array().expect("lines");
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["variant"], "batched");
+    assert_eq!(lines[1]["medians"][0], 0.5);
+    assert_eq!(lines[1]["medians"][1], 0.25);
+    assert_eq!(lines[1]["changes"][1]["noise"], false);
+    assert_eq!(lines[0]["changes"][1]["noise"], true);
+    assert!(lines[0]["changes"][0].is_null());
+
+    let o = usermm(&["bench", "compare", a]);
+    assert_eq!(o.status.code(), Some(2), "two reports at least");
+}
+
+#[test]
+fn completions_and_man_page() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = usermm(&["completions", shell]);
+        assert_eq!(o.status.code(), Some(0));
+        let s = stdout(&o);
+        assert!(s.contains("usermm") && s.contains("tunables"), "{shell}");
+    }
+    let o = usermm(&["man"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains(".TH usermm 1"));
+    let o = usermm(&["man", "bench", "scenario"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains(".TH usermm-bench-scenario 1"));
+    assert!(stdout(&o).contains("sweep"));
+}
