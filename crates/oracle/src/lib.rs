@@ -80,7 +80,7 @@ pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
                 continue;
             }
         };
-        let script = match scenario::parse(file, &text) {
+        let script = match scenario::Script::parse_checked(file, &text) {
             Ok(s) => s,
             Err(errs) => {
                 eprintln!("{}", errs.to_string().trim_end());
