@@ -3,7 +3,8 @@
 //! Counterpart of Linux's `mas_store_gfp` family in `lib/maple_tree.c`
 //! (`mas_wr_node_store`, `mas_wr_spanning_store`, `mas_split`,
 //! `mas_rebalance`, `mas_spanning_rebalance`), re-derived rather than
-//! translated.
+//! translated. The push and split rules follow a 2025 mainline
+//! `lib/maple_tree.c` (the one with `mas_wr_store_type`).
 //!
 //! # Algorithm
 //!
@@ -26,9 +27,18 @@
 //!   the rebalance;
 //! * if the run is a single node and the content fits, the node is rewritten
 //!   in place and only the gaps above it are refreshed — the walk stops;
-//! * otherwise the content is split evenly into 1..=3 fresh nodes, which
-//!   become part of the parent level's content (the parents' ranges before
-//!   and after the run are kept, those between are covered).
+//! * a store inside one leaf that overflows it is what Linux handles with
+//!   `mas_split`: at each level, before splitting, the overflowing node's
+//!   content is shared with its previous sibling under the same parent, else
+//!   with its next one, when the two fit with the room Linux keeps spare
+//!   (`mas_push_data`, see `push_fits` and `push_split`); the sibling joins
+//!   the run, two fresh nodes replace the pair, and the parent, whose child
+//!   count is unchanged, is rewritten in place — the walk stops;
+//! * otherwise the content is split into 1..=3 fresh nodes at Linux's split
+//!   points (`calc_split`: halves, thirds for three nodes, never ending a
+//!   node on a NULL range), which become part of the parent level's content
+//!   (the parents' ranges before and after the run are kept, those between
+//!   are covered).
 //!
 //! At the root, overflow grows the tree by one level and a single child
 //! shrinks it. Every node allocation happens before the first modification of
@@ -232,17 +242,88 @@ impl StoreState {
     }
 }
 
-/// Splits `n` items into the fewest nodes of capacity `cap`, evenly.
-fn split(n: usize, cap: usize) -> (usize, [usize; 3]) {
-    let k = n.div_ceil(cap);
-    debug_assert!((1..=3).contains(&k), "content of {n} needs {k} nodes");
-    let base = n / k;
-    let rem = n % k;
-    let mut sizes = [0; 3];
-    for (i, s) in sizes.iter_mut().enumerate().take(k) {
-        *s = base + usize::from(i < rem);
+/// Linux `mab_no_null_split`: moves a split point (the big-node index of the
+/// left node's last item) off a NULL range, towards the right while the
+/// right side keeps more than `min_slots` items, otherwise towards the left.
+/// `b_end` is the big node's end as the caller has it (see [`push_split`]).
+fn no_null_split(
+    split: usize,
+    b_end: usize,
+    cap: usize,
+    min_slots: usize,
+    is_null: &impl Fn(usize) -> bool,
+) -> usize {
+    if !is_null(split) {
+        split
+    } else if split < cap - 1 && b_end - split > min_slots {
+        split + 1
+    } else {
+        split - 1
     }
-    (k, sizes)
+}
+
+/// Linux `mab_calc_split` outside bulk mode: the sizes of the 1..=3 nodes
+/// `n` items are divided into.
+///
+/// Two nodes split at the middle (the left one takes the odd item), moved
+/// right while the left part spans fewer than `cap - 1` indices (`narrow`,
+/// which only tiny indices ever are) and the right part keeps more than
+/// `min_slots` items, then moved off a NULL range. Three nodes (a store
+/// overwriting the ends of two full nodes) split at thirds, again off NULL
+/// ranges.
+fn calc_split(
+    n: usize,
+    cap: usize,
+    min_slots: usize,
+    is_null: impl Fn(usize) -> bool,
+    narrow: impl Fn(usize) -> bool,
+) -> (usize, [usize; 3]) {
+    if n <= cap {
+        return (1, [n, 0, 0]);
+    }
+    let b_end = n - 1;
+    let mut split = b_end / 2;
+    if b_end >= 2 * cap || (is_null(split) && b_end >= 2 * cap - 1) {
+        split = no_null_split(b_end / 3, b_end, cap, min_slots, &is_null);
+        let mid = no_null_split(2 * (b_end / 3), b_end, cap, min_slots, &is_null);
+        return (3, [split + 1, mid - split, b_end - mid]);
+    }
+    while split < cap - 1 && narrow(split) && b_end - split > min_slots {
+        split += 1;
+    }
+    split = no_null_split(split, b_end, cap, min_slots, &is_null);
+    (2, [split + 1, b_end - split, 0])
+}
+
+/// Linux `mas_push_data`'s room check: whether `total` items (an overflowing
+/// node's new content plus a sibling's) may be shared by the two nodes
+/// instead of splitting. Linux keeps two slots spare (no later three-way
+/// split), one more in leaves and one more when the overflowing node ends
+/// at the top of the index space.
+fn push_fits(total: usize, cap: usize, leaf: bool, at_max: bool) -> bool {
+    let space = 2 * cap - 2 - usize::from(leaf) - usize::from(at_max);
+    total - 2 < space
+}
+
+/// Linux `mas_push_data`'s division of `total` items between the two
+/// siblings: the sibling receiving the push ends up with `cap - 1` items
+/// (then moved off a NULL range). Returns the size of the left node.
+fn push_split(
+    total: usize,
+    cap: usize,
+    min_slots: usize,
+    into_left: bool,
+    is_null: impl Fn(usize) -> bool,
+) -> usize {
+    // Linux's big node end is the last index after a push to the left but
+    // the item count after a push to the right; it only matters for the
+    // NULL adjustment.
+    let (split, b_end) = if into_left {
+        (cap - 2, total - 1)
+    } else {
+        (total - cap, total)
+    };
+    no_null_split(split, b_end, cap, min_slots, &is_null) + 1
 }
 
 impl<T: Copy + Eq + Debug> MapleTree<T> {
@@ -354,6 +435,109 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         }
     }
 
+    /// Linux `mas_push_data` at the leaves: instead of splitting the
+    /// overflowing leaf `lp`/`rp` point to, shares its new content `buf`
+    /// with the previous sibling (same parent), else with the next one, if
+    /// the two fit with the room Linux insists on. On success the sibling is
+    /// absorbed into `buf` (the paths re-pointed to cover both leaves) and
+    /// the sizes of the two replacement leaves are returned.
+    fn push_leaf(
+        &self,
+        lp: &mut Path,
+        rp: &mut Path,
+        buf: &mut LeafBuf<T>,
+        st: &mut StoreState,
+    ) -> Option<(usize, [usize; 3])> {
+        let at_max = lp.steps[0].max == u64::MAX;
+        let parent = lp.steps[1];
+        if parent.idx > 0 {
+            let p = self
+                .prev_node(lp, 0)
+                .expect("invariant: a left sibling exists");
+            let e = p.steps[0];
+            let sib = self.leaf(e.node);
+            let total = sib.len() + buf.n;
+            if push_fits(total, LEAF_SLOTS, true, at_max) {
+                let mut merged = LeafBuf::new();
+                merged.push_leaf(sib, e.max);
+                merged.extend_from(buf);
+                debug_assert_eq!(merged.n, total, "no NULL ranges meet across leaves");
+                st.old_entries += sib.count_entries();
+                st.absorb(e.node);
+                *lp = p;
+                *buf = merged;
+                let left = push_split(total, LEAF_SLOTS, LEAF_MIN, true, |i| buf.ent[i].is_none());
+                return Some((2, [left, total - left, 0]));
+            }
+        }
+        if (parent.idx as usize) + 1 < self.arange(parent.node).len() {
+            let p = self
+                .next_node(rp, 0)
+                .expect("invariant: a right sibling exists");
+            let e = p.steps[0];
+            let sib = self.leaf(e.node);
+            let total = sib.len() + buf.n;
+            if push_fits(total, LEAF_SLOTS, true, at_max) {
+                buf.push_leaf(sib, e.max);
+                debug_assert_eq!(buf.n, total, "no NULL ranges meet across leaves");
+                st.old_entries += sib.count_entries();
+                st.absorb(e.node);
+                *rp = p;
+                let left = push_split(total, LEAF_SLOTS, LEAF_MIN, false, |i| buf.ent[i].is_none());
+                return Some((2, [left, total - left, 0]));
+            }
+        }
+        None
+    }
+
+    /// [`Self::push_leaf`] for the internal node at `level` and its new
+    /// children `ab`.
+    fn push_arange(
+        &self,
+        level: usize,
+        lp: &mut Path,
+        rp: &mut Path,
+        ab: &mut ArangeBuf,
+        st: &mut StoreState,
+    ) -> Option<(usize, [usize; 3])> {
+        let at_max = lp.steps[level].max == u64::MAX;
+        let parent = lp.steps[level + 1];
+        if parent.idx > 0 {
+            let p = self
+                .prev_node(lp, level)
+                .expect("invariant: a left sibling exists");
+            let e = p.steps[level];
+            let sib = self.arange(e.node);
+            let total = sib.len() + ab.n;
+            if push_fits(total, ARANGE_SLOTS, false, at_max) {
+                let mut merged = ArangeBuf::new();
+                merged.push_node(sib, e.max);
+                merged.extend_from(ab);
+                st.absorb(e.node);
+                *lp = p;
+                *ab = merged;
+                let left = push_split(total, ARANGE_SLOTS, ARANGE_MIN, true, |_| false);
+                return Some((2, [left, total - left, 0]));
+            }
+        }
+        if (parent.idx as usize) + 1 < self.arange(parent.node).len() {
+            let p = self
+                .next_node(rp, level)
+                .expect("invariant: a right sibling exists");
+            let e = p.steps[level];
+            let sib = self.arange(e.node);
+            let total = sib.len() + ab.n;
+            if push_fits(total, ARANGE_SLOTS, false, at_max) {
+                ab.push_node(sib, e.max);
+                st.absorb(e.node);
+                *rp = p;
+                let left = push_split(total, ARANGE_SLOTS, ARANGE_MIN, false, |_| false);
+                return Some((2, [left, total - left, 0]));
+            }
+        }
+        None
+    }
+
     /// Stores `entry` over the inclusive range `[s, l]`.
     pub(crate) fn store_incl(
         &mut self,
@@ -362,6 +546,7 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         entry: Option<T>,
     ) -> Result<(), MapleError> {
         debug_assert!(s <= l);
+        let asked_last = l;
         let (s, l) = if entry.is_none() {
             self.extend_null(s, l)
         } else {
@@ -432,6 +617,20 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
                 rp = p;
             }
         }
+        // Linux writes an overflowing store inside one leaf with `mas_split`,
+        // which pushes into a sibling before splitting; everything else
+        // (spanning stores, rebalances) goes through `mas_spanning_rebalance`,
+        // which never pushes. Writing NULL up to a leaf's end counts as
+        // spanning there (`mas_is_span_wr`), the NULL having to be coalesced
+        // with the next leaf.
+        let split_store = buf.n > LEAF_SLOTS
+            && lp.steps[0].node == rp.steps[0].node
+            && !(entry.is_none() && asked_last == lp.steps[0].max && asked_last != u64::MAX);
+        // Node sizes decided by a push, overriding the ordinary split.
+        let mut pushed: Option<(usize, [usize; 3])> = None;
+        if split_store && top > 0 {
+            pushed = self.push_leaf(&mut lp, &mut rp, &mut buf, &mut st);
+        }
         let new_entries = buf.count_entries();
 
         if lp.steps[0].node == rp.steps[0].node && buf.n <= LEAF_SLOTS {
@@ -447,7 +646,19 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
 
         let mut built = Built::default();
         {
-            let (k, sizes) = split(buf.n, LEAF_SLOTS);
+            // `mas_split` hands `mab_calc_split` the minimum of a fresh
+            // maple state (0) at the leaves, `mas_spanning_rebalance` the
+            // left node's.
+            let narrow_min = if split_store { 0 } else { lp.steps[0].min };
+            let (k, sizes) = pushed.unwrap_or_else(|| {
+                calc_split(
+                    buf.n,
+                    LEAF_SLOTS,
+                    LEAF_MIN,
+                    |i| buf.ent[i].is_none(),
+                    |i| buf.last[i].wrapping_sub(narrow_min) < (LEAF_SLOTS - 1) as u64,
+                )
+            });
             let mut from = 0;
             let mut min = lp.steps[0].min;
             for &sz in &sizes[..k] {
@@ -522,6 +733,11 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
                 }
             }
 
+            let mut pushed = None;
+            if split_store && level < top && ab.n > ARANGE_SLOTS {
+                pushed = self.push_arange(level, &mut lp, &mut rp, &mut ab, &mut st);
+            }
+
             if lp.steps[level].node == rp.steps[level].node && ab.n <= ARANGE_SLOTS {
                 if level == top && ab.n == 1 {
                     // The root is left with one child: shrink the tree.
@@ -541,7 +757,22 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
             }
 
             built = Built::default();
-            let (k, sizes) = split(ab.n, ARANGE_SLOTS);
+            // `mas_split` passes the minimum of the node it split one level
+            // down, `mas_spanning_rebalance` this level's left node's.
+            let narrow_min = if split_store {
+                lp.steps[level - 1].min
+            } else {
+                lp.steps[level].min
+            };
+            let (k, sizes) = pushed.unwrap_or_else(|| {
+                calc_split(
+                    ab.n,
+                    ARANGE_SLOTS,
+                    ARANGE_MIN,
+                    |_| false,
+                    |i| ab.last[i].wrapping_sub(narrow_min) < (ARANGE_SLOTS - 1) as u64,
+                )
+            });
             let mut from = 0;
             for &sz in &sizes[..k] {
                 let node = ab.to_arange(from, from + sz);
@@ -560,24 +791,91 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
 mod tests {
     use super::*;
 
+    /// `calc_split` on content without NULL ranges and with wide ranges.
+    fn plain(n: usize, cap: usize, min: usize) -> (usize, [usize; 3]) {
+        calc_split(n, cap, min, |_| false, |_| false)
+    }
+
     #[test]
-    fn split_is_even_and_respects_minimums() {
-        assert_eq!(split(16, LEAF_SLOTS), (1, [16, 0, 0]));
-        assert_eq!(split(17, LEAF_SLOTS), (2, [9, 8, 0]));
-        assert_eq!(split(33, LEAF_SLOTS), (3, [11, 11, 11]));
-        assert_eq!(split(11, ARANGE_SLOTS), (2, [6, 5, 0]));
-        for n in LEAF_SLOTS + 1..=2 * LEAF_SLOTS + 1 {
-            let (k, sizes) = split(n, LEAF_SLOTS);
-            assert!(sizes[..k]
-                .iter()
-                .all(|&s| (LEAF_MIN..=LEAF_SLOTS).contains(&s)));
+    fn calc_split_halves_and_respects_minimums() {
+        assert_eq!(plain(16, LEAF_SLOTS, LEAF_MIN), (1, [16, 0, 0]));
+        assert_eq!(plain(17, LEAF_SLOTS, LEAF_MIN), (2, [9, 8, 0]));
+        assert_eq!(plain(18, LEAF_SLOTS, LEAF_MIN), (2, [9, 9, 0]));
+        assert_eq!(plain(11, ARANGE_SLOTS, ARANGE_MIN), (2, [6, 5, 0]));
+        // Three nodes from 33 ranges: the big node (last index 32) is cut
+        // after indices 10 and 20.
+        assert_eq!(plain(33, LEAF_SLOTS, LEAF_MIN), (3, [11, 10, 12]));
+        assert_eq!(plain(21, ARANGE_SLOTS, ARANGE_MIN), (3, [7, 6, 8]));
+        for nulls in [false, true] {
+            // NULL at every odd index (or none).
+            let is_null = |i: usize| nulls && i % 2 == 1;
+            for n in LEAF_SLOTS + 1..=2 * LEAF_SLOTS + 4 {
+                let (k, sizes) = calc_split(n, LEAF_SLOTS, LEAF_MIN, is_null, |_| false);
+                assert_eq!(sizes[..k].iter().sum::<usize>(), n);
+                assert!(
+                    sizes[..k]
+                        .iter()
+                        .all(|&s| (LEAF_MIN..=LEAF_SLOTS).contains(&s)),
+                    "{n}: {sizes:?}"
+                );
+                // No node but the last ends on a NULL range.
+                let mut end = 0;
+                for &s in &sizes[..k - 1] {
+                    end += s;
+                    assert!(!is_null(end - 1), "{n}: {sizes:?}");
+                }
+            }
         }
-        for n in ARANGE_SLOTS + 1..=2 * ARANGE_SLOTS + 3 {
-            let (k, sizes) = split(n, ARANGE_SLOTS);
+        for n in ARANGE_SLOTS + 1..=2 * ARANGE_SLOTS + 6 {
+            let (k, sizes) = plain(n, ARANGE_SLOTS, ARANGE_MIN);
+            assert_eq!(sizes[..k].iter().sum::<usize>(), n);
             assert!(sizes[..k]
                 .iter()
                 .all(|&s| (ARANGE_MIN..=ARANGE_SLOTS).contains(&s)));
         }
+    }
+
+    #[test]
+    fn calc_split_moves_off_null_and_right_over_narrow_ranges() {
+        // 17 ranges, NULL at index 8: the left leaf takes one more.
+        let null8 = |i: usize| i == 8;
+        assert_eq!(
+            calc_split(17, LEAF_SLOTS, LEAF_MIN, null8, |_| false),
+            (2, [10, 7, 0])
+        );
+        // Ranges of a few indices each: the left leaf grows while it spans
+        // fewer than 15 indices and the right one keeps more than 6 ranges.
+        assert_eq!(
+            calc_split(20, LEAF_SLOTS, LEAF_MIN, |_| false, |i| i < 12),
+            (2, [13, 7, 0])
+        );
+    }
+
+    #[test]
+    fn push_room_and_division_follow_linux() {
+        // Two leaves share at most 30 ranges (big-node ends adding up to 28
+        // < 32 - 2 - 1), 29 when the overflowing leaf ends the index space.
+        assert!(push_fits(30, LEAF_SLOTS, true, false));
+        assert!(!push_fits(31, LEAF_SLOTS, true, false));
+        assert!(push_fits(29, LEAF_SLOTS, true, true));
+        assert!(!push_fits(30, LEAF_SLOTS, true, true));
+        // Internal nodes: 19, or 18 at the end of the index space.
+        assert!(push_fits(19, ARANGE_SLOTS, false, false));
+        assert!(!push_fits(20, ARANGE_SLOTS, false, false));
+        assert!(push_fits(18, ARANGE_SLOTS, false, true));
+        assert!(!push_fits(19, ARANGE_SLOTS, false, true));
+        // The sibling receiving the push ends with cap - 1 items.
+        assert_eq!(push_split(25, LEAF_SLOTS, LEAF_MIN, true, |_| false), 15);
+        assert_eq!(push_split(25, LEAF_SLOTS, LEAF_MIN, false, |_| false), 10);
+        assert_eq!(push_split(15, ARANGE_SLOTS, ARANGE_MIN, true, |_| false), 9);
+        assert_eq!(
+            push_split(15, ARANGE_SLOTS, ARANGE_MIN, false, |_| false),
+            6
+        );
+        // Off a NULL range: to the right when the right keeps more than 6.
+        assert_eq!(push_split(25, LEAF_SLOTS, LEAF_MIN, true, |i| i == 14), 16);
+        assert_eq!(push_split(21, LEAF_SLOTS, LEAF_MIN, true, |i| i == 14), 14);
+        assert_eq!(push_split(25, LEAF_SLOTS, LEAF_MIN, false, |i| i == 9), 11);
     }
 
     #[test]

@@ -150,13 +150,16 @@ fn bulk_leaves_are_full_and_internal_nodes_hold_nine() {
 }
 
 #[test]
-fn bulk_uses_fewer_nodes_than_one_store_per_entry() {
+fn bulk_allocates_fewer_nodes_than_one_store_per_entry() {
     let entries = gapped(6421, 0x1000_0000);
     let bulk = MapleTree::from_sorted_bulk(entries.iter().copied(), entries.len()).expect("bulk");
     let insert = MapleTree::from_sorted_insert(entries.iter().copied()).expect("insert");
     assert!(bulk.iter().eq(insert.iter()));
     assert_eq!(bulk.node_count(), 904);
-    assert!(bulk.node_count() < insert.node_count());
+    // Ascending stores end up as dense: each overflow of the rightmost leaf
+    // pushes into its left sibling, which Linux fills to 16 ranges here (see
+    // tests/push.rs), and internal nodes to 9 children, as bulk mode does.
+    assert_eq!(insert.node_count(), 904);
     // Allocations: the 1036 nodes mas_expected_entries(6421) asks for.
     assert_eq!(bulk_prealloc_nodes(6421), 1036);
     let s = bulk.stats();
