@@ -274,14 +274,26 @@ pub fn try_dup_anon_ptes(
     {
         return Err(MaybePinned);
     }
-    for p in page..page + nr {
-        if mm.test(p, PageFlag::AnonExclusive) {
-            mm.clear(p, PageFlag::AnonExclusive);
-            c.add(Ev::FolioAtomic, 1);
-        }
-    }
     folio_rmap(phys, c, head, dst_mm, nr as i32, |plain| {
-        page_mapcounts(phys, c, page, nr, 1, plain)
+        // One pass over the pages' memmap entries, as `__folio_try_dup_anon_rmap`: each page
+        // loses PageAnonExclusive and gains a mapcount while its line is in the cache.
+        let mut cleared = 0;
+        for p in page..page + nr {
+            if mm.test(p, PageFlag::AnonExclusive) {
+                mm.clear(p, PageFlag::AnonExclusive);
+                cleared += 1;
+            }
+            match plain {
+                Plain::Yes => mm.mapcount_add_plain(p, 1),
+                Plain::No => {
+                    mm.mapcount_add(p, 1);
+                }
+            }
+        }
+        c.add(Ev::FolioAtomic, cleared);
+        if plain == Plain::No {
+            count_map(c, nr);
+        }
     });
     Ok(())
 }

@@ -374,17 +374,16 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let vma = cp.vma;
         let mut child = e;
+        let mut wrprotect_parent = false;
         if vma.is_cow() && arch.write(child) {
-            if !cp.ctx.skip_wrprotect {
-                cp.tables.src.wrprotect(i, nr);
-            }
+            wrprotect_parent = !cp.ctx.skip_wrprotect;
             child = arch.wrprotect(child);
         }
         if vma.flags.has(VmFlags::SHARED) {
             child = arch.mkclean(child);
         }
         child = arch.clear_uffd_wp(arch.mkold(child));
-        cp.tables.dst.set_ptes(i, child, nr);
+        cp.tables.copy_run(i, child, nr, wrprotect_parent);
     }
 
     /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.

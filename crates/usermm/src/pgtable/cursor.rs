@@ -495,4 +495,37 @@ impl<'a> PteCopy<'a> {
         let src = PteLock::lock(spt, c, src_t);
         PteCopy { src, dst }
     }
+
+    /// The table writes of `__copy_present_ptes` for a run of `nr` entries from `idx`:
+    /// write-protects the parent's writable entries when `wrprotect_parent`, and fills the
+    /// child's empty entries with consecutive pages, `child` first. On x86-64 one pass walks
+    /// both tables together (each parent entry is read once, each child entry written once);
+    /// arm64 goes through the contpte-aware `wrprotect_ptes` and `set_ptes`. The counters
+    /// are the same either way.
+    #[inline]
+    pub fn copy_run(&mut self, idx: usize, child: u64, nr: usize, wrprotect_parent: bool) {
+        let arch = self.src.pt.arch;
+        if arch != super::Arch::X86_64 || nr == 1 {
+            if wrprotect_parent {
+                self.src.wrprotect(idx, nr);
+            }
+            self.dst.set_ptes(idx, child, nr);
+            return;
+        }
+        let (spt, dpt) = (self.src.pt, self.dst.pt);
+        let (st, dt) = (self.src.table, self.dst.table);
+        let mut writes = nr as u64;
+        for j in 0..nr {
+            if wrprotect_parent {
+                let e = spt.get(st, idx + j);
+                if arch.write(e) {
+                    spt.set(st, idx + j, arch.wrprotect(e));
+                    writes += 1;
+                }
+            }
+            dpt.set(dt, idx + j, arch.advance_pfn(child, j as u64));
+        }
+        self.dst.entries += nr as i32;
+        self.src.c.add(Ev::PteWrite, writes);
+    }
 }
