@@ -19,7 +19,7 @@ use crate::proto::{Op, Reply, Request, REPLY_BYTES};
 use crate::server::{self, SpawnConfig, Step};
 use crate::{procfs, sys};
 use scenario::backend::{
-    Backend, Fail, LockOp, MmapReq, PageView, Place, ProcId, Res, StatusView, VmaView,
+    Backend, Fail, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, StatusView, VmaView,
 };
 use scenario::{Advice, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Signal, ThpSetting};
 use std::collections::HashMap;
@@ -544,22 +544,17 @@ impl Backend for HostBackend<'_> {
         self.unit(p, Op::Mprotect, &[addr, len, u64::from(prot.bits())])
     }
 
-    fn mremap(
-        &mut self,
-        p: ProcId,
-        addr: u64,
-        old: u64,
-        new: u64,
-        maymove: bool,
-        fixed: Option<u64>,
-    ) -> Res<u64> {
+    fn mremap(&mut self, p: ProcId, addr: u64, old: u64, new: u64, o: MremapOpts) -> Res<u64> {
         self.guard_mapping(p, addr, old)?;
-        let mut flags = if maymove { libc::MREMAP_MAYMOVE } else { 0 };
-        if let Some(f) = fixed {
+        let mut flags = if o.maymove { libc::MREMAP_MAYMOVE } else { 0 };
+        if o.dontunmap {
+            flags |= libc::MREMAP_DONTUNMAP;
+        }
+        if let Some(f) = o.fixed {
             self.guard_mapping(p, f, new)?;
             flags |= libc::MREMAP_FIXED;
         }
-        let args = [addr, old, new, flags as u64, fixed.unwrap_or(0)];
+        let args = [addr, old, new, flags as u64, o.fixed.unwrap_or(0)];
         self.call(p, Op::Mremap, &args).map(|r| r.0)
     }
 

@@ -53,6 +53,17 @@ pub struct MmapReq {
     pub place: Place,
 }
 
+/// The flags of an `mremap`, with the fixed address resolved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MremapOpts {
+    /// `MREMAP_MAYMOVE`.
+    pub maymove: bool,
+    /// `MREMAP_DONTUNMAP`.
+    pub dontunmap: bool,
+    /// `MREMAP_FIXED` with its address.
+    pub fixed: Option<u64>,
+}
+
 /// The mlock family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockOp {
@@ -183,15 +194,8 @@ pub trait Backend {
     /// mprotect.
     fn mprotect(&mut self, p: ProcId, addr: u64, len: u64, prot: Prot) -> Res<()>;
     /// mremap.
-    fn mremap(
-        &mut self,
-        p: ProcId,
-        addr: u64,
-        old: u64,
-        new: u64,
-        maymove: bool,
-        fixed: Option<u64>,
-    ) -> Res<u64>;
+    fn mremap(&mut self, p: ProcId, addr: u64, old: u64, new: u64, opts: MremapOpts)
+        -> Res<u64>;
     /// The raw brk system call: returns the break after the call.
     fn brk(&mut self, p: ProcId, new: u64) -> Res<u64>;
     /// madvise.

@@ -6,7 +6,8 @@ use crate::ast::{
     ThpSetting, ThpTop,
 };
 use crate::backend::{
-    Backend, Fail, LockOp, MmapReq, PageView, Place, ProcId, Res, SmapsView, StatusView, VmaView,
+    Backend, Fail, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
+    StatusView, VmaView,
 };
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
 
@@ -267,16 +268,12 @@ impl Backend for EngineBackend {
         self.with(|cpu| cpu.mprotect(p, addr, len, prot(pr)).map_err(errno))
     }
 
-    fn mremap(
-        &mut self,
-        p: ProcId,
-        addr: u64,
-        old: u64,
-        new: u64,
-        maymove: bool,
-        fixed: Option<u64>,
-    ) -> Res<u64> {
-        let f = usermm::MremapFlags { maymove, fixed };
+    fn mremap(&mut self, p: ProcId, addr: u64, old: u64, new: u64, o: MremapOpts) -> Res<u64> {
+        let f = usermm::MremapFlags {
+            maymove: o.maymove,
+            dontunmap: o.dontunmap,
+            fixed: o.fixed,
+        };
         self.with(|cpu| cpu.mremap(p, addr, old, new, f).map_err(errno))
     }
 

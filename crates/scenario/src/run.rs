@@ -8,7 +8,9 @@ use crate::ast::{
     Action, AddrExpr, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState, Placement,
     Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
 };
-use crate::backend::{Backend, Fail, LockOp, MmapReq, Place, ProcId, Res, SmapsView, VmaView};
+use crate::backend::{
+    Backend, Fail, LockOp, MmapReq, MremapOpts, Place, ProcId, Res, SmapsView, VmaView,
+};
 use crate::engine::EngineBackend;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -478,17 +480,17 @@ impl<B: Backend> Runner<B> {
                 fixed,
                 ..
             } => {
-                if *dontunmap {
-                    return Ok(Err(Fail::Unsupported(
-                        "mremap dontunmap: not implemented yet".into(),
-                    )));
-                }
                 let a = self.addr(addr)?;
-                let f = match fixed {
+                let fixed = match fixed {
                     Some(x) => Some(self.addr(x)?),
                     None => None,
                 };
-                let r = self.backend.mremap(p, a, *old_len, *new_len, *maymove, f);
+                let opts = MremapOpts {
+                    maymove: *maymove,
+                    dontunmap: *dontunmap,
+                    fixed,
+                };
+                let r = self.backend.mremap(p, a, *old_len, *new_len, opts);
                 if let Ok(na) = r {
                     self.bind_map(bind, p, na, *new_len);
                 }

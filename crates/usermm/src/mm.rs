@@ -82,6 +82,13 @@ pub struct MmState {
     pub def_flags: u64,
     /// Overcommit pages charged while this mm was being forked (for undoing a failed fork).
     pub fork_charge: u64,
+    /// `locked_vm` pages no `VM_LOCKED` VMA accounts for: Linux's `MREMAP_DONTUNMAP` of a
+    /// locked VMA adds the moved length to `locked_vm` and clears `VM_LOCKED` on the source
+    /// without subtracting it (`dontunmap_complete`), so RLIMIT_MEMLOCK sees both until exit.
+    pub locked_vm_orphaned: u64,
+    /// Source ranges of `MREMAP_DONTUNMAP` whose VMA lost `VM_LOCKED` without a munlock:
+    /// their folios may stay mlocked (Linux leaves them for reclaim to notice).
+    pub mlock_stale: Vec<(u64, u64)>,
 }
 
 /// An address space.

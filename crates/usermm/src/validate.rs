@@ -26,6 +26,9 @@ struct FolioRecount {
     refs: i32,
     /// Mappings from `VM_LOCKED` VMAs.
     locked_maps: u32,
+    /// Mappings from ranges that lost `VM_LOCKED` in `MREMAP_DONTUNMAP` (`MmState::mlock_stale`):
+    /// their folios may still be mlocked, as on Linux.
+    stale_maps: u32,
     /// Mappings per mm.
     per_mm: BTreeMap<u32, i32>,
     /// mms mapping each exclusive page.
@@ -145,10 +148,10 @@ impl Machine {
                 locked += v.len() >> 12;
             }
         }
-        if locked != st.locked_vm {
+        if locked + st.locked_vm_orphaned != st.locked_vm {
             r.err(format!(
-                "mm {}: locked_vm {} but VM_LOCKED VMAs span {} pages",
-                mm.id, st.locked_vm, locked
+                "mm {}: locked_vm {} but VM_LOCKED VMAs span {} pages (+{} orphaned)",
+                mm.id, st.locked_vm, locked, st.locked_vm_orphaned
             ));
         }
         let pt = PageTables {
@@ -228,6 +231,8 @@ impl Machine {
             let kind = if vma.shmem.is_some() { 1 } else { 0 };
             if vma.flags.has(VmFlags::LOCKED) {
                 f.locked_maps += 1;
+            } else if st.mlock_stale.iter().any(|&(s, e)| s <= addr && addr < e) {
+                f.stale_maps += 1;
             }
             *f.per_mm.entry(mm.id).or_default() += 1;
             if huge {
@@ -344,12 +349,14 @@ impl Machine {
                 continue;
             }
             let f = &folios[&head];
-            if f.locked_maps == 0 && mem.test(head, PageFlag::Mlocked) {
+            if f.locked_maps + f.stale_maps == 0 && mem.test(head, PageFlag::Mlocked) {
                 r.err(format!(
                     "folio {head:#x} stays mlocked with no locking mapping"
                 ));
             }
-            if mem.test(head, PageFlag::Unevictable) && mem.mlock_count(head) > f.locked_maps {
+            if mem.test(head, PageFlag::Unevictable)
+                && mem.mlock_count(head) > f.locked_maps + f.stale_maps
+            {
                 r.err(format!(
                     "folio {head:#x}: mlock_count {} > {} locking mappings",
                     mem.mlock_count(head),

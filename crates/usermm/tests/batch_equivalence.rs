@@ -92,6 +92,7 @@ fn run(arch: Arch, folio: u64, batching: PteBatching, ops: &[Op]) -> (Vec<String
                 let f = MremapFlags {
                     maymove: true,
                     fixed: Some(moved + 4096),
+                    dontunmap: false,
                 };
                 let _ = cpu.mremap(p, BASE + off, len.min(SPAN - off), len.min(SPAN - off), f);
                 moved += 2 * M;

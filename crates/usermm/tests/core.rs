@@ -347,6 +347,7 @@ fn mremap_grow_move_shrink() {
             MremapFlags {
                 maymove: true,
                 fixed: None,
+                dontunmap: false,
             },
         )
         .unwrap();
@@ -369,6 +370,7 @@ fn mremap_grow_move_shrink() {
     let f = MremapFlags {
         maymove: true,
         fixed: Some(0x5000_0000),
+        dontunmap: false,
     };
     assert_eq!(cpu.mremap(p, n, 8 * K, 8 * K, f), Ok(0x5000_0000));
     assert_eq!(cpu.find_mismatch(p, 0x5000_0000, 8 * K, 5).unwrap(), None);
@@ -564,6 +566,7 @@ fn mremap_and_madv_free_visit_each_table_once() {
     let flags = MremapFlags {
         maymove: true,
         fixed: Some(0x8000_0000),
+        dontunmap: false,
     };
     let b = cpu.mremap(p, a, len, len, flags).unwrap();
     let d = m.counters().delta(&before);

@@ -33,6 +33,7 @@ const HOLE: u64 = A + A_LEN;
 const MAYMOVE: MremapFlags = MremapFlags {
     maymove: true,
     fixed: None,
+    dontunmap: false,
 };
 
 fn fixed(addr: u64, len: u64) -> MmapArgs {
@@ -46,6 +47,7 @@ fn to(addr: u64) -> MremapFlags {
     MremapFlags {
         maymove: true,
         fixed: Some(addr),
+        dontunmap: false,
     }
 }
 
@@ -602,6 +604,7 @@ fn mremap_with_bad_arguments_is_einval() {
             MremapFlags {
                 maymove: false,
                 fixed: Some(0x3000_0000),
+                dontunmap: false,
             },
         ),
         // Unaligned new address.

@@ -647,6 +647,7 @@ fn mremap() -> Workload {
             MremapFlags {
                 maymove: true,
                 fixed: Some(B),
+                dontunmap: false,
             },
         ),
         Check(0, B, 64 * K, 0x16),
@@ -798,6 +799,7 @@ fn mremap_without_memory_for_a_page_table_keeps_the_data() {
     let moved = MremapFlags {
         maymove: true,
         fixed: Some(B),
+        dontunmap: false,
     };
     let r = cpu.mremap(p, A, 8 * K, 8 * K, moved);
     let now = match r {

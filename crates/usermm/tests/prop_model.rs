@@ -1198,6 +1198,7 @@ impl<'a, 'm> Harness<'a, 'm> {
         let flags = MremapFlags {
             maymove: !matches!(how, Remap::Plain | Remap::FixedNoMove),
             fixed,
+            dontunmap: false,
         };
         let maps = self.maps(pi)?;
         let aold = page_align(old).expect("old lengths are small");

@@ -18,6 +18,15 @@ use crate::tlb::FlushScope;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
 
+/// What becomes of the source range of a move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OldRange {
+    /// Unmapped (an ordinary move).
+    Unmap,
+    /// Left mapped, empty (`MREMAP_DONTUNMAP`).
+    Keep,
+}
+
 /// mremap flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MremapFlags {
@@ -25,6 +34,8 @@ pub struct MremapFlags {
     pub maymove: bool,
     /// `MREMAP_FIXED` with the new address.
     pub fixed: Option<u64>,
+    /// `MREMAP_DONTUNMAP`: move the pages but leave the old range mapped (and empty).
+    pub dontunmap: bool,
 }
 
 impl<'m> Cpu<'m> {
@@ -53,8 +64,14 @@ impl<'m> Cpu<'m> {
         if new_len == 0 || new_len > TASK_SIZE {
             return Err(Errno::EINVAL);
         }
-        if let Some(na) = flags.fixed {
+        // `check_mremap_params`: the rest applies when a new address is implied (FIXED or
+        // DONTUNMAP); with DONTUNMAP alone the new address argument is 0 and checked as such.
+        if flags.fixed.is_some() || flags.dontunmap {
+            let na = flags.fixed.unwrap_or(0);
             if na > TASK_SIZE - new_len || !aligned(na) || !flags.maymove {
+                return Err(Errno::EINVAL);
+            }
+            if flags.dontunmap && old_len != new_len {
                 return Err(Errno::EINVAL);
             }
             if na < addr.saturating_add(old_len) && addr < na + new_len {
@@ -63,12 +80,33 @@ impl<'m> Cpu<'m> {
         }
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
+        if flags.fixed.is_some() || flags.dontunmap {
+            // Room for the unmap of the target and the old range splitting (two more VMAs)
+            // with three to spare; checked on Linux 6.18 by moving to a fixed address with
+            // vm.max_map_count at map_count + 5 (ENOMEM) and + 6 (moved).
+            let max = self.m.tunables().max_map_count;
+            if st.vmas.count() as u64 + 2 >= max.saturating_sub(3) {
+                return Err(Errno::ENOMEM);
+            }
+        }
         let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
         if old_len == 0 {
             return self.mremap_dup_shared(&task, &mut st, id, addr, new_len, flags);
         }
+        let unmap = if flags.dontunmap {
+            OldRange::Keep
+        } else {
+            OldRange::Unmap
+        };
         if let Some(na) = flags.fixed {
-            return self.mremap_to(&task, &mut st, addr, old_len, new_len, na);
+            return self.mremap_to(&task, &mut st, (addr, old_len), new_len, na, unmap);
+        }
+        if flags.dontunmap {
+            if old_len > st.vmas.get(id).end - addr {
+                return Err(Errno::EFAULT);
+            }
+            let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
+            return self.move_vma(&task, &mut st, (addr, old_len), new_len, dst, unmap);
         }
         // Shrinking only unmaps the tail: the old range may span several VMAs.
         if new_len <= old_len {
@@ -89,7 +127,7 @@ impl<'m> Cpu<'m> {
             return Err(Errno::ENOMEM);
         }
         let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
-        self.move_vma(&task, &mut st, addr, old_len, new_len, dst)
+        self.move_vma(&task, &mut st, (addr, old_len), new_len, dst, OldRange::Unmap)
     }
 
     /// `old_len == 0` on a shared mapping: a second mapping of the same object at a new
@@ -201,18 +239,11 @@ impl<'m> Cpu<'m> {
         &self,
         task: &Task,
         st: &mut MmState,
-        addr: u64,
-        old_len: u64,
+        (addr, old_len): (u64, u64),
         new_len: u64,
         na: u64,
+        old: OldRange,
     ) -> SysResult<u64> {
-        // `mremap_to`: room for the unmap of the target and the old range splitting (two more
-        // VMAs) with three to spare; checked on Linux 6.18 by moving to a fixed address with
-        // vm.max_map_count at map_count + 5 (ENOMEM) and + 6 (moved).
-        let max = self.m.tunables().max_map_count;
-        if st.vmas.count() as u64 + 2 >= max.saturating_sub(3) {
-            return Err(Errno::ENOMEM);
-        }
         self.do_munmap(&task.mm, st, na, na + new_len)?;
         let old_len = if old_len > new_len {
             self.shrink_tail(&task.mm, st, addr, old_len, new_len)?;
@@ -225,18 +256,21 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EFAULT);
         }
         self.get_unmapped_area(task, st, AreaRequest::Fixed(na), new_len, false)?;
-        self.move_vma(task, st, addr, old_len, new_len, na)
+        self.move_vma(task, st, (addr, old_len), new_len, na, old)
     }
 
-    /// Moves `[addr, addr+old_len)` to `dst` with a new length (`move_vma`).
+    /// Moves `[addr, addr+old_len)` to `dst` with a new length (`move_vma`); with
+    /// [`OldRange::Keep`] (MREMAP_DONTUNMAP) the old range stays mapped, empty, and its VMA
+    /// loses VM_LOCKED/VM_LOCKONFAULT and VM_ACCOUNT (`dontunmap_complete`): the new VMA
+    /// carries a fresh charge of its whole length, and `locked_vm` is not reduced.
     fn move_vma(
         &self,
         task: &Task,
         st: &mut MmState,
-        addr: u64,
-        old_len: u64,
+        (addr, old_len): (u64, u64),
         new_len: u64,
         dst: u64,
+        old: OldRange,
     ) -> SysResult<u64> {
         let mm = &task.mm;
         // `move_vma`: map_count >= max - 3 is ENOMEM (checked on Linux 6.18: a growing move
@@ -257,8 +291,13 @@ impl<'m> Cpu<'m> {
         if flags.has(VmFlags::LOCKED) && delta > 0 {
             self.mlock_future_ok(task, st, delta)?;
         }
-        if flags.has(VmFlags::ACCOUNT) && delta > 0 {
-            self.vm_enough_memory(delta >> 12)?;
+        // DONTUNMAP keeps the old range's charge where it is and charges the new VMA anew.
+        let charge = match old {
+            OldRange::Keep => new_len,
+            OldRange::Unmap => delta,
+        };
+        if flags.has(VmFlags::ACCOUNT) && charge > 0 {
+            self.vm_enough_memory(charge >> 12)?;
         }
         self.prealloc_tables(mm, addr, dst, old_len.min(new_len))?;
         let p = Proposal {
@@ -270,8 +309,34 @@ impl<'m> Cpu<'m> {
             shmem: shmem.as_ref(),
         };
         merge::insert_new(&mut st.vmas, p)?;
-        let old = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
-        self.move_page_tables(mm, st.vmas.get(old), addr, dst, old_len.min(new_len));
+        let src = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        self.move_page_tables(mm, st.vmas.get(src), addr, dst, old_len.min(new_len));
+        // Folios left mlocked in an unlocked VMA (see `MmState::mlock_stale`) stay so where
+        // they move to.
+        if st.mlock_stale.iter().any(|&(s, e)| s < addr + old_len && addr < e) {
+            st.mlock_stale.push((dst, dst + new_len));
+        }
+        if old == OldRange::Keep {
+            let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+            let v = st.vmas.get(id);
+            let (vs, ve) = (v.start, v.end);
+            let whole = vs == addr && ve == addr + old_len;
+            let cleared = v.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT | VmFlags::ACCOUNT);
+            st.vmas.get_mut(id).flags = VmFlags(cleared);
+            if whole {
+                // Its anon_vma links are no longer needed: the pages moved.
+                st.vmas.get(id).set_anon_vma(0, 0);
+            }
+            if flags.has(VmFlags::LOCKED) {
+                // The whole source VMA stops being VM_LOCKED, but neither its pages are
+                // munlocked nor locked_vm reduced (checked on 6.18: the pages stay mlocked and
+                // unevictable, smaps Locked reads 0).
+                st.locked_vm += new_len >> 12;
+                st.locked_vm_orphaned += (ve - vs) >> 12;
+                st.mlock_stale.push((vs, ve));
+            }
+            return Ok(dst);
+        }
         // The old range no longer maps anything; its accounting moves with the VMA.
         let (s, e) = (addr, addr + old_len);
         if flags.has(VmFlags::ACCOUNT) {
