@@ -88,7 +88,10 @@ impl RunReport {
 
 /// Runs `script` on a fresh engine.
 pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
+    /// Broken invariants shown per statement under `validate`.
+    const MAX_VALIDATE_SHOWN: usize = 3;
     let start = Instant::now();
+    let mut seen_invalid = std::collections::HashSet::new();
     let mut r = Runner::new(EngineBackend::new(opts.tunables.clone()));
     let mut failures = Vec::new();
     let mut abort = None;
@@ -124,11 +127,20 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
         if opts.validate {
             if let Some(m) = r.backend.built() {
                 if let Err(errs) = m.validate() {
-                    failures.push(Failure {
-                        line,
-                        col,
-                        message: format!("validate: {}", errs.join("; ")),
-                    });
+                    // Each broken invariant is reported once, at the first statement that
+                    // broke it, and at most a few per statement.
+                    let new: Vec<String> = errs
+                        .into_iter()
+                        .filter(|e| seen_invalid.insert(e.clone()))
+                        .collect();
+                    if !new.is_empty() {
+                        let shown = new.len().min(MAX_VALIDATE_SHOWN);
+                        let mut message = format!("validate: {}", new[..shown].join("; "));
+                        if new.len() > shown {
+                            message.push_str(&format!(" (and {} more)", new.len() - shown));
+                        }
+                        failures.push(Failure { line, col, message });
+                    }
                 }
             }
         }
