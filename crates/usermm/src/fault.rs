@@ -578,6 +578,9 @@ impl<'m> Cpu<'m> {
         let haddr = addr & !(PMD_SIZE - 1);
         let pt = self.tables(mm);
         let use_zero = self.m.tunables().thp.use_zero_page;
+        // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
+        // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
         if access == Access::Read && use_zero {
             let hz = phys.huge_zero_pfn()?;
             let deposit = self.alloc_deposit()?;
@@ -593,7 +596,6 @@ impl<'m> Cpu<'m> {
             c.add(Ev::FaultZeroPage, 1);
             return Some(FaultOutcome::Completed);
         }
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
         let head = phys.alloc_folio(
             c,
             HPAGE_PMD_ORDER,

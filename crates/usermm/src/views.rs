@@ -135,7 +135,9 @@ pub mod kpf {
     pub const THP: u32 = 22;
     pub const ZERO_PAGE: u32 = 24;
     pub const PGTABLE: u32 = 26;
+    pub const RESERVED: u32 = 32;
     pub const MLOCKED: u32 = 33;
+    pub const MAPPEDTODISK: u32 = 34;
 }
 
 /// The leaf mapping one address: the frame and whether it is a PMD leaf.
@@ -444,6 +446,8 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
     let large = mm.test(head, PageFlag::Head);
     if phys.is_zero_pfn(pfn) {
         set(kpf::ZERO_PAGE, true);
+        // The small zero page is a page of the kernel image: PG_reserved.
+        set(kpf::RESERVED, !large);
         set(kpf::THP, large);
         set(kpf::COMPOUND_HEAD, large && pfn == head);
         set(kpf::COMPOUND_TAIL, large && pfn != head);
@@ -468,6 +472,11 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
     set(kpf::SWAPBACKED, mm.test(head, PageFlag::SwapBacked));
     set(kpf::UNEVICTABLE, mm.test(head, PageFlag::Unevictable));
     set(kpf::MLOCKED, mm.test(head, PageFlag::Mlocked));
+    // PG_anon_exclusive shares its bit with PG_mappedtodisk (a per-page flag).
+    set(
+        kpf::MAPPEDTODISK,
+        mm.test(head, PageFlag::Anon) && mm.test(pfn, PageFlag::AnonExclusive),
+    );
     set(kpf::PGTABLE, mm.test(head, PageFlag::Pgtable));
     u
 }

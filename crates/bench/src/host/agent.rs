@@ -194,7 +194,8 @@ mod tests {
         .expect("fork works here");
         assert!(rate > 0.0);
         assert_eq!(c.get("host_in_process"), Some(&1));
-        assert!(c["host_vmas"] >= 300, "{c:?}");
+        // Other test threads of this process come and go (a stack VMA each) while it counts.
+        assert!(c["host_vmas"] >= 280, "{c:?}");
         assert!(c.contains_key("host_rss_anon_kb"));
     }
 

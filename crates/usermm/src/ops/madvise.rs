@@ -171,6 +171,8 @@ impl<'m> Cpu<'m> {
             Advice::Sequential => (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
             Advice::DontDump => f | VmFlags::DONTDUMP,
             Advice::DoDump => f & !VmFlags::DONTDUMP,
+            // KSM cannot handle shared memory: `ksm_madvise` leaves such a VMA alone.
+            Advice::Mergeable if f & (VmFlags::SHARED | VmFlags::MAYSHARE) != 0 => return Ok(()),
             Advice::Mergeable => f | VmFlags::MERGEABLE,
             Advice::Unmergeable => f & !VmFlags::MERGEABLE,
             Advice::HugePage => (f | VmFlags::HUGEPAGE) & !VmFlags::NOHUGEPAGE,

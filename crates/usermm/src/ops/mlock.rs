@@ -7,7 +7,6 @@
 //! were changed, as Linux does. Pages are then faulted in (except `MLOCK_ONFAULT` VMAs);
 //! population errors map to `ENOMEM` (not mapped / not accessible) and `EAGAIN` (no memory).
 
-use crate::access::Signal;
 use crate::errno::{Errno, SysResult};
 use crate::fault::Access;
 use crate::machine::Cpu;
@@ -41,7 +40,7 @@ enum PopulateErrors {
 }
 
 /// `can_do_mlock`.
-fn can_do_mlock(task: &Task) -> bool {
+pub(super) fn can_do_mlock(task: &Task) -> bool {
     task.rlimit_memlock != 0 || task.privilege == Privilege::Privileged
 }
 
@@ -385,9 +384,11 @@ impl<'m> Cpu<'m> {
     ) -> SysResult<()> {
         let mut p = s;
         while p < e {
-            match self.translate(mm, st, p, access) {
+            // GUP reports a fault's SIGSEGV/SIGBUS as EFAULT, which mlock turns into ENOMEM;
+            // only a real out-of-memory is EAGAIN (6.18).
+            match self.translate_or_fault(mm, st, p, access) {
                 Ok(_) => {}
-                Err(Signal::Bus(_)) => return Err(Errno::EAGAIN),
+                Err(crate::fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
                 Err(_) => return Err(Errno::ENOMEM),
             }
             p += 4096;

@@ -146,6 +146,10 @@ impl<'m> Cpu<'m> {
             | VmFlags::MAYEXEC
             | st.def_flags;
         if args.locked {
+            // MAP_LOCKED needs `can_do_mlock` first: EPERM with RLIMIT_MEMLOCK 0 (6.18).
+            if !super::mlock::can_do_mlock(task) {
+                return Err(Errno::EPERM);
+            }
             flags |= VmFlags::LOCKED;
         }
         if flags & VmFlags::LOCKED != 0 {
@@ -330,10 +334,12 @@ impl<'m> Cpu<'m> {
 
 /// `round_hint_to_min`: hints below `mmap_min_addr` are raised to it.
 fn round_hint_to_min(hint: u64) -> u64 {
+    // The hint is masked to its page (rounded down; checked on 6.18: 0x7e0000000800 gives
+    // 0x7e0000000000), then raised to mmap_min_addr.
     let h = hint & !4095;
     if h != 0 && h < MMAP_MIN_ADDR {
         MMAP_MIN_ADDR
     } else {
-        hint
+        h
     }
 }
