@@ -233,7 +233,11 @@ impl<'m> Cpu<'m> {
         let mut a = start;
         while a < end {
             match st.vmas.find(a) {
-                Some(id) if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE) => {
+                // `populate_vma_page_range` does nothing for LOCKONFAULT VMAs, whoever asks.
+                Some(id)
+                    if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
+                        && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
+                {
                     let _ = self.translate(mm, &st, a, access);
                 }
                 _ => {}

@@ -83,6 +83,18 @@ impl<'m> Cpu<'m> {
         } else {
             0
         };
+        // Since 6.7 a never-faulted private anonymous VMA made read-only gives its commit
+        // charge back (and can then merge with read-only neighbours).
+        let uncharged = if !newflags.has(VmFlags::WRITE)
+            && old.has(VmFlags::ACCOUNT)
+            && vma.is_anon_private()
+            && vma.anon_vma() == 0
+        {
+            newflags = VmFlags(newflags.0 & !VmFlags::ACCOUNT);
+            (end - start) >> 12
+        } else {
+            0
+        };
         let max = self.m.tunables().max_map_count;
         self.split_huge_pmd_boundaries(mm, st, start, end);
         let target = match merge::modify_flags(&mut st.vmas, id, start, end, newflags, max) {
@@ -94,8 +106,22 @@ impl<'m> Cpu<'m> {
                 return Err(e);
             }
         };
+        if uncharged > 0 {
+            self.vm_unacct(uncharged);
+        }
         let vma = st.vmas.get(target);
         self.change_protection(mm, vma, start, end);
+        // A locked private VMA that becomes writable is populated for write, so that its
+        // pages stay resident and private (`populate_vma_page_range`; not for LOCKONFAULT).
+        let lock_bits = old.0 & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::LOCKED);
+        if lock_bits == VmFlags::LOCKED
+            && newflags.has(VmFlags::WRITE)
+            && !newflags.has(VmFlags::LOCKONFAULT)
+        {
+            for a in (start..end).step_by(4096) {
+                let _ = self.translate(mm, st, a, crate::fault::Access::Write);
+            }
+        }
         Ok(())
     }
 

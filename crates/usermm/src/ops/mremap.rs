@@ -53,6 +53,35 @@ impl<'m> Cpu<'m> {
         new_len: u64,
         flags: MremapFlags,
     ) -> SysResult<u64> {
+        let new_addr = self.mremap_locked(pid, addr, old_len, new_len, flags)?;
+        // `do_mremap`: the grown part of a VM_LOCKED mapping is populated after the mmap lock
+        // is dropped (in place or moved; LOCKONFAULT VMAs stay unpopulated).
+        let (old_len, new_len) = (
+            super::page_align(old_len).unwrap_or(0),
+            super::page_align(new_len).unwrap_or(0),
+        );
+        if new_len > old_len {
+            let task = self.m.task(pid)?;
+            let flags = {
+                let st = task.mm.lock.read();
+                st.vmas.find(new_addr).map(|id| st.vmas.get(id).flags)
+            };
+            if let Some(f) = flags.filter(|f| f.has(VmFlags::LOCKED)) {
+                self.populate(&task.mm, new_addr + old_len, new_addr + new_len, f);
+            }
+        }
+        Ok(new_addr)
+    }
+
+    /// [`Cpu::mremap`] under the mmap write lock.
+    fn mremap_locked(
+        &self,
+        pid: Pid,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: MremapFlags,
+    ) -> SysResult<u64> {
         let task = self.m.task(pid)?;
         if !aligned(addr) {
             return Err(Errno::EINVAL);
@@ -281,11 +310,14 @@ impl<'m> Cpu<'m> {
         }
         let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
         let vma = st.vmas.get(id);
-        let (flags, pgoff, anon) = (
-            vma.flags,
-            vma.pgoff_at(addr),
-            (vma.anon_vma(), vma.anon_vma_chain()),
-        );
+        // `copy_vma`: a private anonymous VMA that was never faulted takes the offset of its
+        // new address, so it merges with fresh neighbours there.
+        let pgoff = if vma.is_anon_private() && vma.anon_vma() == 0 {
+            dst >> 12
+        } else {
+            vma.pgoff_at(addr)
+        };
+        let (flags, anon) = (vma.flags, (vma.anon_vma(), vma.anon_vma_chain()));
         let shmem = vma.shmem.clone();
         let delta = new_len.saturating_sub(old_len);
         if flags.has(VmFlags::LOCKED) && delta > 0 {
