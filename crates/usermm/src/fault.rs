@@ -94,7 +94,19 @@ impl<'m> Cpu<'m> {
             return self.oom();
         };
         let pmd_idx = index(addr, 21);
-        if pt.get(pmd_t, pmd_idx) == 0 && self.thp_pmd_eligible(vma, addr) {
+        let huge = pt.get(pmd_t, pmd_idx) == 0 && self.thp_pmd_eligible(vma, addr);
+        if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
+            // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
+            // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
+            if let Some(av) = st.vmas.mergeable_anon_vma(id) {
+                c.add(Ev::LockPageTable, 1);
+                let _g = mm.page_table_lock.lock();
+                if vma.anon_vma() == 0 {
+                    vma.set_anon_vma(av, 1);
+                }
+            }
+        }
+        if huge {
             // `None`: fall back to PTEs.
             if let Some(o) = self.do_huge_pmd_anonymous_page(mm, vma, pmd_t, pmd_idx, addr, access)
             {
@@ -159,8 +171,9 @@ impl<'m> Cpu<'m> {
         FaultOutcome::Completed
     }
 
-    /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): reuses a compatible
-    /// neighbour's (`find_mergeable_anon_vma`) or allocates a new one.
+    /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): a new one. A compatible
+    /// neighbour's (`find_mergeable_anon_vma`) was already taken by `handle_mm_fault`, which
+    /// has the VMA tree at hand.
     fn anon_vma_prepare(&self, mm: &Mm, st_vma: &Vma) -> u64 {
         if st_vma.anon_vma() != 0 {
             return st_vma.anon_vma();

@@ -239,6 +239,31 @@ impl VmaSet {
         self.tree.find_before(addr).map(|(_, _, id)| id)
     }
 
+    /// `find_mergeable_anon_vma`: the anon_vma of an adjacent VMA that `id` could share,
+    /// the next one first, then the previous one. Two VMAs are compatible when they touch,
+    /// differ in flags only by access bits and soft-dirty, map the same object (anonymous)
+    /// and their page offsets continue; the neighbour's anon_vma is reusable when it is
+    /// its only one (a chain of one: not a fork child's).
+    pub fn mergeable_anon_vma(&self, id: VmaId) -> Option<u64> {
+        let v = self.get(id);
+        let ignored = VmFlags::READ | VmFlags::WRITE | VmFlags::EXEC | VmFlags::SOFTDIRTY;
+        let compatible = |a: &Vma, b: &Vma| {
+            a.end == b.start
+                && a.shmem.is_none()
+                && b.shmem.is_none()
+                && (a.flags.0 ^ b.flags.0) & !ignored == 0
+                && b.pgoff == a.pgoff + ((b.start - a.start) >> 12)
+        };
+        let reusable = |n: &Vma| (n.anon_vma() != 0 && n.anon_vma_chain() == 1).then(|| n.anon_vma());
+        if let Some(next) = self.find(v.end).map(|n| self.get(n)) {
+            if let Some(av) = compatible(v, next).then(|| reusable(next)).flatten() {
+                return Some(av);
+            }
+        }
+        let prev = v.start.checked_sub(1).and_then(|a| self.find(a)).map(|p| self.get(p))?;
+        compatible(prev, v).then(|| reusable(prev)).flatten()
+    }
+
     /// VMAs overlapping `[start, end)`, in order.
     pub fn overlapping(&self, start: u64, end: u64) -> Vec<VmaId> {
         if start >= end {
