@@ -18,6 +18,13 @@ use crate::tlb::FlushScope;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
 
+/// Whether a move's new address is searched THP-aligned: `vrm_set_new_addr` goes through
+/// `__get_unmapped_area`, whose THP branch takes private anonymous memory without a hint and
+/// a length that is a multiple of the PMD size (so a PMD leaf can move whole).
+fn thp_aligned_move(vma: &crate::vma::Vma, new_len: u64) -> bool {
+    vma.is_anon_private() && new_len.is_multiple_of(PMD_SIZE)
+}
+
 /// What becomes of the source range of a move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OldRange {
@@ -134,7 +141,8 @@ impl<'m> Cpu<'m> {
             if old_len > st.vmas.get(id).end - addr {
                 return Err(Errno::EFAULT);
             }
-            let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
+            let thp = thp_aligned_move(st.vmas.get(id), new_len);
+            let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, thp)?;
             return self.move_vma(&task, &mut st, (addr, old_len), new_len, dst, unmap);
         }
         // Shrinking only unmaps the tail: the old range may span several VMAs.
@@ -155,7 +163,8 @@ impl<'m> Cpu<'m> {
         if !flags.maymove {
             return Err(Errno::ENOMEM);
         }
-        let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, false)?;
+        let thp = thp_aligned_move(st.vmas.get(id), new_len);
+        let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, thp)?;
         self.move_vma(&task, &mut st, (addr, old_len), new_len, dst, OldRange::Unmap)
     }
 
