@@ -832,17 +832,25 @@ fn mremap_shrinking_a_range_that_spans_vmas_unmaps_the_tail() {
 }
 
 #[test]
-fn mremap_fixed_of_a_spanning_range_unmaps_the_target_before_failing() {
-    // Linux's mremap_to() unmaps [new_addr, new_addr+new_len) before remap_is_valid()
-    // notices that the old range spans two VMAs.
+fn mremap_fixed_of_a_spanning_range_moves_every_vma() {
+    // Linux 6.17+: a fixed move of unchanged length over several VMAs moves each of them.
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
     cpu.mprotect(p, A + 32 * K, 32 * K, RO).expect("split A");
-    // (With a smaller new_len the tail would be unmapped first and the rest fit in one VMA.)
-    assert_eq!(cpu.mremap(p, A, A_LEN, A_LEN, to(C)), Err(Errno::EFAULT));
+    let target = 0x3000_0000;
+    assert_eq!(cpu.mremap(p, A, A_LEN, A_LEN, to(target)), Ok(target));
+    assert_eq!(cpu.find_mismatch(p, target, A_LEN, 0xa1), Ok(None));
+    assert_eq!(cpu.touch(p, A, 1, Access::Read), Err(Signal::Segv(A)));
+    let maps = cpu.maps(p).expect("maps");
+    assert!(maps.iter().any(|e| e.start == target && e.end == target + 32 * K));
+    assert!(maps.iter().any(|e| e.start == target + 32 * K && e.end == target + A_LEN));
+    // Growing across VMAs is still EFAULT (the target is unmapped first, as Linux does).
+    assert_eq!(
+        cpu.mremap(p, target, A_LEN, 2 * A_LEN, to(C)),
+        Err(Errno::EFAULT)
+    );
     assert_eq!(cpu.touch(p, C, 1, Access::Read), Err(Signal::Segv(C)));
-    assert_eq!(cpu.find_mismatch(p, A, A_LEN, 0xa1), Ok(None));
     valid(&m);
 }
 

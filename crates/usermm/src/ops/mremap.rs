@@ -135,6 +135,10 @@ impl<'m> Cpu<'m> {
             OldRange::Unmap
         };
         if let Some(na) = flags.fixed {
+            let spans = old_len > st.vmas.get(id).end - addr;
+            if spans && old_len == new_len && !flags.dontunmap {
+                return self.mremap_move_vmas(&task, &mut st, addr, old_len, na);
+            }
             return self.mremap_to(&task, &mut st, (addr, old_len), new_len, na, unmap);
         }
         if flags.dontunmap {
@@ -295,6 +299,33 @@ impl<'m> Cpu<'m> {
         }
         self.get_unmapped_area(task, st, AreaRequest::Fixed(na), new_len, false)?;
         self.move_vma(task, st, (addr, old_len), new_len, na, old)
+    }
+
+    /// Linux 6.17+: a fixed move of unchanged length whose range spans several VMAs moves
+    /// each of them, split at the edges, to the same offset in the target; the gaps between
+    /// them stay gaps and the target is unmapped only where a piece lands (`remap_move`).
+    fn mremap_move_vmas(
+        &self,
+        task: &Task,
+        st: &mut MmState,
+        addr: u64,
+        len: u64,
+        na: u64,
+    ) -> SysResult<u64> {
+        let pieces: Vec<(u64, u64)> = st
+            .vmas
+            .overlapping(addr, addr + len)
+            .into_iter()
+            .map(|id| {
+                let v = st.vmas.get(id);
+                (v.start.max(addr), v.end.min(addr + len))
+            })
+            .collect();
+        for (s, e) in pieces {
+            let d = na + (s - addr);
+            self.mremap_to(task, st, (s, e - s), e - s, d, OldRange::Unmap)?;
+        }
+        Ok(na)
     }
 
     /// Moves `[addr, addr+old_len)` to `dst` with a new length (`move_vma`); with
