@@ -184,6 +184,9 @@ fn count_map(c: &CpuCounters, n: u64) {
 }
 
 /// Adds `n` folio references (one atomic).
+///
+/// # Context
+/// Any; the caller holds a reference or the PTL of an entry that maps the folio.
 #[inline]
 pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
     count_ref(c);
@@ -193,6 +196,10 @@ pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
 /// Maps a freshly allocated anon folio exclusively: its first `nr` pages by PTEs, or the
 /// whole folio by a PMD. Sets PageAnonExclusive and the owner id. The folio's initial reference
 /// must already be adjusted by the caller to one per mapping.
+///
+/// # Context
+/// The PTL (or, for a PMD, the PMD lock) of the table the new entries go into; the folio is
+/// not yet visible to any other walker.
 pub fn add_new_anon(
     phys: &PhysMem,
     c: &CpuCounters,
@@ -236,6 +243,10 @@ pub fn add_new_anon(
 }
 
 /// Adds PTE mappings of existing pages (shmem, or a split): mapcounts only.
+///
+/// # Context
+/// The PTL of the table the entries are written to (a split: the PMD lock, the new table
+/// still unlinked); takes the folio's owner bit lock or rmap seqcount as the tracker needs.
 pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
     folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
         page_mapcounts(phys, c, page, nr, 1, plain)
@@ -243,6 +254,10 @@ pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, 
 }
 
 /// Whether a folio may be pinned (`folio_maybe_dma_pinned`).
+///
+/// # Context
+/// Any; the answer is a snapshot (a pin taken afterwards needs the mmap lock for writing
+/// in fork's case, which the caller holds).
 pub fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
     if phys.memmap.test(head, PageFlag::Head) {
         phys.memmap.pincount(head) > 0
@@ -258,6 +273,10 @@ pub struct MaybePinned;
 /// Duplicates `nr` PTE mappings of anon pages for a fork child
 /// (`folio_try_dup_anon_rmap_ptes`): fails without side effects if the folio may be pinned
 /// and any page is exclusive; otherwise clears PageAnonExclusive and raises mapcounts.
+///
+/// # Context
+/// Both mms' mmap locks for writing; the child's PTE table locked, then the parent's
+/// (`PteCopy`).
 pub fn try_dup_anon_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
@@ -299,6 +318,9 @@ pub fn try_dup_anon_ptes(
 }
 
 /// Duplicates a PMD mapping for a fork child (`folio_try_dup_anon_rmap_pmd`).
+///
+/// # Context
+/// Both mms' mmap locks for writing; the child's PMD lock, then the parent's.
 pub fn try_dup_anon_pmd(
     phys: &PhysMem,
     c: &CpuCounters,
@@ -322,6 +344,9 @@ pub fn try_dup_anon_pmd(
 
 /// Removes `nr` PTE mappings (`folio_remove_rmap_ptes`). References are dropped separately,
 /// after the TLB flush, by the mmu_gather.
+///
+/// # Context
+/// The PTL of the table the entries were cleared from.
 pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
     folio_rmap(phys, c, head, mm_id, -(nr as i32), |plain| {
         page_mapcounts(phys, c, page, nr, -1, plain)
@@ -329,6 +354,9 @@ pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u6
 }
 
 /// Removes a PMD mapping (`folio_remove_rmap_pmd`).
+///
+/// # Context
+/// The PMD lock of the table the leaf was cleared from.
 pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
     phys.memmap.entire_mapcount_add(head, -1);
     count_map(c, 1);
@@ -336,6 +364,9 @@ pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
 }
 
 /// The precise mapcount of one page: its PTE mappings plus the folio's PMD mappings.
+///
+/// # Context
+/// Any; exact only when no CPU is changing the folio's mappings.
 pub fn page_mapcount(phys: &PhysMem, page: u64) -> i32 {
     let mm = &phys.memmap;
     let head = mm.folio_of(page);
