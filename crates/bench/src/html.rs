@@ -114,6 +114,11 @@ fn section(t: &Table) -> anyhow::Result<String> {
 fn meta(r: &Report) -> String {
     let rows = [
         ("generator", r.generator.clone()),
+        ("git commit", r.meta.git_commit.clone()),
+        ("started (Unix time)", r.meta.started_unix.to_string()),
+        ("command line", r.meta.command_line.clone()),
+        ("CPU model", r.meta.cpu_model.clone()),
+        ("load average at start", r.meta.loadavg.clone()),
         ("benchmarks", r.run.which.clone()),
         ("layout size", format!("{} MiB", r.run.scale_bytes >> 20)),
         ("repetitions", r.run.reps.to_string()),

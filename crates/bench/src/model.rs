@@ -276,9 +276,50 @@ pub struct HostInfo {
     pub host_columns: String,
 }
 
+/// When, how and from what a run was made (for comparing runs later).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// Start of the run, seconds since the Unix epoch.
+    pub started_unix: u64,
+    /// The command line.
+    pub command_line: String,
+    /// The git commit the binary was built from (empty outside a checkout).
+    pub git_commit: String,
+    /// The CPU model (`/proc/cpuinfo`).
+    pub cpu_model: String,
+    /// `/proc/loadavg` at the start.
+    pub loadavg: String,
+}
+
+impl RunMeta {
+    /// This run's metadata, read now.
+    pub fn collect() -> RunMeta {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        RunMeta {
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            command_line: std::env::args().collect::<Vec<_>>().join(" "),
+            git_commit: env!("USERMM_GIT_COMMIT").to_string(),
+            cpu_model: cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|v| v.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default(),
+            loadavg: std::fs::read_to_string("/proc/loadavg")
+                .map(|t| t.trim().to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// Everything one `usermm bench` run produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// When, how and from what the run was made (absent in reports of older versions).
+    #[serde(default)]
+    pub meta: RunMeta,
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// `usermm-bench <version>`.

@@ -294,7 +294,8 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
         let report = Report {
             schema_version: SCHEMA_VERSION,
             generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
-            run: RunInfo {
+            meta: crate::model::RunMeta::collect(),
+        run: RunInfo {
                 which: "scenario".into(),
                 scale_bytes: 0,
                 reps: args.reps,

@@ -161,6 +161,7 @@ pub fn run(
     mut each: impl FnMut(&Table),
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
+    let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
     for &b in which {
         let task = progress.task(b.name(), b.steps(opts));
@@ -189,6 +190,7 @@ pub fn run(
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
+        meta,
         run: RunInfo {
             which: which.iter().map(|b| b.name()).collect::<Vec<_>>().join(","),
             scale_bytes: opts.scale,

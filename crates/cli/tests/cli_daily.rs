@@ -306,6 +306,7 @@ fn report(batched: &[f64]) -> Report {
     Report {
         schema_version: usermm_bench::SCHEMA_VERSION,
         generator: "test".into(),
+        meta: Default::default(),
         run: RunInfo {
             which: "fork".into(),
             scale_bytes: 4 << 20,
