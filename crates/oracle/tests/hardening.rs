@@ -6,32 +6,12 @@
 //! These need root and the THP sysfs knobs; without them each test prints why and returns
 //! (CI runs as root).
 
-use oracle::{host, knobs, sys};
+mod common;
+use common::{host_ready, script};
+use oracle::{host, sys};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-
-fn host_ready() -> bool {
-    if sys::geteuid() != 0 {
-        eprintln!("skipped: the oracle needs root");
-        return false;
-    }
-    if !std::path::Path::new(knobs::THP_DIR)
-        .join("enabled")
-        .exists()
-    {
-        eprintln!("skipped: no THP sysfs knobs on this host");
-        return false;
-    }
-    true
-}
-
-fn script(text: &str) -> scenario::Script {
-    match scenario::parse("hardening.scn", text) {
-        Ok(s) => s,
-        Err(e) => panic!("bad test scenario: {e}"),
-    }
-}
 
 fn assert_agrees(rep: &oracle::OracleReport) {
     assert_eq!(rep.exit_code(), 0, "{rep}");

@@ -2,29 +2,9 @@
 //! engine detected, THP knobs restored. These need root and the THP sysfs knobs; without
 //! them each test prints why and returns (CI runs as root).
 
+mod common;
+use common::{host_ready, script};
 use oracle::knobs;
-
-fn host_ready() -> bool {
-    if oracle::sys::geteuid() != 0 {
-        eprintln!("skipped: the oracle needs root");
-        return false;
-    }
-    if !std::path::Path::new(knobs::THP_DIR)
-        .join("enabled")
-        .exists()
-    {
-        eprintln!("skipped: no THP sysfs knobs on this host");
-        return false;
-    }
-    true
-}
-
-fn script(text: &str) -> scenario::Script {
-    match scenario::parse("test.scn", text) {
-        Ok(s) => s,
-        Err(e) => panic!("bad test scenario: {e}"),
-    }
-}
 
 const FORK_WRITE: &str = "\
 p0 = spawn

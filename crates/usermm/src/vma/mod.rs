@@ -309,15 +309,21 @@ impl VmaSet {
         });
         if let Err(e) = res {
             self.tree = MapleTree::new();
-            for v in self.slab.drain(..).flatten() {
-                if let Some(s) = v.shmem {
-                    s.put();
-                }
-            }
-            self.free.clear();
+            self.drop_unlinked();
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Drops every VMA of a set whose tree never got them (a failed copy), returning their
+    /// shmem references.
+    fn drop_unlinked(&mut self) {
+        for v in self.slab.drain(..).flatten() {
+            if let Some(s) = v.shmem {
+                s.put();
+            }
+        }
+        self.free.clear();
     }
 
     /// Builds this (empty) set from `parent`'s VMAs the way `dup_mmap()` did before
@@ -343,12 +349,7 @@ impl VmaSet {
         });
         let res = self.tree.load_sorted_bulk(entries, parent.count());
         if let Err(e) = res {
-            for v in self.slab.drain(..).flatten() {
-                if let Some(s) = v.shmem {
-                    s.put();
-                }
-            }
-            self.free.clear();
+            self.drop_unlinked();
             return Err(e);
         }
         Ok(())
