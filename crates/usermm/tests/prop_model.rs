@@ -1260,8 +1260,30 @@ impl<'a, 'm> Harness<'a, 'm> {
             .cloned()
             .ok_or_else(|| format!("maps() has {addr:#x} but the model does not"))?;
         let keep = aold.min(anew);
-        // FIXED unmaps the target and the shrunk tail, then checks that what is left of the
-        // old range lies in one VMA: EFAULT, with both already unmapped.
+        // FIXED with an unchanged length over several VMAs (Linux 6.17+): each moves to the
+        // same offset in the target, which changes only where a piece lands.
+        if let Some(na) = fixed {
+            if aold > 0 && aold == anew && keep > vend - addr && !flags.dontunmap {
+                let got = self.cpu.mremap(self.pid(pi), addr, old, new, flags);
+                self.note("mremap", &got);
+                if self.out_of_memory_allowed(&got) {
+                    return Ok(true);
+                }
+                ensure!(
+                    got == Ok(na),
+                    "mremap {addr:#x} {old:#x} {flags:?} of several VMAs: engine {got:?}, \
+                     model Ok({na:#x})"
+                );
+                let moved = self.model.remove_range(pi, addr, addr + aold);
+                let pages = &mut self.model.procs[pi].pages;
+                for (a, pg) in moved {
+                    pages.insert(a - addr + na, pg);
+                }
+                return Ok(true);
+            }
+        }
+        // Otherwise FIXED unmaps the target and the shrunk tail, then checks that what is left
+        // of the old range lies in one VMA: EFAULT, with both already unmapped.
         if let Some(na) = fixed {
             if aold > 0 && keep > vend - addr {
                 self.model.remove_range(pi, na, na + anew);
