@@ -1,6 +1,6 @@
 //! The host-kernel oracle: runs a scenario in real processes and on the engine, and compares.
 //!
-//! `usermm oracle FILE` is [`compare`]: every scenario process is a real process, a
+//! `usermm oracle FILE` is [`compare()`]: every scenario process is a real process, a
 //! *server* ([`server`]) forked by this process, the *controller* ([`host`]), which sends it
 //! one request per statement (the system call or memory access to perform in that process)
 //! and reads what the kernel shows about it from `/proc` ([`procfs`]). The engine runs the

@@ -19,9 +19,9 @@ pub const TABLE_BIT: u64 = hw::TYPE;
 pub const TYPE_TABLE_OR_PAGE: u64 = VALID | TABLE_BIT;
 /// `PTE_ATTRINDX_MASK` (bits 2..=4): index into MAIR_EL1.
 pub const ATTRINDX_MASK: u64 = hw::ATTRINDX_MASK;
-/// `PTE_USER` (AP[1]).
+/// `PTE_USER` (AP\[1\]).
 pub const USER: u64 = hw::USER;
-/// `PTE_RDONLY` (AP[2]).
+/// `PTE_RDONLY` (AP\[2\]).
 pub const RDONLY: u64 = hw::RDONLY;
 /// `PTE_SHARED`: inner shareable.
 pub const SH_INNER: u64 = hw::SH_INNER;

@@ -6,7 +6,7 @@
 //! `__set_fixmap` in `arch/arm64/mm/fixmap.c`. The fixmap's own tables (`bm_pud`, `bm_pmd`,
 //! `bm_pte`) are part of the kernel image and written directly; a slot is one PTE in `bm_pte`.
 //! Setting a slot writes that PTE (with `set_pte`'s DSB+ISB); the table behind it is then
-//! reached by translating the slot's VA through the [`super::mmu::Mmu`]. Clearing a slot
+//! reached by translating the slot's VA through the `Mmu`. Clearing a slot
 //! writes zero and runs `flush_tlb_kernel_range` for its page: DSB, one `TLBI VAALE1IS`, DSB,
 //! ISB — the TLBI the seed counts.
 

@@ -6,7 +6,7 @@
 //! `TLBI VAALE1IS` per page, `DSB ISH`, `ISB`; `flush_tlb_all`) and `asm/barrier.h`.
 //!
 //! Every kernel-VA access the model makes (through a fixmap slot or the linear map) goes
-//! through [`Mmu::translate`]: a hit in the direct-mapped TLB, or a walk of the kernel tables
+//! through `Mmu::translate`: a hit in the direct-mapped TLB, or a walk of the kernel tables
 //! from `TTBR1` reading descriptors by physical address, as the hardware walker does. A fixmap
 //! slot that is rewritten without a TLBI therefore keeps translating to the *old* table, which
 //! is why clearing a slot must invalidate it; [`TlbCheck::Verify`] turns such a stale hit into
