@@ -15,15 +15,33 @@ pub struct RunArgs {
     /// Print each statement as it runs.
     #[arg(short, long)]
     pub verbose: bool,
-    /// Print one JSON document for the whole invocation on stdout (docs/cli-json.md).
+    /// Print one JSON document for the whole invocation on stdout (docs/cli-json.md);
+    /// the same as `--format json`.
     #[arg(long)]
     pub json: bool,
+    /// Output format: text (default), json, tap (TAP version 13, one test per file) or
+    /// junit (one JUnit XML testsuite, one testcase per file), for CI systems.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
     /// Run the whole-state invariant checker after every statement.
     #[arg(long)]
     pub validate: bool,
     /// Set a tunable before each file runs (NAME=VALUE; repeatable; see `usermm tunables`).
     #[arg(long = "tunable", value_name = "NAME=VALUE")]
     pub tunables: Vec<String>,
+}
+
+/// How `usermm run` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Per-file summary lines and counters.
+    Text,
+    /// One JSON document (docs/cli-json.md).
+    Json,
+    /// TAP version 13: one test point per file, failures as YAML diagnostics.
+    Tap,
+    /// JUnit XML: one testsuite, one testcase per file.
+    Junit,
 }
 
 /// A position and a message.
@@ -214,6 +232,7 @@ fn diagnostics(r: &FileResult) {
 
 /// Runs `usermm run`; the exit code is the worst file's.
 pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
+    let format = if args.json { Format::Json } else { args.format };
     let opts = RunOptions {
         verbose: args.verbose,
         validate: args.validate,
@@ -226,7 +245,7 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
     for file in &args.files {
         let r = run_file(file, &opts);
         diagnostics(&r);
-        if !args.json && r.read_error.is_none() && r.parse_errors.is_empty() {
+        if format == Format::Text && r.read_error.is_none() && r.parse_errors.is_empty() {
             let status = match r.exit_code {
                 0 => "ok",
                 1 => "FAILED",
@@ -246,8 +265,83 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
         summary.exit_code = summary.exit_code.max(r.exit_code);
         summary.files.push(r);
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+    match format {
+        Format::Text => {}
+        Format::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        Format::Tap => print!("{}", tap(&summary)),
+        Format::Junit => print!("{}", junit(&summary)),
     }
     Ok(summary.exit_code)
+}
+
+/// Everything that went wrong in a file, one line each.
+fn problems(r: &FileResult) -> Vec<String> {
+    let mut out: Vec<String> = r.read_error.iter().cloned().collect();
+    let at = |l: &Located| format!("{}:{}:{}: {}", r.file, l.line, l.col, l.message);
+    out.extend(r.parse_errors.iter().map(at));
+    out.extend(r.failures.iter().map(at));
+    if let Some(a) = &r.abort {
+        out.push(format!("{}:{}:{}: {}", r.file, a.line, a.col, a.message));
+    }
+    out
+}
+
+/// The summary as TAP version 13.
+fn tap(summary: &RunSummary) -> String {
+    let mut s = format!("TAP version 13\n1..{}\n", summary.files.len());
+    for (i, r) in summary.files.iter().enumerate() {
+        let ok = if r.exit_code == 0 { "ok" } else { "not ok" };
+        s.push_str(&format!("{ok} {} - {}\n", i + 1, r.file));
+        let p = problems(r);
+        if !p.is_empty() {
+            s.push_str("  ---\n  messages:\n");
+            for m in p {
+                s.push_str(&format!("    - {}\n", serde_json::Value::String(m)));
+            }
+            s.push_str(&format!("  exit_code: {}\n  ...\n", r.exit_code));
+        }
+    }
+    s
+}
+
+/// Escapes text for XML attributes and content.
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The summary as one JUnit testsuite: a failed expectation or statement is a `failure`,
+/// a file that could not be read, parsed or run an `error`.
+fn junit(summary: &RunSummary) -> String {
+    let failures = summary.files.iter().filter(|r| r.exit_code == 1).count();
+    let errors = summary.files.iter().filter(|r| r.exit_code >= 2).count();
+    let time: f64 = summary.files.iter().map(|r| r.wall_seconds).sum();
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"usermm run\" \
+         tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{time:.6}\">\n",
+        summary.files.len()
+    );
+    for r in &summary.files {
+        s.push_str(&format!(
+            "  <testcase name=\"{}\" classname=\"scenario\" time=\"{:.6}\"",
+            xml(&r.file),
+            r.wall_seconds
+        ));
+        let p = problems(r);
+        if r.exit_code == 0 {
+            s.push_str("/>\n");
+            continue;
+        }
+        let tag = if r.exit_code == 1 { "failure" } else { "error" };
+        let first = p.first().cloned().unwrap_or_default();
+        s.push_str(&format!(
+            ">\n    <{tag} message=\"{}\">{}</{tag}>\n  </testcase>\n",
+            xml(&first),
+            xml(&p.join("\n"))
+        ));
+    }
+    s.push_str("</testsuite>\n");
+    s
 }

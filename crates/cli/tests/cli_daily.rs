@@ -428,3 +428,31 @@ fn completions_and_man_page() {
     assert!(stdout(&o).contains(".TH usermm-bench-scenario 1"));
     assert!(stdout(&o).contains("sweep"));
 }
+
+#[test]
+fn run_reports_as_tap_and_junit_for_ci() {
+    let d = dir("ci-formats");
+    let good = scenarios().join("fork-cow.scn").display().to_string();
+    let bad = write(
+        &d,
+        "bad.scn",
+        "p0 = spawn\na = p0 mmap 4K rw private anon\nexpect p0 read a 4K pattern=0x1\n",
+    );
+    let missing = d.join("missing.scn").display().to_string();
+    let o = usermm(&["run", "--format", "tap", &good, &bad, &missing]);
+    assert_eq!(o.status.code(), Some(2));
+    let t = stdout(&o);
+    assert!(t.starts_with("TAP version 13\n1..3\n"), "{t}");
+    assert!(t.contains(&format!("ok 1 - {good}\n")), "{t}");
+    assert!(t.contains(&format!("not ok 2 - {bad}\n")), "{t}");
+    assert!(t.contains("expected pattern=0x01"), "{t}");
+    assert!(t.contains(&format!("not ok 3 - {missing}\n")), "{t}");
+    let o = usermm(&["run", "--format", "junit", &good, &bad, &missing]);
+    let x = stdout(&o);
+    assert!(x.contains("tests=\"3\" failures=\"1\" errors=\"1\""), "{x}");
+    assert_eq!(x.matches("<testcase ").count(), 3, "{x}");
+    assert!(
+        x.contains("<failure message=") && x.contains("<error message="),
+        "{x}"
+    );
+}
