@@ -392,7 +392,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                         .and_then(|s| host_once(s, area, &pages));
                     cols[host_col].record(res);
                 }
-                ctx.task.step(&format!("{} {}", order.name(), cols[i].variant))?;
+                ctx.task
+                    .step(&format!("{} {}", order.name(), cols[i].variant))?;
             }
         }
         rows.push(Row {

@@ -35,9 +35,9 @@ pub fn esc(s: &str) -> String {
 fn cell_html(c: &Cell, host: bool) -> String {
     let class = if host { " class=\"host\"" } else { "" };
     let gain = match c.gain {
-        Some(g) if c.noise => format!(
-            " <span class=\"noise\" title=\"95% interval contains 0\">(~{g:.2}%)</span>"
-        ),
+        Some(g) if c.noise => {
+            format!(" <span class=\"noise\" title=\"95% interval contains 0\">(~{g:.2}%)</span>")
+        }
         Some(g) => {
             let cls = if g >= 0.0 { "up" } else { "down" };
             format!(" <span class=\"{cls}\">({g:.2}%)</span>")

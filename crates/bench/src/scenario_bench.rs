@@ -295,7 +295,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
             schema_version: SCHEMA_VERSION,
             generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
             meta: crate::model::RunMeta::collect(),
-        run: RunInfo {
+            run: RunInfo {
                 which: "scenario".into(),
                 scale_bytes: 0,
                 reps: args.reps,

@@ -539,7 +539,9 @@ pub fn affinity(pid: i32) -> Result<Vec<u32>, Errno> {
     // SAFETY: a zeroed cpu_set_t is a valid out-buffer.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid cpu_set_t of the size passed, written by the kernel.
-    check(unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    check(unsafe {
+        libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+    })?;
     Ok((0..libc::CPU_SETSIZE as u32)
         // SAFETY: CPU_ISSET reads one bit inside `set`.
         .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })

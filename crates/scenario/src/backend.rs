@@ -194,8 +194,7 @@ pub trait Backend {
     /// mprotect.
     fn mprotect(&mut self, p: ProcId, addr: u64, len: u64, prot: Prot) -> Res<()>;
     /// mremap.
-    fn mremap(&mut self, p: ProcId, addr: u64, old: u64, new: u64, opts: MremapOpts)
-        -> Res<u64>;
+    fn mremap(&mut self, p: ProcId, addr: u64, old: u64, new: u64, opts: MremapOpts) -> Res<u64>;
     /// The raw brk system call: returns the break after the call.
     fn brk(&mut self, p: ProcId, new: u64) -> Res<u64>;
     /// madvise.

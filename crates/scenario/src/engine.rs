@@ -160,7 +160,9 @@ impl Backend for EngineBackend {
     fn on_cpu(&mut self, _p: ProcId, cpu: u32) -> Res<()> {
         let n = self.machine()?.nr_cpus();
         if cpu as usize >= n {
-            return Err(Fail::Unsupported(format!("cpu{cpu}: the machine has {n} CPUs")));
+            return Err(Fail::Unsupported(format!(
+                "cpu{cpu}: the machine has {n} CPUs"
+            )));
         }
         self.cpu = cpu as usize;
         Ok(())

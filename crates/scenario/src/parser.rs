@@ -595,7 +595,11 @@ impl Parser {
 
     /// Checks a statement's `on cpuN`: only statements of a process run on a CPU, and the
     /// CPU must exist (below `set cpus`, or the engine's default count).
-    fn on_cpu(&self, kind: &StmtKind, on: Option<(&Token<'_>, &Token<'_>)>) -> PResult<Option<u32>> {
+    fn on_cpu(
+        &self,
+        kind: &StmtKind,
+        on: Option<(&Token<'_>, &Token<'_>)>,
+    ) -> PResult<Option<u32>> {
         let Some((on, word)) = on else {
             return Ok(None);
         };
@@ -630,7 +634,9 @@ impl Parser {
                 word.col,
                 ErrorKind::Absurd {
                     text: word.text.into(),
-                    why: format!("the machine has {cpus} CPUs (`set cpus N` before the first spawn)"),
+                    why: format!(
+                        "the machine has {cpus} CPUs (`set cpus N` before the first spawn)"
+                    ),
                 },
             );
         }

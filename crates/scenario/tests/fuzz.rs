@@ -463,7 +463,9 @@ fn header() -> impl Strategy<Value = (String, u32)> {
         ]),
     )
         .prop_map(|(mem, arch, cpus, nodes, thp)| {
-            let h = format!("set memory {mem}\nset arch {arch}\nset cpus {cpus}\nset nodes {nodes}\n{thp}");
+            let h = format!(
+                "set memory {mem}\nset arch {arch}\nset cpus {cpus}\nset nodes {nodes}\n{thp}"
+            );
             (h, cpus)
         })
 }
@@ -477,7 +479,10 @@ fn takes_cpu(stmt: &str) -> bool {
 fn script_text() -> impl Strategy<Value = String> {
     (
         header(),
-        prop::collection::vec((statement(), proptest::option::weighted(0.3, 0u32..4)), 0..40),
+        prop::collection::vec(
+            (statement(), proptest::option::weighted(0.3, 0u32..4)),
+            0..40,
+        ),
     )
         .prop_map(|((h, cpus), body)| {
             let body: Vec<String> = body

@@ -156,7 +156,11 @@ fn every_sabotage_switch_is_caught_by_the_corpus() {
         let caught: Vec<String> = files
             .iter()
             .filter(|f| {
-                let name = f.file_name().unwrap_or_default().to_string_lossy().to_string();
+                let name = f
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .to_string();
                 // Caught by what a user sees (an expectation), not only by validate().
                 let opts = RunOptions {
                     validate: false,

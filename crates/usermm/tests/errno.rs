@@ -765,7 +765,8 @@ fn pin_of_an_unaligned_address_pins_every_page_it_touches() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = fixture(&cpu);
-    cpu.pin(p, A + 1, 4 * K).expect("io_uring takes unaligned buffers");
+    cpu.pin(p, A + 1, 4 * K)
+        .expect("io_uring takes unaligned buffers");
     assert_eq!(cpu.status(p).expect("status").vm_pin, 8 * K);
     no_change(&m, &cpu, p, Err(Errno::EINVAL), || cpu.unpin(p, A, 4 * K));
     assert_eq!(cpu.unpin(p, A + 1, 4 * K), Ok(()));
@@ -791,8 +792,12 @@ fn pin_of_an_unmapped_or_read_only_range_is_efault() {
     // its page list); a wrapping range is EOVERFLOW.
     no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, 0));
     no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, 0, 4 * K));
-    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, (1 << 30) + 4 * K));
-    no_change(&m, &cpu, p, Err(Errno::EFAULT), || cpu.pin(p, A, 0x7f00_0000_0000));
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || {
+        cpu.pin(p, A, (1 << 30) + 4 * K)
+    });
+    no_change(&m, &cpu, p, Err(Errno::EFAULT), || {
+        cpu.pin(p, A, 0x7f00_0000_0000)
+    });
     no_change(&m, &cpu, p, Err(Errno::EOVERFLOW), || {
         cpu.pin(p, 0xffff_ffff_ffff_f000, 8 * K)
     });
@@ -843,8 +848,12 @@ fn mremap_fixed_of_a_spanning_range_moves_every_vma() {
     assert_eq!(cpu.find_mismatch(p, target, A_LEN, 0xa1), Ok(None));
     assert_eq!(cpu.touch(p, A, 1, Access::Read), Err(Signal::Segv(A)));
     let maps = cpu.maps(p).expect("maps");
-    assert!(maps.iter().any(|e| e.start == target && e.end == target + 32 * K));
-    assert!(maps.iter().any(|e| e.start == target + 32 * K && e.end == target + A_LEN));
+    assert!(maps
+        .iter()
+        .any(|e| e.start == target && e.end == target + 32 * K));
+    assert!(maps
+        .iter()
+        .any(|e| e.start == target + 32 * K && e.end == target + A_LEN));
     // Growing across VMAs is still EFAULT (the target is unmapped first, as Linux does).
     assert_eq!(
         cpu.mremap(p, target, A_LEN, 2 * A_LEN, to(C)),

@@ -169,7 +169,14 @@ impl<'m> Cpu<'m> {
         }
         let thp = thp_aligned_move(st.vmas.get(id), new_len);
         let dst = self.get_unmapped_area(&task, &st, AreaRequest::Hint(0), new_len, thp)?;
-        self.move_vma(&task, &mut st, (addr, old_len), new_len, dst, OldRange::Unmap)
+        self.move_vma(
+            &task,
+            &mut st,
+            (addr, old_len),
+            new_len,
+            dst,
+            OldRange::Unmap,
+        )
     }
 
     /// `old_len == 0` on a shared mapping: a second mapping of the same object at a new
@@ -385,7 +392,11 @@ impl<'m> Cpu<'m> {
         self.move_page_tables(mm, st.vmas.get(src), addr, dst, old_len.min(new_len));
         // Folios left mlocked in an unlocked VMA (see `MmState::mlock_stale`) stay so where
         // they move to.
-        if st.mlock_stale.iter().any(|&(s, e)| s < addr + old_len && addr < e) {
+        if st
+            .mlock_stale
+            .iter()
+            .any(|&(s, e)| s < addr + old_len && addr < e)
+        {
             st.mlock_stale.push((dst, dst + new_len));
         }
         if old == OldRange::Keep {

@@ -254,13 +254,18 @@ impl VmaSet {
                 && (a.flags.0 ^ b.flags.0) & !ignored == 0
                 && b.pgoff == a.pgoff + ((b.start - a.start) >> 12)
         };
-        let reusable = |n: &Vma| (n.anon_vma() != 0 && n.anon_vma_chain() == 1).then(|| n.anon_vma());
+        let reusable =
+            |n: &Vma| (n.anon_vma() != 0 && n.anon_vma_chain() == 1).then(|| n.anon_vma());
         if let Some(next) = self.find(v.end).map(|n| self.get(n)) {
             if let Some(av) = compatible(v, next).then(|| reusable(next)).flatten() {
                 return Some(av);
             }
         }
-        let prev = v.start.checked_sub(1).and_then(|a| self.find(a)).map(|p| self.get(p))?;
+        let prev = v
+            .start
+            .checked_sub(1)
+            .and_then(|a| self.find(a))
+            .map(|p| self.get(p))?;
         compatible(prev, v).then(|| reusable(prev)).flatten()
     }
 
