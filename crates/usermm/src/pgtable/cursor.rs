@@ -192,6 +192,33 @@ impl<'a> PageTables<'a> {
     }
 }
 
+/// The net change of one table's entry count, folded into its memmap entry once, when
+/// dropped. The lock types hold it before their lock guard, so it is folded in under the lock.
+#[derive(Debug)]
+struct EntryCount<'a> {
+    delta: i32,
+    phys: &'a crate::phys::PhysMem,
+    table: u64,
+}
+
+impl<'a> EntryCount<'a> {
+    fn new(pt: PageTables<'a>, table: u64) -> Self {
+        EntryCount {
+            delta: 0,
+            phys: pt.phys,
+            table,
+        }
+    }
+}
+
+impl Drop for EntryCount<'_> {
+    fn drop(&mut self) {
+        if self.delta != 0 {
+            self.phys.memmap.pt_entries_add(self.table, self.delta);
+        }
+    }
+}
+
 /// A run of consecutive entries of one [`PteLock`] that map consecutive pages of one folio
 /// alike (or a single entry).
 #[derive(Clone, Copy, Debug)]
@@ -217,7 +244,7 @@ pub(crate) struct PteLock<'a> {
     c: &'a CpuCounters,
     table: u64,
     /// Net change of the table's entry count, applied once on drop.
-    entries: i32,
+    entries: EntryCount<'a>,
     _ptl: PtlGuard<'a>,
 }
 
@@ -230,7 +257,7 @@ impl<'a> PteLock<'a> {
             pt,
             c,
             table,
-            entries: 0,
+            entries: EntryCount::new(pt, table),
             _ptl: ptl,
         }
     }
@@ -311,14 +338,14 @@ impl<'a> PteLock<'a> {
     /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty.
     #[inline]
     pub fn clear(&mut self, idx: usize, nr: usize) -> bool {
-        self.entries -= nr as i32;
+        self.entries.delta -= nr as i32;
         self.pt.clear_ptes(self.c, self.table, idx, nr)
     }
 
     /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
     #[inline]
     pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
-        self.entries += nr as i32;
+        self.entries.delta += nr as i32;
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
     }
 
@@ -343,14 +370,6 @@ impl<'a> PteLock<'a> {
     }
 }
 
-impl Drop for PteLock<'_> {
-    fn drop(&mut self) {
-        if self.entries != 0 {
-            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
-        }
-    }
-}
-
 /// A PTE table no walker can reach yet (just withdrawn from a PMD leaf's deposit, about to
 /// be linked by [`PmdLock::replace`]): written without its lock, as Linux fills a table before
 /// `pmd_populate`. The entry count is folded in when it is dropped.
@@ -360,7 +379,7 @@ pub(crate) struct UnlinkedPtes<'a> {
     pt: PageTables<'a>,
     c: &'a CpuCounters,
     table: u64,
-    entries: i32,
+    entries: EntryCount<'a>,
 }
 
 impl<'a> UnlinkedPtes<'a> {
@@ -375,7 +394,7 @@ impl<'a> UnlinkedPtes<'a> {
             pt,
             c,
             table,
-            entries: 0,
+            entries: EntryCount::new(pt, table),
         }
     }
 
@@ -385,7 +404,7 @@ impl<'a> UnlinkedPtes<'a> {
         for i in idx..idx + nr {
             self.pt.set(self.table, i, e);
         }
-        self.entries += nr as i32;
+        self.entries.delta += nr as i32;
         self.c.add(Ev::PteWrite, nr as u64);
     }
 
@@ -393,15 +412,7 @@ impl<'a> UnlinkedPtes<'a> {
     #[inline]
     pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
-        self.entries += nr as i32;
-    }
-}
-
-impl Drop for UnlinkedPtes<'_> {
-    fn drop(&mut self) {
-        if self.entries != 0 {
-            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
-        }
+        self.entries.delta += nr as i32;
     }
 }
 
@@ -415,7 +426,7 @@ pub(crate) struct PmdLock<'a> {
     pt: PageTables<'a>,
     c: &'a CpuCounters,
     table: u64,
-    entries: i32,
+    entries: EntryCount<'a>,
     _ptl: PtlGuard<'a>,
 }
 
@@ -427,7 +438,7 @@ impl<'a> PmdLock<'a> {
             pt,
             c,
             table,
-            entries: 0,
+            entries: EntryCount::new(pt, table),
             _ptl: ptl,
         }
     }
@@ -442,7 +453,7 @@ impl<'a> PmdLock<'a> {
     pub fn install(&mut self, idx: usize, e: u64) {
         debug_assert_eq!(self.get(idx), 0, "installing over a live PMD entry");
         self.pt.set(self.table, idx, e);
-        self.entries += 1;
+        self.entries.delta += 1;
         self.c.add(Ev::PteWrite, 1);
     }
 
@@ -451,7 +462,7 @@ impl<'a> PmdLock<'a> {
     pub fn clear(&mut self, idx: usize) -> u64 {
         let old = self.get(idx);
         self.pt.set(self.table, idx, 0);
-        self.entries -= 1;
+        self.entries.delta -= 1;
         self.c.add(Ev::PteWrite, 1);
         old
     }
@@ -461,14 +472,6 @@ impl<'a> PmdLock<'a> {
     pub fn replace(&mut self, idx: usize, e: u64) {
         self.pt.set(self.table, idx, e);
         self.c.add(Ev::PteWrite, 1);
-    }
-}
-
-impl Drop for PmdLock<'_> {
-    fn drop(&mut self) {
-        if self.entries != 0 {
-            self.pt.phys.memmap.pt_entries_add(self.table, self.entries);
-        }
     }
 }
 
@@ -525,7 +528,7 @@ impl<'a> PteCopy<'a> {
             }
             dpt.set(dt, idx + j, arch.advance_pfn(child, j as u64));
         }
-        self.dst.entries += nr as i32;
+        self.dst.entries.delta += nr as i32;
         self.src.c.add(Ev::PteWrite, writes);
     }
 }
