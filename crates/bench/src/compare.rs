@@ -255,17 +255,6 @@ pub fn run_names(paths: &[PathBuf], reports: &[Report]) -> Vec<RunRef> {
     out
 }
 
-/// Display decimals for a group of values (about four significant digits).
-fn decimals(max: f64) -> usize {
-    match max {
-        m if m >= 1000.0 => 0,
-        m if m >= 100.0 => 1,
-        m if m >= 10.0 => 2,
-        m if m >= 1.0 => 3,
-        _ => 4,
-    }
-}
-
 /// The comparison as text, one block per table.
 pub fn render(c: &Comparison, reports: &[Report]) -> String {
     let mut out = String::new();
@@ -299,7 +288,7 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
                     .iter()
                     .flatten()
                     .fold(0.0f64, |m, v| m.max(v * scale));
-                let dec = decimals(max);
+                let dec = crate::text::decimals_for(max);
                 let cells = l
                     .medians
                     .iter()

@@ -78,6 +78,11 @@ fn decimals(table: &Table, row: usize) -> usize {
         .iter()
         .flat_map(|c| c.samples.iter())
         .fold(0.0f64, |m, v| m.max(v * scale));
+    decimals_for(max)
+}
+
+/// Decimals that print `max` with about four significant digits.
+pub fn decimals_for(max: f64) -> usize {
     match max {
         m if m >= 1000.0 => 0,
         m if m >= 100.0 => 1,

@@ -218,10 +218,16 @@ fn child_role() {
 
 #[test]
 fn planted_lock_file_symlink_is_refused() {
+    refuses_a_symlink_planted_as("symlink", "oracle.lock");
+}
+
+/// A symlink to a victim planted in the lock directory as `name` is refused by name and
+/// the victim and the knobs stay untouched.
+fn refuses_a_symlink_planted_as(scratch: &str, name: &str) {
     if !is_root() {
         return;
     }
-    let s = Scratch::new("symlink");
+    let s = Scratch::new(scratch);
     let thp = fake_thp(&s);
     let lock = s.join("lock");
     if let Err(e) = fs::DirBuilder::new().mode(0o700).create(&lock) {
@@ -229,7 +235,7 @@ fn planted_lock_file_symlink_is_refused() {
     }
     let victim = s.join("victim");
     write(&victim, "precious");
-    let planted = lock.join("oracle.lock");
+    let planted = lock.join(name);
     if let Err(e) = std::os::unix::fs::symlink(&victim, &planted) {
         panic!("{e}");
     }
@@ -491,24 +497,5 @@ fn journal_lines_outside_the_thp_dir_are_ignored() {
 
 #[test]
 fn planted_journal_symlink_is_refused() {
-    if !is_root() {
-        return;
-    }
-    let s = Scratch::new("journal-link");
-    let thp = fake_thp(&s);
-    let lock = s.join("lock");
-    if let Err(e) = fs::DirBuilder::new().mode(0o700).create(&lock) {
-        panic!("{e}");
-    }
-    let victim = s.join("victim");
-    write(&victim, "precious");
-    let planted = lock.join("knobs.journal");
-    if let Err(e) = std::os::unix::fs::symlink(&victim, &planted) {
-        panic!("{e}");
-    }
-    let err = acquire_error(&thp, &lock);
-    assert!(err.contains(&planted.display().to_string()), "{err}");
-    assert!(err.contains("symbolic link"), "{err}");
-    assert_eq!(read(&victim), "precious");
-    assert_eq!(knob_values(&thp), original_values());
+    refuses_a_symlink_planted_as("journal-link", "knobs.journal");
 }
