@@ -323,16 +323,11 @@ impl<'m> Cpu<'m> {
             if !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Active) {
                 continue;
             }
-            let nr = 1u64 << mem.order(head);
-            self.c().add(Ev::LockLru, 1);
-            let mut lists = phys.lruvec_of(head).lock();
-            let on_lru = mem.test(head, PageFlag::Lru) && !mem.test(head, PageFlag::Unevictable);
-            if !on_lru {
-                continue;
-            }
-            lists.del(mem, head, nr);
-            mem.set(head, PageFlag::Active);
-            lists.add(mem, head, nr);
+            self.lru_relist(head, |on_lru| {
+                if on_lru {
+                    mem.set(head, PageFlag::Active);
+                }
+            });
         }
     }
 
@@ -344,6 +339,19 @@ impl<'m> Cpu<'m> {
         if !mem.test(head, PageFlag::SwapBacked) {
             return;
         }
+        self.lru_relist(head, |_| {
+            mem.clear(head, PageFlag::SwapBacked);
+            mem.clear(head, PageFlag::Active);
+            mem.clear(head, PageFlag::Referenced);
+        });
+    }
+
+    /// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
+    /// lock, taking it off its evictable list first and putting it back on the new one.
+    fn lru_relist(&self, head: u64, change: impl FnOnce(bool)) {
+        use crate::phys::PageFlag;
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
         let nr = 1u64 << mem.order(head);
         self.c().add(Ev::LockLru, 1);
         let mut lists = phys.lruvec_of(head).lock();
@@ -351,9 +359,7 @@ impl<'m> Cpu<'m> {
         if on_lru {
             lists.del(mem, head, nr);
         }
-        mem.clear(head, PageFlag::SwapBacked);
-        mem.clear(head, PageFlag::Active);
-        mem.clear(head, PageFlag::Referenced);
+        change(on_lru);
         if on_lru {
             lists.add(mem, head, nr);
         }
