@@ -73,7 +73,7 @@ pub struct Name(String);
 
 impl Name {
     /// Words that start statements and so cannot be bound.
-    pub const RESERVED: &'static [&'static str] = &["set", "thp", "expect", "spawn"];
+    pub const RESERVED: &'static [&'static str] = &["set", "thp", "expect", "spawn", "file"];
 
     /// A name, if `s` is a valid, non-reserved identifier.
     pub fn new(s: &str) -> Option<Name> {
@@ -107,6 +107,8 @@ pub enum NameKind {
     Process,
     /// An address (bound by `mmap`, `mremap` or `brk`); called a mapping.
     Mapping,
+    /// A file (bound by `file`, v2).
+    File,
 }
 
 /// An address expression: `NAME`, `NAME+SIZE`, `NAME-SIZE` or `0xHEX`.
@@ -240,6 +242,8 @@ pub enum Setting {
     },
     /// `set mempolicy interleave|default`.
     Mempolicy(Mempolicy),
+    /// `set shmem 2M=always top=force ...`: the shmem_enabled knobs (v2), in order.
+    Shmem(Vec<ShmemSetting>),
 }
 
 impl Setting {
@@ -330,6 +334,86 @@ impl ThpSize {
     }
 }
 
+/// One pair of `set shmem`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShmemSetting {
+    /// `top=POLICY`: `/sys/kernel/mm/transparent_hugepage/shmem_enabled`.
+    Top(ShmemTop),
+    /// `SIZE=POLICY`: `hugepages-<size>kB/shmem_enabled`.
+    Size {
+        /// The folio size.
+        size: ThpSize,
+        /// Its policy.
+        policy: ShmemPolicy,
+    },
+}
+
+keyword_enum! {
+    /// The top-level shmem_enabled policy.
+    pub enum ShmemTop {
+        /// Huge folios wherever they fit.
+        Always = "always",
+        /// Only where the folio lies within i_size.
+        WithinSize = "within_size",
+        /// Only in `madvise(MADV_HUGEPAGE)` regions.
+        Advise = "advise",
+        /// Never (the default).
+        Never = "never",
+        /// Never, for every shmem mount (emergency off).
+        Deny = "deny",
+        /// Always, for every shmem mount (testing).
+        Force = "force",
+    }
+}
+
+keyword_enum! {
+    /// The shmem_enabled policy of one size.
+    pub enum ShmemPolicy {
+        /// Always.
+        Always = "always",
+        /// Follow the top-level policy.
+        Inherit = "inherit",
+        /// Only where the folio lies within i_size.
+        WithinSize = "within_size",
+        /// Only in `madvise(MADV_HUGEPAGE)` regions.
+        Advise = "advise",
+        /// Never.
+        Never = "never",
+    }
+}
+
+keyword_enum! {
+    /// The mode of `msync`.
+    pub enum MsyncMode {
+        /// MS_SYNC.
+        Sync = "sync",
+        /// MS_ASYNC.
+        Async = "async",
+        /// MS_INVALIDATE.
+        Invalidate = "invalidate",
+    }
+}
+
+impl MsyncMode {
+    /// The `MS_*` bit.
+    pub fn bits(self) -> i32 {
+        match self {
+            MsyncMode::Async => 1,
+            MsyncMode::Invalidate => 2,
+            MsyncMode::Sync => 4,
+        }
+    }
+}
+
+/// Where a new file lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// The scenario's tmpfs (huge=never): the pages are the file.
+    Tmpfs,
+    /// A block-backed file system: a page cache over a device, with writeback.
+    Disk,
+}
+
 keyword_enum! {
     /// A resource limit settable with `set rlimit`.
     pub enum Resource {
@@ -369,6 +453,15 @@ pub enum Action {
     Spawn {
         /// Root's capabilities (CAP_IPC_LOCK, CAP_SYS_RAWIO).
         privileged: bool,
+    },
+    /// `file SIZE [disk] [pattern=0xNN]`: a new file (v2), bound to a name.
+    File {
+        /// Its size in bytes.
+        size: u64,
+        /// tmpfs or disk.
+        kind: FileKind,
+        /// The byte its contents are filled with (`None`: a sparse, zero-filled file).
+        pattern: Option<u8>,
     },
     /// `TASK fork`.
     Fork {
@@ -532,6 +625,71 @@ pub enum Action {
         /// Length in bytes.
         len: u64,
     },
+    /// `TASK pwrite FILE OFFSET SIZE pattern=0xNN`: write(2) through the page cache.
+    Pwrite {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// File offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// The byte written.
+        pattern: u8,
+    },
+    /// `TASK pread FILE OFFSET SIZE`: read(2) without checking the contents.
+    Pread {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// File offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `TASK ftruncate FILE SIZE`.
+    Ftruncate {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// The new size.
+        size: u64,
+    },
+    /// `TASK fallocate FILE OFFSET SIZE [punch]`: allocate, or punch a hole
+    /// (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).
+    Fallocate {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// File offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Punch a hole instead of allocating.
+        punch: bool,
+    },
+    /// `TASK msync ADDR SIZE sync|async|invalidate`.
+    Msync {
+        /// The process.
+        task: Name,
+        /// Start.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+        /// The mode.
+        mode: MsyncMode,
+    },
+    /// `TASK fsync FILE`.
+    Fsync {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+    },
 }
 
 impl Action {
@@ -557,13 +715,20 @@ impl Action {
             Action::Write { .. } => "write",
             Action::Touch { .. } => "touch",
             Action::Read { .. } => "read",
+            Action::File { .. } => "file",
+            Action::Pwrite { .. } => "pwrite",
+            Action::Pread { .. } => "pread",
+            Action::Ftruncate { .. } => "ftruncate",
+            Action::Fallocate { .. } => "fallocate",
+            Action::Msync { .. } => "msync",
+            Action::Fsync { .. } => "fsync",
         }
     }
 
     /// The process acting (`None` for `spawn`).
     pub fn task(&self) -> Option<&Name> {
         match self {
-            Action::Spawn { .. } => None,
+            Action::Spawn { .. } | Action::File { .. } => None,
             Action::Fork { task }
             | Action::Exit { task }
             | Action::Mmap { task, .. }
@@ -581,7 +746,29 @@ impl Action {
             | Action::Unpin { task, .. }
             | Action::Write { task, .. }
             | Action::Touch { task, .. }
-            | Action::Read { task, .. } => Some(task),
+            | Action::Read { task, .. }
+            | Action::Pwrite { task, .. }
+            | Action::Pread { task, .. }
+            | Action::Ftruncate { task, .. }
+            | Action::Fallocate { task, .. }
+            | Action::Msync { task, .. }
+            | Action::Fsync { task, .. } => Some(task),
+        }
+    }
+
+    /// The file the action names, if any.
+    pub fn file(&self) -> Option<&Name> {
+        match self {
+            Action::Pwrite { file, .. }
+            | Action::Pread { file, .. }
+            | Action::Ftruncate { file, .. }
+            | Action::Fallocate { file, .. }
+            | Action::Fsync { file, .. } => Some(file),
+            Action::Mmap { mmap, .. } => match &mmap.backing {
+                Backing::File { file, .. } => Some(file),
+                Backing::Anon => None,
+            },
+            _ => None,
         }
     }
 
@@ -593,6 +780,7 @@ impl Action {
             Action::Mmap { .. } | Action::Mremap { .. } | Action::Brk { .. } => {
                 Some(NameKind::Mapping)
             }
+            Action::File { .. } => Some(NameKind::File),
             _ => None,
         }
     }
@@ -614,8 +802,10 @@ pub struct Mmap {
     pub len: u64,
     /// Protection.
     pub prot: Prot,
-    /// MAP_PRIVATE or MAP_SHARED (always with MAP_ANONYMOUS: `anon` is required).
+    /// MAP_PRIVATE or MAP_SHARED.
     pub sharing: Sharing,
+    /// `anon` (MAP_ANONYMOUS) or `file NAME [offset SIZE]`.
+    pub backing: Backing,
     /// MAP_POPULATE.
     pub populate: bool,
     /// MAP_LOCKED.
@@ -624,6 +814,20 @@ pub struct Mmap {
     pub noreserve: bool,
     /// Where to place it (`fixed`, `noreplace`, `hint`: at most one).
     pub placement: Placement,
+}
+
+/// What an `mmap` maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// MAP_ANONYMOUS.
+    Anon,
+    /// A file, from a page-aligned offset.
+    File {
+        /// The file.
+        file: Name,
+        /// The file offset of the mapping's first byte.
+        offset: u64,
+    },
 }
 
 /// Where `mmap` places a mapping.
@@ -928,6 +1132,32 @@ pub enum Expect {
         /// The expected folio order (0..=63).
         order: u32,
     },
+    /// `expect TASK pread FILE OFFSET SIZE pattern=0xNN`: read(2) returns SIZE bytes of it.
+    Pread {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// File offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// The expected byte.
+        pattern: u8,
+    },
+    /// `expect TASK fincore FILE OFFSET SIZE BYTES`: bytes of the range in the page cache.
+    Fincore {
+        /// The process.
+        task: Name,
+        /// The file.
+        file: Name,
+        /// File offset.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+        /// The expected cached bytes.
+        bytes: u64,
+    },
 }
 
 impl Expect {
@@ -942,7 +1172,9 @@ impl Expect {
             | Expect::MapsVma { task, .. }
             | Expect::Pagemap { task, .. }
             | Expect::Kpageflags { task, .. }
-            | Expect::Folio { task, .. } => Some(task),
+            | Expect::Folio { task, .. }
+            | Expect::Pread { task, .. }
+            | Expect::Fincore { task, .. } => Some(task),
         }
     }
 }
@@ -1093,6 +1325,10 @@ keyword_enum! {
         Anonymous = "Anonymous",
         /// AnonHugePages.
         AnonHugePages = "AnonHugePages",
+        /// ShmemPmdMapped (shmem folios mapped by a PMD).
+        ShmemPmdMapped = "ShmemPmdMapped",
+        /// FilePmdMapped (other file folios mapped by a PMD).
+        FilePmdMapped = "FilePmdMapped",
         /// Swap.
         Swap = "Swap",
         /// Locked.

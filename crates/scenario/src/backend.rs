@@ -4,7 +4,7 @@
 //! a user can observe (`/proc/PID/maps`, `smaps`, `status`, `pagemap`, `kpageflags`). The
 //! runner drives one backend; the oracle drives two in lockstep and compares what they report.
 
-use crate::ast::{Advice, MlockallFlags, Outcome, Prot, Sharing};
+use crate::ast::{Advice, FileKind, MlockallFlags, MsyncMode, Outcome, Prot, Sharing};
 
 /// Why an operation did not succeed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +51,12 @@ pub struct MmapReq {
     pub noreserve: bool,
     /// Placement.
     pub place: Place,
+    /// A file and the offset of the mapping in it (`None`: MAP_ANONYMOUS).
+    pub file: Option<(FileId, u64)>,
 }
+
+/// A file handle of a backend (v2).
+pub type FileId = u32;
 
 /// The flags of an `mremap`, with the fixed address resolved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,6 +101,10 @@ pub struct SmapsView {
     pub anonymous: u64,
     /// AnonHugePages.
     pub anon_huge_pages: u64,
+    /// ShmemPmdMapped.
+    pub shmem_pmd_mapped: u64,
+    /// FilePmdMapped.
+    pub file_pmd_mapped: u64,
     /// Locked.
     pub locked: u64,
 }
@@ -112,11 +121,13 @@ impl SmapsView {
         self.private_dirty += o.private_dirty;
         self.anonymous += o.anonymous;
         self.anon_huge_pages += o.anon_huge_pages;
+        self.shmem_pmd_mapped += o.shmem_pmd_mapped;
+        self.file_pmd_mapped += o.file_pmd_mapped;
         self.locked += o.locked;
     }
 
     /// (name, value) pairs, for reports.
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("Size", self.size),
             ("Rss", self.rss),
@@ -127,6 +138,8 @@ impl SmapsView {
             ("Private_Dirty", self.private_dirty),
             ("Anonymous", self.anonymous),
             ("AnonHugePages", self.anon_huge_pages),
+            ("ShmemPmdMapped", self.shmem_pmd_mapped),
+            ("FilePmdMapped", self.file_pmd_mapped),
             ("Locked", self.locked),
         ]
     }
@@ -143,8 +156,24 @@ pub struct VmaView {
     pub perms: String,
     /// The VM_LOCKED flag (`lo` in smaps VmFlags).
     pub locked: bool,
+    /// What the VMA maps (RssFile and RssShmem follow from it).
+    pub kind: VmaKind,
     /// The smaps fields.
     pub smaps: SmapsView,
+}
+
+/// The `/proc/PID/smaps` name column of a VMA: what it maps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VmaKind {
+    /// Private anonymous memory (or the heap).
+    #[default]
+    Anon,
+    /// Shared anonymous memory (`/dev/zero (deleted)`): a shmem object.
+    SharedAnon,
+    /// A scenario file on tmpfs (shmem).
+    TmpfsFile,
+    /// A scenario file on disk.
+    DiskFile,
 }
 
 /// `/proc/PID/status` lines that do not depend on the process's other mappings.
@@ -209,6 +238,42 @@ pub trait Backend {
     fn pin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()>;
     /// Release a pin.
     fn unpin(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()>;
+    /// Applies shmem_enabled settings (sysfs meaning).
+    fn set_shmem(&mut self, _settings: &[crate::ast::ShmemSetting]) -> Res<()> {
+        Err(Fail::Unsupported("set shmem".into()))
+    }
+    /// A new file of `size` bytes, zero-filled or filled with `pattern` (v2).
+    fn file_create(&mut self, _size: u64, _kind: FileKind, _pattern: Option<u8>) -> Res<FileId> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// pwrite(2) of `len` bytes of `byte` at `offset`.
+    fn pwrite(&mut self, _p: ProcId, _f: FileId, _offset: u64, _len: u64, _byte: u8) -> Res<()> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// pread(2) of up to `len` bytes at `offset`: the bytes read (short at the end of file).
+    fn pread(&mut self, _p: ProcId, _f: FileId, _offset: u64, _len: u64) -> Res<Vec<u8>> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// ftruncate(2).
+    fn ftruncate(&mut self, _p: ProcId, _f: FileId, _size: u64) -> Res<()> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// fallocate(2): mode 0, or PUNCH_HOLE|KEEP_SIZE when `punch`.
+    fn fallocate(&mut self, _p: ProcId, _f: FileId, _off: u64, _len: u64, _punch: bool) -> Res<()> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// msync(2).
+    fn msync(&mut self, _p: ProcId, _addr: u64, _len: u64, _mode: MsyncMode) -> Res<()> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// fsync(2).
+    fn fsync(&mut self, _p: ProcId, _f: FileId) -> Res<()> {
+        Err(Fail::Unsupported("files".into()))
+    }
+    /// Bytes of the file range `offset..offset+len` in the page cache (mincore of a mapping).
+    fn fincore(&mut self, _p: ProcId, _f: FileId, _offset: u64, _len: u64) -> Res<u64> {
+        Err(Fail::Unsupported("files".into()))
+    }
     /// Fill with a byte.
     fn write(&mut self, p: ProcId, addr: u64, len: u64, byte: u8) -> Res<()>;
     /// One access per page.

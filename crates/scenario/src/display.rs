@@ -9,8 +9,9 @@
 use std::fmt::{self, Display, Formatter};
 
 use crate::ast::{
-    Action, AddrExpr, BrkDelta, Delta, Expect, FlagCheck, Limit, MlockallFlags, Mmap, Name,
-    Outcome, Perms, Placement, Pos, Script, Setting, Stmt, StmtKind, ThpSetting, ThpSize,
+    Action, AddrExpr, Backing, BrkDelta, Delta, Expect, FileKind, FlagCheck, Limit, MlockallFlags,
+    Mmap, Name, Outcome, Perms, Placement, Pos, Script, Setting, ShmemSetting, Stmt, StmtKind,
+    ThpSetting, ThpSize,
 };
 
 /// A byte count, displayed canonically: `0`, `4K`, `2M`, `1G`, `4097`.
@@ -79,6 +80,15 @@ impl Display for ThpSetting {
     }
 }
 
+impl Display for ShmemSetting {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            ShmemSetting::Top(p) => write!(f, "top={p}"),
+            ShmemSetting::Size { size, policy } => write!(f, "{size}={policy}"),
+        }
+    }
+}
+
 impl Display for Limit {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
@@ -106,6 +116,13 @@ impl Display for Setting {
             }
             Setting::Rlimit { resource, limit } => write!(f, "rlimit {resource} {limit}"),
             Setting::Mempolicy(p) => write!(f, "mempolicy {p}"),
+            Setting::Shmem(pairs) => {
+                f.write_str("shmem")?;
+                for p in pairs {
+                    write!(f, " {p}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -133,7 +150,12 @@ impl Display for MlockallFlags {
 impl Display for Mmap {
     /// The arguments after `mmap`.
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {} anon", Bytes(self.len), self.prot, self.sharing)?;
+        write!(f, "{} {} {}", Bytes(self.len), self.prot, self.sharing)?;
+        match &self.backing {
+            Backing::Anon => f.write_str(" anon")?,
+            Backing::File { file, offset: 0 } => write!(f, " file {file}")?,
+            Backing::File { file, offset } => write!(f, " file {file} offset {}", Bytes(*offset))?,
+        }
         if self.populate {
             f.write_str(" populate")?;
         }
@@ -245,6 +267,67 @@ impl Display for Action {
                 len,
                 access,
             } => write!(f, "{task} touch {addr} {} {access}", Bytes(*len)),
+            Action::File {
+                size,
+                kind,
+                pattern,
+            } => {
+                write!(f, "file {}", Bytes(*size))?;
+                if *kind == FileKind::Disk {
+                    f.write_str(" disk")?;
+                }
+                if let Some(p) = pattern {
+                    write!(f, " pattern={}", Pattern(*p))?;
+                }
+                Ok(())
+            }
+            Action::Pwrite {
+                task,
+                file,
+                offset,
+                len,
+                pattern,
+            } => write!(
+                f,
+                "{task} pwrite {file} {} {} pattern={}",
+                Bytes(*offset),
+                Bytes(*len),
+                Pattern(*pattern)
+            ),
+            Action::Pread {
+                task,
+                file,
+                offset,
+                len,
+            } => write!(f, "{task} pread {file} {} {}", Bytes(*offset), Bytes(*len)),
+            Action::Ftruncate { task, file, size } => {
+                write!(f, "{task} ftruncate {file} {}", Bytes(*size))
+            }
+            Action::Fallocate {
+                task,
+                file,
+                offset,
+                len,
+                punch,
+            } => {
+                write!(
+                    f,
+                    "{task} fallocate {file} {} {}",
+                    Bytes(*offset),
+                    Bytes(*len)
+                )?;
+                if *punch {
+                    f.write_str(" punch")?;
+                }
+                Ok(())
+            }
+            Action::Msync {
+                task,
+                addr,
+                len,
+                mode,
+            } => write!(f, "{task} msync {addr} {} {mode}", Bytes(*len)),
+            Action::Fsync { task, file } => write!(f, "{task} fsync {file}"),
         }
     }
 }
@@ -338,6 +421,32 @@ impl Display for Expect {
                 Ok(())
             }
             Expect::Folio { task, addr, order } => write!(f, "{task} folio {addr} order={order}"),
+            Expect::Pread {
+                task,
+                file,
+                offset,
+                len,
+                pattern,
+            } => write!(
+                f,
+                "{task} pread {file} {} {} pattern={}",
+                Bytes(*offset),
+                Bytes(*len),
+                Pattern(*pattern)
+            ),
+            Expect::Fincore {
+                task,
+                file,
+                offset,
+                len,
+                bytes,
+            } => write!(
+                f,
+                "{task} fincore {file} {} {} {}",
+                Bytes(*offset),
+                Bytes(*len),
+                Bytes(*bytes)
+            ),
         }
     }
 }

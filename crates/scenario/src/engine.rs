@@ -7,7 +7,7 @@ use crate::ast::{
 };
 use crate::backend::{
     Backend, Fail, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
-    StatusView, VmaView,
+    StatusView, VmaKind, VmaView,
 };
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
 
@@ -354,6 +354,11 @@ impl Backend for EngineBackend {
                     end: e.end,
                     perms: e.perms.clone(),
                     locked: e.flags & usermm::vma::VmFlags::LOCKED != 0,
+                    kind: if e.perms.ends_with('s') {
+                        VmaKind::SharedAnon
+                    } else {
+                        VmaKind::Anon
+                    },
                     smaps: SmapsView {
                         size: s.size,
                         rss: s.rss,
@@ -364,6 +369,8 @@ impl Backend for EngineBackend {
                         private_dirty: s.private_dirty,
                         anonymous: s.anonymous,
                         anon_huge_pages: s.anon_huge_pages,
+                        shmem_pmd_mapped: 0,
+                        file_pmd_mapped: 0,
                         locked: s.locked() & !1023,
                     },
                 })

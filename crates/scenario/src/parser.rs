@@ -8,10 +8,11 @@
 use std::collections::HashMap;
 
 use crate::ast::{
-    is_ident, Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck,
-    Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap, Name, NameKind,
-    Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
-    SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
+    is_ident, Access, Action, AddrExpr, Advice, Arch, Backing, BrkDelta, Delta, Errno, Expect,
+    FileKind, FlagCheck, Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap,
+    MsyncMode, Name, NameKind, Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource,
+    Script, Setting, Sharing, ShmemPolicy, ShmemSetting, ShmemTop, Signal, SmapsField, StatusField,
+    Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
 use crate::error::{ErrorKind, ParseError, ParseErrors, MAX_ERRORS};
 use crate::lexer::{lex, TokKind, Token};
@@ -499,16 +500,30 @@ const VERBS: &[&str] = &[
     "unpin",
     "write",
     "touch",
+    "pwrite",
+    "pread",
+    "ftruncate",
+    "fallocate",
+    "msync",
+    "fsync",
     "read",
 ];
 
 /// Observations, only after `expect`.
-const OBSERVATIONS: &[&str] = &["smaps", "status", "maps", "pagemap", "kpageflags", "folio"];
+const OBSERVATIONS: &[&str] = &[
+    "smaps",
+    "status",
+    "maps",
+    "pagemap",
+    "kpageflags",
+    "fincore",
+    "folio",
+];
 
-const MMAP_OPTIONS: &str = "none|r|rw|rx|rwx, private|shared, anon, populate, locked, norserve, \
-                            fixed ADDR, noreplace ADDR, hint ADDR";
+const MMAP_OPTIONS: &str = "none|r|rw|rx|rwx, private|shared, anon, file NAME, offset SIZE, \
+                            populate, locked, norserve, fixed ADDR, noreplace ADDR, hint ADDR";
 
-const SETTINGS: &str = "memory|nodes|cpus|arch|tunable|thp|rlimit|mempolicy";
+const SETTINGS: &str = "memory|nodes|cpus|arch|tunable|thp|shmem|rlimit|mempolicy";
 
 fn set_flag(flag: &mut bool, t: &Token<'_>) -> PResult<()> {
     if *flag {
@@ -744,6 +759,9 @@ impl Parser {
             let privileged = c.eat_word("privileged");
             return Ok(Action::Spawn { privileged });
         }
+        if t.text == "file" {
+            return self.file(c);
+        }
         if !is_ident(t.text) {
             return fail(
                 t.col,
@@ -910,6 +928,56 @@ impl Parser {
                     access,
                 }
             }
+            "pwrite" => {
+                let (file, offset, len) = self.file_range(c)?;
+                let pattern = c.pattern("pwrite")?;
+                Action::Pwrite {
+                    task,
+                    file,
+                    offset,
+                    len,
+                    pattern,
+                }
+            }
+            "pread" => {
+                let (file, offset, len) = self.file_range(c)?;
+                Action::Pread {
+                    task,
+                    file,
+                    offset,
+                    len,
+                }
+            }
+            "ftruncate" => {
+                let file = self.file_name(c)?;
+                let size = c.size("a file size")?;
+                Action::Ftruncate { task, file, size }
+            }
+            "fallocate" => {
+                let (file, offset, len) = self.file_range(c)?;
+                let punch = self.optional_flag(c, "punch", "fallocate")?;
+                Action::Fallocate {
+                    task,
+                    file,
+                    offset,
+                    len,
+                    punch,
+                }
+            }
+            "msync" => {
+                let (addr, len) = self.range(c)?;
+                let (mode, _) = c.keyword::<MsyncMode>("an msync mode")?;
+                Action::Msync {
+                    task,
+                    addr,
+                    len,
+                    mode,
+                }
+            }
+            "fsync" => Action::Fsync {
+                task,
+                file: self.file_name(c)?,
+            },
             _ => {
                 // "read", the last of VERBS.
                 let (addr, len) = self.range(c)?;
@@ -917,6 +985,63 @@ impl Parser {
             }
         };
         Ok(action)
+    }
+
+    /// `file SIZE [disk] [pattern=0xNN]` (after the word `file`).
+    fn file(&self, c: &mut Cursor<'_, '_>) -> PResult<Action> {
+        let size = c.size("a file size")?;
+        let mut kind = FileKind::Tmpfs;
+        let mut pattern = None;
+        let mut disk = false;
+        while let Some(t) = c.peek().filter(|t| t.kind == TokKind::Word) {
+            match t.text {
+                "disk" => {
+                    c.bump();
+                    set_flag(&mut disk, t)?;
+                    kind = FileKind::Disk;
+                }
+                "tmpfs" => {
+                    c.bump();
+                    set_flag(&mut disk, t)?;
+                }
+                "pattern" => {
+                    if pattern.is_some() {
+                        return fail(
+                            t.col,
+                            ErrorKind::Duplicate {
+                                option: t.text.into(),
+                            },
+                        );
+                    }
+                    pattern = Some(c.pattern("file")?);
+                }
+                _ => {
+                    return fail(
+                        t.col,
+                        unknown_option(t.text, "file", "disk, tmpfs, pattern=0xNN"),
+                    )
+                }
+            }
+        }
+        Ok(Action::File {
+            size,
+            kind,
+            pattern,
+        })
+    }
+
+    /// A file name.
+    fn file_name(&self, c: &mut Cursor<'_, '_>) -> PResult<Name> {
+        let t = c.word("a file name")?;
+        self.use_name(t, NameKind::File)
+    }
+
+    /// `FILE OFFSET SIZE`.
+    fn file_range(&self, c: &mut Cursor<'_, '_>) -> PResult<(Name, u64, u64)> {
+        let file = self.file_name(c)?;
+        let offset = c.size("a file offset")?;
+        let len = c.size("a size")?;
+        Ok((file, offset, len))
     }
 
     /// `ADDR SIZE`.
@@ -945,7 +1070,8 @@ impl Parser {
         let len = c.size("a size")?;
         let mut prot: Option<(Prot, &str)> = None;
         let mut sharing: Option<(Sharing, &str)> = None;
-        let mut anon = false;
+        let mut backing: Option<(Backing, &str)> = None;
+        let mut offset: Option<u64> = None;
         let (mut populate, mut locked, mut noreserve) = (false, false, false);
         let mut placement: Option<(Placement, &str)> = None;
         while let Some(t) = c.peek().filter(|t| t.kind == TokKind::Word) {
@@ -978,7 +1104,37 @@ impl Parser {
                 continue;
             }
             match t.text {
-                "anon" => set_flag(&mut anon, t)?,
+                "anon" | "file" => {
+                    if let Some((_, prev)) = backing {
+                        return Err(conflict(prev));
+                    }
+                    let b = if t.text == "anon" {
+                        Backing::Anon
+                    } else {
+                        Backing::File {
+                            file: self.file_name(c)?,
+                            offset: 0,
+                        }
+                    };
+                    backing = Some((b, t.text));
+                }
+                "offset" => {
+                    if offset.is_some() {
+                        return Err(conflict("offset"));
+                    }
+                    let col = c.here();
+                    let o = c.size("a file offset after `offset`")?;
+                    if o % 4096 != 0 {
+                        return fail(
+                            col,
+                            ErrorKind::Absurd {
+                                text: format!("{o:#x}"),
+                                why: "a mapping's file offset must be a multiple of 4K".into(),
+                            },
+                        );
+                    }
+                    offset = Some(o);
+                }
                 "populate" => set_flag(&mut populate, t)?,
                 "locked" => set_flag(&mut locked, t)?,
                 "norserve" | "noreserve" => set_flag(&mut noreserve, t)?,
@@ -1003,13 +1159,19 @@ impl Parser {
         let Some((sharing, _)) = sharing else {
             return c.missing("private or shared");
         };
-        if !anon {
-            return c.missing("`anon` (only anonymous mappings exist in v1)");
-        }
+        let backing = match (backing, offset) {
+            (None, _) => return c.missing("`anon` or `file NAME`"),
+            (Some((Backing::Anon, _)), Some(_)) => {
+                return c.missing("`file NAME` (`offset` needs a file)")
+            }
+            (Some((Backing::File { file, .. }, _)), Some(o)) => Backing::File { file, offset: o },
+            (Some((b, _)), None) => b,
+        };
         Ok(Mmap {
             len,
             prot,
             sharing,
+            backing,
             populate,
             locked,
             noreserve,
@@ -1093,6 +1255,7 @@ impl Parser {
                 setting
             }
             "thp" => Setting::Thp(self.thp(c)?),
+            "shmem" => Setting::Shmem(self.shmem(c)?),
             "rlimit" => {
                 let (resource, _) = c.keyword::<Resource>("a resource")?;
                 let limit = if c.eat_word("unlimited") {
@@ -1175,6 +1338,56 @@ impl Parser {
         }
     }
 
+    /// The pairs of `set shmem` (to the end of the line).
+    fn shmem(&self, c: &mut Cursor<'_, '_>) -> PResult<Vec<ShmemSetting>> {
+        let mut out: Vec<ShmemSetting> = Vec::new();
+        loop {
+            let k = c.word("SIZE=POLICY or top=POLICY")?;
+            let dup = || Fail {
+                col: k.col,
+                kind: ErrorKind::Duplicate {
+                    option: k.text.into(),
+                },
+            };
+            if k.text == "top" {
+                c.eq("top")?;
+                let (policy, _) = c.keyword::<ShmemTop>("the top-level shmem policy")?;
+                if out.iter().any(|s| matches!(s, ShmemSetting::Top(_))) {
+                    return Err(dup());
+                }
+                out.push(ShmemSetting::Top(policy));
+            } else {
+                let size = match parse_size(k.text) {
+                    Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
+                        col: k.col,
+                        kind: ErrorKind::BadThpSize {
+                            text: k.text.into(),
+                        },
+                    })?,
+                    Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
+                    Err(NumErr::Syntax) => {
+                        return fail(
+                            k.col,
+                            unknown_option(k.text, "shmem", "SIZE=POLICY or top=POLICY"),
+                        )
+                    }
+                };
+                c.eq(k.text)?;
+                let (policy, _) = c.keyword::<ShmemPolicy>("a shmem policy")?;
+                if out
+                    .iter()
+                    .any(|s| matches!(s, ShmemSetting::Size { size: z, .. } if *z == size))
+                {
+                    return Err(dup());
+                }
+                out.push(ShmemSetting::Size { size, policy });
+            }
+            if c.peek().is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
     fn expect(&mut self, c: &mut Cursor<'_, '_>) -> PResult<Expect> {
         let Some(t) = c.peek() else {
             return c.missing("a statement after `expect`");
@@ -1201,6 +1414,25 @@ impl Parser {
             }
         }
         let action = self.action(c)?;
+        if let Action::Pread {
+            task,
+            file,
+            offset,
+            len,
+        } = &action
+        {
+            if c.is_word("pattern") {
+                let pattern = c.pattern("pread")?;
+                c.finish()?;
+                return Ok(Expect::Pread {
+                    task: task.clone(),
+                    file: file.clone(),
+                    offset: *offset,
+                    len: *len,
+                    pattern,
+                });
+            }
+        }
         if let Action::Read { task, addr, len } = &action {
             if c.is_word("pattern") {
                 let pattern = c.pattern("read")?;
@@ -1213,7 +1445,7 @@ impl Parser {
                 });
             }
         }
-        let what = if matches!(action, Action::Read { .. }) {
+        let what = if matches!(action, Action::Read { .. } | Action::Pread { .. }) {
             "`pattern=0xNN` or `= SIGSEGV|SIGBUS`"
         } else if action.is_access() {
             "`= SIGSEGV|SIGBUS` (the expected signal)"
@@ -1377,6 +1609,17 @@ impl Parser {
                     }
                 }
                 Expect::Kpageflags { task, addr, flags }
+            }
+            "fincore" => {
+                let (file, offset, len) = self.file_range(c)?;
+                let bytes = c.size("the cached bytes")?;
+                Expect::Fincore {
+                    task,
+                    file,
+                    offset,
+                    len,
+                    bytes,
+                }
             }
             _ => {
                 // "folio", the last of OBSERVATIONS.
@@ -1555,6 +1798,7 @@ fn kind_word(k: NameKind) -> &'static str {
     match k {
         NameKind::Process => "process",
         NameKind::Mapping => "mapping",
+        NameKind::File => "file",
     }
 }
 

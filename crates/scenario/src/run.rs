@@ -5,11 +5,12 @@
 //! whole-state checker runs after every statement and any violation is a failure.
 
 use crate::ast::{
-    Action, AddrExpr, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState, Placement,
-    Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
+    Action, AddrExpr, Backing, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState,
+    Placement, Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
 };
 use crate::backend::{
-    Backend, Fail, LockOp, MmapReq, MremapOpts, Place, ProcId, Res, SmapsView, VmaView,
+    Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, Place, ProcId, Res, SmapsView, VmaKind,
+    VmaView,
 };
 use crate::engine::EngineBackend;
 use std::collections::HashMap;
@@ -173,6 +174,8 @@ pub struct Runner<B> {
     maps: HashMap<Name, Binding>,
     /// Address ranges each process's statements created (what `maps`/`smaps` consider).
     ranges: HashMap<ProcId, Vec<(u64, u64)>>,
+    /// Files by name (v2).
+    files: HashMap<Name, FileId>,
     rlimit: Option<u64>,
 }
 
@@ -208,6 +211,8 @@ pub struct ScenarioStatus {
     pub rss_anon: u64,
     /// RssShmem.
     pub rss_shmem: u64,
+    /// RssFile.
+    pub rss_file: u64,
     /// VmLck.
     pub vm_lck: u64,
     /// VmSize.
@@ -226,6 +231,7 @@ impl<B: Backend> Runner<B> {
             procs: HashMap::new(),
             maps: HashMap::new(),
             ranges: HashMap::new(),
+            files: HashMap::new(),
             rlimit: Some(usermm::machine::DEFAULT_RLIMIT_MEMLOCK),
         }
     }
@@ -267,6 +273,13 @@ impl<B: Backend> Runner<B> {
             .ok_or_else(|| Abort::CannotRun(format!("process `{}` does not exist", n.as_str())))
     }
 
+    fn file(&self, n: &Name) -> Result<FileId, Abort> {
+        self.files
+            .get(n)
+            .copied()
+            .ok_or_else(|| Abort::CannotRun(format!("file `{}` does not exist", n.as_str())))
+    }
+
     fn addr(&self, a: &AddrExpr) -> Result<u64, Abort> {
         a.resolve(|n| self.maps.get(n).map(|m| m.addr))
             .ok_or_else(|| Abort::CannotRun("address expression cannot be resolved".into()))
@@ -292,8 +305,13 @@ impl<B: Backend> Runner<B> {
         for v in &vmas {
             s.vm_rss += v.smaps.rss;
             s.rss_anon += v.smaps.anonymous;
-            if v.perms.ends_with('s') {
-                s.rss_shmem += v.smaps.rss;
+            // Pages that are not anonymous are the file's: shmem for tmpfs and shared
+            // anonymous memory (MM_SHMEMPAGES), file pages otherwise (MM_FILEPAGES).
+            let file_pages = v.smaps.rss.saturating_sub(v.smaps.anonymous);
+            match v.kind {
+                VmaKind::Anon => {}
+                VmaKind::SharedAnon | VmaKind::TmpfsFile => s.rss_shmem += file_pages,
+                VmaKind::DiskFile => s.rss_file += file_pages,
             }
             if v.locked {
                 s.vm_lck += v.end - v.start;
@@ -338,7 +356,7 @@ impl<B: Backend> Runner<B> {
             },
             StmtKind::Action { bind, action } => {
                 let mut step = Step {
-                    changes_space: !matches!(action, Action::Read { .. }),
+                    changes_space: !matches!(action, Action::Read { .. } | Action::Pread { .. }),
                     ..Step::default()
                 };
                 match self.action(bind.as_ref(), action) {
@@ -408,6 +426,7 @@ impl<B: Backend> Runner<B> {
         let unsupported = |f: Fail| Abort::CannotRun(fail_name(&f));
         match s {
             Setting::Thp(list) => self.backend.set_thp(list).map_err(unsupported),
+            Setting::Shmem(list) => self.backend.set_shmem(list).map_err(unsupported),
             Setting::Rlimit { limit, .. } => {
                 self.rlimit = match limit {
                     Limit::Bytes(b) => Some(*b),
@@ -456,7 +475,12 @@ impl<B: Backend> Runner<B> {
                     Placement::Fixed(x) => Place::Fixed(self.addr(x)?),
                     Placement::FixedNoreplace(x) => Place::FixedNoreplace(self.addr(x)?),
                 };
+                let file = match &mmap.backing {
+                    Backing::Anon => None,
+                    Backing::File { file, offset } => Some((self.file(file)?, *offset)),
+                };
                 let req = MmapReq {
+                    file,
                     len: mmap.len,
                     prot: mmap.prot,
                     sharing: mmap.sharing,
@@ -595,6 +619,62 @@ impl<B: Backend> Runner<B> {
                 let a = self.addr(addr)?;
                 self.backend.touch(p, a, *len, false).map(|_| String::new())
             }
+            Action::File {
+                size,
+                kind,
+                pattern,
+            } => self.backend.file_create(*size, *kind, *pattern).map(|f| {
+                if let Some(n) = bind {
+                    self.files.insert(n.clone(), f);
+                }
+                format!("file {f}")
+            }),
+            Action::Pwrite {
+                file,
+                offset,
+                len,
+                pattern,
+                ..
+            } => {
+                let f = self.file(file)?;
+                self.backend
+                    .pwrite(p, f, *offset, *len, *pattern)
+                    .map(|_| String::new())
+            }
+            Action::Pread {
+                file, offset, len, ..
+            } => {
+                let f = self.file(file)?;
+                self.backend
+                    .pread(p, f, *offset, *len)
+                    .map(|d| format!("{} bytes", d.len()))
+            }
+            Action::Ftruncate { file, size, .. } => {
+                let f = self.file(file)?;
+                self.backend.ftruncate(p, f, *size).map(|_| String::new())
+            }
+            Action::Fallocate {
+                file,
+                offset,
+                len,
+                punch,
+                ..
+            } => {
+                let f = self.file(file)?;
+                self.backend
+                    .fallocate(p, f, *offset, *len, *punch)
+                    .map(|_| String::new())
+            }
+            Action::Msync {
+                addr, len, mode, ..
+            } => {
+                let a = self.addr(addr)?;
+                self.backend.msync(p, a, *len, *mode).map(|_| String::new())
+            }
+            Action::Fsync { file, .. } => {
+                let f = self.file(file)?;
+                self.backend.fsync(p, f).map(|_| String::new())
+            }
         };
         Ok(res)
     }
@@ -674,7 +754,8 @@ impl<B: Backend> Runner<B> {
                             StatusField::VmRSS | StatusField::VmHWM => s.vm_rss,
                             StatusField::RssAnon => s.rss_anon,
                             StatusField::RssShmem => s.rss_shmem,
-                            StatusField::RssFile | StatusField::VmSwap | StatusField::VmPTE => 0,
+                            StatusField::RssFile => s.rss_file,
+                            StatusField::VmSwap | StatusField::VmPTE => 0,
                             StatusField::VmData => s.vm_data,
                         };
                         (got / 1024 != want / 1024).then(|| {
@@ -746,6 +827,45 @@ impl<B: Backend> Runner<B> {
                     )
                 }))
             }
+            Expect::Pread {
+                file,
+                offset,
+                len,
+                pattern,
+                ..
+            } => {
+                let f = self.file(file)?;
+                Ok(match self.backend.pread(p, f, *offset, *len) {
+                    Err(Fail::Unsupported(m)) => return Err(Abort::CannotRun(m)),
+                    Err(e) => Some(format!(
+                        "pread: expected pattern={pattern:#04x}, found {}",
+                        fail_name(&e)
+                    )),
+                    Ok(data) => match data.iter().position(|b| b != pattern) {
+                        Some(off) => Some(format!(
+                            "pread: expected pattern={pattern:#04x}, found {:#04x} at offset {off:#x}",
+                            data[off]
+                        )),
+                        None if (data.len() as u64) < *len => Some(format!(
+                            "pread: expected {len:#x} bytes, read {:#x} (end of file)",
+                            data.len()
+                        )),
+                        None => None,
+                    },
+                })
+            }
+            Expect::Fincore {
+                file,
+                offset,
+                len,
+                bytes,
+                ..
+            } => {
+                let f = self.file(file)?;
+                let got = self.backend.fincore(p, f, *offset, *len).map_err(cannot)?;
+                Ok((got != *bytes)
+                    .then(|| format!("fincore: expected {}, found {}", kb(*bytes), kb(got))))
+            }
             Expect::Folio { addr, order, .. } => {
                 let a = self.addr(addr)?;
                 let pv = self.backend.page(p, a).map_err(cannot)?;
@@ -773,6 +893,8 @@ pub fn smaps_field(t: &SmapsView, f: SmapsField) -> u64 {
         SmapsField::PrivateDirty => t.private_dirty,
         SmapsField::Anonymous => t.anonymous,
         SmapsField::AnonHugePages => t.anon_huge_pages,
+        SmapsField::ShmemPmdMapped => t.shmem_pmd_mapped,
+        SmapsField::FilePmdMapped => t.file_pmd_mapped,
         SmapsField::Locked => t.locked,
         SmapsField::Swap => 0,
     }
