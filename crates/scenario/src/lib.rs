@@ -118,6 +118,7 @@ pub use ast::{
     PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
     SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
+pub use ast::{Backing, FileKind, MsyncMode, ShmemPolicy, ShmemSetting, ShmemTop};
 pub use display::Bytes;
 pub use error::{ErrorKind, ParseError, ParseErrors, MAX_ECHO, MAX_ERRORS};
 pub use parser::parse;
