@@ -13,20 +13,32 @@
 //! Requests whose range overlaps a server's own mappings (its program, libraries, stack,
 //! fences) are refused as unsupported: performing them would break the server, not test the
 //! kernel.
+//!
+//! Files (v2) belong to the controller: it creates them, unnamed, in private scratch
+//! directories ([`crate::files`]), keeps their descriptors, and performs `pwrite`, `pread`,
+//! `ftruncate`, `fallocate`, `fsync` and `fincore` itself (the page cache is shared, so
+//! which process makes those calls changes nothing a scenario observes). An `mmap` of a file
+//! passes the descriptor to the server with the request; `msync` runs in the server.
 
+use crate::files::{self, ScratchDir};
 use crate::knobs::ThpKnobs;
 use crate::proto::{Op, Reply, Request, REPLY_BYTES};
 use crate::server::{self, SpawnConfig, Step};
 use crate::{procfs, sys};
 use scenario::backend::{
-    Backend, Fail, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, StatusView, VmaView,
+    Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, StatusView,
+    VmaKind, VmaView,
 };
-use scenario::{Advice, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Signal, ThpSetting};
+use scenario::{
+    Advice, Errno, FileKind, MlockallFlags, MsyncMode, Outcome, Prot, Setting, Sharing,
+    ShmemSetting, Signal, ThpSetting,
+};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer one request.
@@ -54,11 +66,28 @@ struct Server {
     spawned: bool,
 }
 
+/// Checks the file system of a new scratch directory.
+type FsCheck = fn(&ScratchDir) -> Result<(), String>;
+
+/// Bytes a `pwrite` or a file's fill writes per system call.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// A scenario file: the controller's read-write descriptor of an unnamed file.
+#[derive(Debug)]
+struct HostFile {
+    file: File,
+}
+
 /// Runs scenario statements in real processes on the host kernel.
 #[derive(Debug)]
 pub struct HostBackend<'k> {
     knobs: &'k ThpKnobs,
     servers: HashMap<ProcId, Server>,
+    /// The scenario's files, by id (dropped before the directories below).
+    files: Vec<HostFile>,
+    /// The private directories the files were created in (made on first use).
+    tmpfs_dir: Option<ScratchDir>,
+    disk_dir: Option<ScratchDir>,
     kpageflags: Result<File, String>,
     /// Requests were sent since the last drain of the per-CPU batches.
     undrained: bool,
@@ -105,6 +134,9 @@ impl<'k> HostBackend<'k> {
         Ok(HostBackend {
             knobs,
             servers: HashMap::new(),
+            files: Vec::new(),
+            tmpfs_dir: None,
+            disk_dir: None,
             kpageflags,
             undrained: true,
             page_frames: true,
@@ -148,20 +180,36 @@ impl<'k> HostBackend<'k> {
     }
 
     fn call(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<(u64, u64)> {
-        self.call_fd(p, op, args).map(|(r, _)| r)
+        self.call_fd(p, op, args, None).map(|(r, _)| r)
     }
 
-    /// [`Self::call`], also returning a descriptor the server attached to its reply.
-    fn call_fd(&mut self, p: ProcId, op: Op, args: &[u64]) -> Res<((u64, u64), Option<OwnedFd>)> {
+    /// [`Self::call`] with descriptor `pass` attached to the request (SCM_RIGHTS), also
+    /// returning a descriptor the server attached to its reply.
+    fn call_fd(
+        &mut self,
+        p: ProcId,
+        op: Op,
+        args: &[u64],
+        pass: Option<RawFd>,
+    ) -> Res<((u64, u64), Option<OwnedFd>)> {
         if sys::stop_requested() {
             return Err(unsupported("interrupted"));
         }
         self.undrained = true;
         let s = self.server(p)?;
         let req = Request::new(op, args).encode();
-        s.conn
-            .write_all(&req)
-            .map_err(|e| unsupported(format!("host process {p}: {e}")))?;
+        let io = |e: io::Error| unsupported(format!("host process {p}: {e}"));
+        let mut sent = 0;
+        if let Some(fd) = pass {
+            sent = loop {
+                match sys::send_with_fd(s.conn.as_raw_fd(), &req, fd) {
+                    Ok(n) => break n,
+                    Err(libc::EINTR) => {}
+                    Err(e) => return Err(io(io::Error::from_raw_os_error(e))),
+                }
+            };
+        }
+        s.conn.write_all(&req[sent..]).map_err(io)?;
         let (reply, fd) = read_reply_fd(&mut s.conn)?;
         match reply {
             Reply::Ok(a, b) => Ok(((a, b), fd)),
@@ -296,7 +344,12 @@ impl<'k> HostBackend<'k> {
     }
 
     fn mmap_flags(r: &MmapReq) -> i32 {
-        let mut f = libc::MAP_ANONYMOUS
+        let anon = if r.file.is_none() {
+            libc::MAP_ANONYMOUS
+        } else {
+            0
+        };
+        let mut f = anon
             | match r.sharing {
                 Sharing::Private => libc::MAP_PRIVATE,
                 Sharing::Shared => libc::MAP_SHARED,
@@ -316,6 +369,70 @@ impl<'k> HostBackend<'k> {
             Place::Anywhere | Place::Hint(_) => 0,
         }
     }
+}
+
+impl HostBackend<'_> {
+    /// The scratch directory of `kind`, made (and its file system checked) on first use.
+    fn scratch(&mut self, kind: FileKind) -> Res<&ScratchDir> {
+        let (slot, parent, check): (_, _, FsCheck) = match kind {
+            FileKind::Tmpfs => (
+                &mut self.tmpfs_dir,
+                files::TMPFS_PARENT,
+                files::check_tmpfs_never,
+            ),
+            FileKind::Disk => (&mut self.disk_dir, files::DISK_PARENT, files::check_ext4),
+        };
+        if slot.is_none() {
+            let d = ScratchDir::create(Path::new(parent))
+                .map_err(|m| unsupported(format!("files: {m}")))?;
+            check(&d).map_err(|m| unsupported(format!("files: {m}")))?;
+            *slot = Some(d);
+        }
+        slot.as_ref()
+            .ok_or_else(|| unsupported("files: no scratch directory"))
+    }
+
+    /// The descriptor of file `f`, after checking that process `p` runs (the statement is
+    /// that process's system call).
+    fn file_fd(&mut self, p: ProcId, f: FileId) -> Res<RawFd> {
+        self.server(p)?;
+        self.undrained = true;
+        self.files
+            .get(f as usize)
+            .map(|h| h.file.as_raw_fd())
+            .ok_or_else(|| unsupported(format!("host file {f} does not exist")))
+    }
+
+    /// What the smaps name column `name` maps.
+    fn vma_kind(&self, name: &str) -> VmaKind {
+        let holds = |d: &Option<ScratchDir>| d.as_ref().is_some_and(|d| d.holds(name));
+        if name == "/dev/zero (deleted)" {
+            VmaKind::SharedAnon
+        } else if holds(&self.tmpfs_dir) {
+            VmaKind::TmpfsFile
+        } else if holds(&self.disk_dir) {
+            VmaKind::DiskFile
+        } else {
+            VmaKind::Anon
+        }
+    }
+}
+
+/// Writes `len` bytes of `byte` at `offset` of `fd`, a chunk per `pwrite`; the errno of
+/// the first failing call.
+fn fill_file(fd: RawFd, offset: u64, len: u64, byte: u8) -> Result<(), sys::Errno> {
+    let buf = vec![byte; (len.min(WRITE_CHUNK as u64)) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(buf.len() as u64) as usize;
+        match sys::pwrite(fd, &buf[..n], offset.wrapping_add(done)) {
+            Ok(0) => return Err(libc::EIO),
+            Ok(w) => done += w as u64,
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Why a wait for a server ended early.
@@ -481,7 +598,7 @@ impl Backend for HostBackend<'_> {
     }
 
     fn fork(&mut self, p: ProcId) -> Res<ProcId> {
-        let ((child, _), fd) = self.call_fd(p, Op::Fork, &[])?;
+        let ((child, _), fd) = self.call_fd(p, Op::Fork, &[], None)?;
         let child = child as i32;
         let fd = fd.ok_or_else(|| {
             unsupported(format!(
@@ -530,8 +647,17 @@ impl Backend for HostBackend<'_> {
         };
         let flags = Self::mmap_flags(req) as u64;
         let prot = u64::from(req.prot.bits());
-        self.call(p, Op::Mmap, &[addr, req.len, prot, flags])
-            .map(|r| r.0)
+        match req.file {
+            None => self
+                .call(p, Op::Mmap, &[addr, req.len, prot, flags])
+                .map(|r| r.0),
+            Some((f, offset)) => {
+                let fd = self.file_fd(p, f)?;
+                let args = [addr, req.len, prot, flags, offset];
+                self.call_fd(p, Op::MmapFile, &args, Some(fd))
+                    .map(|(r, _)| r.0)
+            }
+        }
     }
 
     fn munmap(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {
@@ -614,7 +740,118 @@ impl Backend for HostBackend<'_> {
         let pid = self.server(p)?.pid;
         let text = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
             .map_err(|e| unsupported(format!("/proc/{pid}/smaps unreadable: {e}")))?;
-        Ok(procfs::parse_smaps(&text))
+        Ok(procfs::parse_smaps_named(&text)
+            .into_iter()
+            .map(|(mut v, name)| {
+                v.kind = self.vma_kind(&name);
+                v
+            })
+            .collect())
+    }
+
+    fn set_shmem(&mut self, settings: &[ShmemSetting]) -> Res<()> {
+        self.knobs
+            .apply_shmem(settings)
+            .map_err(|e| unsupported(e.to_string()))
+    }
+
+    fn file_create(&mut self, size: u64, kind: FileKind, pattern: Option<u8>) -> Res<FileId> {
+        let file = self
+            .scratch(kind)?
+            .tmpfile()
+            .map_err(|m| unsupported(format!("files: {m}")))?;
+        // Every process of the scenario may use the file as its owner would (ordinary
+        // servers run as nobody: MADV_PAGEOUT of file pages, for one, wants write
+        // permission). The file has no name, so only our descriptors and mappings reach it.
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| unsupported(format!("files: fchmod: {e}")))?;
+        self.undrained = true;
+        let fd = file.as_raw_fd();
+        sys::ftruncate(fd, size).map_err(errno_fail)?;
+        if let Some(b) = pattern {
+            fill_file(fd, 0, size, b).map_err(errno_fail)?;
+        }
+        if kind == FileKind::Disk {
+            // On the device, out of the page cache: the first access reads it back.
+            sys::fsync(fd).map_err(errno_fail)?;
+            sys::drop_cache(fd).map_err(errno_fail)?;
+        }
+        let id = self.files.len() as FileId;
+        self.files.push(HostFile { file });
+        Ok(id)
+    }
+
+    fn pwrite(&mut self, p: ProcId, f: FileId, offset: u64, len: u64, byte: u8) -> Res<()> {
+        let fd = self.file_fd(p, f)?;
+        if len == 0 {
+            // pwrite(2) of nothing still checks the offset.
+            return sys::pwrite(fd, &[], offset).map(|_| ()).map_err(errno_fail);
+        }
+        fill_file(fd, offset, len, byte).map_err(errno_fail)
+    }
+
+    fn pread(&mut self, p: ProcId, f: FileId, offset: u64, len: u64) -> Res<Vec<u8>> {
+        let fd = self.file_fd(p, f)?;
+        let mut out = vec![0u8; len.min(isize::MAX as u64) as usize];
+        let mut got = 0usize;
+        loop {
+            match sys::pread(fd, &mut out[got..], offset.wrapping_add(got as u64)) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got += n;
+                    if got == out.len() {
+                        break;
+                    }
+                }
+                Err(libc::EINTR) => {}
+                Err(e) if got == 0 => return Err(errno_fail(e)),
+                Err(_) => break,
+            }
+        }
+        out.truncate(got);
+        Ok(out)
+    }
+
+    fn ftruncate(&mut self, p: ProcId, f: FileId, size: u64) -> Res<()> {
+        let fd = self.file_fd(p, f)?;
+        sys::ftruncate(fd, size).map_err(errno_fail)
+    }
+
+    fn fallocate(&mut self, p: ProcId, f: FileId, off: u64, len: u64, punch: bool) -> Res<()> {
+        let fd = self.file_fd(p, f)?;
+        let mode = if punch {
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            0
+        };
+        sys::fallocate(fd, mode, off, len).map_err(errno_fail)
+    }
+
+    fn msync(&mut self, p: ProcId, addr: u64, len: u64, mode: MsyncMode) -> Res<()> {
+        self.guard(p, addr, len)?;
+        self.unit(p, Op::Msync, &[addr, len, mode.bits() as u64])
+    }
+
+    fn fsync(&mut self, p: ProcId, f: FileId) -> Res<()> {
+        let fd = self.file_fd(p, f)?;
+        sys::fsync(fd).map_err(errno_fail)
+    }
+
+    fn fincore(&mut self, p: ProcId, f: FileId, offset: u64, len: u64) -> Res<u64> {
+        let fd = self.file_fd(p, f)?;
+        if len == 0 {
+            // cachestat reads a length of 0 as "to the end of the file".
+            return Ok(0);
+        }
+        self.drain();
+        match sys::cachestat(fd, offset, len) {
+            Ok(pages) => Ok(pages * 4096),
+            Err(libc::ENOSYS) => Err(unsupported(
+                "fincore: this kernel has no cachestat(2) (Linux 6.5+)",
+            )),
+            Err(e) => Err(errno_fail(e)),
+        }
     }
 
     fn status(&mut self, p: ProcId) -> Res<StatusView> {

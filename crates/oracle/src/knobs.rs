@@ -6,8 +6,11 @@
 //! also holds an exclusive lock so that two oracle runs never fight over the global knobs.
 //!
 //! Besides the anonymous THP policies it pins the shmem policies (shared anonymous memory
-//! follows those) to their defaults and slows khugepaged down for the run, so a background
-//! collapse cannot change a page between two observations.
+//! and the scenario's tmpfs files follow those) to the host baseline of SCENARIO.md (top
+//! `never`, 2M `inherit`, other sizes `never`) before each file, applies `set shmem`, and
+//! slows khugepaged down for the run (a long sleep, and `max_ptes_none` 0 for the scans it
+//! still makes when woken), so a background collapse cannot change a page between two
+//! observations.
 //!
 //! # The lock directory
 //!
@@ -37,7 +40,7 @@
 //! the tests use to run on a fake tree of plain files.
 
 use crate::{sys, HostError};
-use scenario::{ThpPolicy, ThpSetting, ThpTop};
+use scenario::{Keyword, ShmemSetting, ThpPolicy, ThpSetting, ThpTop};
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -56,6 +59,15 @@ pub const LOCK_DIR_ENV: &str = "USERMM_LOCK_DIR";
 const PMD_KB: u64 = 2048;
 /// khugepaged's sleep between scans during a run (ms).
 const KHUGEPAGED_SLEEP_MS: &str = "3600000";
+/// khugepaged's `max_ptes_none` during a run: it collapses only fully populated ranges.
+/// A long sleep is not enough: khugepaged also scans when a knob is written and when the
+/// first mm registers with it (an `mmap` of a THP-eligible area), and with the default
+/// (511) it would then collapse a range holding a single page, behind the scenario's back.
+/// MADV_COLLAPSE ignores this limit.
+const KHUGEPAGED_MAX_PTES_NONE: &str = "0";
+/// Knobs that may be missing on some kernels (or in a test's fake tree): saved, set and
+/// restored only where they exist.
+const OPTIONAL_KNOBS: [&str; 2] = ["shmem_enabled", "khugepaged/max_ptes_none"];
 /// Where the default lock directory is made, if it exists.
 const RUN_LOCK: &str = "/run/lock";
 const LOCK_NAME: &CStr = c"oracle.lock";
@@ -189,7 +201,11 @@ fn read_knobs(dir: &Path) -> Result<Vec<(PathBuf, String)>, HostError> {
 /// Whether `rel` (relative to the THP directory) is a knob [`ThpKnobs`] saves.
 fn is_knob(rel: &str) -> bool {
     match rel {
-        "enabled" | "use_zero_page" | "shmem_enabled" | "khugepaged/scan_sleep_millisecs" => true,
+        "enabled"
+        | "use_zero_page"
+        | "shmem_enabled"
+        | "khugepaged/scan_sleep_millisecs"
+        | "khugepaged/max_ptes_none" => true,
         _ => rel
             .split_once('/')
             .is_some_and(|(d, f)| size_kb(d).is_some() && matches!(f, "enabled" | "shmem_enabled")),
@@ -522,9 +538,13 @@ impl ThpKnobs {
         let mut v = vec![
             dir.join("enabled"),
             dir.join("use_zero_page"),
-            dir.join("shmem_enabled"),
             dir.join("khugepaged/scan_sleep_millisecs"),
         ];
+        for k in OPTIONAL_KNOBS {
+            if dir.join(k).exists() {
+                v.push(dir.join(k));
+            }
+        }
         for (_, d) in size_dirs(dir)? {
             for f in ["enabled", "shmem_enabled"] {
                 if d.join(f).exists() {
@@ -541,11 +561,20 @@ impl ThpKnobs {
     }
 
     /// Linux's defaults: top `madvise`, 2M `inherit`, other sizes `never`, the zero page
-    /// used; shmem THP off except 2M `inherit`; khugepaged asleep.
+    /// used; shmem THP off except 2M `inherit`; khugepaged asleep and collapsing only full
+    /// ranges.
     pub fn set_defaults(&self) -> Result<(), HostError> {
         self.write(Path::new("enabled"), "madvise")?;
         self.write(Path::new("use_zero_page"), "1")?;
-        self.write(Path::new("shmem_enabled"), "never")?;
+        if self.dir.join("shmem_enabled").exists() {
+            self.write(Path::new("shmem_enabled"), "never")?;
+        }
+        if self.dir.join("khugepaged/max_ptes_none").exists() {
+            self.write(
+                Path::new("khugepaged/max_ptes_none"),
+                KHUGEPAGED_MAX_PTES_NONE,
+            )?;
+        }
         self.write(
             Path::new("khugepaged/scan_sleep_millisecs"),
             KHUGEPAGED_SLEEP_MS,
@@ -569,6 +598,22 @@ impl ThpKnobs {
                 ThpSetting::Size { size, policy } => {
                     let rel = format!("hugepages-{}kB/enabled", size.bytes() / 1024);
                     self.write(Path::new(&rel), policy_word(*policy))?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `set shmem` settings: the top-level `shmem_enabled` and the per-size
+    /// `hugepages-<N>kB/shmem_enabled` (restored like the THP knobs: they are among the
+    /// knobs saved and journaled before any change).
+    pub fn apply_shmem(&self, settings: &[ShmemSetting]) -> Result<(), HostError> {
+        for s in settings {
+            match s {
+                ShmemSetting::Top(t) => self.write(Path::new("shmem_enabled"), t.as_str())?,
+                ShmemSetting::Size { size, policy } => {
+                    let rel = format!("hugepages-{}kB/shmem_enabled", size.bytes() / 1024);
+                    self.write(Path::new(&rel), policy.as_str())?
                 }
             }
         }
@@ -663,6 +708,9 @@ mod tests {
                 "10000".into()
             ))
         );
+        assert!(ok("/thp/khugepaged/max_ptes_none=511").is_some());
+        assert!(ok("/thp/shmem_enabled=never").is_some());
+        assert!(ok("/thp/hugepages-2048kB/shmem_enabled=inherit").is_some());
         assert_eq!(ok("/etc/passwd=x"), None);
         assert_eq!(ok("/thp/../etc/passwd=x"), None);
         assert_eq!(ok("/thp/hugepages-64kB/../../etc/shadow=x"), None);

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod compare;
+pub mod files;
 pub mod host;
 pub mod knobs;
 pub mod layout;
@@ -57,6 +58,46 @@ pub enum HostError {
     /// The stop-signal handlers could not be installed.
     #[error("cannot install SIGINT/SIGTERM handlers: errno {0}")]
     Signals(i32),
+}
+
+/// Runs each file on the host alone (no engine, nothing compared), printing every failed
+/// expectation and where a file stopped; returns the worst exit code as [`run_files`] does.
+/// For checking a scenario's expectations against the host kernel while the engine cannot
+/// run it yet (`cargo run -p oracle --example host_run -- FILE…`).
+pub fn run_files_host_only(files: &[String], verbose: bool) -> u8 {
+    let mut session = match Session::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("usermm oracle: {e}");
+            return 2;
+        }
+    };
+    let mut worst = 0u8;
+    for file in files {
+        let text = match scenario::read_source(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{e}");
+                worst = 2;
+                continue;
+            }
+        };
+        let script = match scenario::Script::parse_checked(file, &text) {
+            Ok(s) => s,
+            Err(errs) => {
+                eprintln!("{}", errs.to_string().trim_end());
+                worst = 2;
+                continue;
+            }
+        };
+        let code = session.run_host(&script, verbose);
+        worst = worst.max(code);
+        if sys::stop_requested() {
+            eprintln!("usermm oracle: interrupted; THP knobs restored");
+            return worst.max(2);
+        }
+    }
+    worst
 }
 
 /// Runs the oracle on each file, printing every report to stdout (and parse errors to

@@ -22,13 +22,22 @@ const MAX_FOLIO_PAGES: u64 = 1024;
 
 /// Parses `/proc/PID/smaps` text.
 pub fn parse_smaps(text: &str) -> Vec<VmaView> {
-    let mut out: Vec<VmaView> = Vec::new();
+    parse_smaps_named(text)
+        .into_iter()
+        .map(|(v, _)| v)
+        .collect()
+}
+
+/// Parses `/proc/PID/smaps` text, with each VMA's name column (empty for anonymous
+/// memory; `/dev/zero (deleted)` for shared anonymous memory; a file's path).
+pub fn parse_smaps_named(text: &str) -> Vec<(VmaView, String)> {
+    let mut out: Vec<(VmaView, String)> = Vec::new();
     for line in text.lines() {
         if let Some(v) = parse_header(line) {
-            out.push(v);
+            out.push((v, header_name(line).to_string()));
             continue;
         }
-        let Some(cur) = out.last_mut() else {
+        let Some((cur, _)) = out.last_mut() else {
             continue;
         };
         let Some((key, rest)) = line.split_once(':') else {
@@ -62,6 +71,19 @@ fn parse_header(line: &str) -> Option<VmaView> {
     })
 }
 
+/// The name column of a maps header line: what follows the inode (spaces kept).
+fn header_name(line: &str) -> &str {
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start();
+        match rest.find(char::is_whitespace) {
+            Some(i) => rest = &rest[i..],
+            None => return "",
+        }
+    }
+    rest.trim()
+}
+
 fn parse_kb(rest: &str) -> Option<u64> {
     let mut it = rest.split_whitespace();
     let n: u64 = it.next()?.parse().ok()?;
@@ -79,6 +101,8 @@ fn set_field(s: &mut SmapsView, key: &str, v: u64) {
         "Private_Dirty" => s.private_dirty = v,
         "Anonymous" => s.anonymous = v,
         "AnonHugePages" => s.anon_huge_pages = v,
+        "ShmemPmdMapped" => s.shmem_pmd_mapped = v,
+        "FilePmdMapped" => s.file_pmd_mapped = v,
         "Locked" => s.locked = v,
         _ => {}
     }
@@ -193,6 +217,8 @@ Shared_Dirty:          4 kB
 Private_Dirty:         4 kB
 Anonymous:             8 kB
 AnonHugePages:         0 kB
+ShmemPmdMapped:     2048 kB
+FilePmdMapped:         4 kB
 Locked:                0 kB
 VmFlags: rd wr mr mw me lo ac
 7f0000000000-7f0000001000 r--s 00000000 00:01 5   /dev/zero (deleted)
@@ -208,7 +234,16 @@ VmFlags: rd sh mr mw me ms
         assert!(v[0].locked && !v[1].locked);
         assert_eq!(v[0].smaps.rss, 8192);
         assert_eq!(v[0].smaps.pss, 4096);
+        assert_eq!(v[0].smaps.shmem_pmd_mapped, 2 << 20);
+        assert_eq!(v[0].smaps.file_pmd_mapped, 4096);
         assert_eq!(v[1].perms, "r--s");
+        let named = parse_smaps_named(text);
+        assert_eq!(named[0].1, "");
+        assert_eq!(named[1].1, "/dev/zero (deleted)");
+        assert_eq!(
+            header_name("1000-2000 rw-s 00000000 00:1a 7   /dev/shm/d/#7 (deleted)"),
+            "/dev/shm/d/#7 (deleted)"
+        );
         assert_eq!(
             status_field("VmPin:\t     12 kB\nVmLck: 0 kB\n", "VmPin"),
             Some(12288)

@@ -48,12 +48,17 @@ pub enum Op {
     Fork = 16,
     /// Release pins and `_exit` (no reply: the connection closes).
     Exit = 17,
+    /// `mmap(addr, len, prot, flags, fd, offset)` of the file whose descriptor is attached
+    /// to the request (SCM_RIGHTS); the server closes its copy after the call.
+    MmapFile = 18,
+    /// `msync(addr, len, flags)`.
+    Msync = 19,
 }
 
 impl Op {
     /// The operation with this code.
     pub fn from_code(code: u64) -> Option<Op> {
-        const ALL: [Op; 17] = [
+        const ALL: [Op; 19] = [
             Op::Mmap,
             Op::Munmap,
             Op::Mprotect,
@@ -71,6 +76,8 @@ impl Op {
             Op::Check,
             Op::Fork,
             Op::Exit,
+            Op::MmapFile,
+            Op::Msync,
         ];
         ALL.iter().copied().find(|o| *o as u64 == code)
     }

