@@ -2,11 +2,11 @@
 
 use crate::ast::Keyword;
 use crate::ast::{
-    Advice, Arch, Errno, MlockallFlags, Outcome, Prot, Setting, Sharing, Signal, ThpPolicy,
-    ThpSetting, ThpTop,
+    Advice, Arch, Errno, FileKind, MlockallFlags, MsyncMode, Outcome, Prot, Setting, Sharing,
+    ShmemSetting, Signal, ThpPolicy, ThpSetting, ThpTop,
 };
 use crate::backend::{
-    Backend, Fail, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
+    Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
     StatusView, VmaKind, VmaView,
 };
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
@@ -18,6 +18,7 @@ pub struct EngineBackend {
     machine: Option<Machine>,
     pending: Vec<(String, String)>,
     thp: Vec<ThpSetting>,
+    shmem: Vec<ShmemSetting>,
     /// The CPU slot the next statement runs on (`on cpuN`).
     cpu: usize,
 }
@@ -258,6 +259,7 @@ impl Backend for EngineBackend {
             populate: r.populate,
             locked: r.locked,
             noreserve: r.noreserve,
+            file: r.file,
         };
         self.with(|cpu| cpu.mmap(p, args).map_err(errno))
     }
@@ -286,6 +288,54 @@ impl Backend for EngineBackend {
     fn madvise(&mut self, p: ProcId, addr: u64, len: u64, a: Advice) -> Res<()> {
         let adv = advice(a)?;
         self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
+    }
+
+    fn set_shmem(&mut self, settings: &[ShmemSetting]) -> Res<()> {
+        // Recorded for the machine; the engine's shmem and tmpfs folios are order 0 whatever
+        // the policy (see `usermm::filemap`), so only the baseline is modelled faithfully.
+        self.shmem.extend_from_slice(settings);
+        Ok(())
+    }
+
+    fn file_create(&mut self, size: u64, kind: FileKind, pattern: Option<u8>) -> Res<FileId> {
+        let kind = match kind {
+            FileKind::Tmpfs => usermm::InodeKind::Tmpfs,
+            FileKind::Disk => usermm::InodeKind::Disk,
+        };
+        self.with(|cpu| cpu.file_create(size, kind, pattern).map_err(errno))
+    }
+
+    fn pwrite(&mut self, _p: ProcId, f: FileId, offset: u64, len: u64, byte: u8) -> Res<()> {
+        self.with(|cpu| cpu.pwrite(f, offset, len, byte).map(|_| ()).map_err(errno))
+    }
+
+    fn pread(&mut self, _p: ProcId, f: FileId, offset: u64, len: u64) -> Res<Vec<u8>> {
+        self.with(|cpu| cpu.pread(f, offset, len).map_err(errno))
+    }
+
+    fn ftruncate(&mut self, _p: ProcId, f: FileId, size: u64) -> Res<()> {
+        self.with(|cpu| cpu.ftruncate(f, size).map_err(errno))
+    }
+
+    fn fallocate(&mut self, _p: ProcId, f: FileId, off: u64, len: u64, punch: bool) -> Res<()> {
+        self.with(|cpu| cpu.fallocate(f, off, len, punch).map_err(errno))
+    }
+
+    fn msync(&mut self, p: ProcId, addr: u64, len: u64, mode: MsyncMode) -> Res<()> {
+        let flags = [match mode {
+            MsyncMode::Sync => usermm::MsyncFlags::Sync,
+            MsyncMode::Async => usermm::MsyncFlags::Async,
+            MsyncMode::Invalidate => usermm::MsyncFlags::Invalidate,
+        }];
+        self.with(|cpu| cpu.msync(p, addr, len, &flags).map_err(errno))
+    }
+
+    fn fsync(&mut self, _p: ProcId, f: FileId) -> Res<()> {
+        self.with(|cpu| cpu.fsync(f).map_err(errno))
+    }
+
+    fn fincore(&mut self, _p: ProcId, f: FileId, offset: u64, len: u64) -> Res<u64> {
+        self.with(|cpu| cpu.fincore(f, offset, len).map_err(errno))
     }
 
     fn mlock(&mut self, p: ProcId, addr: u64, len: u64, op: LockOp) -> Res<()> {
@@ -354,10 +404,11 @@ impl Backend for EngineBackend {
                     end: e.end,
                     perms: e.perms.clone(),
                     locked: e.flags & usermm::vma::VmFlags::LOCKED != 0,
-                    kind: if e.perms.ends_with('s') {
-                        VmaKind::SharedAnon
-                    } else {
-                        VmaKind::Anon
+                    kind: match e.backing {
+                        usermm::views::Backing::Anon => VmaKind::Anon,
+                        usermm::views::Backing::SharedAnon => VmaKind::SharedAnon,
+                        usermm::views::Backing::Tmpfs => VmaKind::TmpfsFile,
+                        usermm::views::Backing::Disk => VmaKind::DiskFile,
                     },
                     smaps: SmapsView {
                         size: s.size,

@@ -44,7 +44,7 @@ fn exact_messages() {
         (
             "p0 mmap 4K rw private anon bogus",
             "f.scn:3:28: unknown option `bogus` for mmap (expected none|r|rw|rx|rwx, private|shared, \
-             anon, populate, locked, norserve, fixed ADDR, noreplace ADDR, hint ADDR)",
+             anon, file NAME, offset SIZE, populate, locked, norserve, fixed ADDR, noreplace ADDR, hint ADDR)",
         ),
         (
             "spawn child",
@@ -65,7 +65,7 @@ fn exact_messages() {
         ),
         (
             "p0 mmap 4K rw private",
-            "f.scn:3:22: missing argument: `anon` (only anonymous mappings exist in v1)",
+            "f.scn:3:22: missing argument: `anon` or `file NAME`",
         ),
         (
             "expect p0 read a 4K",

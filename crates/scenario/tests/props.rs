@@ -4,10 +4,10 @@
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use scenario::{
-    parse, Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck,
-    Keyword, KpageFlag, Limit, Mempolicy, MlockallFlags, Mmap, Name, Outcome, PagemapState, Perms,
-    Placement, Prot, Resource, Script, Setting, Sharing, Signal, SmapsField, StatusField, StmtKind,
-    ThpPolicy, ThpSetting, ThpSize, ThpTop,
+    parse, Access, Action, AddrExpr, Advice, Arch, Backing, BrkDelta, Delta, Errno, Expect,
+    FlagCheck, Keyword, KpageFlag, Limit, Mempolicy, MlockallFlags, Mmap, Name, Outcome,
+    PagemapState, Perms, Placement, Prot, Resource, Script, Setting, Sharing, Signal, SmapsField,
+    StatusField, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
 
 /// Binds every name the generated statements use (processes p0 p1 child,
@@ -80,6 +80,7 @@ fn mmap() -> impl Strategy<Value = Mmap> {
                 len,
                 prot,
                 sharing,
+                backing: Backing::Anon,
                 populate,
                 locked,
                 noreserve,

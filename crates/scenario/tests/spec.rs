@@ -2,10 +2,10 @@
 //! expected tree, and print back to text that parses to the same tree.
 
 use scenario::{
-    parse, Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck,
-    Keyword, KpageFlag, Limit, Mempolicy, MlockallFlags, Mmap, Name, Outcome, PagemapState, Perms,
-    Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal, SmapsField, StatusField,
-    StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
+    parse, Access, Action, AddrExpr, Advice, Arch, Backing, BrkDelta, Delta, Errno, Expect,
+    FlagCheck, Keyword, KpageFlag, Limit, Mempolicy, MlockallFlags, Mmap, Name, Outcome,
+    PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
+    SmapsField, StatusField, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
 
 /// Binds the names the SCENARIO.md snippets use.
@@ -181,6 +181,7 @@ fn mmap(len: u64, prot: Prot, sharing: Sharing) -> Mmap {
         len,
         prot,
         sharing,
+        backing: Backing::Anon,
         populate: false,
         locked: false,
         noreserve: false,

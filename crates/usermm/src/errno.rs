@@ -15,17 +15,20 @@ pub enum Errno {
     ESRCH = 3,
     EINTR = 4,
     EIO = 5,
+    EBADF = 9,
     EAGAIN = 11,
     ENOMEM = 12,
     EACCES = 13,
     EFAULT = 14,
     EBUSY = 16,
     EEXIST = 17,
+    ENODEV = 19,
     EINVAL = 22,
     ENFILE = 23,
     EMFILE = 24,
     EFBIG = 27,
     ENOSPC = 28,
+    ESPIPE = 29,
     EOVERFLOW = 75,
 }
 
@@ -38,17 +41,20 @@ impl Errno {
             Errno::ESRCH => "ESRCH",
             Errno::EINTR => "EINTR",
             Errno::EIO => "EIO",
+            Errno::EBADF => "EBADF",
             Errno::EAGAIN => "EAGAIN",
             Errno::ENOMEM => "ENOMEM",
             Errno::EACCES => "EACCES",
             Errno::EFAULT => "EFAULT",
             Errno::EBUSY => "EBUSY",
             Errno::EEXIST => "EEXIST",
+            Errno::ENODEV => "ENODEV",
             Errno::EINVAL => "EINVAL",
             Errno::ENFILE => "ENFILE",
             Errno::EMFILE => "EMFILE",
             Errno::EFBIG => "EFBIG",
             Errno::ENOSPC => "ENOSPC",
+            Errno::ESPIPE => "ESPIPE",
             Errno::EOVERFLOW => "EOVERFLOW",
         }
     }
@@ -69,23 +75,26 @@ impl Errno {
     }
 }
 
-const ALL: [Errno; 17] = [
+const ALL: [Errno; 20] = [
     Errno::EPERM,
     Errno::ENOENT,
     Errno::ESRCH,
     Errno::EINTR,
     Errno::EIO,
+    Errno::EBADF,
     Errno::EAGAIN,
     Errno::ENOMEM,
     Errno::EACCES,
     Errno::EFAULT,
     Errno::EBUSY,
     Errno::EEXIST,
+    Errno::ENODEV,
     Errno::EINVAL,
     Errno::ENFILE,
     Errno::EMFILE,
     Errno::EFBIG,
     Errno::ENOSPC,
+    Errno::ESPIPE,
     Errno::EOVERFLOW,
 ];
 

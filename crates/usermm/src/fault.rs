@@ -12,8 +12,10 @@
 //! page that is not PageAnonExclusive always copies; Linux 6.15+ may reuse it when the folio
 //! is mapped exclusively by this mm.
 
+use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
+use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{index, PageTables, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
@@ -155,8 +157,8 @@ impl<'m> Cpu<'m> {
         let pte = ptes.get_raw(idx);
         if pte == 0 {
             drop(ptes);
-            return match &vmf.vma.shmem {
-                Some(_) => self.do_shared_fault(vmf),
+            return match &vmf.vma.file {
+                Some(_) => self.do_fault(vmf),
                 None => self.do_anonymous_page(vmf),
             };
         }
@@ -191,8 +193,7 @@ impl<'m> Cpu<'m> {
         let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
         let arch = pt.arch;
         if vmf.access == Access::Read {
-            let entry =
-                arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.flags.page_prot(), false));
+            let entry = arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.page_prot(), false));
             let mut ptes = PteLock::lock(pt, c, vmf.table);
             let idx = vmf.idx();
             if ptes.peek_raw(idx) == 0 {
@@ -219,7 +220,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(&self.m.phys, c, head, nr, Level::Pte, owner, mm.id);
         self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
         self.folio_add_lru_vma(head, vma);
-        let mut entry = arch.mk_pte(head, vma.flags.page_prot(), false);
+        let mut entry = arch.mk_pte(head, vma.page_prot(), false);
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
@@ -276,98 +277,170 @@ impl<'m> Cpu<'m> {
         Some((h, 0, addr & !4095))
     }
 
-    fn do_shared_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
-        let c = self.c();
-        let (mm, vma, addr, access) = (vmf.mm, vmf.vma, vmf.addr, vmf.access);
-        let Some(shmem) = &vma.shmem else {
+    /// `do_fault`: an empty PTE in a file VMA (tmpfs, disk, or shared anonymous memory).
+    fn do_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
+        let Some(inode) = vmf.vma.file.clone() else {
             return self.segv();
         };
-        if access == Access::Read && self.do_fault_around(vmf) {
+        if vmf.access == Access::Read {
+            self.do_read_fault(vmf, &inode)
+        } else if !vmf.vma.flags.has(VmFlags::SHARED) {
+            self.do_cow_fault(vmf, &inode)
+        } else {
+            self.do_shared_fault(vmf, &inode)
+        }
+    }
+
+    fn count_file_fault(&self, inode: &Inode, lookup: CacheLookup) {
+        let c = self.c();
+        if inode.kind == InodeKind::ShmemAnon {
+            c.add(Ev::FaultShared, 1);
+        } else {
+            c.add(Ev::FaultFile, 1);
+            if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
+                c.add(Ev::FaultFileMajor, 1);
+            }
+        }
+    }
+
+    /// `do_read_fault`: fault-around first; if it did not map the faulting page, find or read
+    /// the page and map it read-only (or writable-clean in a shared mapping without dirty
+    /// tracking, as `vm_page_prot` says).
+    fn do_read_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+        if self.m.tunables().fault_around_bytes > PAGE_SIZE && self.do_fault_around(vmf, inode) {
+            self.count_file_fault(inode, CacheLookup::Hit);
             return FaultOutcome::Completed;
         }
-        let pgoff = vma.pgoff_at(addr);
-        if pgoff >= shmem.size_pages {
-            // Beyond the object's size (a shared mapping grown by mremap): SIGBUS.
-            self.c().add(Ev::FaultSigbus, 1);
-            return FaultOutcome::Sigbus;
-        }
-        let pfn = {
-            let mut cache = shmem.pages.lock();
-            match cache.get(&pgoff) {
-                Some(&p) => p,
-                None => {
-                    let Some(p) = self.m.phys.alloc_folio(
-                        c,
-                        0,
-                        self.folio_node(addr, 0),
-                        FolioKind::Shmem,
-                        Zeroing::Zero,
-                    ) else {
-                        return self.oom();
-                    };
-                    self.m.phys.memmap.set_mapping(p, shmem.id);
-                    self.folio_add_lru(p);
-                    cache.insert(pgoff, p);
-                    self.m.phys.memmap.set_index(p, pgoff);
-                    p
-                }
-            }
+        let pgoff = vmf.vma.pgoff_at(vmf.addr);
+        let (pfn, lookup) = match self.filemap_fault(inode, vmf.vma, pgoff) {
+            Ok(r) => r,
+            Err(o) => return o,
         };
+        self.count_file_fault(inode, lookup);
+        self.finish_fault(vmf, pfn, false)
+    }
+
+    /// `do_cow_fault`: a write to an empty PTE of a private file mapping copies the file's
+    /// page into a new anonymous page; the page-cache page is not mapped.
+    fn do_cow_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+        let c = self.c();
+        let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
+        let phys = &self.m.phys;
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let (old, lookup) = match self.filemap_fault(inode, vma, vma.pgoff_at(addr)) {
+            Ok(r) => r,
+            Err(o) => return o,
+        };
+        let new = phys.alloc_folio(
+            c,
+            0,
+            self.folio_node(addr, 0),
+            FolioKind::Anon,
+            Zeroing::NoZero,
+        );
+        let Some(new) = new else {
+            phys.put_folio(c, old, 1);
+            return self.oom();
+        };
+        phys.arena.copy_frame(new, old);
+        c.add(Ev::PagesCopied, 1);
+        phys.put_folio(c, old, 1);
+        let idx = vmf.idx();
+        let arch = vmf.pt.arch;
+        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+        if ptes.peek_raw(idx) != 0 {
+            drop(ptes);
+            phys.put_folio(c, new, 1);
+            return FaultOutcome::Completed;
+        }
+        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+        phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
+        self.folio_add_lru_vma(new, vma);
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot(), false)));
+        ptes.set_ptes(idx, entry, 1);
+        mm.rss_add(RssKind::Anon, 1);
+        self.count_file_fault(inode, lookup);
+        c.add(Ev::FaultFileCow, 1);
+        FaultOutcome::Completed
+    }
+
+    /// `do_shared_fault`: a write to an empty PTE of a shared file mapping maps the page
+    /// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
+    /// `page_mkwrite` has nothing more to do here).
+    fn do_shared_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+        let (pfn, lookup) = match self.filemap_fault(inode, vmf.vma, vmf.vma.pgoff_at(vmf.addr)) {
+            Ok(r) => r,
+            Err(o) => return o,
+        };
+        self.count_file_fault(inode, lookup);
+        self.m.phys.memmap.set(pfn, PageFlag::Dirty);
+        self.finish_fault(vmf, pfn, true)
+    }
+
+    /// `finish_fault` / `set_pte_range`: maps page-cache page `pfn` (whose reference the
+    /// lookup took) at the fault address.
+    fn finish_fault(&self, vmf: &FaultCtx<'_, 'm>, pfn: u64, write: bool) -> FaultOutcome {
+        let c = self.c();
+        let (mm, vma) = (vmf.mm, vmf.vma);
         let arch = vmf.pt.arch;
         let idx = vmf.idx();
         let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
         if ptes.peek_raw(idx) != 0 {
+            drop(ptes);
+            self.m.phys.put_folio(c, pfn, 1);
             return FaultOutcome::Completed;
         }
-        rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
         rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
         self.mlock_vma_folio(pfn, vma);
-        let mut entry = arch.mk_pte(pfn, vma.flags.page_prot(), false);
-        if access == Access::Write {
-            entry = arch.mkdirty(entry);
-            self.m.phys.memmap.set(pfn, PageFlag::Dirty);
+        let mut entry = arch.mk_pte(pfn, vma.page_prot(), false);
+        if write {
+            entry = arch.mkwrite(arch.mkdirty(entry));
         }
         ptes.set_ptes(idx, entry, 1);
-        c.add(Ev::FaultShared, 1);
-        mm.rss_add(RssKind::Shmem, 1);
+        mm.rss_add(vma.file_rss(), 1);
         FaultOutcome::Completed
     }
 
-    /// `do_fault_around` with `filemap_map_pages`: a read fault on shmem maps the pages of the
-    /// surrounding 64 KiB window (`fault_around_bytes`) that are already in the page cache,
-    /// clean and young. Returns whether the faulting page itself got mapped.
-    fn do_fault_around(&self, vmf: &FaultCtx<'_, 'm>) -> bool {
-        const FAULT_AROUND_BYTES: u64 = 64 << 10;
+    /// `do_fault_around` with `filemap_map_pages`: a read fault maps the pages of the
+    /// surrounding `fault_around_bytes` window (inside the VMA, the PMD and the file) that are
+    /// already in the page cache, uptodate and not a readahead marker. Returns whether the
+    /// faulting page itself got mapped.
+    fn do_fault_around(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> bool {
         let c = self.c();
         let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
-        let Some(shmem) = &vma.shmem else {
-            return false;
-        };
+        let mem = &self.m.phys.memmap;
+        let window = self.m.tunables().fault_around_bytes;
         let pmd_start = addr & !(PMD_SIZE - 1);
-        let start = (addr & !(FAULT_AROUND_BYTES - 1))
-            .max(vma.start)
-            .max(pmd_start);
-        let end = ((addr & !(FAULT_AROUND_BYTES - 1)) + FAULT_AROUND_BYTES)
+        let file_end = inode.size_pages();
+        let start = (addr & !(window - 1)).max(vma.start).max(pmd_start);
+        let end = ((addr & !(window - 1)) + window)
             .min(vma.end)
             .min(pmd_start + PMD_SIZE);
-        let cache = shmem.pages.lock();
+        let cache = inode.pages.lock();
         let mut ptes = PteLock::lock(pt, c, vmf.table);
         let mut mapped_fault = false;
         let mut a = start;
         while a < end {
             let idx = index(a, 12);
-            if let (0, Some(&pfn)) = (ptes.peek_raw(idx), cache.get(&vma.pgoff_at(a))) {
+            let pgoff = vma.pgoff_at(a);
+            let page = cache.get(&pgoff).copied().filter(|&p| {
+                pgoff < file_end
+                    && mem.test(p, PageFlag::Uptodate)
+                    && !mem.test(p, PageFlag::Readahead)
+            });
+            if let (0, Some(pfn)) = (ptes.peek_raw(idx), page) {
                 rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
                 rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
                 self.mlock_vma_folio(pfn, vma);
-                ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.flags.page_prot(), false), 1);
-                mm.rss_add(RssKind::Shmem, 1);
-                mapped_fault |= a == (addr & !4095);
+                ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot(), false), 1);
+                mm.rss_add(vma.file_rss(), 1);
+                if a == (addr & !4095) {
+                    mapped_fault = true;
+                } else {
+                    c.add(Ev::FaultAroundPages, 1);
+                }
             }
             a += 4096;
-        }
-        if mapped_fault {
-            c.add(Ev::FaultShared, 1);
         }
         mapped_fault
     }
@@ -381,13 +454,15 @@ impl<'m> Cpu<'m> {
         let mem = &self.m.phys.memmap;
         let pfn = arch.pfn(pte);
         let zero = vmf.pt.vm_normal_folio(pte).is_none();
-        if !zero && vma.shmem.is_some() {
+        if !zero && vma.flags.has(VmFlags::SHARED) {
+            // wp_page_shared: a page-cache page written through a shared mapping that tracks
+            // dirtying (or one made read-only by mprotect) becomes writable and dirty.
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
             ptes.replace(idx, new);
-            mem.set(pfn, PageFlag::Dirty);
+            mem.set(mem.folio_of(pfn), PageFlag::Dirty);
             return FaultOutcome::Completed;
         }
-        if !zero {
+        if !zero && mem.test(mem.folio_of(pfn), PageFlag::Anon) {
             let head = mem.folio_of(pfn);
             let large = mem.test(head, PageFlag::Head);
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
@@ -484,7 +559,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
-        let mut entry = arch.mk_pte(new, vma.flags.page_prot(), false);
+        let mut entry = arch.mk_pte(new, vma.page_prot(), false);
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
         ptes.clear(idx, 1);
@@ -495,6 +570,12 @@ impl<'m> Cpu<'m> {
             mm.rss_add(RssKind::Anon, 1);
         } else {
             let head = phys.memmap.folio_of(old_pfn);
+            if !phys.memmap.test(head, PageFlag::Anon) {
+                // A page-cache page of a private file mapping gives way to an anon copy.
+                mm.rss_add(vma.file_rss(), -1);
+                mm.rss_add(RssKind::Anon, 1);
+                c.add(Ev::FaultFileCow, 1);
+            }
             rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
             self.munlock_vma_folio(head, vma);
             phys.put_folio(c, head, 1);
@@ -534,7 +615,7 @@ impl<'m> Cpu<'m> {
 
     /// Whether a PMD-sized THP may back `addr` in `vma`.
     pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: u64) -> bool {
-        if vma.shmem.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
+        if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
             return false;
         }
         let haddr = addr & !(PMD_SIZE - 1);
@@ -597,7 +678,7 @@ impl<'m> Cpu<'m> {
         if access == Access::Read && use_zero {
             let hz = phys.huge_zero_pfn()?;
             let deposit = self.alloc_deposit()?;
-            let entry = arch.mkspecial(arch.mk_pte(hz, vma.flags.page_prot(), true));
+            let entry = arch.mkspecial(arch.mk_pte(hz, vma.page_prot(), true));
             let mut pmdl = PmdLock::lock(pt, c, pmd_t);
             if pmdl.get(pmd_idx) != 0 {
                 drop(pmdl);
@@ -629,7 +710,7 @@ impl<'m> Cpu<'m> {
         }
         self.deposit_table(mm, haddr, deposit);
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let mut entry = arch.mk_pte(head, vma.flags.page_prot(), true);
+        let mut entry = arch.mk_pte(head, vma.page_prot(), true);
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
@@ -724,7 +805,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.flags.page_prot(), true)));
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.page_prot(), true)));
         // Break before make: the huge zero page leaves every TLB before the THP appears.
         pmdl.clear(pmd_idx);
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));

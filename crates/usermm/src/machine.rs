@@ -106,7 +106,13 @@ pub struct Machine {
     vma_tree_fail: AtomicU64,
     /// Interleave policy in force (`set mempolicy`).
     interleave: AtomicBool,
+    /// Open files by [`FileId`]: the scenario's files, each holding a user of its inode so
+    /// it outlives the processes that map it.
+    files: RwLock<Vec<Arc<crate::filemap::Inode>>>,
 }
+
+/// A handle of an open file of the machine (`file_create`).
+pub type FileId = u32;
 
 impl Machine {
     /// Builds a machine.
@@ -134,7 +140,28 @@ impl Machine {
             committed: AtomicI64::new(0),
             vma_tree_fail: AtomicU64::new(0),
             interleave: AtomicBool::new(false),
+            files: RwLock::new(Vec::new()),
         }
+    }
+
+    /// The open file `id` (`EBADF` if there is none).
+    pub fn file(&self, id: FileId) -> SysResult<Arc<crate::filemap::Inode>> {
+        self.files
+            .read()
+            .get(id as usize)
+            .cloned()
+            .ok_or(crate::errno::Errno::EBADF)
+    }
+
+    /// Every open file.
+    pub fn files(&self) -> Vec<Arc<crate::filemap::Inode>> {
+        self.files.read().clone()
+    }
+
+    pub(crate) fn add_file(&self, f: Arc<crate::filemap::Inode>) -> FileId {
+        let mut files = self.files.write();
+        files.push(f);
+        (files.len() - 1) as FileId
     }
 
     /// Claims CPU slot `id` for the calling thread.

@@ -46,8 +46,10 @@ pub type Pid = u32;
 pub enum RssKind {
     /// Anonymous pages.
     Anon = 0,
-    /// Shared memory pages.
+    /// Shared memory pages (shared anonymous memory and tmpfs: `MM_SHMEMPAGES`).
     Shmem = 1,
+    /// Pages of other files (`MM_FILEPAGES`).
+    File = 2,
 }
 
 /// A long-term pin taken by `pin` (an io_uring fixed buffer).
@@ -102,7 +104,7 @@ pub struct Mm {
     pub lock: RwLock<MmState>,
     /// Protects populating upper page-table levels and the deposited tables.
     pub page_table_lock: Mutex<()>,
-    rss: [AtomicI64; 2],
+    rss: [AtomicI64; 3],
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
     pub has_pinned: AtomicBool,
     /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
@@ -117,7 +119,7 @@ impl Mm {
             pgd,
             lock: RwLock::new(state),
             page_table_lock: Mutex::new(()),
-            rss: [AtomicI64::new(0), AtomicI64::new(0)],
+            rss: [AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)],
             has_pinned: AtomicBool::new(false),
             deposited: Mutex::new(HashMap::new()),
         }

@@ -39,6 +39,34 @@ counters! {
     FaultAnonPmd => "faults_anon_pmd",
     /// Faults on shared (shmem) mappings.
     FaultShared => "faults_shared",
+    /// Read faults on file mappings that mapped a page-cache page (`do_read_fault`).
+    FaultFile => "faults_file",
+    /// File faults that had to read the page from the device (major faults).
+    FaultFileMajor => "faults_file_major",
+    /// Write faults on private file mappings that copied the page (`do_cow_fault`).
+    FaultFileCow => "faults_file_cow",
+    /// Pages mapped by fault-around (`filemap_map_pages`), besides the faulting one.
+    FaultAroundPages => "fault_around_pages",
+    /// Folios added to a page cache.
+    PageCacheAdd => "pagecache_add",
+    /// Folios removed from a page cache by truncate, hole punching or removal.
+    PageCacheDelete => "pagecache_delete",
+    /// Clean page-cache folios reclaimed (MADV_PAGEOUT).
+    PageCacheEvict => "pagecache_evict",
+    /// Readahead windows submitted.
+    Readahead => "readahead",
+    /// Read I/Os to the disk device (one per run of consecutive allocated blocks).
+    DiskReads => "disk_reads",
+    /// Bytes read from the disk device.
+    DiskReadBytes => "disk_read_bytes",
+    /// Write I/Os to the disk device (writeback).
+    DiskWrites => "disk_writes",
+    /// Bytes written to the disk device.
+    DiskWriteBytes => "disk_write_bytes",
+    /// Bytes copied by `read(2)` from files.
+    FileReadBytes => "file_read_bytes",
+    /// Bytes copied by `write(2)` to files.
+    FileWriteBytes => "file_write_bytes",
     /// Write-protect faults.
     FaultWp => "faults_wp",
     /// COW faults resolved by copying the page.

@@ -192,6 +192,12 @@ pub struct Tunables {
     pub sharing: crate::sharing::SharingTracker,
     /// Keep every side-table tracker up to date so `validate` compares them all.
     pub sharing_shadow: bool,
+    /// The disk's `read_ahead_kb` (`bdi->ra_pages` in KiB): the readahead window of disk files.
+    pub read_ahead_kb: u64,
+    /// The disk's `max_sectors_kb` (`bdi->io_pages` in KiB): the cap of one forced readahead.
+    pub max_sectors_kb: u64,
+    /// `fault_around_bytes`: the window a read fault on a file maps from the page cache.
+    pub fault_around_bytes: u64,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -214,6 +220,14 @@ impl Default for Tunables {
             linear_map: crate::kmap::LinearMapVariant::SingleMap,
             sharing: crate::sharing::SharingTracker::Owner,
             sharing_shadow: cfg!(debug_assertions),
+            // The scenario host's virtio disk (Linux 6.18.44): /sys/block/vda/queue/read_ahead_kb
+            // reads 8192 and max_sectors_kb 4096, so readahead windows are 2048 pages and a
+            // forced readahead (MADV_WILLNEED) is capped at 1024 pages. Linux's own default
+            // for a plain disk is 128 (`VM_READAHEAD_PAGES`).
+            read_ahead_kb: 8192,
+            max_sectors_kb: 4096,
+            // Linux's default (debugfs fault_around_bytes): 16 pages.
+            fault_around_bytes: 64 << 10,
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
             test_skip_fork_wrprotect: false,
@@ -350,6 +364,24 @@ impl Tunables {
                 help: "map the huge zero page on PMD-sized read faults",
             },
             TunableInfo {
+                name: "read_ahead_kb",
+                value: self.read_ahead_kb.to_string(),
+                values: "integer (KiB)",
+                help: "the disk's read_ahead_kb: readahead window of disk files",
+            },
+            TunableInfo {
+                name: "max_sectors_kb",
+                value: self.max_sectors_kb.to_string(),
+                values: "integer (KiB)",
+                help: "the disk's max_sectors_kb: cap of a forced readahead (MADV_WILLNEED)",
+            },
+            TunableInfo {
+                name: "fault_around_bytes",
+                value: self.fault_around_bytes.to_string(),
+                values: "4096..=65536, power of two",
+                help: "fault_around_bytes: how much a file read fault maps from the page cache",
+            },
+            TunableInfo {
                 name: "check_tlb",
                 value: self.check_tlb.to_string(),
                 values: "true|false",
@@ -421,6 +453,27 @@ impl Tunables {
             }
             "thp_use_zero_page" => {
                 self.thp.use_zero_page = parse_bool(value).ok_or_else(|| bad("true|false"))?
+            }
+            "read_ahead_kb" => {
+                self.read_ahead_kb = value
+                    .parse()
+                    .ok()
+                    .filter(|&v| v <= 1 << 20)
+                    .ok_or_else(|| bad("integer (KiB)"))?
+            }
+            "max_sectors_kb" => {
+                self.max_sectors_kb = value
+                    .parse()
+                    .ok()
+                    .filter(|&v| v <= 1 << 20)
+                    .ok_or_else(|| bad("integer (KiB)"))?
+            }
+            "fault_around_bytes" => {
+                self.fault_around_bytes = value
+                    .parse()
+                    .ok()
+                    .filter(|&v: &u64| v.is_power_of_two() && (4096..=65536).contains(&v))
+                    .ok_or_else(|| bad("4096..=65536, power of two"))?
             }
             "check_tlb" => self.check_tlb = parse_bool(value).ok_or_else(|| bad("true|false"))?,
             "test_skip_tlb_flush" => {

@@ -70,13 +70,16 @@ impl Machine {
                 }
             }
             for id in st.vmas.all() {
-                if let Some(s) = &st.vmas.get(id).shmem {
+                if let Some(s) = &st.vmas.get(id).file {
                     if shmem_seen.insert(s.id) {
-                        for &pfn in s.pages.lock().values() {
-                            folios.entry(pfn).or_default().refs += 1;
-                        }
+                        self.check_page_cache(s, &mut folios, &mut r);
                     }
                 }
+            }
+        }
+        for f in self.files() {
+            if shmem_seen.insert(f.id) {
+                self.check_page_cache(&f, &mut folios, &mut r);
             }
         }
         for cpu in 0..self.nr_cpus() {
@@ -113,6 +116,49 @@ impl Machine {
             Ok(())
         } else {
             Err(r.errors)
+        }
+    }
+
+    /// A file's page cache: each page holds one reference, names the file and its index, and
+    /// lies below the end of file; disk pages are on the file LRU, shmem ones swap-backed.
+    fn check_page_cache(
+        &self,
+        f: &crate::filemap::Inode,
+        folios: &mut BTreeMap<u64, FolioRecount>,
+        r: &mut Report,
+    ) {
+        let mem = &self.phys.memmap;
+        let size_pages = f.size_pages();
+        for (&idx, &pfn) in f.pages.lock().iter() {
+            folios.entry(pfn).or_default().refs += 1;
+            if mem.mapping(pfn) != f.id || mem.index(pfn) != idx {
+                r.err(format!(
+                    "file {}: cache page {idx} (pfn {pfn:#x}) names file {} index {}",
+                    f.id,
+                    mem.mapping(pfn),
+                    mem.index(pfn)
+                ));
+            }
+            if idx >= size_pages {
+                r.err(format!(
+                    "file {}: cache page {idx} lies past the end of file ({size_pages} pages)",
+                    f.id
+                ));
+            }
+            if mem.test(pfn, PageFlag::Anon)
+                || mem.test(pfn, PageFlag::SwapBacked) != f.kind.is_shmem()
+            {
+                r.err(format!(
+                    "file {}: cache page {idx} has the wrong kind (anon or swap-backed flag)",
+                    f.id
+                ));
+            }
+            if mem.test(pfn, PageFlag::Writeback) {
+                r.err(format!(
+                    "file {}: cache page {idx} left under writeback",
+                    f.id
+                ));
+            }
         }
     }
 
@@ -160,7 +206,7 @@ impl Machine {
             pgd: mm.pgd,
         };
         let mut tables = 0u64;
-        let mut rss = [0i64; 2];
+        let mut rss = [0i64; 3];
         pt.for_each_table(|level, table| {
             tables += 1;
             let used = (0..PTRS_PER_TABLE)
@@ -181,7 +227,11 @@ impl Machine {
         });
         self.recount_leaves(mm, &st, pt, folios, &mut rss, r);
         tables += mm.deposited.lock().len() as u64;
-        for (kind, n) in [(RssKind::Anon, rss[0]), (RssKind::Shmem, rss[1])] {
+        for (kind, n) in [
+            (RssKind::Anon, rss[0]),
+            (RssKind::Shmem, rss[1]),
+            (RssKind::File, rss[2]),
+        ] {
             if mm.rss(kind) != n {
                 r.err(format!(
                     "mm {}: rss {:?} is {} but page tables map {}",
@@ -202,7 +252,7 @@ impl Machine {
         st: &crate::mm::MmState,
         pt: PageTables<'_>,
         folios: &mut BTreeMap<u64, FolioRecount>,
-        rss: &mut [i64; 2],
+        rss: &mut [i64; 3],
         r: &mut Report,
     ) {
         let arch = self.arch;
@@ -228,7 +278,8 @@ impl Machine {
             }
             let head = mem.folio_of(pfn);
             let f = folios.entry(head).or_default();
-            let kind = if vma.shmem.is_some() { 1 } else { 0 };
+            let anon = mem.test(head, PageFlag::Anon);
+            let kind = if anon { 0 } else { vma.file_rss() as usize };
             if vma.flags.has(VmFlags::LOCKED) {
                 f.locked_maps += 1;
             } else if st.mlock_stale.iter().any(|&(s, e)| s <= addr && addr < e) {
@@ -250,7 +301,7 @@ impl Machine {
                     f.excl_mms.entry(pfn).or_default().insert(mm.id);
                 }
             }
-            if vma.shmem.is_none()
+            if anon
                 && arch.write(e)
                 && !mem.test(if huge { head } else { pfn }, PageFlag::AnonExclusive)
             {

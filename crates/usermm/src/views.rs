@@ -29,6 +29,33 @@ pub struct MapsEntry {
     pub offset: u64,
     /// VMA flags (for `usermm` views; Linux shows them in smaps `VmFlags`).
     pub flags: u64,
+    /// What the VMA maps (the name column).
+    pub backing: Backing,
+}
+
+/// What a VMA maps: the name column of `/proc/PID/maps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backing {
+    /// Private anonymous memory (no name).
+    Anon,
+    /// Shared anonymous memory (`/dev/zero (deleted)`).
+    SharedAnon,
+    /// A tmpfs file.
+    Tmpfs,
+    /// A disk file.
+    Disk,
+}
+
+impl Backing {
+    fn of(v: &Vma) -> Backing {
+        match v.file.as_ref().map(|f| f.kind) {
+            None => Backing::Anon,
+            Some(crate::filemap::InodeKind::ShmemAnon) => Backing::SharedAnon,
+            Some(crate::filemap::InodeKind::Tmpfs) => Backing::Tmpfs,
+            Some(crate::filemap::InodeKind::Disk) => Backing::Disk,
+        }
+    }
 }
 
 /// The smaps fields of one VMA, in bytes.
@@ -52,6 +79,8 @@ pub struct Smaps {
     pub anonymous: u64,
     /// AnonHugePages.
     pub anon_huge_pages: u64,
+    /// Referenced: pages whose PTE is young or whose folio is referenced.
+    pub referenced: u64,
     /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
     pub locked_fixed: u64,
 }
@@ -78,6 +107,7 @@ impl Smaps {
         self.private_dirty += o.private_dirty;
         self.anonymous += o.anonymous;
         self.anon_huge_pages += o.anon_huge_pages;
+        self.referenced += o.referenced;
         self.locked_fixed += o.locked_fixed;
     }
 }
@@ -93,6 +123,8 @@ pub struct Status {
     pub rss_anon: u64,
     /// RssShmem.
     pub rss_shmem: u64,
+    /// RssFile.
+    pub rss_file: u64,
     /// VmLck.
     pub vm_lck: u64,
     /// VmPin.
@@ -138,6 +170,7 @@ pub mod kpf {
     pub const RESERVED: u32 = 32;
     pub const MLOCKED: u32 = 33;
     pub const MAPPEDTODISK: u32 = 34;
+    pub const WRITEBACK: u32 = 8;
 }
 
 /// The leaf mapping one address: the frame and whether it is a PMD leaf.
@@ -197,9 +230,20 @@ fn accumulate(s: &mut Smaps, phys: &PhysMem, head: u64, ch: Charge) {
 }
 
 /// `smaps_account` for `nr` pages from `page` mapped by one entry.
-fn smaps_account(s: &mut Smaps, phys: &PhysMem, page: u64, nr: u64, dirty: bool, locked: bool) {
+fn smaps_account(
+    s: &mut Smaps,
+    phys: &PhysMem,
+    page: u64,
+    nr: u64,
+    dirty: bool,
+    young: bool,
+    locked: bool,
+) {
     let head = phys.memmap.folio_of(page);
     let size = nr * 4096;
+    if young || phys.memmap.test(head, PageFlag::Referenced) {
+        s.referenced += size;
+    }
     if phys.memmap.test(head, PageFlag::Anon) {
         s.anonymous += size;
     }
@@ -244,13 +288,14 @@ impl<'m> Cpu<'m> {
             .into_iter()
             .map(|id| {
                 let v = st.vmas.get(id);
-                let offset = if v.shmem.is_some() { v.pgoff << 12 } else { 0 };
+                let offset = if v.file.is_some() { v.pgoff << 12 } else { 0 };
                 MapsEntry {
                     start: v.start,
                     end: v.end,
                     perms: v.flags.perms(),
                     offset,
                     flags: v.flags.0,
+                    backing: Backing::of(v),
                 }
             })
             .collect())
@@ -267,8 +312,9 @@ impl<'m> Cpu<'m> {
                 start: v.start,
                 end: v.end,
                 perms: v.flags.perms(),
-                offset: 0,
+                offset: if v.file.is_some() { v.pgoff << 12 } else { 0 },
                 flags: v.flags.0,
+                backing: Backing::of(v),
             };
             out.push((e, self.smaps_vma(&task.mm, v)));
         }
@@ -294,6 +340,7 @@ impl<'m> Cpu<'m> {
                             pfn,
                             1 << HPAGE_PMD_ORDER,
                             pt.arch.dirty(entry),
+                            pt.arch.young(entry),
                             locked,
                         );
                         if phys.memmap.test(pfn, PageFlag::Anon) {
@@ -315,6 +362,7 @@ impl<'m> Cpu<'m> {
                                 pt.arch.pfn(e),
                                 1,
                                 pt.arch.dirty(e),
+                                pt.arch.young(e),
                                 locked,
                             );
                         }
@@ -333,12 +381,13 @@ impl<'m> Cpu<'m> {
         let mut s = Status {
             rss_anon: mm.rss(RssKind::Anon).max(0) as u64 * 4096,
             rss_shmem: mm.rss(RssKind::Shmem).max(0) as u64 * 4096,
+            rss_file: mm.rss(RssKind::File).max(0) as u64 * 4096,
             vm_lck: st.locked_vm * 4096,
             vm_pin: st.pinned_vm * 4096,
             map_count: st.vmas.count() as u64,
             ..Status::default()
         };
-        s.vm_rss = s.rss_anon + s.rss_shmem;
+        s.vm_rss = s.rss_anon + s.rss_shmem + s.rss_file;
         for id in st.vmas.all() {
             let v = st.vmas.get(id);
             s.vm_size += v.len();
@@ -475,8 +524,13 @@ pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
     // PG_anon_exclusive shares its bit with PG_mappedtodisk (a per-page flag).
     set(
         kpf::MAPPEDTODISK,
-        mm.test(head, PageFlag::Anon) && mm.test(pfn, PageFlag::AnonExclusive),
+        if mm.test(head, PageFlag::Anon) {
+            mm.test(pfn, PageFlag::AnonExclusive)
+        } else {
+            mm.test(head, PageFlag::MappedToDisk)
+        },
     );
+    set(kpf::WRITEBACK, mm.test(head, PageFlag::Writeback));
     set(kpf::PGTABLE, mm.test(head, PageFlag::Pgtable));
     u
 }

@@ -111,6 +111,17 @@ impl Drop for MmuGather<'_, '_> {
     }
 }
 
+/// Which pages a zap removes (`struct zap_details`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZapDetails {
+    /// Every page (munmap, exit, MADV_DONTNEED, truncate's `even_cows`).
+    #[default]
+    All,
+    /// Only page-cache pages: the private anonymous copies (COW) of a file mapping stay
+    /// (`unmap_mapping_range(.., even_cows = 0)`, hole punching).
+    FilePagesOnly,
+}
+
 impl<'m> Cpu<'m> {
     /// Zaps every mapping of `[start, end)` inside `vma` (`unmap_page_range`).
     pub fn zap_vma_range(
@@ -120,6 +131,19 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         start: u64,
         end: u64,
+    ) {
+        self.zap_vma_range_details(tlb, mm, vma, start, end, ZapDetails::All);
+    }
+
+    /// [`Cpu::zap_vma_range`] restricted by `details` (`zap_page_range_single` with details).
+    pub(crate) fn zap_vma_range_details(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+        details: ZapDetails,
     ) {
         let start = start.max(vma.start);
         let end = end.min(vma.end);
@@ -136,7 +160,7 @@ impl<'m> Cpu<'m> {
                 self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
             if let Some(table) = pt.pte_table_at(step.table, step.idx) {
-                self.zap_pte_range(tlb, mm, vma, table, &step);
+                self.zap_pte_range(tlb, mm, vma, table, &step, details);
             }
         }
     }
@@ -169,12 +193,13 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         table: u64,
         step: &PmdStep,
+        details: ZapDetails,
     ) {
         let c = self.c();
         let phys = &self.m.phys;
         let mut ptes = PteLock::lock(self.tables(mm), c, table);
         let (i0, i1) = step.pte_indexes();
-        let shmem = vma.shmem.is_some();
+        let arch = self.m.arch;
         let batching = self.m.tunables().zap_pte_batch;
         let mut cleared = 0usize;
         let mut i = i0;
@@ -186,6 +211,13 @@ impl<'m> Cpu<'m> {
             }
             let run = ptes.run(i, e, i1 - i, batching, BatchFlags::default());
             let nr = run.nr;
+            let anon = run
+                .folio
+                .is_some_and(|h| phys.memmap.test(h, PageFlag::Anon));
+            if details == ZapDetails::FilePagesOnly && (anon || run.folio.is_none()) {
+                i += nr;
+                continue;
+            }
             let dirty = ptes.clear(i, nr);
             c.add(Ev::ZapPtes, nr as u64);
             cleared += nr;
@@ -193,13 +225,20 @@ impl<'m> Cpu<'m> {
             let Some(head) = run.folio else {
                 continue;
             };
-            if shmem && dirty {
-                phys.memmap.set(head, PageFlag::Dirty);
+            if !anon {
+                // A page-cache folio keeps what its PTE knew: dirtiness (`folio_mark_dirty`)
+                // and a recent access (`folio_mark_accessed`).
+                if dirty {
+                    phys.memmap.set(head, PageFlag::Dirty);
+                }
+                if arch.young(e) {
+                    self.folio_mark_accessed(head);
+                }
             }
             rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
             self.munlock_vma_folio(head, vma);
             mm.rss_add(
-                if shmem { RssKind::Shmem } else { RssKind::Anon },
+                if anon { RssKind::Anon } else { vma.file_rss() },
                 -(nr as i64),
             );
             tlb.remove_folio(head, nr as i32);

@@ -79,7 +79,7 @@ impl<'m> Cpu<'m> {
             flags,
             pgoff: oldbrk >> 12,
             anon_vma: (0, 0),
-            shmem: None,
+            file: None,
         };
         if merge::insert_new(&mut st.vmas, p).is_err() {
             self.vm_unacct(len >> 12);

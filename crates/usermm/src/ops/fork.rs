@@ -19,7 +19,7 @@ use crate::mm::{Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{index, Arch};
-use crate::phys::{FolioKind, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -202,7 +202,7 @@ impl<'m> Cpu<'m> {
         } else if vma.anon_vma() != 0 {
             child.set_anon_vma(self.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
         }
-        if let Some(s) = &child.shmem {
+        if let Some(s) = &child.file {
             s.get();
         }
         child
@@ -318,7 +318,10 @@ impl<'m> Cpu<'m> {
         (i0..iend)
             .filter(|&i| {
                 let e = pt.get(dst.table(), i);
-                e != 0 && pt.vm_normal_folio(e).is_some()
+                e != 0
+                    && pt
+                        .vm_normal_folio(e)
+                        .is_some_and(|h| pt.phys.memmap.test(h, PageFlag::Anon))
             })
             .count() as i64
     }
@@ -344,6 +347,19 @@ impl<'m> Cpu<'m> {
             ..BatchFlags::default()
         };
         let run = cp.tables.src.run(i, e, max_nr, cp.ctx.batching, flags);
+        if let Some(head) = run.folio.filter(|&h| !phys.memmap.test(h, PageFlag::Anon)) {
+            // A page-cache folio of a private file mapping that has anon pages too
+            // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
+            let nr = run.nr as u64;
+            rmap::folio_ref_add(phys, c, head, nr as i32);
+            rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
+            c.add(Ev::ForkBatches, 1);
+            c.add(Ev::ForkPtes, nr);
+            cp.ctx.dst.rss_add(vma.file_rss(), nr as i64);
+            let first = if run.any_writable { arch.mkwrite(e) } else { e };
+            self.write_copied_ptes(cp, i, first, run.nr);
+            return Ok((run.nr, 0));
+        }
         let (Some(head), true) = (run.folio, run.batched) else {
             return Ok((1, self.copy_present_pte(cp, i, e, addr)?));
         };
@@ -431,7 +447,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
-        let mut e = arch.mkdirty(arch.mk_pte(new, vma.flags.page_prot(), false));
+        let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot(), false));
         if vma.flags.has(VmFlags::WRITE) {
             e = arch.mkwrite(e);
         }

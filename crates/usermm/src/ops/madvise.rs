@@ -62,6 +62,9 @@ pub enum Advice {
     PopulateWrite,
 }
 
+/// A hole `MADV_REMOVE` punches once the mmap lock is dropped: file, offset, length.
+type Removal = (std::sync::Arc<crate::filemap::Inode>, u64, u64);
+
 impl<'m> Cpu<'m> {
     /// Gives advice about `[addr, addr+len)` of process `pid`.
     ///
@@ -86,6 +89,25 @@ impl<'m> Cpu<'m> {
         }
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
+        let mut removes = Vec::new();
+        let res = self.madvise_walk(&task.mm, &mut st, addr, end, advice, &mut removes);
+        drop(st);
+        for (inode, offset, len) in removes {
+            self.punch_hole(&inode, offset, offset + len);
+        }
+        res
+    }
+
+    /// `madvise_walk_vmas`: every VMA of `[addr, end)`, `ENOMEM` for holes.
+    fn madvise_walk(
+        &self,
+        mm: &crate::mm::Mm,
+        st: &mut MmState,
+        addr: u64,
+        end: u64,
+        advice: Advice,
+        removes: &mut Vec<Removal>,
+    ) -> SysResult<()> {
         let mut start = addr;
         let mut unmapped = false;
         loop {
@@ -102,7 +124,7 @@ impl<'m> Cpu<'m> {
                 start = vs;
             }
             let tmp = ve.min(end);
-            self.madvise_vma(&task.mm, &mut st, id, start, tmp, advice)?;
+            self.madvise_vma(mm, st, id, start, tmp, advice, removes)?;
             start = tmp;
             if start >= end {
                 break;
@@ -115,6 +137,7 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn madvise_vma(
         &self,
         mm: &crate::mm::Mm,
@@ -123,6 +146,7 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
         advice: Advice,
+        removes: &mut Vec<Removal>,
     ) -> SysResult<()> {
         let vma = st.vmas.get(id);
         let f = vma.flags.0;
@@ -142,7 +166,11 @@ impl<'m> Cpu<'m> {
                 tlb.finish();
                 return Ok(());
             }
-            Advice::WillNeed | Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
+            Advice::WillNeed => {
+                self.madvise_willneed_file(vma, start, end);
+                return Ok(());
+            }
+            Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
             Advice::Cold | Advice::PageOut => {
                 if vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EINVAL);
@@ -150,23 +178,31 @@ impl<'m> Cpu<'m> {
                 if advice == Advice::PageOut && vma.is_anon_private() {
                     self.madvise_pageout_noswap(mm, start, end);
                 }
+                if vma.file.is_some() {
+                    self.madvise_cold_or_pageout_file(mm, vma, start, end, advice);
+                }
                 return Ok(());
             }
             Advice::Free => {
-                if vma.flags.has(VmFlags::LOCKED) || vma.shmem.is_some() {
+                if vma.flags.has(VmFlags::LOCKED) || vma.file.is_some() {
                     return Err(Errno::EINVAL);
                 }
                 self.madvise_free(mm, vma, start, end);
                 return Ok(());
             }
             Advice::Remove => {
-                if vma.flags.has(VmFlags::LOCKED) || vma.shmem.is_none() {
+                let Some(file) = vma
+                    .file
+                    .as_ref()
+                    .filter(|_| !vma.flags.has(VmFlags::LOCKED))
+                else {
                     return Err(Errno::EINVAL);
-                }
-                if !vma.flags.has(VmFlags::MAYWRITE) {
+                };
+                if !vma.flags.has(VmFlags::SHARED) || !vma.flags.has(VmFlags::MAYWRITE) {
                     return Err(Errno::EACCES);
                 }
-                self.madvise_remove(mm, vma, start, end);
+                // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
+                removes.push((file.clone(), vma.pgoff_at(start) << 12, end - start));
                 return Ok(());
             }
             Advice::Normal => f & !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
@@ -183,7 +219,7 @@ impl<'m> Cpu<'m> {
             Advice::DontFork => f | VmFlags::DONTCOPY,
             Advice::DoFork => f & !VmFlags::DONTCOPY,
             Advice::WipeOnFork => {
-                if vma.shmem.is_some() || vma.flags.has(VmFlags::SHARED) {
+                if vma.file.is_some() || vma.flags.has(VmFlags::SHARED) {
                     return Err(Errno::EINVAL);
                 }
                 f | VmFlags::WIPEONFORK
@@ -348,7 +384,7 @@ impl<'m> Cpu<'m> {
 
     /// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
     /// lock, taking it off its evictable list first and putting it back on the new one.
-    fn lru_relist(&self, head: u64, change: impl FnOnce(bool)) {
+    pub(crate) fn lru_relist(&self, head: u64, change: impl FnOnce(bool)) {
         use crate::phys::PageFlag;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -365,21 +401,57 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    /// `MADV_REMOVE` on shared memory: unmap the range and drop its pages from the object.
-    fn madvise_remove(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
-        let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-        self.zap_vma_range(&mut tlb, mm, vma, start, end);
-        tlb.finish();
-        let Some(shmem) = &vma.shmem else { return };
-        let (first, last) = (vma.pgoff_at(start), vma.pgoff_at(end));
-        let removed: Vec<u64> = {
-            let mut cache = shmem.pages.lock();
-            (first..last).filter_map(|i| cache.remove(&i)).collect()
-        };
-        // Other processes sharing the object keep their mappings until they unmap them; the
-        // page cache's reference goes now.
-        for p in removed {
-            self.m.phys.put_folio(self.c(), p, 1);
+    /// `madvise_cold_or_pageout_pte_range` for the page-cache pages of a file mapping that
+    /// only this mapping maps: the PTE is made old, the folio loses PG_referenced and is
+    /// deactivated (`COLD`) or reclaimed (`PAGEOUT`: see [`Cpu::pageout_file_folio`]).
+    fn madvise_cold_or_pageout_file(
+        &self,
+        mm: &crate::mm::Mm,
+        vma: &crate::vma::Vma,
+        start: u64,
+        end: u64,
+        advice: Advice,
+    ) {
+        use crate::pgtable::cursor::{PmdKind, PteLock};
+        use crate::phys::PageFlag;
+        let pt = self.tables(mm);
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        self.lru_add_drain();
+        let mut found = Vec::new();
+        for step in pt.pmd_walk(start, end) {
+            let PmdKind::Table(table) = step.kind else {
+                continue;
+            };
+            let mut ptes = PteLock::lock(pt, self.c(), table);
+            let (i0, i1) = step.pte_indexes();
+            for i in i0..i1 {
+                let e = ptes.get(i);
+                if e == 0 || !pt.arch.present(e) {
+                    continue;
+                }
+                let Some(head) = pt.vm_normal_folio(e) else {
+                    continue;
+                };
+                if mem.test(head, PageFlag::Anon) || crate::rmap::page_mapcount(phys, head) > 1 {
+                    continue;
+                }
+                if advice == Advice::Cold && pt.arch.young(e) {
+                    ptes.replace(i, pt.arch.mkold(e));
+                }
+                found.push((step.start + ((i - i0) as u64) * 4096, head));
+            }
+        }
+        if advice == Advice::Cold {
+            self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+        }
+        for (addr, head) in found {
+            mem.clear(head, PageFlag::Referenced);
+            if advice == Advice::PageOut {
+                self.pageout_file_folio(mm, vma, addr, head);
+            } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
+                self.lru_relist(head, |_| mem.clear(head, PageFlag::Active));
+            }
         }
     }
 }

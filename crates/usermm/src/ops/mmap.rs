@@ -7,11 +7,12 @@
 use super::{aligned, page_align};
 use crate::errno::{Errno, SysResult};
 use crate::fault::Access;
+use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::{Prot, PMD_SIZE, TASK_SIZE};
 use crate::vma::merge::{self, Proposal};
-use crate::vma::{Shmem, VmFlags};
+use crate::vma::VmFlags;
 use std::sync::Arc;
 
 /// Private or shared.
@@ -53,6 +54,9 @@ pub struct MmapArgs {
     pub locked: bool,
     /// `MAP_NORESERVE`.
     pub noreserve: bool,
+    /// A file (an open file of the machine) and the byte offset of the mapping in it;
+    /// `None` for `MAP_ANONYMOUS`.
+    pub file: Option<(crate::machine::FileId, u64)>,
 }
 
 impl MmapArgs {
@@ -66,6 +70,7 @@ impl MmapArgs {
             populate: false,
             locked: false,
             noreserve: false,
+            file: None,
         }
     }
 }
@@ -117,8 +122,30 @@ impl<'m> Cpu<'m> {
     }
 
     fn do_mmap(&self, task: &Task, st: &mut MmState, args: MmapArgs) -> SysResult<(u64, VmFlags)> {
+        let file = match args.file {
+            None => None,
+            Some((f, offset)) => {
+                let inode = self.m.file(f)?;
+                if offset % 4096 != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                Some((inode, offset >> 12))
+            }
+        };
         if args.len == 0 {
             return Err(Errno::EINVAL);
+        }
+        if let Some((_, pgoff)) = &file {
+            // `do_mmap`'s offset checks: the page range must not wrap, and must fit below
+            // MAX_LFS_FILESIZE (`file_mmap_ok`).
+            let pages = page_align(args.len).ok_or(Errno::ENOMEM)? >> 12;
+            if pgoff.checked_add(pages).is_none() {
+                return Err(Errno::EOVERFLOW);
+            }
+            let max = (i64::MAX as u64) - page_align(args.len).unwrap_or(0);
+            if *pgoff > max >> 12 {
+                return Err(Errno::EOVERFLOW);
+            }
         }
         let req = match args.placement {
             Placement::Any => AreaRequest::Hint(0),
@@ -132,8 +159,10 @@ impl<'m> Cpu<'m> {
         if st.vmas.count() as u64 > max {
             return Err(Errno::ENOMEM);
         }
-        let thp_align =
-            args.sharing == Sharing::Private && req == AreaRequest::Hint(0) && len % PMD_SIZE == 0;
+        let thp_align = args.sharing == Sharing::Private
+            && file.is_none()
+            && req == AreaRequest::Hint(0)
+            && len % PMD_SIZE == 0;
         let addr = self.get_unmapped_area(task, st, req, len, thp_align)?;
         if matches!(args.placement, Placement::FixedNoReplace(_))
             && !st.vmas.overlapping(addr, addr + len).is_empty()
@@ -171,7 +200,7 @@ impl<'m> Cpu<'m> {
             flags |= VmFlags::ACCOUNT;
         }
         let flags = VmFlags(flags | VmFlags::SOFTDIRTY);
-        let res = self.insert_mapping(st, addr, len, flags, args.sharing);
+        let res = self.insert_mapping(st, addr, len, flags, args.sharing, file);
         if res.is_err() && accountable {
             self.vm_unacct(len >> 12);
         }
@@ -189,21 +218,29 @@ impl<'m> Cpu<'m> {
         len: u64,
         flags: VmFlags,
         sharing: Sharing,
+        file: Option<(Arc<Inode>, u64)>,
     ) -> SysResult<()> {
-        let shmem = (sharing == Sharing::Shared)
-            .then(|| Arc::new(Shmem::new(self.m.alloc_shmem_id(), len >> 12)));
-        let pgoff = if shmem.is_some() { 0 } else { addr >> 12 };
+        // A shared anonymous mapping gets a shmem object of its own (`shmem_zero_setup`),
+        // created with one user that the new VMA replaces.
+        let anon_shmem = file.is_none() && sharing == Sharing::Shared;
+        let (file, pgoff) = match file {
+            Some((f, pgoff)) => (Some(f), pgoff),
+            None if anon_shmem => {
+                let id = self.m.alloc_shmem_id();
+                (Some(Arc::new(Inode::new(id, InodeKind::ShmemAnon, len))), 0)
+            }
+            None => (None, addr >> 12),
+        };
         let p = Proposal {
             start: addr,
             end: addr + len,
             flags,
             pgoff,
             anon_vma: (0, 0),
-            shmem: shmem.as_ref(),
+            file: file.as_ref(),
         };
         merge::insert_new(&mut st.vmas, p)?;
-        if let Some(s) = &shmem {
-            // The object was created with one user for the creator; the VMA took its own.
+        if let (Some(s), true) = (&file, anon_shmem) {
             s.put();
         }
         Ok(())

@@ -6,6 +6,7 @@
 
 pub mod brk;
 pub mod exit;
+pub mod file;
 pub mod fork;
 pub mod madvise;
 pub mod mlock;

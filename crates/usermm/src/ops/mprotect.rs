@@ -149,9 +149,9 @@ impl<'m> Cpu<'m> {
 
     fn new_pte(&self, vma: &Vma, e: u64, huge: bool) -> u64 {
         let arch = self.m.arch;
-        let mut n = arch.modify(e, vma.flags.page_prot(), huge);
+        let mut n = arch.modify(e, vma.page_prot(), huge);
         let try_writable = vma.flags.has(VmFlags::WRITE) && !vma.flags.has(VmFlags::SHARED);
-        if try_writable && !arch.write(n) && !arch.special(e) && vma.shmem.is_none() {
+        if try_writable && !arch.write(n) && !arch.special(e) && vma.file.is_none() {
             let pfn = arch.pfn(e);
             if self.m.phys.memmap.test(pfn, PageFlag::AnonExclusive) {
                 n = arch.mkwrite(n);

@@ -197,7 +197,7 @@ impl<'m> Cpu<'m> {
         if !flags.maymove {
             return Err(Errno::ENOMEM);
         }
-        let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(addr), v.shmem.clone());
+        let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(addr), v.file.clone());
         let dst = match flags.fixed {
             Some(na) => {
                 self.do_munmap(&task.mm, st, na, na + new_len)?;
@@ -211,7 +211,7 @@ impl<'m> Cpu<'m> {
             flags: vflags,
             pgoff,
             anon_vma: (0, 0),
-            shmem: shmem.as_ref(),
+            file: shmem.as_ref(),
         };
         merge::insert_new(&mut st.vmas, p)?;
         Ok(dst)
@@ -265,11 +265,11 @@ impl<'m> Cpu<'m> {
             flags,
             pgoff: vma.pgoff_at(old_end),
             anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
-            shmem: None,
+            file: None,
         };
-        let shmem = vma.shmem.clone();
+        let shmem = vma.file.clone();
         let p = Proposal {
-            shmem: shmem.as_ref(),
+            file: shmem.as_ref(),
             ..p
         };
         if let Err(e) = merge::insert_new(&mut st.vmas, p) {
@@ -365,7 +365,7 @@ impl<'m> Cpu<'m> {
             vma.pgoff_at(addr)
         };
         let (flags, anon) = (vma.flags, (vma.anon_vma(), vma.anon_vma_chain()));
-        let shmem = vma.shmem.clone();
+        let shmem = vma.file.clone();
         let delta = new_len.saturating_sub(old_len);
         if flags.has(VmFlags::LOCKED) && delta > 0 {
             self.mlock_future_ok(task, st, delta)?;
@@ -385,7 +385,7 @@ impl<'m> Cpu<'m> {
             flags,
             pgoff,
             anon_vma: anon,
-            shmem: shmem.as_ref(),
+            file: shmem.as_ref(),
         };
         merge::insert_new(&mut st.vmas, p)?;
         let src = st.vmas.find(addr).ok_or(Errno::EFAULT)?;

@@ -137,7 +137,7 @@ impl<'m> Cpu<'m> {
         if v.flags.has(VmFlags::LOCKED) {
             st.locked_vm = st.locked_vm.saturating_sub(pages);
         }
-        if let Some(s) = v.shmem {
+        if let Some(s) = v.file {
             if s.put() {
                 for pfn in s.take_pages() {
                     self.m.phys.put_folio(self.c(), pfn, 1);

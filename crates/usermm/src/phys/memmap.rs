@@ -62,6 +62,13 @@ pub enum PageFlag {
     /// Head of a large folio with MM owner tracking (upstream 6.15, `CONFIG_MM_ID`); implies
     /// [`PageFlag::TotalMapcount`].
     OwnerTracked = 19,
+    /// Under writeback to its device.
+    Writeback = 20,
+    /// Every block of the page is allocated on disk (`PG_mappedtodisk`; page-cache pages only:
+    /// the bit is PageAnonExclusive's on anonymous pages).
+    MappedToDisk = 21,
+    /// Readahead marker: reaching this page starts the next async readahead (`PG_readahead`).
+    Readahead = 22,
 }
 
 impl PageFlag {

@@ -25,8 +25,10 @@ pub const HPAGE_PMD_ORDER: u32 = 9;
 pub enum FolioKind {
     /// Anonymous memory (`PageFlag::Anon`, swap-backed).
     Anon,
-    /// A shmem (shared anonymous) page-cache folio.
+    /// A shmem (shared anonymous or tmpfs) page-cache folio: swap-backed.
     Shmem,
+    /// A page-cache folio of a disk file: on the file LRU.
+    File,
     /// A page-table page.
     Pgtable,
 }
@@ -237,7 +239,7 @@ impl PhysMem {
     ) -> Option<u64> {
         let fail = match kind {
             FolioKind::Pgtable => &self.fail_pgtable,
-            FolioKind::Anon | FolioKind::Shmem => &self.fail_folio,
+            FolioKind::Anon | FolioKind::Shmem | FolioKind::File => &self.fail_folio,
         };
         if fail.should_fail() {
             return None;
@@ -261,6 +263,7 @@ impl PhysMem {
                 }
             }
             FolioKind::Shmem => mm.set(pfn, PageFlag::SwapBacked),
+            FolioKind::File => {}
             FolioKind::Pgtable => {
                 mm.set(pfn, PageFlag::Pgtable);
                 c.add(Ev::PgtableAlloc, 1);

@@ -24,7 +24,7 @@ pub struct Proposal<'a> {
     /// anon_vma id (0 = none) and chain length.
     pub anon_vma: (u64, u32),
     /// Backing shmem object.
-    pub shmem: Option<&'a Arc<super::Shmem>>,
+    pub file: Option<&'a Arc<crate::filemap::Inode>>,
 }
 
 impl<'a> Proposal<'a> {
@@ -36,7 +36,7 @@ impl<'a> Proposal<'a> {
             flags,
             pgoff: vma.pgoff_at(start),
             anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
-            shmem: vma.shmem.as_ref(),
+            file: vma.file.as_ref(),
         }
     }
 }
@@ -50,7 +50,10 @@ fn anon_compatible(src: (u64, u32), tgt: (u64, u32)) -> bool {
     }
 }
 
-fn same_object(a: Option<&Arc<super::Shmem>>, b: Option<&Arc<super::Shmem>>) -> bool {
+fn same_object(
+    a: Option<&Arc<crate::filemap::Inode>>,
+    b: Option<&Arc<crate::filemap::Inode>>,
+) -> bool {
     match (a, b) {
         (None, None) => true,
         (Some(x), Some(y)) => Arc::ptr_eq(x, y),
@@ -76,7 +79,7 @@ fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>
 pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
     prev.end == p.start
         && prev.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
-        && same_object(prev.shmem.as_ref(), p.shmem)
+        && same_object(prev.file.as_ref(), p.file)
         && prev.pgoff + (prev.len() >> 12) == p.pgoff
         && anon_compatible(p.anon_vma, (prev.anon_vma(), prev.anon_vma_chain()))
 }
@@ -85,7 +88,7 @@ pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
 pub fn can_merge_before(p: &Proposal<'_>, next: &Vma) -> bool {
     next.start == p.end
         && next.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
-        && same_object(next.shmem.as_ref(), p.shmem)
+        && same_object(next.file.as_ref(), p.file)
         && p.pgoff + ((p.end - p.start) >> 12) == next.pgoff
         && anon_compatible(p.anon_vma, (next.anon_vma(), next.anon_vma_chain()))
 }
@@ -107,13 +110,13 @@ pub fn split(set: &mut VmaSet, id: VmaId, addr: u64, max_map_count: u64) -> SysR
     let mut upper = set.get(id).clone();
     upper.pgoff = upper.pgoff_at(addr);
     upper.start = addr;
-    if let Some(s) = &upper.shmem {
+    if let Some(s) = &upper.file {
         s.get();
     }
     let (end, new) = (upper.end, set.alloc(upper));
     if let Err(e) = store(set, addr, end, Some(new)) {
         let v = set.release(new);
-        if let Some(s) = v.shmem {
+        if let Some(s) = v.file {
             s.put();
         }
         return Err(e);
@@ -125,7 +128,7 @@ pub fn split(set: &mut VmaSet, id: VmaId, addr: u64, max_map_count: u64) -> SysR
 /// Removes a VMA that has been fully absorbed by a neighbour (its range is already re-stored).
 fn drop_absorbed(set: &mut VmaSet, id: VmaId) {
     let v = set.release(id);
-    if let Some(s) = v.shmem {
+    if let Some(s) = v.file {
         s.put();
     }
 }
@@ -262,11 +265,11 @@ pub fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
             Ok(nx)
         }
         (None, None) => {
-            let vma = Vma::new(p.start, p.end, p.flags, p.pgoff, p.shmem.cloned());
+            let vma = Vma::new(p.start, p.end, p.flags, p.pgoff, p.file.cloned());
             if p.anon_vma.0 != 0 {
                 vma.set_anon_vma(p.anon_vma.0, p.anon_vma.1);
             }
-            if let Some(s) = &vma.shmem {
+            if let Some(s) = &vma.file {
                 s.get();
             }
             let id = set.alloc(vma);

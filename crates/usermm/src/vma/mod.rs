@@ -8,11 +8,10 @@
 //! under `page_table_lock` in `__anon_vma_prepare`), hence the atomics.
 
 pub mod merge;
-pub mod shmem;
 
+use crate::filemap::Inode;
 use crate::pgtable::Prot;
 use maple::MapleTree;
-pub use shmem::Shmem;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -91,14 +90,15 @@ pub struct Vma {
     pub end: u64,
     /// Flags.
     pub flags: VmFlags,
-    /// Page offset (anon private: `start >> PAGE_SHIFT` at creation; shmem: offset in the object).
+    /// Page offset (anon private: `start >> PAGE_SHIFT` at creation; file: offset in the object).
     pub pgoff: u64,
     /// Identifier of the anon_vma (0 = none yet). Set once by the first fault.
     anon_vma: AtomicU64,
     /// Length of the anon_vma chain (1 for a VMA that owns its anon_vma; +1 per fork generation).
     anon_vma_chain: AtomicU32,
-    /// The shmem object behind a shared anonymous mapping.
-    pub shmem: Option<Arc<Shmem>>,
+    /// The file mapped (`vm_file`): a disk or tmpfs file, or the shmem object of a shared
+    /// anonymous mapping. `None` for private anonymous memory.
+    pub file: Option<Arc<Inode>>,
 }
 
 impl Clone for Vma {
@@ -110,14 +110,14 @@ impl Clone for Vma {
             pgoff: self.pgoff,
             anon_vma: AtomicU64::new(self.anon_vma()),
             anon_vma_chain: AtomicU32::new(self.anon_vma_chain()),
-            shmem: self.shmem.clone(),
+            file: self.file.clone(),
         }
     }
 }
 
 impl Vma {
     /// A new VMA without an anon_vma.
-    pub fn new(start: u64, end: u64, flags: VmFlags, pgoff: u64, shmem: Option<Arc<Shmem>>) -> Vma {
+    pub fn new(start: u64, end: u64, flags: VmFlags, pgoff: u64, file: Option<Arc<Inode>>) -> Vma {
         Vma {
             start,
             end,
@@ -125,7 +125,7 @@ impl Vma {
             pgoff,
             anon_vma: AtomicU64::new(0),
             anon_vma_chain: AtomicU32::new(0),
-            shmem,
+            file,
         }
     }
 
@@ -150,7 +150,37 @@ impl Vma {
 
     /// Whether the VMA is private anonymous memory.
     pub fn is_anon_private(&self) -> bool {
-        self.shmem.is_none()
+        self.file.is_none()
+    }
+
+    /// Whether shared writes must fault so the page gets dirtied (`vma_wants_writenotify`): a
+    /// shared writable mapping of a file with writeback (disk). tmpfs and shared anonymous
+    /// memory have no dirty accounting, so their PTEs are writable from the first fault.
+    pub fn wants_writenotify(&self) -> bool {
+        self.flags.has(VmFlags::SHARED)
+            && self.flags.has(VmFlags::WRITE)
+            && self
+                .file
+                .as_ref()
+                .is_some_and(|f| f.kind == crate::filemap::InodeKind::Disk)
+    }
+
+    /// The protection of the VMA's new PTEs (`vm_page_prot`): read-only for private writable
+    /// mappings (COW) and for shared mappings that track dirtying ([`Vma::wants_writenotify`]).
+    pub fn page_prot(&self) -> crate::pgtable::Prot {
+        let mut p = self.flags.page_prot();
+        if self.wants_writenotify() {
+            p.write = false;
+        }
+        p
+    }
+
+    /// The RSS counter of the file pages this VMA maps (anonymous pages count as anon).
+    pub fn file_rss(&self) -> crate::mm::RssKind {
+        match &self.file {
+            Some(f) if !f.kind.is_shmem() => crate::mm::RssKind::File,
+            _ => crate::mm::RssKind::Shmem,
+        }
     }
 
     /// Whether writes copy on write (`is_cow_mapping`).
@@ -249,8 +279,8 @@ impl VmaSet {
         let ignored = VmFlags::READ | VmFlags::WRITE | VmFlags::EXEC | VmFlags::SOFTDIRTY;
         let compatible = |a: &Vma, b: &Vma| {
             a.end == b.start
-                && a.shmem.is_none()
-                && b.shmem.is_none()
+                && a.file.is_none()
+                && b.file.is_none()
                 && (a.flags.0 ^ b.flags.0) & !ignored == 0
                 && b.pgoff == a.pgoff + ((b.start - a.start) >> 12)
         };
@@ -324,7 +354,7 @@ impl VmaSet {
     /// shmem references.
     fn drop_unlinked(&mut self) {
         for v in self.slab.drain(..).flatten() {
-            if let Some(s) = v.shmem {
+            if let Some(s) = v.file {
                 s.put();
             }
         }

@@ -1,0 +1,243 @@
+//! Files and the page cache: the object behind every non-anonymous VMA.
+//!
+//! Linux counterparts: `struct address_space` and `struct inode` (`include/linux/fs.h`),
+//! `mm/filemap.c` (the page cache, `filemap_fault`, `filemap_map_pages`, `filemap_read`),
+//! `mm/shmem.c` (tmpfs and shared anonymous memory: `shmem_fault`, `shmem_get_folio`,
+//! `shmem_fallocate`, `shmem_setattr`), `mm/truncate.c`, `mm/readahead.c`,
+//! `mm/page-writeback.c`. The operations live in [`crate::ops::file`]; this module holds the
+//! state: the size, the cache (page index to frame) and, for disk files, the device's blocks.
+//!
+//! Three kinds of [`Inode`] exist, as in Linux:
+//! - [`InodeKind::ShmemAnon`]: the object `shmem_zero_setup` creates for a
+//!   `MAP_SHARED|MAP_ANONYMOUS` mapping. It has no name and dies with its last mapping.
+//! - [`InodeKind::Tmpfs`]: a file in a tmpfs mounted like `/dev/shm` (`huge=never`). Its
+//!   pages are the file: a page is created by the first fault or write and lives until the
+//!   file is truncated, punched or removed. Reads of holes (`read(2)`) do not create pages.
+//! - [`InodeKind::Disk`]: a file on a block device. The cache holds copies of the device's
+//!   blocks; misses read from the device (with readahead), dirty pages are written back by
+//!   `fsync`/`msync`. The device is a sparse block map kept here ([`DiskStore`]).
+//!
+//! Deliberate differences: every folio in the cache is order 0 (Linux 6.18 makes large
+//! folios for tmpfs only under `shmem_enabled=force`, and for ext4 from readahead; the
+//! scenario contract compares disk folio orders only where asked); writeback completes
+//! synchronously (PG_writeback is set and cleared within one call); there is no dirty
+//! throttling (`balance_dirty_pages`).
+//!
+//! # Locking
+//! `pages` is the cache's lock (Linux: the xarray lock plus the folio locks). Fault-around
+//! holds it while taking a PTE lock; nothing takes it under a PTE lock.
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Bytes in a page.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// What kind of file an [`Inode`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InodeKind {
+    /// The shmem object of a shared anonymous mapping.
+    ShmemAnon,
+    /// A tmpfs file (shmem).
+    Tmpfs,
+    /// A file on a block device.
+    Disk,
+}
+
+impl InodeKind {
+    /// Shmem (swap-backed) pages: shared anonymous memory and tmpfs.
+    pub fn is_shmem(self) -> bool {
+        matches!(self, InodeKind::ShmemAnon | InodeKind::Tmpfs)
+    }
+}
+
+/// One block of a disk file's device.
+#[derive(Debug)]
+enum Block {
+    /// Written data.
+    Data(Box<[u8]>),
+    /// A punched hole (reads as zeroes, no block).
+    Hole,
+}
+
+/// The device behind a disk file: a sparse map of its 4 KiB blocks.
+///
+/// A file created with a fill byte has allocated blocks holding that byte up to `fill_end`;
+/// blocks written back later are stored explicitly; holes read as zeroes.
+#[derive(Debug, Default)]
+pub struct DiskStore {
+    fill: u8,
+    fill_end: u64,
+    blocks: BTreeMap<u64, Block>,
+}
+
+impl DiskStore {
+    /// Reads block `idx` into `out` (4 KiB, bytes past `size` zeroed); true if the block is
+    /// allocated on the device (a read I/O), false for a hole.
+    pub fn read(&self, idx: u64, size: u64, out: &mut [u8]) -> bool {
+        let start = idx * PAGE_SIZE;
+        let mapped = match self.blocks.get(&idx) {
+            Some(Block::Data(d)) => {
+                out.copy_from_slice(d);
+                true
+            }
+            Some(Block::Hole) => {
+                out.fill(0);
+                false
+            }
+            None if start < self.fill_end => {
+                let n = (self.fill_end - start).min(PAGE_SIZE) as usize;
+                out[..n].fill(self.fill);
+                out[n..].fill(0);
+                true
+            }
+            None => {
+                out.fill(0);
+                false
+            }
+        };
+        if start + PAGE_SIZE > size {
+            let keep = size.saturating_sub(start).min(PAGE_SIZE) as usize;
+            out[keep..].fill(0);
+        }
+        mapped
+    }
+
+    /// Whether block `idx` is allocated.
+    pub fn mapped(&self, idx: u64) -> bool {
+        match self.blocks.get(&idx) {
+            Some(Block::Data(_)) => true,
+            Some(Block::Hole) => false,
+            None => idx * PAGE_SIZE < self.fill_end,
+        }
+    }
+
+    /// Writes block `idx` (writeback of one page).
+    pub fn write(&mut self, idx: u64, data: &[u8]) {
+        self.blocks.insert(idx, Block::Data(data.into()));
+    }
+
+    /// Frees the blocks `first..last` (a punched hole).
+    pub fn punch(&mut self, first: u64, last: u64) {
+        let fill_pages = self.fill_end.div_ceil(PAGE_SIZE);
+        let stored: Vec<u64> = self.blocks.range(first..last).map(|(&i, _)| i).collect();
+        for i in stored {
+            self.blocks.remove(&i);
+        }
+        for i in first..last.min(fill_pages) {
+            self.blocks.insert(i, Block::Hole);
+        }
+    }
+
+    /// Frees every block at or past `size` (truncate), zeroing the tail of a partial one.
+    pub fn truncate(&mut self, size: u64) {
+        let keep = size.div_ceil(PAGE_SIZE);
+        self.blocks.split_off(&keep);
+        if let Some(Block::Data(d)) = self.blocks.get_mut(&(size / PAGE_SIZE)) {
+            d[(size % PAGE_SIZE) as usize..].fill(0);
+        }
+        if self.fill_end > size {
+            self.fill_end = size;
+        }
+        let holes: Vec<u64> = self
+            .blocks
+            .iter()
+            .filter(|(&i, b)| matches!(b, Block::Hole) && i * PAGE_SIZE >= self.fill_end)
+            .map(|(&i, _)| i)
+            .collect();
+        for i in holes {
+            self.blocks.remove(&i);
+        }
+    }
+}
+
+/// Readahead state of an open file (`struct file_ra_state`), in pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RaState {
+    /// First page of the current window.
+    pub start: u64,
+    /// Pages in the window.
+    pub size: u64,
+    /// Pages from the window's end where the next async readahead is triggered.
+    pub async_size: u64,
+    /// Where the last read ended (bytes; `prev_pos`), `u64::MAX` before the first read.
+    pub prev_pos: u64,
+}
+
+/// A file (an inode and its address_space).
+#[derive(Debug)]
+pub struct Inode {
+    /// Identifier (stored as the folios' mapping).
+    pub id: u32,
+    /// What kind of file it is.
+    pub kind: InodeKind,
+    size: AtomicU64,
+    /// The page cache: page index -> frame.
+    pub pages: Mutex<BTreeMap<u64, u64>>,
+    /// The device of a disk file.
+    pub disk: Mutex<DiskStore>,
+    /// Readahead state (one open file per inode: every process shares the descriptor).
+    pub ra: Mutex<RaState>,
+    users: AtomicU64,
+}
+
+impl Inode {
+    /// A new empty file of `size` bytes with one user (its creator).
+    pub fn new(id: u32, kind: InodeKind, size: u64) -> Inode {
+        Inode {
+            id,
+            kind,
+            size: AtomicU64::new(size),
+            pages: Mutex::new(BTreeMap::new()),
+            disk: Mutex::new(DiskStore::default()),
+            ra: Mutex::new(RaState {
+                prev_pos: u64::MAX,
+                ..RaState::default()
+            }),
+            users: AtomicU64::new(1),
+        }
+    }
+
+    /// A disk file whose first `fill_end` bytes are allocated blocks holding `fill`.
+    pub fn with_disk_fill(self, fill: u8, fill_end: u64) -> Inode {
+        {
+            let mut d = self.disk.lock();
+            d.fill = fill;
+            d.fill_end = fill_end;
+        }
+        self
+    }
+
+    /// `i_size` in bytes.
+    pub fn size(&self) -> u64 {
+        self.size.load(Relaxed)
+    }
+
+    /// Sets `i_size`.
+    pub fn set_size(&self, size: u64) {
+        self.size.store(size, Relaxed);
+    }
+
+    /// Pages covering `i_size` (a fault at or past this page index is SIGBUS).
+    pub fn size_pages(&self) -> u64 {
+        self.size().div_ceil(PAGE_SIZE)
+    }
+
+    /// Adds a user (a VMA, or the scenario's open file).
+    pub fn get(&self) {
+        self.users.fetch_add(1, Relaxed);
+    }
+
+    /// Drops a user; true when it was the last one.
+    pub fn put(&self) -> bool {
+        self.users.fetch_sub(1, Relaxed) == 1
+    }
+
+    /// Removes and returns every cached page.
+    pub fn take_pages(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.pages.lock())
+            .into_values()
+            .collect()
+    }
+}

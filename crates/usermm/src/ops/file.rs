@@ -1,0 +1,1015 @@
+//! Files: creating them, `pread`/`pwrite` through the page cache, `ftruncate`, `fallocate`,
+//! `fsync`, `msync`, `fincore`, readahead and writeback.
+//!
+//! Linux counterparts: `mm/filemap.c` (`filemap_read`, `filemap_get_pages`,
+//! `generic_perform_write`, `filemap_fault`'s readahead helpers), `mm/shmem.c`
+//! (`shmem_file_read_iter`, `shmem_write_begin/end`, `shmem_fallocate`, `shmem_setattr`,
+//! `shmem_undo_range`), `mm/truncate.c` (`truncate_pagecache`, `truncate_pagecache_range`),
+//! `mm/memory.c` (`unmap_mapping_range`), `mm/readahead.c` (`page_cache_sync_ra`,
+//! `page_cache_async_ra`, `force_page_cache_ra`, `page_cache_ra_unbounded`),
+//! `mm/page-writeback.c` (`write_cache_pages`, `folio_clear_dirty_for_io`), `mm/rmap.c`
+//! (`folio_mkclean`), `mm/msync.c`, `mm/swap.c` (`folio_mark_accessed`), `mm/mincore.c`.
+//!
+//! The state lives in [`crate::filemap`]; see there for what is deliberately simpler than
+//! Linux (order-0 cache folios, synchronous writeback). Every entry point takes the
+//! machine's [`FileId`]: the scenario's files are opened read-write by every process, and the
+//! open file (with its readahead state) is shared, as one descriptor passed around would be.
+
+use crate::errno::{Errno, SysResult};
+use crate::filemap::{Inode, InodeKind, RaState, PAGE_SIZE};
+use crate::machine::{Cpu, FileId};
+use crate::mm::{Mm, Pid};
+use crate::pgtable::cursor::{PmdKind, PteLock};
+use crate::phys::{FolioKind, PageFlag, Zeroing};
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vma::{VmFlags, Vma};
+use crate::zap::{GatherScope, MmuGather, ZapDetails};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `MAX_LFS_FILESIZE` (tmpfs `s_maxbytes`).
+const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
+/// ext4's `s_maxbytes` with 4 KiB blocks and extents: 2^32 - 1 blocks.
+const EXT4_MAX_BYTES: u64 = ((1u64 << 32) - 1) * PAGE_SIZE;
+/// `MAX_RW_COUNT`: the most one read or write transfers.
+const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !(PAGE_SIZE - 1);
+/// `force_page_cache_ra` reads in chunks of 2 MiB.
+const FORCE_RA_CHUNK: u64 = (2 << 20) / PAGE_SIZE;
+
+/// `msync` flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsyncFlags {
+    /// `MS_ASYNC`.
+    Async,
+    /// `MS_INVALIDATE`.
+    Invalidate,
+    /// `MS_SYNC`.
+    Sync,
+}
+
+/// Whether a fault found its page in the cache or had to create or read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CacheLookup {
+    /// Found (a minor fault).
+    Hit,
+    /// Created or read from the device (a major fault for disk files).
+    Miss,
+}
+
+impl Inode {
+    fn max_bytes(&self) -> u64 {
+        match self.kind {
+            InodeKind::Disk => EXT4_MAX_BYTES,
+            _ => MAX_LFS_FILESIZE,
+        }
+    }
+}
+
+impl<'m> Cpu<'m> {
+    /// Creates a file of `size` bytes: zero-filled (sparse), or filled with `fill` (written
+    /// through the cache on tmpfs, as `write(2)` would; allocated blocks on disk, nothing
+    /// cached, as the oracle leaves a disk file after `fsync` and dropping its cache).
+    pub fn file_create(&self, size: u64, kind: InodeKind, fill: Option<u8>) -> SysResult<FileId> {
+        if kind == InodeKind::ShmemAnon {
+            return Err(Errno::EINVAL);
+        }
+        let mut inode = Inode::new(self.m.alloc_shmem_id(), kind, size);
+        if size > inode.max_bytes() {
+            return Err(Errno::EFBIG);
+        }
+        if let (InodeKind::Disk, Some(b)) = (kind, fill) {
+            inode = inode.with_disk_fill(b, size);
+        }
+        let inode = Arc::new(inode);
+        if let (InodeKind::Tmpfs, Some(b)) = (kind, fill) {
+            if size.div_ceil(PAGE_SIZE) > self.m.phys.free_frames() {
+                return Err(Errno::ENOSPC);
+            }
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(MAX_RW_COUNT);
+                if let Err(e) = self.write_iter(&inode, off, n, b) {
+                    self.release_cache(&inode, 0);
+                    return Err(e);
+                }
+                off += n;
+            }
+        }
+        Ok(self.m.add_file(inode))
+    }
+
+    /// `pwrite(2)` of `len` bytes of `byte` at `offset`; returns the bytes written.
+    pub fn pwrite(&self, f: FileId, offset: u64, len: u64, byte: u8) -> SysResult<u64> {
+        let inode = self.m.file(f)?;
+        if offset > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let len = len.min(MAX_RW_COUNT);
+        if len == 0 {
+            return Ok(0);
+        }
+        if offset >= inode.max_bytes() {
+            return Err(Errno::EFBIG);
+        }
+        let len = len.min(inode.max_bytes() - offset);
+        self.write_iter(&inode, offset, len, byte)
+    }
+
+    /// `generic_perform_write` / `shmem_file_write_iter`: page by page through the cache.
+    fn write_iter(&self, inode: &Inode, offset: u64, len: u64, byte: u8) -> SysResult<u64> {
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let mut done = 0;
+        while done < len {
+            let pos = offset + done;
+            let idx = pos / PAGE_SIZE;
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(len - done);
+            let old_size = inode.size();
+            let pfn = {
+                let mut cache = inode.pages.lock();
+                match cache.get(&idx) {
+                    Some(&p) => {
+                        // shmem_get_folio(SGP_WRITE) marks a found folio accessed; the
+                        // generic write path (FGP_WRITEBEGIN) does not.
+                        if inode.kind.is_shmem() {
+                            drop(cache);
+                            self.folio_mark_accessed(p);
+                        }
+                        p
+                    }
+                    None => {
+                        let Some(p) = self.cache_alloc(inode, &mut cache, idx) else {
+                            break;
+                        };
+                        if inode.kind.is_shmem() {
+                            mem.set(p, PageFlag::Referenced);
+                        } else if n < PAGE_SIZE && idx * PAGE_SIZE < old_size {
+                            // A partial write of a page that exists on disk reads it first
+                            // (`block_write_begin`).
+                            self.read_blocks(inode, idx, &[p]);
+                        }
+                        p
+                    }
+                }
+            };
+            phys.arena.fill(pfn, in_page as usize, n as usize, byte);
+            mem.set(pfn, PageFlag::Uptodate);
+            mem.set(pfn, PageFlag::Dirty);
+            done += n;
+            if pos + n > inode.size() {
+                inode.set_size(pos + n);
+            }
+        }
+        self.c().add(Ev::FileWriteBytes, done);
+        if done == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        Ok(done)
+    }
+
+    /// `pread(2)` of up to `len` bytes at `offset`: the bytes read (fewer at the end of file).
+    pub fn pread(&self, f: FileId, offset: u64, len: u64) -> SysResult<Vec<u8>> {
+        let inode = self.m.file(f)?;
+        if offset > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let size = inode.size();
+        let len = len.min(MAX_RW_COUNT);
+        if offset >= size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = size.min(offset + len);
+        let mut out = vec![0u8; (end - offset) as usize];
+        match inode.kind {
+            InodeKind::Disk => self.filemap_read(&inode, offset, end, &mut out),
+            _ => self.shmem_read(&inode, offset, end, &mut out),
+        }
+        self.c().add(Ev::FileReadBytes, out.len() as u64);
+        Ok(out)
+    }
+
+    /// `shmem_file_read_iter`: holes read as zeroes without creating pages; a page is marked
+    /// accessed when the read starts at its beginning.
+    fn shmem_read(&self, inode: &Inode, offset: u64, end: u64, out: &mut [u8]) {
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / PAGE_SIZE;
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(end - pos);
+            let dst = &mut out[(pos - offset) as usize..(pos - offset + n) as usize];
+            let page = inode.pages.lock().get(&idx).copied();
+            match page {
+                Some(p) => {
+                    self.m.phys.arena.read(p, in_page as usize, dst);
+                    if in_page == 0 {
+                        self.folio_mark_accessed(p);
+                    }
+                }
+                None => dst.fill(0),
+            }
+            pos += n;
+        }
+    }
+
+    /// `filemap_read`: misses start synchronous readahead, a `PG_readahead` page the next
+    /// asynchronous window; every page copied is marked accessed except a first page the
+    /// previous read already ended in.
+    fn filemap_read(&self, inode: &Inode, offset: u64, end: u64, out: &mut [u8]) {
+        let first = offset / PAGE_SIZE;
+        let last_index = end.div_ceil(PAGE_SIZE);
+        let prev_pos = inode.ra.lock().prev_pos;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / PAGE_SIZE;
+            let req = last_index - idx;
+            let cached = inode.pages.lock().get(&idx).copied();
+            let pfn = match cached {
+                Some(p) => p,
+                None => {
+                    self.page_cache_sync_ra(inode, idx, req);
+                    match inode.pages.lock().get(&idx).copied() {
+                        Some(p) => p,
+                        None => {
+                            // No memory for readahead: read this page alone.
+                            let mut cache = inode.pages.lock();
+                            let Some(p) = self.cache_alloc(inode, &mut cache, idx) else {
+                                break;
+                            };
+                            drop(cache);
+                            self.read_blocks(inode, idx, &[p]);
+                            p
+                        }
+                    }
+                }
+            };
+            if self.m.phys.memmap.test(pfn, PageFlag::Readahead) {
+                self.page_cache_async_ra(inode, idx, pfn, req);
+            }
+            let same_as_prev = idx == first
+                && prev_pos != u64::MAX
+                && prev_pos > 0
+                && (prev_pos - 1) / PAGE_SIZE == idx;
+            if !same_as_prev {
+                self.folio_mark_accessed(pfn);
+            }
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(end - pos);
+            let dst = &mut out[(pos - offset) as usize..(pos - offset + n) as usize];
+            self.m.phys.arena.read(pfn, in_page as usize, dst);
+            pos += n;
+        }
+        inode.ra.lock().prev_pos = pos;
+    }
+
+    /// A new page-cache folio of `inode` at `idx`, inserted (`filemap_add_folio`): the cache
+    /// holds the allocation's reference; the folio goes to this CPU's LRU batch.
+    ///
+    /// # Context
+    /// The cache lock (`cache`) is held.
+    pub(crate) fn cache_alloc(
+        &self,
+        inode: &Inode,
+        cache: &mut BTreeMap<u64, u64>,
+        idx: u64,
+    ) -> Option<u64> {
+        let kind = if inode.kind.is_shmem() {
+            FolioKind::Shmem
+        } else {
+            FolioKind::File
+        };
+        let node = self.id % self.m.phys.nr_nodes().max(1);
+        let p = self
+            .m
+            .phys
+            .alloc_folio(self.c(), 0, node, kind, Zeroing::Zero)?;
+        let mem = &self.m.phys.memmap;
+        mem.set_mapping(p, inode.id);
+        mem.set_index(p, idx);
+        if inode.kind == InodeKind::Disk {
+            // Not uptodate until read (or written) in full.
+            mem.clear(p, PageFlag::Uptodate);
+        }
+        cache.insert(idx, p);
+        self.c().add(Ev::PageCacheAdd, 1);
+        self.folio_add_lru(p);
+        Some(p)
+    }
+
+    /// Reads the device blocks behind `pages` (consecutive indexes from `first`) into them:
+    /// one I/O per run of allocated blocks; holes read as zeroes without I/O. Sets uptodate
+    /// and, for allocated blocks, `PG_mappedtodisk`.
+    fn read_blocks(&self, inode: &Inode, first: u64, pages: &[u64]) {
+        let mem = &self.m.phys.memmap;
+        let size = inode.size();
+        let disk = inode.disk.lock();
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let mut in_run = false;
+        for (i, &p) in pages.iter().enumerate() {
+            let mapped = disk.read(first + i as u64, size, &mut buf);
+            self.m.phys.arena.write(p, 0, &buf);
+            mem.set(p, PageFlag::Uptodate);
+            if mapped {
+                mem.set(p, PageFlag::MappedToDisk);
+                self.c().add(Ev::DiskReadBytes, PAGE_SIZE);
+                if !in_run {
+                    self.c().add(Ev::DiskReads, 1);
+                }
+            }
+            in_run = mapped;
+        }
+    }
+
+    /// `page_cache_ra_unbounded` (via `do_page_cache_ra`): reads the missing pages of
+    /// `start..start+nr` (clipped at the end of file), marking the page `lookahead` before the
+    /// end `PG_readahead`.
+    fn do_page_cache_ra(&self, inode: &Inode, start: u64, nr: u64, lookahead: u64) {
+        let size = inode.size();
+        if size == 0 {
+            return;
+        }
+        let end_index = (size - 1) / PAGE_SIZE;
+        if start > end_index {
+            return;
+        }
+        let nr = nr.min(end_index - start + 1);
+        let mark = (lookahead > 0 && lookahead <= nr).then(|| start + nr - lookahead);
+        let mut run: Vec<u64> = Vec::new();
+        let mut run_start = start;
+        let mut cache = inode.pages.lock();
+        for idx in start..start + nr {
+            if cache.contains_key(&idx) {
+                if !run.is_empty() {
+                    self.read_blocks(inode, run_start, &run);
+                    run.clear();
+                }
+                continue;
+            }
+            let Some(p) = self.cache_alloc(inode, &mut cache, idx) else {
+                break;
+            };
+            if run.is_empty() {
+                run_start = idx;
+            }
+            run.push(p);
+            if Some(idx) == mark {
+                self.m.phys.memmap.set(p, PageFlag::Readahead);
+            }
+        }
+        drop(cache);
+        if !run.is_empty() {
+            self.read_blocks(inode, run_start, &run);
+        }
+        self.c().add(Ev::Readahead, 1);
+    }
+
+    fn ra_pages(&self) -> u64 {
+        self.m.tunables().read_ahead_kb / 4
+    }
+
+    /// `ractl_max_pages`: the window, or a larger request up to the device's I/O size.
+    fn ra_max_pages(&self, req: u64) -> u64 {
+        let t = self.m.tunables();
+        let (ra, io) = (t.read_ahead_kb / 4, t.max_sectors_kb / 4);
+        if req > ra && io > ra {
+            req.min(io)
+        } else {
+            ra
+        }
+    }
+
+    /// `page_cache_sync_ra`: a miss at `index` for a read of `req` pages.
+    pub(crate) fn page_cache_sync_ra(&self, inode: &Inode, index: u64, req: u64) {
+        if self.ra_pages() == 0 {
+            self.do_page_cache_ra(inode, index, req, 0);
+            return;
+        }
+        let max = self.ra_max_pages(req);
+        let mut ra = inode.ra.lock();
+        let prev_index = if ra.prev_pos == u64::MAX {
+            u64::MAX
+        } else {
+            ra.prev_pos / PAGE_SIZE
+        };
+        if index == 0 || req > max || index.wrapping_sub(prev_index) <= 1 {
+            ra.start = index;
+            ra.size = init_ra_size(req, max);
+            ra.async_size = if ra.size > req {
+                ra.size - req
+            } else {
+                ra.size >> 1
+            };
+        } else {
+            // Look back for the traces a sequential stream leaves in the cache.
+            let miss = {
+                let cache = inode.pages.lock();
+                (1..=max)
+                    .map(|d| index.checked_sub(d))
+                    .find(|i| i.is_none_or(|i| !cache.contains_key(&i)))
+                    .flatten()
+            };
+            let contig = match miss {
+                Some(m) => index - m - 1,
+                None => index.min(max),
+            };
+            if contig <= req {
+                drop(ra);
+                self.do_page_cache_ra(inode, index, req, 0);
+                return;
+            }
+            let contig = if miss.is_none() && index <= max {
+                contig * 2
+            } else {
+                contig
+            };
+            ra.start = index;
+            ra.size = (contig + req).min(max);
+            ra.async_size = 1;
+        }
+        let RaState {
+            start,
+            size,
+            async_size,
+            ..
+        } = *ra;
+        drop(ra);
+        self.do_page_cache_ra(inode, start, size, async_size);
+    }
+
+    /// `page_cache_async_ra`: the reader reached the `PG_readahead` page `folio` at `index`.
+    pub(crate) fn page_cache_async_ra(&self, inode: &Inode, index: u64, folio: u64, req: u64) {
+        let mem = &self.m.phys.memmap;
+        if mem.test(folio, PageFlag::Writeback) {
+            return;
+        }
+        mem.clear(folio, PageFlag::Readahead);
+        if self.ra_pages() == 0 {
+            return;
+        }
+        let max = self.ra_max_pages(req);
+        let mut ra = inode.ra.lock();
+        let expected = ra.start + ra.size - ra.async_size;
+        if index == expected {
+            ra.start += ra.size;
+            ra.size = ra.size.max(next_ra_size(ra.size, max));
+            ra.async_size = ra.size;
+        } else {
+            let start = {
+                let cache = inode.pages.lock();
+                (index + 1..=index + max).find(|i| !cache.contains_key(i))
+            };
+            let Some(start) = start else { return };
+            ra.start = start;
+            ra.size = next_ra_size(start - index + req, max);
+            ra.async_size = ra.size;
+        }
+        let RaState {
+            start,
+            size,
+            async_size,
+            ..
+        } = *ra;
+        drop(ra);
+        self.do_page_cache_ra(inode, start, size, async_size);
+    }
+
+    /// The mmap read-around of a fault miss (`do_sync_mmap_readahead`).
+    pub(crate) fn mmap_sync_readahead(&self, inode: &Inode, vma: &Vma, pgoff: u64) {
+        let ra_pages = self.ra_pages();
+        if vma.flags.has(VmFlags::RAND_READ) || ra_pages == 0 {
+            return;
+        }
+        if vma.flags.has(VmFlags::SEQ_READ) {
+            self.page_cache_sync_ra(inode, pgoff, ra_pages);
+            return;
+        }
+        let (start, size, async_size) = {
+            let mut ra = inode.ra.lock();
+            ra.start = pgoff.saturating_sub(ra_pages / 2);
+            ra.size = ra_pages;
+            ra.async_size = ra_pages / 4;
+            (ra.start, ra.size, ra.async_size)
+        };
+        self.do_page_cache_ra(inode, start, size, async_size);
+    }
+
+    /// `force_page_cache_ra` for `MADV_WILLNEED` / `POSIX_FADV_WILLNEED`: at most the larger of
+    /// the window and the device's I/O size, in 2 MiB chunks.
+    fn force_page_cache_ra(&self, inode: &Inode, first: u64, nr: u64) {
+        let t = self.m.tunables();
+        let max = (t.max_sectors_kb / 4).max(t.read_ahead_kb / 4);
+        drop(t);
+        let mut left = nr.min(max);
+        let mut idx = first;
+        while left > 0 {
+            let chunk = left.min(FORCE_RA_CHUNK);
+            self.do_page_cache_ra(inode, idx, chunk, 0);
+            idx += chunk;
+            left -= chunk;
+        }
+    }
+
+    /// Finds (or creates / reads) the page-cache page of `pgoff` for a fault, with a
+    /// reference for the caller. SIGBUS past the end of file; `None` when out of memory.
+    ///
+    /// # Context
+    /// mmap lock held for reading; no PTE lock.
+    pub(crate) fn filemap_fault(
+        &self,
+        inode: &Inode,
+        vma: &Vma,
+        pgoff: u64,
+    ) -> Result<(u64, CacheLookup), crate::fault::FaultOutcome> {
+        if pgoff >= inode.size_pages() {
+            self.c().add(Ev::FaultSigbus, 1);
+            return Err(crate::fault::FaultOutcome::Sigbus);
+        }
+        let found = inode.pages.lock().get(&pgoff).copied();
+        if let Some(p) = found {
+            if inode.kind == InodeKind::Disk
+                && self.m.phys.memmap.test(p, PageFlag::Readahead)
+                && !vma.flags.has(VmFlags::RAND_READ)
+            {
+                self.page_cache_async_ra(inode, pgoff, p, self.ra_pages());
+            }
+            let cache = inode.pages.lock();
+            if let Some(&p) = cache.get(&pgoff) {
+                crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, 1);
+                if !self.m.phys.memmap.test(p, PageFlag::Uptodate) {
+                    // A fallocated tmpfs page: cleared on first use.
+                    self.m.phys.arena.zero_frame(p);
+                    self.m.phys.memmap.set(p, PageFlag::Uptodate);
+                }
+                return Ok((p, CacheLookup::Hit));
+            }
+            drop(cache);
+        }
+        if inode.kind == InodeKind::Disk {
+            self.mmap_sync_readahead(inode, vma, pgoff);
+        }
+        let mut cache = inode.pages.lock();
+        let p = match cache.get(&pgoff) {
+            Some(&p) => p,
+            None => {
+                let Some(p) = self.cache_alloc(inode, &mut cache, pgoff) else {
+                    return Err(crate::fault::FaultOutcome::Oom);
+                };
+                if inode.kind == InodeKind::Disk {
+                    drop(cache);
+                    self.read_blocks(inode, pgoff, &[p]);
+                    cache = inode.pages.lock();
+                }
+                p
+            }
+        };
+        crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, 1);
+        drop(cache);
+        Ok((p, CacheLookup::Miss))
+    }
+
+    /// `folio_mark_accessed`: referenced on the first access, active (and no longer
+    /// referenced) on the second. Activation goes through a per-CPU batch in Linux; its
+    /// effect is applied at once here (flags are compared after the batches drain).
+    pub(crate) fn folio_mark_accessed(&self, head: u64) {
+        let mem = &self.m.phys.memmap;
+        if !mem.test(head, PageFlag::Referenced) {
+            mem.set(head, PageFlag::Referenced);
+        } else if !mem.test(head, PageFlag::Unevictable) && !mem.test(head, PageFlag::Active) {
+            self.lru_relist(head, |_| {
+                mem.set(head, PageFlag::Active);
+                mem.clear(head, PageFlag::Referenced);
+            });
+        }
+    }
+
+    /// `ftruncate(2)`.
+    pub fn ftruncate(&self, f: FileId, size: u64) -> SysResult<()> {
+        let inode = self.m.file(f)?;
+        if size > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        if size > inode.max_bytes() {
+            return Err(Errno::EFBIG);
+        }
+        let old = inode.size();
+        inode.set_size(size);
+        if size < old {
+            // truncate_pagecache: unmap (COW copies too) from the first whole page past the
+            // new end, drop those pages, zero the tail of a partial last page.
+            let hole = size.div_ceil(PAGE_SIZE);
+            self.unmap_mapping_range(&inode, hole, u64::MAX, ZapDetails::All);
+            self.release_cache(&inode, hole);
+            self.zero_partial(&inode, size, PAGE_SIZE - size % PAGE_SIZE, false);
+            inode.disk.lock().truncate(size);
+        }
+        Ok(())
+    }
+
+    /// Zeroes `len` bytes from `pos` inside one cached page (a partial page of a truncate or a
+    /// punched hole); `dirty` marks it dirty (ext4 zeroes through the page cache).
+    fn zero_partial(&self, inode: &Inode, pos: u64, len: u64, dirty: bool) {
+        let in_page = pos % PAGE_SIZE;
+        if in_page == 0 && len >= PAGE_SIZE {
+            return;
+        }
+        let len = len.min(PAGE_SIZE - in_page);
+        if let Some(&p) = inode.pages.lock().get(&(pos / PAGE_SIZE)) {
+            self.m.phys.arena.fill(p, in_page as usize, len as usize, 0);
+            if dirty {
+                self.m.phys.memmap.set(p, PageFlag::Dirty);
+            }
+        }
+    }
+
+    /// Drops every cached page at index `from` or beyond (`truncate_inode_pages`).
+    fn release_cache(&self, inode: &Inode, from: u64) {
+        let gone: Vec<u64> = inode.pages.lock().split_off(&from).into_values().collect();
+        self.drop_cache_pages(gone);
+    }
+
+    fn drop_cache_pages(&self, pages: Vec<u64>) {
+        for p in pages {
+            self.delete_from_page_cache(p);
+        }
+    }
+
+    /// `filemap_remove_folio` + the cache's `folio_put` for a page already out of the index.
+    fn delete_from_page_cache(&self, p: u64) {
+        let mem = &self.m.phys.memmap;
+        mem.clear(p, PageFlag::Dirty);
+        mem.clear(p, PageFlag::Readahead);
+        self.c().add(Ev::PageCacheDelete, 1);
+        self.m.phys.put_folio(self.c(), p, 1);
+    }
+
+    /// `fallocate(2)`: mode 0 allocates (tmpfs: zeroed, dirty, not yet uptodate pages; disk:
+    /// unwritten extents, nothing cached) and may grow the file; `punch` frees the whole
+    /// pages of the range (unmapping them from every mapping, keeping private COW copies) and
+    /// zeroes the partial ones, keeping the size.
+    pub fn fallocate(&self, f: FileId, offset: u64, len: u64, punch: bool) -> SysResult<()> {
+        let inode = self.m.file(f)?;
+        if offset > i64::MAX as u64 || len == 0 || len > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > inode.max_bytes() {
+            return Err(Errno::EFBIG);
+        }
+        if punch {
+            self.punch_hole(&inode, offset, end);
+            return Ok(());
+        }
+        if inode.kind.is_shmem() {
+            let (first, last) = (offset / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
+            let mut cache = inode.pages.lock();
+            let mut added = Vec::new();
+            for idx in first..last {
+                if cache.contains_key(&idx) {
+                    continue;
+                }
+                match self.cache_alloc(&inode, &mut cache, idx) {
+                    Some(p) => {
+                        self.m.phys.memmap.clear(p, PageFlag::Uptodate);
+                        self.m.phys.memmap.set(p, PageFlag::Dirty);
+                        added.push(idx);
+                    }
+                    None => {
+                        // shmem_fallocate undoes what it allocated before failing.
+                        let pages: Vec<u64> =
+                            added.iter().filter_map(|i| cache.remove(i)).collect();
+                        drop(cache);
+                        self.drop_cache_pages(pages);
+                        return Err(Errno::ENOSPC);
+                    }
+                }
+            }
+        }
+        if end > inode.size() {
+            inode.set_size(end);
+        }
+        Ok(())
+    }
+
+    /// Punches the hole `offset..end` (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`, also
+    /// `MADV_REMOVE`): whole pages are unmapped from every mapping (private COW copies stay),
+    /// dropped from the cache and their blocks freed; partial pages at the edges are zeroed
+    /// (through the cache, dirtying them, on disk). Nothing past the end of file changes.
+    pub(crate) fn punch_hole(&self, inode: &Inode, offset: u64, end: u64) {
+        let size = inode.size();
+        if offset >= size {
+            return;
+        }
+        let end = end.min(size.next_multiple_of(PAGE_SIZE));
+        let first_whole = offset.div_ceil(PAGE_SIZE);
+        let last_whole = end / PAGE_SIZE;
+        if last_whole == 0 {
+            // A hole that ends inside the first page: `shmem_fallocate` and
+            // `truncate_pagecache_range` compute the last byte to unmap as -1, which as an
+            // unsigned compare passes and as a length wraps to "to the end of the file". So
+            // every page from `first_whole` on is unmapped (not freed). Measured on 6.18:
+            // punching 1K..3K of a mapped 128K tmpfs file leaves Rss at 4K.
+            self.unmap_mapping_range(inode, first_whole, u64::MAX, ZapDetails::FilePagesOnly);
+        }
+        if last_whole > first_whole {
+            self.unmap_mapping_range(inode, first_whole, last_whole, ZapDetails::FilePagesOnly);
+            let gone: Vec<u64> = {
+                let mut cache = inode.pages.lock();
+                let mut tail = cache.split_off(&first_whole);
+                let mut keep = tail.split_off(&last_whole);
+                cache.append(&mut keep);
+                tail.into_values().collect()
+            };
+            self.drop_cache_pages(gone);
+        }
+        let disk = inode.kind == InodeKind::Disk;
+        if offset / PAGE_SIZE == (end - 1) / PAGE_SIZE {
+            self.zero_partial(inode, offset, end - offset, disk);
+        } else {
+            self.zero_partial(inode, offset, PAGE_SIZE - offset % PAGE_SIZE, disk);
+            if !end.is_multiple_of(PAGE_SIZE) {
+                self.zero_partial(inode, end - end % PAGE_SIZE, end % PAGE_SIZE, disk);
+            }
+        }
+        if last_whole > first_whole {
+            inode.disk.lock().punch(first_whole, last_whole);
+        }
+    }
+
+    /// `unmap_mapping_range`: zaps the pages of file pages `first..last` from every VMA of
+    /// every process that maps `inode` (`details` decides whether private COW copies go too).
+    ///
+    /// # Context
+    /// Takes each mm's mmap lock for reading in turn (Linux walks `i_mmap` under its lock).
+    pub(crate) fn unmap_mapping_range(
+        &self,
+        inode: &Inode,
+        first: u64,
+        last: u64,
+        details: ZapDetails,
+    ) {
+        for task in self.m.tasks() {
+            let mm = &task.mm;
+            self.c().add(Ev::LockMmap, 1);
+            let st = mm.lock.read();
+            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+            for id in st.vmas.all() {
+                let vma = st.vmas.get(id);
+                let Some(range) = file_range_in(vma, inode, first, last) else {
+                    continue;
+                };
+                self.zap_vma_range_details(&mut tlb, mm, vma, range.0, range.1, details);
+            }
+            tlb.finish();
+        }
+    }
+
+    /// `fsync(2)`: writes back every dirty page of a disk file; tmpfs has nothing to do.
+    pub fn fsync(&self, f: FileId) -> SysResult<()> {
+        let inode = self.m.file(f)?;
+        self.writeback_range(&inode, 0, u64::MAX);
+        Ok(())
+    }
+
+    /// `write_cache_pages` over pages `first..last` of a disk file: each dirty page is cleaned
+    /// in every mapping (`folio_clear_dirty_for_io` → `folio_mkclean`: write-protected and
+    /// clean, so the next write faults and dirties it again), written to the device and left
+    /// clean and mapped to disk. One write I/O per run of consecutive pages.
+    fn writeback_range(&self, inode: &Inode, first: u64, last: u64) {
+        if inode.kind != InodeKind::Disk {
+            return;
+        }
+        let mem = &self.m.phys.memmap;
+        let dirty: Vec<(u64, u64)> = inode
+            .pages
+            .lock()
+            .range(first..last)
+            .filter(|(_, &p)| mem.test(p, PageFlag::Dirty))
+            .map(|(&i, &p)| (i, p))
+            .collect();
+        if dirty.is_empty() {
+            return;
+        }
+        for &(idx, _) in &dirty {
+            self.folio_mkclean(inode, idx);
+        }
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let mut disk = inode.disk.lock();
+        let mut prev = None;
+        for &(idx, p) in &dirty {
+            mem.set(p, PageFlag::Writeback);
+            mem.clear(p, PageFlag::Dirty);
+            self.m.phys.arena.read(p, 0, &mut buf);
+            disk.write(idx, &buf);
+            if prev.is_none_or(|q: u64| q + 1 != idx) {
+                self.c().add(Ev::DiskWrites, 1);
+            }
+            prev = Some(idx);
+            self.c().add(Ev::DiskWriteBytes, PAGE_SIZE);
+            mem.set(p, PageFlag::MappedToDisk);
+            mem.clear(p, PageFlag::Writeback);
+        }
+    }
+
+    /// `folio_mkclean`: write-protects and cleans every shared mapping of file page `idx`,
+    /// folding the PTE's dirty bit into the folio first (the caller then clears it for I/O).
+    fn folio_mkclean(&self, inode: &Inode, idx: u64) {
+        for task in self.m.tasks() {
+            let mm = &task.mm;
+            let st = mm.lock.read();
+            for id in st.vmas.all() {
+                let vma = st.vmas.get(id);
+                if !vma.flags.has(VmFlags::SHARED) {
+                    continue;
+                }
+                let Some((addr, _)) = file_range_in(vma, inode, idx, idx + 1) else {
+                    continue;
+                };
+                self.mkclean_one(mm, addr);
+            }
+        }
+    }
+
+    fn mkclean_one(&self, mm: &Mm, addr: u64) {
+        let pt = self.tables(mm);
+        let arch = pt.arch;
+        for step in pt.pmd_walk(addr, addr + PAGE_SIZE) {
+            let PmdKind::Table(table) = step.kind else {
+                continue;
+            };
+            let mut ptes = PteLock::lock(pt, self.c(), table);
+            let (i0, _) = step.pte_indexes();
+            let e = ptes.get(i0);
+            if e == 0 || !arch.present(e) || !(arch.write(e) || arch.dirty(e)) {
+                continue;
+            }
+            ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));
+            drop(ptes);
+            self.flush_tlb(mm, FlushScope::Page(addr));
+        }
+    }
+
+    /// `msync(2)`.
+    pub fn msync(&self, pid: Pid, start: u64, len: u64, flags: &[MsyncFlags]) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        let sync = flags.contains(&MsyncFlags::Sync);
+        let is_async = flags.contains(&MsyncFlags::Async);
+        let invalidate = flags.contains(&MsyncFlags::Invalidate);
+        if !start.is_multiple_of(PAGE_SIZE) || (sync && is_async) {
+            return Err(Errno::EINVAL);
+        }
+        let len = super::page_align(len).ok_or(Errno::ENOMEM)?;
+        let end = start.checked_add(len).ok_or(Errno::ENOMEM)?;
+        if end == start {
+            return Ok(());
+        }
+        let only_async = is_async && !invalidate;
+        let mut unmapped = false;
+        let mut start = start;
+        let mut todo: Vec<(Arc<Inode>, u64, u64)> = Vec::new();
+        {
+            self.c().add(Ev::LockMmap, 1);
+            let st = task.mm.lock.read();
+            loop {
+                let Some(id) = st.vmas.find_after(start) else {
+                    return Err(Errno::ENOMEM);
+                };
+                let vma = st.vmas.get(id);
+                if start < vma.start {
+                    if only_async {
+                        break;
+                    }
+                    start = vma.start;
+                    if start >= end {
+                        break;
+                    }
+                    unmapped = true;
+                }
+                if invalidate && vma.flags.has(VmFlags::LOCKED) {
+                    return Err(Errno::EBUSY);
+                }
+                let fstart = vma.pgoff_at(start);
+                let fend = vma.pgoff_at(end.min(vma.end) - 1) + 1;
+                if let (true, Some(file), true) = (sync, &vma.file, vma.flags.has(VmFlags::SHARED))
+                {
+                    todo.push((file.clone(), fstart, fend));
+                }
+                start = vma.end;
+                if start >= end {
+                    break;
+                }
+            }
+        }
+        for (inode, first, last) in todo {
+            self.writeback_range(&inode, first, last);
+        }
+        if unmapped {
+            Err(Errno::ENOMEM)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Bytes of file range `offset..offset+len` in the page cache (`cachestat`/`mincore`).
+    pub fn fincore(&self, f: FileId, offset: u64, len: u64) -> SysResult<u64> {
+        let inode = self.m.file(f)?;
+        let first = offset / PAGE_SIZE;
+        let last = offset.saturating_add(len).div_ceil(PAGE_SIZE);
+        if last <= first {
+            return Ok(0);
+        }
+        let cached = inode.pages.lock().range(first..last).count() as u64;
+        Ok(cached * PAGE_SIZE)
+    }
+
+    /// `MADV_WILLNEED` on a file mapping: readahead of the range (disk files; tmpfs has
+    /// nothing to read without swap).
+    pub(crate) fn madvise_willneed_file(&self, vma: &Vma, start: u64, end: u64) {
+        let Some(inode) = &vma.file else { return };
+        if inode.kind != InodeKind::Disk {
+            return;
+        }
+        let first = vma.pgoff_at(start);
+        let last = vma.pgoff_at(end - 1);
+        self.force_page_cache_ra(inode, first, last - first + 1);
+    }
+
+    /// `MADV_PAGEOUT` of a disk file's folio mapped only here: unmapped, then dropped from
+    /// the cache when clean; a dirty one stays (only kswapd writes back file pages) and is
+    /// activated, as `shrink_folio_list` does.
+    pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: u64) {
+        let Some(inode) = &vma.file else { return };
+        if inode.kind != InodeKind::Disk {
+            return;
+        }
+        let mem = &self.m.phys.memmap;
+        let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+        self.zap_vma_range_details(
+            &mut tlb,
+            mm,
+            vma,
+            addr,
+            addr + PAGE_SIZE,
+            ZapDetails::FilePagesOnly,
+        );
+        tlb.finish();
+        self.lru_add_drain();
+        if mem.test(head, PageFlag::Dirty) {
+            self.lru_relist(head, |_| mem.set(head, PageFlag::Active));
+            return;
+        }
+        let idx = mem.index(head);
+        let removed = {
+            let mut cache = inode.pages.lock();
+            match cache.get(&idx) {
+                Some(&p) if p == head && mem.refcount(head) == 1 => cache.remove(&idx),
+                _ => None,
+            }
+        };
+        if let Some(p) = removed {
+            self.c().add(Ev::PageCacheEvict, 1);
+            self.delete_from_page_cache(p);
+        }
+    }
+}
+
+/// The address range of `vma` that maps file pages `first..last` of `inode`, if any.
+fn file_range_in(vma: &Vma, inode: &Inode, first: u64, last: u64) -> Option<(u64, u64)> {
+    let file = vma.file.as_ref()?;
+    if !std::ptr::eq(Arc::as_ptr(file), inode) {
+        return None;
+    }
+    let vfirst = vma.pgoff;
+    let vlast = vma.pgoff + (vma.end - vma.start) / PAGE_SIZE;
+    let (a, b) = (first.max(vfirst), last.min(vlast));
+    (a < b).then(|| {
+        (
+            vma.start + (a - vfirst) * PAGE_SIZE,
+            vma.start + (b - vfirst) * PAGE_SIZE,
+        )
+    })
+}
+
+/// `get_init_ra_size`: the first window for a read of `size` pages.
+fn init_ra_size(size: u64, max: u64) -> u64 {
+    let new = size.max(1).next_power_of_two();
+    let new = if new <= max / 32 {
+        new * 4
+    } else if new <= max / 4 {
+        new * 2
+    } else {
+        max
+    };
+    new.min(max)
+}
+
+/// `get_next_ra_size`: ramp up the window.
+fn next_ra_size(cur: u64, max: u64) -> u64 {
+    if cur < max / 16 {
+        4 * cur
+    } else if cur <= max / 2 {
+        2 * cur
+    } else {
+        max
+    }
+}
