@@ -71,6 +71,21 @@ fn apply_thp(t: &mut usermm::Tunables, s: &ThpSetting) {
     }
 }
 
+fn apply_shmem(t: &mut usermm::Tunables, s: &ShmemSetting) {
+    match s {
+        ShmemSetting::Top(top) => {
+            if let Some(p) = usermm::ShmemHuge::parse(top.as_str()) {
+                t.shmem.top = p;
+            }
+        }
+        ShmemSetting::Size { size, policy } => {
+            if let Some(p) = usermm::ShmemHuge::parse(policy.as_str()) {
+                t.shmem.per_order[size.order() as usize] = p;
+            }
+        }
+    }
+}
+
 fn advice(a: Advice) -> Res<usermm::Advice> {
     Ok(match a {
         Advice::Dontneed => usermm::Advice::DontNeed,
@@ -123,6 +138,9 @@ impl EngineBackend {
             }
             for s in &self.thp {
                 apply_thp(&mut cfg.tunables, s);
+            }
+            for s in &self.shmem {
+                apply_shmem(&mut cfg.tunables, s);
             }
             let memory = cfg.memory;
             let m = Machine::new(cfg);
@@ -291,9 +309,10 @@ impl Backend for EngineBackend {
     }
 
     fn set_shmem(&mut self, settings: &[ShmemSetting]) -> Res<()> {
-        // Recorded for the machine; the engine's shmem and tmpfs folios are order 0 whatever
-        // the policy (see `usermm::filemap`), so only the baseline is modelled faithfully.
-        self.shmem.extend_from_slice(settings);
+        match &self.machine {
+            Some(m) => m.update_tunables(|t| settings.iter().for_each(|s| apply_shmem(t, s))),
+            None => self.shmem.extend_from_slice(settings),
+        }
         Ok(())
     }
 
@@ -420,8 +439,8 @@ impl Backend for EngineBackend {
                         private_dirty: s.private_dirty,
                         anonymous: s.anonymous,
                         anon_huge_pages: s.anon_huge_pages,
-                        shmem_pmd_mapped: 0,
-                        file_pmd_mapped: 0,
+                        shmem_pmd_mapped: s.shmem_pmd_mapped,
+                        file_pmd_mapped: s.file_pmd_mapped,
                         locked: s.locked() & !1023,
                     },
                 })

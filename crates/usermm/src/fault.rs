@@ -115,6 +115,11 @@ impl<'m> Cpu<'m> {
                 return o;
             }
         }
+        if pt.get(pmd_t, pmd_idx) == 0 && self.shmem_pmd_suitable(vma, addr, access) {
+            if let Some(o) = self.do_shmem_pmd_fault(mm, vma, pmd_t, pmd_idx, addr, access) {
+                return o;
+            }
+        }
         let pmd = pt.get(pmd_t, pmd_idx);
         if pmd != 0 && !pt.arch.is_table(pmd) {
             if access == Access::Write && !pt.arch.write(pmd) {
@@ -312,11 +317,27 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         let pgoff = vmf.vma.pgoff_at(vmf.addr);
-        let (pfn, lookup) = match self.filemap_fault(inode, vmf.vma, pgoff) {
+        let (mut pfn, lookup) = match self.filemap_fault(inode, vmf.vma, vmf.addr, pgoff) {
             Ok(r) => r,
             Err(o) => return o,
         };
         self.count_file_fault(inode, lookup);
+        if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
+            // The read dropped the mmap lock (`maybe_unlock_mmap_for_io`), so the fault
+            // returns VM_FAULT_RETRY and is taken again: fault-around now finds the pages
+            // readahead brought in. Measured on 6.18: a cold read fault in a 512K file maps
+            // the whole 64K window.
+            let phys = &self.m.phys;
+            phys.put_folio(self.c(), phys.memmap.folio_of(pfn), 1);
+            if self.m.tunables().fault_around_bytes > PAGE_SIZE && self.do_fault_around(vmf, inode)
+            {
+                return FaultOutcome::Completed;
+            }
+            pfn = match self.filemap_fault(inode, vmf.vma, vmf.addr, pgoff) {
+                Ok((p, _)) => p,
+                Err(o) => return o,
+            };
+        }
         self.finish_fault(vmf, pfn, false)
     }
 
@@ -327,7 +348,7 @@ impl<'m> Cpu<'m> {
         let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
         let phys = &self.m.phys;
         let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let (old, lookup) = match self.filemap_fault(inode, vma, vma.pgoff_at(addr)) {
+        let (old, lookup) = match self.filemap_fault(inode, vma, addr, vma.pgoff_at(addr)) {
             Ok(r) => r,
             Err(o) => return o,
         };
@@ -339,12 +360,12 @@ impl<'m> Cpu<'m> {
             Zeroing::NoZero,
         );
         let Some(new) = new else {
-            phys.put_folio(c, old, 1);
+            phys.put_folio(c, phys.memmap.folio_of(old), 1);
             return self.oom();
         };
         phys.arena.copy_frame(new, old);
         c.add(Ev::PagesCopied, 1);
-        phys.put_folio(c, old, 1);
+        phys.put_folio(c, phys.memmap.folio_of(old), 1);
         let idx = vmf.idx();
         let arch = vmf.pt.arch;
         let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
@@ -368,36 +389,63 @@ impl<'m> Cpu<'m> {
     /// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
     /// `page_mkwrite` has nothing more to do here).
     fn do_shared_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-        let (pfn, lookup) = match self.filemap_fault(inode, vmf.vma, vmf.vma.pgoff_at(vmf.addr)) {
-            Ok(r) => r,
-            Err(o) => return o,
-        };
+        let (pfn, lookup) =
+            match self.filemap_fault(inode, vmf.vma, vmf.addr, vmf.vma.pgoff_at(vmf.addr)) {
+                Ok(r) => r,
+                Err(o) => return o,
+            };
         self.count_file_fault(inode, lookup);
-        self.m.phys.memmap.set(pfn, PageFlag::Dirty);
+        let mem = &self.m.phys.memmap;
+        mem.set(mem.folio_of(pfn), PageFlag::Dirty);
         self.finish_fault(vmf, pfn, true)
     }
 
-    /// `finish_fault` / `set_pte_range`: maps page-cache page `pfn` (whose reference the
-    /// lookup took) at the fault address.
+    /// `finish_fault` / `set_pte_range`: maps page-cache page `pfn` (whose folio reference
+    /// the lookup took) at the fault address; a large shmem folio is mapped whole when it lies
+    /// inside the VMA and the PTE table and its entries are all empty (6.18 maps whole folios
+    /// for shmem only; other files fault page by page).
     fn finish_fault(&self, vmf: &FaultCtx<'_, 'm>, pfn: u64, write: bool) -> FaultOutcome {
         let c = self.c();
         let (mm, vma) = (vmf.mm, vmf.vma);
+        let phys = &self.m.phys;
         let arch = vmf.pt.arch;
+        let head = phys.memmap.folio_of(pfn);
+        let folio_pages = 1usize << phys.memmap.order(head);
         let idx = vmf.idx();
         let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
         if ptes.peek_raw(idx) != 0 {
             drop(ptes);
-            self.m.phys.put_folio(c, pfn, 1);
+            phys.put_folio(c, head, 1);
             return FaultOutcome::Completed;
         }
-        rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
-        self.mlock_vma_folio(pfn, vma);
-        let mut entry = arch.mk_pte(pfn, vma.page_prot(), false);
+        let mut first_page = pfn;
+        let mut first_idx = idx;
+        let mut nr = 1usize;
+        let shmem = vma.file.as_ref().is_some_and(|f| f.kind.is_shmem());
+        if folio_pages > 1 && shmem {
+            let in_folio = (pfn - head) as usize;
+            let vma_off = ((vmf.addr - vma.start) >> 12) as usize;
+            let vma_pages = (vma.len() >> 12) as usize;
+            let fits = vma_off >= in_folio
+                && vma_off + (folio_pages - in_folio) <= vma_pages
+                && idx >= in_folio
+                && idx + (folio_pages - in_folio) <= 512;
+            if fits && (idx - in_folio..idx - in_folio + folio_pages).all(|i| ptes.peek_raw(i) == 0)
+            {
+                first_page = head;
+                first_idx = idx - in_folio;
+                nr = folio_pages;
+                rmap::folio_ref_add(phys, c, head, nr as i32 - 1);
+            }
+        }
+        rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
+        self.mlock_vma_folio(head, vma);
+        let mut entry = arch.mk_pte(first_page, vma.page_prot(), false);
         if write {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
-        ptes.set_ptes(idx, entry, 1);
-        mm.rss_add(vma.file_rss(), 1);
+        ptes.set_ptes(first_idx, entry, nr);
+        mm.rss_add(vma.file_rss(), nr as i64);
         FaultOutcome::Completed
     }
 
@@ -424,14 +472,16 @@ impl<'m> Cpu<'m> {
             let idx = index(a, 12);
             let pgoff = vma.pgoff_at(a);
             let page = cache.get(&pgoff).copied().filter(|&p| {
+                let head = mem.folio_of(p);
                 pgoff < file_end
-                    && mem.test(p, PageFlag::Uptodate)
-                    && !mem.test(p, PageFlag::Readahead)
+                    && mem.test(head, PageFlag::Uptodate)
+                    && !mem.test(head, PageFlag::Readahead)
             });
             if let (0, Some(pfn)) = (ptes.peek_raw(idx), page) {
-                rmap::folio_ref_add(&self.m.phys, c, pfn, 1);
-                rmap::add_ptes(&self.m.phys, c, pfn, pfn, 1, mm.id);
-                self.mlock_vma_folio(pfn, vma);
+                let head = mem.folio_of(pfn);
+                rmap::folio_ref_add(&self.m.phys, c, head, 1);
+                rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
+                self.mlock_vma_folio(head, vma);
                 ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot(), false), 1);
                 mm.rss_add(vma.file_rss(), 1);
                 if a == (addr & !4095) {
@@ -628,6 +678,66 @@ impl<'m> Cpu<'m> {
                 .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
     }
 
+    /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
+    /// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
+    /// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
+    fn shmem_pmd_suitable(&self, vma: &Vma, addr: u64, access: Access) -> bool {
+        let haddr = addr & !(PMD_SIZE - 1);
+        (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
+            && !vma.flags.has(VmFlags::NOHUGEPAGE)
+            && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
+            && haddr >= vma.start
+            && haddr + PMD_SIZE <= vma.end
+            && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
+    }
+
+    /// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
+    /// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
+    /// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
+    fn do_shmem_pmd_fault(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        addr: u64,
+        access: Access,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let inode = vma.file.clone()?;
+        let (page, lookup) = match self.filemap_fault(&inode, vma, addr, vma.pgoff_at(addr)) {
+            Ok(r) => r,
+            Err(o) => return Some(o),
+        };
+        let head = phys.memmap.folio_of(page);
+        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
+            // Mapped with PTEs by the normal path, which finds the page in the cache.
+            phys.put_folio(c, head, 1);
+            return None;
+        }
+        let pt = self.tables(mm);
+        let arch = pt.arch;
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        if pmdl.get(pmd_idx) != 0 {
+            drop(pmdl);
+            phys.put_folio(c, head, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        rmap::add_file_pmd(phys, c, head, mm.id);
+        self.mlock_vma_folio(head, vma);
+        let mut entry = arch.mk_pte(head, vma.page_prot(), true);
+        if access == Access::Write {
+            entry = arch.mkwrite(arch.mkdirty(entry));
+            phys.memmap.set(head, PageFlag::Dirty);
+        }
+        pmdl.install(pmd_idx, entry);
+        drop(pmdl);
+        mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
+        self.count_file_fault(&inode, lookup);
+        Some(FaultOutcome::Completed)
+    }
+
     /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
     fn alloc_deposit(&self) -> Option<u64> {
         self.m
@@ -763,6 +873,14 @@ impl<'m> Cpu<'m> {
             return self.huge_zero_wp(mm, vma, pmd_t, pmd_idx, haddr, pmd);
         }
         let mem = &phys.memmap;
+        if !mem.test(pfn, PageFlag::Anon) {
+            // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
+            // write fault again on PTEs (a shared mapping dirties the page, a private one
+            // copies it).
+            drop(pmdl);
+            self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
+            return None;
+        }
         if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
             mem.set(pfn, PageFlag::AnonExclusive);
             pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
@@ -829,6 +947,29 @@ impl<'m> Cpu<'m> {
         let mut pmdl = PmdLock::lock(pt, c, pmd_t);
         let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) {
+            return;
+        }
+        if let Some(head) = pt
+            .vm_normal_folio(pmd)
+            .filter(|&h| !phys.memmap.test(h, PageFlag::Anon))
+        {
+            // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
+            // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
+            pmdl.clear(pmd_idx);
+            self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+            drop(pmdl);
+            let mem = &phys.memmap;
+            if arch.dirty(pmd) {
+                mem.set(head, PageFlag::Dirty);
+            }
+            if arch.young(pmd) {
+                mem.set(head, PageFlag::Referenced);
+            }
+            rmap::remove_pmd(phys, c, head, mm.id);
+            self.munlock_vma_folio(head, vma);
+            phys.put_folio(c, head, 1);
+            mm.rss_add(vma.file_rss(), -(1 << HPAGE_PMD_ORDER));
+            c.add(Ev::ThpSplitPmd, 1);
             return;
         }
         let Some(table) = self.withdraw_table(mm, haddr) else {

@@ -57,4 +57,4 @@ pub use ops::mmap::{MmapArgs, Placement, Sharing};
 pub use ops::mremap::MremapFlags;
 pub use pgtable::{Arch, Prot};
 pub use stats::{Ev, Snapshot};
-pub use tunables::{ThpPolicy, Tunables};
+pub use tunables::{ShmemHuge, ThpPolicy, Tunables};

@@ -353,6 +353,16 @@ pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u6
     });
 }
 
+/// Adds a PMD mapping of an existing page-cache folio (`folio_add_file_rmap_pmd`).
+///
+/// # Context
+/// The PMD lock of the table the leaf is written to.
+pub fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
+    phys.memmap.entire_mapcount_add(head, 1);
+    count_map(c, 1);
+    folio_rmap(phys, c, head, mm_id, 1, |_| {});
+}
+
 /// Removes a PMD mapping (`folio_remove_rmap_pmd`).
 ///
 /// # Context

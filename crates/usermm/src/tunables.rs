@@ -97,6 +97,120 @@ impl ThpSettings {
     }
 }
 
+/// A `shmem_enabled` policy: the top-level knob
+/// (`/sys/kernel/mm/transparent_hugepage/shmem_enabled`) or one size's
+/// (`hugepages-<size>kB/shmem_enabled`; only the top level takes `deny` and `force`, only a
+/// size takes `inherit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmemHuge {
+    /// Huge folios wherever they fit.
+    Always,
+    /// Only folios that lie within `i_size`.
+    WithinSize,
+    /// Only in `MADV_HUGEPAGE` regions.
+    Advise,
+    /// Never.
+    Never,
+    /// Top level: off for every mount.
+    Deny,
+    /// Top level: PMD folios for every mount (testing).
+    Force,
+    /// Size: follow the top level.
+    Inherit,
+}
+
+impl ShmemHuge {
+    /// Parses the sysfs spelling.
+    pub fn parse(s: &str) -> Option<ShmemHuge> {
+        Some(match s {
+            "always" => ShmemHuge::Always,
+            "within_size" => ShmemHuge::WithinSize,
+            "advise" => ShmemHuge::Advise,
+            "never" => ShmemHuge::Never,
+            "deny" => ShmemHuge::Deny,
+            "force" => ShmemHuge::Force,
+            "inherit" => ShmemHuge::Inherit,
+            _ => return None,
+        })
+    }
+}
+
+/// The `shmem_enabled` knobs: which folio orders shmem faults may allocate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmemSettings {
+    /// The top-level policy (never `Inherit`).
+    pub top: ShmemHuge,
+    /// Per order 2..=9 (never `Deny`/`Force`).
+    pub per_order: [ShmemHuge; PMD_ORDER as usize + 1],
+}
+
+impl Default for ShmemSettings {
+    /// Linux's defaults: top `never`, 2M `inherit`, every other size `never`.
+    fn default() -> Self {
+        let mut per_order = [ShmemHuge::Never; PMD_ORDER as usize + 1];
+        per_order[PMD_ORDER as usize] = ShmemHuge::Inherit;
+        ShmemSettings {
+            top: ShmemHuge::Never,
+            per_order,
+        }
+    }
+}
+
+impl ShmemSettings {
+    /// The orders (a bit mask) a shmem page fault at page `index` may allocate, in a file of
+    /// `size_pages` pages, for shared anonymous memory (`anon_shmem`) or a file on the
+    /// scenario's tmpfs (mounted `huge=never`), with or without `MADV_HUGEPAGE`.
+    ///
+    /// Linux counterpart: `shmem_allowable_huge_orders` with `shmem_huge_global_enabled`.
+    /// Measured on 6.18: sizes set to `always` (and `within_size`/`advise` where they apply)
+    /// reach tmpfs file mappings too, while the sizes that `inherit` follow the mount's own
+    /// policy (`huge=never` for tmpfs files, the top level for shared anonymous memory);
+    /// `deny` turns everything off and `force` gives every mapping the inheriting sizes.
+    pub fn fault_orders(
+        &self,
+        anon_shmem: bool,
+        hugepage: bool,
+        index: u64,
+        size_pages: u64,
+    ) -> u32 {
+        let within = |order: usize| (index >> order << order) + (1 << order) <= size_pages;
+        let by = |p: ShmemHuge| -> u32 {
+            let mut m = 0;
+            for order in 2..=PMD_ORDER as usize {
+                if self.per_order[order] == p {
+                    m |= 1 << order;
+                }
+            }
+            m
+        };
+        match self.top {
+            ShmemHuge::Deny => return 0,
+            ShmemHuge::Force => return by(ShmemHuge::Inherit),
+            _ => {}
+        }
+        let mut mask = by(ShmemHuge::Always);
+        for order in 2..=PMD_ORDER as usize {
+            if self.per_order[order] == ShmemHuge::WithinSize && within(order) {
+                mask |= 1 << order;
+            }
+        }
+        if hugepage {
+            mask |= by(ShmemHuge::Advise);
+        }
+        let global = anon_shmem
+            && match self.top {
+                ShmemHuge::Always => true,
+                ShmemHuge::WithinSize => within(PMD_ORDER as usize),
+                ShmemHuge::Advise => hugepage,
+                _ => false,
+            };
+        if global {
+            mask |= by(ShmemHuge::Inherit);
+        }
+        mask
+    }
+}
+
 /// Whether fork/zap process PTEs one at a time or in folio batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PteBatching {
@@ -171,6 +285,8 @@ pub enum VmaTreeCopy {
 pub struct Tunables {
     /// THP policy.
     pub thp: ThpSettings,
+    /// shmem_enabled policy (shared anonymous memory and tmpfs).
+    pub shmem: ShmemSettings,
     /// `vm.max_map_count`.
     pub max_map_count: u64,
     /// `vm.overcommit_memory` (0 heuristic, 1 always, 2 never).
@@ -210,6 +326,7 @@ impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             thp: ThpSettings::default(),
+            shmem: ShmemSettings::default(),
             max_map_count: 65530,
             overcommit_memory: 0,
             fork_pte_batch: PteBatching::Batched,

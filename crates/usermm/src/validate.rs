@@ -130,13 +130,14 @@ impl Machine {
         let mem = &self.phys.memmap;
         let size_pages = f.size_pages();
         for (&idx, &pfn) in f.pages.lock().iter() {
-            folios.entry(pfn).or_default().refs += 1;
-            if mem.mapping(pfn) != f.id || mem.index(pfn) != idx {
+            let head = mem.folio_of(pfn);
+            folios.entry(head).or_default().refs += 1;
+            if mem.mapping(head) != f.id || mem.index(head) + (pfn - head) != idx {
                 r.err(format!(
                     "file {}: cache page {idx} (pfn {pfn:#x}) names file {} index {}",
                     f.id,
-                    mem.mapping(pfn),
-                    mem.index(pfn)
+                    mem.mapping(head),
+                    mem.index(head) + (pfn - head)
                 ));
             }
             if idx >= size_pages {
@@ -145,15 +146,15 @@ impl Machine {
                     f.id
                 ));
             }
-            if mem.test(pfn, PageFlag::Anon)
-                || mem.test(pfn, PageFlag::SwapBacked) != f.kind.is_shmem()
+            if mem.test(head, PageFlag::Anon)
+                || mem.test(head, PageFlag::SwapBacked) != f.kind.is_shmem()
             {
                 r.err(format!(
                     "file {}: cache page {idx} has the wrong kind (anon or swap-backed flag)",
                     f.id
                 ));
             }
-            if mem.test(pfn, PageFlag::Writeback) {
+            if mem.test(head, PageFlag::Writeback) {
                 r.err(format!(
                     "file {}: cache page {idx} left under writeback",
                     f.id

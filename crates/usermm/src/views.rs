@@ -81,6 +81,10 @@ pub struct Smaps {
     pub anon_huge_pages: u64,
     /// Referenced: pages whose PTE is young or whose folio is referenced.
     pub referenced: u64,
+    /// ShmemPmdMapped: shmem folios mapped by a PMD.
+    pub shmem_pmd_mapped: u64,
+    /// FilePmdMapped: other page-cache folios mapped by a PMD.
+    pub file_pmd_mapped: u64,
     /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
     pub locked_fixed: u64,
 }
@@ -108,6 +112,8 @@ impl Smaps {
         self.anonymous += o.anonymous;
         self.anon_huge_pages += o.anon_huge_pages;
         self.referenced += o.referenced;
+        self.shmem_pmd_mapped += o.shmem_pmd_mapped;
+        self.file_pmd_mapped += o.file_pmd_mapped;
         self.locked_fixed += o.locked_fixed;
     }
 }
@@ -345,6 +351,10 @@ impl<'m> Cpu<'m> {
                         );
                         if phys.memmap.test(pfn, PageFlag::Anon) {
                             s.anon_huge_pages += PMD_SIZE;
+                        } else if phys.memmap.test(pfn, PageFlag::SwapBacked) {
+                            s.shmem_pmd_mapped += PMD_SIZE;
+                        } else {
+                            s.file_pmd_mapped += PMD_SIZE;
                         }
                     }
                 }

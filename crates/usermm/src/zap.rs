@@ -174,9 +174,14 @@ impl<'m> Cpu<'m> {
         let pmd = pmdl.clear(step.idx);
         tlb.add_range(haddr, haddr + PMD_SIZE);
         if let Some(pfn) = pt.vm_normal_folio(pmd) {
+            let anon = phys.memmap.test(pfn, PageFlag::Anon);
+            if !anon && pt.arch.dirty(pmd) {
+                phys.memmap.set(pfn, PageFlag::Dirty);
+            }
             rmap::remove_pmd(phys, c, pfn, mm.id);
             self.munlock_vma_folio(pfn, vma);
-            mm.rss_add(RssKind::Anon, -(1 << HPAGE_PMD_ORDER));
+            let kind = if anon { RssKind::Anon } else { vma.file_rss() };
+            mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
             tlb.remove_folio(pfn, 1);
         }
         drop(pmdl);

@@ -274,6 +274,22 @@ impl<'m> Cpu<'m> {
         cache: &mut BTreeMap<u64, u64>,
         idx: u64,
     ) -> Option<u64> {
+        self.cache_alloc_order(inode, cache, idx, 0)
+    }
+
+    /// [`Cpu::cache_alloc`] of a folio of `order` covering the aligned indexes from `idx`
+    /// (which must all be free): the cache holds one reference per page, as Linux's holds
+    /// `folio_nr_pages`. Returns the head frame.
+    ///
+    /// # Context
+    /// The cache lock (`cache`) is held.
+    fn cache_alloc_order(
+        &self,
+        inode: &Inode,
+        cache: &mut BTreeMap<u64, u64>,
+        idx: u64,
+        order: u32,
+    ) -> Option<u64> {
         let kind = if inode.kind.is_shmem() {
             FolioKind::Shmem
         } else {
@@ -283,7 +299,11 @@ impl<'m> Cpu<'m> {
         let p = self
             .m
             .phys
-            .alloc_folio(self.c(), 0, node, kind, Zeroing::Zero)?;
+            .alloc_folio(self.c(), order, node, kind, Zeroing::Zero)?;
+        let nr = 1u64 << order;
+        if nr > 1 {
+            crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, nr as i32 - 1);
+        }
         let mem = &self.m.phys.memmap;
         mem.set_mapping(p, inode.id);
         mem.set_index(p, idx);
@@ -291,10 +311,53 @@ impl<'m> Cpu<'m> {
             // Not uptodate until read (or written) in full.
             mem.clear(p, PageFlag::Uptodate);
         }
-        cache.insert(idx, p);
+        for i in 0..nr {
+            cache.insert(idx + i, p + i);
+        }
         self.c().add(Ev::PageCacheAdd, 1);
         self.folio_add_lru(p);
         Some(p)
+    }
+
+    /// The largest folio order a shmem fault at `addr` (page `pgoff`) may allocate: allowed
+    /// by `shmem_enabled` ([`crate::tunables::ShmemSettings::fault_orders`]), naturally
+    /// aligned inside the VMA with file and address congruent (`thp_vma_suitable_order`), and
+    /// with no page of the aligned range cached yet (`shmem_suitable_orders`).
+    fn shmem_fault_order(
+        &self,
+        inode: &Inode,
+        vma: &Vma,
+        addr: u64,
+        pgoff: u64,
+        cache: &BTreeMap<u64, u64>,
+    ) -> u32 {
+        if vma.flags.has(VmFlags::NOHUGEPAGE) {
+            return 0;
+        }
+        let mask = self.m.tunables().shmem.fault_orders(
+            inode.kind == InodeKind::ShmemAnon,
+            vma.flags.has(VmFlags::HUGEPAGE),
+            pgoff,
+            inode.size_pages(),
+        );
+        for order in (2..=crate::phys::HPAGE_PMD_ORDER).rev() {
+            if mask & (1 << order) == 0 {
+                continue;
+            }
+            let nr = 1u64 << order;
+            let size = nr * PAGE_SIZE;
+            let haddr = addr & !(size - 1);
+            let first = pgoff & !(nr - 1);
+            let congruent = ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(nr);
+            if congruent
+                && haddr >= vma.start
+                && haddr + size <= vma.end
+                && cache.range(first..first + nr).next().is_none()
+            {
+                return order;
+            }
+        }
+        0
     }
 
     /// Reads the device blocks behind `pages` (consecutive indexes from `first`) into them:
@@ -519,6 +582,7 @@ impl<'m> Cpu<'m> {
         &self,
         inode: &Inode,
         vma: &Vma,
+        addr: u64,
         pgoff: u64,
     ) -> Result<(u64, CacheLookup), crate::fault::FaultOutcome> {
         if pgoff >= inode.size_pages() {
@@ -535,11 +599,13 @@ impl<'m> Cpu<'m> {
             }
             let cache = inode.pages.lock();
             if let Some(&p) = cache.get(&pgoff) {
-                crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, 1);
-                if !self.m.phys.memmap.test(p, PageFlag::Uptodate) {
+                let mem = &self.m.phys.memmap;
+                let head = mem.folio_of(p);
+                crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
+                if !mem.test(head, PageFlag::Uptodate) {
                     // A fallocated tmpfs page: cleared on first use.
                     self.m.phys.arena.zero_frame(p);
-                    self.m.phys.memmap.set(p, PageFlag::Uptodate);
+                    mem.set(head, PageFlag::Uptodate);
                 }
                 return Ok((p, CacheLookup::Hit));
             }
@@ -551,6 +617,14 @@ impl<'m> Cpu<'m> {
         let mut cache = inode.pages.lock();
         let p = match cache.get(&pgoff) {
             Some(&p) => p,
+            None if inode.kind.is_shmem() => {
+                let order = self.shmem_fault_order(inode, vma, addr, pgoff, &cache);
+                let first = pgoff & !((1u64 << order) - 1);
+                let Some(head) = self.cache_alloc_order(inode, &mut cache, first, order) else {
+                    return Err(crate::fault::FaultOutcome::Oom);
+                };
+                head + (pgoff - first)
+            }
             None => {
                 let Some(p) = self.cache_alloc(inode, &mut cache, pgoff) else {
                     return Err(crate::fault::FaultOutcome::Oom);
@@ -563,7 +637,8 @@ impl<'m> Cpu<'m> {
                 p
             }
         };
-        crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, 1);
+        let head = self.m.phys.memmap.folio_of(p);
+        crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
         drop(cache);
         Ok((p, CacheLookup::Miss))
     }
@@ -594,6 +669,9 @@ impl<'m> Cpu<'m> {
         }
         let old = inode.size();
         inode.set_size(size);
+        if size > old && inode.kind == InodeKind::Disk && !old.is_multiple_of(PAGE_SIZE) {
+            self.block_truncate_page(&inode, old);
+        }
         if size < old {
             // truncate_pagecache: unmap (COW copies too) from the first whole page past the
             // new end, drop those pages, zero the tail of a partial last page.
@@ -604,6 +682,36 @@ impl<'m> Cpu<'m> {
             inode.disk.lock().truncate(size);
         }
         Ok(())
+    }
+
+    /// `ext4_block_truncate_page` when a disk file grows from `old`: the rest of the old last
+    /// page is zeroed through the cache (read in first if its block exists) and dirtied, so
+    /// bytes stored past the old end through a mapping do not become file data.
+    fn block_truncate_page(&self, inode: &Inode, old: u64) {
+        let idx = old / PAGE_SIZE;
+        let cached = inode.pages.lock().get(&idx).copied();
+        let page = match cached {
+            Some(p) => Some(p),
+            None if inode.disk.lock().mapped(idx) => {
+                let mut cache = inode.pages.lock();
+                let p = self.cache_alloc(inode, &mut cache, idx);
+                drop(cache);
+                if let Some(p) = p {
+                    self.read_blocks(inode, idx, &[p]);
+                }
+                p
+            }
+            None => None,
+        };
+        if let Some(p) = page {
+            let tail = old % PAGE_SIZE;
+            self.m
+                .phys
+                .arena
+                .fill(p, tail as usize, (PAGE_SIZE - tail) as usize, 0);
+            self.m.phys.memmap.set(p, PageFlag::Dirty);
+            self.folio_mark_accessed(p);
+        }
     }
 
     /// Zeroes `len` bytes from `pos` inside one cached page (a partial page of a truncate or a
@@ -637,10 +745,13 @@ impl<'m> Cpu<'m> {
     /// `filemap_remove_folio` + the cache's `folio_put` for a page already out of the index.
     fn delete_from_page_cache(&self, p: u64) {
         let mem = &self.m.phys.memmap;
-        mem.clear(p, PageFlag::Dirty);
-        mem.clear(p, PageFlag::Readahead);
+        let head = mem.folio_of(p);
+        if head == p {
+            mem.clear(p, PageFlag::Dirty);
+            mem.clear(p, PageFlag::Readahead);
+        }
         self.c().add(Ev::PageCacheDelete, 1);
-        self.m.phys.put_folio(self.c(), p, 1);
+        self.m.phys.put_folio(self.c(), head, 1);
     }
 
     /// `fallocate(2)`: mode 0 allocates (tmpfs: zeroed, dirty, not yet uptodate pages; disk:
@@ -794,11 +905,21 @@ impl<'m> Cpu<'m> {
             self.folio_mkclean(inode, idx);
         }
         let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let size = inode.size();
         let mut disk = inode.disk.lock();
         let mut prev = None;
         for &(idx, p) in &dirty {
             mem.set(p, PageFlag::Writeback);
             mem.clear(p, PageFlag::Dirty);
+            if idx == size / PAGE_SIZE && !size.is_multiple_of(PAGE_SIZE) {
+                // ext4 zeroes the part of the page past i_size in the cache at every
+                // writeback (`ext4_bio_write_folio`): stores there through a mapping vanish.
+                let tail = size % PAGE_SIZE;
+                self.m
+                    .phys
+                    .arena
+                    .fill(p, tail as usize, (PAGE_SIZE - tail) as usize, 0);
+            }
             self.m.phys.arena.read(p, 0, &mut buf);
             disk.write(idx, &buf);
             if prev.is_none_or(|q: u64| q + 1 != idx) {
@@ -870,6 +991,8 @@ impl<'m> Cpu<'m> {
         {
             self.c().add(Ev::LockMmap, 1);
             let st = task.mm.lock.read();
+            // Every way out of this loop but the last VMA reaching `end` is ENOMEM: a hole
+            // at the end of the range too (`sys_msync` sets the error before each lookup).
             loop {
                 let Some(id) = st.vmas.find_after(start) else {
                     return Err(Errno::ENOMEM);
@@ -877,11 +1000,11 @@ impl<'m> Cpu<'m> {
                 let vma = st.vmas.get(id);
                 if start < vma.start {
                     if only_async {
-                        break;
+                        return Err(Errno::ENOMEM);
                     }
                     start = vma.start;
                     if start >= end {
-                        break;
+                        return Err(Errno::ENOMEM);
                     }
                     unmapped = true;
                 }
@@ -934,14 +1057,11 @@ impl<'m> Cpu<'m> {
         self.force_page_cache_ra(inode, first, last - first + 1);
     }
 
-    /// `MADV_PAGEOUT` of a disk file's folio mapped only here: unmapped, then dropped from
-    /// the cache when clean; a dirty one stays (only kswapd writes back file pages) and is
-    /// activated, as `shrink_folio_list` does.
+    /// `MADV_PAGEOUT` of a page-cache folio mapped only here (`shrink_folio_list`): unmapped
+    /// first, then dropped from the cache when it is a clean disk page; a dirty one (only
+    /// kswapd writes back file pages) or a shmem one (no swap) stays and is activated.
     pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: u64) {
         let Some(inode) = &vma.file else { return };
-        if inode.kind != InodeKind::Disk {
-            return;
-        }
         let mem = &self.m.phys.memmap;
         let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
         self.zap_vma_range_details(
@@ -954,7 +1074,10 @@ impl<'m> Cpu<'m> {
         );
         tlb.finish();
         self.lru_add_drain();
-        if mem.test(head, PageFlag::Dirty) {
+        if inode.kind.is_shmem() || mem.test(head, PageFlag::Dirty) {
+            // Without swap a shmem folio cannot be written out, and only kswapd writes
+            // back dirty file folios: either way reclaim has already unmapped it and now
+            // puts it back on the active list.
             self.lru_relist(head, |_| mem.set(head, PageFlag::Active));
             return;
         }

@@ -232,6 +232,13 @@ impl<'m> Cpu<'m> {
         let spt = self.tables(ctx.src);
         let dpt = self.tables(ctx.dst);
         let (table, idx, haddr) = (step.table, step.idx, step.haddr());
+        if spt
+            .vm_normal_folio(spt.get(table, idx))
+            .is_some_and(|h| !phys.memmap.test(h, PageFlag::Anon))
+        {
+            // A page-cache folio: the child refaults it (`copy_huge_pmd` skips file VMAs).
+            return Ok(true);
+        }
         let dpmd = dpt
             .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
             .map_err(|_| Errno::ENOMEM)?;

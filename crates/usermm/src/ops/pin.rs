@@ -52,6 +52,15 @@ impl<'m> Cpu<'m> {
         let mut pfns = Vec::with_capacity(pages as usize);
         for i in 0..pages {
             let a = first + i * 4096;
+            // `writable_file_mapping_allowed`: a long-term writable pin of a shared mapping
+            // whose file tracks dirtying (a disk file) is refused before any fault.
+            if st
+                .vmas
+                .find(a)
+                .is_some_and(|id| st.vmas.get(id).wants_writenotify())
+            {
+                return Err(Errno::EFAULT);
+            }
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
             match self.translate_or_fault(mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),

@@ -262,7 +262,12 @@ impl PhysMem {
                     mm.set(pfn, PageFlag::LargeRmappable);
                 }
             }
-            FolioKind::Shmem => mm.set(pfn, PageFlag::SwapBacked),
+            FolioKind::Shmem => {
+                mm.set(pfn, PageFlag::SwapBacked);
+                if order > 0 {
+                    mm.set(pfn, PageFlag::LargeRmappable);
+                }
+            }
             FolioKind::File => {}
             FolioKind::Pgtable => {
                 mm.set(pfn, PageFlag::Pgtable);
