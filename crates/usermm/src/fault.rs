@@ -208,6 +208,7 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         let owner = self.anon_vma_prepare(mm, vma) as u32;
+        self.reclaim_for(1);
         let Some((head, order, start)) = self.alloc_anon_folio(vmf) else {
             return self.oom();
         };
@@ -1014,6 +1015,10 @@ impl<'m> Cpu<'m> {
         drop(ptes);
         if !zero {
             let mem = &phys.memmap;
+            if arch.dirty(pmd) {
+                // `__split_huge_pmd_locked` moves a dirty PMD's state to the folio too.
+                mem.set(pfn, PageFlag::Dirty);
+            }
             let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
             rmap::remove_pmd(phys, c, pfn, mm.id);
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);

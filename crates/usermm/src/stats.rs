@@ -53,6 +53,12 @@ counters! {
     PageCacheDelete => "pagecache_delete",
     /// Clean page-cache folios reclaimed (MADV_PAGEOUT).
     PageCacheEvict => "pagecache_evict",
+    /// Pages scanned by reclaim on the file LRU (`pgscan`).
+    PgScan => "pgscan",
+    /// Pages reclaimed from the file LRU (`pgsteal`).
+    PgSteal => "pgsteal",
+    /// Page-cache pages deactivated from the active file list by reclaim.
+    PgDeactivate => "pgdeactivate",
     /// Readahead windows submitted.
     Readahead => "readahead",
     /// Read I/Os to the disk device (one per run of consecutive allocated blocks).

@@ -34,6 +34,20 @@ const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
 const EXT4_MAX_BYTES: u64 = ((1u64 << 32) - 1) * PAGE_SIZE;
 /// `MAX_RW_COUNT`: the most one read or write transfers.
 const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !(PAGE_SIZE - 1);
+/// Free pages under which an allocation reclaims page cache first (a low watermark).
+const LOW_WATERMARK: u64 = 256;
+/// The least reclaim gathers at once (`SWAP_CLUSTER_MAX`).
+const SWAP_CLUSTER_MAX: u64 = 32;
+
+/// What reclaim does with a folio it judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Back on the inactive list.
+    Keep,
+    /// Onto the active list.
+    Activate,
+}
+
 /// `force_page_cache_ra` reads in chunks of 2 MiB.
 const FORCE_RA_CHUNK: u64 = (2 << 20) / PAGE_SIZE;
 
@@ -127,6 +141,7 @@ impl<'m> Cpu<'m> {
             let in_page = pos % PAGE_SIZE;
             let n = (PAGE_SIZE - in_page).min(len - done);
             let old_size = inode.size();
+            self.reclaim_for(1);
             let pfn = {
                 let mut cache = inode.pages.lock();
                 match cache.get(&idx) {
@@ -319,6 +334,171 @@ impl<'m> Cpu<'m> {
         Some(p)
     }
 
+    /// Direct reclaim before an allocation of `pages` (`__alloc_pages_direct_reclaim`): when
+    /// free memory would drop under a low watermark, reclaim page cache first. Called with no
+    /// cache, PTE or LRU lock held (an mmap lock for reading may be held).
+    pub(crate) fn reclaim_for(&self, pages: u64) {
+        let free = self.m.phys.free_frames();
+        if free < pages + LOW_WATERMARK {
+            self.shrink_file_lru((pages + LOW_WATERMARK - free).max(SWAP_CLUSTER_MAX));
+        }
+    }
+
+    /// Reclaim of the file LRU (`shrink_inactive_list` and `shrink_active_list` for file
+    /// folios, on every node): folios from the tail of the inactive file list, refilled from
+    /// the active one, are judged as `folio_check_references` does for file folios:
+    /// - mapped and young in a page table (the young bits are cleared on the way): kept on
+    ///   the inactive list and marked referenced the first time, activated when it was
+    ///   already referenced or is young in several mappings;
+    /// - otherwise reclaimed: unmapped from every mapping, written back when dirty (what the
+    ///   flushers would have done), dropped from the cache and freed.
+    ///
+    /// Folios held by anything but the cache and their mappings (pins, batches) stay. Returns
+    /// the pages freed; scans each list at most once.
+    ///
+    /// # Context
+    /// No cache, PTE or LRU lock held; takes each mm's mmap lock for reading (recursively).
+    pub(crate) fn shrink_file_lru(&self, want: u64) -> u64 {
+        use crate::phys::lru::LruList;
+        self.lru_add_drain_all();
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let files = self.m.files();
+        let mut freed = 0;
+        for node in 0..phys.nr_nodes().max(1) {
+            let lruvec = phys.lruvec_of_node(node);
+            let budget = {
+                let l = lruvec.lock();
+                l.pages(LruList::InactiveFile) + l.pages(LruList::ActiveFile)
+            };
+            let mut scanned = 0;
+            while freed < want && scanned < 2 * budget {
+                let folio = {
+                    self.c().add(Ev::LockLru, 1);
+                    let mut l = lruvec.lock();
+                    let Some(folio) = l.tail(LruList::InactiveFile) else {
+                        // Refill the inactive list from the active one.
+                        let Some(f) = l.tail(LruList::ActiveFile) else {
+                            break;
+                        };
+                        let nr = 1u64 << mem.order(f);
+                        l.del(mem, f, nr);
+                        mem.clear(f, PageFlag::Active);
+                        l.add(mem, f, nr);
+                        scanned += nr;
+                        self.c().add(Ev::PgDeactivate, nr);
+                        continue;
+                    };
+                    let nr = 1u64 << mem.order(folio);
+                    scanned += nr;
+                    self.c().add(Ev::PgScan, nr);
+                    // Isolate it: off the list while it is judged.
+                    l.del(mem, folio, nr);
+                    mem.clear(folio, PageFlag::Lru);
+                    folio
+                };
+                let nr = 1u64 << mem.order(folio);
+                let inode = files.iter().find(|f| f.id == mem.mapping(folio));
+                let verdict = match inode {
+                    None => Verdict::Keep,
+                    Some(inode) => {
+                        let idx = mem.index(folio);
+                        let young = self.folio_referenced(inode, idx, nr);
+                        let referenced = mem.test_and_clear(folio, PageFlag::Referenced);
+                        if young > 0 && (referenced || young > 1) {
+                            Verdict::Activate
+                        } else if young > 0 {
+                            mem.set(folio, PageFlag::Referenced);
+                            Verdict::Keep
+                        } else if self.reclaim_folio(inode, folio) {
+                            freed += nr;
+                            continue;
+                        } else {
+                            Verdict::Keep
+                        }
+                    }
+                };
+                // Put back (`folio_putback_lru`), on the active list if it earned it.
+                if verdict == Verdict::Activate {
+                    mem.set(folio, PageFlag::Active);
+                }
+                self.c().add(Ev::LockLru, 1);
+                let mut l = lruvec.lock();
+                mem.set(folio, PageFlag::Lru);
+                l.add(mem, folio, nr);
+            }
+        }
+        freed
+    }
+
+    /// `folio_referenced` for a page-cache folio: how many mappings found it young, clearing
+    /// the young bits (with a TLB flush) on the way.
+    fn folio_referenced(&self, inode: &Inode, idx: u64, nr: u64) -> u32 {
+        let mut young = 0;
+        for task in self.m.tasks() {
+            let mm = &task.mm;
+            let st = mm.lock.read_recursive();
+            for id in st.vmas.all() {
+                let vma = st.vmas.get(id);
+                let Some((start, end)) = file_range_in(vma, inode, idx, idx + nr) else {
+                    continue;
+                };
+                let pt = self.tables(mm);
+                let arch = pt.arch;
+                let mut hit = false;
+                for step in pt.pmd_walk(start, end) {
+                    match step.kind {
+                        PmdKind::Table(table) => {
+                            let mut ptes = PteLock::lock(pt, self.c(), table);
+                            let (i0, i1) = step.pte_indexes();
+                            for i in i0..i1 {
+                                let e = ptes.get(i);
+                                if e != 0 && arch.present(e) && arch.young(e) {
+                                    ptes.replace(i, arch.mkold(e));
+                                    hit = true;
+                                }
+                            }
+                        }
+                        PmdKind::Huge(e) => hit |= arch.young(e),
+                    }
+                }
+                if hit {
+                    young += 1;
+                    self.flush_tlb(mm, FlushScope::Range(start, end));
+                }
+            }
+        }
+        young
+    }
+
+    /// Reclaims one isolated page-cache folio (`shrink_folio_list`'s unmap, pageout and
+    /// `__remove_mapping`): true if it was freed. A folio something else holds stays.
+    fn reclaim_folio(&self, inode: &Inode, folio: u64) -> bool {
+        let mem = &self.m.phys.memmap;
+        let idx = mem.index(folio);
+        let nr = 1u64 << mem.order(folio);
+        if inode.kind.is_shmem() {
+            return false; // no swap
+        }
+        if crate::rmap::page_mapcount(&self.m.phys, folio) > 0 || mem.entire_mapcount(folio) > 0 {
+            self.unmap_mapping_range(inode, idx, idx + nr, ZapDetails::FilePagesOnly);
+        }
+        if mem.refcount(folio) != nr as i32 {
+            return false;
+        }
+        if mem.test(folio, PageFlag::Dirty) {
+            self.writeback_range(inode, idx, idx + nr);
+        }
+        let removed: Vec<u64> = {
+            let mut cache = inode.pages.lock();
+            (idx..idx + nr).filter_map(|i| cache.remove(&i)).collect()
+        };
+        self.c().add(Ev::PgSteal, nr);
+        self.c().add(Ev::PageCacheEvict, 1);
+        self.drop_cache_pages(removed);
+        true
+    }
+
     /// The largest folio order a shmem fault at `addr` (page `pgoff`) may allocate: allowed
     /// by `shmem_enabled` ([`crate::tunables::ShmemSettings::fault_orders`]), naturally
     /// aligned inside the VMA with file and address congruent (`thp_vma_suitable_order`), and
@@ -397,6 +577,7 @@ impl<'m> Cpu<'m> {
             return;
         }
         let nr = nr.min(end_index - start + 1);
+        self.reclaim_for(nr);
         let mark = (lookahead > 0 && lookahead <= nr).then(|| start + nr - lookahead);
         let mut run: Vec<u64> = Vec::new();
         let mut run_start = start;
@@ -589,6 +770,7 @@ impl<'m> Cpu<'m> {
             self.c().add(Ev::FaultSigbus, 1);
             return Err(crate::fault::FaultOutcome::Sigbus);
         }
+        self.reclaim_for(1 << crate::phys::HPAGE_PMD_ORDER);
         let found = inode.pages.lock().get(&pgoff).copied();
         if let Some(p) = found {
             if inode.kind == InodeKind::Disk
@@ -736,7 +918,8 @@ impl<'m> Cpu<'m> {
         self.drop_cache_pages(gone);
     }
 
-    fn drop_cache_pages(&self, pages: Vec<u64>) {
+    /// Drops pages just taken out of a cache index (one reference each, on their folio).
+    pub(crate) fn drop_cache_pages(&self, pages: Vec<u64>) {
         for p in pages {
             self.delete_from_page_cache(p);
         }
@@ -773,6 +956,7 @@ impl<'m> Cpu<'m> {
         }
         if inode.kind.is_shmem() {
             let (first, last) = (offset / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
+            self.reclaim_for(last - first);
             let mut cache = inode.pages.lock();
             let mut added = Vec::new();
             for idx in first..last {
@@ -862,7 +1046,7 @@ impl<'m> Cpu<'m> {
         for task in self.m.tasks() {
             let mm = &task.mm;
             self.c().add(Ev::LockMmap, 1);
-            let st = mm.lock.read();
+            let st = mm.lock.read_recursive();
             let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
             for id in st.vmas.all() {
                 let vma = st.vmas.get(id);
@@ -937,7 +1121,7 @@ impl<'m> Cpu<'m> {
     fn folio_mkclean(&self, inode: &Inode, idx: u64) {
         for task in self.m.tasks() {
             let mm = &task.mm;
-            let st = mm.lock.read();
+            let st = mm.lock.read_recursive();
             for id in st.vmas.all() {
                 let vma = st.vmas.get(id);
                 if !vma.flags.has(VmFlags::SHARED) {

@@ -136,8 +136,10 @@ impl<'m> Cpu<'m> {
         };
         if let Some(na) = flags.fixed {
             let spans = old_len > st.vmas.get(id).end - addr;
-            if spans && old_len == new_len && !flags.dontunmap {
-                return self.mremap_move_vmas(&task, &mut st, addr, old_len, na);
+            if spans && old_len == new_len {
+                // `vrm_move_only`: each VMA moves on its own, MREMAP_DONTUNMAP included
+                // (checked on 6.18: every source VMA stays mapped, empty and unsplit).
+                return self.mremap_move_vmas(&task, &mut st, addr, old_len, na, unmap);
             }
             return self.mremap_to(&task, &mut st, (addr, old_len), new_len, na, unmap);
         }
@@ -318,6 +320,7 @@ impl<'m> Cpu<'m> {
         addr: u64,
         len: u64,
         na: u64,
+        old: OldRange,
     ) -> SysResult<u64> {
         let pieces: Vec<(u64, u64)> = st
             .vmas
@@ -330,7 +333,7 @@ impl<'m> Cpu<'m> {
             .collect();
         for (s, e) in pieces {
             let d = na + (s - addr);
-            self.mremap_to(task, st, (s, e - s), e - s, d, OldRange::Unmap)?;
+            self.mremap_to(task, st, (s, e - s), e - s, d, old)?;
         }
         Ok(na)
     }

@@ -139,9 +139,7 @@ impl<'m> Cpu<'m> {
         }
         if let Some(s) = v.file {
             if s.put() {
-                for pfn in s.take_pages() {
-                    self.m.phys.put_folio(self.c(), pfn, 1);
-                }
+                self.drop_cache_pages(s.take_pages());
             }
         }
     }

@@ -135,6 +135,12 @@ impl Lists {
         self.lists[list as usize].pages
     }
 
+    /// The folio at the tail of a list (the oldest), if any.
+    pub fn tail(&self, list: LruList) -> Option<u64> {
+        let t = self.lists[list as usize].tail;
+        (t != NONE).then_some(u64::from(t))
+    }
+
     /// The folios on a list, head first (for validation).
     pub fn folios(&self, mm: &Memmap, list: LruList) -> Vec<u64> {
         let mut out = Vec::new();

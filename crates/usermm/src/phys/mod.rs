@@ -328,7 +328,12 @@ impl PhysMem {
 
     /// The lruvec of a folio.
     pub fn lruvec_of(&self, head: u64) -> &Lruvec {
-        &self.lruvecs[self.node_of(head).min(self.lruvecs.len() - 1)]
+        self.lruvec_of_node(self.node_of(head))
+    }
+
+    /// The lruvec of node `node`.
+    pub fn lruvec_of_node(&self, node: usize) -> &Lruvec {
+        &self.lruvecs[node.min(self.lruvecs.len() - 1)]
     }
 
     /// Returns a folio whose refcount reached zero to its zone, taking it off its LRU and
