@@ -6,6 +6,7 @@
 mod kmap_cmd;
 mod oracle_cmd;
 mod run_cmd;
+mod trace_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,6 +38,13 @@ enum Cmd {
     Oracle(oracle_cmd::OracleArgs),
     /// Run benchmarks: the whole suite at a small scale by default, with an HTML report.
     Bench(usermm_bench::cli::BenchArgs),
+    /// Record a command's memory activity into a trace (root): mm calls, page faults, forks,
+    /// execs, and each process's RSS at exit.
+    Record(trace_cmd::RecordArgs),
+    /// Look into a trace: show, stats, export as a scenario.
+    Trace(trace_cmd::TraceArgs),
+    /// Replay a trace on the engine under chosen tunables and THP policies.
+    Replay(trace_cmd::ReplayArgs),
     /// Print a shell completion script on stdout (e.g. `usermm completions bash >
     /// /etc/bash_completion.d/usermm`).
     Completions {
@@ -75,6 +83,9 @@ fn main() -> ExitCode {
         Cmd::Tunables { json } => cmd_tunables(json),
         Cmd::Bench(args) => usermm_bench::cli::main(&args),
         Cmd::Oracle(args) => oracle_cmd::oracle_main(&args),
+        Cmd::Record(args) => trace_cmd::record_main(&args),
+        Cmd::Trace(args) => trace_cmd::trace_main(&args),
+        Cmd::Replay(args) => trace_cmd::replay_main(&args),
         Cmd::Kmap(args) => kmap_cmd::kmap_main(&args).map(|_| 0),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "usermm", &mut std::io::stdout());

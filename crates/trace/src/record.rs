@@ -1,0 +1,1022 @@
+//! `usermm record`: runs a command under perf tracepoints and writes a trace.
+//!
+//! What is captured, and how:
+//!
+//! - mm system calls with arguments and results: the `syscalls:sys_enter_*`/`sys_exit_*`
+//!   tracepoints of mmap, munmap, mprotect, mremap, brk, madvise, mlock, mlock2, munlock,
+//!   mlockall, munlockall, paired per thread;
+//! - page faults: `exceptions:page_fault_user` and `exceptions:page_fault_kernel` (address and
+//!   x86 error code: bit 1 = write);
+//! - processes: perf's own side-band records (`PERF_RECORD_FORK`/`EXIT`/`COMM` with the exec
+//!   flag) — the information of `sched:sched_process_fork/exec/exit`, with thread and process
+//!   told apart — and `PERF_RECORD_MMAP2` (data mappings too), which names the file (device,
+//!   inode, path) of every file mapping as the kernel made it;
+//! - what no tracepoint gives is read under ptrace, with the process stopped: at each exec,
+//!   the new address space (`/proc/PID/maps` and the pages `pagemap` shows present: the
+//!   arguments the kernel copied to the stack, the zeroed bss); at each exit, before the mm
+//!   is torn down, `RssAnon`/`RssFile` (`status`) and `AnonHugePages` (`smaps_rollup`);
+//!   at each fork, whether the child shares the parent's mm (`kcmp(KCMP_VM)`, vfork and
+//!   `CLONE_VM`).
+//!
+//! Events are enabled at the command's exec (`enable_on_exec`) and inherited by its children;
+//! one ring buffer per CPU, drained every millisecond, merged by timestamp
+//! (`CLOCK_MONOTONIC`). The host's THP policy is set to `never` at every size for the
+//! recording (so every fault is a 4K fault), under the oracle's machine-wide knob lock with
+//! its journal, and restored afterwards.
+
+use crate::format::{self, Event, Header, Image, ImageVma, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
+use crate::sys;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::CString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// An error of `record`.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not root.
+    #[error("usermm record needs root (perf tracepoints of other processes, ptrace, the THP knobs); euid is {0}")]
+    NotRoot(u32),
+    /// tracefs is not there and could not be mounted.
+    #[error("tracefs is not mounted at /sys/kernel/tracing and mounting it failed: {0}")]
+    NoTracefs(String),
+    /// A tracepoint is missing.
+    #[error("tracepoint {0} is missing on this kernel ({1})")]
+    MissingTracepoint(String, String),
+    /// A system call failed.
+    #[error("{0}: {1}")]
+    Sys(String, std::io::Error),
+    /// The THP knobs could not be taken or set.
+    #[error("THP knobs: {0}")]
+    Knobs(String),
+    /// An empty command.
+    #[error("no command to record")]
+    NoCommand,
+}
+
+fn sys_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RecordError {
+    let w = what.into();
+    move |e| RecordError::Sys(w, e)
+}
+
+/// Options of [`record`].
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Output file.
+    pub out: PathBuf,
+    /// Data pages per CPU ring buffer (a power of two).
+    pub ring_pages: usize,
+    /// Print the progress line on stderr.
+    pub progress: bool,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            out: PathBuf::from("trace.umt"),
+            ring_pages: 2048,
+            progress: true,
+        }
+    }
+}
+
+/// What a recording produced.
+#[derive(Clone, Debug, Default)]
+pub struct RecordSummary {
+    /// Events written.
+    pub events: u64,
+    /// File size.
+    pub bytes: u64,
+    /// Records the kernel dropped.
+    pub lost: u64,
+    /// Processes seen (root and forks).
+    pub processes: u64,
+    /// File mappings whose file could not be identified (replayed as anonymous).
+    pub file_as_anon: u64,
+    /// Faults at addresses above the user address space (vsyscall, kernel), left out.
+    pub faults_outside_user: u64,
+    /// The command's exit status (or 128 + signal).
+    pub exit_status: i32,
+    /// Wall time of the recording.
+    pub seconds: f64,
+}
+
+/// The syscalls recorded, in tracepoint-name order.
+const SYSCALLS: [&str; 11] = [
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "brk",
+    "madvise",
+    "mlock",
+    "mlock2",
+    "munlock",
+    "mlockall",
+    "munlockall",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tp {
+    Enter(usize),
+    Exit(usize),
+    FaultUser,
+    FaultKernel,
+}
+
+#[derive(Clone, Debug)]
+struct TpFormat {
+    tp: Tp,
+    id: u64,
+    /// Offsets and sizes of the fields we read: syscall args in order, or `ret`, or
+    /// (address, error_code).
+    fields: Vec<(usize, usize)>,
+}
+
+fn tracefs_dir() -> Result<PathBuf, RecordError> {
+    for d in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if Path::new(d).join("events").is_dir() {
+            return Ok(PathBuf::from(d));
+        }
+    }
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .output()
+        .map_err(|e| RecordError::NoTracefs(e.to_string()))?;
+    if Path::new("/sys/kernel/tracing/events").is_dir() {
+        return Ok(PathBuf::from("/sys/kernel/tracing"));
+    }
+    Err(RecordError::NoTracefs(
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    ))
+}
+
+/// Parses a tracepoint `format` file: (name, offset, size) of every field.
+fn parse_format(text: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("field:") else {
+            continue;
+        };
+        let mut decl = "";
+        let mut off = None;
+        let mut size = None;
+        for part in rest.split(';') {
+            let part = part.trim();
+            if let Some(v) = part.strip_prefix("offset:") {
+                off = v.trim().parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.trim().parse().ok();
+            } else if decl.is_empty() {
+                decl = part;
+            }
+        }
+        let name = decl
+            .split_whitespace()
+            .last()
+            .unwrap_or("")
+            .split('[')
+            .next()
+            .unwrap_or("")
+            .trim_start_matches('*')
+            .to_string();
+        if let (Some(o), Some(s)) = (off, size) {
+            out.push((name, o, s));
+        }
+    }
+    out
+}
+
+fn load_tp(dir: &Path, sys: &str, name: &str, tp: Tp) -> Result<TpFormat, RecordError> {
+    let d = dir.join("events").join(sys).join(name);
+    let full = format!("{sys}:{name}");
+    let id: u64 = std::fs::read_to_string(d.join("id"))
+        .map_err(|e| RecordError::MissingTracepoint(full.clone(), e.to_string()))?
+        .trim()
+        .parse()
+        .map_err(|_| RecordError::MissingTracepoint(full.clone(), "bad id".into()))?;
+    let text = std::fs::read_to_string(d.join("format"))
+        .map_err(|e| RecordError::MissingTracepoint(full.clone(), e.to_string()))?;
+    let f = parse_format(&text);
+    let pick = |n: &str| {
+        f.iter()
+            .find(|(k, _, _)| k == n)
+            .map(|&(_, o, s)| (o, s))
+            .ok_or_else(|| RecordError::MissingTracepoint(full.clone(), format!("no field {n}")))
+    };
+    let fields = match tp {
+        Tp::Enter(_) => {
+            let nr = f
+                .iter()
+                .position(|(k, _, _)| k == "__syscall_nr")
+                .ok_or_else(|| {
+                    RecordError::MissingTracepoint(full.clone(), "no __syscall_nr".into())
+                })?;
+            f[nr + 1..].iter().map(|&(_, o, s)| (o, s)).collect()
+        }
+        Tp::Exit(_) => vec![pick("ret")?],
+        Tp::FaultUser | Tp::FaultKernel => vec![pick("address")?, pick("error_code")?],
+    };
+    Ok(TpFormat { tp, id, fields })
+}
+
+fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut v = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<i32>(), b.parse::<i32>()) {
+            v.extend(a..=b);
+        }
+    }
+    if v.is_empty() {
+        v = (0..std::thread::available_parallelism().map_or(1, |n| n.get() as i32)).collect();
+    }
+    v
+}
+
+/// Every file mappings refer to, keyed by (device, inode).
+#[derive(Debug, Default)]
+struct Files {
+    ids: HashMap<(u64, u64), u32>,
+    list: Vec<(u64, u64, u64, String)>,
+    emitted: usize,
+}
+
+impl Files {
+    fn id(&mut self, dev: u64, ino: u64, path: &str, extent: u64) -> u32 {
+        if let Some(&id) = self.ids.get(&(dev, ino)) {
+            let e = &mut self.list[id as usize];
+            e.2 = e.2.max(extent);
+            return id;
+        }
+        let size = std::fs::metadata(path).map_or(0, |m| m.len()).max(extent);
+        let id = self.list.len() as u32;
+        self.ids.insert((dev, ino), id);
+        self.list.push((dev, ino, size, path.to_string()));
+        id
+    }
+}
+
+fn dev_of(maj: u64, min: u64) -> u64 {
+    maj << 20 | min
+}
+
+/// Reads the address space of a stopped process: `/proc/PID/maps` and present pages.
+fn snapshot_image(pid: i32, files: &mut Files) -> Image {
+    let mut img = Image::default();
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return img;
+    };
+    let mut pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).ok();
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
+            continue;
+        };
+        if end > crate::USER_TOP || start >= end {
+            continue; // [vsyscall]
+        }
+        let p = perms.as_bytes();
+        let prot = (p.first() == Some(&b'r')) as u8
+            | ((p.get(1) == Some(&b'w')) as u8) << 1
+            | ((p.get(2) == Some(&b'x')) as u8) << 2;
+        let mut flags = 0;
+        if p.get(3) == Some(&b's') {
+            flags |= IMG_SHARED;
+        }
+        if path == "[stack]" {
+            flags |= IMG_STACK;
+        }
+        if path.starts_with("[v") {
+            flags |= IMG_SPECIAL;
+        }
+        let ino: u64 = ino.parse().unwrap_or(0);
+        let offset = u64::from_str_radix(off, 16).unwrap_or(0);
+        let file = if ino != 0 && path.starts_with('/') {
+            let (ma, mi) = dev.split_once(':').unwrap_or(("0", "0"));
+            let d = dev_of(
+                u64::from_str_radix(ma, 16).unwrap_or(0),
+                u64::from_str_radix(mi, 16).unwrap_or(0),
+            );
+            Some(files.id(d, ino, &path, offset + (end - start)))
+        } else {
+            None
+        };
+        img.vmas.push(ImageVma {
+            start,
+            end,
+            prot,
+            flags,
+            file,
+            offset,
+        });
+        if flags & IMG_SPECIAL != 0 {
+            continue;
+        }
+        let Some(pm) = pagemap.as_mut() else {
+            continue;
+        };
+        let n = ((end - start) / 4096) as usize;
+        let mut buf = vec![0u8; n * 8];
+        if pm.seek(SeekFrom::Start(start / 4096 * 8)).is_err() || pm.read_exact(&mut buf).is_err() {
+            continue;
+        }
+        for (i, c) in buf.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            if v >> 63 == 0 {
+                continue;
+            }
+            let file_page = v >> 61 & 1 != 0;
+            let exclusive = v >> 56 & 1 != 0;
+            img.pages
+                .push((start + i as u64 * 4096, !file_page && exclusive));
+        }
+    }
+    img
+}
+
+fn status_kb(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// (RssAnon, RssFile, AnonHugePages) in kB of a process stopped at its exit; `None` for a
+/// thread that is not the group leader.
+fn snapshot_rss(pid: i32) -> Option<(u64, u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    if status_kb(&status, "Tgid:") != pid as u64 {
+        return None;
+    }
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    Some((
+        status_kb(&status, "RssAnon:"),
+        status_kb(&status, "RssFile:"),
+        status_kb(&rollup, "AnonHugePages:"),
+    ))
+}
+
+/// What ptrace learnt, keyed by pid.
+#[derive(Debug, Default)]
+struct Side {
+    images: HashMap<u32, VecDeque<Image>>,
+    rss: HashMap<u32, VecDeque<(u64, u64, u64)>>,
+    shares_vm: HashMap<u32, bool>,
+}
+
+/// Sets the host's THP knobs to `never` at every size; returns the held knobs (restored on
+/// drop) and the policy text for the header.
+fn finest_policy() -> Result<(oracle::knobs::ThpKnobs, String), RecordError> {
+    use scenario::{ThpPolicy, ThpSetting, ThpSize, ThpTop};
+    let knobs =
+        oracle::knobs::ThpKnobs::acquire().map_err(|e| RecordError::Knobs(e.to_string()))?;
+    knobs
+        .set_defaults()
+        .map_err(|e| RecordError::Knobs(e.to_string()))?;
+    let mut settings = vec![ThpSetting::Top(ThpTop::Never)];
+    let dir = oracle::knobs::thp_dir();
+    let mut sizes = Vec::new();
+    for order in 2..=9u32 {
+        let bytes = 4096u64 << order;
+        if dir
+            .join(format!("hugepages-{}kB/enabled", bytes / 1024))
+            .exists()
+        {
+            if let Some(size) = ThpSize::new(bytes) {
+                settings.push(ThpSetting::Size {
+                    size,
+                    policy: ThpPolicy::Never,
+                });
+                sizes.push(format!("{}K", bytes / 1024));
+            }
+        }
+    }
+    knobs
+        .apply(&settings)
+        .map_err(|e| RecordError::Knobs(e.to_string()))?;
+    let policy = format!("thp top=never; {} never", sizes.join(","));
+    Ok((knobs, policy))
+}
+
+/// One CPU's perf events.
+struct CpuEvents {
+    _fds: Vec<OwnedFd>,
+    ring: sys::Ring,
+    data: Vec<u8>,
+}
+
+fn open_events(
+    pid: i32,
+    tps: &[TpFormat],
+    ring_pages: usize,
+) -> Result<(Vec<CpuEvents>, HashMap<u64, usize>), RecordError> {
+    let mut cpus = Vec::new();
+    let mut ids = HashMap::new();
+    for cpu in online_cpus() {
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        let mut ring = None;
+        for (i, tp) in tps.iter().enumerate() {
+            let mut a = sys::PerfEventAttr {
+                type_: sys::PERF_TYPE_TRACEPOINT,
+                config: tp.id,
+                sample_period: 1,
+                // IDENTIFIER | TID | TIME | RAW
+                sample_type: (1 << 16) | (1 << 1) | (1 << 2) | (1 << 10),
+                flags: sys::attr::DISABLED
+                    | sys::attr::INHERIT
+                    | sys::attr::ENABLE_ON_EXEC
+                    | sys::attr::SAMPLE_ID_ALL
+                    | sys::attr::USE_CLOCKID,
+                clockid: libc::CLOCK_MONOTONIC,
+                wakeup_events: 1,
+                ..Default::default()
+            };
+            if i == 0 {
+                a.flags |= sys::attr::TASK
+                    | sys::attr::COMM
+                    | sys::attr::COMM_EXEC
+                    | sys::attr::MMAP
+                    | sys::attr::MMAP2
+                    | sys::attr::MMAP_DATA;
+            }
+            let fd = sys::perf_event_open(&a, pid, cpu).map_err(sys_err(format!(
+                "perf_event_open(tracepoint {}, cpu {cpu})",
+                tp.id
+            )))?;
+            ids.insert(sys::perf_id(&fd).map_err(sys_err("PERF_EVENT_IOC_ID"))?, i);
+            if i == 0 {
+                ring = Some(
+                    sys::Ring::map(&fd, ring_pages)
+                        .map_err(sys_err(format!("mmap of the perf ring buffer, cpu {cpu}")))?,
+                );
+            } else {
+                sys::perf_set_output(&fd, &fds[0]).map_err(sys_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
+            }
+            fds.push(fd);
+        }
+        if let Some(ring) = ring {
+            cpus.push(CpuEvents {
+                _fds: fds,
+                ring,
+                data: Vec::new(),
+            });
+        }
+    }
+    Ok((cpus, ids))
+}
+
+/// Records `cmd` into `opts.out`.
+pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
+    if cmd.is_empty() {
+        return Err(RecordError::NoCommand);
+    }
+    let euid = sys::geteuid();
+    if euid != 0 {
+        return Err(RecordError::NotRoot(euid));
+    }
+    let dir = tracefs_dir()?;
+    let mut tps = Vec::new();
+    for (i, s) in SYSCALLS.iter().enumerate() {
+        tps.push(load_tp(
+            &dir,
+            "syscalls",
+            &format!("sys_enter_{s}"),
+            Tp::Enter(i),
+        )?);
+        tps.push(load_tp(
+            &dir,
+            "syscalls",
+            &format!("sys_exit_{s}"),
+            Tp::Exit(i),
+        )?);
+    }
+    tps.push(load_tp(
+        &dir,
+        "exceptions",
+        "page_fault_user",
+        Tp::FaultUser,
+    )?);
+    match load_tp(&dir, "exceptions", "page_fault_kernel", Tp::FaultKernel) {
+        Ok(t) => tps.push(t),
+        Err(e) => eprintln!("usermm record: {e}; kernel-mode faults are not recorded"),
+    }
+    let argv: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            RecordError::Sys("argument with a NUL byte".into(), std::io::Error::other(e))
+        })?;
+    let header = Header {
+        host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        command: cmd.to_vec(),
+        policy: String::new(),
+        recorded_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let (knobs, policy) = finest_policy()?;
+    let header = Header { policy, ..header };
+    let t0 = Instant::now();
+    let root = sys::spawn_traced(&argv).map_err(sys_err("fork"))?;
+    let res = trace_child(root, &tps, opts);
+    let failed = knobs.restore();
+    drop(knobs);
+    for f in failed {
+        eprintln!("usermm record: could not restore THP knob {f}");
+    }
+    let (cpus, ids, side, files, exit_status) = match res {
+        Ok(v) => v,
+        Err(e) => {
+            sys::kill(root);
+            return Err(e);
+        }
+    };
+    let mut summary = RecordSummary {
+        exit_status,
+        seconds: t0.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+    let events = build_events(root as u32, &cpus, &ids, &tps, side, files, &mut summary);
+    let bytes = format::write(&header, &events).map_err(sys_err("zstd"))?;
+    std::fs::File::create(&opts.out)
+        .and_then(|mut f| f.write_all(&bytes))
+        .map_err(sys_err(opts.out.display().to_string()))?;
+    summary.events = events.len() as u64;
+    summary.bytes = bytes.len() as u64;
+    Ok(summary)
+}
+
+type Traced = (Vec<Vec<u8>>, HashMap<u64, usize>, Side, Files, i32);
+
+fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Traced, RecordError> {
+    let st = sys::wait_pid(root).map_err(sys_err("waitpid"))?;
+    if !libc::WIFSTOPPED(st) {
+        return Err(RecordError::Sys(
+            "the command did not start".into(),
+            std::io::Error::other(format!("wait status {st:#x}")),
+        ));
+    }
+    // Armed by enable_on_exec: counting starts at the command's execve.
+    let (mut cpus, ids) = open_events(root, tps, opts.ring_pages)?;
+    sys::ptrace_setoptions(root, sys::PTRACE_OPTIONS).map_err(sys_err("PTRACE_SETOPTIONS"))?;
+    sys::ptrace_cont(root, 0).map_err(sys_err("PTRACE_CONT"))?;
+    let mut files = Files::default();
+    let mut side = Side::default();
+    let mut live: HashSet<i32> = HashSet::from([root]);
+    let mut expect_stop: HashSet<i32> = HashSet::new();
+    let mut exit_status = 0;
+    let mut last_progress = Instant::now();
+    let t0 = Instant::now();
+    loop {
+        match sys::wait_any().map_err(sys_err("waitpid"))? {
+            sys::Wait::NoChild => break,
+            sys::Wait::Nothing => {
+                for c in &mut cpus {
+                    c.ring.drain(&mut c.data);
+                }
+                if opts.progress && last_progress.elapsed() > Duration::from_millis(250) {
+                    last_progress = Instant::now();
+                    let bytes: usize = cpus.iter().map(|c| c.data.len()).sum();
+                    eprint!(
+                        "\rusermm record: {:>6.1} s, {} tasks live, {} KiB of perf records   ",
+                        t0.elapsed().as_secs_f64(),
+                        live.len(),
+                        bytes >> 10
+                    );
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            sys::Wait::Gone(pid, code) => {
+                live.remove(&pid);
+                if pid == root {
+                    exit_status = code;
+                }
+            }
+            sys::Wait::Stopped { pid, sig, event } => {
+                live.insert(pid);
+                let mut inject = 0;
+                match event {
+                    libc::PTRACE_EVENT_FORK
+                    | libc::PTRACE_EVENT_VFORK
+                    | libc::PTRACE_EVENT_CLONE => {
+                        if let Ok(child) = sys::ptrace_geteventmsg(pid) {
+                            let child = child as i32;
+                            if let Some(s) = sys::same_vm(pid, child) {
+                                side.shares_vm.insert(child as u32, s);
+                            }
+                            if live.insert(child) {
+                                expect_stop.insert(child);
+                            }
+                        }
+                    }
+                    libc::PTRACE_EVENT_EXEC => {
+                        let img = snapshot_image(pid, &mut files);
+                        side.images.entry(pid as u32).or_default().push_back(img);
+                    }
+                    libc::PTRACE_EVENT_EXIT => {
+                        if let Some(r) = snapshot_rss(pid) {
+                            side.rss.entry(pid as u32).or_default().push_back(r);
+                        }
+                    }
+                    0 if sig == libc::SIGSTOP && expect_stop.remove(&pid) => {}
+                    0 if sig == libc::SIGTRAP => {}
+                    0 => inject = sig,
+                    _ => {}
+                }
+                // A tracee may have been killed meanwhile (ESRCH): it is reported as gone.
+                let _ = sys::ptrace_cont(pid, inject);
+            }
+        }
+    }
+    for c in &mut cpus {
+        c.ring.drain(&mut c.data);
+    }
+    if opts.progress {
+        eprintln!();
+    }
+    let data = cpus.into_iter().map(|c| c.data).collect();
+    Ok((data, ids, side, files, exit_status))
+}
+
+/// One decoded perf record.
+#[derive(Debug)]
+enum Rec {
+    Sample {
+        id: u64,
+        pid: u32,
+        tid: u32,
+        raw: Vec<u8>,
+    },
+    Mmap2 {
+        tid: u32,
+        addr: u64,
+        pgoff: u64,
+        dev: u64,
+        ino: u64,
+        len: u64,
+        path: String,
+    },
+    Comm {
+        pid: u32,
+        exec: bool,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+    },
+    Exit {
+        pid: u32,
+        tid: u32,
+    },
+    Lost(u64),
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    b.get(o..o + 4)
+        .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    b.get(o..o + 8)
+        .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+}
+
+fn field(raw: &[u8], (o, s): (usize, usize)) -> u64 {
+    match s {
+        8 => u64_at(raw, o),
+        4 => u32_at(raw, o) as i32 as i64 as u64,
+        _ => 0,
+    }
+}
+
+/// Splits one CPU's ring data into (time, record).
+fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
+    let mut at = 0;
+    while at + 8 <= data.len() {
+        let ty = u32_at(data, at);
+        let misc = u16::from_le_bytes([data[at + 4], data[at + 5]]);
+        let size = u16::from_le_bytes([data[at + 6], data[at + 7]]) as usize;
+        if size < 8 || at + size > data.len() {
+            break;
+        }
+        let r = &data[at..at + size];
+        at += size;
+        // sample_id_all tail: pid, tid (8), time (8), identifier (8).
+        let tail_time = if size >= 32 { u64_at(r, size - 16) } else { 0 };
+        let rec = match ty {
+            9 => {
+                let id = u64_at(r, 8);
+                let pid = u32_at(r, 16);
+                let tid = u32_at(r, 20);
+                let time = u64_at(r, 24);
+                let n = u32_at(r, 32) as usize;
+                let raw = r.get(36..36 + n).unwrap_or(&[]).to_vec();
+                out.push((time, Rec::Sample { id, pid, tid, raw }));
+                continue;
+            }
+            10 => {
+                let tid = u32_at(r, 12);
+                let addr = u64_at(r, 16);
+                let len = u64_at(r, 24);
+                let pgoff = u64_at(r, 32);
+                let build_id = misc & (1 << 14) != 0;
+                let (dev, ino) = if build_id {
+                    (0, 0)
+                } else {
+                    (
+                        dev_of(u32_at(r, 40) as u64, u32_at(r, 44) as u64),
+                        u64_at(r, 48),
+                    )
+                };
+                let name = r.get(72..size.saturating_sub(24)).unwrap_or(&[]);
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                Rec::Mmap2 {
+                    tid,
+                    addr,
+                    pgoff,
+                    dev,
+                    ino,
+                    len,
+                    path: String::from_utf8_lossy(&name[..end]).into_owned(),
+                }
+            }
+            3 => Rec::Comm {
+                pid: u32_at(r, 8),
+                exec: misc & (1 << 13) != 0,
+            },
+            7 => Rec::Fork {
+                pid: u32_at(r, 8),
+                ppid: u32_at(r, 12),
+            },
+            4 => Rec::Exit {
+                pid: u32_at(r, 8),
+                tid: u32_at(r, 16),
+            },
+            2 => Rec::Lost(u64_at(r, 16)),
+            _ => continue,
+        };
+        out.push((tail_time, rec));
+    }
+}
+
+const MAP_ANONYMOUS: u32 = 0x20;
+
+fn build_events(
+    root: u32,
+    cpus: &[Vec<u8>],
+    ids: &HashMap<u64, usize>,
+    tps: &[TpFormat],
+    mut side: Side,
+    mut files: Files,
+    summary: &mut RecordSummary,
+) -> Vec<Event> {
+    let mut recs = Vec::new();
+    for c in cpus {
+        parse_cpu(c, &mut recs);
+    }
+    // Each CPU's records are in time order; a stable sort merges them.
+    recs.sort_by_key(|(t, _)| *t);
+    let mut out = Vec::new();
+    let mut pending: HashMap<u32, (usize, Vec<u64>)> = HashMap::new();
+    let mut last_map: HashMap<u32, (u64, u64, u64, u64, u64, String)> = HashMap::new();
+    let emit_files = |files: &mut Files, out: &mut Vec<Event>| {
+        while files.emitted < files.list.len() {
+            let (dev, ino, size, path) = files.list[files.emitted].clone();
+            out.push(Event::File {
+                id: files.emitted as u32,
+                dev,
+                ino,
+                size,
+                path,
+            });
+            files.emitted += 1;
+        }
+    };
+    let mut take_image = |pid: u32, files: &mut Files, out: &mut Vec<Event>| {
+        let image = side
+            .images
+            .get_mut(&pid)
+            .and_then(|q| q.pop_front())
+            .unwrap_or_default();
+        emit_files(files, out);
+        out.push(Event::Exec { pid, image });
+    };
+    out.push(Event::Spawn { pid: root });
+    take_image(root, &mut files, &mut out);
+    let mut root_exec_seen = false;
+    let mut procs: HashSet<u32> = HashSet::from([root]);
+    for (_, rec) in recs {
+        match rec {
+            Rec::Lost(n) => {
+                summary.lost += n;
+                out.push(Event::Lost { count: n });
+            }
+            Rec::Comm { pid, exec: true } => {
+                if pid == root && !root_exec_seen {
+                    root_exec_seen = true;
+                    continue;
+                }
+                if procs.contains(&pid) {
+                    take_image(pid, &mut files, &mut out);
+                }
+            }
+            Rec::Comm { .. } => {}
+            Rec::Fork { pid, ppid } => {
+                if pid != ppid && procs.contains(&ppid) {
+                    procs.insert(pid);
+                    let shares = side.shares_vm.get(&pid).copied().unwrap_or(false);
+                    out.push(Event::Fork {
+                        parent: ppid,
+                        child: pid,
+                        flags: if shares { format::FORK_SHARES_VM } else { 0 },
+                    });
+                }
+            }
+            Rec::Exit { pid, tid } => {
+                if pid == tid && procs.remove(&pid) {
+                    if let Some((a, f, h)) = side.rss.get_mut(&pid).and_then(|q| q.pop_front()) {
+                        out.push(Event::Validate {
+                            pid,
+                            rss_anon_kb: a,
+                            rss_file_kb: f,
+                            anon_huge_kb: h,
+                        });
+                    }
+                    out.push(Event::Exit { pid });
+                }
+            }
+            Rec::Mmap2 {
+                tid,
+                addr,
+                pgoff,
+                dev,
+                ino,
+                len,
+                path,
+            } => {
+                last_map.insert(tid, (addr, pgoff, dev, ino, len, path));
+            }
+            Rec::Sample { id, pid, tid, raw } => {
+                let Some(&i) = ids.get(&id) else {
+                    continue;
+                };
+                if !procs.contains(&pid) {
+                    continue;
+                }
+                let f = &tps[i];
+                match f.tp {
+                    Tp::Enter(s) => {
+                        let args = f.fields.iter().map(|&fl| field(&raw, fl)).collect();
+                        pending.insert(tid, (s, args));
+                        if s == 0 {
+                            last_map.remove(&tid);
+                        }
+                    }
+                    Tp::Exit(s) => {
+                        let ret = field(&raw, f.fields[0]) as i64;
+                        let Some((s0, a)) = pending.remove(&tid) else {
+                            continue;
+                        };
+                        if s0 != s {
+                            continue;
+                        }
+                        let g = |k: usize| a.get(k).copied().unwrap_or(0);
+                        let e = match SYSCALLS[s] {
+                            "mmap" => {
+                                let flags = g(3) as u32;
+                                let fd = g(4) as i64 as i32;
+                                let mut file = None;
+                                if flags & MAP_ANONYMOUS == 0 && fd >= 0 && ret >= 0 {
+                                    match last_map.remove(&tid) {
+                                        Some((addr, pgoff, dev, ino, len, path))
+                                            if addr == ret as u64 && ino != 0 =>
+                                        {
+                                            file =
+                                                Some(files.id(dev, ino, &path, pgoff * 4096 + len));
+                                            emit_files(&mut files, &mut out);
+                                        }
+                                        _ => summary.file_as_anon += 1,
+                                    }
+                                }
+                                Event::Mmap {
+                                    pid,
+                                    addr: g(0),
+                                    len: g(1),
+                                    prot: g(2) as u32,
+                                    flags,
+                                    fd,
+                                    offset: g(5),
+                                    file,
+                                    ret,
+                                }
+                            }
+                            "munmap" => Event::Munmap {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                ret,
+                            },
+                            "mprotect" => Event::Mprotect {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                prot: g(2) as u32,
+                                ret,
+                            },
+                            "mremap" => Event::Mremap {
+                                pid,
+                                addr: g(0),
+                                old_len: g(1),
+                                new_len: g(2),
+                                flags: g(3) as u32,
+                                new_addr: g(4),
+                                ret,
+                            },
+                            "brk" => Event::Brk {
+                                pid,
+                                brk: g(0),
+                                ret,
+                            },
+                            "madvise" => Event::Madvise {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                advice: g(2) as u32,
+                                ret,
+                            },
+                            "mlock" => Event::Mlock {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                flags: 0,
+                                ret,
+                            },
+                            "mlock2" => Event::Mlock {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                flags: g(2) as u32,
+                                ret,
+                            },
+                            "munlock" => Event::Munlock {
+                                pid,
+                                addr: g(0),
+                                len: g(1),
+                                ret,
+                            },
+                            "mlockall" => Event::Mlockall {
+                                pid,
+                                flags: g(0) as u32,
+                                ret,
+                            },
+                            _ => Event::Munlockall { pid, ret },
+                        };
+                        out.push(e);
+                    }
+                    Tp::FaultUser | Tp::FaultKernel => {
+                        let addr = field(&raw, f.fields[0]);
+                        let code = field(&raw, f.fields[1]);
+                        if addr >= crate::USER_TOP {
+                            summary.faults_outside_user += 1;
+                            continue;
+                        }
+                        out.push(Event::Fault {
+                            pid,
+                            addr: addr & !4095,
+                            write: code & 2 != 0,
+                            user: f.tp == Tp::FaultUser,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    summary.processes = out
+        .iter()
+        .filter(|e| matches!(e, Event::Spawn { .. } | Event::Fork { .. }))
+        .count() as u64;
+    out
+}

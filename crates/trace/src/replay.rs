@@ -1,0 +1,677 @@
+//! `usermm replay`: a trace's processes, system calls and page faults on the engine.
+//!
+//! Every process of the trace becomes an engine process (the root is spawned, a fork is an
+//! engine fork, a vfork/`CLONE_VM` child shares its parent's engine process until its exec,
+//! an exec replaces the process by a new one whose address space is the recorded image, an
+//! exit tears it down). Every system call runs with the recorded arguments; a placement the
+//! kernel chose is replayed as `MAP_FIXED` at the address the host returned, so addresses
+//! match. Every recorded fault is a one-byte access of that page (`Cpu::touch`) through the
+//! engine's MMU: a TLB hit when the page is already mapped, otherwise the engine's fault path.
+//! File mappings go through engine disk files (one per recorded file, its recorded size) and
+//! the page cache. The engine's result of each call is compared with the recorded one;
+//! differences are counted and listed, not fatal. At each recorded exit the engine's
+//! `RssAnon` is compared with the host's.
+//!
+//! Two things are replayed differently, on purpose:
+//! - `brk`: the engine's heap starts at its own `START_BRK`, and its API cannot place it
+//!   where the host's was, so each change of the break is replayed as a fixed anonymous
+//!   `mmap` (grow) or `munmap` (shrink) of the same pages: the same addresses, RSS and faults;
+//! - the main stack of an exec image is mapped 8 MiB deep (the default `RLIMIT_STACK`), since
+//!   the engine has no stack expansion on fault.
+
+use crate::format::{Event, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use usermm::{
+    Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MlockallFlags, MmapArgs,
+    MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot, ThpPolicy,
+};
+
+/// Options of [`replay`].
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Tunables (NAME, VALUE) applied to the machine.
+    pub tunables: Vec<(String, String)>,
+    /// THP policy (SIZE or `top`, POLICY) applied over the recorded policy (`never`).
+    pub thp: Vec<(String, String)>,
+    /// Simulated RAM.
+    pub memory: u64,
+    /// Run the engine's invariant checks at the end.
+    pub validate: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            tunables: Vec::new(),
+            thp: Vec::new(),
+            memory: 4 << 30,
+            validate: false,
+        }
+    }
+}
+
+/// An error that stops a replay before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// A bad tunable or THP setting.
+    #[error("{0}")]
+    Setting(String),
+    /// The machine could not be built.
+    #[error("engine: {0}")]
+    Engine(String),
+}
+
+/// One call whose engine result differs from the recorded one.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Mismatch {
+    /// Index of the event in the trace.
+    pub event: u64,
+    /// The call.
+    pub call: String,
+    /// Recorded result (`-errno` on failure).
+    pub host: i64,
+    /// Engine result (`-errno` on failure).
+    pub engine: i64,
+}
+
+/// RSS at one recorded exit, host and engine.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RssCheck {
+    /// Trace pid.
+    pub pid: u32,
+    /// Host RssAnon (kB).
+    pub host_anon_kb: u64,
+    /// Engine RssAnon (kB).
+    pub engine_anon_kb: u64,
+    /// Host RssFile (kB).
+    pub host_file_kb: u64,
+    /// Engine RssFile (kB).
+    pub engine_file_kb: u64,
+    /// |engine − host| / host of RssAnon (0 when both are 0).
+    pub anon_rel_err: f64,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ReplayReport {
+    /// Events replayed (all of the trace's events).
+    pub events: u64,
+    /// Page faults replayed.
+    pub faults: u64,
+    /// System calls replayed.
+    pub syscalls: u64,
+    /// Processes created (spawn, fork, exec).
+    pub processes: u64,
+    /// Calls whose outcome (success, errno) differs from the host's.
+    pub errno_mismatches: u64,
+    /// The first mismatches.
+    pub mismatches: Vec<Mismatch>,
+    /// Recorded faults the engine answered with a signal (no mapping or no permission).
+    pub fault_signals: u64,
+    /// File mappings without an identified file, replayed as anonymous.
+    pub file_as_anon: u64,
+    /// Calls with arguments the engine does not model (counted, skipped).
+    pub unsupported: u64,
+    /// Events of processes the replay does not know.
+    pub unknown_process: u64,
+    /// Records the kernel lost while recording.
+    pub lost: u64,
+    /// Exec-image pages made present, and those that failed.
+    pub image_pages: u64,
+    /// Exec-image mappings or pages the engine refused.
+    pub image_errors: u64,
+    /// `brk` changes replayed as fixed anonymous mmap/munmap.
+    pub brk_as_mmap: u64,
+    /// RSS at every recorded exit.
+    pub rss: Vec<RssCheck>,
+    /// The engine's counters.
+    pub counters: BTreeMap<String, u64>,
+    /// Wall time of the replay (seconds, machine creation excluded).
+    pub wall_seconds: f64,
+    /// Events per second.
+    pub events_per_sec: f64,
+    /// `validate` result, when asked.
+    pub validate: Option<String>,
+    /// The counters as the engine's snapshot.
+    #[serde(skip)]
+    pub snapshot: Snapshot,
+}
+
+impl ReplayReport {
+    /// The largest relative RssAnon error over exits with at least `min_kb` recorded.
+    pub fn max_anon_err(&self) -> f64 {
+        self.rss.iter().map(|r| r.anon_rel_err).fold(0.0, f64::max)
+    }
+}
+
+const MAX_LISTED: usize = 20;
+const STACK_DEPTH: u64 = 8 << 20;
+
+fn prot(p: u32) -> Prot {
+    Prot {
+        read: p & 1 != 0,
+        write: p & 2 != 0,
+        exec: p & 4 != 0,
+    }
+}
+
+fn advice(a: u32) -> Option<Advice> {
+    Some(match a {
+        0 => Advice::Normal,
+        1 => Advice::Random,
+        2 => Advice::Sequential,
+        3 => Advice::WillNeed,
+        4 => Advice::DontNeed,
+        8 => Advice::Free,
+        9 => Advice::Remove,
+        10 => Advice::DontFork,
+        11 => Advice::DoFork,
+        12 => Advice::Mergeable,
+        13 => Advice::Unmergeable,
+        14 => Advice::HugePage,
+        15 => Advice::NoHugePage,
+        16 => Advice::DontDump,
+        17 => Advice::DoDump,
+        18 => Advice::WipeOnFork,
+        19 => Advice::KeepOnFork,
+        20 => Advice::Cold,
+        21 => Advice::PageOut,
+        22 => Advice::PopulateRead,
+        23 => Advice::PopulateWrite,
+        24 => Advice::DontNeedLocked,
+        _ => return None,
+    })
+}
+
+fn page_up(v: u64) -> u64 {
+    v.saturating_add(4095) & !4095
+}
+
+/// Parses a THP setting `SIZE=POLICY` (`64K=always`, `top=never`).
+pub fn parse_thp(s: &str) -> Result<(String, String), ReplayError> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| ReplayError::Setting(format!("--thp {s}: expected SIZE=POLICY")))?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), ReplayError> {
+    let bad = || ReplayError::Setting(format!("--thp {size}={policy}: bad setting"));
+    let p = match policy {
+        "always" => ThpPolicy::Always,
+        "madvise" => ThpPolicy::Madvise,
+        "never" => ThpPolicy::Never,
+        "inherit" => ThpPolicy::Inherit,
+        _ => return Err(bad()),
+    };
+    if size == "top" {
+        if p == ThpPolicy::Inherit {
+            return Err(bad());
+        }
+        t.thp.top = p;
+        return Ok(());
+    }
+    let (num, unit) = size.split_at(size.len().saturating_sub(1));
+    let mul = match unit {
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        _ => return Err(bad()),
+    };
+    let bytes = num.parse::<u64>().map_err(|_| bad())? * mul;
+    t.thp.set_size(bytes, p).map_err(|_| bad())
+}
+
+/// The machine a replay runs on: the recorded policy (THP `never` at every size, as the
+/// recorder set the host), then `opts`.
+pub fn machine_config(opts: &ReplayOptions) -> Result<MachineConfig, ReplayError> {
+    let mut t = usermm::Tunables::default();
+    t.thp.top = ThpPolicy::Never;
+    for order in 2..=9 {
+        let _ = t.thp.set_size(4096 << order, ThpPolicy::Never);
+    }
+    for (k, v) in &opts.tunables {
+        t.set(k, v)
+            .map_err(|e| ReplayError::Setting(format!("--tunable {k}={v}: {e}")))?;
+    }
+    for (k, v) in &opts.thp {
+        apply_thp(&mut t, k, v)?;
+    }
+    Ok(MachineConfig {
+        memory: opts.memory,
+        cpus: 1,
+        tunables: t,
+        ..MachineConfig::default()
+    })
+}
+
+struct Replayer<'m, 'c> {
+    cpu: &'c Cpu<'m>,
+    procs: HashMap<u32, Pid>,
+    users: HashMap<Pid, u32>,
+    brk: HashMap<Pid, u64>,
+    files: HashMap<u32, FileId>,
+    r: ReplayReport,
+    index: u64,
+}
+
+fn engine_ret(r: Result<i64, Errno>) -> i64 {
+    match r {
+        Ok(v) => v,
+        Err(e) => -(e as i64),
+    }
+}
+
+impl Replayer<'_, '_> {
+    fn check(&mut self, call: &str, host: i64, engine: i64) {
+        let bad = (host < 0) != (engine < 0) || (host < 0 && host != engine);
+        if bad {
+            self.r.errno_mismatches += 1;
+            if self.r.mismatches.len() < MAX_LISTED {
+                self.r.mismatches.push(Mismatch {
+                    event: self.index,
+                    call: call.to_string(),
+                    host,
+                    engine,
+                });
+            }
+        }
+    }
+
+    fn pid(&mut self, pid: u32) -> Option<Pid> {
+        let p = self.procs.get(&pid).copied();
+        if p.is_none() {
+            self.r.unknown_process += 1;
+        }
+        p
+    }
+
+    fn new_process(&mut self, pid: u32) -> Option<Pid> {
+        match self.cpu.spawn(Privilege::Privileged, u64::MAX) {
+            Ok(e) => {
+                self.r.processes += 1;
+                self.procs.insert(pid, e);
+                self.users.insert(e, 1);
+                Some(e)
+            }
+            Err(_) => {
+                self.r.image_errors += 1;
+                None
+            }
+        }
+    }
+
+    /// The trace process `pid` stops using its engine process (exit, exec).
+    fn release(&mut self, pid: u32) {
+        let Some(e) = self.procs.remove(&pid) else {
+            return;
+        };
+        let n = self.users.entry(e).or_insert(1);
+        *n -= 1;
+        if *n == 0 {
+            self.users.remove(&e);
+            self.brk.remove(&e);
+            let _ = self.cpu.exit(e);
+        }
+    }
+
+    fn image(&mut self, e: Pid, img: &Image) {
+        let mut prev_end = 0x10000u64;
+        for v in &img.vmas {
+            let mut start = v.start;
+            if v.flags & IMG_STACK != 0 {
+                start = v.end.saturating_sub(STACK_DEPTH).max(prev_end).min(v.start);
+            }
+            let file = v
+                .file
+                .and_then(|f| self.files.get(&f).copied())
+                .map(|f| (f, v.offset));
+            let args = MmapArgs {
+                len: v.end - start,
+                prot: prot(v.prot as u32),
+                sharing: if v.flags & IMG_SHARED != 0 {
+                    Sharing::Shared
+                } else {
+                    Sharing::Private
+                },
+                placement: Placement::Fixed(start),
+                populate: false,
+                locked: false,
+                noreserve: false,
+                file,
+            };
+            if self.cpu.mmap(e, args).is_err() {
+                self.r.image_errors += 1;
+            }
+            prev_end = v.end;
+            let _ = IMG_SPECIAL;
+        }
+        for &(a, write) in &img.pages {
+            let acc = if write { Access::Write } else { Access::Read };
+            self.r.image_pages += 1;
+            if self.cpu.touch(e, a, 1, acc).is_err() {
+                self.r.image_errors += 1;
+            }
+        }
+    }
+
+    fn event(&mut self, ev: &Event) {
+        let cpu = self.cpu;
+        match ev {
+            Event::Spawn { pid } => {
+                self.new_process(*pid);
+            }
+            Event::Fork {
+                parent,
+                child,
+                flags,
+            } => {
+                let Some(p) = self.pid(*parent) else { return };
+                if flags & FORK_SHARES_VM != 0 {
+                    self.procs.insert(*child, p);
+                    *self.users.entry(p).or_insert(0) += 1;
+                    return;
+                }
+                match cpu.fork(p) {
+                    Ok(c) => {
+                        self.r.processes += 1;
+                        self.procs.insert(*child, c);
+                        self.users.insert(c, 1);
+                        if let Some(&b) = self.brk.get(&p) {
+                            self.brk.insert(c, b);
+                        }
+                    }
+                    Err(e) => self.check("fork", 0, -(e as i64)),
+                }
+            }
+            Event::Exec { pid, image } => {
+                self.release(*pid);
+                if let Some(e) = self.new_process(*pid) {
+                    self.image(e, image);
+                }
+            }
+            Event::Exit { pid } => self.release(*pid),
+            Event::File { id, size, .. } => {
+                match cpu.file_create(page_up(*size).max(4096), InodeKind::Disk, None) {
+                    Ok(f) => {
+                        self.files.insert(*id, f);
+                    }
+                    Err(_) => self.r.unsupported += 1,
+                }
+            }
+            Event::Fault {
+                pid, addr, write, ..
+            } => {
+                let Some(e) = self.pid(*pid) else { return };
+                self.r.faults += 1;
+                let acc = if *write { Access::Write } else { Access::Read };
+                if cpu.touch(e, *addr, 1, acc).is_err() {
+                    self.r.fault_signals += 1;
+                }
+            }
+            Event::Validate {
+                pid,
+                rss_anon_kb,
+                rss_file_kb,
+                ..
+            } => {
+                let Some(e) = self.pid(*pid) else { return };
+                if let Ok(s) = cpu.status(e) {
+                    let engine = s.rss_anon / 1024;
+                    let err = if *rss_anon_kb == 0 {
+                        if engine == 0 {
+                            0.0
+                        } else {
+                            1.0
+                        }
+                    } else {
+                        (engine as f64 - *rss_anon_kb as f64).abs() / *rss_anon_kb as f64
+                    };
+                    self.r.rss.push(RssCheck {
+                        pid: *pid,
+                        host_anon_kb: *rss_anon_kb,
+                        engine_anon_kb: engine,
+                        host_file_kb: *rss_file_kb,
+                        engine_file_kb: s.rss_file / 1024,
+                        anon_rel_err: err,
+                    });
+                }
+            }
+            Event::Lost { count } => self.r.lost += count,
+            _ => self.syscall(ev),
+        }
+    }
+
+    fn syscall(&mut self, ev: &Event) {
+        let cpu = self.cpu;
+        let Some(pid) = ev.pid() else { return };
+        let Some(e) = self.pid(pid) else { return };
+        self.r.syscalls += 1;
+        let unit = |r: Result<(), Errno>| engine_ret(r.map(|()| 0));
+        match *ev {
+            Event::Mmap {
+                addr,
+                len,
+                prot: p,
+                flags,
+                offset,
+                file,
+                ret,
+                ..
+            } => {
+                const MAP_FIXED: u32 = 0x10;
+                const MAP_ANONYMOUS: u32 = 0x20;
+                const MAP_LOCKED: u32 = 0x2000;
+                const MAP_NORESERVE: u32 = 0x4000;
+                const MAP_POPULATE: u32 = 0x8000;
+                const MAP_HUGETLB: u32 = 0x40000;
+                const MAP_FIXED_NOREPLACE: u32 = 0x100000;
+                if flags & MAP_HUGETLB != 0 || p & !7 != 0 {
+                    self.r.unsupported += 1;
+                    return;
+                }
+                let file = if flags & MAP_ANONYMOUS != 0 {
+                    None
+                } else {
+                    match file.and_then(|f| self.files.get(&f).copied()) {
+                        Some(f) => Some((f, offset)),
+                        None => {
+                            self.r.file_as_anon += 1;
+                            None
+                        }
+                    }
+                };
+                let placement = if ret >= 0 {
+                    Placement::Fixed(ret as u64)
+                } else if flags & MAP_FIXED_NOREPLACE != 0 {
+                    Placement::FixedNoReplace(addr)
+                } else if flags & MAP_FIXED != 0 {
+                    Placement::Fixed(addr)
+                } else if addr != 0 {
+                    Placement::Hint(addr)
+                } else {
+                    Placement::Any
+                };
+                let args = MmapArgs {
+                    len,
+                    prot: prot(p),
+                    sharing: if flags & 3 == 2 {
+                        Sharing::Private
+                    } else {
+                        Sharing::Shared
+                    },
+                    placement,
+                    populate: flags & MAP_POPULATE != 0,
+                    locked: flags & MAP_LOCKED != 0,
+                    noreserve: flags & MAP_NORESERVE != 0,
+                    file,
+                };
+                let res = cpu.mmap(e, args);
+                if let (Ok(a), true) = (res, ret < 0) {
+                    // The host refused what the engine did: undo it to stay in step.
+                    let _ = cpu.munmap(e, a, len);
+                }
+                self.check("mmap", ret, engine_ret(res.map(|a| a as i64)));
+            }
+            Event::Munmap { addr, len, ret, .. } => {
+                let r = unit(cpu.munmap(e, addr, len));
+                self.check("munmap", ret, r);
+            }
+            Event::Mprotect {
+                addr,
+                len,
+                prot: p,
+                ret,
+                ..
+            } => {
+                if p & !7 != 0 {
+                    self.r.unsupported += 1;
+                    return;
+                }
+                let r = unit(cpu.mprotect(e, addr, len, prot(p)));
+                self.check("mprotect", ret, r);
+            }
+            Event::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+                ret,
+                ..
+            } => {
+                let mut f = MremapFlags {
+                    maymove: flags & 1 != 0,
+                    fixed: (flags & 2 != 0).then_some(new_addr),
+                    dontunmap: flags & 4 != 0,
+                };
+                if ret >= 0 && ret as u64 != addr && f.fixed.is_none() {
+                    f.maymove = true;
+                    f.fixed = Some(ret as u64);
+                } else if ret >= 0 && ret as u64 == addr && f.fixed.is_none() {
+                    f.maymove = false;
+                }
+                let r = engine_ret(cpu.mremap(e, addr, old_len, new_len, f).map(|a| a as i64));
+                self.check("mremap", ret, r);
+            }
+            Event::Brk { ret, .. } => {
+                if ret < 0 {
+                    return;
+                }
+                let new = ret as u64;
+                if let Some(old) = self.brk.insert(e, new) {
+                    let (o, n) = (page_up(old), page_up(new));
+                    let r = if n > o {
+                        self.r.brk_as_mmap += 1;
+                        let args = MmapArgs {
+                            placement: Placement::Fixed(o),
+                            ..MmapArgs::anon(n - o, prot(3))
+                        };
+                        engine_ret(cpu.mmap(e, args).map(|_| 0))
+                    } else if n < o {
+                        self.r.brk_as_mmap += 1;
+                        unit(cpu.munmap(e, n, o - n))
+                    } else {
+                        0
+                    };
+                    self.check("brk", 0, r);
+                }
+            }
+            Event::Madvise {
+                addr,
+                len,
+                advice: a,
+                ret,
+                ..
+            } => {
+                let Some(adv) = advice(a) else {
+                    self.r.unsupported += 1;
+                    return;
+                };
+                let r = unit(cpu.madvise(e, addr, len, adv));
+                self.check("madvise", ret, r);
+            }
+            Event::Mlock {
+                addr,
+                len,
+                flags,
+                ret,
+                ..
+            } => {
+                let r = unit(cpu.mlock2(e, addr, len, flags & 1 != 0));
+                self.check("mlock", ret, r);
+            }
+            Event::Munlock { addr, len, ret, .. } => {
+                let r = unit(cpu.munlock(e, addr, len));
+                self.check("munlock", ret, r);
+            }
+            Event::Mlockall { flags, ret, .. } => {
+                let f = MlockallFlags {
+                    current: flags & 1 != 0,
+                    future: flags & 2 != 0,
+                    onfault: flags & 4 != 0,
+                };
+                let r = unit(cpu.mlockall(e, f));
+                self.check("mlockall", ret, r);
+            }
+            Event::Munlockall { ret, .. } => {
+                let r = unit(cpu.munlockall(e));
+                self.check("munlockall", ret, r);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Replays `trace` on a new machine built from `opts`.
+pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    let cfg = machine_config(opts)?;
+    let m = Machine::new(cfg);
+    if m.phys.nr_frames() == 0 {
+        return Err(ReplayError::Engine(format!(
+            "cannot back {} bytes of simulated RAM",
+            opts.memory
+        )));
+    }
+    let cpu = m
+        .enter_cpu(0)
+        .map_err(|e| ReplayError::Engine(e.to_string()))?;
+    let mut rp = Replayer {
+        cpu: &cpu,
+        procs: HashMap::new(),
+        users: HashMap::new(),
+        brk: HashMap::new(),
+        files: HashMap::new(),
+        r: ReplayReport::default(),
+        index: 0,
+    };
+    let t0 = Instant::now();
+    for (i, ev) in trace.events.iter().enumerate() {
+        rp.index = i as u64;
+        rp.event(ev);
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let mut r = rp.r;
+    r.events = trace.events.len() as u64;
+    r.wall_seconds = wall;
+    r.events_per_sec = if wall > 0.0 {
+        r.events as f64 / wall
+    } else {
+        0.0
+    };
+    drop(cpu);
+    r.snapshot = m.counters();
+    r.counters = r
+        .snapshot
+        .nonzero()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    if opts.validate {
+        r.validate = Some(match m.validate() {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("{e:?}"),
+        });
+    }
+    Ok(r)
+}

@@ -1,0 +1,396 @@
+//! Every system call the recorder makes that the standard library does not wrap:
+//! `perf_event_open` and its ring buffers, `ptrace`, `fork`/`execvp` of the traced command,
+//! `waitpid`, `kcmp`. All `unsafe` of the crate is in this file.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// `struct perf_event_attr` (`PERF_ATTR_SIZE_VER8`, 136 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfEventAttr {
+    /// `type`.
+    pub type_: u32,
+    /// `size`.
+    pub size: u32,
+    /// `config` (the tracepoint id).
+    pub config: u64,
+    /// `sample_period`.
+    pub sample_period: u64,
+    /// `sample_type`.
+    pub sample_type: u64,
+    /// `read_format`.
+    pub read_format: u64,
+    /// The bit fields (`disabled` is bit 0 …).
+    pub flags: u64,
+    /// `wakeup_events`.
+    pub wakeup_events: u32,
+    /// `bp_type`.
+    pub bp_type: u32,
+    /// `config1`.
+    pub config1: u64,
+    /// `config2`.
+    pub config2: u64,
+    /// `branch_sample_type`.
+    pub branch_sample_type: u64,
+    /// `sample_regs_user`.
+    pub sample_regs_user: u64,
+    /// `sample_stack_user`.
+    pub sample_stack_user: u32,
+    /// `clockid`.
+    pub clockid: i32,
+    /// `sample_regs_intr`.
+    pub sample_regs_intr: u64,
+    /// `aux_watermark`.
+    pub aux_watermark: u32,
+    /// `sample_max_stack`.
+    pub sample_max_stack: u16,
+    /// `__reserved_2`.
+    pub reserved2: u16,
+    /// `aux_sample_size`.
+    pub aux_sample_size: u32,
+    /// `__reserved_3`.
+    pub reserved3: u32,
+    /// `sig_data`.
+    pub sig_data: u64,
+    /// `config3`.
+    pub config3: u64,
+}
+
+/// `PERF_TYPE_TRACEPOINT`.
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
+/// Flag bits of [`PerfEventAttr::flags`].
+pub mod attr {
+    /// Start disabled.
+    pub const DISABLED: u64 = 1 << 0;
+    /// Children inherit the event.
+    pub const INHERIT: u64 = 1 << 1;
+    /// `PERF_RECORD_MMAP` for executable mappings.
+    pub const MMAP: u64 = 1 << 8;
+    /// `PERF_RECORD_COMM`.
+    pub const COMM: u64 = 1 << 9;
+    /// Enable at the next exec.
+    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    /// `PERF_RECORD_FORK`/`EXIT`.
+    pub const TASK: u64 = 1 << 13;
+    /// Also data (non-executable) mappings.
+    pub const MMAP_DATA: u64 = 1 << 17;
+    /// Sample id fields on every record.
+    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// `PERF_RECORD_MMAP2` instead of `MMAP`.
+    pub const MMAP2: u64 = 1 << 23;
+    /// Flag exec in `PERF_RECORD_COMM`.
+    pub const COMM_EXEC: u64 = 1 << 24;
+    /// Use `clockid` for timestamps.
+    pub const USE_CLOCKID: u64 = 1 << 25;
+}
+
+/// `perf_event_open(2)` for `pid` on `cpu`.
+pub fn perf_event_open(a: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    let mut a = *a;
+    a.size = std::mem::size_of::<PerfEventAttr>() as u32;
+    // SAFETY: `a` is a valid, fully initialised perf_event_attr of the size we announce;
+    // the kernel only reads it (and may write `size` back on E2BIG, into our copy).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &mut a as *mut PerfEventAttr,
+            pid,
+            cpu,
+            -1i32,
+            8u64, // PERF_FLAG_FD_CLOEXEC
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+const IOC_ID: libc::c_ulong = 0x8008_2407;
+
+/// `PERF_EVENT_IOC_SET_OUTPUT`: `fd`'s records go to `target`'s ring buffer.
+pub fn perf_set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: both are perf event descriptors we own; the ioctl takes an fd by value.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_OUTPUT, target.as_raw_fd()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `PERF_EVENT_IOC_ID`: the id the kernel puts in `PERF_SAMPLE_IDENTIFIER`.
+pub fn perf_id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: the ioctl writes one u64 into `id`, which lives for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), IOC_ID, &mut id as *mut u64) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(id)
+}
+
+/// A perf ring buffer mapped from an event descriptor.
+#[derive(Debug)]
+pub struct Ring {
+    base: *mut u8,
+    len: usize,
+    data_off: usize,
+    data_size: usize,
+}
+
+// SAFETY: the mapping is owned by this value and only accessed through `&mut self`.
+unsafe impl Send for Ring {}
+
+/// Offsets in `struct perf_event_mmap_page`.
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+const DATA_OFFSET: usize = 1040;
+const DATA_SIZE: usize = 1048;
+
+impl Ring {
+    /// Maps 1 + `pages` pages (`pages` a power of two) of `fd`'s ring buffer.
+    pub fn map(fd: &OwnedFd, pages: usize) -> io::Result<Ring> {
+        let len = (pages + 1) * 4096;
+        // SAFETY: a fresh shared mapping of a perf fd, checked for MAP_FAILED below; the
+        // kernel defines its layout (a metadata page, then the data pages).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = p as *mut u8;
+        // SAFETY: the metadata page is mapped; data_offset/data_size are u64 fields of it
+        // (non-zero since Linux 4.1; fall back to page 1 onwards otherwise).
+        let (off, size) = unsafe {
+            (
+                std::ptr::read_volatile(base.add(DATA_OFFSET) as *const u64) as usize,
+                std::ptr::read_volatile(base.add(DATA_SIZE) as *const u64) as usize,
+            )
+        };
+        let (data_off, data_size) = if off == 0 || size == 0 || off + size > len {
+            (4096, pages * 4096)
+        } else {
+            (off, size)
+        };
+        Ok(Ring {
+            base,
+            len,
+            data_off,
+            data_size,
+        })
+    }
+
+    /// Copies every complete record written since the last call into `out` (records may
+    /// wrap around the buffer's end; the copy is linear) and frees their space.
+    pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
+        // SAFETY: data_head/data_tail are u64 fields of the mapped metadata page; the kernel
+        // writes data_head, we write data_tail. The acquire fence orders the data reads after
+        // the head read, the release fence our reads before the tail write (the protocol of
+        // perf_event_mmap_page). Data offsets are taken modulo data_size, inside the mapping.
+        unsafe {
+            let head = std::ptr::read_volatile(self.base.add(DATA_HEAD) as *const u64);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            let tail = std::ptr::read_volatile(self.base.add(DATA_TAIL) as *const u64);
+            let n = head.wrapping_sub(tail) as usize;
+            let n = n.min(self.data_size);
+            let data = self.base.add(self.data_off);
+            let start = (tail as usize) % self.data_size;
+            let first = n.min(self.data_size - start);
+            out.extend_from_slice(std::slice::from_raw_parts(data.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(data, n - first));
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            std::ptr::write_volatile(self.base.add(DATA_TAIL) as *mut u64, head);
+            n
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`, which nothing else references.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// Forks a child that asks to be traced, stops itself, and then runs `argv` (`execvp`).
+/// Returns the child's pid; the child is stopped (SIGSTOP) when this returns successfully
+/// and the caller has waited for it.
+pub fn spawn_traced(argv: &[CString]) -> io::Result<i32> {
+    if argv.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+    }
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: after fork the child only calls async-signal-safe functions (ptrace, raise,
+    // execvp, _exit) on memory prepared before the fork; the parent just gets the pid.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            libc::raise(libc::SIGSTOP);
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            libc::_exit(127);
+        }
+        Ok(pid)
+    }
+}
+
+/// `PTRACE_O_*` options the recorder sets.
+pub const PTRACE_OPTIONS: i32 = libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACEEXIT
+    | libc::PTRACE_O_EXITKILL;
+
+/// `PTRACE_SETOPTIONS`.
+pub fn ptrace_setoptions(pid: i32, opts: i32) -> io::Result<()> {
+    // SAFETY: ptrace on a tracee of ours; the data argument is the option bits.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, pid, 0, opts as libc::c_long) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `PTRACE_CONT` with `sig` injected (0: none).
+pub fn ptrace_cont(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: ptrace on a stopped tracee; the data argument is a signal number.
+    let r = unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, sig as libc::c_long) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `PTRACE_GETEVENTMSG` (the new pid at a fork stop).
+pub fn ptrace_geteventmsg(pid: i32) -> io::Result<u64> {
+    let mut msg: libc::c_ulong = 0;
+    // SAFETY: the kernel writes one unsigned long into `msg`, which lives for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETEVENTMSG,
+            pid,
+            0,
+            &mut msg as *mut libc::c_ulong,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(msg as u64)
+}
+
+/// What `waitpid` reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing changed (`WNOHANG`).
+    Nothing,
+    /// No tracee or child is left.
+    NoChild,
+    /// `pid` exited (status) or was killed (128 + signal).
+    Gone(i32, i32),
+    /// `pid` stopped with `sig`; `event` is the `PTRACE_EVENT_*` (0 for a signal stop).
+    Stopped {
+        /// Process.
+        pid: i32,
+        /// Signal.
+        sig: i32,
+        /// ptrace event.
+        event: i32,
+    },
+}
+
+/// `waitpid(-1, __WALL | WNOHANG)`.
+pub fn wait_any() -> io::Result<Wait> {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into `status`, which lives for the call.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ECHILD) => Ok(Wait::NoChild),
+            Some(libc::EINTR) => Ok(Wait::Nothing),
+            _ => Err(e),
+        };
+    }
+    if pid == 0 {
+        return Ok(Wait::Nothing);
+    }
+    if libc::WIFSTOPPED(status) {
+        return Ok(Wait::Stopped {
+            pid,
+            sig: libc::WSTOPSIG(status),
+            event: (status >> 16) & 0xff,
+        });
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    Ok(Wait::Gone(pid, code))
+}
+
+/// Blocking `waitpid(pid, __WALL)`: the raw status.
+pub fn wait_pid(pid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into `status`, which lives for the call.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(status)
+}
+
+/// Whether `a` and `b` share one address space (`kcmp(KCMP_VM)`); `None` if unknown.
+pub fn same_vm(a: i32, b: i32) -> Option<bool> {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp only compares kernel objects of the two processes; no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
+    (r >= 0).then_some(r == 0)
+}
+
+/// Sends SIGKILL to `pid` (cleanup after an error).
+pub fn kill(pid: i32) {
+    // SAFETY: a signal to a process we started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// The effective uid.
+pub fn geteuid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `CLOCK_MONOTONIC` in ns (the clock perf timestamps use here).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into `ts`, which lives for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
