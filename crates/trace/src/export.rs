@@ -125,6 +125,11 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 }
             }
             Event::Exec { pid, image } => {
+                if let Some(old) = names.remove(pid) {
+                    if !names.values().any(|v| *v == old) {
+                        let _ = writeln!(s, "{old} exit");
+                    }
+                }
                 let n = fresh(&format!("p{pid}"));
                 let _ = writeln!(s, "# exec of trace pid {pid}");
                 let _ = writeln!(s, "{n} = spawn privileged");

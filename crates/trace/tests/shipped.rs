@@ -1,0 +1,157 @@
+//! The traces shipped in `traces/` replay on the engine without root or perf, and agree with
+//! what the host recorded.
+
+use std::path::PathBuf;
+use trace::format::Event;
+use trace::{replay, ReplayOptions, Trace};
+
+/// Calls whose outcome may differ from the host's (documented in docs/record-replay.md):
+/// none is expected in the shipped traces today.
+const ERRNO_ALLOWANCE: u64 = 0;
+/// Largest relative RssAnon difference at a recorded exit.
+const RSS_TOLERANCE: f64 = 0.05;
+
+fn shipped() -> Vec<(PathBuf, Trace)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../traces");
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .expect("traces/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "umt"))
+        .collect();
+    v.sort();
+    v.into_iter()
+        .map(|p| {
+            let t = trace::read_file(&p).unwrap();
+            (p, t)
+        })
+        .collect()
+}
+
+#[test]
+fn four_traces_are_shipped_small() {
+    let t = shipped();
+    assert!(t.len() >= 4, "{} traces", t.len());
+    for (p, t) in &t {
+        assert!(
+            t.file_bytes <= 2 << 20,
+            "{}: {} bytes",
+            p.display(),
+            t.file_bytes
+        );
+        assert!(
+            t.file_bytes as f64 / t.events.len() as f64 <= 16.0,
+            "{}: more than 16 bytes per event",
+            p.display()
+        );
+        assert!(matches!(t.events.first(), Some(Event::Spawn { .. })));
+        assert!(t.events.iter().any(|e| matches!(e, Event::Validate { .. })));
+    }
+}
+
+#[test]
+fn shipped_traces_replay_and_agree_with_the_host() {
+    for (p, t) in shipped() {
+        let name = p.display();
+        let r = replay(&t, &ReplayOptions::default()).unwrap();
+        let faults = t
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Fault { .. }))
+            .count() as u64;
+        let calls = t
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::Mmap { .. }
+                        | Event::Munmap { .. }
+                        | Event::Mprotect { .. }
+                        | Event::Mremap { .. }
+                        | Event::Brk { .. }
+                        | Event::Madvise { .. }
+                        | Event::Mlock { .. }
+                        | Event::Munlock { .. }
+                        | Event::Mlockall { .. }
+                        | Event::Munlockall { .. }
+                )
+            })
+            .count() as u64;
+        let validates = t
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Validate { .. }))
+            .count();
+        // Every event ran, against a known process.
+        assert_eq!(r.events, t.events.len() as u64, "{name}");
+        assert_eq!(r.faults, faults, "{name}");
+        assert_eq!(r.syscalls, calls, "{name}");
+        assert_eq!(r.unknown_process, 0, "{name}");
+        assert_eq!(r.lost, 0, "{name}: the recording lost records");
+        assert_eq!(r.file_as_anon, 0, "{name}");
+        assert!(
+            r.errno_mismatches <= ERRNO_ALLOWANCE,
+            "{name}: {:?}",
+            r.mismatches
+        );
+        assert_eq!(r.fault_signals, 0, "{name}: a recorded fault got a signal");
+        assert_eq!(r.image_errors, 0, "{name}");
+        // The faults went through the engine's fault path.
+        assert!(r.snapshot.get(usermm::Ev::Fault) > 0, "{name}");
+        // RssAnon at every recorded exit, within 5 %.
+        assert_eq!(r.rss.len(), validates, "{name}");
+        for c in &r.rss {
+            assert!(c.host_anon_kb > 0, "{name}: {c:?}");
+            assert!(c.anon_rel_err <= RSS_TOLERANCE, "{name}: {c:?}");
+        }
+        // Deterministic counters.
+        let again = replay(&t, &ReplayOptions::default()).unwrap();
+        assert_eq!(r.snapshot, again.snapshot, "{name}");
+    }
+}
+
+#[test]
+fn a_policy_switch_changes_what_the_engine_does() {
+    let (_, t) = shipped()
+        .into_iter()
+        .find(|(p, _)| p.to_string_lossy().contains("python3"))
+        .expect("the python3 trace");
+    let base = replay(&t, &ReplayOptions::default()).unwrap();
+    let mthp = replay(
+        &t,
+        &ReplayOptions {
+            thp: vec![("64K".into(), "always".into())],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    use usermm::Ev;
+    assert_eq!(base.snapshot.get(Ev::FaultAnonMthp), 0);
+    assert!(mthp.snapshot.get(Ev::FaultAnonMthp) > 0);
+    // 64K folios fault fewer times and allocate more frames than the 4K host policy.
+    assert!(mthp.snapshot.get(Ev::FaultAnon) < base.snapshot.get(Ev::FaultAnon));
+    assert!(mthp.snapshot.get(Ev::FramesAlloc) > base.snapshot.get(Ev::FramesAlloc));
+    // A bad setting is refused before anything runs.
+    let bad = ReplayOptions {
+        tunables: vec![("fork_pte_batch".into(), "sometimes".into())],
+        ..Default::default()
+    };
+    assert!(replay(&t, &bad).is_err());
+}
+
+#[test]
+fn small_traces_export_as_scenarios_that_run_on_the_engine() {
+    for (p, t) in shipped() {
+        let text = trace::export::to_scenario(&t).unwrap();
+        let script = scenario::parse(&p.display().to_string(), &text)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+        let r = scenario::run::run(&script, &scenario::run::RunOptions::default());
+        assert_eq!(r.exit_code(), 0, "{}: {:?}", p.display(), r.abort);
+        assert!(r.counters.get(usermm::Ev::Fault) > 0);
+    }
+    let big = Trace {
+        events: vec![Event::Lost { count: 1 }; trace::export::MAX_EXPORT_EVENTS + 1],
+        ..Trace::default()
+    };
+    assert!(trace::export::to_scenario(&big).is_err());
+}
