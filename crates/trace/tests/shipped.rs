@@ -5,9 +5,6 @@ use std::path::PathBuf;
 use trace::format::Event;
 use trace::{replay, ReplayOptions, Trace};
 
-/// Calls whose outcome may differ from the host's (documented in docs/record-replay.md):
-/// none is expected in the shipped traces today.
-const ERRNO_ALLOWANCE: u64 = 0;
 /// Largest relative RssAnon difference at a recorded exit.
 const RSS_TOLERANCE: f64 = 0.05;
 
@@ -89,11 +86,8 @@ fn shipped_traces_replay_and_agree_with_the_host() {
         assert_eq!(r.unknown_process, 0, "{name}");
         assert_eq!(r.lost, 0, "{name}: the recording lost records");
         assert_eq!(r.file_as_anon, 0, "{name}");
-        assert!(
-            r.errno_mismatches <= ERRNO_ALLOWANCE,
-            "{name}: {:?}",
-            r.mismatches
-        );
+        // No call may differ from the host's outcome (docs/record-replay.md: the allowance is 0).
+        assert_eq!(r.errno_mismatches, 0, "{name}: {:?}", r.mismatches);
         assert_eq!(r.fault_signals, 0, "{name}: a recorded fault got a signal");
         assert_eq!(r.image_errors, 0, "{name}");
         // The faults went through the engine's fault path.
