@@ -66,6 +66,9 @@ pub enum BenchCmd {
     /// Time whole runs of your scenario files on the engine under every combination of
     /// swept tunables (`--sweep fork_pte_batch=per-pte,batched`).
     Scenario(crate::scenario_bench::ScenarioArgs),
+    /// Replay the shipped real-program traces (`traces/*.umt`) under the seeds' switches and
+    /// mTHP policies: one counter table per trace.
+    Replay(crate::replay_bench::ReplayArgs),
 }
 
 /// The options these arguments select.
@@ -121,6 +124,7 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
     match &args.cmd {
         Some(BenchCmd::Compare(a)) => return crate::compare::main(a),
         Some(BenchCmd::Scenario(a)) => return crate::scenario_bench::main(a),
+        Some(BenchCmd::Replay(a)) => return crate::replay_bench::main(a),
         None => {}
     }
     if args.which == crate::host::agent::AGENT_ARG {

@@ -18,6 +18,7 @@
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
+//! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
@@ -34,6 +35,7 @@ pub mod munlock;
 pub mod output;
 pub mod plot;
 pub mod progress;
+pub mod replay_bench;
 pub mod scenario_bench;
 pub mod sharing;
 pub mod spawn;
