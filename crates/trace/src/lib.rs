@@ -2,9 +2,9 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`format`] | the versioned binary trace format (`docs/trace-format.md`): writer and reader |
-//! | [`record`] | `usermm record`: perf tracepoints and ptrace stops of a command and its children |
-//! | [`replay`] | `usermm replay`: the trace's processes, calls and faults on a [`usermm::Machine`] |
+//! | [`format`](mod@format) | the versioned binary trace format (`docs/trace-format.md`): writer and reader |
+//! | [`record`](mod@record) | `usermm record`: perf tracepoints and ptrace stops of a command and its children |
+//! | [`replay`](mod@replay) | `usermm replay`: the trace's processes, calls and faults on a [`usermm::Machine`] |
 //! | [`export`] | a small trace as a scenario file (`usermm trace export --scenario`) |
 //! | [`sys`] | the raw system calls of the recorder (all `unsafe` of the crate) |
 
