@@ -1122,18 +1122,8 @@ impl Parser {
                     if offset.is_some() {
                         return Err(conflict("offset"));
                     }
-                    let col = c.here();
-                    let o = c.size("a file offset after `offset`")?;
-                    if o % 4096 != 0 {
-                        return fail(
-                            col,
-                            ErrorKind::Absurd {
-                                text: format!("{o:#x}"),
-                                why: "a mapping's file offset must be a multiple of 4K".into(),
-                            },
-                        );
-                    }
-                    offset = Some(o);
+                    // An unaligned offset is the call's EINVAL, not a syntax error.
+                    offset = Some(c.size("a file offset after `offset`")?);
                 }
                 "populate" => set_flag(&mut populate, t)?,
                 "locked" => set_flag(&mut locked, t)?,

@@ -17,6 +17,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use usermm::Snapshot;
 
+/// The most one `pread` statement reads (64 MiB).
+pub const MAX_PREAD: u64 = 64 << 20;
+
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -271,6 +274,18 @@ impl<B: Backend> Runner<B> {
             .get(n)
             .copied()
             .ok_or_else(|| Abort::CannotRun(format!("process `{}` does not exist", n.as_str())))
+    }
+
+    /// A `pread` returns its bytes: its length is bounded so a statement cannot make the
+    /// runner allocate gigabytes (a larger read is refused before anything runs).
+    fn pread_len(len: u64) -> Result<u64, Abort> {
+        if len > MAX_PREAD {
+            return Err(Abort::CannotRun(format!(
+                "pread of {len} bytes: at most {} MiB per statement",
+                MAX_PREAD >> 20
+            )));
+        }
+        Ok(len)
     }
 
     fn file(&self, n: &Name) -> Result<FileId, Abort> {
@@ -645,8 +660,9 @@ impl<B: Backend> Runner<B> {
                 file, offset, len, ..
             } => {
                 let f = self.file(file)?;
+                let len = Self::pread_len(*len)?;
                 self.backend
-                    .pread(p, f, *offset, *len)
+                    .pread(p, f, *offset, len)
                     .map(|d| format!("{} bytes", d.len()))
             }
             Action::Ftruncate { file, size, .. } => {
@@ -835,7 +851,8 @@ impl<B: Backend> Runner<B> {
                 ..
             } => {
                 let f = self.file(file)?;
-                Ok(match self.backend.pread(p, f, *offset, *len) {
+                let len = Self::pread_len(*len)?;
+                Ok(match self.backend.pread(p, f, *offset, len) {
                     Err(Fail::Unsupported(m)) => return Err(Abort::CannotRun(m)),
                     Err(e) => Some(format!(
                         "pread: expected pattern={pattern:#04x}, found {}",
@@ -846,7 +863,7 @@ impl<B: Backend> Runner<B> {
                             "pread: expected pattern={pattern:#04x}, found {:#04x} at offset {off:#x}",
                             data[off]
                         )),
-                        None if (data.len() as u64) < *len => Some(format!(
+                        None if (data.len() as u64) < len => Some(format!(
                             "pread: expected {len:#x} bytes, read {:#x} (end of file)",
                             data.len()
                         )),

@@ -150,10 +150,13 @@ fn run_checked(
                 e.join("\n")
             ));
         }
-        if m.phys.allocated_frames() != 0 {
+        // The scenario's files outlive its processes: their page caches are all that
+        // may remain.
+        let cached: u64 = m.files().iter().map(|f| f.pages.lock().len() as u64).sum();
+        if m.phys.allocated_frames() != cached {
             return Err(format!(
-                "{} frames leaked after every process exited",
-                m.phys.allocated_frames()
+                "{} frames leaked after every process exited ({cached} cached by files)",
+                m.phys.allocated_frames() - cached.min(m.phys.allocated_frames())
             ));
         }
     }
@@ -302,12 +305,17 @@ a = p0 mmap 64K rw private anon
 b = p0 mmap 2M rw private anon
 c = p0 mmap 1G rw private anon norserve
 d = p0 mmap 64K rw shared anon
+f = file 256K
+g = file 1M disk pattern=0x5a
+e = p0 mmap 128K rw private file f
+h = p0 mmap 1M rw shared file g
 p1 = p0 fork
 p2 = spawn privileged
 ";
 
 const TASKS: &[&str] = &["p0", "p1", "p2"];
-const MAPS: &[&str] = &["a", "b", "c", "d"];
+const MAPS: &[&str] = &["a", "b", "c", "d", "e", "h"];
+const FILES: &[&str] = &["f", "g"];
 
 /// Sizes: small, page-ish, unaligned, large and absurd.
 fn size() -> impl Strategy<Value = String> {
@@ -370,6 +378,38 @@ fn mmap_args() -> impl Strategy<Value = String> {
         })
 }
 
+/// A file offset: page-aligned mostly, sometimes unaligned or absurd.
+fn file_off() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => select(vec!["0", "4K", "8K", "60K", "64K", "128K", "1M", "2M"]).prop_map(String::from),
+        1 => select(vec!["1", "100", "4097", "0x7fffffffffffffff", "0xffffffffffffffff", "16777216G"])
+            .prop_map(String::from),
+    ]
+}
+
+/// File statements (v2), without the task.
+fn file_action() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => (select(FILES.to_vec()), file_off(), access_len(), any::<u8>())
+            .prop_map(|(f, o, l, b)| format!("pwrite {f} {o} {l} pattern={b:#04x}")),
+        2 => (select(FILES.to_vec()), file_off(), access_len())
+            .prop_map(|(f, o, l)| format!("pread {f} {o} {l}")),
+        1 => (select(FILES.to_vec()), file_off()).prop_map(|(f, s)| format!("ftruncate {f} {s}")),
+        1 => (select(FILES.to_vec()), file_off(), size(), any::<bool>())
+            .prop_map(|(f, o, l, p)| format!("fallocate {f} {o} {l}{}", if p { " punch" } else { "" })),
+        1 => (addr(), size(), select(vec!["sync", "async", "invalidate"]))
+            .prop_map(|(a, l, m)| format!("msync {a} {l} {m}")),
+        1 => select(FILES.to_vec()).prop_map(|f| format!("fsync {f}")),
+        2 => (size(), prot(), any::<bool>(), select(FILES.to_vec()), file_off(), select(vec!["", " populate", " locked"]))
+            .prop_map(|(l, p, s, f, o, opt)| {
+                let sharing = if s { "shared" } else { "private" };
+                format!("mmap {l} {p} {sharing} file {f} offset {o}{opt}")
+            }),
+        1 => (addr(), size(), select(vec!["willneed", "pageout", "cold", "remove", "dontneed"]))
+            .prop_map(|(a, l, adv)| format!("madvise {a} {l} {adv}")),
+    ]
+}
+
 /// One action (without the task).
 fn action() -> impl Strategy<Value = (String, bool)> {
     // (text after the task, is an access)
@@ -402,6 +442,7 @@ fn action() -> impl Strategy<Value = (String, bool)> {
             }),
         1 => select(vec!["mlockall current", "mlockall future", "mlockall current|onfault", "munlockall"])
             .prop_map(|s| (s.to_string(), false)),
+        3 => file_action().prop_map(|s| (s, false)),
         1 => (select(vec!["pin", "unpin"]), prop_oneof![4 => addr(), 1 => Just("a+100".to_string())],
               select(vec!["4K", "8K", "64K", "1", "0", "1G", "0x40001000", "0x7f0000000000", "0xffffffffffffffff"]))
             .prop_map(|(v, a, l)| (format!("{v} {a} {l}"), false)),
@@ -433,6 +474,11 @@ fn statement() -> impl Strategy<Value = String> {
         1 => (select(TASKS.to_vec()), addr()).prop_map(|(t, a)| format!("expect {t} kpageflags {a} lru !mlocked")),
         1 => select(TASKS.to_vec()).prop_map(|t| format!("expect {t} status VmRSS=0 VmLck=0")),
         1 => select(TASKS.to_vec()).prop_map(|t| format!("expect {t} maps count=1")),
+        1 => (select(TASKS.to_vec()), select(FILES.to_vec()), file_off(), size())
+            .prop_map(|(t, f, o, l)| format!("expect {t} fincore {f} {o} {l} 0")),
+        1 => (select(TASKS.to_vec()), select(FILES.to_vec()), file_off(), access_len())
+            .prop_map(|(t, f, o, l)| format!("expect {t} pread {f} {o} {l} pattern=0x00")),
+        1 => select(vec!["f", "g"]).prop_map(|f| format!("{f} = file 64K")),
         // Policy changes in the middle.
         1 => select(vec![
             "set thp 64K=always", "set thp 16K=always 32K=always", "set thp top=always",
@@ -442,7 +488,9 @@ fn statement() -> impl Strategy<Value = String> {
             "set tunable overcommit_memory=0", "set tunable max_map_count=8",
             "set tunable max_map_count=65530", "set tunable fork_pte_batch=per-pte",
             "set tunable zap_pte_batch=per-pte", "set tunable vma_tree_dup=insert",
-            "set tunable thp_use_zero_page=0",
+            "set tunable thp_use_zero_page=0", "set shmem 64K=always", "set shmem 2M=always",
+            "set shmem top=force", "set shmem top=deny", "set shmem 16K=within_size 2M=advise",
+            "set tunable fault_around_bytes=4096", "set tunable read_ahead_kb=0",
         ])
         .prop_map(String::from),
     ]
@@ -473,7 +521,7 @@ fn header() -> impl Strategy<Value = (String, u32)> {
 /// Whether `on cpuN` may end this generated statement: every statement of a process (not
 /// `set`, not `spawn`).
 fn takes_cpu(stmt: &str) -> bool {
-    !stmt.starts_with("set ") && !stmt.ends_with("= spawn")
+    !stmt.starts_with("set ") && !stmt.ends_with("= spawn") && !stmt.contains("= file ")
 }
 
 fn script_text() -> impl Strategy<Value = String> {

@@ -38,6 +38,10 @@ const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !(PAGE_SIZE - 1);
 const LOW_WATERMARK: u64 = 256;
 /// The least reclaim gathers at once (`SWAP_CLUSTER_MAX`).
 const SWAP_CLUSTER_MAX: u64 = 32;
+/// Reclaim passes one allocation may make.
+const RECLAIM_PASSES: u32 = 4;
+/// Pages one reclaim pass may look at beyond what it frees.
+const MAX_SCAN: u64 = 4 * SWAP_CLUSTER_MAX;
 
 /// What reclaim does with a folio it judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,7 +183,8 @@ impl<'m> Cpu<'m> {
         }
         self.c().add(Ev::FileWriteBytes, done);
         if done == 0 {
-            return Err(Errno::ENOSPC);
+            // A folio could not be allocated (`shmem_get_folio`, `write_begin`).
+            return Err(Errno::ENOMEM);
         }
         Ok(done)
     }
@@ -244,7 +249,9 @@ impl<'m> Cpu<'m> {
                 Some(p) => p,
                 None => {
                     self.page_cache_sync_ra(inode, idx, req);
-                    match inode.pages.lock().get(&idx).copied() {
+                    // Bound first: a guard in the `match` scrutinee would live through the arms.
+                    let after_ra = inode.pages.lock().get(&idx).copied();
+                    match after_ra {
                         Some(p) => p,
                         None => {
                             // No memory for readahead: read this page alone.
@@ -338,9 +345,16 @@ impl<'m> Cpu<'m> {
     /// free memory would drop under a low watermark, reclaim page cache first. Called with no
     /// cache, PTE or LRU lock held (an mmap lock for reading may be held).
     pub(crate) fn reclaim_for(&self, pages: u64) {
-        let free = self.m.phys.free_frames();
-        if free < pages + LOW_WATERMARK {
-            self.shrink_file_lru((pages + LOW_WATERMARK - free).max(SWAP_CLUSTER_MAX));
+        let phys = &self.m.phys;
+        let low = LOW_WATERMARK.min(phys.nr_frames() / 64);
+        // A few passes, as reclaim raises its priority: a mapped folio is only marked
+        // referenced by the first look and reclaimed by the next.
+        for priority in (0..RECLAIM_PASSES).rev() {
+            let free = phys.free_frames();
+            if free >= pages + low {
+                return;
+            }
+            self.shrink_file_lru((pages + low - free).max(SWAP_CLUSTER_MAX), priority);
         }
     }
 
@@ -358,7 +372,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// No cache, PTE or LRU lock held; takes each mm's mmap lock for reading (recursively).
-    pub(crate) fn shrink_file_lru(&self, want: u64) -> u64 {
+    pub(crate) fn shrink_file_lru(&self, want: u64, priority: u32) -> u64 {
         use crate::phys::lru::LruList;
         self.lru_add_drain_all();
         let phys = &self.m.phys;
@@ -371,8 +385,17 @@ impl<'m> Cpu<'m> {
                 let l = lruvec.lock();
                 l.pages(LruList::InactiveFile) + l.pages(LruList::ActiveFile)
             };
+            // A pass looks at `want` plus a share of the lists that doubles as the priority
+            // drops (`nr_to_scan = lru_size >> priority`), the last one at everything twice,
+            // so an allocation usually costs a short scan, and a full one only when nothing
+            // easier is left.
+            let limit = if priority == 0 {
+                2 * budget
+            } else {
+                (want + MAX_SCAN + (budget >> (2 * priority))).min(2 * budget)
+            };
             let mut scanned = 0;
-            while freed < want && scanned < 2 * budget {
+            while freed < want && scanned < limit {
                 let folio = {
                     self.c().add(Ev::LockLru, 1);
                     let mut l = lruvec.lock();
@@ -872,9 +895,10 @@ impl<'m> Cpu<'m> {
     fn block_truncate_page(&self, inode: &Inode, old: u64) {
         let idx = old / PAGE_SIZE;
         let cached = inode.pages.lock().get(&idx).copied();
+        let on_disk = inode.disk.lock().mapped(idx);
         let page = match cached {
             Some(p) => Some(p),
-            None if inode.disk.lock().mapped(idx) => {
+            None if on_disk => {
                 let mut cache = inode.pages.lock();
                 let p = self.cache_alloc(inode, &mut cache, idx);
                 drop(cache);
@@ -975,7 +999,7 @@ impl<'m> Cpu<'m> {
                             added.iter().filter_map(|i| cache.remove(i)).collect();
                         drop(cache);
                         self.drop_cache_pages(pages);
-                        return Err(Errno::ENOSPC);
+                        return Err(Errno::ENOMEM);
                     }
                 }
             }

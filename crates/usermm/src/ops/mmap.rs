@@ -142,8 +142,8 @@ impl<'m> Cpu<'m> {
             if pgoff.checked_add(pages).is_none() {
                 return Err(Errno::EOVERFLOW);
             }
-            let max = (i64::MAX as u64) - page_align(args.len).unwrap_or(0);
-            if *pgoff > max >> 12 {
+            let max = (i64::MAX as u64).checked_sub(pages << 12);
+            if max.is_none_or(|max| *pgoff > max >> 12) {
                 return Err(Errno::EOVERFLOW);
             }
         }
