@@ -72,7 +72,38 @@ pub struct DiskStore {
     blocks: BTreeMap<u64, Block>,
 }
 
+/// What a block of a disk file holds, for a read into a frame.
+#[derive(Debug)]
+pub enum BlockContents<'a> {
+    /// An allocated block of the file's fill byte: the first `len` bytes, zeroes after.
+    Fill {
+        /// The byte.
+        byte: u8,
+        /// Bytes of it (the rest of the page is past the end of the fill or of the file).
+        len: usize,
+    },
+    /// A written block.
+    Data(&'a [u8]),
+    /// A hole: zeroes, no I/O.
+    Hole,
+}
+
 impl DiskStore {
+    /// What block `idx` of a file of `size` bytes holds (the bytes past `size` read as zero).
+    pub fn contents(&self, idx: u64, size: u64) -> BlockContents<'_> {
+        let start = idx * PAGE_SIZE;
+        let in_file = size.saturating_sub(start).min(PAGE_SIZE) as usize;
+        match self.blocks.get(&idx) {
+            Some(Block::Data(d)) => BlockContents::Data(&d[..in_file.min(d.len())]),
+            Some(Block::Hole) => BlockContents::Hole,
+            None if start < self.fill_end => BlockContents::Fill {
+                byte: self.fill,
+                len: ((self.fill_end - start).min(PAGE_SIZE) as usize).min(in_file),
+            },
+            None => BlockContents::Hole,
+        }
+    }
+
     /// Reads block `idx` into `out` (4 KiB, bytes past `size` zeroed); true if the block is
     /// allocated on the device (a read I/O), false for a hole.
     pub fn read(&self, idx: u64, size: u64, out: &mut [u8]) -> bool {

@@ -168,6 +168,9 @@ impl<'m> Cpu<'m> {
                             // A partial write of a page that exists on disk reads it first
                             // (`block_write_begin`).
                             self.read_blocks(inode, idx, &[p]);
+                        } else if n < PAGE_SIZE {
+                            // New past the end of file: the rest of the page is zeroes.
+                            self.m.phys.arena.zero_frame(p);
                         }
                         p
                     }
@@ -318,10 +321,16 @@ impl<'m> Cpu<'m> {
             FolioKind::File
         };
         let node = self.id % self.m.phys.nr_nodes().max(1);
+        // A disk page is filled by its read (or its write); a shmem page starts as zeroes.
+        let zeroing = if inode.kind == InodeKind::Disk {
+            Zeroing::NoZero
+        } else {
+            Zeroing::Zero
+        };
         let p = self
             .m
             .phys
-            .alloc_folio(self.c(), order, node, kind, Zeroing::Zero)?;
+            .alloc_folio(self.c(), order, node, kind, zeroing)?;
         let nr = 1u64 << order;
         if nr > 1 {
             crate::rmap::folio_ref_add(&self.m.phys, self.c(), p, nr as i32 - 1);
@@ -567,14 +576,26 @@ impl<'m> Cpu<'m> {
     /// one I/O per run of allocated blocks; holes read as zeroes without I/O. Sets uptodate
     /// and, for allocated blocks, `PG_mappedtodisk`.
     fn read_blocks(&self, inode: &Inode, first: u64, pages: &[u64]) {
+        use crate::filemap::BlockContents;
         let mem = &self.m.phys.memmap;
+        let arena = &self.m.phys.arena;
         let size = inode.size();
         let disk = inode.disk.lock();
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut in_run = false;
         for (i, &p) in pages.iter().enumerate() {
-            let mapped = disk.read(first + i as u64, size, &mut buf);
-            self.m.phys.arena.write(p, 0, &buf);
+            // Straight into the frame, which was not zeroed when allocated.
+            let (mapped, valid) = match disk.contents(first + i as u64, size) {
+                BlockContents::Fill { byte, len } => {
+                    arena.fill(p, 0, len, byte);
+                    (true, len)
+                }
+                BlockContents::Data(d) => {
+                    arena.write(p, 0, d);
+                    (true, d.len())
+                }
+                BlockContents::Hole => (false, 0),
+            };
+            arena.fill(p, valid, PAGE_SIZE as usize - valid, 0);
             mem.set(p, PageFlag::Uptodate);
             if mapped {
                 mem.set(p, PageFlag::MappedToDisk);

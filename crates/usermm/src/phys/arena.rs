@@ -99,22 +99,25 @@ impl Arena {
         }
     }
 
-    /// Writes `data` at byte offset `off` of a frame.
+    /// Writes `data` at byte offset `off` of a frame: whole aligned words by plain stores
+    /// (the common case: a page read from a device), ragged ends by masked updates.
     pub fn write(&self, pfn: u64, off: usize, data: &[u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < data.len() {
             let at = off + pos;
             let (wi, bi) = (at / 8, at % 8);
+            if bi == 0 && data.len() - pos >= 8 {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&data[pos..pos + 8]);
+                frame[wi].store(u64::from_ne_bytes(word), Relaxed);
+                pos += 8;
+                continue;
+            }
             let n = (8 - bi).min(data.len() - pos);
             let mut bytes = [0u8; 8];
             bytes[bi..bi + n].copy_from_slice(&data[pos..pos + n]);
-            let v = u64::from_ne_bytes(bytes);
-            if n == 8 {
-                frame[wi].store(v, Relaxed);
-            } else {
-                update_word(&frame[wi], byte_mask(bi, n), v);
-            }
+            update_word(&frame[wi], byte_mask(bi, n), u64::from_ne_bytes(bytes));
             pos += n;
         }
     }
