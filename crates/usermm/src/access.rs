@@ -91,6 +91,31 @@ impl<'m> Cpu<'m> {
         Err(FaultOutcome::Sigbus)
     }
 
+    /// GUP's lookup for a pin (`gup_fast` / `follow_page_pte` without FOLL_TOUCH): a present
+    /// entry that permits `access` gives its page as it is — its accessed and dirty bits are
+    /// left alone, no TLB entry is filled — otherwise the page is faulted in.
+    pub(crate) fn gup_page(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        access: Access,
+    ) -> Result<u64, FaultOutcome> {
+        let pt = self.tables(mm);
+        for _ in 0..64 {
+            if let Some(leaf) = self.walk_leaf(pt, addr) {
+                if self.hw_permits(leaf.entry, access) && pt.arch.present(leaf.entry) {
+                    return Ok(leaf.pfn);
+                }
+            }
+            match self.handle_mm_fault(mm, st, addr, access) {
+                FaultOutcome::Completed => {}
+                failed => return Err(failed),
+            }
+        }
+        Err(FaultOutcome::Sigbus)
+    }
+
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
         let c = self.c();
         match pt.walk(addr) {

@@ -427,10 +427,15 @@ impl<'m> Cpu<'m> {
             let in_folio = (pfn - head) as usize;
             let vma_off = ((vmf.addr - vma.start) >> 12) as usize;
             let vma_pages = (vma.len() >> 12) as usize;
+            let in_file = vma
+                .file
+                .as_ref()
+                .is_some_and(|f| phys.memmap.index(head) + folio_pages as u64 <= f.size_pages());
             let fits = vma_off >= in_folio
                 && vma_off + (folio_pages - in_folio) <= vma_pages
                 && idx >= in_folio
-                && idx + (folio_pages - in_folio) <= 512;
+                && idx + (folio_pages - in_folio) <= 512
+                && in_file;
             if fits && (idx - in_folio..idx - in_folio + folio_pages).all(|i| ptes.peek_raw(i) == 0)
             {
                 first_page = head;
@@ -452,8 +457,10 @@ impl<'m> Cpu<'m> {
 
     /// `do_fault_around` with `filemap_map_pages`: a read fault maps the pages of the
     /// surrounding `fault_around_bytes` window (inside the VMA, the PMD and the file) that are
-    /// already in the page cache, uptodate and not a readahead marker. Returns whether the
-    /// faulting page itself got mapped.
+    /// already in the page cache, uptodate and not a readahead marker. A large folio met in the
+    /// window is mapped whole when all of it lies inside the VMA, the PTE table and the file
+    /// (6.18 maps entire large folios on fault-around). Returns whether the faulting page
+    /// itself got mapped.
     fn do_fault_around(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> bool {
         let c = self.c();
         let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
@@ -468,9 +475,26 @@ impl<'m> Cpu<'m> {
         let cache = inode.pages.lock();
         let mut ptes = PteLock::lock(pt, c, vmf.table);
         let mut mapped_fault = false;
+        let mut map_page = |ptes: &mut PteLock<'_>, a: u64, pfn: u64| {
+            let idx = index(a, 12);
+            if ptes.peek_raw(idx) != 0 {
+                return;
+            }
+            let head = mem.folio_of(pfn);
+            rmap::folio_ref_add(&self.m.phys, c, head, 1);
+            rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
+            self.mlock_vma_folio(head, vma);
+            ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot(), false), 1);
+            mm.rss_add(vma.file_rss(), 1);
+            if a == (addr & !4095) {
+                mapped_fault = true;
+            } else {
+                c.add(Ev::FaultAroundPages, 1);
+            }
+        };
+        let mut whole_done: Option<(u64, u64)> = None;
         let mut a = start;
         while a < end {
-            let idx = index(a, 12);
             let pgoff = vma.pgoff_at(a);
             let page = cache.get(&pgoff).copied().filter(|&p| {
                 let head = mem.folio_of(p);
@@ -478,21 +502,38 @@ impl<'m> Cpu<'m> {
                     && mem.test(head, PageFlag::Uptodate)
                     && !mem.test(head, PageFlag::Readahead)
             });
-            if let (0, Some(pfn)) = (ptes.peek_raw(idx), page) {
-                let head = mem.folio_of(pfn);
-                rmap::folio_ref_add(&self.m.phys, c, head, 1);
-                rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
-                self.mlock_vma_folio(head, vma);
-                ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot(), false), 1);
-                mm.rss_add(vma.file_rss(), 1);
-                if a == (addr & !4095) {
-                    mapped_fault = true;
-                } else {
-                    c.add(Ev::FaultAroundPages, 1);
+            let Some(pfn) = page else {
+                a += 4096;
+                continue;
+            };
+            if whole_done.is_some_and(|(s, e)| s <= a && a < e) {
+                a += 4096;
+                continue;
+            }
+            let head = mem.folio_of(pfn);
+            let nr = 1u64 << mem.order(head);
+            if nr > 1 {
+                let first = a - (pfn - head) * 4096;
+                let last = first + nr * 4096;
+                let in_file = mem.index(head) + nr <= file_end;
+                if first >= vma.start
+                    && last <= vma.end
+                    && first >= pmd_start
+                    && last <= pmd_start + PMD_SIZE
+                    && in_file
+                {
+                    for i in 0..nr {
+                        map_page(&mut ptes, first + i * 4096, head + i);
+                    }
+                    whole_done = Some((first, last));
+                    a += 4096;
+                    continue;
                 }
             }
+            map_page(&mut ptes, a, pfn);
             a += 4096;
         }
+        drop(ptes);
         mapped_fault
     }
 
@@ -712,7 +753,9 @@ impl<'m> Cpu<'m> {
             Err(o) => return Some(o),
         };
         let head = phys.memmap.folio_of(page);
-        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
+        // A folio reaching past the end of file (truncated into) is never PMD-mapped.
+        let in_file = phys.memmap.index(head) + (1 << HPAGE_PMD_ORDER) <= inode.size_pages();
+        if phys.memmap.order(head) != HPAGE_PMD_ORDER || !in_file {
             // Mapped with PTEs by the normal path, which finds the page in the cache.
             phys.put_folio(c, head, 1);
             return None;

@@ -62,7 +62,7 @@ impl<'m> Cpu<'m> {
                 return Err(Errno::EFAULT);
             }
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
-            match self.translate_or_fault(mm, &st, a, Access::Write) {
+            match self.gup_page(mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),
                 Err(FaultOutcome::Oom) => return Err(Errno::ENOMEM),
                 Err(_) => return Err(Errno::EFAULT),
