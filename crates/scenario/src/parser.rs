@@ -1272,110 +1272,26 @@ impl Parser {
 
     /// The pairs of `set thp` (to the end of the line).
     fn thp(&self, c: &mut Cursor<'_, '_>) -> PResult<Vec<ThpSetting>> {
-        let mut out: Vec<ThpSetting> = Vec::new();
-        loop {
-            let k = c.word("SIZE=POLICY or top=POLICY")?;
-            let dup = || Fail {
-                col: k.col,
-                kind: ErrorKind::Duplicate {
-                    option: k.text.into(),
-                },
-            };
-            if k.text == "top" {
-                c.eq("top")?;
-                let (policy, _) = c.keyword::<ThpTop>("the top-level THP policy")?;
-                if out.iter().any(|s| matches!(s, ThpSetting::Top(_))) {
-                    return Err(dup());
-                }
-                out.push(ThpSetting::Top(policy));
-            } else {
-                let size = match parse_size(k.text) {
-                    Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
-                        col: k.col,
-                        kind: ErrorKind::BadThpSize {
-                            text: k.text.into(),
-                        },
-                    })?,
-                    Err(NumErr::Syntax) if is_ident(k.text) => {
-                        return fail(
-                            k.col,
-                            unknown_option(k.text, "thp", "SIZE=POLICY or top=POLICY"),
-                        )
-                    }
-                    Err(NumErr::Syntax) => {
-                        return fail(
-                            k.col,
-                            ErrorKind::BadSize {
-                                text: k.text.into(),
-                            },
-                        )
-                    }
-                    Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
-                };
-                c.eq(k.text)?;
-                let (policy, _) = c.keyword::<ThpPolicy>("a THP policy")?;
-                if out
-                    .iter()
-                    .any(|s| matches!(s, ThpSetting::Size { size: z, .. } if *z == size))
-                {
-                    return Err(dup());
-                }
-                out.push(ThpSetting::Size { size, policy });
-            }
-            if c.peek().is_none() {
-                return Ok(out);
-            }
-        }
+        let pairs = policy_pairs::<ThpTop, ThpPolicy>(c, "thp", "THP")?;
+        Ok(pairs
+            .into_iter()
+            .map(|p| match p {
+                PolicyPair::Top(t) => ThpSetting::Top(t),
+                PolicyPair::Size(size, policy) => ThpSetting::Size { size, policy },
+            })
+            .collect())
     }
 
     /// The pairs of `set shmem` (to the end of the line).
     fn shmem(&self, c: &mut Cursor<'_, '_>) -> PResult<Vec<ShmemSetting>> {
-        let mut out: Vec<ShmemSetting> = Vec::new();
-        loop {
-            let k = c.word("SIZE=POLICY or top=POLICY")?;
-            let dup = || Fail {
-                col: k.col,
-                kind: ErrorKind::Duplicate {
-                    option: k.text.into(),
-                },
-            };
-            if k.text == "top" {
-                c.eq("top")?;
-                let (policy, _) = c.keyword::<ShmemTop>("the top-level shmem policy")?;
-                if out.iter().any(|s| matches!(s, ShmemSetting::Top(_))) {
-                    return Err(dup());
-                }
-                out.push(ShmemSetting::Top(policy));
-            } else {
-                let size = match parse_size(k.text) {
-                    Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
-                        col: k.col,
-                        kind: ErrorKind::BadThpSize {
-                            text: k.text.into(),
-                        },
-                    })?,
-                    Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
-                    Err(NumErr::Syntax) => {
-                        return fail(
-                            k.col,
-                            unknown_option(k.text, "shmem", "SIZE=POLICY or top=POLICY"),
-                        )
-                    }
-                };
-                c.eq(k.text)?;
-                let (policy, _) = c.keyword::<ShmemPolicy>("a shmem policy")?;
-                if out
-                    .iter()
-                    .any(|s| matches!(s, ShmemSetting::Size { size: z, .. } if *z == size))
-                {
-                    return Err(dup());
-                }
-                out.push(ShmemSetting::Size { size, policy });
-            }
-            if c.peek().is_none() {
-                return Ok(out);
-            }
-        }
+        let pairs = policy_pairs::<ShmemTop, ShmemPolicy>(c, "shmem", "shmem")?;
+        Ok(pairs
+            .into_iter()
+            .map(|p| match p {
+                PolicyPair::Top(t) => ShmemSetting::Top(t),
+                PolicyPair::Size(size, policy) => ShmemSetting::Size { size, policy },
+            })
+            .collect())
     }
 
     fn expect(&mut self, c: &mut Cursor<'_, '_>) -> PResult<Expect> {
@@ -1619,6 +1535,75 @@ impl Parser {
                 Expect::Folio { task, addr, order }
             }
         })
+    }
+}
+
+/// One pair of `set thp` / `set shmem`: `top=POLICY` or `SIZE=POLICY`.
+enum PolicyPair<T, P> {
+    Top(T),
+    Size(ThpSize, P),
+}
+
+/// `top=TOP` and `SIZE=POLICY` pairs (at least one, each key once) to the end of the line,
+/// for `set {what}` (`name` names the knobs in messages).
+fn policy_pairs<T: Keyword, P: Keyword>(
+    c: &mut Cursor<'_, '_>,
+    what: &str,
+    name: &str,
+) -> PResult<Vec<PolicyPair<T, P>>> {
+    let mut out: Vec<PolicyPair<T, P>> = Vec::new();
+    loop {
+        let k = c.word("SIZE=POLICY or top=POLICY")?;
+        let dup = || Fail {
+            col: k.col,
+            kind: ErrorKind::Duplicate {
+                option: k.text.into(),
+            },
+        };
+        if k.text == "top" {
+            c.eq("top")?;
+            let (policy, _) = c.keyword::<T>(&format!("the top-level {name} policy"))?;
+            if out.iter().any(|s| matches!(s, PolicyPair::Top(_))) {
+                return Err(dup());
+            }
+            out.push(PolicyPair::Top(policy));
+        } else {
+            let size = match parse_size(k.text) {
+                Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
+                    col: k.col,
+                    kind: ErrorKind::BadThpSize {
+                        text: k.text.into(),
+                    },
+                })?,
+                Err(NumErr::Syntax) if is_ident(k.text) => {
+                    return fail(
+                        k.col,
+                        unknown_option(k.text, what, "SIZE=POLICY or top=POLICY"),
+                    )
+                }
+                Err(NumErr::Syntax) => {
+                    return fail(
+                        k.col,
+                        ErrorKind::BadSize {
+                            text: k.text.into(),
+                        },
+                    )
+                }
+                Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
+            };
+            c.eq(k.text)?;
+            let (policy, _) = c.keyword::<P>(&format!("a {name} policy"))?;
+            if out
+                .iter()
+                .any(|s| matches!(s, PolicyPair::Size(z, _) if *z == size))
+            {
+                return Err(dup());
+            }
+            out.push(PolicyPair::Size(size, policy));
+        }
+        if c.peek().is_none() {
+            return Ok(out);
+        }
     }
 }
 

@@ -737,6 +737,11 @@ impl<'m> Cpu<'m> {
             ra.size = (contig + req).min(max);
             ra.async_size = 1;
         }
+        self.submit_window(inode, ra);
+    }
+
+    /// Reads the window `ra` now describes (`page_cache_ra_order`), its lock released first.
+    fn submit_window(&self, inode: &Inode, ra: parking_lot::MutexGuard<'_, RaState>) {
         let RaState {
             start,
             size,
@@ -774,14 +779,7 @@ impl<'m> Cpu<'m> {
             ra.size = next_ra_size(start - index + req, max);
             ra.async_size = ra.size;
         }
-        let RaState {
-            start,
-            size,
-            async_size,
-            ..
-        } = *ra;
-        drop(ra);
-        self.do_page_cache_ra(inode, start, size, async_size);
+        self.submit_window(inode, ra);
     }
 
     /// The mmap read-around of a fault miss (`do_sync_mmap_readahead`).
