@@ -53,6 +53,8 @@ counters! {
     PageCacheDelete => "pagecache_delete",
     /// Clean page-cache folios reclaimed (MADV_PAGEOUT).
     PageCacheEvict => "pagecache_evict",
+    /// Large page-cache folios split by a partial truncate or hole punch.
+    ThpSplitFolio => "thp_split_folio",
     /// Pages scanned by reclaim on the file LRU (`pgscan`).
     PgScan => "pgscan",
     /// Pages reclaimed from the file LRU (`pgsteal`).

@@ -921,6 +921,7 @@ impl<'m> Cpu<'m> {
         if size < old {
             // truncate_pagecache: unmap (COW copies too) from the first whole page past the
             // new end, drop those pages, zero the tail of a partial last page.
+            self.split_partial_folios(&inode, size, u64::MAX);
             let hole = size.div_ceil(PAGE_SIZE);
             self.unmap_mapping_range(&inode, hole, u64::MAX, ZapDetails::All);
             self.release_cache(&inode, hole);
@@ -974,6 +975,47 @@ impl<'m> Cpu<'m> {
             if dirty {
                 self.m.phys.memmap.set(p, PageFlag::Dirty);
             }
+        }
+    }
+
+    /// `truncate_inode_partial_folio` for the large shmem folios that straddle an edge of the
+    /// hole `[start, end)` (bytes): each is unmapped from every mapping, dirtied, and split
+    /// non-uniformly (`try_folio_split`) at the page holding the hole's start and at the page
+    /// holding its end, so the pages inside the hole become folios of their own that the
+    /// caller drops, and the rest stay as the largest aligned folios around them. Measured on
+    /// 6.18: punching [16K, 32K) of a 64K folio leaves orders 2 | hole | 0, 0, 1, 2.
+    fn split_partial_folios(&self, inode: &Inode, start: u64, end: u64) {
+        if !inode.kind.is_shmem() {
+            return;
+        }
+        for edge in [start, end] {
+            let idx = edge / PAGE_SIZE;
+            let page = inode.pages.lock().get(&idx).copied();
+            let Some(page) = page else { continue };
+            let mem = &self.m.phys.memmap;
+            let head = mem.folio_of(page);
+            let order = mem.order(head);
+            let (first, nr) = (mem.index(head), 1u64 << order);
+            let (fs, fe) = (first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
+            let straddles = (fs < start && start < fe) || (fs < end && end < fe);
+            if order == 0 || !straddles {
+                continue;
+            }
+            self.unmap_mapping_range(inode, first, first + nr, ZapDetails::FilePagesOnly);
+            self.lru_add_drain_all();
+            if mem.refcount(head) != nr as i32 || mem.test(head, PageFlag::Mlocked) {
+                continue; // held elsewhere: Linux's split fails too, the range is only zeroed
+            }
+            mem.set(head, PageFlag::Dirty);
+            let mut pieces = vec![(0u64, order)];
+            for cut in [start, end] {
+                let at = cut / PAGE_SIZE;
+                if at < first || at >= first + nr {
+                    continue;
+                }
+                pieces = split_pieces(&pieces, at - first);
+            }
+            self.m.phys.split_unmapped_folio(self.c(), head, &pieces);
         }
     }
 
@@ -1063,6 +1105,7 @@ impl<'m> Cpu<'m> {
             return;
         }
         let end = end.min(size.next_multiple_of(PAGE_SIZE));
+        self.split_partial_folios(inode, offset, end);
         let first_whole = offset.div_ceil(PAGE_SIZE);
         let last_whole = end / PAGE_SIZE;
         if last_whole == 0 {
@@ -1345,6 +1388,32 @@ impl<'m> Cpu<'m> {
             self.delete_from_page_cache(p);
         }
     }
+}
+
+/// The pieces after a non-uniform split of the piece of `pieces` holding page `at` (offsets
+/// from the folio's head): halves away from `at` stay whole, down to `at` alone at order 0.
+fn split_pieces(pieces: &[(u64, u32)], at: u64) -> Vec<(u64, u32)> {
+    let mut out = Vec::new();
+    for &(off, order) in pieces {
+        if order == 0 || at < off || at >= off + (1 << order) {
+            out.push((off, order));
+            continue;
+        }
+        let (mut o, mut base) = (order, off);
+        while o > 0 {
+            let half = 1u64 << (o - 1);
+            if at < base + half {
+                out.push((base + half, o - 1));
+            } else {
+                out.push((base, o - 1));
+                base += half;
+            }
+            o -= 1;
+        }
+        out.push((base, 0));
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The address range of `vma` that maps file pages `first..last` of `inode`, if any.

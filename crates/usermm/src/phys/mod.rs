@@ -295,6 +295,52 @@ impl PhysMem {
         Some(pfn)
     }
 
+    /// Splits an unmapped large page-cache folio into the naturally aligned `pieces` (page
+    /// offset from `head`, order) that tile it (`__split_unmapped_folio`). Each piece keeps the
+    /// folio's state, file, and the references of its pages (one per page: the page cache's);
+    /// pieces that were on an LRU list go back on it in place of the folio.
+    ///
+    /// # Context
+    /// No mapping, pin or batch holds the folio: its refcount is its number of pages.
+    pub(crate) fn split_unmapped_folio(&self, c: &CpuCounters, head: u64, pieces: &[(u64, u32)]) {
+        let mm = &self.memmap;
+        let nr = 1u64 << mm.order(head);
+        let carried = [
+            PageFlag::Dirty,
+            PageFlag::Uptodate,
+            PageFlag::SwapBacked,
+            PageFlag::Referenced,
+            PageFlag::Active,
+            PageFlag::MappedToDisk,
+        ];
+        let flags: Vec<PageFlag> = carried.into_iter().filter(|&f| mm.test(head, f)).collect();
+        let (mapping, index) = (mm.mapping(head), mm.index(head));
+        let on_lru = mm.test(head, PageFlag::Lru);
+        c.add(Ev::LockLru, 1);
+        let mut lists = self.lruvec_of(head).lock();
+        if on_lru {
+            lists.del(mm, head, nr);
+        }
+        for &(off, order) in pieces {
+            let p = head + off;
+            self.prep(p, order);
+            mm.set_refcount(p, 1 << order);
+            for &f in &flags {
+                mm.set(p, f);
+            }
+            if order > 0 {
+                mm.set(p, PageFlag::LargeRmappable);
+            }
+            mm.set_mapping(p, mapping);
+            mm.set_index(p, index + off);
+            if on_lru {
+                mm.set(p, PageFlag::Lru);
+                lists.add(mm, p, 1 << order);
+            }
+        }
+        c.add(Ev::ThpSplitFolio, 1);
+    }
+
     /// Drops `n` references to a folio; frees it when the count reaches zero.
     ///
     /// # Returns
