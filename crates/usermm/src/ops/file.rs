@@ -1019,6 +1019,26 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    /// `split_folio` of a page-cache folio: unmapped from every mapping and split into order-0
+    /// pages that stay in the cache (a split file folio is not remapped). Nothing happens when
+    /// something else holds it.
+    pub(crate) fn split_folio_to_order0(&self, inode: &Inode, head: u64) {
+        let mem = &self.m.phys.memmap;
+        let (first, order) = (mem.index(head), mem.order(head));
+        let nr = 1u64 << order;
+        let cached = inode.pages.lock().get(&first).copied();
+        if order == 0 || cached != Some(head) {
+            return; // gone or changed since it was chosen
+        }
+        self.unmap_mapping_range(inode, first, first + nr, ZapDetails::FilePagesOnly);
+        self.lru_add_drain_all();
+        if mem.refcount(head) != nr as i32 || mem.test(head, PageFlag::Mlocked) {
+            return;
+        }
+        let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
+        self.m.phys.split_unmapped_folio(self.c(), head, &pieces);
+    }
+
     /// Drops every cached page at index `from` or beyond (`truncate_inode_pages`).
     fn release_cache(&self, inode: &Inode, from: u64) {
         let gone: Vec<u64> = inode.pages.lock().split_off(&from).into_values().collect();

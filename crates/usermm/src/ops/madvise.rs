@@ -62,8 +62,13 @@ pub enum Advice {
     PopulateWrite,
 }
 
-/// A hole `MADV_REMOVE` punches once the mmap lock is dropped: file, offset, length.
-type Removal = (std::sync::Arc<crate::filemap::Inode>, u64, u64);
+/// Work that walks other mms, done once the mmap lock is dropped.
+enum Deferred {
+    /// `MADV_REMOVE`: the hole to punch (file, offset, length).
+    Punch(std::sync::Arc<crate::filemap::Inode>, u64, u64),
+    /// COLD/PAGEOUT of part of a PMD-mapped page-cache folio: `split_folio` (file, head).
+    Split(std::sync::Arc<crate::filemap::Inode>, u64),
+}
 
 impl<'m> Cpu<'m> {
     /// Gives advice about `[addr, addr+len)` of process `pid`.
@@ -92,8 +97,13 @@ impl<'m> Cpu<'m> {
         let mut removes = Vec::new();
         let res = self.madvise_walk(&task.mm, &mut st, addr, end, advice, &mut removes);
         drop(st);
-        for (inode, offset, len) in removes {
-            self.punch_hole(&inode, offset, offset + len);
+        for d in removes {
+            match d {
+                Deferred::Punch(inode, offset, len) => {
+                    self.punch_hole(&inode, offset, offset + len)
+                }
+                Deferred::Split(inode, head) => self.split_folio_to_order0(&inode, head),
+            }
         }
         res
     }
@@ -106,7 +116,7 @@ impl<'m> Cpu<'m> {
         addr: u64,
         end: u64,
         advice: Advice,
-        removes: &mut Vec<Removal>,
+        removes: &mut Vec<Deferred>,
     ) -> SysResult<()> {
         let mut start = addr;
         let mut unmapped = false;
@@ -146,7 +156,7 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
         advice: Advice,
-        removes: &mut Vec<Removal>,
+        removes: &mut Vec<Deferred>,
     ) -> SysResult<()> {
         let vma = st.vmas.get(id);
         let f = vma.flags.0;
@@ -179,7 +189,7 @@ impl<'m> Cpu<'m> {
                     self.madvise_pageout_noswap(mm, start, end);
                 }
                 if vma.file.is_some() {
-                    self.madvise_cold_or_pageout_file(mm, vma, start, end, advice);
+                    self.madvise_cold_or_pageout_file(mm, vma, start, end, advice, removes);
                 }
                 return Ok(());
             }
@@ -202,7 +212,11 @@ impl<'m> Cpu<'m> {
                     return Err(Errno::EACCES);
                 }
                 // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
-                removes.push((file.clone(), vma.pgoff_at(start) << 12, end - start));
+                removes.push(Deferred::Punch(
+                    file.clone(),
+                    vma.pgoff_at(start) << 12,
+                    end - start,
+                ));
                 return Ok(());
             }
             Advice::Normal => f & !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
@@ -403,7 +417,9 @@ impl<'m> Cpu<'m> {
 
     /// `madvise_cold_or_pageout_pte_range` for the page-cache pages of a file mapping that
     /// only this mapping maps: the PTE is made old, the folio loses PG_referenced and is
-    /// deactivated (`COLD`) or reclaimed (`PAGEOUT`: see [`Cpu::pageout_file_folio`]).
+    /// deactivated (`COLD`) or reclaimed (`PAGEOUT`: see [`Cpu::pageout_file_folio`]). A
+    /// PMD-mapped folio the range covers only in part, and that no one else maps, is split
+    /// once the mmap lock is dropped ([`Cpu::split_folio_to_order0`]).
     fn madvise_cold_or_pageout_file(
         &self,
         mm: &crate::mm::Mm,
@@ -411,6 +427,7 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
         advice: Advice,
+        deferred: &mut Vec<Deferred>,
     ) {
         use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
@@ -420,6 +437,20 @@ impl<'m> Cpu<'m> {
         self.lru_add_drain();
         let mut found = Vec::new();
         for step in pt.pmd_walk(start, end) {
+            if let PmdKind::Huge(e) = step.kind {
+                // A PMD-mapped folio only partly advised and mapped by no one else is split
+                // (`split_folio`: unmapped everywhere, order-0 pages; shmem keeps them).
+                if let Some(head) = pt.vm_normal_folio(e) {
+                    let partial = !step.whole();
+                    let shared = mem.entire_mapcount(head) > 1 || mem.large_mapcount(head) > 1;
+                    if partial && !shared && !mem.test(head, PageFlag::Anon) {
+                        if let Some(inode) = &vma.file {
+                            deferred.push(Deferred::Split(inode.clone(), head));
+                        }
+                    }
+                }
+                continue;
+            }
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };
