@@ -65,45 +65,26 @@ pub enum HostError {
 /// For checking a scenario's expectations against the host kernel while the engine cannot
 /// run it yet (`cargo run -p oracle --example host_run -- FILE…`).
 pub fn run_files_host_only(files: &[String], verbose: bool) -> u8 {
-    let mut session = match Session::new() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("usermm oracle: {e}");
-            return 2;
-        }
-    };
-    let mut worst = 0u8;
-    for file in files {
-        let text = match scenario::read_source(file) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("{e}");
-                worst = 2;
-                continue;
-            }
-        };
-        let script = match scenario::Script::parse_checked(file, &text) {
-            Ok(s) => s,
-            Err(errs) => {
-                eprintln!("{}", errs.to_string().trim_end());
-                worst = 2;
-                continue;
-            }
-        };
-        let code = session.run_host(&script, verbose);
-        worst = worst.max(code);
-        if sys::stop_requested() {
-            eprintln!("usermm oracle: interrupted; THP knobs restored");
-            return worst.max(2);
-        }
-    }
-    worst
+    for_each_file(files, |session, script| session.run_host(script, verbose))
 }
 
 /// Runs the oracle on each file, printing every report to stdout (and parse errors to
 /// stderr); returns the worst exit code: 0 all agreed, 1 a difference or failed
 /// expectation, 2 a file could not be read, parsed or run.
 pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
+    for_each_file(files, |session, script| {
+        let report = session.compare(script, opts);
+        println!("{report}");
+        report.exit_code()
+    })
+}
+
+/// Reads and parses each file in one session and runs `run` on it; returns the worst exit
+/// code (2 for a file that cannot be read or parsed), stopping early on Ctrl-C.
+fn for_each_file(
+    files: &[String],
+    mut run: impl FnMut(&mut Session, &scenario::Script) -> u8,
+) -> u8 {
     let mut session = match Session::new() {
         Ok(s) => s,
         Err(e) => {
@@ -129,9 +110,7 @@ pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
                 continue;
             }
         };
-        let report = session.compare(&script, opts);
-        println!("{report}");
-        worst = worst.max(report.exit_code());
+        worst = worst.max(run(&mut session, &script));
         if sys::stop_requested() {
             eprintln!("usermm oracle: interrupted; THP knobs restored");
             return worst.max(2);

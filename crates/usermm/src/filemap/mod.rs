@@ -104,37 +104,6 @@ impl DiskStore {
         }
     }
 
-    /// Reads block `idx` into `out` (4 KiB, bytes past `size` zeroed); true if the block is
-    /// allocated on the device (a read I/O), false for a hole.
-    pub fn read(&self, idx: u64, size: u64, out: &mut [u8]) -> bool {
-        let start = idx * PAGE_SIZE;
-        let mapped = match self.blocks.get(&idx) {
-            Some(Block::Data(d)) => {
-                out.copy_from_slice(d);
-                true
-            }
-            Some(Block::Hole) => {
-                out.fill(0);
-                false
-            }
-            None if start < self.fill_end => {
-                let n = (self.fill_end - start).min(PAGE_SIZE) as usize;
-                out[..n].fill(self.fill);
-                out[n..].fill(0);
-                true
-            }
-            None => {
-                out.fill(0);
-                false
-            }
-        };
-        if start + PAGE_SIZE > size {
-            let keep = size.saturating_sub(start).min(PAGE_SIZE) as usize;
-            out[keep..].fill(0);
-        }
-        mapped
-    }
-
     /// Whether block `idx` is allocated.
     pub fn mapped(&self, idx: u64) -> bool {
         match self.blocks.get(&idx) {
