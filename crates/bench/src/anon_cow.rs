@@ -400,6 +400,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             label: order.name().into(),
             columns: cols,
             published: published(order),
+            layout: None,
         });
     }
     drop(host);

@@ -97,6 +97,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             label,
             columns: cols,
             published: vec![],
+            layout: None,
         });
     }
     drop(host);

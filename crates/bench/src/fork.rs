@@ -2,12 +2,17 @@
 //! against batched (`folio_pte_batch`), and the host kernel with the same layout (mTHP knob
 //! of that size; 2M PMD THPs PTE-mapped by an `mprotect` of one subpage per block).
 //!
+//! Besides seed 000's anonymous layout, each table has rows of file-backed memory, the paths
+//! the seed batches as well (`folio_dup_file_rmap_ptes` in fork, the file branch of
+//! `zap_present_ptes`): a written `MAP_PRIVATE` tmpfs mapping for fork and `MAP_SHARED` tmpfs
+//! mappings of 64K and 2M folios for munmap (see [`Layout`]).
+//!
 //! Repetitions are interleaved across the three columns, in an order rotated per repetition,
 //! so a burst of interference from other work on the machine does not land on one column
 //! only. At 4K both engine columns run the same code: that row is the A/A control, whose gain
 //! must read `~` (its interval contains 0).
 
-use crate::engine::{counters, machine, populate, size_label, warm_up};
+use crate::engine::{counters, machine, populate, sig, size_label, warm_up, PMD, RW};
 use crate::host::agent::{self, HostCell};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
@@ -15,8 +20,10 @@ use crate::stats::rotation_host_last;
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use usermm::tunables::PteBatching;
-use usermm::{Ev, Privilege};
+use serde::{Deserialize, Serialize};
+use usermm::tunables::{PteBatching, ShmemHuge};
+use usermm::{Access, Cpu, Ev, InodeKind, Machine, MmapArgs, Pid, Placement, Prot, Sharing};
+use usermm::{Privilege, ThpPolicy};
 
 /// The folio sizes of the seed's table.
 pub const FOLIOS: [u64; 9] = [
@@ -44,6 +51,140 @@ const SEED_FORK: [(u64, &str); 9] = [
     (2 << 20, "-30%"),
 ];
 
+/// The memory a row is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Layout {
+    /// Private anonymous memory, every page written (seed 000's layout); 2M THPs PTE-mapped
+    /// by an `mprotect` of one subpage per block.
+    Anon,
+    /// A tmpfs file of the layout's size mapped `MAP_PRIVATE` read-write: every page read
+    /// (page-cache folios of the row's size mapped by the faults and fault-around), then
+    /// the first page of every 2 MiB written (a COW copy: the VMA gets an anon_vma, so fork
+    /// must copy its page tables, `vma_needs_copy`). Fork copies 511 file PTEs per 2 MiB.
+    TmpfsPrivate,
+    /// A tmpfs file filled through a `MAP_SHARED` mapping (every page written: dirty
+    /// page-cache folios of the row's size). 2M folios are then mapped again 4 KiB off PMD
+    /// alignment and read page by page, so they are PTE-mapped (a misaligned mapping cannot
+    /// take a PMD), as seed 000's 2M rows are.
+    TmpfsShared,
+}
+
+impl Layout {
+    /// The row label's prefix and the JSON's `layout`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Layout::Anon => "anon",
+            Layout::TmpfsPrivate => "tmpfs MAP_PRIVATE, read, one page per 2M written",
+            Layout::TmpfsShared => "tmpfs MAP_SHARED, written",
+        }
+    }
+
+    fn label(self, folio: u64) -> String {
+        match self {
+            Layout::Anon => size_label(folio),
+            Layout::TmpfsPrivate => format!("file-private {}", size_label(folio)),
+            Layout::TmpfsShared => format!("tmpfs-shared {}", size_label(folio)),
+        }
+    }
+
+    /// Where the mapping goes relative to PMD alignment.
+    pub fn skew(self, folio: u64) -> u64 {
+        if self == Layout::TmpfsShared && folio == PMD {
+            4096
+        } else {
+            0
+        }
+    }
+}
+
+/// The file rows of each table: (layout, folio size).
+const FILE_ROWS: [(Op, Layout, u64); 4] = [
+    (Op::Fork, Layout::TmpfsPrivate, 4 << 10),
+    (Op::Fork, Layout::TmpfsPrivate, 64 << 10),
+    (Op::Munmap, Layout::TmpfsShared, 64 << 10),
+    (Op::Munmap, Layout::TmpfsShared, 2 << 20),
+];
+
+/// The file rows of `op`'s table.
+fn file_rows(op: Op) -> impl Iterator<Item = (Layout, u64)> {
+    FILE_ROWS
+        .iter()
+        .filter(move |r| r.0 == op)
+        .map(|&(_, l, f)| (l, f))
+}
+
+/// A machine for a file layout: shmem faults and writes allocate folios of `folio` bytes
+/// (that size's `shmem_enabled` set to `always`, which reaches tmpfs files), anonymous THP
+/// off.
+fn file_machine(size: u64, folio: u64) -> Machine {
+    let m = machine(size, 4096);
+    m.update_tunables(|t| {
+        t.thp.top = ThpPolicy::Never;
+        if folio > 4096 {
+            t.shmem.per_order[folio.trailing_zeros() as usize - 12] = ShmemHuge::Always;
+        }
+    });
+    m
+}
+
+/// `[a + skew, a + skew + len)` with `a` PMD-aligned and nothing mapped there: a
+/// `PROT_NONE` reservation with its head and tail unmapped again.
+fn reserve_aligned(cpu: &Cpu<'_>, p: Pid, len: u64, skew: u64) -> anyhow::Result<u64> {
+    let none = Prot {
+        read: false,
+        write: false,
+        exec: false,
+    };
+    let r = cpu.mmap(p, MmapArgs::anon(len + PMD, none))?;
+    let a = (r + PMD - 1) & !(PMD - 1);
+    cpu.munmap(p, r, len + PMD)?;
+    Ok(a + skew)
+}
+
+/// Maps and populates a file layout; returns its start.
+fn populate_layout(
+    cpu: &Cpu<'_>,
+    p: Pid,
+    size: u64,
+    folio: u64,
+    layout: Layout,
+) -> anyhow::Result<u64> {
+    let f = cpu.file_create(size, InodeKind::Tmpfs, None)?;
+    let map = |addr: u64, sharing: Sharing| {
+        cpu.mmap(
+            p,
+            MmapArgs {
+                sharing,
+                placement: Placement::Fixed(addr),
+                file: Some((f, 0)),
+                ..MmapArgs::anon(size, RW)
+            },
+        )
+    };
+    match layout {
+        Layout::Anon => populate(cpu, p, size, folio == PMD),
+        Layout::TmpfsPrivate => {
+            let a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Private)?;
+            cpu.touch(p, a, size, Access::Read).map_err(sig)?;
+            for blk in (a..a + size).step_by(PMD as usize) {
+                cpu.touch(p, blk, 4096, Access::Write).map_err(sig)?;
+            }
+            Ok(a)
+        }
+        Layout::TmpfsShared => {
+            let mut a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Shared)?;
+            cpu.touch(p, a, size, Access::Write).map_err(sig)?;
+            let skew = layout.skew(folio);
+            if skew != 0 {
+                cpu.munmap(p, a, size)?;
+                a = map(reserve_aligned(cpu, p, size, skew)?, Sharing::Shared)?;
+                cpu.touch(p, a, size, Access::Read).map_err(sig)?;
+            }
+            Ok(a)
+        }
+    }
+}
+
 /// What is timed after populating the layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -66,10 +207,14 @@ impl Op {
 fn engine_once(
     size: u64,
     folio: u64,
+    layout: Layout,
     batching: PteBatching,
     op: Op,
 ) -> anyhow::Result<(f64, usermm::Snapshot)> {
-    let m = machine(size, folio);
+    let m = match layout {
+        Layout::Anon => machine(size, folio),
+        _ => file_machine(size, folio),
+    };
     m.update_tunables(|t| {
         t.fork_pte_batch = batching;
         t.zap_pte_batch = batching;
@@ -77,7 +222,7 @@ fn engine_once(
     let cpu = m.enter_cpu(0)?;
     let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
     warm_up(&cpu, p, size)?;
-    let a = populate(&cpu, p, size, folio == 2 << 20)?;
+    let a = populate_layout(&cpu, p, size, folio, layout)?;
     let before = m.counters();
     let t = Instant::now();
     match op {
@@ -95,12 +240,17 @@ fn host_once(
     s: &HostSession,
     size: u64,
     folio: u64,
+    layout: Layout,
     op: Op,
 ) -> Result<(f64, BTreeMap<String, u64>), String> {
-    s.folio(folio)?;
+    match layout {
+        Layout::Anon => s.folio(folio)?,
+        _ => s.shmem_folio(folio)?,
+    }
     agent::measure(&HostCell::ForkOrMunmap {
         size,
         folio,
+        layout,
         munmap: op == Op::Munmap,
     })
 }
@@ -124,6 +274,7 @@ fn variants() -> Vec<Variant> {
 fn row(
     ctx: &Ctx<'_>,
     op: Op,
+    layout: Layout,
     folio: u64,
     host: &Result<HostSession, String>,
 ) -> anyhow::Result<Row> {
@@ -132,42 +283,43 @@ fn row(
         .iter()
         .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
-    let label = size_label(folio);
+    let label = layout.label(folio);
     for rep in 0..ctx.opts.reps {
         for i in rotation_host_last(rep, cols.len()) {
             match [PteBatching::PerPte, PteBatching::Batched].get(i) {
                 Some(&b) => {
-                    let (secs, c) = engine_once(size, folio, b, op)?;
+                    let (secs, c) = engine_once(size, folio, layout, b, op)?;
                     cols[i].samples.push(secs);
                     cols[i].counters = counters(&c);
                 }
                 None => cols[i].record(
                     host.as_ref()
                         .map_err(Clone::clone)
-                        .and_then(|s| host_once(s, size, folio, op)),
+                        .and_then(|s| host_once(s, size, folio, layout, op)),
                 ),
             }
             ctx.task.step(&format!("{label} {}", cols[i].variant))?;
         }
     }
     let published = match op {
-        Op::Fork => SEED_FORK
+        Op::Fork if layout == Layout::Anon => SEED_FORK
             .iter()
             .filter(|(f, _)| *f == folio)
             .map(|(_, text)| Published::parse("batched", text, SeedSign::TimeChange))
             .collect(),
-        Op::Munmap => vec![],
+        _ => vec![],
     };
     Ok(Row {
         label,
         columns: cols,
         published,
+        layout: Some(layout.describe().into()),
     })
 }
 
 /// Measurements of one table (for the progress bar).
-pub fn steps(ctx_reps: usize, folios: usize) -> u64 {
-    (ctx_reps * folios * 3) as u64
+pub fn steps(ctx_reps: usize, folios: usize, op: Op) -> u64 {
+    (ctx_reps * (folios + file_rows(op).count()) * 3) as u64
 }
 
 /// Time to copy the page-table pages of `size` bytes (one 4K table per 2M), host memcpy.
@@ -190,7 +342,10 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
     let host = ctx.host.session();
     let mut rows = Vec::new();
     for &folio in &ctx.opts.folios {
-        rows.push(row(ctx, op, folio, &host)?);
+        rows.push(row(ctx, op, Layout::Anon, folio, &host)?);
+    }
+    for (layout, folio) in file_rows(op) {
+        rows.push(row(ctx, op, layout, folio, &host)?);
     }
     drop(host);
     let (batches, ptes) = match op {
@@ -201,6 +356,13 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
         "layout: {} MiB written, in folios of the row's size; 2M: PMD THPs PTE-mapped by mprotect of one subpage per block",
         ctx.opts.scale >> 20
     )];
+    for (layout, _) in file_rows(op).take(1) {
+        notes.push(format!(
+            "{} rows: {} (tmpfs folios of the row's size: that size's shmem_enabled = always on both sides)",
+            layout.label(0).split(' ').next().unwrap_or_default(),
+            layout.describe()
+        ));
+    }
     if op == Op::Fork {
         notes.push(format!(
             "floor: memcpy of the page-table pages of this layout: {:.3} ms",
@@ -235,6 +397,8 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
             Ev::PteWrite.name().into(),
             "host_mthp_anon_fault_alloc".into(),
             "host_thp_split_pmd".into(),
+            "host_mthp_shmem_alloc".into(),
+            "host_shmem_pmd_mapped_kb".into(),
             "host_vmas".into(),
             "host_rss_anon_kb".into(),
         ],

@@ -85,6 +85,7 @@ fn row(ctx: &Ctx<'_>, gib: u64, gran: LinearGranularity, tlbi_ns: u64) -> anyhow
         label,
         columns: cols,
         published,
+        layout: None,
     })
 }
 

@@ -201,6 +201,10 @@ pub struct Row {
     /// The seed's published numbers for this row.
     #[serde(default)]
     pub published: Vec<Published>,
+    /// What the row's memory is when a table mixes kinds (`"anon"`, `"tmpfs MAP_SHARED"`):
+    /// absent where every row of the table is the same kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
 }
 
 /// A benchmark table in the mmtests compare layout.

@@ -206,6 +206,7 @@ pub fn measure(
             label: file.clone(),
             columns,
             published: Vec::new(),
+            layout: None,
         });
     }
     let counters_shown = differing_counters(&rows);

@@ -330,6 +330,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             label: micro.name().into(),
             columns: cols,
             published: published(micro),
+            layout: None,
         });
     }
     drop(host);

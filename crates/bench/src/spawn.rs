@@ -146,6 +146,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             label,
             columns: cols,
             published: published(extra),
+            layout: None,
         });
     }
     Ok(Table {

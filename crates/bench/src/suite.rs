@@ -67,7 +67,8 @@ impl Bench {
     fn steps(self, o: &Options) -> u64 {
         match self {
             Bench::Fault => fault::steps(o.reps),
-            Bench::Fork | Bench::Munmap => fork::steps(o.reps, o.folios.len()),
+            Bench::Fork => fork::steps(o.reps, o.folios.len(), fork::Op::Fork),
+            Bench::Munmap => fork::steps(o.reps, o.folios.len(), fork::Op::Munmap),
             Bench::Spawn => spawn::steps(o.reps, o.spawn_extra.len()),
             Bench::Sharing => sharing::steps(o.reps),
             Bench::AnonCow => anon_cow::steps(o.reps),

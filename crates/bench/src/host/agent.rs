@@ -15,8 +15,9 @@
 //! measured in this process instead, and says so (`host_in_process`).
 
 use super::measure::{fork_exit_rate, fork_time, vma_count};
-use super::region::{Region, SparseVmas};
+use super::region::{HostTmpfs, Region, SparseVmas};
 use super::{mthp_stat, vmstat};
+use crate::fork::Layout;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -37,13 +38,15 @@ pub enum HostCell {
         /// Seconds of forking.
         secs: f64,
     },
-    /// Populate `size` bytes with the mTHP size already set, PTE-remap 2M THPs, then time
-    /// one `fork()` (the call) or the `munmap()` of the whole layout.
+    /// Populate `size` bytes of `layout` with the mTHP or shmem size already set, PTE-remap
+    /// 2M THPs, then time one `fork()` (the call) or the `munmap()` of the whole layout.
     ForkOrMunmap {
         /// Layout size.
         size: u64,
         /// Folio size of the layout.
         folio: u64,
+        /// What memory (anonymous, a tmpfs file mapped private or shared).
+        layout: Layout,
         /// `true`: munmap; `false`: fork.
         munmap: bool,
     },
@@ -108,18 +111,24 @@ pub fn serve() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the forked process looked like: its VMAs and anonymous RSS.
+/// What the forked process looked like: its VMAs, anonymous RSS and PMD-mapped shmem.
 fn shape(c: &mut BTreeMap<String, u64>) {
     c.insert("host_vmas".into(), vma_count());
-    let rss = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| {
+    let kb = |path: &str, field: &str| {
+        std::fs::read_to_string(path).ok().and_then(|t| {
             t.lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
-        .unwrap_or(0);
-    c.insert("host_rss_anon_kb".into(), rss);
+    };
+    c.insert(
+        "host_rss_anon_kb".into(),
+        kb("/proc/self/status", "RssAnon:").unwrap_or(0),
+    );
+    c.insert(
+        "host_shmem_pmd_mapped_kb".into(),
+        kb("/proc/self/smaps_rollup", "ShmemPmdMapped:").unwrap_or(0),
+    );
 }
 
 /// Measures `cell` in this process.
@@ -137,6 +146,7 @@ fn run(cell: &HostCell) -> CellResult {
         HostCell::ForkOrMunmap {
             size,
             folio,
+            layout: Layout::Anon,
             munmap,
         } => {
             let r = Region::anon(size)?;
@@ -160,6 +170,45 @@ fn run(cell: &HostCell) -> CellResult {
             } else {
                 fork_time()?
             };
+            Ok((secs, c))
+        }
+        HostCell::ForkOrMunmap {
+            size,
+            folio,
+            layout,
+            munmap,
+        } => {
+            let f = HostTmpfs::new(size)?;
+            let shared = layout == Layout::TmpfsShared;
+            let a0 = mthp_stat(folio, "shmem_alloc").unwrap_or(0);
+            let mut r = Region::file(size, f.fd(), shared, 0)?;
+            if shared {
+                r.write_each_page()?;
+                let skew = layout.skew(folio);
+                if skew != 0 {
+                    drop(r);
+                    r = Region::file(size, f.fd(), shared, skew)?;
+                    r.read_each_page()?;
+                }
+            } else {
+                r.read_each_page()?;
+                for blk in (r.addr..r.addr + size).step_by(2 << 20) {
+                    oracle::sys::touch(blk, 4096, true).map_err(|s| format!("signal {s}"))?;
+                }
+            }
+            if folio > 4096 {
+                let n = mthp_stat(folio, "shmem_alloc")
+                    .unwrap_or(0)
+                    .saturating_sub(a0);
+                c.insert("host_mthp_shmem_alloc".into(), n);
+            }
+            shape(&mut c);
+            let secs = if munmap {
+                r.unmap_timed()?
+            } else {
+                fork_time()?
+            };
+            drop(f);
             Ok((secs, c))
         }
         HostCell::Fault { size, folio } => {
@@ -204,6 +253,7 @@ mod tests {
         let cell = HostCell::ForkOrMunmap {
             size: 2 << 20,
             folio: 64 << 10,
+            layout: Layout::TmpfsShared,
             munmap: true,
         };
         let text = serde_json::to_string(&cell).expect("json");

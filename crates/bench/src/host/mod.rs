@@ -13,7 +13,7 @@ pub mod region;
 
 use oracle::knobs::{ThpKnobs, THP_DIR};
 use oracle::sys;
-use scenario::{ThpPolicy, ThpSetting, ThpSize, ThpTop};
+use scenario::{ShmemPolicy, ShmemSetting, ThpPolicy, ThpSetting, ThpSize, ThpTop};
 use std::path::Path;
 
 /// Whether host columns can be measured on this machine.
@@ -138,6 +138,26 @@ impl HostSession {
             });
         }
         self.knobs.apply(&settings).map_err(|e| e.to_string())
+    }
+
+    /// Shmem and tmpfs faults and writes allocate folios of `bytes` (that size's
+    /// `shmem_enabled` = `always`, which reaches tmpfs files on a huge=never mount);
+    /// anonymous THP off.
+    pub fn shmem_folio(&self, bytes: u64) -> Result<(), String> {
+        self.knobs.set_defaults().map_err(|e| e.to_string())?;
+        self.knobs
+            .apply(&[ThpSetting::Top(ThpTop::Never)])
+            .map_err(|e| e.to_string())?;
+        if bytes > 4096 {
+            let size = ThpSize::new(bytes).ok_or(format!("no mTHP size {bytes}"))?;
+            self.knobs
+                .apply_shmem(&[ShmemSetting::Size {
+                    size,
+                    policy: ShmemPolicy::Always,
+                }])
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// PMD THP always (`on`) or never, other sizes off.

@@ -2,7 +2,9 @@
 //! when dropped (unless [`Region::unmap_timed`] already did, timing it).
 
 use super::errno_text;
+use oracle::files::{ScratchDir, TMPFS_PARENT};
 use oracle::sys;
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// `PROT_READ | PROT_WRITE`.
@@ -17,6 +19,7 @@ mod libc_prot {
     pub const NONE: i32 = 0;
     pub const READ: i32 = 1;
     pub const WRITE: i32 = 2;
+    pub const SHARED: i32 = 0x01;
     pub const PRIVATE: i32 = 0x02;
     pub const FIXED: i32 = 0x10;
     pub const ANONYMOUS: i32 = 0x20;
@@ -66,6 +69,46 @@ impl Region {
         let flags = libc_prot::PRIVATE | libc_prot::ANONYMOUS | libc_prot::FIXED | extra_flags;
         sys::mmap(r.addr, len, prot, flags).map_err(|e| errno_text("mmap", e))?;
         Ok(r)
+    }
+
+    /// A read-write mapping of `len` bytes of the file `fd` from offset 0 (`MAP_SHARED`
+    /// or `MAP_PRIVATE`), placed `skew` bytes past a 2 MiB boundary, not populated.
+    pub fn file(len: u64, fd: i32, shared: bool, skew: u64) -> Result<Region, String> {
+        let r = Region::reserve(len + PMD)?;
+        let addr = r.addr + skew;
+        let kind = if shared {
+            libc_prot::SHARED
+        } else {
+            libc_prot::PRIVATE
+        };
+        // MAP_FIXED over our own reservation, then the reservation's rest goes.
+        sys::mmap_fd(addr, len, RW, kind | libc_prot::FIXED, fd, 0)
+            .map_err(|e| errno_text("mmap", e))?;
+        let ends = [(r.addr, skew), (addr + len, PMD - skew)];
+        std::mem::forget(r);
+        for (a, n) in ends {
+            if n > 0 {
+                sys::munmap(a, n).map_err(|e| errno_text("munmap", e))?;
+            }
+        }
+        Ok(Region {
+            addr,
+            len,
+            mapped: true,
+        })
+    }
+
+    /// A `MAP_SHARED | MAP_LOCKED | MAP_POPULATE` mapping of the file `fd`.
+    pub fn file_locked(len: u64, fd: i32) -> Result<Region, String> {
+        let r = Region::reserve(len)?;
+        let flags = libc_prot::SHARED | libc_prot::FIXED | libc_prot::LOCKED | libc_prot::POPULATE;
+        sys::mmap_fd(r.addr, len, RW, flags, fd, 0).map_err(|e| errno_text("mmap", e))?;
+        Ok(r)
+    }
+
+    /// One read access per page.
+    pub fn read_each_page(&self) -> Result<(), String> {
+        sys::touch(self.addr, self.len, false).map_err(|s| format!("signal {s} reading"))
     }
 
     /// A read-write anonymous mapping, not populated.
@@ -174,5 +217,28 @@ impl SparseVmas {
     /// None at all.
     pub fn is_empty(&self) -> bool {
         self.regions.is_empty()
+    }
+}
+
+/// An unnamed tmpfs file of ours, in a private directory on `/dev/shm` (huge=never) made as
+/// the oracle makes them ([`ScratchDir`]); file and directory go when dropped (the file
+/// also when this process is killed: it has no name).
+pub struct HostTmpfs {
+    file: std::fs::File,
+    _dir: ScratchDir,
+}
+
+impl HostTmpfs {
+    /// A sparse file of `size` bytes.
+    pub fn new(size: u64) -> Result<HostTmpfs, String> {
+        let dir = ScratchDir::create(std::path::Path::new(TMPFS_PARENT))?;
+        let file = dir.tmpfile()?;
+        sys::ftruncate(file.as_raw_fd(), size).map_err(|e| errno_text("ftruncate", e))?;
+        Ok(HostTmpfs { file, _dir: dir })
+    }
+
+    /// Its descriptor.
+    pub fn fd(&self) -> i32 {
+        self.file.as_raw_fd()
     }
 }
