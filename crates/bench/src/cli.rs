@@ -1,4 +1,4 @@
-//! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|all]`:
+//! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|readahead|all]`:
 //! arguments and the command itself. With no benchmark named it runs the whole suite at the
 //! small default scale and writes `report.html`, `report.json` and `plots/` to
 //! `target/usermm-bench/`. `usermm bench compare A.json B.json…` compares reports
@@ -22,11 +22,11 @@ pub struct BenchArgs {
     #[command(subcommand)]
     pub cmd: Option<BenchCmd>,
     /// Which benchmark: all (the default: the whole suite, report written), fault, fork,
-    /// munmap, spawn, sharing, anon-cow, munlock, linear-map.
+    /// munmap, spawn, sharing, anon-cow, munlock, linear-map, readahead.
     #[arg(default_value = "all")]
     pub which: String,
-    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock; anon-cow: the area
-    /// every instance copies, default 32M), e.g. 256M or 1G.
+    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock, readahead's file;
+    /// anon-cow: the area every instance copies, default 32M), e.g. 256M or 1G.
     #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
     pub scale: Option<String>,
     /// Repetitions per measurement (each gain gets a 95% interval from them; at least 3).

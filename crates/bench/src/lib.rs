@@ -16,6 +16,7 @@
 //! | [`suite`] | the benchmark list, options, and running them |
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
+//! | [`readahead`] | the page cache: sequential and random reads of a disk file |
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
@@ -35,6 +36,7 @@ pub mod munlock;
 pub mod output;
 pub mod plot;
 pub mod progress;
+pub mod readahead;
 pub mod replay_bench;
 pub mod scenario_bench;
 pub mod sharing;

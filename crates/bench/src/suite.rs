@@ -4,7 +4,7 @@
 use crate::host::{kernel_release, HostSide};
 use crate::model::{HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
 use crate::progress::{Progress, Task};
-use crate::{anon_cow, fault, fork, linear_map, munlock, sharing, spawn};
+use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, sharing, spawn};
 use std::time::Instant;
 
 /// One benchmark of the suite.
@@ -26,11 +26,13 @@ pub enum Bench {
     Munlock,
     /// Seed 002: arm64 linear map creation.
     LinearMap,
+    /// The page cache: readahead of a disk file, sequential and random.
+    Readahead,
 }
 
 impl Bench {
     /// The whole suite in run order.
-    pub const ALL: [Bench; 8] = [
+    pub const ALL: [Bench; 9] = [
         Bench::Fault,
         Bench::Fork,
         Bench::Munmap,
@@ -39,6 +41,7 @@ impl Bench {
         Bench::AnonCow,
         Bench::Munlock,
         Bench::LinearMap,
+        Bench::Readahead,
     ];
 
     /// The subcommand name.
@@ -52,6 +55,7 @@ impl Bench {
             Bench::AnonCow => "anon-cow",
             Bench::Munlock => "munlock",
             Bench::LinearMap => "linear-map",
+            Bench::Readahead => "readahead",
         }
     }
 
@@ -74,6 +78,7 @@ impl Bench {
             Bench::AnonCow => anon_cow::steps(o.reps),
             Bench::Munlock => 3 * munlock::steps(o.reps),
             Bench::LinearMap => linear_map::steps(o.reps, o.linear_map_gib.len()),
+            Bench::Readahead => readahead::steps(o.reps),
         }
     }
 }
@@ -142,6 +147,7 @@ fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
             .map(|&s| munlock::table(ctx, s))
             .collect::<anyhow::Result<_>>()?,
         Bench::LinearMap => linear_map::tables(ctx)?,
+        Bench::Readahead => vec![readahead::table(ctx)?],
     })
 }
 

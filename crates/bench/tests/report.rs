@@ -56,11 +56,59 @@ fn counters_are_identical_between_runs_and_json_round_trips() {
         "munlock-one-node",
         "munlock-interleaved",
         "munlock-thp",
+        "munlock-tmpfs",
+        "readahead",
         "linear-map",
         "linear-map-engine",
     ] {
         assert!(ids.contains(&id), "no table {id} in {ids:?}");
     }
+}
+
+/// The engine counters of `table`'s row `row`, column `variant`.
+fn cell<'r>(r: &'r Report, table: &str, row: &str, variant: &str) -> &'r BTreeMap<String, u64> {
+    let t = r.tables.iter().find(|t| t.id == table).expect("table");
+    let i = t
+        .variants
+        .iter()
+        .position(|v| v.name == variant)
+        .expect("variant");
+    let row = t.rows.iter().find(|x| x.label == row).expect("row");
+    &row.columns[i].counters
+}
+
+#[test]
+fn file_rows_batch_file_folios_and_readahead_reads_every_byte_once() {
+    let r = common::tiny_report();
+    let scale = common::tiny().scale;
+    let pages = scale / 4096;
+    // fork of a MAP_PRIVATE tmpfs mapping with 64K folios, one page per 2M written: every
+    // PTE is copied; batched, one batch per folio run (1 anon page + 15 file pages in the
+    // first folio of each 2M, 16 in the others) instead of one per PTE.
+    let per = cell(&r, "fork", "file-private 64K", "per-pte");
+    let bat = cell(&r, "fork", "file-private 64K", "batched");
+    let blocks = scale >> 21;
+    assert_eq!(per["fork_ptes"], pages);
+    assert_eq!(bat["fork_ptes"], pages);
+    assert_eq!(per["fork_batches"], pages);
+    assert_eq!(bat["fork_batches"], pages / 16 + blocks);
+    // munmap of MAP_SHARED tmpfs 2M folios mapped 4K off alignment: PTE-mapped, each
+    // folio split over two page tables, so two batches per folio.
+    let bat = cell(&r, "munmap", "tmpfs-shared 2M", "batched");
+    assert_eq!(bat["zap_ptes"], pages);
+    assert_eq!(bat["zap_batches"], 2 * blocks);
+    // Sequential readahead reads the file once; each window (none reaches max_sectors_kb
+    // in a file this small) is one I/O.
+    let seq = cell(&r, "readahead", "sequential", "engine");
+    assert_eq!(seq["disk_read_bytes"], scale);
+    assert_eq!(seq["disk_reads"], seq["readahead"]);
+    assert!(seq["readahead"] > 1 && seq["readahead"] < 16, "{seq:?}");
+    assert_eq!(seq["folios_4K"], pages);
+    let t = r.tables.iter().find(|t| t.id == "fork").expect("fork");
+    let layouts: Vec<_> = t.rows.iter().filter_map(|x| x.layout.as_deref()).collect();
+    assert!(
+        layouts.contains(&"anon") && layouts.iter().any(|l| l.starts_with("tmpfs MAP_PRIVATE"))
+    );
 }
 
 #[test]

@@ -344,6 +344,7 @@ fn report(batched: &[f64]) -> Report {
                     col("host", &[5.0, 5.0, 5.0]),
                 ],
                 published: Vec::new(),
+                layout: None,
             }],
             counters_shown: Vec::new(),
             published_source: None,

@@ -15,8 +15,10 @@ pub const PM_PRESENT: u64 = 1 << 63;
 pub const PM_EXCLUSIVE: u64 = 1 << 56;
 /// pagemap: the PFN bits.
 pub const PM_PFN: u64 = (1 << 55) - 1;
-const KPF_COMPOUND_HEAD: u64 = 1 << 15;
-const KPF_COMPOUND_TAIL: u64 = 1 << 16;
+/// kpageflags: the head page of a compound page (a large folio).
+pub const KPF_COMPOUND_HEAD: u64 = 1 << 15;
+/// kpageflags: a tail page of a compound page.
+pub const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 /// Pages looked at around a compound page (orders up to 10).
 const MAX_FOLIO_PAGES: u64 = 1024;
 

@@ -796,6 +796,15 @@ pub fn mmap_fd(
     }
 }
 
+/// `mincore`: one byte per page of `[addr, addr + len)`, bit 0 set where the page is
+/// resident in the page cache (or memory).
+pub fn mincore(addr: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    let mut v = vec![0u8; len.div_ceil(4096) as usize];
+    // SAFETY: `v` holds one byte for every page of the range; the kernel only writes there.
+    check(unsafe { libc::mincore(addr as *mut c_void, len as usize, v.as_mut_ptr()) })?;
+    Ok(v)
+}
+
 /// `msync`.
 pub fn msync(addr: u64, len: u64, flags: i32) -> Result<(), Errno> {
     // SAFETY: writes back or invalidates scenario memory only; no memory of ours changes.

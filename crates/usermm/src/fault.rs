@@ -492,25 +492,21 @@ impl<'m> Cpu<'m> {
                 c.add(Ev::FaultAroundPages, 1);
             }
         };
+        // One ordered walk over the cached pages of the window (Linux: `next_uptodate_folio`
+        // over the xarray), not a lookup per address: a sparse window costs one search.
+        let first_pgoff = vma.pgoff_at(start);
+        let last_pgoff = vma.pgoff_at(end - 4096);
         let mut whole_done: Option<(u64, u64)> = None;
-        let mut a = start;
-        while a < end {
-            let pgoff = vma.pgoff_at(a);
-            let page = cache.get(&pgoff).copied().filter(|&p| {
-                let head = mem.folio_of(p);
-                pgoff < file_end
-                    && mem.test(head, PageFlag::Uptodate)
-                    && !mem.test(head, PageFlag::Readahead)
-            });
-            let Some(pfn) = page else {
-                a += 4096;
-                continue;
-            };
-            if whole_done.is_some_and(|(s, e)| s <= a && a < e) {
-                a += 4096;
+        for (&pgoff, &pfn) in cache.range(first_pgoff..=last_pgoff) {
+            let a = start + (pgoff - first_pgoff) * 4096;
+            let head = mem.folio_of(pfn);
+            if pgoff >= file_end
+                || !mem.test(head, PageFlag::Uptodate)
+                || mem.test(head, PageFlag::Readahead)
+                || whole_done.is_some_and(|(s, e)| s <= a && a < e)
+            {
                 continue;
             }
-            let head = mem.folio_of(pfn);
             let nr = 1u64 << mem.order(head);
             if nr > 1 {
                 let first = a - (pfn - head) * 4096;
@@ -526,12 +522,10 @@ impl<'m> Cpu<'m> {
                         map_page(&mut ptes, first + i * 4096, head + i);
                     }
                     whole_done = Some((first, last));
-                    a += 4096;
                     continue;
                 }
             }
             map_page(&mut ptes, a, pfn);
-            a += 4096;
         }
         drop(ptes);
         mapped_fault

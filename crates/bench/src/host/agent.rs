@@ -50,6 +50,14 @@ pub enum HostCell {
         /// `true`: munmap; `false`: fork.
         munmap: bool,
     },
+    /// Read one byte per page of a fresh `MAP_SHARED` mapping of a `size`-byte tmpfs file,
+    /// sparse or written first (`cached`).
+    TmpfsRead {
+        /// File and mapping size.
+        size: u64,
+        /// Whether the file was written (its pages cached) before the mapping.
+        cached: bool,
+    },
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -131,6 +139,19 @@ fn shape(c: &mut BTreeMap<String, u64>) {
     );
 }
 
+/// This process's minor faults so far (`getrusage`'s `ru_minflt`, from `/proc/self/stat`).
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|t| {
+            // Fields after the command name (which may hold spaces) start at `state`;
+            // minflt is field 10, the 8th after `)`.
+            let rest = &t[t.rfind(')')? + 2..];
+            rest.split(' ').nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Measures `cell` in this process.
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
@@ -208,6 +229,22 @@ fn run(cell: &HostCell) -> CellResult {
             } else {
                 fork_time()?
             };
+            drop(f);
+            Ok((secs, c))
+        }
+        HostCell::TmpfsRead { size, cached } => {
+            let f = HostTmpfs::new(size)?;
+            if cached {
+                f.fill(size, 0x5a)?;
+            }
+            let r = Region::file(size, f.fd(), true, 0)?;
+            shape(&mut c);
+            let flt0 = minor_faults();
+            let t = Instant::now();
+            r.read_each_page()?;
+            let secs = t.elapsed().as_secs_f64();
+            c.insert("host_faults".into(), minor_faults().saturating_sub(flt0));
+            drop(r);
             drop(f);
             Ok((secs, c))
         }

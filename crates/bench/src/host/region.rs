@@ -237,6 +237,18 @@ impl HostTmpfs {
         Ok(HostTmpfs { file, _dir: dir })
     }
 
+    /// Writes `len` bytes of `byte` from offset 0 (`pwrite`, 1 MiB at a time).
+    pub fn fill(&self, len: u64, byte: u8) -> Result<(), String> {
+        let buf = vec![byte; 1 << 20];
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(buf.len() as u64) as usize;
+            let w = sys::pwrite(self.fd(), &buf[..n], off).map_err(|e| errno_text("pwrite", e))?;
+            off += w as u64;
+        }
+        Ok(())
+    }
+
     /// Its descriptor.
     pub fn fd(&self) -> i32 {
         self.file.as_raw_fd()

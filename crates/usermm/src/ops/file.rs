@@ -199,23 +199,32 @@ impl<'m> Cpu<'m> {
 
     /// `pread(2)` of up to `len` bytes at `offset`: the bytes read (fewer at the end of file).
     pub fn pread(&self, f: FileId, offset: u64, len: u64) -> SysResult<Vec<u8>> {
+        let mut out = vec![0u8; len.min(MAX_RW_COUNT) as usize];
+        let n = self.pread_into(f, offset, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// `pread(2)` into `buf` (as much of it as the file has, at most `MAX_RW_COUNT`): the
+    /// number of bytes read. The caller's buffer is reused, as a program's is.
+    pub fn pread_into(&self, f: FileId, offset: u64, buf: &mut [u8]) -> SysResult<usize> {
         let inode = self.m.file(f)?;
         if offset > i64::MAX as u64 {
             return Err(Errno::EINVAL);
         }
         let size = inode.size();
-        let len = len.min(MAX_RW_COUNT);
+        let len = (buf.len() as u64).min(MAX_RW_COUNT);
         if offset >= size || len == 0 {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         let end = size.min(offset + len);
-        let mut out = vec![0u8; (end - offset) as usize];
+        let out = &mut buf[..(end - offset) as usize];
         match inode.kind {
-            InodeKind::Disk => self.filemap_read(&inode, offset, end, &mut out),
-            _ => self.shmem_read(&inode, offset, end, &mut out),
+            InodeKind::Disk => self.filemap_read(&inode, offset, end, out),
+            _ => self.shmem_read(&inode, offset, end, out),
         }
         self.c().add(Ev::FileReadBytes, out.len() as u64);
-        Ok(out)
+        Ok(out.len())
     }
 
     /// `shmem_file_read_iter`: holes read as zeroes without creating pages; a page is marked
@@ -595,15 +604,17 @@ impl<'m> Cpu<'m> {
     }
 
     /// Reads the device blocks behind `pages` (consecutive indexes from `first`) into them:
-    /// one I/O per run of allocated blocks; holes read as zeroes without I/O. Sets uptodate
-    /// and, for allocated blocks, `PG_mappedtodisk`.
+    /// one I/O per run of allocated blocks, split where it reaches the device's largest
+    /// request (`max_sectors_kb`, as the block layer splits a bio); holes read as zeroes
+    /// without I/O. Sets uptodate and, for allocated blocks, `PG_mappedtodisk`.
     fn read_blocks(&self, inode: &Inode, first: u64, pages: &[u64]) {
         use crate::filemap::BlockContents;
         let mem = &self.m.phys.memmap;
         let arena = &self.m.phys.arena;
         let size = inode.size();
+        let max_io = (self.m.tunables().max_sectors_kb / 4).max(1);
         let disk = inode.disk.lock();
-        let mut in_run = false;
+        let mut run = 0u64;
         for (i, &p) in pages.iter().enumerate() {
             // Straight into the frame, which was not zeroed when allocated.
             let (mapped, valid) = match disk.contents(first + i as u64, size) {
@@ -622,11 +633,13 @@ impl<'m> Cpu<'m> {
             if mapped {
                 mem.set(p, PageFlag::MappedToDisk);
                 self.c().add(Ev::DiskReadBytes, PAGE_SIZE);
-                if !in_run {
+                if run.is_multiple_of(max_io) {
                     self.c().add(Ev::DiskReads, 1);
                 }
+                run += 1;
+            } else {
+                run = 0;
             }
-            in_run = mapped;
         }
     }
 
@@ -1357,6 +1370,23 @@ impl<'m> Cpu<'m> {
         }
         let cached = inode.pages.lock().range(first..last).count() as u64;
         Ok(cached * PAGE_SIZE)
+    }
+
+    /// How many folios of each order (index: order) the file's page cache holds, as
+    /// `/proc/kpageflags` of its cached pages would tell.
+    pub fn file_folios_by_order(&self, f: FileId) -> SysResult<Vec<u64>> {
+        let inode = self.m.file(f)?;
+        let mem = &self.m.phys.memmap;
+        let mut out = vec![0u64; crate::phys::HPAGE_PMD_ORDER as usize + 1];
+        for &pfn in inode.pages.lock().values() {
+            if mem.folio_of(pfn) == pfn {
+                let order = mem.order(pfn) as usize;
+                if let Some(n) = out.get_mut(order) {
+                    *n += 1;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// `MADV_WILLNEED` on a file mapping: readahead of the range (disk files; tmpfs has

@@ -122,13 +122,23 @@ impl Arena {
         }
     }
 
-    /// Reads bytes at byte offset `off` of a frame into `out`.
+    /// Reads bytes at byte offset `off` of a frame into `out`: whole aligned words as
+    /// fixed-size copies (no call per word), ragged ends byte-wise.
     pub fn read(&self, pfn: u64, off: usize, out: &mut [u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < out.len() {
             let at = off + pos;
             let (wi, bi) = (at / 8, at % 8);
+            if bi == 0 && out.len() - pos >= 8 {
+                let whole = (out.len() - pos) / 8;
+                let dst = &mut out[pos..pos + whole * 8];
+                for (d, w) in dst.chunks_exact_mut(8).zip(&frame[wi..wi + whole]) {
+                    d.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
+                }
+                pos += whole * 8;
+                continue;
+            }
             let n = (8 - bi).min(out.len() - pos);
             let bytes = frame[wi].load(Relaxed).to_ne_bytes();
             out[pos..pos + n].copy_from_slice(&bytes[bi..bi + n]);
