@@ -364,12 +364,23 @@ impl<'m> Cpu<'m> {
         Some(p)
     }
 
+    /// The free frames under which reclaim starts.
+    fn low_watermark(&self) -> u64 {
+        LOW_WATERMARK.min(self.m.phys.nr_frames() / 64)
+    }
+
+    /// Whether `pages` can be allocated without reclaim ([`Cpu::reclaim_for`] would do
+    /// nothing).
+    fn enough_free(&self, pages: u64) -> bool {
+        self.m.phys.free_frames() >= pages + self.low_watermark()
+    }
+
     /// Direct reclaim before an allocation of `pages` (`__alloc_pages_direct_reclaim`): when
     /// free memory would drop under a low watermark, reclaim page cache first. Called with no
     /// cache, PTE or LRU lock held (an mmap lock for reading may be held).
     pub(crate) fn reclaim_for(&self, pages: u64) {
         let phys = &self.m.phys;
-        let low = LOW_WATERMARK.min(phys.nr_frames() / 64);
+        let low = self.low_watermark();
         // A few passes, as reclaim raises its priority: a mapped folio is only marked
         // referenced by the first look and reclaimed by the next.
         for priority in (0..RECLAIM_PASSES).rev() {
@@ -847,33 +858,45 @@ impl<'m> Cpu<'m> {
             self.c().add(Ev::FaultSigbus, 1);
             return Err(crate::fault::FaultOutcome::Sigbus);
         }
-        self.reclaim_for(1 << crate::phys::HPAGE_PMD_ORDER);
-        let found = inode.pages.lock().get(&pgoff).copied();
-        if let Some(p) = found {
-            if inode.kind == InodeKind::Disk
-                && self.m.phys.memmap.test(p, PageFlag::Readahead)
-                && !vma.flags.has(VmFlags::RAND_READ)
-            {
-                self.page_cache_async_ra(inode, pgoff, p, self.ra_pages());
+        let mem = &self.m.phys.memmap;
+        let hit = |p: u64| {
+            let head = mem.folio_of(p);
+            crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
+            if !mem.test(head, PageFlag::Uptodate) {
+                // A fallocated tmpfs page: cleared on first use.
+                self.m.phys.arena.zero_frame(p);
+                mem.set(head, PageFlag::Uptodate);
             }
-            let cache = inode.pages.lock();
-            if let Some(&p) = cache.get(&pgoff) {
-                let mem = &self.m.phys.memmap;
-                let head = mem.folio_of(p);
-                crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
-                if !mem.test(head, PageFlag::Uptodate) {
-                    // A fallocated tmpfs page: cleared on first use.
-                    self.m.phys.arena.zero_frame(p);
-                    mem.set(head, PageFlag::Uptodate);
-                }
-                return Ok((p, CacheLookup::Hit));
+            Ok((p, CacheLookup::Hit))
+        };
+        // One lookup for a hit; the lock is dropped only to read ahead or reclaim (both take
+        // cache locks of their own).
+        let mut cache = inode.pages.lock();
+        if let Some(&p) = cache.get(&pgoff) {
+            let async_ra = inode.kind == InodeKind::Disk
+                && mem.test(p, PageFlag::Readahead)
+                && !vma.flags.has(VmFlags::RAND_READ);
+            if !async_ra {
+                return hit(p);
             }
             drop(cache);
+            self.page_cache_async_ra(inode, pgoff, p, self.ra_pages());
+            cache = inode.pages.lock();
+            if let Some(&p) = cache.get(&pgoff) {
+                return hit(p);
+            }
         }
-        if inode.kind == InodeKind::Disk {
-            self.mmap_sync_readahead(inode, vma, pgoff);
+        // A miss allocates: reclaim first if memory is short (as the allocator would), and a
+        // disk file reads ahead.
+        let want = 1 << crate::phys::HPAGE_PMD_ORDER;
+        if inode.kind == InodeKind::Disk || !self.enough_free(want) {
+            drop(cache);
+            self.reclaim_for(want);
+            if inode.kind == InodeKind::Disk {
+                self.mmap_sync_readahead(inode, vma, pgoff);
+            }
+            cache = inode.pages.lock();
         }
-        let mut cache = inode.pages.lock();
         let p = match cache.get(&pgoff) {
             Some(&p) => p,
             None if inode.kind.is_shmem() => {
