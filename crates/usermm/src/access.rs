@@ -27,6 +27,16 @@ pub enum Signal {
     NoProcess,
 }
 
+/// What a walker does with the leaf it found.
+enum LeafUse {
+    /// Done: this frame.
+    Take(u64),
+    /// The entry changed under us: walk again without faulting.
+    Rewalk,
+    /// Not usable as it is: fault, then walk again.
+    Fault,
+}
+
 /// A translated page: the frame and the leaf entry's location.
 #[derive(Clone, Copy, Debug)]
 struct Leaf {
@@ -74,18 +84,38 @@ impl<'m> Cpu<'m> {
         }
         c.add(Ev::TlbMiss, 1);
         let pt = self.tables(mm);
-        for _ in 0..64 {
-            if let Some(leaf) = self.walk_leaf(pt, addr) {
-                if self.hw_permits(leaf.entry, access) {
-                    if let Some(pfn) = self.hw_fill(mm, pt, leaf, vpn, access) {
-                        return Ok(pfn);
-                    }
-                    continue;
+        self.walk_or_fault(mm, st, addr, access, |leaf| {
+            if !self.hw_permits(leaf.entry, access) {
+                LeafUse::Fault
+            } else {
+                match self.hw_fill(mm, pt, leaf, vpn, access) {
+                    Some(pfn) => LeafUse::Take(pfn),
+                    None => LeafUse::Rewalk,
                 }
             }
-            match self.handle_mm_fault(mm, st, addr, access) {
-                FaultOutcome::Completed => {}
-                failed => return Err(failed),
+        })
+    }
+
+    /// The loop both the MMU and GUP run: walk to the leaf, let `judge` take it, walk again,
+    /// or fault and walk again. A page that keeps faulting after 64 rounds is a SIGBUS (a
+    /// livelock guard; Linux's callers retry without bound).
+    fn walk_or_fault(
+        &self,
+        mm: &Mm,
+        st: &MmState,
+        addr: u64,
+        access: Access,
+        mut judge: impl FnMut(Leaf) -> LeafUse,
+    ) -> Result<u64, FaultOutcome> {
+        let pt = self.tables(mm);
+        for _ in 0..64 {
+            match self.walk_leaf(pt, addr).map_or(LeafUse::Fault, &mut judge) {
+                LeafUse::Take(pfn) => return Ok(pfn),
+                LeafUse::Rewalk => continue,
+                LeafUse::Fault => match self.handle_mm_fault(mm, st, addr, access) {
+                    FaultOutcome::Completed => {}
+                    failed => return Err(failed),
+                },
             }
         }
         Err(FaultOutcome::Sigbus)
@@ -101,19 +131,14 @@ impl<'m> Cpu<'m> {
         addr: u64,
         access: Access,
     ) -> Result<u64, FaultOutcome> {
-        let pt = self.tables(mm);
-        for _ in 0..64 {
-            if let Some(leaf) = self.walk_leaf(pt, addr) {
-                if self.hw_permits(leaf.entry, access) && pt.arch.present(leaf.entry) {
-                    return Ok(leaf.pfn);
-                }
+        let arch = self.tables(mm).arch;
+        self.walk_or_fault(mm, st, addr, access, |leaf| {
+            if self.hw_permits(leaf.entry, access) && arch.present(leaf.entry) {
+                LeafUse::Take(leaf.pfn)
+            } else {
+                LeafUse::Fault
             }
-            match self.handle_mm_fault(mm, st, addr, access) {
-                FaultOutcome::Completed => {}
-                failed => return Err(failed),
-            }
-        }
-        Err(FaultOutcome::Sigbus)
+        })
     }
 
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
