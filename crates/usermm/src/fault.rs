@@ -497,7 +497,7 @@ impl<'m> Cpu<'m> {
         let first_pgoff = vma.pgoff_at(start);
         let last_pgoff = vma.pgoff_at(end - 4096);
         let mut whole_done: Option<(u64, u64)> = None;
-        for (&pgoff, &pfn) in cache.range(first_pgoff..=last_pgoff) {
+        for (pgoff, pfn) in cache.range(first_pgoff..=last_pgoff) {
             let a = start + (pgoff - first_pgoff) * 4096;
             let head = mem.folio_of(pfn);
             if pgoff >= file_end

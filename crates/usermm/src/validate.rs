@@ -129,7 +129,7 @@ impl Machine {
     ) {
         let mem = &self.phys.memmap;
         let size_pages = f.size_pages();
-        for (&idx, &pfn) in f.pages.lock().iter() {
+        for (idx, pfn) in f.pages.lock().iter() {
             let head = mem.folio_of(pfn);
             folios.entry(head).or_default().refs += 1;
             if mem.mapping(head) != f.id || mem.index(head) + (pfn - head) != idx {

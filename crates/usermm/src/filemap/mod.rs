@@ -27,9 +27,12 @@
 //! `pages` is the cache's lock (Linux: the xarray lock plus the folio locks). Fault-around
 //! holds it while taking a PTE lock; nothing takes it under a PTE lock.
 
+pub mod xarray;
+
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use xarray::XArray;
 
 /// Bytes in a page.
 pub const PAGE_SIZE: u64 = 4096;
@@ -173,8 +176,8 @@ pub struct Inode {
     /// What kind of file it is.
     pub kind: InodeKind,
     size: AtomicU64,
-    /// The page cache: page index -> frame.
-    pub pages: Mutex<BTreeMap<u64, u64>>,
+    /// The page cache (`i_pages`): page index -> frame.
+    pub pages: Mutex<XArray>,
     /// The device of a disk file.
     pub disk: Mutex<DiskStore>,
     /// Readahead state (one open file per inode: every process shares the descriptor).
@@ -189,7 +192,7 @@ impl Inode {
             id,
             kind,
             size: AtomicU64::new(size),
-            pages: Mutex::new(BTreeMap::new()),
+            pages: Mutex::new(XArray::new()),
             disk: Mutex::new(DiskStore::default()),
             ra: Mutex::new(RaState {
                 prev_pos: u64::MAX,
@@ -237,7 +240,8 @@ impl Inode {
     /// Removes and returns every cached page.
     pub fn take_pages(&self) -> Vec<u64> {
         std::mem::take(&mut *self.pages.lock())
-            .into_values()
+            .iter()
+            .map(|(_, p)| p)
             .collect()
     }
 }

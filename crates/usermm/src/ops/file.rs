@@ -16,6 +16,7 @@
 //! open file (with its readahead state) is shared, as one descriptor passed around would be.
 
 use crate::errno::{Errno, SysResult};
+use crate::filemap::xarray::XArray;
 use crate::filemap::{Inode, InodeKind, RaState, PAGE_SIZE};
 use crate::machine::{Cpu, FileId};
 use crate::mm::{Mm, Pid};
@@ -25,7 +26,6 @@ use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::{VmFlags, Vma};
 use crate::zap::{GatherScope, MmuGather, ZapDetails};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// `MAX_LFS_FILESIZE` (tmpfs `s_maxbytes`).
@@ -148,8 +148,8 @@ impl<'m> Cpu<'m> {
             self.reclaim_for(1);
             let pfn = {
                 let mut cache = inode.pages.lock();
-                match cache.get(&idx) {
-                    Some(&p) => {
+                match cache.get(idx) {
+                    Some(p) => {
                         // shmem_get_folio(SGP_WRITE) marks a found folio accessed; the
                         // generic write path (FGP_WRITEBEGIN) does not.
                         if inode.kind.is_shmem() {
@@ -236,7 +236,7 @@ impl<'m> Cpu<'m> {
             let in_page = pos % PAGE_SIZE;
             let n = (PAGE_SIZE - in_page).min(end - pos);
             let dst = &mut out[(pos - offset) as usize..(pos - offset + n) as usize];
-            let page = inode.pages.lock().get(&idx).copied();
+            let page = inode.pages.lock().get(idx);
             match page {
                 Some(p) => {
                     self.m.phys.arena.read(p, in_page as usize, dst);
@@ -261,13 +261,13 @@ impl<'m> Cpu<'m> {
         while pos < end {
             let idx = pos / PAGE_SIZE;
             let req = last_index - idx;
-            let cached = inode.pages.lock().get(&idx).copied();
+            let cached = inode.pages.lock().get(idx);
             let pfn = match cached {
                 Some(p) => p,
                 None => {
                     self.page_cache_sync_ra(inode, idx, req);
                     // Bound first: a guard in the `match` scrutinee would live through the arms.
-                    let after_ra = inode.pages.lock().get(&idx).copied();
+                    let after_ra = inode.pages.lock().get(idx);
                     match after_ra {
                         Some(p) => p,
                         None => {
@@ -307,12 +307,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// The cache lock (`cache`) is held.
-    pub(crate) fn cache_alloc(
-        &self,
-        inode: &Inode,
-        cache: &mut BTreeMap<u64, u64>,
-        idx: u64,
-    ) -> Option<u64> {
+    pub(crate) fn cache_alloc(&self, inode: &Inode, cache: &mut XArray, idx: u64) -> Option<u64> {
         self.cache_alloc_order(inode, cache, idx, 0)
     }
 
@@ -325,7 +320,7 @@ impl<'m> Cpu<'m> {
     fn cache_alloc_order(
         &self,
         inode: &Inode,
-        cache: &mut BTreeMap<u64, u64>,
+        cache: &mut XArray,
         idx: u64,
         order: u32,
     ) -> Option<u64> {
@@ -548,7 +543,7 @@ impl<'m> Cpu<'m> {
         }
         let removed: Vec<u64> = {
             let mut cache = inode.pages.lock();
-            (idx..idx + nr).filter_map(|i| cache.remove(&i)).collect()
+            (idx..idx + nr).filter_map(|i| cache.remove(i)).collect()
         };
         self.c().add(Ev::PgSteal, nr);
         self.c().add(Ev::PageCacheEvict, 1);
@@ -560,7 +555,7 @@ impl<'m> Cpu<'m> {
     /// (`shmem_allowable_huge_orders` without a VMA): a tmpfs mounted `huge=never` gets huge
     /// folios only when the top level is `force`, then PMD-sized where no page of the aligned
     /// range is cached yet. Measured on 6.18: a 4K pwrite under `force` caches 2 MiB.
-    fn shmem_nofault_order(&self, inode: &Inode, idx: u64, cache: &BTreeMap<u64, u64>) -> u32 {
+    fn shmem_nofault_order(&self, inode: &Inode, idx: u64, cache: &XArray) -> u32 {
         use crate::tunables::ShmemHuge;
         if inode.kind != InodeKind::Tmpfs || self.m.tunables().shmem.top != ShmemHuge::Force {
             return 0;
@@ -583,7 +578,7 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         addr: u64,
         pgoff: u64,
-        cache: &BTreeMap<u64, u64>,
+        cache: &XArray,
     ) -> u32 {
         if vma.flags.has(VmFlags::NOHUGEPAGE) {
             return 0;
@@ -673,7 +668,7 @@ impl<'m> Cpu<'m> {
         let mut run_start = start;
         let mut cache = inode.pages.lock();
         for idx in start..start + nr {
-            if cache.contains_key(&idx) {
+            if cache.contains(idx) {
                 if !run.is_empty() {
                     self.read_blocks(inode, run_start, &run);
                     run.clear();
@@ -740,7 +735,7 @@ impl<'m> Cpu<'m> {
                 let cache = inode.pages.lock();
                 (1..=max)
                     .map(|d| index.checked_sub(d))
-                    .find(|i| i.is_none_or(|i| !cache.contains_key(&i)))
+                    .find(|i| i.is_none_or(|i| !cache.contains(i)))
                     .flatten()
             };
             let contig = match miss {
@@ -796,7 +791,7 @@ impl<'m> Cpu<'m> {
         } else {
             let start = {
                 let cache = inode.pages.lock();
-                (index + 1..=index + max).find(|i| !cache.contains_key(i))
+                (index + 1..=index + max).find(|&i| !cache.contains(i))
             };
             let Some(start) = start else { return };
             ra.start = start;
@@ -872,7 +867,7 @@ impl<'m> Cpu<'m> {
         // One lookup for a hit; the lock is dropped only to read ahead or reclaim (both take
         // cache locks of their own).
         let mut cache = inode.pages.lock();
-        if let Some(&p) = cache.get(&pgoff) {
+        if let Some(p) = cache.get(pgoff) {
             let async_ra = inode.kind == InodeKind::Disk
                 && mem.test(p, PageFlag::Readahead)
                 && !vma.flags.has(VmFlags::RAND_READ);
@@ -882,7 +877,7 @@ impl<'m> Cpu<'m> {
             drop(cache);
             self.page_cache_async_ra(inode, pgoff, p, self.ra_pages());
             cache = inode.pages.lock();
-            if let Some(&p) = cache.get(&pgoff) {
+            if let Some(p) = cache.get(pgoff) {
                 return hit(p);
             }
         }
@@ -897,8 +892,8 @@ impl<'m> Cpu<'m> {
             }
             cache = inode.pages.lock();
         }
-        let p = match cache.get(&pgoff) {
-            Some(&p) => p,
+        let p = match cache.get(pgoff) {
+            Some(p) => p,
             None if inode.kind.is_shmem() => {
                 let order = self.shmem_fault_order(inode, vma, addr, pgoff, &cache);
                 let first = pgoff & !((1u64 << order) - 1);
@@ -972,7 +967,7 @@ impl<'m> Cpu<'m> {
     /// bytes stored past the old end through a mapping do not become file data.
     fn block_truncate_page(&self, inode: &Inode, old: u64) {
         let idx = old / PAGE_SIZE;
-        let cached = inode.pages.lock().get(&idx).copied();
+        let cached = inode.pages.lock().get(idx);
         let on_disk = inode.disk.lock().mapped(idx);
         let page = match cached {
             Some(p) => Some(p),
@@ -1006,7 +1001,7 @@ impl<'m> Cpu<'m> {
             return;
         }
         let len = len.min(PAGE_SIZE - in_page);
-        if let Some(&p) = inode.pages.lock().get(&(pos / PAGE_SIZE)) {
+        if let Some(p) = inode.pages.lock().get(pos / PAGE_SIZE) {
             self.m.phys.arena.fill(p, in_page as usize, len as usize, 0);
             if dirty {
                 self.m.phys.memmap.set(p, PageFlag::Dirty);
@@ -1026,7 +1021,7 @@ impl<'m> Cpu<'m> {
         }
         for edge in [start, end] {
             let idx = edge / PAGE_SIZE;
-            let page = inode.pages.lock().get(&idx).copied();
+            let page = inode.pages.lock().get(idx);
             let Some(page) = page else { continue };
             let mem = &self.m.phys.memmap;
             let head = mem.folio_of(page);
@@ -1062,7 +1057,7 @@ impl<'m> Cpu<'m> {
         let mem = &self.m.phys.memmap;
         let (first, order) = (mem.index(head), mem.order(head));
         let nr = 1u64 << order;
-        let cached = inode.pages.lock().get(&first).copied();
+        let cached = inode.pages.lock().get(first);
         if order == 0 || cached != Some(head) {
             return; // gone or changed since it was chosen
         }
@@ -1077,7 +1072,13 @@ impl<'m> Cpu<'m> {
 
     /// Drops every cached page at index `from` or beyond (`truncate_inode_pages`).
     fn release_cache(&self, inode: &Inode, from: u64) {
-        let gone: Vec<u64> = inode.pages.lock().split_off(&from).into_values().collect();
+        let gone: Vec<u64> = inode
+            .pages
+            .lock()
+            .split_off(from)
+            .iter()
+            .map(|(_, p)| p)
+            .collect();
         self.drop_cache_pages(gone);
     }
 
@@ -1123,7 +1124,7 @@ impl<'m> Cpu<'m> {
             let mut cache = inode.pages.lock();
             let mut added = Vec::new();
             for idx in first..last {
-                if cache.contains_key(&idx) {
+                if cache.contains(idx) {
                     continue;
                 }
                 let order = self.shmem_nofault_order(&inode, idx, &cache);
@@ -1137,7 +1138,7 @@ impl<'m> Cpu<'m> {
                     None => {
                         // shmem_fallocate undoes what it allocated before failing.
                         let pages: Vec<u64> =
-                            added.iter().filter_map(|i| cache.remove(i)).collect();
+                            added.iter().filter_map(|&i| cache.remove(i)).collect();
                         drop(cache);
                         self.drop_cache_pages(pages);
                         return Err(Errno::ENOMEM);
@@ -1176,10 +1177,10 @@ impl<'m> Cpu<'m> {
             self.unmap_mapping_range(inode, first_whole, last_whole, ZapDetails::FilePagesOnly);
             let gone: Vec<u64> = {
                 let mut cache = inode.pages.lock();
-                let mut tail = cache.split_off(&first_whole);
-                let mut keep = tail.split_off(&last_whole);
-                cache.append(&mut keep);
-                tail.into_values().collect()
+                let gone: Vec<(u64, u64)> = cache.range(first_whole..last_whole).collect();
+                gone.into_iter()
+                    .filter_map(|(i, _)| cache.remove(i))
+                    .collect()
             };
             self.drop_cache_pages(gone);
         }
@@ -1245,8 +1246,7 @@ impl<'m> Cpu<'m> {
             .pages
             .lock()
             .range(first..last)
-            .filter(|(_, &p)| mem.test(p, PageFlag::Dirty))
-            .map(|(&i, &p)| (i, p))
+            .filter(|&(_, p)| mem.test(p, PageFlag::Dirty))
             .collect();
         if dirty.is_empty() {
             return;
@@ -1401,7 +1401,7 @@ impl<'m> Cpu<'m> {
         let inode = self.m.file(f)?;
         let mem = &self.m.phys.memmap;
         let mut out = vec![0u64; crate::phys::HPAGE_PMD_ORDER as usize + 1];
-        for &pfn in inode.pages.lock().values() {
+        for (_, pfn) in inode.pages.lock().iter() {
             if mem.folio_of(pfn) == pfn {
                 let order = mem.order(pfn) as usize;
                 if let Some(n) = out.get_mut(order) {
@@ -1451,8 +1451,8 @@ impl<'m> Cpu<'m> {
         let idx = mem.index(head);
         let removed = {
             let mut cache = inode.pages.lock();
-            match cache.get(&idx) {
-                Some(&p) if p == head && mem.refcount(head) == 1 => cache.remove(&idx),
+            match cache.get(idx) {
+                Some(p) if p == head && mem.refcount(head) == 1 => cache.remove(idx),
                 _ => None,
             }
         };
