@@ -1,4 +1,4 @@
-//! The simulated physical memory: one host allocation of 64-bit words.
+//! The simulated physical memory: one host allocation of 64-bit words, frames page-aligned.
 //!
 //! The arena is allocated zeroed (`alloc_zeroed`, i.e. an anonymous host mapping), so memory
 //! that is never touched costs no host RAM. Every word is an `AtomicU64`: page tables live here
@@ -18,6 +18,12 @@ pub const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
 #[derive(Debug)]
 pub struct Arena {
     words: Box<[AtomicU64]>,
+    /// Words before frame 0, so that every frame starts on a host page boundary: the
+    /// allocator returns 16 bytes past a page (glibc's header of an mmap'd chunk), which put
+    /// each frame across two host pages and 65 cache lines. Measured on this host: reading a
+    /// sparse 1 GiB tmpfs file in through a mapping took 254 ms that way, 235 ms aligned.
+    base: usize,
+    nr_frames: u64,
 }
 
 impl Arena {
@@ -25,30 +31,44 @@ impl Arena {
     pub fn new(nr_frames: u64) -> Arena {
         let len = usize::try_from(nr_frames)
             .ok()
+            .and_then(|n| n.checked_add(1))
             .and_then(|n| n.checked_mul(WORDS_PER_PAGE))
             .unwrap_or(0);
         // A size the host cannot back gives an empty machine (every allocation then fails).
         let words: Box<[AtomicU64]> =
             bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(len).unwrap_or_default();
-        Arena { words }
+        if words.is_empty() {
+            return Arena {
+                words,
+                base: 0,
+                nr_frames: 0,
+            };
+        }
+        let addr = words.as_ptr() as usize;
+        let base = (addr.next_multiple_of(PAGE_SIZE as usize) - addr) / 8;
+        Arena {
+            words,
+            base,
+            nr_frames,
+        }
     }
 
     /// Number of frames.
     pub fn nr_frames(&self) -> u64 {
-        (self.words.len() / WORDS_PER_PAGE) as u64
+        self.nr_frames
     }
 
     /// The words of one frame.
     #[inline]
     pub fn frame(&self, pfn: u64) -> &[AtomicU64] {
-        let base = pfn as usize * WORDS_PER_PAGE;
-        &self.words[base..base + WORDS_PER_PAGE]
+        let first = self.base + pfn as usize * WORDS_PER_PAGE;
+        &self.words[first..first + WORDS_PER_PAGE]
     }
 
     /// One 64-bit word (a page-table entry when the frame is a table).
     #[inline]
     pub fn word(&self, pfn: u64, idx: usize) -> &AtomicU64 {
-        &self.words[pfn as usize * WORDS_PER_PAGE + idx]
+        &self.words[self.base + pfn as usize * WORDS_PER_PAGE + idx]
     }
 
     /// Fills a frame with zeroes.
