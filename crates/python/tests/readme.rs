@@ -1,0 +1,83 @@
+//! The README's Python example, run by python3 against the module this build made: it maps,
+//! forks, writes and reads counters, and asserts them in Python; this test asserts that it
+//! ran to its last line.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The fenced `python` block after the `<!-- python-example -->` marker.
+fn readme_example() -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(&readme).expect("README.md");
+    let after = text
+        .split_once("<!-- python-example -->")
+        .expect("the README has a python example")
+        .1;
+    let body = after
+        .split_once("```python\n")
+        .expect("a ```python block")
+        .1;
+    body.split_once("```")
+        .expect("the block ends")
+        .0
+        .to_string()
+}
+
+/// Builds the extension module and returns its path. Cargo builds only the rlib of a
+/// package for its tests, so the cdylib is built here, by a nested cargo with a target
+/// directory of its own (`target/python-module`: the outer cargo holds the lock of its own).
+fn built_module() -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("target/<profile>/deps/<test>")
+        .join("python-module");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "usermm-python",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building the Python module failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release/libusermm_python.so")
+}
+
+#[test]
+fn the_readme_python_example_runs() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 is not installed: the Python example cannot run here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("usermm-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::copy(built_module(), dir.join("usermm.so")).expect("copy the module");
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(readme_example())
+        .env("PYTHONPATH", &dir)
+        .output()
+        .expect("python3 runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the README's Python example failed:\n{}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // fork of 8 MiB of 4K pages with batching: one batch per PTE (order-0 folios).
+    assert_eq!(stdout.trim(), "cow_copies 1 fork_batches 2048");
+}
