@@ -11,9 +11,9 @@
 //! device in it: an I/O costs only the copy into the frames, so its column is the
 //! bookkeeping of readahead, not the disk; the host's is mostly the disk.
 //!
-//! Deliberate difference shown by the folio counters: Linux 6.18's ext4 reads into large
-//! folios (readahead raises the order as a stream grows, `page_cache_ra_order`); the
-//! engine's disk files are cached in 4K folios.
+//! The folio counters show 6.18's large-folio readahead on both sides: synchronous windows
+//! in 4K folios, each asynchronous window two orders larger (`page_cache_ra_order`), up to
+//! 2M.
 
 use crate::engine::{counters, size_label, warm_up};
 use crate::host::errno_text;
@@ -317,7 +317,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             ),
             "engine: read_ahead_kb 8192 and max_sectors_kb 4096 as this host's vda; disk I/Os split at max_sectors_kb; no device latency is modelled, so engine time is readahead's bookkeeping and copying only".into(),
             "host: disk reads and bytes are the device's (/sys/dev/block/…/stat), so other users of the disk add to them; folio sizes from /proc/kpageflags after the first pass".into(),
-            "folio sizes differ on purpose: 6.18's ext4 caches large folios (page_cache_ra_order); the engine's disk files use 4K folios".into(),
+            "folio sizes: synchronous windows in 4K folios, each asynchronous window two orders larger, up to 2M (6.18 page_cache_ra_order on ext4; the engine models the same rule)".into(),
         ],
     })
 }

@@ -422,8 +422,9 @@ impl<'m> Cpu<'m> {
         let mut first_page = pfn;
         let mut first_idx = idx;
         let mut nr = 1usize;
-        let shmem = vma.file.as_ref().is_some_and(|f| f.kind.is_shmem());
-        if folio_pages > 1 && shmem {
+        // 6.18 maps the whole file folio when it fits the VMA and the page table (commit
+        // "try to map the entire file folio in finish_fault()"), shmem or not.
+        if folio_pages > 1 && vma.file.is_some() {
             let in_folio = (pfn - head) as usize;
             let vma_off = ((vmf.addr - vma.start) >> 12) as usize;
             let vma_pages = (vma.len() >> 12) as usize;

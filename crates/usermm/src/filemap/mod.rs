@@ -166,6 +166,9 @@ pub struct RaState {
     pub async_size: u64,
     /// Where the last read ended (bytes; `prev_pos`), `u64::MAX` before the first read.
     pub prev_pos: u64,
+    /// Folio order of the last window (`ra->order`, 6.17+): synchronous windows reset it to
+    /// 0, each asynchronous one raises it by 2 (clamped by `page_cache_ra_order`).
+    pub order: u32,
 }
 
 /// A file (an inode and its address_space).

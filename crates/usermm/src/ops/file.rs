@@ -283,8 +283,11 @@ impl<'m> Cpu<'m> {
                     }
                 }
             };
-            if self.m.phys.memmap.test(pfn, PageFlag::Readahead) {
-                self.page_cache_async_ra(inode, idx, pfn, req);
+            let mem = &self.m.phys.memmap;
+            let head = mem.folio_of(pfn);
+            if mem.test(head, PageFlag::Readahead) {
+                // filemap_readahead: the window is asked for at the marked folio's index.
+                self.page_cache_async_ra(inode, mem.index(head), head, req);
             }
             let same_as_prev = idx == first
                 && prev_pos != u64::MAX
@@ -756,19 +759,76 @@ impl<'m> Cpu<'m> {
             ra.size = (contig + req).min(max);
             ra.async_size = 1;
         }
+        // Every synchronous window is read in order-0 folios (6.17+: `ra->order = 0`).
+        ra.order = 0;
         self.submit_window(inode, ra);
     }
 
-    /// Reads the window `ra` now describes (`page_cache_ra_order`), its lock released first.
-    fn submit_window(&self, inode: &Inode, ra: parking_lot::MutexGuard<'_, RaState>) {
+    /// `page_cache_ra_order`: reads the window `ra` now describes in folios of `ra.order`,
+    /// clamped to the largest page-cache order and to the window's size (the clamped order is
+    /// kept for the next window). From the window's start, each folio takes that order unless
+    /// its index is less aligned (then the alignment's order) or it would cross the window's
+    /// end or the end of file (then one order less, until it fits); `PG_readahead` goes on the
+    /// folio holding `start + size - async_size`. A page already cached stops the walk, and the
+    /// rest of the window is read in order-0 folios around what is cached (`do_page_cache_ra`).
+    fn submit_window(&self, inode: &Inode, mut ra: parking_lot::MutexGuard<'_, RaState>) {
         let RaState {
             start,
             size,
             async_size,
             ..
         } = *ra;
+        let order = ra
+            .order
+            .min(crate::phys::HPAGE_PMD_ORDER)
+            .min(size.max(1).ilog2());
+        ra.order = order;
         drop(ra);
-        self.do_page_cache_ra(inode, start, size, async_size);
+        let isize = inode.size();
+        if isize == 0 || size == 0 {
+            return;
+        }
+        if order == 0 || inode.kind != InodeKind::Disk {
+            self.do_page_cache_ra(inode, start, size, async_size);
+            return;
+        }
+        let limit = ((isize - 1) / PAGE_SIZE).min(start + size - 1);
+        if start > limit {
+            return;
+        }
+        self.reclaim_for(limit + 1 - start);
+        let mark = start + size - async_size;
+        let mem = &self.m.phys.memmap;
+        let mut run: Vec<u64> = Vec::new();
+        let mut index = start;
+        let mut cache = inode.pages.lock();
+        while index <= limit {
+            let mut o = order.min(index.trailing_zeros());
+            while o > 0 && index + (1 << o) - 1 > limit {
+                o -= 1;
+            }
+            let nr = 1u64 << o;
+            if cache.range(index..index + nr).next().is_some() {
+                break; // filemap_add_folio's EEXIST
+            }
+            let Some(head) = self.cache_alloc_order(inode, &mut cache, index, o) else {
+                break;
+            };
+            if (index..index + nr).contains(&mark) && async_size > 0 {
+                mem.set(head, PageFlag::Readahead);
+            }
+            run.extend(head..head + nr);
+            index += nr;
+        }
+        drop(cache);
+        if !run.is_empty() {
+            self.read_blocks(inode, start, &run);
+        }
+        self.c().add(Ev::Readahead, 1);
+        if index <= limit {
+            let done = index - start;
+            self.do_page_cache_ra(inode, index, size - done, async_size.min(size - done));
+        }
     }
 
     /// `page_cache_async_ra`: the reader reached the `PG_readahead` page `folio` at `index`.
@@ -782,12 +842,12 @@ impl<'m> Cpu<'m> {
             return;
         }
         let max = self.ra_max_pages(req);
+        let nr = 1u64 << mem.order(folio);
         let mut ra = inode.ra.lock();
-        let expected = ra.start + ra.size - ra.async_size;
+        let expected = (ra.start + ra.size - ra.async_size) & !(nr - 1);
         if index == expected {
             ra.start += ra.size;
             ra.size = ra.size.max(next_ra_size(ra.size, max));
-            ra.async_size = ra.size;
         } else {
             let start = {
                 let cache = inode.pages.lock();
@@ -796,29 +856,61 @@ impl<'m> Cpu<'m> {
             let Some(start) = start else { return };
             ra.start = start;
             ra.size = next_ra_size(start - index + req, max);
-            ra.async_size = ra.size;
         }
+        // 6.17+: each asynchronous window asks for folios two orders larger, and ends on a
+        // boundary of that size (or of the largest power of two dividing the window limit).
+        ra.order += 2;
+        let align = 1u64 << ra.order.min(max.trailing_zeros());
+        let end = (ra.start + ra.size) & !(align - 1);
+        if end > ra.start {
+            ra.size = end - ra.start;
+        }
+        ra.async_size = ra.size;
         self.submit_window(inode, ra);
     }
 
-    /// The mmap read-around of a fault miss (`do_sync_mmap_readahead`).
+    /// The readahead of a fault miss (`do_sync_mmap_readahead`, 6.18), first rule that applies:
+    /// - `MADV_HUGEPAGE`: two PMD-sized folios from the PMD-aligned index (one with
+    ///   `MADV_RANDOM`), the second marked;
+    /// - `MADV_RANDOM`: nothing (the fault reads its page alone);
+    /// - `MADV_SEQUENTIAL`: a synchronous window of the full size from the fault;
+    /// - an executable mapping: `ra_pages` order-0 pages from the fault, clipped to the VMA,
+    ///   unmarked (`exec_folio_order` is 0 on x86-64);
+    /// - otherwise read-around: `ra_pages` order-0 pages centred on the fault, the last
+    ///   quarter's first page marked.
     pub(crate) fn mmap_sync_readahead(&self, inode: &Inode, vma: &Vma, pgoff: u64) {
         let ra_pages = self.ra_pages();
-        if vma.flags.has(VmFlags::RAND_READ) || ra_pages == 0 {
+        let pmd_pages = 1u64 << crate::phys::HPAGE_PMD_ORDER;
+        let rand = vma.flags.has(VmFlags::RAND_READ);
+        let mut ra = inode.ra.lock();
+        if vma.flags.has(VmFlags::HUGEPAGE) {
+            ra.start = pgoff & !(pmd_pages - 1);
+            ra.size = if rand { pmd_pages } else { 2 * pmd_pages };
+            ra.async_size = pmd_pages;
+            ra.order = crate::phys::HPAGE_PMD_ORDER;
+            self.submit_window(inode, ra);
+            return;
+        }
+        if (rand && !vma.flags.has(VmFlags::EXEC)) || ra_pages == 0 {
             return;
         }
         if vma.flags.has(VmFlags::SEQ_READ) {
+            drop(ra);
             self.page_cache_sync_ra(inode, pgoff, ra_pages);
             return;
         }
-        let (start, size, async_size) = {
-            let mut ra = inode.ra.lock();
+        if vma.flags.has(VmFlags::EXEC) {
+            let vma_end = vma.pgoff + (vma.len() >> 12);
+            ra.start = pgoff.max(vma.pgoff);
+            ra.size = (ra.start + ra_pages).min(vma_end).saturating_sub(ra.start);
+            ra.async_size = 0;
+        } else {
             ra.start = pgoff.saturating_sub(ra_pages / 2);
             ra.size = ra_pages;
             ra.async_size = ra_pages / 4;
-            (ra.start, ra.size, ra.async_size)
-        };
-        self.do_page_cache_ra(inode, start, size, async_size);
+        }
+        ra.order = 0;
+        self.submit_window(inode, ra);
     }
 
     /// `force_page_cache_ra` for `MADV_WILLNEED` / `POSIX_FADV_WILLNEED`: at most the larger of
@@ -868,14 +960,15 @@ impl<'m> Cpu<'m> {
         // cache locks of their own).
         let mut cache = inode.pages.lock();
         if let Some(p) = cache.get(pgoff) {
+            let head = mem.folio_of(p);
             let async_ra = inode.kind == InodeKind::Disk
-                && mem.test(p, PageFlag::Readahead)
+                && mem.test(head, PageFlag::Readahead)
                 && !vma.flags.has(VmFlags::RAND_READ);
             if !async_ra {
                 return hit(p);
             }
             drop(cache);
-            self.page_cache_async_ra(inode, pgoff, p, self.ra_pages());
+            self.page_cache_async_ra(inode, pgoff, head, self.ra_pages());
             cache = inode.pages.lock();
             if let Some(p) = cache.get(pgoff) {
                 return hit(p);
@@ -1009,16 +1102,13 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    /// `truncate_inode_partial_folio` for the large shmem folios that straddle an edge of the
-    /// hole `[start, end)` (bytes): each is unmapped from every mapping, dirtied, and split
+    /// `truncate_inode_partial_folio` for the large folios that straddle an edge of the hole
+    /// `[start, end)` (bytes): each is unmapped from every mapping, dirtied (shmem), and split
     /// non-uniformly (`try_folio_split`) at the page holding the hole's start and at the page
     /// holding its end, so the pages inside the hole become folios of their own that the
     /// caller drops, and the rest stay as the largest aligned folios around them. Measured on
     /// 6.18: punching [16K, 32K) of a 64K folio leaves orders 2 | hole | 0, 0, 1, 2.
     fn split_partial_folios(&self, inode: &Inode, start: u64, end: u64) {
-        if !inode.kind.is_shmem() {
-            return;
-        }
         for edge in [start, end] {
             let idx = edge / PAGE_SIZE;
             let page = inode.pages.lock().get(idx);
@@ -1037,7 +1127,9 @@ impl<'m> Cpu<'m> {
             if mem.refcount(head) != nr as i32 || mem.test(head, PageFlag::Mlocked) {
                 continue; // held elsewhere: Linux's split fails too, the range is only zeroed
             }
-            mem.set(head, PageFlag::Dirty);
+            if inode.kind.is_shmem() {
+                mem.set(head, PageFlag::Dirty);
+            }
             let mut pieces = vec![(0u64, order)];
             for cut in [start, end] {
                 let at = cut / PAGE_SIZE;
@@ -1430,13 +1522,14 @@ impl<'m> Cpu<'m> {
     pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: u64) {
         let Some(inode) = &vma.file else { return };
         let mem = &self.m.phys.memmap;
+        let nr = 1u64 << mem.order(head);
         let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
         self.zap_vma_range_details(
             &mut tlb,
             mm,
             vma,
             addr,
-            addr + PAGE_SIZE,
+            addr + nr * PAGE_SIZE,
             ZapDetails::FilePagesOnly,
         );
         tlb.finish();
@@ -1448,16 +1541,20 @@ impl<'m> Cpu<'m> {
             self.lru_relist(head, |_| mem.set(head, PageFlag::Active));
             return;
         }
+        // Only the page cache holds it now (one reference per page): drop it.
         let idx = mem.index(head);
-        let removed = {
+        let removed: Vec<u64> = {
             let mut cache = inode.pages.lock();
-            match cache.get(idx) {
-                Some(p) if p == head && mem.refcount(head) == 1 => cache.remove(idx),
-                _ => None,
+            if cache.get(idx) == Some(head) && mem.refcount(head) == nr as i32 {
+                (idx..idx + nr).filter_map(|i| cache.remove(i)).collect()
+            } else {
+                Vec::new()
             }
         };
-        if let Some(p) = removed {
+        if !removed.is_empty() {
             self.c().add(Ev::PageCacheEvict, 1);
+        }
+        for p in removed {
             self.delete_from_page_cache(p);
         }
     }

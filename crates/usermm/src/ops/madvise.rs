@@ -66,7 +66,7 @@ pub enum Advice {
 enum Deferred {
     /// `MADV_REMOVE`: the hole to punch (file, offset, length).
     Punch(std::sync::Arc<crate::filemap::Inode>, u64, u64),
-    /// COLD/PAGEOUT of part of a PMD-mapped page-cache folio: `split_folio` (file, head).
+    /// COLD/PAGEOUT of part of a large page-cache folio: `split_folio` (file, head).
     Split(std::sync::Arc<crate::filemap::Inode>, u64),
 }
 
@@ -456,21 +456,70 @@ impl<'m> Cpu<'m> {
             };
             let mut ptes = PteLock::lock(pt, self.c(), table);
             let (i0, i1) = step.pte_indexes();
-            for i in i0..i1 {
+            let mut i = i0;
+            while i < i1 {
                 let e = ptes.get(i);
+                let at = i;
+                i += 1;
                 if e == 0 || !pt.arch.present(e) {
                     continue;
                 }
                 let Some(head) = pt.vm_normal_folio(e) else {
                     continue;
                 };
-                if mem.test(head, PageFlag::Anon) || crate::rmap::page_mapcount(phys, head) > 1 {
+                if mem.test(head, PageFlag::Anon) {
+                    continue;
+                }
+                let nr = 1u64 << mem.order(head);
+                let addr = step.start + ((at - i0) as u64) * 4096;
+                if nr > 1 {
+                    // A large folio: the PTEs that map it in order from here (within the
+                    // range and this table) must cover all of it, or it is split first
+                    // (`split_folio`: unmapped everywhere, order-0 pages kept in the cache,
+                    // none of them paged out this time), unless others map it too.
+                    let first = pt.arch.pfn(e);
+                    let batch = (at..i1)
+                        .take_while(|&j| {
+                            let f = ptes.get(j);
+                            f != 0
+                                && pt.arch.present(f)
+                                && pt.arch.pfn(f) == first + (j - at) as u64
+                                && mem.folio_of(pt.arch.pfn(f)) == head
+                        })
+                        .count() as u64;
+                    let shared = if mem.test(head, PageFlag::OwnerTracked) {
+                        crate::rmap::owner::maybe_mapped_shared(phys, head)
+                    } else {
+                        mem.large_mapcount(head) as u64 > batch
+                    };
+                    i = at + batch as usize;
+                    if shared {
+                        continue;
+                    }
+                    if first != head || batch < nr {
+                        if let Some(inode) = &vma.file {
+                            deferred.push(Deferred::Split(inode.clone(), head));
+                        }
+                        continue;
+                    }
+                    if advice == Advice::Cold {
+                        for j in at..i {
+                            let f = ptes.get(j);
+                            if pt.arch.young(f) {
+                                ptes.replace(j, pt.arch.mkold(f));
+                            }
+                        }
+                    }
+                    found.push((addr, head));
+                    continue;
+                }
+                if crate::rmap::page_mapcount(phys, head) > 1 {
                     continue;
                 }
                 if advice == Advice::Cold && pt.arch.young(e) {
-                    ptes.replace(i, pt.arch.mkold(e));
+                    ptes.replace(at, pt.arch.mkold(e));
                 }
-                found.push((step.start + ((i - i0) as u64) * 4096, head));
+                found.push((addr, head));
             }
         }
         if advice == Advice::Cold {
