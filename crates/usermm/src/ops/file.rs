@@ -788,7 +788,10 @@ impl<'m> Cpu<'m> {
         if isize == 0 || size == 0 {
             return;
         }
-        if order == 0 || inode.kind != InodeKind::Disk {
+        // ext4 supports large folios, so even an order-0 window takes this walk, whose mark
+        // comes from the whole window: a window cut by EOF before its mark has none (where
+        // `do_page_cache_ra` would count the mark back from EOF).
+        if inode.kind != InodeKind::Disk {
             self.do_page_cache_ra(inode, start, size, async_size);
             return;
         }
@@ -814,7 +817,7 @@ impl<'m> Cpu<'m> {
             let Some(head) = self.cache_alloc_order(inode, &mut cache, index, o) else {
                 break;
             };
-            if (index..index + nr).contains(&mark) && async_size > 0 {
+            if async_size > 0 && (index..index + nr).contains(&mark) {
                 mem.set(head, PageFlag::Readahead);
             }
             run.extend(head..head + nr);
