@@ -242,6 +242,8 @@ fn json(tables: &[TraceTable]) -> serde_json::Value {
                 "bytes_per_event": t.bytes as f64 / t.events.max(1) as f64,
                 "host_rss_anon_kb": t.host_rss_anon_kb,
                 "engine_rss_anon_kb": engine_rss(b),
+                "host_rss_file_kb": b.rss.iter().map(|c| c.host_file_kb).sum::<u64>(),
+                "engine_rss_file_kb": b.rss.iter().map(|c| c.engine_file_kb).sum::<u64>(),
                 "max_rss_anon_rel_err": b.max_anon_err(),
                 "errno_mismatches": b.errno_mismatches,
                 "events_per_sec": b.events_per_sec,
@@ -310,28 +312,34 @@ pub fn main(a: &ReplayArgs) -> anyhow::Result<u8> {
         println!("{}", serde_json::to_string_pretty(&json(&tables))?);
     } else {
         println!(
-            "\n{:<20}{:>10}{:>12}{:>16}{:>18}{:>10}{:>12}",
+            "\n{:<16}{:>8}{:>10}{:>12}{:>12}{:>12}{:>12}{:>8}{:>9}",
             "summary",
             "events",
             "bytes/ev",
-            "host RssAnon kB",
-            "engine RssAnon kB",
+            "host anon",
+            "engine anon",
+            "host file",
+            "engine file",
             "errno≠",
             "M ev/s"
         );
         for t in &tables {
             let b = &t.reports[0];
+            let file = |f: fn(&trace::replay::RssCheck) -> u64| b.rss.iter().map(f).sum::<u64>();
             println!(
-                "{:<20}{:>10}{:>12.2}{:>16}{:>18}{:>10}{:>12.3}",
+                "{:<16}{:>8}{:>10.2}{:>12}{:>12}{:>12}{:>12}{:>8}{:>9.3}",
                 t.name,
                 t.events,
                 t.bytes as f64 / t.events.max(1) as f64,
                 t.host_rss_anon_kb,
                 engine_rss(b),
+                file(|c| c.host_file_kb),
+                file(|c| c.engine_file_kb),
                 b.errno_mismatches,
                 b.events_per_sec / 1e6
             );
         }
+        println!("(RSS in kB, summed over the recorded process exits)");
     }
     Ok(0)
 }

@@ -6,6 +6,7 @@
 mod kmap_cmd;
 mod oracle_cmd;
 mod run_cmd;
+mod test_report;
 mod trace_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};

@@ -6,6 +6,7 @@
 //! and `USERMM_THP_DIR` the THP knob directory (default
 //! `/sys/kernel/mm/transparent_hugepage`); see `oracle::knobs`.
 
+use crate::test_report::{junit, tap, TestPoint};
 use anyhow::Context;
 
 /// Arguments of `usermm oracle`.
@@ -25,6 +26,10 @@ pub struct OracleArgs {
     /// Print each statement with both outcomes as it runs.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Output format: text (default: one line per difference and a summary per file), json
+    /// (one document for all files, docs/cli-json.md), tap or junit (one test per file).
+    #[arg(long, value_enum, default_value_t = crate::run_cmd::Format::Text)]
+    pub format: crate::run_cmd::Format,
 }
 
 /// Runs the oracle; the exit code is 0 (all agreed and held), 1 (a difference or a failed
@@ -47,7 +52,117 @@ pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
         tunables,
         verbose: args.verbose,
     };
-    Ok(oracle::run_files(&args.files, &opts))
+    use crate::run_cmd::Format;
+    if args.format == Format::Text {
+        return Ok(oracle::run_files(&args.files, &opts));
+    }
+    let mut files = Vec::new();
+    let code = oracle::run_files_each(&args.files, &opts, |outcome| {
+        files.push(FileJson::from(outcome));
+    });
+    match args.format {
+        Format::Json => {
+            let doc = serde_json::json!({
+                "exit_code": code,
+                "files": files.iter().map(FileJson::json).collect::<Vec<_>>(),
+            });
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+        Format::Tap => print!("{}", tap(&points(&files))),
+        Format::Junit => print!("{}", junit("usermm oracle", &points(&files))),
+        Format::Text => {}
+    }
+    Ok(code)
+}
+
+/// One file's outcome, owned (the report only lives during the callback).
+struct FileJson {
+    file: String,
+    exit_code: u8,
+    /// The report, or the read/parse error.
+    report: Result<oracle::OracleReport, String>,
+}
+
+impl From<oracle::FileOutcome<'_>> for FileJson {
+    fn from(o: oracle::FileOutcome<'_>) -> FileJson {
+        match o {
+            oracle::FileOutcome::Report(r) => FileJson {
+                file: r.file.clone(),
+                exit_code: r.exit_code(),
+                report: Ok(r.clone()),
+            },
+            oracle::FileOutcome::Error { file, message } => FileJson {
+                file: file.to_string(),
+                exit_code: 2,
+                report: Err(message),
+            },
+        }
+    }
+}
+
+impl FileJson {
+    /// The file as JSON: every difference, failed expectation, skip and error.
+    fn json(&self) -> serde_json::Value {
+        let r = match &self.report {
+            Err(message) => {
+                return serde_json::json!({
+                    "file": self.file,
+                    "exit_code": self.exit_code,
+                    "status": "not run",
+                    "error": message.trim_end(),
+                })
+            }
+            Ok(r) => r,
+        };
+        let at = |line: &u32, message: &str| serde_json::json!({"line": line, "message": message});
+        serde_json::json!({
+            "file": self.file,
+            "exit_code": self.exit_code,
+            "status": match self.exit_code { 0 => "ok", 1 => "different", _ => "not run" },
+            "statements": r.statements,
+            "differences": r.differences.iter().map(|d| serde_json::json!({
+                "line": d.line,
+                "process": d.process,
+                "field": d.field,
+                "engine": d.engine,
+                "host": d.host,
+            })).collect::<Vec<_>>(),
+            "expect_failures": r.expect_failures.iter().map(|(line, side, m)| serde_json::json!({
+                "line": line,
+                "side": side,
+                "message": m,
+            })).collect::<Vec<_>>(),
+            "failed": r.failed.as_ref().map(|(l, m)| at(l, m)),
+            "skipped": r.skipped.iter().map(|(l, m)| at(l, m)).collect::<Vec<_>>(),
+            "cannot_run": r.cannot_run.as_ref().map(|(l, m)| at(l, m)),
+        })
+    }
+
+    /// Its problems, one line each, as the text format prints them.
+    fn messages(&self) -> Vec<String> {
+        match &self.report {
+            Err(message) => message.trim_end().lines().map(str::to_string).collect(),
+            Ok(r) => r
+                .to_string()
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{}: ", r.file)))
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+}
+
+/// The files as test points.
+fn points(files: &[FileJson]) -> Vec<TestPoint> {
+    files
+        .iter()
+        .map(|f| TestPoint {
+            name: f.file.clone(),
+            exit_code: f.exit_code,
+            messages: f.messages(),
+            seconds: 0.0,
+        })
+        .collect()
 }
 
 /// `--restore-knobs`: takes the oracle lock, restores from a journal if there is one, and

@@ -1,6 +1,7 @@
 //! `usermm run FILE…`: runs scenario files on the engine and summarizes each, as text or as
 //! one JSON document for the whole invocation (`docs/cli-json.md`).
 
+use crate::test_report::{junit, tap, TestPoint};
 use scenario::run::{run, Abort, RunOptions};
 use scenario::{ErrorKind, Script};
 use serde::ser::SerializeMap;
@@ -268,8 +269,8 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
     match format {
         Format::Text => {}
         Format::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
-        Format::Tap => print!("{}", tap(&summary)),
-        Format::Junit => print!("{}", junit(&summary)),
+        Format::Tap => print!("{}", tap(&points(&summary))),
+        Format::Junit => print!("{}", junit("usermm run", &points(&summary))),
     }
     Ok(summary.exit_code)
 }
@@ -286,62 +287,16 @@ fn problems(r: &FileResult) -> Vec<String> {
     out
 }
 
-/// The summary as TAP version 13.
-fn tap(summary: &RunSummary) -> String {
-    let mut s = format!("TAP version 13\n1..{}\n", summary.files.len());
-    for (i, r) in summary.files.iter().enumerate() {
-        let ok = if r.exit_code == 0 { "ok" } else { "not ok" };
-        s.push_str(&format!("{ok} {} - {}\n", i + 1, r.file));
-        let p = problems(r);
-        if !p.is_empty() {
-            s.push_str("  ---\n  messages:\n");
-            for m in p {
-                s.push_str(&format!("    - {}\n", serde_json::Value::String(m)));
-            }
-            s.push_str(&format!("  exit_code: {}\n  ...\n", r.exit_code));
-        }
-    }
-    s
-}
-
-/// Escapes text for XML attributes and content.
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// The summary as one JUnit testsuite: a failed expectation or statement is a `failure`,
-/// a file that could not be read, parsed or run an `error`.
-fn junit(summary: &RunSummary) -> String {
-    let failures = summary.files.iter().filter(|r| r.exit_code == 1).count();
-    let errors = summary.files.iter().filter(|r| r.exit_code >= 2).count();
-    let time: f64 = summary.files.iter().map(|r| r.wall_seconds).sum();
-    let mut s = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"usermm run\" \
-         tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{time:.6}\">\n",
-        summary.files.len()
-    );
-    for r in &summary.files {
-        s.push_str(&format!(
-            "  <testcase name=\"{}\" classname=\"scenario\" time=\"{:.6}\"",
-            xml(&r.file),
-            r.wall_seconds
-        ));
-        let p = problems(r);
-        if r.exit_code == 0 {
-            s.push_str("/>\n");
-            continue;
-        }
-        let tag = if r.exit_code == 1 { "failure" } else { "error" };
-        let first = p.first().cloned().unwrap_or_default();
-        s.push_str(&format!(
-            ">\n    <{tag} message=\"{}\">{}</{tag}>\n  </testcase>\n",
-            xml(&first),
-            xml(&p.join("\n"))
-        ));
-    }
-    s.push_str("</testsuite>\n");
-    s
+/// The summary's files as test points.
+fn points(summary: &RunSummary) -> Vec<TestPoint> {
+    summary
+        .files
+        .iter()
+        .map(|r| TestPoint {
+            name: r.file.clone(),
+            exit_code: r.exit_code,
+            messages: problems(r),
+            seconds: r.wall_seconds,
+        })
+        .collect()
 }

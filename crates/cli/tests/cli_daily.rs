@@ -457,3 +457,33 @@ fn run_reports_as_tap_and_junit_for_ci() {
         "{x}"
     );
 }
+
+#[test]
+fn oracle_json_is_one_document_naming_each_files_outcome() {
+    let d = dir("oracle_json");
+    let ok = write(&d, "ok.scn", OK);
+    let bad = write(&d, "bad.scn", "p0 = spawn\nx = p0 mapp 4K\n");
+    let o = usermm(&["oracle", "--format", "json", &ok, &bad]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON document");
+    assert_eq!(doc["exit_code"], 2);
+    let files = doc["files"].as_array().expect("files");
+    if files.is_empty() {
+        // Not root (or no THP knobs): the oracle cannot run here and says why on stderr.
+        assert!(stderr(&o).contains("usermm oracle"), "{}", stderr(&o));
+        return;
+    }
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0]["status"], "ok", "{doc}");
+    assert_eq!(files[0]["differences"].as_array().map(Vec::len), Some(0));
+    assert_eq!(files[1]["status"], "not run");
+    let err = files[1]["error"].as_str().expect("error");
+    assert!(
+        err.ends_with("bad.scn:2:8: unknown statement `mapp`"),
+        "{err}"
+    );
+    let tap = usermm(&["oracle", "--format", "tap", &ok, &bad]);
+    let text = stdout(&tap);
+    assert!(text.starts_with("TAP version 13\n1..2\nok 1 - "), "{text}");
+    assert!(text.contains("not ok 2 - "), "{text}");
+}

@@ -65,25 +65,64 @@ pub enum HostError {
 /// For checking a scenario's expectations against the host kernel while the engine cannot
 /// run it yet (`cargo run -p oracle --example host_run -- FILE…`).
 pub fn run_files_host_only(files: &[String], verbose: bool) -> u8 {
-    for_each_file(files, |session, script| session.run_host(script, verbose))
+    for_each_file(files, |session, parsed| match parsed {
+        Ok(script) => session.run_host(script, verbose),
+        Err((_, message)) => {
+            eprintln!("{}", message.trim_end());
+            2
+        }
+    })
 }
 
 /// Runs the oracle on each file, printing every report to stdout (and parse errors to
 /// stderr); returns the worst exit code: 0 all agreed, 1 a difference or failed
 /// expectation, 2 a file could not be read, parsed or run.
 pub fn run_files(files: &[String], opts: &CompareOptions) -> u8 {
-    for_each_file(files, |session, script| {
-        let report = session.compare(script, opts);
-        println!("{report}");
-        report.exit_code()
+    run_files_each(files, opts, |outcome| match outcome {
+        FileOutcome::Report(r) => println!("{r}"),
+        FileOutcome::Error { message, .. } => eprintln!("{}", message.trim_end()),
     })
 }
 
-/// Reads and parses each file in one session and runs `run` on it; returns the worst exit
-/// code (2 for a file that cannot be read or parsed), stopping early on Ctrl-C.
+/// What [`run_files_each`] hands over for one file.
+#[derive(Debug)]
+pub enum FileOutcome<'a> {
+    /// The file ran: its comparison.
+    Report(&'a OracleReport),
+    /// The file could not be read or parsed (`FILE:LINE:COL: message` lines).
+    Error {
+        /// The file as named.
+        file: &'a str,
+        /// Why.
+        message: String,
+    },
+}
+
+/// [`run_files`] with the caller deciding what to do with each file's outcome (the CLI's
+/// JSON and TAP formats), in the order of `files`; returns the worst exit code.
+pub fn run_files_each(
+    files: &[String],
+    opts: &CompareOptions,
+    mut each: impl FnMut(FileOutcome<'_>),
+) -> u8 {
+    for_each_file(files, |session, parsed| match parsed {
+        Ok(script) => {
+            let report = session.compare(script, opts);
+            each(FileOutcome::Report(&report));
+            report.exit_code()
+        }
+        Err((file, message)) => {
+            each(FileOutcome::Error { file, message });
+            2
+        }
+    })
+}
+
+/// Reads and parses each file in one session and runs `run` on it, or on the reason it
+/// could not be read or parsed; returns the worst exit code, stopping early on Ctrl-C.
 fn for_each_file(
     files: &[String],
-    mut run: impl FnMut(&mut Session, &scenario::Script) -> u8,
+    mut run: impl FnMut(&mut Session, Result<&scenario::Script, (&str, String)>) -> u8,
 ) -> u8 {
     let mut session = match Session::new() {
         Ok(s) => s,
@@ -94,23 +133,16 @@ fn for_each_file(
     };
     let mut worst = 0u8;
     for file in files {
-        let text = match scenario::read_source(file) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("{e}");
-                worst = 2;
-                continue;
-            }
+        let parsed = scenario::read_source(file)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                scenario::Script::parse_checked(file, &text).map_err(|errs| errs.to_string())
+            });
+        let code = match &parsed {
+            Ok(script) => run(&mut session, Ok(script)),
+            Err(message) => run(&mut session, Err((file, message.clone()))),
         };
-        let script = match scenario::Script::parse_checked(file, &text) {
-            Ok(s) => s,
-            Err(errs) => {
-                eprintln!("{}", errs.to_string().trim_end());
-                worst = 2;
-                continue;
-            }
-        };
-        worst = worst.max(run(&mut session, &script));
+        worst = worst.max(code);
         if sys::stop_requested() {
             eprintln!("usermm oracle: interrupted; THP knobs restored");
             return worst.max(2);
