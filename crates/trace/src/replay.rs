@@ -76,7 +76,7 @@ pub struct Mismatch {
 }
 
 /// RSS at one recorded exit, host and engine.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct RssCheck {
     /// Trace pid.
     pub pid: u32,
@@ -626,7 +626,23 @@ impl Replayer<'_, '_> {
 /// Replays `trace` on a new machine built from `opts`.
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     let cfg = machine_config(opts)?;
-    let m = Machine::new(cfg);
+    // The previous replay's RAM, already backed by the host (see `Machine::new_reusing`).
+    let m = Machine::new_reusing(cfg, SPARE.with(|s| s.borrow_mut().take()));
+    let r = replay_on(&m, trace, opts);
+    SPARE.with(|s| *s.borrow_mut() = Some(m));
+    r
+}
+
+thread_local! {
+    /// The machine of this thread's last replay, whose RAM the next replay reuses.
+    static SPARE: std::cell::RefCell<Option<Machine>> = const { std::cell::RefCell::new(None) };
+}
+
+fn replay_on(
+    m: &Machine,
+    trace: &Trace,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
     if m.phys.nr_frames() == 0 {
         return Err(ReplayError::Engine(format!(
             "cannot back {} bytes of simulated RAM",

@@ -117,8 +117,20 @@ pub type FileId = u32;
 impl Machine {
     /// Builds a machine.
     pub fn new(cfg: MachineConfig) -> Machine {
+        Machine::new_reusing(cfg, None)
+    }
+
+    /// Builds a machine on the simulated RAM of `old` (dropped first), when it is the same
+    /// size: the host has already backed those frames, so a run on the new machine does not
+    /// pay the host kernel's first touch of each one (a replay of a short trace is otherwise
+    /// mostly that). Nothing else carries over; frame contents do not matter, since every
+    /// allocation zeroes its frames or writes them whole.
+    pub fn new_reusing(cfg: MachineConfig, old: Option<Machine>) -> Machine {
+        let arena = old
+            .map(|mut m| std::mem::take(&mut m.phys.arena))
+            .unwrap_or_default();
         let check = cfg.tunables.check_tlb;
-        let phys = PhysMem::new(cfg.memory, cfg.nodes);
+        let phys = PhysMem::with_arena(cfg.memory, cfg.nodes, arena);
         phys.sharing
             .select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
         Machine {

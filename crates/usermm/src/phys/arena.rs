@@ -15,7 +15,7 @@ pub const PAGE_SHIFT: u32 = 12;
 pub const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
 
 /// The frames of simulated RAM.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Arena {
     words: Box<[AtomicU64]>,
     /// Words before frame 0, so that every frame starts on a host page boundary: the

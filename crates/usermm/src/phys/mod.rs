@@ -93,8 +93,20 @@ pub struct PhysMem {
 impl PhysMem {
     /// Creates `bytes` of RAM (rounded down to whole 4 MiB blocks) split evenly over `nodes`.
     pub fn new(bytes: u64, nodes: u32) -> PhysMem {
+        PhysMem::with_arena(bytes, nodes, Arena::default())
+    }
+
+    /// [`PhysMem::new`] on `arena` when it has the right number of frames (a machine's RAM
+    /// handed on by [`crate::Machine::new_reusing`]: its frames hold old contents, which is
+    /// fine, since every allocation either zeroes a frame or writes all of it), else on a
+    /// new one.
+    pub fn with_arena(bytes: u64, nodes: u32, arena: Arena) -> PhysMem {
         let nr_frames = (bytes >> PAGE_SHIFT) & !((1u64 << buddy::MAX_ORDER) - 1);
-        let arena = Arena::new(nr_frames);
+        let arena = if arena.nr_frames() == nr_frames {
+            arena
+        } else {
+            Arena::new(nr_frames)
+        };
         let memmap = Memmap::new(nr_frames);
         // If the host could not back that much, the machine has no RAM at all.
         let nr_frames = if arena.nr_frames() == nr_frames && memmap.nr_frames() == nr_frames {
