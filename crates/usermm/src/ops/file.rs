@@ -199,7 +199,9 @@ impl<'m> Cpu<'m> {
 
     /// `pread(2)` of up to `len` bytes at `offset`: the bytes read (fewer at the end of file).
     pub fn pread(&self, f: FileId, offset: u64, len: u64) -> SysResult<Vec<u8>> {
-        let mut out = vec![0u8; len.min(MAX_RW_COUNT) as usize];
+        // Sized by what the file holds, not by what was asked (`len` may be huge).
+        let avail = self.m.file(f)?.size().saturating_sub(offset);
+        let mut out = vec![0u8; len.min(MAX_RW_COUNT).min(avail) as usize];
         let n = self.pread_into(f, offset, &mut out)?;
         out.truncate(n);
         Ok(out)
