@@ -44,6 +44,19 @@ pub struct PlotData {
     pub log_y: bool,
     /// The lines.
     pub series: Vec<Series>,
+    /// x indexes that start a new group of rows (another `layout`): lines are not drawn
+    /// across them, since the rows on either side measure different kinds of memory.
+    pub breaks: Vec<usize>,
+}
+
+/// Where a table's rows change `layout` (see [`PlotData::breaks`]).
+fn layout_breaks(table: &Table) -> Vec<usize> {
+    if table.rows.len() < 2 {
+        return Vec::new();
+    }
+    (1..table.rows.len())
+        .filter(|&i| table.rows[i].layout != table.rows[i - 1].layout)
+        .collect()
 }
 
 static FONTS: Once = Once::new();
@@ -154,6 +167,11 @@ pub fn value_plot(table: &Table) -> PlotData {
     let stat = headline_stat(table).label().to_lowercase();
     PlotData {
         title: format!("{} ({stat}, whiskers min..max)", table.title),
+        breaks: if table.rows.len() == 1 {
+            Vec::new()
+        } else {
+            layout_breaks(table)
+        },
         x_labels,
         x_desc: x_desc(table),
         y_desc: format!("{} ({})", table.metric, unit_text(table)),
@@ -257,6 +275,11 @@ pub fn gain_plot(table: &Table) -> Option<PlotData> {
     series.retain(|s| !s.points.is_empty());
     Some(PlotData {
         title: format!("{}: gain over {}", table.title, table.baseline),
+        breaks: if table.rows.len() == 1 {
+            Vec::new()
+        } else {
+            layout_breaks(table)
+        },
         x_labels,
         x_desc: x_desc(table),
         y_desc: format!("gain over {} (%), positive is better", table.baseline),
@@ -309,6 +332,19 @@ fn perr<E: std::fmt::Display>(e: E) -> Err {
     anyhow::anyhow!("plot: {e}")
 }
 
+/// Tick label size: 13, smaller when the category labels would not fit their slots (about
+/// 900 px of plot width shared by the categories, ~7 px per character at size 13).
+fn x_label_font(labels: &[String], n: usize) -> u32 {
+    let widest = labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let per_slot = 900 / n.max(1);
+    (per_slot * 13 / (widest * 7 + 6)).clamp(9, 13) as u32
+}
+
 /// Configures and draws the mesh of a chart (log or linear y).
 macro_rules! mesh {
     ($chart:expr, $data:expr, $n:expr, $xfmt:expr, $yfmt:expr) => {
@@ -321,6 +357,7 @@ macro_rules! mesh {
             .x_desc($data.x_desc.as_str())
             .y_desc($data.y_desc.as_str())
             .label_style((FONT, 13))
+            .x_label_style((FONT, x_label_font(&$data.x_labels, $n as usize)))
             .axis_desc_style((FONT, 14))
             .disable_x_mesh()
             .light_line_style(WHITE)
@@ -419,16 +456,31 @@ where
                 .legend(move |(x, y)| Cross::new((x + 8, y), 6, color.stroke_width(3)));
             continue;
         }
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(at),
-                color.stroke_width(2),
-            ))
-            .map_err(perr)?
-            .label(s.name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
+        // One line per group of rows: no line across a layout break.
+        let mut runs: Vec<Vec<(SegmentValue<i32>, f64)>> = Vec::new();
+        for (j, p) in s.points.iter().enumerate() {
+            let new_run = j == 0
+                || data
+                    .breaks
+                    .iter()
+                    .any(|&b| s.points[j - 1].0 < b && b <= p.0);
+            if new_run {
+                runs.push(Vec::new());
+            }
+            if let Some(r) = runs.last_mut() {
+                r.push(at(p));
+            }
+        }
+        for (j, run) in runs.into_iter().enumerate() {
+            let drawn = chart
+                .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                .map_err(perr)?;
+            if j == 0 {
+                drawn.label(s.name.clone()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            }
+        }
         chart
             .draw_series(
                 s.points
@@ -507,6 +559,7 @@ mod tests {
                 points: vec![(0, 1.0, 2.0, 3.0), (1, 2.0, 3.0, 4.0)],
                 markers_only: false,
             }],
+            breaks: vec![],
         };
         let (w, h) = SIZE;
         let mut buf = vec![0u8; (w * h * 3) as usize];
