@@ -79,11 +79,19 @@ impl Layout {
         }
     }
 
-    fn label(self, folio: u64) -> String {
+    /// What row labels of this layout start with (none for seed 000's anonymous rows).
+    fn prefix(self) -> Option<&'static str> {
         match self {
-            Layout::Anon => size_label(folio),
-            Layout::TmpfsPrivate => format!("file-private {}", size_label(folio)),
-            Layout::TmpfsShared => format!("tmpfs-shared {}", size_label(folio)),
+            Layout::Anon => None,
+            Layout::TmpfsPrivate => Some("file-private"),
+            Layout::TmpfsShared => Some("tmpfs-shared"),
+        }
+    }
+
+    fn label(self, folio: u64) -> String {
+        match self.prefix() {
+            None => size_label(folio),
+            Some(p) => format!("{p} {}", size_label(folio)),
         }
     }
 
@@ -141,8 +149,22 @@ fn reserve_aligned(cpu: &Cpu<'_>, p: Pid, len: u64, skew: u64) -> anyhow::Result
     Ok(a + skew)
 }
 
-/// Maps and populates a file layout; returns its start.
+/// Maps and populates a layout of a row; returns its start.
 fn populate_layout(
+    cpu: &Cpu<'_>,
+    p: Pid,
+    size: u64,
+    folio: u64,
+    layout: Layout,
+) -> anyhow::Result<u64> {
+    match layout {
+        Layout::Anon => populate(cpu, p, size, folio == PMD),
+        Layout::TmpfsPrivate | Layout::TmpfsShared => populate_tmpfs(cpu, p, size, folio, layout),
+    }
+}
+
+/// The tmpfs layouts of [`Layout`]: a new sparse file, mapped and populated.
+fn populate_tmpfs(
     cpu: &Cpu<'_>,
     p: Pid,
     size: u64,
@@ -161,28 +183,23 @@ fn populate_layout(
             },
         )
     };
-    match layout {
-        Layout::Anon => populate(cpu, p, size, folio == PMD),
-        Layout::TmpfsPrivate => {
-            let a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Private)?;
-            cpu.touch(p, a, size, Access::Read).map_err(sig)?;
-            for blk in (a..a + size).step_by(PMD as usize) {
-                cpu.touch(p, blk, 4096, Access::Write).map_err(sig)?;
-            }
-            Ok(a)
+    if layout == Layout::TmpfsPrivate {
+        let a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Private)?;
+        cpu.touch(p, a, size, Access::Read).map_err(sig)?;
+        for blk in (a..a + size).step_by(PMD as usize) {
+            cpu.touch(p, blk, 4096, Access::Write).map_err(sig)?;
         }
-        Layout::TmpfsShared => {
-            let mut a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Shared)?;
-            cpu.touch(p, a, size, Access::Write).map_err(sig)?;
-            let skew = layout.skew(folio);
-            if skew != 0 {
-                cpu.munmap(p, a, size)?;
-                a = map(reserve_aligned(cpu, p, size, skew)?, Sharing::Shared)?;
-                cpu.touch(p, a, size, Access::Read).map_err(sig)?;
-            }
-            Ok(a)
-        }
+        return Ok(a);
     }
+    let mut a = map(reserve_aligned(cpu, p, size, 0)?, Sharing::Shared)?;
+    cpu.touch(p, a, size, Access::Write).map_err(sig)?;
+    let skew = layout.skew(folio);
+    if skew != 0 {
+        cpu.munmap(p, a, size)?;
+        a = map(reserve_aligned(cpu, p, size, skew)?, Sharing::Shared)?;
+        cpu.touch(p, a, size, Access::Read).map_err(sig)?;
+    }
+    Ok(a)
 }
 
 /// What is timed after populating the layout.
@@ -359,7 +376,7 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
     for (layout, _) in file_rows(op).take(1) {
         notes.push(format!(
             "{} rows: {} (tmpfs folios of the row's size: that size's shmem_enabled = always on both sides)",
-            layout.label(0).split(' ').next().unwrap_or_default(),
+            layout.prefix().unwrap_or_default(),
             layout.describe()
         ));
     }

@@ -58,13 +58,13 @@ pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
     }
     let mut files = Vec::new();
     let code = oracle::run_files_each(&args.files, &opts, |outcome| {
-        files.push(FileJson::from(outcome));
+        files.push(FileResult::from(outcome));
     });
     match args.format {
         Format::Json => {
             let doc = serde_json::json!({
                 "exit_code": code,
-                "files": files.iter().map(FileJson::json).collect::<Vec<_>>(),
+                "files": files.iter().map(FileResult::json).collect::<Vec<_>>(),
             });
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
@@ -75,23 +75,23 @@ pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// One file's outcome, owned (the report only lives during the callback).
-struct FileJson {
+/// One file's outcome, owned (the report only lives during the callback), for JSON and TAP.
+struct FileResult {
     file: String,
     exit_code: u8,
     /// The report, or the read/parse error.
     report: Result<oracle::OracleReport, String>,
 }
 
-impl From<oracle::FileOutcome<'_>> for FileJson {
-    fn from(o: oracle::FileOutcome<'_>) -> FileJson {
+impl From<oracle::FileOutcome<'_>> for FileResult {
+    fn from(o: oracle::FileOutcome<'_>) -> FileResult {
         match o {
-            oracle::FileOutcome::Report(r) => FileJson {
+            oracle::FileOutcome::Report(r) => FileResult {
                 file: r.file.clone(),
                 exit_code: r.exit_code(),
                 report: Ok(r.clone()),
             },
-            oracle::FileOutcome::Error { file, message } => FileJson {
+            oracle::FileOutcome::Error { file, message } => FileResult {
                 file: file.to_string(),
                 exit_code: 2,
                 report: Err(message),
@@ -100,7 +100,7 @@ impl From<oracle::FileOutcome<'_>> for FileJson {
     }
 }
 
-impl FileJson {
+impl FileResult {
     /// The file as JSON: every difference, failed expectation, skip and error.
     fn json(&self) -> serde_json::Value {
         let r = match &self.report {
@@ -153,7 +153,7 @@ impl FileJson {
 }
 
 /// The files as test points.
-fn points(files: &[FileJson]) -> Vec<TestPoint> {
+fn points(files: &[FileResult]) -> Vec<TestPoint> {
     files
         .iter()
         .map(|f| TestPoint {

@@ -431,7 +431,7 @@ impl<'m> Cpu<'m> {
             let in_file = vma
                 .file
                 .as_ref()
-                .is_some_and(|f| phys.memmap.index(head) + folio_pages as u64 <= f.size_pages());
+                .is_some_and(|f| f.within_eof(phys.memmap.index(head), folio_pages as u64));
             let fits = vma_off >= in_folio
                 && vma_off + (folio_pages - in_folio) <= vma_pages
                 && idx >= in_folio
@@ -515,7 +515,7 @@ impl<'m> Cpu<'m> {
             if nr > 1 {
                 let first = a - (pfn - head) * 4096;
                 let last = first + nr * 4096;
-                let in_file = mem.index(head) + nr <= file_end;
+                let in_file = inode.within_eof(mem.index(head), nr);
                 if first >= vma.start
                     && last <= vma.end
                     && first >= pmd_start
@@ -752,7 +752,7 @@ impl<'m> Cpu<'m> {
         };
         let head = phys.memmap.folio_of(page);
         // A folio reaching past the end of file (truncated into) is never PMD-mapped.
-        let in_file = phys.memmap.index(head) + (1 << HPAGE_PMD_ORDER) <= inode.size_pages();
+        let in_file = inode.within_eof(phys.memmap.index(head), 1 << HPAGE_PMD_ORDER);
         if phys.memmap.order(head) != HPAGE_PMD_ORDER || !in_file {
             // Mapped with PTEs by the normal path, which finds the page in the cache.
             phys.put_folio(c, head, 1);

@@ -152,6 +152,61 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
+/// Seed 000's anonymous layout: populated with the mTHP size already set, 2M THPs
+/// PTE-mapped as the seed does.
+fn anon_layout(size: u64, folio: u64, c: &mut BTreeMap<String, u64>) -> Result<Region, String> {
+    let r = Region::anon(size)?;
+    let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
+    r.populate()?;
+    if folio > 4096 {
+        let n = mthp_stat(folio, "anon_fault_alloc")
+            .unwrap_or(0)
+            .saturating_sub(alloc0);
+        c.insert("host_mthp_anon_fault_alloc".into(), n);
+    }
+    if folio == 2 << 20 {
+        let s0 = vmstat("thp_split_pmd").unwrap_or(0);
+        r.remap_ptes()?;
+        let n = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(s0);
+        c.insert("host_thp_split_pmd".into(), n);
+    }
+    Ok(r)
+}
+
+/// A tmpfs layout of [`Layout`] over the file `f`, as the engine builds it.
+fn tmpfs_layout(
+    f: &HostTmpfs,
+    size: u64,
+    folio: u64,
+    layout: Layout,
+    c: &mut BTreeMap<String, u64>,
+) -> Result<Region, String> {
+    let shared = layout == Layout::TmpfsShared;
+    let a0 = mthp_stat(folio, "shmem_alloc").unwrap_or(0);
+    let mut r = Region::file(size, f.fd(), shared, 0)?;
+    if shared {
+        r.write_each_page()?;
+        let skew = layout.skew(folio);
+        if skew != 0 {
+            drop(r);
+            r = Region::file(size, f.fd(), shared, skew)?;
+            r.read_each_page()?;
+        }
+    } else {
+        r.read_each_page()?;
+        for blk in (r.addr..r.addr + size).step_by(2 << 20) {
+            oracle::sys::touch(blk, 4096, true).map_err(|s| format!("signal {s}"))?;
+        }
+    }
+    if folio > 4096 {
+        let n = mthp_stat(folio, "shmem_alloc")
+            .unwrap_or(0)
+            .saturating_sub(a0);
+        c.insert("host_mthp_shmem_alloc".into(), n);
+    }
+    Ok(r)
+}
+
 /// Measures `cell` in this process.
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
@@ -167,69 +222,23 @@ fn run(cell: &HostCell) -> CellResult {
         HostCell::ForkOrMunmap {
             size,
             folio,
-            layout: Layout::Anon,
-            munmap,
-        } => {
-            let r = Region::anon(size)?;
-            let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
-            r.populate()?;
-            if folio > 4096 {
-                let n = mthp_stat(folio, "anon_fault_alloc")
-                    .unwrap_or(0)
-                    .saturating_sub(alloc0);
-                c.insert("host_mthp_anon_fault_alloc".into(), n);
-            }
-            if folio == 2 << 20 {
-                let s0 = vmstat("thp_split_pmd").unwrap_or(0);
-                r.remap_ptes()?;
-                let n = vmstat("thp_split_pmd").unwrap_or(0).saturating_sub(s0);
-                c.insert("host_thp_split_pmd".into(), n);
-            }
-            shape(&mut c);
-            let secs = if munmap {
-                r.unmap_timed()?
-            } else {
-                fork_time()?
-            };
-            Ok((secs, c))
-        }
-        HostCell::ForkOrMunmap {
-            size,
-            folio,
             layout,
             munmap,
         } => {
-            let f = HostTmpfs::new(size)?;
-            let shared = layout == Layout::TmpfsShared;
-            let a0 = mthp_stat(folio, "shmem_alloc").unwrap_or(0);
-            let mut r = Region::file(size, f.fd(), shared, 0)?;
-            if shared {
-                r.write_each_page()?;
-                let skew = layout.skew(folio);
-                if skew != 0 {
-                    drop(r);
-                    r = Region::file(size, f.fd(), shared, skew)?;
-                    r.read_each_page()?;
+            // The tmpfs file (if any) stays open until the timed operation is done.
+            let (r, _file) = match layout {
+                Layout::Anon => (anon_layout(size, folio, &mut c)?, None),
+                _ => {
+                    let f = HostTmpfs::new(size)?;
+                    (tmpfs_layout(&f, size, folio, layout, &mut c)?, Some(f))
                 }
-            } else {
-                r.read_each_page()?;
-                for blk in (r.addr..r.addr + size).step_by(2 << 20) {
-                    oracle::sys::touch(blk, 4096, true).map_err(|s| format!("signal {s}"))?;
-                }
-            }
-            if folio > 4096 {
-                let n = mthp_stat(folio, "shmem_alloc")
-                    .unwrap_or(0)
-                    .saturating_sub(a0);
-                c.insert("host_mthp_shmem_alloc".into(), n);
-            }
+            };
             shape(&mut c);
             let secs = if munmap {
                 r.unmap_timed()?
             } else {
                 fork_time()?
             };
-            drop(f);
             Ok((secs, c))
         }
         HostCell::TmpfsRead { size, cached } => {

@@ -230,6 +230,12 @@ impl Inode {
         self.size().div_ceil(PAGE_SIZE)
     }
 
+    /// Whether the `nr` pages from page index `index` (a folio) all lie before the end of
+    /// the file: only such a folio is mapped whole (a folio truncated into is not).
+    pub fn within_eof(&self, index: u64, nr: u64) -> bool {
+        index.saturating_add(nr) <= self.size_pages()
+    }
+
     /// Adds a user (a VMA, or the scenario's open file).
     pub fn get(&self) {
         self.users.fetch_add(1, Relaxed);
