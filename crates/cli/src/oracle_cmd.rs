@@ -13,8 +13,12 @@ use anyhow::Context;
 #[derive(clap::Args, Debug)]
 pub struct OracleArgs {
     /// Scenario files.
-    #[arg(required_unless_present = "restore_knobs")]
+    #[arg(required_unless_present_any = ["restore_knobs", "observables"])]
     pub files: Vec<String>,
+    /// Only list what the oracle compares after each statement (and what it leaves out,
+    /// with the reason), then exit; `--format json` gives the list as JSON.
+    #[arg(long, conflicts_with_all = ["files", "restore_knobs"])]
+    pub observables: bool,
     /// Only restore the THP knobs a killed oracle run (or benchmark) left changed, from the
     /// journal it keeps in the lock directory, report what was done, and exit.
     #[arg(long, conflicts_with = "files")]
@@ -38,6 +42,9 @@ pub struct OracleArgs {
 pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
     if args.restore_knobs {
         return restore_knobs();
+    }
+    if args.observables {
+        return print_observables(args.format);
     }
     let mut tunables = Vec::new();
     for t in &args.tunables {
@@ -73,6 +80,24 @@ pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
         Format::Text => {}
     }
     Ok(code)
+}
+
+/// `--observables`: one line per observable (`=` compared, `-` not), or a JSON array.
+fn print_observables(format: crate::run_cmd::Format) -> anyhow::Result<u8> {
+    let list = oracle::observables();
+    if format == crate::run_cmd::Format::Json {
+        let doc: Vec<_> = list
+            .iter()
+            .map(|o| serde_json::json!({"name": o.name, "compared": o.compared, "how": o.how}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        for o in &list {
+            let mark = if o.compared { "=" } else { "-" };
+            println!("{mark} {:<33} {}", o.name, o.how);
+        }
+    }
+    Ok(0)
 }
 
 /// One file's outcome, owned (the report only lives during the callback), for JSON and TAP.

@@ -28,19 +28,170 @@ use scenario::run::{fail_name, Abort, Runner, Step};
 use scenario::{Expect, Keyword, KpageFlag, Name, Script, StmtKind};
 use std::collections::HashSet;
 
-/// The kpageflags bits compared.
-pub const COMPARED_FLAGS: [KpageFlag; 10] = [
-    KpageFlag::Anon,
+/// The kpageflags bits compared for every sampled present page (with the exceptions of
+/// [`AGING_FLAGS`]). Bits that are always clear for a user page (`slab`, `buddy`, `pgtable`,
+/// …) are compared too: a stray one is a bug on either side.
+pub const COMPARED_FLAGS: [KpageFlag; 28] = [
+    KpageFlag::Locked,
+    KpageFlag::Error,
+    KpageFlag::Referenced,
+    KpageFlag::Uptodate,
+    KpageFlag::Dirty,
     KpageFlag::Lru,
-    KpageFlag::Thp,
-    KpageFlag::Mlocked,
-    KpageFlag::Unevictable,
+    KpageFlag::Active,
+    KpageFlag::Slab,
+    KpageFlag::Writeback,
+    KpageFlag::Reclaim,
+    KpageFlag::Buddy,
+    KpageFlag::Mmap,
+    KpageFlag::Anon,
+    KpageFlag::Swapcache,
+    KpageFlag::Swapbacked,
     KpageFlag::CompoundHead,
     KpageFlag::CompoundTail,
+    KpageFlag::Huge,
+    KpageFlag::Unevictable,
+    KpageFlag::Hwpoison,
+    KpageFlag::Nopage,
+    KpageFlag::Ksm,
+    KpageFlag::Thp,
+    KpageFlag::Offline,
     KpageFlag::ZeroPage,
-    KpageFlag::Mmap,
-    KpageFlag::Swapbacked,
+    KpageFlag::Pgtable,
+    KpageFlag::Reserved,
+    KpageFlag::Mlocked,
 ];
+
+/// The kpageflags bits never compared, and why (measured on 6.18; `usermm oracle
+/// --observables` prints this list).
+pub const UNCOMPARED_FLAGS: [(KpageFlag, &str); 9] = [
+    (
+        KpageFlag::Idle,
+        "page-idle tracking state (PG_idle): set by whoever writes /sys/kernel/mm/page_idle; \
+         the tail pages of a large folio read the tail's own flag word",
+    ),
+    (
+        KpageFlag::Mappedtodisk,
+        "on anonymous pages the bit is PG_anon_exclusive, kept per page only for PTE-mapped \
+         folios (exclusivity is compared through pagemap's exclusive bit instead)",
+    ),
+    (
+        KpageFlag::Private,
+        "file-system private data (ext4 buffer heads): not modelled",
+    ),
+    (
+        KpageFlag::Private2,
+        "file-system private data: not modelled",
+    ),
+    (
+        KpageFlag::OwnerPrivate,
+        "owner-private flag of the page's owner: not modelled",
+    ),
+    (
+        KpageFlag::Arch,
+        "architecture flag (PG_arch_1: icache state): not modelled",
+    ),
+    (KpageFlag::Uncached, "architecture flag: not modelled"),
+    (KpageFlag::Softdirty, "soft-dirty tracking: not modelled"),
+    (KpageFlag::Arch2, "architecture flag: not modelled"),
+];
+
+/// Bits of the LRU's aging state, compared on anonymous pages only. On page-cache pages
+/// (tmpfs, shared anonymous memory, disk files) and the shared zero pages they follow what
+/// the engine does not model page-exactly: the order in which the per-CPU LRU and mlock
+/// batches drain relative to each mark-accessed, the host's own reclaim and its workingset
+/// refault activation, and every other process on the machine (the zero pages). A scenario
+/// still checks them where it asks (`expect … kpageflags … referenced`).
+pub const AGING_FLAGS: [KpageFlag; 2] = [KpageFlag::Referenced, KpageFlag::Active];
+
+/// One observable of [`observables`]: what, when, and how it is compared (or why not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observable {
+    /// The observable (`outcome`, `smaps Rss`, `kpageflags dirty`, …).
+    pub name: String,
+    /// Whether it is compared.
+    pub compared: bool,
+    /// When and how it is compared, or why it is not.
+    pub how: String,
+}
+
+/// Everything the oracle compares after each statement, and what it leaves out and why
+/// (`usermm oracle --observables`).
+pub fn observables() -> Vec<Observable> {
+    let yes = |name: &str, how: &str| Observable {
+        name: name.to_string(),
+        compared: true,
+        how: how.to_string(),
+    };
+    let no = |name: &str, how: &str| Observable {
+        name: name.to_string(),
+        compared: false,
+        how: how.to_string(),
+    };
+    let mut v = vec![
+        yes("outcome", "every action: success, the errno, or the signal"),
+        yes("expect", "every expectation's verdict, on both sides"),
+        yes(
+            "address",
+            "the address bound by mmap with `fixed`/`noreplace` and by mremap with \
+             MREMAP_FIXED: absolute; with `hint`: whether the hint was taken; any other \
+             mremap: whether it moved",
+        ),
+        yes(
+            "maps",
+            "after each statement that may change an address space, for every live \
+             process: its scenario VMAs (ranges relative to the mapping names, page-rounded \
+             lengths), permissions, VM_LOCKED and what each maps (private anonymous, \
+             shared-anon, tmpfs, disk)",
+        ),
+    ];
+    for (f, _) in SmapsView::default().fields() {
+        v.push(yes(&format!("smaps {f}"), "every scenario VMA, in kB"));
+    }
+    for f in STATUS_FIELDS {
+        v.push(yes(&format!("status {f}"), "every live process, in kB"));
+    }
+    v.push(yes("pagemap present", "every page of every scenario VMA"));
+    v.push(yes("pagemap exclusive", "every page of every scenario VMA"));
+    v.push(yes(
+        "sampling",
+        &format!(
+            "the page sample: every present page of a VMA of up to {SAMPLE_ALL_PAGES} pages, \
+             else every {SAMPLE_STRIDE}th page and the first and the last"
+        ),
+    ));
+    let sample = "the page sample".to_string();
+    v.push(yes(
+        "folio order",
+        &format!("{sample}; not on disk-file pages (readahead chooses their folio sizes)"),
+    ));
+    for f in COMPARED_FLAGS {
+        let how = if AGING_FLAGS.contains(&f) {
+            format!("{sample}; anonymous pages only: on page-cache and zero pages it follows per-CPU batch drains, the host's reclaim and other processes")
+        } else if matches!(
+            f,
+            KpageFlag::Thp | KpageFlag::CompoundHead | KpageFlag::CompoundTail
+        ) {
+            format!("{sample}; not on disk-file pages (folio sizes follow readahead)")
+        } else {
+            sample.clone()
+        };
+        v.push(yes(&format!("kpageflags {}", f.as_str()), &how));
+    }
+    for (f, why) in UNCOMPARED_FLAGS {
+        v.push(no(&format!("kpageflags {}", f.as_str()), why));
+    }
+    v.push(no(
+        "counters",
+        "the engine's event counters have no host counterpart; `usermm run` prints them",
+    ));
+    v.push(no(
+        "VMAs the scenario did not create",
+        "the host process's own mappings (its binary, stack, heap) are left out",
+    ));
+    v
+}
+
 /// VMAs up to this many pages have every page's flags compared.
 const SAMPLE_ALL_PAGES: usize = 64;
 /// Otherwise every this many pages (plus the first and the last).
@@ -109,8 +260,19 @@ pub fn sampled(i: usize, n: usize) -> bool {
     n <= SAMPLE_ALL_PAGES || i == 0 || i + 1 == n || i.is_multiple_of(SAMPLE_STRIDE)
 }
 
-fn flag_mask() -> u64 {
-    COMPARED_FLAGS.iter().fold(0, |m, f| m | f.mask())
+fn aging_mask() -> u64 {
+    AGING_FLAGS.iter().fold(0, |m, f| m | f.mask())
+}
+
+/// The compared bits of a kpageflags word: [`COMPARED_FLAGS`], less the [`AGING_FLAGS`] of
+/// a page that is not anonymous.
+fn compared_bits(flags: u64) -> u64 {
+    let mask = COMPARED_FLAGS.iter().fold(0, |m, f| m | f.mask());
+    if flags & KpageFlag::Anon.mask() == 0 {
+        flags & mask & !aging_mask()
+    } else {
+        flags & mask
+    }
 }
 
 /// Reads the pages of `[start, end)`: pagemap bits of all, flags and order of the sample.
@@ -147,7 +309,7 @@ impl ObservePages for EngineBackend {
                 PageObs {
                     present: v.present,
                     exclusive: v.exclusive,
-                    flags: v.kpageflags.filter(|_| keep).map(|f| f & flag_mask()),
+                    flags: v.kpageflags.filter(|_| keep).map(compared_bits),
                     order: v.folio_order.filter(|_| keep),
                 },
             );
@@ -182,7 +344,7 @@ impl ObservePages for HostBackend<'_> {
             if o.present && sampled(i, n) && skipped.is_empty() {
                 match self.frame(e) {
                     Ok((f, ord)) => {
-                        o.flags = f.map(|f| f & flag_mask());
+                        o.flags = f.map(compared_bits);
                         o.order = ord;
                     }
                     Err(f) => {
@@ -348,6 +510,110 @@ fn step_both(
     Some((e, h))
 }
 
+/// A result whose address is compared as it is, not relative to its name: a mapping
+/// placed with `fixed` or `noreplace` and an `mremap` with MREMAP_FIXED land at the same
+/// absolute address on both sides; a `hint` must be taken on both sides or on neither, and
+/// any other `mremap` must stay in place on both sides or move on both (where else is the
+/// kernel's choice among free ranges, which differ: the host process has mappings of its
+/// own).
+enum Placed {
+    /// The name bound; its address must be equal.
+    Absolute(Name),
+    /// The name bound and the old address on the engine and on the host.
+    Moved(Name, Option<u64>, Option<u64>),
+    /// The name bound and the (page-rounded) hint on the engine and on the host.
+    Hint(Name, Option<u64>, Option<u64>),
+}
+
+impl Placed {
+    fn of(
+        kind: &StmtKind,
+        eng: &Runner<EngineBackend>,
+        host: &Runner<HostBackend<'_>>,
+    ) -> Option<Placed> {
+        let StmtKind::Action {
+            bind: Some(name),
+            action,
+        } = kind
+        else {
+            return None;
+        };
+        match action {
+            scenario::Action::Mmap { mmap, .. } => match &mmap.placement {
+                scenario::Placement::Anywhere => None,
+                scenario::Placement::Hint(a) => Some(Placed::Hint(
+                    name.clone(),
+                    eng.resolve(a).map(|x| x & !4095),
+                    host.resolve(a).map(|x| x & !4095),
+                )),
+                _ => Some(Placed::Absolute(name.clone())),
+            },
+            scenario::Action::Mremap { fixed: Some(_), .. } => Some(Placed::Absolute(name.clone())),
+            scenario::Action::Mremap { addr, .. } => Some(Placed::Moved(
+                name.clone(),
+                eng.resolve(addr),
+                host.resolve(addr),
+            )),
+            _ => None,
+        }
+    }
+
+    fn compare(
+        self,
+        eng: &Runner<EngineBackend>,
+        host: &Runner<HostBackend<'_>>,
+        d: &mut Diff<'_>,
+    ) {
+        let at = |bindings: &std::collections::HashMap<Name, scenario::run::Binding>, n: &Name| {
+            bindings.get(n).map(|b| b.addr)
+        };
+        match self {
+            Placed::Absolute(n) => {
+                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
+                    return;
+                };
+                if ea != ha {
+                    d.add(
+                        None,
+                        format!("address {}", n.as_str()),
+                        format!("{ea:#x}"),
+                        format!("{ha:#x}"),
+                    );
+                }
+            }
+            Placed::Moved(n, Some(eo), Some(ho)) => {
+                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
+                    return;
+                };
+                let word = |moved: bool| if moved { "moved" } else { "in place" }.to_string();
+                if (ea != eo) != (ha != ho) {
+                    d.add(
+                        None,
+                        format!("address {}", n.as_str()),
+                        word(ea != eo),
+                        word(ha != ho),
+                    );
+                }
+            }
+            Placed::Hint(n, Some(eh), Some(hh)) => {
+                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
+                    return;
+                };
+                let word = |at_hint: bool| if at_hint { "at the hint" } else { "elsewhere" };
+                if (ea == eh) != (ha == hh) {
+                    d.add(
+                        None,
+                        format!("address {}", n.as_str()),
+                        word(ea == eh).to_string(),
+                        word(ha == hh).to_string(),
+                    );
+                }
+            }
+            Placed::Moved(..) | Placed::Hint(..) => {}
+        }
+    }
+}
+
 fn outcome_class(s: &Step) -> Option<String> {
     s.outcome.as_ref().map(|o| match o {
         Ok(_) => "success".to_string(),
@@ -392,6 +658,7 @@ impl Session {
         for stmt in &script.stmts {
             let line = stmt.pos.line;
             rep.statements += 1;
+            let placed = Placed::of(&stmt.kind, &eng, &host);
             let Some((e, h)) = step_both(&mut eng, &mut host, stmt) else {
                 rep.cannot_run = Some((line, "interrupted".into()));
                 break;
@@ -408,6 +675,16 @@ impl Session {
             let h = unobservable_expect(&stmt.kind, h, line, &mut rep);
             if self.statement(&mut rep, line, &e, &h) {
                 break;
+            }
+            if let (Some(p), Some(Ok(_)), Some(Ok(_))) = (placed, &e.outcome, &h.outcome) {
+                p.compare(
+                    &eng,
+                    &host,
+                    &mut Diff {
+                        line,
+                        out: &mut rep,
+                    },
+                );
             }
             if e.changes_space || h.changes_space {
                 let mut d = Diff {
@@ -626,37 +903,33 @@ fn compare_obs(
 }
 
 /// One compared property of a page.
-type PageField = (&'static str, fn(&PageObs) -> Option<String>);
+type PageField = (&'static str, Box<dyn Fn(&PageObs) -> Option<String>>);
 
 fn page_fields() -> Vec<PageField> {
-    fn bit(o: &PageObs, f: KpageFlag) -> Option<String> {
-        o.flags
-            .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string())
+    let mut v: Vec<PageField> = vec![
+        (
+            "present",
+            Box::new(|o: &PageObs| Some(u8::from(o.present).to_string())),
+        ),
+        (
+            "exclusive",
+            Box::new(|o: &PageObs| Some(u8::from(o.exclusive).to_string())),
+        ),
+        (
+            "folio order",
+            Box::new(|o: &PageObs| o.order.map(|x| x.to_string())),
+        ),
+    ];
+    for f in COMPARED_FLAGS {
+        v.push((
+            f.as_str(),
+            Box::new(move |o: &PageObs| {
+                o.flags
+                    .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string())
+            }),
+        ));
     }
-    macro_rules! flag {
-        ($f:expr) => {
-            (($f).as_str(), |o: &PageObs| bit(o, $f))
-        };
-    }
-    vec![
-        ("present", |o: &PageObs| {
-            Some(u8::from(o.present).to_string())
-        }),
-        ("exclusive", |o: &PageObs| {
-            Some(u8::from(o.exclusive).to_string())
-        }),
-        ("folio order", |o: &PageObs| o.order.map(|x| x.to_string())),
-        flag!(KpageFlag::Anon),
-        flag!(KpageFlag::Lru),
-        flag!(KpageFlag::Thp),
-        flag!(KpageFlag::Mlocked),
-        flag!(KpageFlag::Unevictable),
-        flag!(KpageFlag::CompoundHead),
-        flag!(KpageFlag::CompoundTail),
-        flag!(KpageFlag::ZeroPage),
-        flag!(KpageFlag::Mmap),
-        flag!(KpageFlag::Swapbacked),
-    ]
+    v
 }
 
 /// The pages either side shows, merged by index: `(index, engine, host)`, an unlisted page

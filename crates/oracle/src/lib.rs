@@ -25,7 +25,7 @@ pub mod server;
 #[allow(unsafe_code)]
 pub mod sys;
 
-pub use compare::{compare, CompareOptions, Session};
+pub use compare::{compare, observables, CompareOptions, Observable, Session};
 pub use host::HostBackend;
 pub use report::{Difference, OracleReport};
 

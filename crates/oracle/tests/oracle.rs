@@ -49,6 +49,46 @@ fn broken_engine_is_caught() {
     );
 }
 
+/// Each `test_*` tunable breaks the engine on purpose; the corpus file named beside it
+/// must catch the break (README shows the same two commands).
+const CATCHERS: [(&str, &str); 2] = [
+    ("test_skip_fork_wrprotect", "fork-cow-small.scn"),
+    ("test_skip_tlb_flush", "on-cpu-shootdown.scn"),
+];
+
+#[test]
+fn every_test_tunable_has_a_catching_corpus_file() {
+    let mut named: Vec<&str> = CATCHERS.iter().map(|&(t, _)| t).collect();
+    let mut all: Vec<&str> = usermm::Tunables::default()
+        .list()
+        .iter()
+        .map(|t| t.name)
+        .filter(|n| n.starts_with("test_"))
+        .collect();
+    named.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(
+        named, all,
+        "every test_* tunable needs a corpus file in CATCHERS"
+    );
+    if !host_ready() {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/oracle");
+    for (tunable, file) in CATCHERS {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let parsed = scenario::parse(file, &text).unwrap_or_else(|e| panic!("{e}"));
+        let broken = [(tunable.to_string(), "true".to_string())];
+        let rep = oracle::compare(&parsed, &broken);
+        assert_eq!(rep.exit_code(), 1, "{tunable} not caught by {file}: {rep}");
+        assert!(
+            !rep.differences.is_empty() || !rep.expect_failures.is_empty(),
+            "{tunable}: {rep}"
+        );
+    }
+}
+
 #[test]
 fn thp_knobs_are_restored() {
     if !host_ready() {

@@ -295,6 +295,11 @@ impl<B: Backend> Runner<B> {
             .ok_or_else(|| Abort::CannotRun(format!("file `{}` does not exist", n.as_str())))
     }
 
+    /// The address `a` names on this backend, if its names are bound.
+    pub fn resolve(&self, a: &AddrExpr) -> Option<u64> {
+        a.resolve(|n| self.maps.get(n).map(|m| m.addr))
+    }
+
     fn addr(&self, a: &AddrExpr) -> Result<u64, Abort> {
         a.resolve(|n| self.maps.get(n).map(|m| m.addr))
             .ok_or_else(|| Abort::CannotRun("address expression cannot be resolved".into()))

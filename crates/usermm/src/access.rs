@@ -10,6 +10,7 @@ use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::pgtable::{PageTables, Walk};
+use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
 
@@ -44,6 +45,8 @@ struct Leaf {
     table: u64,
     idx: usize,
     entry: u64,
+    /// A PMD leaf (a PMD-mapped THP or the huge zero folio).
+    pmd: bool,
 }
 
 impl<'m> Cpu<'m> {
@@ -121,10 +124,31 @@ impl<'m> Cpu<'m> {
         Err(FaultOutcome::Sigbus)
     }
 
-    /// GUP's lookup for a pin (`gup_fast` / `follow_page_pte` without FOLL_TOUCH): a present
-    /// entry that permits `access` gives its page as it is — its accessed and dirty bits are
-    /// left alone, no TLB entry is filled — otherwise the page is faulted in.
-    pub(crate) fn gup_page(
+    /// `gup_fast` for one page: a present leaf that permits `access` gives its page (no
+    /// fault, no TLB fill, the entry's accessed and dirty bits left alone) and its folio is
+    /// marked referenced (`folio_set_referenced`, no LRU activation); anything else is
+    /// `None`, and the caller goes on with the slow path ([`Cpu::gup_touch_page`]).
+    pub(crate) fn gup_fast_page(&self, mm: &Mm, addr: u64, access: Access) -> Option<u64> {
+        let pt = self.tables(mm);
+        let leaf = self.walk_leaf(pt, addr)?;
+        if !(self.hw_permits(leaf.entry, access) && pt.arch.present(leaf.entry)) {
+            return None;
+        }
+        let mem = &self.m.phys.memmap;
+        mem.set(mem.folio_of(leaf.pfn), PageFlag::Referenced);
+        Some(leaf.pfn)
+    }
+
+    /// GUP with FOLL_TOUCH (`follow_page_pte`), as the populate paths use it
+    /// (`populate_vma_page_range` for mlock and MAP_POPULATE, `faultin_page_range` for
+    /// MADV_POPULATE_*): the page is taken like [`Cpu::gup_page`] takes it, then its folio is
+    /// marked accessed and, for a write through an entry that is not dirty, dirty (a PTE's:
+    /// `follow_huge_pmd` only makes the PMD young). Unlike an
+    /// access by the MMU model, the entry's accessed and dirty bits stay as they are and no
+    /// TLB entry is filled. The shared zero pages are left alone: their flags are machine-wide
+    /// state on Linux, touched by every process (measured on 6.18: the host's zero page reads
+    /// `referenced` before a scenario starts).
+    pub(crate) fn gup_touch_page(
         &self,
         mm: &Mm,
         st: &MmState,
@@ -132,13 +156,26 @@ impl<'m> Cpu<'m> {
         access: Access,
     ) -> Result<u64, FaultOutcome> {
         let arch = self.tables(mm).arch;
-        self.walk_or_fault(mm, st, addr, access, |leaf| {
+        let (mut clean, mut pmd) = (false, false);
+        let pfn = self.walk_or_fault(mm, st, addr, access, |leaf| {
             if self.hw_permits(leaf.entry, access) && arch.present(leaf.entry) {
+                (clean, pmd) = (!arch.dirty(leaf.entry), leaf.pmd);
                 LeafUse::Take(leaf.pfn)
             } else {
                 LeafUse::Fault
             }
-        })
+        })?;
+        let phys = &self.m.phys;
+        let head = phys.memmap.folio_of(pfn);
+        // A PMD leaf is only made young (and dirty) by `touch_pmd`; its folio's flags stay.
+        if phys.is_zero_pfn(pfn) || pmd {
+            return Ok(pfn);
+        }
+        if access == Access::Write && clean {
+            phys.memmap.set(head, PageFlag::Dirty);
+        }
+        self.folio_mark_accessed(head);
+        Ok(pfn)
     }
 
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
@@ -151,6 +188,7 @@ impl<'m> Cpu<'m> {
                     table,
                     idx,
                     entry,
+                    pmd: false,
                 })
             }
             Walk::PmdLeaf { table, idx, entry } => {
@@ -160,6 +198,7 @@ impl<'m> Cpu<'m> {
                     table,
                     idx,
                     entry,
+                    pmd: true,
                 })
             }
             _ => None,

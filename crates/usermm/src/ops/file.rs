@@ -229,8 +229,9 @@ impl<'m> Cpu<'m> {
         Ok(out.len())
     }
 
-    /// `shmem_file_read_iter`: holes read as zeroes without creating pages; a page is marked
-    /// accessed when the read starts at its beginning.
+    /// `shmem_file_read_iter`: holes (and fallocated pages never written) read as zeroes
+    /// without creating pages; a page is marked accessed when the read starts at its
+    /// beginning.
     fn shmem_read(&self, inode: &Inode, offset: u64, end: u64, out: &mut [u8]) {
         let mut pos = offset;
         while pos < end {
@@ -238,12 +239,19 @@ impl<'m> Cpu<'m> {
             let in_page = pos % PAGE_SIZE;
             let n = (PAGE_SIZE - in_page).min(end - pos);
             let dst = &mut out[(pos - offset) as usize..(pos - offset + n) as usize];
-            let page = inode.pages.lock().get(idx);
+            let mem = &self.m.phys.memmap;
+            // SGP_READ: a fallocated page not yet written (not uptodate) reads as a hole and
+            // is not touched.
+            let page = inode
+                .pages
+                .lock()
+                .get(idx)
+                .filter(|&p| mem.test(mem.folio_of(p), PageFlag::Uptodate));
             match page {
                 Some(p) => {
                     self.m.phys.arena.read(p, in_page as usize, dst);
                     if in_page == 0 {
-                        self.folio_mark_accessed(self.m.phys.memmap.folio_of(p));
+                        self.folio_mark_accessed(mem.folio_of(p));
                     }
                 }
                 None => dst.fill(0),

@@ -286,7 +286,7 @@ impl<'m> Cpu<'m> {
             while a < stop {
                 // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
                 // object) and SIGSEGV are EFAULT.
-                self.translate_or_fault(mm, &st, a, access)
+                self.gup_touch_page(mm, &st, a, access)
                     .map_err(|o| match o {
                         crate::fault::FaultOutcome::Oom => Errno::ENOMEM,
                         _ => Errno::EFAULT,

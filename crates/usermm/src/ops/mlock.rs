@@ -386,7 +386,7 @@ impl<'m> Cpu<'m> {
         while p < e {
             // GUP reports a fault's SIGSEGV/SIGBUS as EFAULT, which mlock turns into ENOMEM;
             // only a real out-of-memory is EAGAIN (6.18).
-            match self.translate_or_fault(mm, st, p, access) {
+            match self.gup_touch_page(mm, st, p, access) {
                 Ok(_) => {}
                 Err(crate::fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
                 Err(_) => return Err(Errno::ENOMEM),

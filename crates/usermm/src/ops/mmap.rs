@@ -275,7 +275,7 @@ impl<'m> Cpu<'m> {
                     if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
                         && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
                 {
-                    let _ = self.translate(mm, &st, a, access);
+                    let _ = self.gup_touch_page(mm, &st, a, access);
                 }
                 _ => {}
             }

@@ -295,6 +295,8 @@ impl<'m> Cpu<'m> {
         na: u64,
         old: OldRange,
     ) -> SysResult<u64> {
+        let id = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
+        self.check_prep_vma(task, st, id, addr, old_len, new_len)?;
         self.do_munmap(&task.mm, st, na, na + new_len)?;
         let old_len = if old_len > new_len {
             self.shrink_tail(&task.mm, st, addr, old_len, new_len)?;
@@ -308,6 +310,37 @@ impl<'m> Cpu<'m> {
         }
         self.get_unmapped_area(task, st, AreaRequest::Fixed(na), new_len, false)?;
         self.move_vma(task, st, (addr, old_len), new_len, na, old)
+    }
+
+    /// `check_prep_vma` (Linux 6.17+): the source checks made before anything is unmapped,
+    /// so a fixed move that fails them leaves its target mapped (before 6.17 `mremap_to`
+    /// unmapped the target first). A shrink is checked at its new length; only growth is
+    /// checked against the offset range and RLIMIT_MEMLOCK.
+    fn check_prep_vma(
+        &self,
+        task: &Task,
+        st: &MmState,
+        id: crate::vma::VmaId,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+    ) -> SysResult<()> {
+        let vma = st.vmas.get(id);
+        let old_len = old_len.min(new_len);
+        if old_len > vma.end - addr {
+            return Err(Errno::EFAULT);
+        }
+        if new_len == old_len {
+            return Ok(());
+        }
+        let pgoff = vma.pgoff_at(addr);
+        if pgoff.checked_add(new_len >> 12).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        if vma.flags.has(VmFlags::LOCKED) {
+            self.mlock_future_ok(task, st, new_len - old_len)?;
+        }
+        Ok(())
     }
 
     /// Linux 6.17+: a fixed move of unchanged length whose range spans several VMAs moves

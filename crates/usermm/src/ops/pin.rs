@@ -50,6 +50,7 @@ impl<'m> Cpu<'m> {
             return Err(Errno::ENOMEM);
         }
         let mut pfns = Vec::with_capacity(pages as usize);
+        let mut slow = false;
         for i in 0..pages {
             let a = first + i * 4096;
             // `writable_file_mapping_allowed`: a long-term writable pin of a shared mapping
@@ -61,8 +62,18 @@ impl<'m> Cpu<'m> {
             {
                 return Err(Errno::EFAULT);
             }
+            // `gup_fast_fallback`: the fast walk takes pages as they are up to the first one
+            // it cannot (absent, read-only); from there on the slow path faults and touches
+            // every page (FOLL_TOUCH marks each folio accessed).
+            if !slow {
+                if let Some(pfn) = self.gup_fast_page(mm, a, Access::Write) {
+                    pfns.push(pfn);
+                    continue;
+                }
+                slow = true;
+            }
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
-            match self.gup_page(mm, &st, a, Access::Write) {
+            match self.gup_touch_page(mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),
                 Err(FaultOutcome::Oom) => return Err(Errno::ENOMEM),
                 Err(_) => return Err(Errno::EFAULT),
