@@ -1282,21 +1282,18 @@ impl<'a, 'm> Harness<'a, 'm> {
                 return Ok(true);
             }
         }
-        // Otherwise FIXED unmaps the target and the shrunk tail, then checks that what is left
-        // of the old range lies in one VMA: EFAULT, with both already unmapped.
-        if let Some(na) = fixed {
-            if aold > 0 && keep > vend - addr {
-                self.model.remove_range(pi, na, na + anew);
-                self.model.remove_range(pi, addr + keep, addr + aold);
-                let got = self.cpu.mremap(self.pid(pi), addr, old, new, flags);
-                self.note("mremap", &got);
-                ensure!(
-                    got == Err(Errno::EFAULT),
-                    "mremap {addr:#x} {old:#x}->{new:#x} {flags:?} of a range spanning VMAs: \
-                     engine {got:?}, model EFAULT"
-                );
-                return Ok(true);
-            }
+        // Otherwise what is kept of the old range must lie in one VMA, checked before the
+        // target or the shrunk tail is unmapped (`check_prep_vma`, 6.17+): EFAULT, nothing
+        // changed.
+        if fixed.is_some() && aold > 0 && keep > vend - addr {
+            let got = self.cpu.mremap(self.pid(pi), addr, old, new, flags);
+            self.note("mremap", &got);
+            ensure!(
+                got == Err(Errno::EFAULT),
+                "mremap {addr:#x} {old:#x}->{new:#x} {flags:?} of a range spanning VMAs: \
+                 engine {got:?}, model EFAULT"
+            );
+            return Ok(true);
         }
         let want: Want<u64> = if let Some(na) = fixed {
             Want::Is(Ok(na))

@@ -186,7 +186,7 @@ impl<'m> Cpu<'m> {
                     return Err(Errno::EINVAL);
                 }
                 if advice == Advice::PageOut && vma.is_anon_private() {
-                    self.madvise_pageout_noswap(mm, start, end);
+                    self.madvise_pageout_noswap(mm, vma, start, end);
                 }
                 if vma.file.is_some() {
                     self.madvise_cold_or_pageout_file(mm, vma, start, end, advice, removes);
@@ -342,35 +342,82 @@ impl<'m> Cpu<'m> {
         self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
     }
 
-    /// `MADV_PAGEOUT` of private anonymous memory with no swap device: reclaim cannot write
-    /// the folios out and puts them back on the active list (checked on 6.18: `active lru
-    /// swapbacked`, Rss unchanged). Large folios are not split here (see the audit's D10).
-    fn madvise_pageout_noswap(&self, mm: &crate::mm::Mm, start: u64, end: u64) {
+    /// `MADV_PAGEOUT` of private anonymous memory with no swap device
+    /// (`madvise_cold_or_pageout_pte_range`, then `shrink_folio_list`). Only folios on the LRU
+    /// that this mapping alone maps, wholly, are isolated. A swap-backed folio cannot be
+    /// written out and goes back on the active list (checked on 6.18: `active lru
+    /// swapbacked`, Rss unchanged). A lazily freed (MADV_FREE, not swap-backed) folio needs
+    /// no swap: `try_to_unmap_one` discards it when it is still clean and nothing else holds
+    /// it, and when it was written again (a dirty entry or PG_dirty) it is remapped, made
+    /// dirty and swap-backed again, and activated. Large folios the range covers in part are
+    /// not split here (see the audit's D10).
+    fn madvise_pageout_noswap(
+        &self,
+        mm: &crate::mm::Mm,
+        vma: &crate::vma::Vma,
+        start: u64,
+        end: u64,
+    ) {
         use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let phys = &self.m.phys;
         let mem = &phys.memmap;
         self.lru_add_drain();
-        let mut heads = Vec::new();
+        // (head, first address, pages seen in the range, any entry dirty)
+        let mut folios: Vec<(u64, u64, u64, bool)> = Vec::new();
         for step in pt.pmd_walk(start, end) {
             match step.kind {
-                PmdKind::Huge(e) => heads.extend(pt.vm_normal_folio(e)),
+                PmdKind::Huge(e) => {
+                    if let Some(head) = pt.vm_normal_folio(e) {
+                        folios.push((head, step.start, 512, pt.arch.dirty(e)));
+                    }
+                }
                 PmdKind::Table(table) => {
                     let ptes = PteLock::lock(pt, self.c(), table);
                     let (i0, i1) = step.pte_indexes();
                     for i in i0..i1 {
                         let e = ptes.get(i);
-                        if e != 0 && pt.arch.present(e) {
-                            heads.extend(pt.vm_normal_folio(e));
+                        if e == 0 || !pt.arch.present(e) {
+                            continue;
+                        }
+                        let Some(head) = pt.vm_normal_folio(e) else {
+                            continue;
+                        };
+                        let dirty = pt.arch.dirty(e);
+                        match folios.last_mut() {
+                            Some(f) if f.0 == head => {
+                                f.2 += 1;
+                                f.3 |= dirty;
+                            }
+                            _ => folios.push((head, step.start + (i - i0) as u64 * 4096, 1, dirty)),
                         }
                     }
                 }
             }
         }
-        heads.dedup();
-        for head in heads {
-            if !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Active) {
+        let mut discard = Vec::new();
+        for (head, addr, seen, dirty) in folios {
+            let nr = 1u64 << mem.order(head);
+            if !mem.test(head, PageFlag::Anon)
+                || !mem.test(head, PageFlag::Lru)
+                || mem.folio_mapcount(head) != nr as i32
+                || seen != nr
+            {
+                continue;
+            }
+            if !mem.test(head, PageFlag::SwapBacked) {
+                let clean = !dirty && !mem.test(head, PageFlag::Dirty);
+                if clean && mem.refcount(head) == mem.folio_mapcount(head) {
+                    discard.push((addr, addr + nr * 4096));
+                    continue;
+                }
+                if !clean {
+                    mem.set(head, PageFlag::Dirty);
+                }
+                self.lru_relist(head, |_| mem.set(head, PageFlag::SwapBacked));
+            }
+            if mem.test(head, PageFlag::Active) {
                 continue;
             }
             self.lru_relist(head, |on_lru| {
@@ -378,6 +425,13 @@ impl<'m> Cpu<'m> {
                     mem.set(head, PageFlag::Active);
                 }
             });
+        }
+        if !discard.is_empty() {
+            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+            for (s, e) in discard {
+                self.zap_vma_range(&mut tlb, mm, vma, s, e);
+            }
+            tlb.finish();
         }
     }
 
