@@ -1,14 +1,16 @@
 //! Runs one scenario on the engine and on the host in lockstep and compares what they report.
 //!
-//! Two [`Runner`]s execute each statement in turn. Compared per statement: the action's
-//! outcome (success, errno or signal), every `expect` verdict, and after each statement that
-//! may change an address space, for every live process: its scenario VMAs (ranges relative
-//! to the mapping names, permissions, VM_LOCKED and the smaps fields), the scenario status
-//! (VmRSS, VmLck), pagemap present/exclusive of every page, and for a sample of pages the
-//! kpageflags bits that describe a page's state and its folio order. A VMA's key names what
+//! Two [`Runner`]s execute each statement in turn. Compared per statement: the action's outcome
+//! (success, errno or signal), every `expect` verdict, the addresses of results placed at a
+//! given address (`fixed`, `noreplace`, `hint`, MREMAP_FIXED), and after each statement that
+//! may change an address space, for every live process: its scenario VMAs (ranges relative to
+//! the mapping names, permissions, VM_LOCKED and the smaps fields), the scenario status (VmRSS,
+//! VmLck, RssFile, RssShmem), pagemap present/exclusive of every page, and for a sample of
+//! pages the kpageflags bits of [`COMPARED_FLAGS`] and the folio order. A VMA's key names what
 //! it maps when that is not private anonymous memory (`shared-anon`, `tmpfs`, `disk`); the
-//! pages of a `disk` file are compared without their folio order and the compound-page bits,
-//! which follow readahead (SCENARIO.md compares those only where a scenario expects them).
+//! pages of a `disk` file are compared without what readahead and the host's flusher threads
+//! decide (folio sizes, dirty, writeback), and the LRU aging bits only on anonymous pages
+//! ([`AGING_FLAGS`]). [`observables`] lists all of it, with the reasons for what is left out.
 //!
 //! Pages are observed sparsely: each side lists only the pages it shows (present or
 //! exclusive), in address order — the host reads pagemap a bounded chunk at a time and
@@ -173,6 +175,8 @@ pub fn observables() -> Vec<Observable> {
             KpageFlag::Thp | KpageFlag::CompoundHead | KpageFlag::CompoundTail
         ) {
             format!("{sample}; not on disk-file pages (folio sizes follow readahead)")
+        } else if matches!(f, KpageFlag::Dirty | KpageFlag::Writeback) {
+            format!("{sample}; not on disk-file pages (the host's flusher threads write them back on their own schedule)")
         } else {
             sample.clone()
         };
@@ -383,10 +387,17 @@ fn kind_word(k: VmaKind) -> &'static str {
 /// The scenario status lines compared.
 const STATUS_FIELDS: [&str; 4] = ["VmRSS", "VmLck", "RssFile", "RssShmem"];
 
-/// The page fields that follow a folio's size, which readahead chooses for a disk file.
-fn folio_dependent(o: &PageObs) -> PageObs {
-    let mask =
-        KpageFlag::Thp.mask() | KpageFlag::CompoundHead.mask() | KpageFlag::CompoundTail.mask();
+/// A disk-file page as compared: without what follows the folio's size, which readahead
+/// chooses (folio order, `thp`, the compound bits), and without `dirty` and `writeback`,
+/// which the host's flusher threads change on their own schedule (`dirty_expire_centisecs`,
+/// and at once when the machine's dirty memory passes `dirty_background_ratio`). A scenario
+/// still checks them where it asks.
+fn disk_page(o: &PageObs) -> PageObs {
+    let mask = KpageFlag::Thp.mask()
+        | KpageFlag::CompoundHead.mask()
+        | KpageFlag::CompoundTail.mask()
+        | KpageFlag::Dirty.mask()
+        | KpageFlag::Writeback.mask();
     PageObs {
         flags: o.flags.map(|f| f & !mask),
         order: None,
@@ -394,14 +405,14 @@ fn folio_dependent(o: &PageObs) -> PageObs {
     }
 }
 
-/// `pages` without what [`folio_dependent`] leaves out.
-fn without_folio_sizes(pages: &VmaPages) -> VmaPages {
+/// The pages of a disk-file VMA as compared ([`disk_page`]).
+fn disk_pages(pages: &VmaPages) -> VmaPages {
     VmaPages {
         count: pages.count,
         shown: pages
             .shown
             .iter()
-            .map(|&(i, o)| (i, folio_dependent(&o)))
+            .map(|&(i, o)| (i, disk_page(&o)))
             .collect(),
     }
 }
@@ -892,7 +903,7 @@ fn compare_obs(
             if ep.count == hp.count && ep.count > 0 {
                 let at = |a: u64| host.relative(a);
                 if hv.kind == VmaKind::DiskFile {
-                    let (ep, hp) = (without_folio_sizes(ep), without_folio_sizes(hp));
+                    let (ep, hp) = (disk_pages(ep), disk_pages(hp));
                     compare_pages(proc_name, hv.start, &ep, &hp, d, &at);
                 } else {
                     compare_pages(proc_name, hv.start, ep, hp, d, &at);
