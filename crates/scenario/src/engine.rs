@@ -86,8 +86,8 @@ fn apply_shmem(t: &mut usermm::Tunables, s: &ShmemSetting) {
     }
 }
 
-fn advice(a: Advice) -> Res<usermm::Advice> {
-    Ok(match a {
+fn advice(a: Advice) -> usermm::Advice {
+    match a {
         Advice::Dontneed => usermm::Advice::DontNeed,
         Advice::Hugepage => usermm::Advice::HugePage,
         Advice::Nohugepage => usermm::Advice::NoHugePage,
@@ -110,12 +110,8 @@ fn advice(a: Advice) -> Res<usermm::Advice> {
         Advice::DontneedLocked => usermm::Advice::DontNeedLocked,
         Advice::PopulateRead => usermm::Advice::PopulateRead,
         Advice::PopulateWrite => usermm::Advice::PopulateWrite,
-        other => {
-            return Err(Fail::Unsupported(format!(
-                "madvise {other}: not implemented yet"
-            )))
-        }
-    })
+        Advice::Collapse => usermm::Advice::Collapse,
+    }
 }
 
 impl EngineBackend {
@@ -304,7 +300,21 @@ impl Backend for EngineBackend {
     }
 
     fn madvise(&mut self, p: ProcId, addr: u64, len: u64, a: Advice) -> Res<()> {
-        let adv = advice(a)?;
+        let adv = advice(a);
+        if adv == usermm::Advice::Collapse {
+            // The engine collapses private anonymous memory only (`usermm::khugepaged`).
+            let end = addr.saturating_add(len);
+            let other = self.vmas(p)?.into_iter().any(|v| {
+                v.start < end
+                    && addr < v.end
+                    && (v.kind != VmaKind::Anon || !v.perms.ends_with('p'))
+            });
+            if other {
+                return Err(Fail::Unsupported(
+                    "madvise collapse of file or shared memory: not implemented yet".into(),
+                ));
+            }
+        }
         self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
     }
 

@@ -790,9 +790,10 @@ impl<'m> Cpu<'m> {
     /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
     ///
     /// # Context
-    /// The PMD table's lock is held and the PMD was just installed, so no other deposit for
-    /// `haddr` can exist.
-    fn deposit_table(&self, mm: &Mm, haddr: u64, table: u64) {
+    /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
+    /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
+    /// exist.
+    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: u64, table: u64) {
         self.c().add(Ev::LockPageTable, 1);
         mm.deposited.lock().insert(haddr, table);
     }
@@ -873,7 +874,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
-    fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: u64, haddr: u64, owner: u32) {
+    pub(crate) fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: u64, haddr: u64, owner: u32) {
         let phys = &self.m.phys;
         rmap::add_new_anon(
             phys,

@@ -55,6 +55,8 @@ counters! {
     PageCacheEvict => "pagecache_evict",
     /// Large page-cache folios split by a partial truncate or hole punch.
     ThpSplitFolio => "thp_split_folio",
+    /// Anonymous THPs made by MADV_COLLAPSE (`thp_collapse_alloc`).
+    ThpCollapseAlloc => "thp_collapse_alloc",
     /// Pages scanned by reclaim on the file LRU (`pgscan`).
     PgScan => "pgscan",
     /// Pages reclaimed from the file LRU (`pgsteal`).

@@ -60,6 +60,9 @@ pub enum Advice {
     PopulateRead,
     /// `MADV_POPULATE_WRITE`.
     PopulateWrite,
+    /// `MADV_COLLAPSE`: make PMD-mapped THPs of the range now (private anonymous memory;
+    /// see `khugepaged`).
+    Collapse,
 }
 
 /// Work that walks other mms, done once the mmap lock is dropped.
@@ -181,6 +184,7 @@ impl<'m> Cpu<'m> {
                 return Ok(());
             }
             Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
+            Advice::Collapse => return self.madvise_collapse(mm, vma, start, end),
             Advice::Cold | Advice::PageOut => {
                 if vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EINVAL);
