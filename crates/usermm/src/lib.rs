@@ -26,6 +26,7 @@ pub mod access;
 pub mod errno;
 pub mod fault;
 pub mod filemap;
+pub mod huge_memory;
 pub mod khugepaged;
 pub mod kmap;
 pub mod machine;

@@ -53,7 +53,8 @@ counters! {
     PageCacheDelete => "pagecache_delete",
     /// Clean page-cache folios reclaimed (MADV_PAGEOUT).
     PageCacheEvict => "pagecache_evict",
-    /// Large page-cache folios split by a partial truncate or hole punch.
+    /// Large folios split: page-cache folios by a partial truncate, hole punch or
+    /// COLD/PAGEOUT, anonymous ones by a partial MADV_FREE/COLD/PAGEOUT.
     ThpSplitFolio => "thp_split_folio",
     /// Anonymous THPs made by MADV_COLLAPSE (`thp_collapse_alloc`).
     ThpCollapseAlloc => "thp_collapse_alloc",

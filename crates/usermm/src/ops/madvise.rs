@@ -189,8 +189,8 @@ impl<'m> Cpu<'m> {
                 if vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EINVAL);
                 }
-                if advice == Advice::PageOut && vma.is_anon_private() {
-                    self.madvise_pageout_noswap(mm, vma, start, end);
+                if vma.is_anon_private() {
+                    self.madvise_cold_or_pageout_anon(mm, vma, start, end, advice);
                 }
                 if vma.file.is_some() {
                     self.madvise_cold_or_pageout_file(mm, vma, start, end, advice, removes);
@@ -301,20 +301,60 @@ impl<'m> Cpu<'m> {
         Ok(())
     }
 
-    /// `MADV_FREE` on private anonymous memory (`madvise_free_pte_range`): the entries become
-    /// clean and old and the folios lazily freeable (no longer swap-backed); their data stays
-    /// until reclaim. A folio already marked dirty is only freed when this mapping is its only
-    /// one; a large folio only when the range covers it and it is mapped exclusively.
+    /// `MADV_FREE` on private anonymous memory (`madvise_free_huge_pmd`,
+    /// `madvise_free_pte_range`): the entries become clean and old and the folios lazily
+    /// freeable (no longer swap-backed); their data stays until reclaim. A small folio already
+    /// marked dirty is only freed when this mapping is its only one. A large folio is freed
+    /// whole when the range covers it and only this mapping maps it; one the range covers in
+    /// part is split first ([`Cpu::split_anon_folio`]) and its pages in the range then freed
+    /// as small folios. Folios other processes map are left alone.
     fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
-        use crate::pgtable::cursor::{PmdKind, PteLock};
+        self.lru_add_drain();
+        let splits = self.madvise_free_range(mm, vma, start, end);
+        for (head, first, nr) in splits {
+            if self.split_anon_folio(mm, vma, head, first) {
+                // The walk goes back over the pages of the folio it split.
+                let (s, e) = (first.max(start), (first + nr * 4096).min(end));
+                let _ = self.madvise_free_range(mm, vma, s, e);
+            }
+        }
+        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    }
+
+    /// One pass of [`Cpu::madvise_free`]; returns the large folios to split (head, first
+    /// address, pages).
+    fn madvise_free_range(
+        &self,
+        mm: &crate::mm::Mm,
+        vma: &crate::vma::Vma,
+        start: u64,
+        end: u64,
+    ) -> Vec<(u64, u64, u64)> {
+        use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
-        self.lru_add_drain();
-        // PMD leaves are left alone (Linux's madvise_free_huge_pmd is not modelled yet).
+        let mut splits: Vec<(u64, u64, u64)> = Vec::new();
         for step in pt.pmd_walk(start, end) {
-            let PmdKind::Table(table) = step.kind else {
-                continue;
+            let table = match step.kind {
+                PmdKind::Huge(e) => {
+                    let Some(head) = pt.vm_normal_folio(e) else {
+                        continue; // the huge zero page
+                    };
+                    if !mem.test(head, PageFlag::Anon) || mem.folio_mapcount(head) != 1 {
+                        continue; // `folio_maybe_mapped_shared`
+                    }
+                    if !step.whole() {
+                        splits.push((head, step.haddr(), 1 << mem.order(head)));
+                        continue;
+                    }
+                    let mut pmdl = PmdLock::lock(pt, self.c(), step.table);
+                    pmdl.replace(step.idx, pt.arch.mkclean(pt.arch.mkold(e)));
+                    drop(pmdl);
+                    self.folio_mark_lazyfree(head);
+                    continue;
+                }
+                PmdKind::Table(table) => table,
             };
             let mut ptes = PteLock::lock(pt, self.c(), table);
             let (i0, i1) = step.pte_indexes();
@@ -331,9 +371,15 @@ impl<'m> Cpu<'m> {
                 let nr = 1u64 << mem.order(head);
                 let folio_start = a - (pfn - head) * 4096;
                 let eligible = if nr > 1 {
-                    folio_start >= start.max(vma.start)
-                        && folio_start + nr * 4096 <= end
-                        && mem.folio_mapcount(head) == nr as i32
+                    let covered =
+                        folio_start >= start.max(vma.start) && folio_start + nr * 4096 <= end;
+                    if !covered {
+                        if splits.last().is_none_or(|s| s.0 != head) {
+                            splits.push((head, folio_start, nr));
+                        }
+                        continue;
+                    }
+                    mem.folio_mapcount(head) == nr as i32
                 } else {
                     !mem.test(head, PageFlag::Dirty) || mem.mapcount(head) == 1
                 };
@@ -343,38 +389,80 @@ impl<'m> Cpu<'m> {
                 }
             }
         }
-        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+        splits
     }
 
-    /// `MADV_PAGEOUT` of private anonymous memory with no swap device
-    /// (`madvise_cold_or_pageout_pte_range`, then `shrink_folio_list`). Only folios on the LRU
-    /// that this mapping alone maps, wholly, are isolated. A swap-backed folio cannot be
-    /// written out and goes back on the active list (checked on 6.18: `active lru
-    /// swapbacked`, Rss unchanged). A lazily freed (MADV_FREE, not swap-backed) folio needs
-    /// no swap: `try_to_unmap_one` discards it when it is still clean and nothing else holds
-    /// it, and when it was written again (a dirty entry or PG_dirty) it is remapped, made
-    /// dirty and swap-backed again, and activated. Large folios the range covers in part are
-    /// not split here (see the audit's D10).
-    fn madvise_pageout_noswap(
+    /// `MADV_COLD` and `MADV_PAGEOUT` of private anonymous memory
+    /// (`madvise_cold_or_pageout_pte_range`): only folios on the LRU that this mapping alone
+    /// maps, wholly, are handled; a large folio the range covers in part is split first
+    /// ([`Cpu::split_anon_folio`]) and its pages in the range handled as small folios. COLD
+    /// clears PG_referenced and deactivates. PAGEOUT, with no swap device, reclaims as
+    /// `shrink_folio_list` does: a swap-backed folio cannot be written out and goes back on
+    /// the active list (checked on 6.18: `active lru swapbacked`, Rss unchanged); a lazily
+    /// freed (MADV_FREE, not swap-backed) folio needs no swap: `try_to_unmap_one` discards it
+    /// when it is still clean and nothing else holds it, and when it was written again (a
+    /// dirty entry or PG_dirty) it is remapped, made dirty and swap-backed again, and
+    /// activated.
+    fn madvise_cold_or_pageout_anon(
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
         start: u64,
         end: u64,
+        advice: Advice,
     ) {
+        self.lru_add_drain();
+        let (folios, splits) = self.anon_folios_in(mm, start, end);
+        let mut todo = vec![folios];
+        for (head, first, nr) in splits {
+            if self.split_anon_folio(mm, vma, head, first) {
+                let (s, e) = (first.max(start), (first + nr * 4096).min(end));
+                todo.push(self.anon_folios_in(mm, s, e).0);
+            }
+        }
+        let mut discard = Vec::new();
+        for (head, addr, dirty) in todo.into_iter().flatten() {
+            match advice {
+                Advice::PageOut => {
+                    if self.anon_pageout_folio(head, dirty) {
+                        let nr = 1u64 << self.m.phys.memmap.order(head);
+                        discard.push((addr, addr + nr * 4096));
+                    }
+                }
+                _ => self.anon_deactivate(head),
+            }
+        }
+        if !discard.is_empty() {
+            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+            for (s, e) in discard {
+                self.zap_vma_range(&mut tlb, mm, vma, s, e);
+            }
+            tlb.finish();
+        }
+    }
+
+    /// The anonymous folios of `[start, end)` that this mapping alone maps wholly and that are
+    /// on the LRU, as (head, first address, any entry dirty), and the large ones it covers in
+    /// part and maps alone, to split, as (head, first address, pages).
+    #[allow(clippy::type_complexity)]
+    fn anon_folios_in(
+        &self,
+        mm: &crate::mm::Mm,
+        start: u64,
+        end: u64,
+    ) -> (Vec<(u64, u64, bool)>, Vec<(u64, u64, u64)>) {
         use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        self.lru_add_drain();
-        // (head, first address, pages seen in the range, any entry dirty)
-        let mut folios: Vec<(u64, u64, u64, bool)> = Vec::new();
+        let mem = &self.m.phys.memmap;
+        // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
+        let mut seen: Vec<(u64, u64, u64, bool, bool)> = Vec::new();
         for step in pt.pmd_walk(start, end) {
             match step.kind {
                 PmdKind::Huge(e) => {
                     if let Some(head) = pt.vm_normal_folio(e) {
-                        folios.push((head, step.start, 512, pt.arch.dirty(e)));
+                        let n = if step.whole() { 512 } else { 0 };
+                        seen.push((head, step.haddr(), n, pt.arch.dirty(e), true));
                     }
                 }
                 PmdKind::Table(table) => {
@@ -389,54 +477,76 @@ impl<'m> Cpu<'m> {
                             continue;
                         };
                         let dirty = pt.arch.dirty(e);
-                        match folios.last_mut() {
+                        match seen.last_mut() {
                             Some(f) if f.0 == head => {
                                 f.2 += 1;
                                 f.3 |= dirty;
                             }
-                            _ => folios.push((head, step.start + (i - i0) as u64 * 4096, 1, dirty)),
+                            _ => {
+                                let a = step.start + (i - i0) as u64 * 4096;
+                                let first = a - (pt.arch.pfn(e) - head) * 4096;
+                                seen.push((head, first, 1, dirty, false));
+                            }
                         }
                     }
                 }
             }
         }
-        let mut discard = Vec::new();
-        for (head, addr, seen, dirty) in folios {
+        let (mut whole, mut split) = (Vec::new(), Vec::new());
+        for (head, first, n, dirty, pmd) in seen {
+            if !mem.test(head, PageFlag::Anon) || !mem.test(head, PageFlag::Lru) {
+                continue;
+            }
             let nr = 1u64 << mem.order(head);
-            if !mem.test(head, PageFlag::Anon)
-                || !mem.test(head, PageFlag::Lru)
-                || mem.folio_mapcount(head) != nr as i32
-                || seen != nr
-            {
-                continue;
+            // A PMD mapping counts once in the folio's mapcount, each PTE once.
+            let own = if pmd { 1 } else { nr as i32 };
+            if mem.folio_mapcount(head) != own {
+                continue; // mapped elsewhere too: `folio_maybe_mapped_shared`
             }
-            if !mem.test(head, PageFlag::SwapBacked) {
-                let clean = !dirty && !mem.test(head, PageFlag::Dirty);
-                if clean && mem.refcount(head) == mem.folio_mapcount(head) {
-                    discard.push((addr, addr + nr * 4096));
-                    continue;
-                }
-                if !clean {
-                    mem.set(head, PageFlag::Dirty);
-                }
-                self.lru_relist(head, |_| mem.set(head, PageFlag::SwapBacked));
+            if n == nr {
+                whole.push((head, first, dirty));
+            } else if nr > 1 {
+                split.push((head, first, nr));
             }
-            if mem.test(head, PageFlag::Active) {
-                continue;
+        }
+        (whole, split)
+    }
+
+    /// COLD of one folio: PG_referenced cleared, moved to the inactive list
+    /// (`folio_deactivate`).
+    fn anon_deactivate(&self, head: u64) {
+        use crate::phys::PageFlag;
+        let mem = &self.m.phys.memmap;
+        mem.clear(head, PageFlag::Referenced);
+        if mem.test(head, PageFlag::Active) {
+            self.lru_relist(head, |_| mem.clear(head, PageFlag::Active));
+        }
+    }
+
+    /// PAGEOUT of one folio without swap (see [`Cpu::madvise_cold_or_pageout_anon`]); returns
+    /// whether it is to be discarded.
+    fn anon_pageout_folio(&self, head: u64, dirty: bool) -> bool {
+        use crate::phys::PageFlag;
+        let mem = &self.m.phys.memmap;
+        mem.clear(head, PageFlag::Referenced);
+        if !mem.test(head, PageFlag::SwapBacked) {
+            let clean = !dirty && !mem.test(head, PageFlag::Dirty);
+            if clean && mem.refcount(head) == mem.folio_mapcount(head).max(1) {
+                return true;
             }
+            if !clean {
+                mem.set(head, PageFlag::Dirty);
+            }
+            self.lru_relist(head, |_| mem.set(head, PageFlag::SwapBacked));
+        }
+        if !mem.test(head, PageFlag::Active) {
             self.lru_relist(head, |on_lru| {
                 if on_lru {
                     mem.set(head, PageFlag::Active);
                 }
             });
         }
-        if !discard.is_empty() {
-            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-            for (s, e) in discard {
-                self.zap_vma_range(&mut tlb, mm, vma, s, e);
-            }
-            tlb.finish();
-        }
+        false
     }
 
     fn folio_mark_lazyfree(&self, head: u64) {
