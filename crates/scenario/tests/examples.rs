@@ -50,7 +50,7 @@ fn failed_expectation_exits_1_and_unimplemented_exits_2() {
     );
     let s = scenario::parse(
         "t.scn",
-        "p0 = spawn\na = p0 mmap 2M rw shared anon\np0 madvise a 2M collapse\n",
+        "g = file 2M disk\np0 = spawn\na = p0 mmap 2M r shared file g\np0 madvise a 2M collapse\n",
     )
     .expect("parses");
     assert_eq!(run(&s, &RunOptions::default()).exit_code(), 2);

@@ -1,4 +1,4 @@
-//! `MADV_COLLAPSE` of private anonymous memory: PTE-mapped pages become one PMD-mapped THP.
+//! `MADV_COLLAPSE`: PTE-mapped pages (or a range of a shmem file) become one PMD-mapped THP.
 //!
 //! Linux counterpart: `mm/khugepaged.c` (`madvise_collapse`, `hpage_collapse_scan_pmd`,
 //! `collapse_huge_page`, `__collapse_huge_page_copy`, `madvise_collapse_errno`). For each
@@ -21,13 +21,23 @@
 //! only ever read has none, and fails `EINVAL`). All of this was probed on 6.18 (see the
 //! `anon-madv-collapse*.scn` oracle files).
 //!
-//! Deliberate differences: no khugepaged daemon (nothing collapses on its own); file and shmem
-//! collapse (`collapse_file`) are not modelled: the scenario layer reports them as not
-//! implemented rather than guessing; the whole collapse runs under the mmap write lock the
-//! caller holds (Linux drops to the read lock for the scan and allocation, which no scenario
-//! can observe).
+//! Shared memory (tmpfs files, shared anonymous memory, and private mappings of them) goes
+//! through `collapse_file` instead ([`Cpu::collapse_shmem`]): the 512 file pages of the block
+//! (holes included, even past the end of the file) are copied into a new PMD-sized page-cache
+//! folio that replaces them; every mapping of the old pages, in every process, is unmapped;
+//! `retract_page_tables` frees the emptied PTE tables of mappings without anonymous pages,
+//! so later faults map the new folio with a PMD; and the caller's block is mapped by a PMD at
+//! once (`collapse_pte_mapped_thp`). A tmpfs mounted huge=never still collapses (only
+//! `deny` forbids). All probed on 6.18 (`files-selftest-khugepaged-collapse-shmem.scn`).
+//!
+//! Deliberate differences: no khugepaged daemon (nothing collapses on its own); disk files
+//! (`CONFIG_READ_ONLY_THP_FOR_FS`, large-folio file systems) are not collapsed: the scenario
+//! layer reports them as not implemented rather than guessing; the anonymous collapse runs
+//! under the mmap write lock the caller holds (Linux drops to the read lock for the scan and
+//! allocation, which no scenario can observe).
 
 use crate::errno::{Errno, SysResult};
+use crate::filemap::Inode;
 use crate::machine::Cpu;
 use crate::mm::{Mm, RssKind};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
@@ -37,6 +47,20 @@ use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::{VmFlags, Vma};
+use crate::zap::{GatherScope, MmuGather, ZapDetails};
+
+/// `thp_vma_allowable_order(…, TVA_FORCED_COLLAPSE, PMD_ORDER)`: not VM_NOHUGEPAGE, and the
+/// VMA holds a PMD-aligned 2 MiB block at its end (for a file, at an address congruent with
+/// its file offset). The sysfs `enabled` policy does not matter to MADV_COLLAPSE.
+fn collapse_allowed(vma: &Vma) -> bool {
+    if vma.flags.has(VmFlags::NOHUGEPAGE) || vma.end - vma.start < PMD_SIZE {
+        return false;
+    }
+    let haddr = (vma.end - PMD_SIZE) & !(PMD_SIZE - 1);
+    let congruent =
+        vma.file.is_none() || ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(512);
+    haddr >= vma.start && congruent
+}
 
 /// What the scan or the collapse of one block came to (`enum scan_result`, the cases that
 /// matter here).
@@ -85,6 +109,203 @@ impl<'m> Cpu<'m> {
             haddr += PMD_SIZE;
         }
         last_fail.map_or(Ok(()), Err)
+    }
+
+    /// The blocks of `[start, end)` that MADV_COLLAPSE of shared memory works on, as (address,
+    /// file index); `EINVAL` if the VMA cannot have a PMD-sized folio at all. The collapse
+    /// itself ([`Cpu::collapse_shmem`]) runs once the mmap lock is dropped.
+    pub(crate) fn shmem_collapse_blocks(
+        &self,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+    ) -> SysResult<Vec<(u64, u64)>> {
+        if !collapse_allowed(vma) || !vma.file.as_ref().is_some_and(|f| f.kind.is_shmem()) {
+            return Err(Errno::EINVAL);
+        }
+        let hstart = start.next_multiple_of(PMD_SIZE);
+        let hend = end & !(PMD_SIZE - 1);
+        Ok((hstart..hend)
+            .step_by(PMD_SIZE as usize)
+            .map(|a| (a, vma.pgoff_at(a)))
+            .collect())
+    }
+
+    /// `collapse_file` of the shmem block at file index `idx` (a multiple of 512), then
+    /// `collapse_pte_mapped_thp` for the caller's mapping of it at `haddr`.
+    ///
+    /// # Context
+    /// No mmap lock held (the old pages are unmapped from every process).
+    ///
+    /// # Errors
+    /// `EAGAIN` (a page is pinned or otherwise held), `ENOMEM` (no folio).
+    pub(crate) fn collapse_shmem(
+        &self,
+        mm: &Mm,
+        inode: &Inode,
+        haddr: u64,
+        idx: u64,
+    ) -> SysResult<()> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let mem = &phys.memmap;
+        let nr = 1u64 << HPAGE_PMD_ORDER;
+        let huge = |cache: &crate::filemap::xarray::XArray| {
+            cache
+                .get(idx)
+                .is_some_and(|p| mem.order(mem.folio_of(p)) == HPAGE_PMD_ORDER)
+        };
+        self.lru_add_drain_all();
+        if !huge(&inode.pages.lock()) {
+            // `hpage_collapse_scan_file`'s `is_refcount_suitable`: the cache's references and
+            // one per mapping, nothing more (a pin makes it EAGAIN before anything changes).
+            let held = {
+                let cache = inode.pages.lock();
+                let mut heads: Vec<u64> = cache
+                    .range(idx..idx + nr)
+                    .map(|(_, p)| mem.folio_of(p))
+                    .collect();
+                heads.dedup();
+                heads
+                    .into_iter()
+                    .any(|h| mem.refcount(h) != (1 << mem.order(h)) + mem.folio_mapcount(h))
+            };
+            if held {
+                return Err(Errno::EAGAIN);
+            }
+            // Every mapping of the old pages goes first, in every process.
+            self.unmap_mapping_range(inode, idx, idx + nr, ZapDetails::FilePagesOnly);
+            self.lru_add_drain_all();
+            let mut cache = inode.pages.lock();
+            let old: Vec<(u64, u64)> = cache.range(idx..idx + nr).collect();
+            // Only the page cache may hold the old folios now (`SCAN_PAGE_COUNT`).
+            let mut heads: Vec<u64> = old.iter().map(|&(_, p)| mem.folio_of(p)).collect();
+            heads.dedup();
+            if heads
+                .iter()
+                .any(|&h| mem.refcount(h) != 1 << mem.order(h) || mem.test(h, PageFlag::Mlocked))
+            {
+                return Err(Errno::EAGAIN);
+            }
+            let new = phys
+                .alloc_folio(
+                    c,
+                    HPAGE_PMD_ORDER,
+                    self.id % phys.nr_nodes().max(1),
+                    FolioKind::Shmem,
+                    Zeroing::Zero,
+                )
+                .ok_or(Errno::ENOMEM)?;
+            for &(i, p) in &old {
+                phys.arena.copy_frame(new + (i - idx), p);
+            }
+            for &(i, _) in &old {
+                cache.remove(i);
+            }
+            for &(_, p) in &old {
+                self.delete_from_page_cache(p);
+            }
+            crate::rmap::folio_ref_add(phys, c, new, nr as i32 - 1);
+            mem.set_mapping(new, inode.id);
+            mem.set_index(new, idx);
+            mem.set(new, PageFlag::Uptodate);
+            mem.set(new, PageFlag::Dirty);
+            for i in 0..nr {
+                cache.insert(idx + i, new + i);
+            }
+            drop(cache);
+            c.add(Ev::PageCacheAdd, 1);
+            self.folio_add_lru(new);
+            c.add(Ev::ThpCollapseAlloc, 1);
+            self.retract_page_tables(inode, idx);
+        }
+        self.collapse_pte_mapped_thp(mm, inode, haddr, idx);
+        Ok(())
+    }
+
+    /// `collapse_pte_mapped_thp(install_pmd)`: the caller's mapping of the block is mapped
+    /// by a PMD now, where its VMA covers the block and its PMD slot is empty (retracted, or
+    /// never populated); unlike a fault, no end-of-file test (measured on 6.18: a 1 MiB file
+    /// collapsed through a 2 MiB mapping is PMD-mapped whole).
+    fn collapse_pte_mapped_thp(&self, mm: &Mm, inode: &Inode, haddr: u64, idx: u64) {
+        let c = self.c();
+        let phys = &self.m.phys;
+        c.add(Ev::LockMmap, 1);
+        let st = mm.lock.read_recursive();
+        let Some(id) = st.vmas.find(haddr) else {
+            return;
+        };
+        let vma = st.vmas.get(id);
+        let same_file = vma
+            .file
+            .as_ref()
+            .is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), inode));
+        if !same_file || haddr + PMD_SIZE > vma.end || vma.pgoff_at(haddr) != idx {
+            return;
+        }
+        let Some(page) = inode.pages.lock().get(idx) else {
+            return;
+        };
+        let head = phys.memmap.folio_of(page);
+        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
+            return;
+        }
+        let pt = self.tables(mm);
+        let Ok(pmd_t) = pt.alloc_pmd_table(c, &mm.page_table_lock, haddr) else {
+            return;
+        };
+        let pmd_idx = ((haddr >> 21) & 511) as usize;
+        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        if pmdl.get(pmd_idx) != 0 {
+            return;
+        }
+        rmap::folio_ref_add(phys, c, head, 1);
+        rmap::add_file_pmd(phys, c, head, mm.id);
+        self.mlock_vma_folio(head, vma);
+        pmdl.install(pmd_idx, pt.arch.mk_pte(head, vma.page_prot(), true));
+        drop(pmdl);
+        mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
+    }
+
+    /// `retract_page_tables`: in every process, a mapping of the block at file index `idx`
+    /// that covers its aligned 2 MiB and has no anonymous pages (no anon_vma) loses its now
+    /// empty PTE table, so that its next fault maps the new folio with a PMD.
+    fn retract_page_tables(&self, inode: &Inode, idx: u64) {
+        let c = self.c();
+        for task in self.m.tasks() {
+            let mm = &task.mm;
+            c.add(Ev::LockMmap, 1);
+            let st = mm.lock.read_recursive();
+            let pt = self.tables(mm);
+            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
+            for id in st.vmas.all() {
+                let vma = st.vmas.get(id);
+                if !vma
+                    .file
+                    .as_ref()
+                    .is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), inode))
+                    || vma.anon_vma() != 0
+                    || idx < vma.pgoff
+                {
+                    continue;
+                }
+                let addr = vma.start + (idx - vma.pgoff) * 4096;
+                if !addr.is_multiple_of(PMD_SIZE) || addr + PMD_SIZE > vma.end {
+                    continue;
+                }
+                let Some(step) = pt.pmd_walk(addr, addr + PMD_SIZE).next() else {
+                    continue;
+                };
+                if let PmdKind::Table(table) = step.kind {
+                    if self.m.phys.memmap.pt_entries(table) == 0 {
+                        pt.unlink_table(c, &mm.page_table_lock, step.table, step.idx);
+                        tlb.add_range(addr, addr + PMD_SIZE);
+                        tlb.remove_table(table);
+                    }
+                }
+            }
+            tlb.finish();
+        }
     }
 
     /// Scans the block at `haddr` and collapses it (`hpage_collapse_scan_pmd`, then

@@ -1195,7 +1195,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `filemap_remove_folio` + the cache's `folio_put` for a page already out of the index.
-    fn delete_from_page_cache(&self, p: u64) {
+    pub(crate) fn delete_from_page_cache(&self, p: u64) {
         let mem = &self.m.phys.memmap;
         let head = mem.folio_of(p);
         if head == p {

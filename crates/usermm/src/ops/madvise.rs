@@ -71,6 +71,8 @@ enum Deferred {
     Punch(std::sync::Arc<crate::filemap::Inode>, u64, u64),
     /// COLD/PAGEOUT of part of a large page-cache folio: `split_folio` (file, head).
     Split(std::sync::Arc<crate::filemap::Inode>, u64),
+    /// MADV_COLLAPSE of a shmem block: `collapse_file` (file, address, file index).
+    Collapse(std::sync::Arc<crate::filemap::Inode>, u64, u64),
 }
 
 impl<'m> Cpu<'m> {
@@ -98,7 +100,7 @@ impl<'m> Cpu<'m> {
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
         let mut removes = Vec::new();
-        let res = self.madvise_walk(&task.mm, &mut st, addr, end, advice, &mut removes);
+        let mut res = self.madvise_walk(&task.mm, &mut st, addr, end, advice, &mut removes);
         drop(st);
         for d in removes {
             match d {
@@ -106,6 +108,11 @@ impl<'m> Cpu<'m> {
                     self.punch_hole(&inode, offset, offset + len)
                 }
                 Deferred::Split(inode, head) => self.split_folio_to_order0(&inode, head),
+                Deferred::Collapse(inode, haddr, idx) => {
+                    if let Err(e) = self.collapse_shmem(&task.mm, &inode, haddr, idx) {
+                        res = res.and(Err(e));
+                    }
+                }
             }
         }
         res
@@ -184,7 +191,15 @@ impl<'m> Cpu<'m> {
                 return Ok(());
             }
             Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
-            Advice::Collapse => return self.madvise_collapse(mm, vma, start, end),
+            Advice::Collapse => {
+                let Some(file) = vma.file.as_ref() else {
+                    return self.madvise_collapse(mm, vma, start, end);
+                };
+                for (haddr, idx) in self.shmem_collapse_blocks(vma, start, end)? {
+                    removes.push(Deferred::Collapse(file.clone(), haddr, idx));
+                }
+                return Ok(());
+            }
             Advice::Cold | Advice::PageOut => {
                 if vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EINVAL);
