@@ -139,15 +139,15 @@ impl<'m> Cpu<'m> {
         Some(leaf.pfn)
     }
 
-    /// GUP with FOLL_TOUCH (`follow_page_pte`), as the populate paths use it
+    /// GUP's slow path with FOLL_TOUCH (`follow_page_pte`), as the populate paths use it
     /// (`populate_vma_page_range` for mlock and MAP_POPULATE, `faultin_page_range` for
-    /// MADV_POPULATE_*): the page is taken like [`Cpu::gup_page`] takes it, then its folio is
-    /// marked accessed and, for a write through an entry that is not dirty, dirty (a PTE's:
-    /// `follow_huge_pmd` only makes the PMD young). Unlike an
-    /// access by the MMU model, the entry's accessed and dirty bits stay as they are and no
-    /// TLB entry is filled. The shared zero pages are left alone: their flags are machine-wide
-    /// state on Linux, touched by every process (measured on 6.18: the host's zero page reads
-    /// `referenced` before a scenario starts).
+    /// MADV_POPULATE_*) and a pin past its fast part: a present entry that permits `access`
+    /// gives its page, anything else is faulted in first; then the folio of a PTE-mapped
+    /// page is marked accessed and, for a write through an entry that is not dirty, dirty
+    /// (`follow_huge_pmd` only makes a PMD young). Unlike an access by the MMU model, the
+    /// entry's accessed and dirty bits stay as they are and no TLB entry is filled. The shared
+    /// zero pages are left alone: their flags are machine-wide state on Linux, touched by every
+    /// process (measured on 6.18: the host's zero page's `referenced` flips between runs).
     pub(crate) fn gup_touch_page(
         &self,
         mm: &Mm,

@@ -19,10 +19,10 @@
 //! The VMA must allow a THP (not `VM_NOHUGEPAGE`; the sysfs `enabled` knobs do not matter for
 //! MADV_COLLAPSE) and have an anon_vma (`hugepage_vma_revalidate`'s `SCAN_PAGE_ANON`: a range
 //! only ever read has none, and fails `EINVAL`). All of this was probed on 6.18 (see the
-//! `anon-madv-collapse*.scn` oracle files).
+//! `anon-selftest-khugepaged-*.scn` oracle files).
 //!
 //! Shared memory (tmpfs files, shared anonymous memory, and private mappings of them) goes
-//! through `collapse_file` instead ([`Cpu::collapse_shmem`]): the 512 file pages of the block
+//! through `collapse_file` instead (`Cpu::collapse_shmem`): the 512 file pages of the block
 //! (holes included, even past the end of the file) are copied into a new PMD-sized page-cache
 //! folio that replaces them; every mapping of the old pages, in every process, is unmapped;
 //! `retract_page_tables` frees the emptied PTE tables of mappings without anonymous pages,
@@ -120,7 +120,8 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
     ) -> SysResult<Vec<(u64, u64)>> {
-        if !collapse_allowed(vma) || !vma.file.as_ref().is_some_and(|f| f.kind.is_shmem()) {
+        let deny = self.m.tunables().shmem.top == crate::tunables::ShmemHuge::Deny;
+        if deny || !collapse_allowed(vma) || !vma.file.as_ref().is_some_and(|f| f.kind.is_shmem()) {
             return Err(Errno::EINVAL);
         }
         let hstart = start.next_multiple_of(PMD_SIZE);

@@ -60,7 +60,7 @@ pub enum Advice {
     PopulateRead,
     /// `MADV_POPULATE_WRITE`.
     PopulateWrite,
-    /// `MADV_COLLAPSE`: make PMD-mapped THPs of the range now (private anonymous memory;
+    /// `MADV_COLLAPSE`: make PMD-mapped THPs of the range now (anonymous and shmem memory;
     /// see `khugepaged`).
     Collapse,
 }
