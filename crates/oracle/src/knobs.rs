@@ -608,14 +608,19 @@ impl ThpKnobs {
     /// `hugepages-<N>kB/shmem_enabled` (restored like the THP knobs: they are among the
     /// knobs saved and journaled before any change).
     pub fn apply_shmem(&self, settings: &[ShmemSetting]) -> Result<(), HostError> {
-        for s in settings {
-            match s {
-                ShmemSetting::Top(t) => self.write(Path::new("shmem_enabled"), t.as_str())?,
-                ShmemSetting::Size { size, policy } => {
-                    let rel = format!("hugepages-{}kB/shmem_enabled", size.bytes() / 1024);
-                    self.write(Path::new(&rel), policy.as_str())?
-                }
+        let write = |s: &ShmemSetting| match s {
+            ShmemSetting::Top(t) => self.write(Path::new("shmem_enabled"), t.as_str()),
+            ShmemSetting::Size { size, policy } => {
+                let rel = format!("hugepages-{}kB/shmem_enabled", size.bytes() / 1024);
+                self.write(Path::new(&rel), policy.as_str())
             }
+        };
+        // The kernel checks each write against the other knobs (`top=force` needs 2M to
+        // inherit first), so a setting refused in the written order is tried once more after
+        // the rest: `set shmem top=force 2M=inherit` works whatever 2M was before.
+        let refused: Vec<&ShmemSetting> = settings.iter().filter(|s| write(s).is_err()).collect();
+        for s in refused {
+            write(s)?;
         }
         Ok(())
     }

@@ -319,6 +319,26 @@ impl Backend for EngineBackend {
     }
 
     fn set_shmem(&mut self, settings: &[ShmemSetting]) -> Res<()> {
+        // The knobs as they would be afterwards, checked as Linux's `shmem_enabled_store`
+        // checks them: `force` only while exactly the PMD size inherits (measured: `2M=never`
+        // then `top=force` is EINVAL on 6.18; the oracle's host side gives up the same way).
+        let mut after = usermm::Tunables::default();
+        match &self.machine {
+            Some(m) => after.shmem = m.tunables().shmem.clone(),
+            None => self.shmem.iter().for_each(|s| apply_shmem(&mut after, s)),
+        }
+        settings.iter().for_each(|s| apply_shmem(&mut after, s));
+        let inherit: Vec<usize> = (0..after.shmem.per_order.len())
+            .filter(|&o| after.shmem.per_order[o] == usermm::ShmemHuge::Inherit)
+            .collect();
+        if after.shmem.top == usermm::ShmemHuge::Force
+            && inherit != [usermm::tunables::PMD_ORDER as usize]
+        {
+            return Err(Fail::Unsupported(
+                "shmem_enabled: Invalid argument (`force` needs exactly the 2M size to inherit)"
+                    .into(),
+            ));
+        }
         match &self.machine {
             Some(m) => m.update_tunables(|t| settings.iter().for_each(|s| apply_shmem(t, s))),
             None => self.shmem.extend_from_slice(settings),

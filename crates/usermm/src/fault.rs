@@ -431,7 +431,7 @@ impl<'m> Cpu<'m> {
             let in_file = vma
                 .file
                 .as_ref()
-                .is_some_and(|f| f.within_eof(phys.memmap.index(head), folio_pages as u64));
+                .is_some_and(|f| f.may_map_whole(phys.memmap.index(head), folio_pages as u64));
             let fits = vma_off >= in_folio
                 && vma_off + (folio_pages - in_folio) <= vma_pages
                 && idx >= in_folio
@@ -446,7 +446,7 @@ impl<'m> Cpu<'m> {
             }
         }
         rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
-        self.mlock_vma_folio(head, vma);
+        self.mlock_vma_file_folio(head, vma, nr as u64);
         let mut entry = arch.mk_pte(first_page, vma.page_prot(), false);
         if write {
             entry = arch.mkwrite(arch.mkdirty(entry));
@@ -479,10 +479,10 @@ impl<'m> Cpu<'m> {
         let cache = inode.pages.lock();
         let mut ptes = PteLock::lock(pt, c, vmf.table);
         let mut mapped_fault = false;
-        let mut map_page = |ptes: &mut PteLock<'_>, a: u64, pfn: u64| {
+        let mut map_page = |ptes: &mut PteLock<'_>, a: u64, pfn: u64| -> bool {
             let idx = index(a, 12);
             if ptes.peek_raw(idx) != 0 {
-                return;
+                return false;
             }
             let head = mem.folio_of(pfn);
             rmap::folio_ref_add(&self.m.phys, c, head, 1);
@@ -495,6 +495,7 @@ impl<'m> Cpu<'m> {
             } else {
                 c.add(Ev::FaultAroundPages, 1);
             }
+            true
         };
         // One ordered walk over the cached pages of the window (Linux: `next_uptodate_folio`
         // over the xarray), not a lookup per address: a sparse window costs one search.
@@ -515,16 +516,18 @@ impl<'m> Cpu<'m> {
             if nr > 1 {
                 let first = a - (pfn - head) * 4096;
                 let last = first + nr * 4096;
-                let in_file = inode.within_eof(mem.index(head), nr);
+                let in_file = inode.may_map_whole(mem.index(head), nr);
                 if first >= vma.start
                     && last <= vma.end
                     && first >= pmd_start
                     && last <= pmd_start + PMD_SIZE
                     && in_file
                 {
-                    for i in 0..nr {
-                        map_page(&mut ptes, first + i * 4096, head + i);
-                    }
+                    let mapped = (0..nr)
+                        .filter(|&i| map_page(&mut ptes, first + i * 4096, head + i))
+                        .count() as u64;
+                    // One rmap call covered the whole folio: it is mlocked in a locked VMA.
+                    self.mlock_vma_file_folio(head, vma, mapped);
                     whole_done = Some((first, last));
                     continue;
                 }
@@ -751,9 +754,9 @@ impl<'m> Cpu<'m> {
             Err(o) => return Some(o),
         };
         let head = phys.memmap.folio_of(page);
-        // A folio reaching past the end of file (truncated into) is never PMD-mapped.
-        let in_file = inode.within_eof(phys.memmap.index(head), 1 << HPAGE_PMD_ORDER);
-        if phys.memmap.order(head) != HPAGE_PMD_ORDER || !in_file {
+        // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
+        // the end-of-file rule (`Inode::may_map_whole`).
+        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
             // Mapped with PTEs by the normal path, which finds the page in the cache.
             phys.put_folio(c, head, 1);
             return None;
@@ -767,7 +770,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         rmap::add_file_pmd(phys, c, head, mm.id);
-        self.mlock_vma_folio(head, vma);
+        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
         let mut entry = arch.mk_pte(head, vma.page_prot(), true);
         if access == Access::Write {
             entry = arch.mkwrite(arch.mkdirty(entry));

@@ -16,7 +16,8 @@
 //!   mapped by a dirty PMD, writable if the VMA is (`maybe_pmd_mkwrite(pmd_mkdirty)`); RSS
 //!   becomes 512 pages. Old pages another process still maps (after fork) stay there.
 //!
-//! The VMA must allow a THP (not `VM_NOHUGEPAGE`; the sysfs `enabled` knobs do not matter for
+//! The VMA must allow a THP (not `VM_NOHUGEPAGE`, and hold a PMD-aligned 2 MiB block: else
+//! `EINVAL` before anything is done; the sysfs `enabled` knobs do not matter for
 //! MADV_COLLAPSE) and have an anon_vma (`hugepage_vma_revalidate`'s `SCAN_PAGE_ANON`: a range
 //! only ever read has none, and fails `EINVAL`). All of this was probed on 6.18 (see the
 //! `anon-selftest-khugepaged-*.scn` oracle files).
@@ -91,7 +92,7 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
     ) -> SysResult<()> {
-        if vma.flags.has(VmFlags::NOHUGEPAGE) || !vma.is_anon_private() {
+        if !collapse_allowed(vma) || !vma.is_anon_private() {
             return Err(Errno::EINVAL);
         }
         self.lru_add_drain_all();
@@ -262,7 +263,7 @@ impl<'m> Cpu<'m> {
         }
         rmap::folio_ref_add(phys, c, head, 1);
         rmap::add_file_pmd(phys, c, head, mm.id);
-        self.mlock_vma_folio(head, vma);
+        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
         pmdl.install(pmd_idx, pt.arch.mk_pte(head, vma.page_prot(), true));
         drop(pmdl);
         mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);

@@ -178,6 +178,16 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    /// `__folio_add_file_rmap`'s mlock (6.18): a page-cache folio newly mapped into a locked
+    /// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
+    /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
+    /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
+    pub fn mlock_vma_file_folio(&self, head: u64, vma: &Vma, nr: u64) {
+        if vma_locked(vma) && nr == 1u64 << self.m.phys.memmap.order(head) {
+            self.mlock_folio(head);
+        }
+    }
+
     /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
     ///
     /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.

@@ -230,10 +230,13 @@ impl Inode {
         self.size().div_ceil(PAGE_SIZE)
     }
 
-    /// Whether the `nr` pages from page index `index` (a folio) all lie before the end of
-    /// the file: only such a folio is mapped whole (a folio truncated into is not).
-    pub fn within_eof(&self, index: u64, nr: u64) -> bool {
-        index.saturating_add(nr) <= self.size_pages()
+    /// Whether a fault may map the folio of the `nr` pages from page index `index` whole:
+    /// when it lies before the end of the file (a folio truncated into is not, to keep
+    /// SIGBUS past EOF), or always on shmem, which 6.18 exempts (`finish_fault`'s and
+    /// `filemap_map_pages`' `shmem_mapping` exception; measured: a 64K tmpfs folio of a 20K
+    /// file maps all 64K and reads zeroes past EOF).
+    pub fn may_map_whole(&self, index: u64, nr: u64) -> bool {
+        self.kind.is_shmem() || index.saturating_add(nr) <= self.size_pages()
     }
 
     /// Adds a user (a VMA, or the scenario's open file).

@@ -118,6 +118,29 @@ impl<'m> Cpu<'m> {
         res
     }
 
+    /// `zap_pte_range` with `reclaim_pt` (MADV_DONTNEED; `CONFIG_PT_RECLAIM`, set on this
+    /// host's 6.18): a PTE table whose whole 2 MiB the range covers and that the zap left
+    /// empty is freed (`try_get_and_clear_pmd`, `free_pte`), so a later fault may map a PMD
+    /// there (measured: DONTNEED of a PTE-mapped 2M block, then a write fault, gives a THP).
+    fn reclaim_empty_pte_tables(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &crate::mm::Mm,
+        start: u64,
+        end: u64,
+    ) {
+        use crate::pgtable::cursor::PmdKind;
+        let pt = self.tables(mm);
+        for step in pt.pmd_walk(start, end) {
+            if let (true, PmdKind::Table(table)) = (step.whole(), step.kind) {
+                if self.m.phys.memmap.pt_entries(table) == 0 {
+                    pt.unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
+                    tlb.remove_table(table);
+                }
+            }
+        }
+    }
+
     /// `madvise_walk_vmas`: every VMA of `[addr, end)`, `ENOMEM` for holes.
     fn madvise_walk(
         &self,
@@ -171,18 +194,13 @@ impl<'m> Cpu<'m> {
         let vma = st.vmas.get(id);
         let f = vma.flags.0;
         let newflags = match advice {
-            Advice::DontNeed => {
-                if vma.flags.has(VmFlags::LOCKED) {
+            Advice::DontNeed | Advice::DontNeedLocked => {
+                if advice == Advice::DontNeed && vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EINVAL);
                 }
                 let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
                 self.zap_vma_range(&mut tlb, mm, vma, start, end);
-                tlb.finish();
-                return Ok(());
-            }
-            Advice::DontNeedLocked => {
-                let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-                self.zap_vma_range(&mut tlb, mm, vma, start, end);
+                self.reclaim_empty_pte_tables(&mut tlb, mm, start, end);
                 tlb.finish();
                 return Ok(());
             }
