@@ -301,20 +301,6 @@ impl Backend for EngineBackend {
 
     fn madvise(&mut self, p: ProcId, addr: u64, len: u64, a: Advice) -> Res<()> {
         let adv = advice(a);
-        if adv == usermm::Advice::Collapse {
-            // The engine collapses anonymous and shmem memory, not disk files
-            // (`usermm::khugepaged`).
-            let end = addr.saturating_add(len);
-            let disk = self
-                .vmas(p)?
-                .into_iter()
-                .any(|v| v.start < end && addr < v.end && v.kind == VmaKind::DiskFile);
-            if disk {
-                return Err(Fail::Unsupported(
-                    "madvise collapse of a disk file: not implemented yet".into(),
-                ));
-            }
-        }
         self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
     }
 

@@ -34,7 +34,7 @@ fn example_scenarios_pass_with_validation_after_every_step() {
 }
 
 #[test]
-fn failed_expectation_exits_1_and_unimplemented_exits_2() {
+fn failed_expectation_exits_1_and_a_refused_setting_exits_2() {
     let s = scenario::parse(
         "t.scn",
         "p0 = spawn\na = p0 mmap 4K rw private anon\nexpect p0 read a 4K pattern=0x01\n",
@@ -48,9 +48,10 @@ fn failed_expectation_exits_1_and_unimplemented_exits_2() {
         "{}",
         r.failures[0].message
     );
+    // A setting Linux refuses (`force` while 2M does not inherit) cannot run: exit 2.
     let s = scenario::parse(
         "t.scn",
-        "g = file 2M disk\np0 = spawn\na = p0 mmap 2M r shared file g\np0 madvise a 2M collapse\n",
+        "set shmem 2M=never\nset shmem top=force\np0 = spawn\n",
     )
     .expect("parses");
     assert_eq!(run(&s, &RunOptions::default()).exit_code(), 2);

@@ -31,9 +31,12 @@
 //! once (`collapse_pte_mapped_thp`). A tmpfs mounted huge=never still collapses (only
 //! `deny` forbids). All probed on 6.18 (`files-selftest-khugepaged-collapse-shmem.scn`).
 //!
-//! Deliberate differences: no khugepaged daemon (nothing collapses on its own); disk files
-//! (`CONFIG_READ_ONLY_THP_FOR_FS`, large-folio file systems) are not collapsed: the scenario
-//! layer reports them as not implemented rather than guessing; the anonymous collapse runs
+//! A disk file is `EINVAL`: `file_thp_enabled` wants a regular file that nobody has open for
+//! writing, and a scenario's files are open read-write (measured on 6.18 with an ext4 file).
+//!
+//! Deliberate differences: no khugepaged daemon (nothing collapses on its own); the
+//! read-only-file collapse (`CONFIG_READ_ONLY_THP_FOR_FS`) is not modelled, since no
+//! scenario can open a file read-only; the anonymous collapse runs
 //! under the mmap write lock the caller holds (Linux drops to the read lock for the scan and
 //! allocation, which no scenario can observe).
 
@@ -227,7 +230,7 @@ impl<'m> Cpu<'m> {
 
     /// `collapse_pte_mapped_thp(install_pmd)`: the caller's mapping of the block is mapped
     /// by a PMD now, where its VMA covers the block and its PMD slot is empty (retracted, or
-    /// never populated); unlike a fault, no end-of-file test (measured on 6.18: a 1 MiB file
+    /// never populated), past the end of the file too (measured on 6.18: a 1 MiB file
     /// collapsed through a 2 MiB mapping is PMD-mapped whole).
     fn collapse_pte_mapped_thp(&self, mm: &Mm, inode: &Inode, haddr: u64, idx: u64) {
         let c = self.c();

@@ -213,6 +213,12 @@ impl<'m> Cpu<'m> {
                 let Some(file) = vma.file.as_ref() else {
                     return self.madvise_collapse(mm, vma, start, end);
                 };
+                if !file.kind.is_shmem() {
+                    // `file_thp_enabled` wants a regular file nobody has open for writing;
+                    // a scenario's files are open read-write (measured on 6.18: EINVAL for
+                    // shared and private mappings of an ext4 file open O_RDWR).
+                    return Err(Errno::EINVAL);
+                }
                 for (haddr, idx) in self.shmem_collapse_blocks(vma, start, end)? {
                     removes.push(Deferred::Collapse(file.clone(), haddr, idx));
                 }
