@@ -528,8 +528,11 @@ fn step_both(
 /// kernel's choice among free ranges, which differ: the host process has mappings of its
 /// own).
 enum Placed {
-    /// The name bound; its address must be equal.
-    Absolute(Name),
+    /// The name bound and the address asked for on the engine and on the host: the result
+    /// must lie at the same offset from it (the same absolute address when the request is an
+    /// absolute address; a request relative to a name, such as the break, differs by as much
+    /// as that name does).
+    Absolute(Name, Option<u64>, Option<u64>),
     /// The name bound and the old address on the engine and on the host.
     Moved(Name, Option<u64>, Option<u64>),
     /// The name bound and the (page-rounded) hint on the engine and on the host.
@@ -557,9 +560,15 @@ impl Placed {
                     eng.resolve(a).map(|x| x & !4095),
                     host.resolve(a).map(|x| x & !4095),
                 )),
-                _ => Some(Placed::Absolute(name.clone())),
+                scenario::Placement::Fixed(a) | scenario::Placement::FixedNoreplace(a) => Some(
+                    Placed::Absolute(name.clone(), eng.resolve(a), host.resolve(a)),
+                ),
             },
-            scenario::Action::Mremap { fixed: Some(_), .. } => Some(Placed::Absolute(name.clone())),
+            scenario::Action::Mremap { fixed: Some(a), .. } => Some(Placed::Absolute(
+                name.clone(),
+                eng.resolve(a),
+                host.resolve(a),
+            )),
             scenario::Action::Mremap { addr, .. } => Some(Placed::Moved(
                 name.clone(),
                 eng.resolve(addr),
@@ -579,11 +588,11 @@ impl Placed {
             bindings.get(n).map(|b| b.addr)
         };
         match self {
-            Placed::Absolute(n) => {
+            Placed::Absolute(n, Some(er), Some(hr)) => {
                 let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
                     return;
                 };
-                if ea != ha {
+                if ea.wrapping_sub(er) != ha.wrapping_sub(hr) {
                     d.add(
                         None,
                         format!("address {}", n.as_str()),
@@ -620,7 +629,7 @@ impl Placed {
                     );
                 }
             }
-            Placed::Moved(..) | Placed::Hint(..) => {}
+            Placed::Absolute(..) | Placed::Moved(..) | Placed::Hint(..) => {}
         }
     }
 }

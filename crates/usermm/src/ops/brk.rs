@@ -81,7 +81,8 @@ impl<'m> Cpu<'m> {
             anon_vma: (0, 0),
             file: None,
         };
-        if merge::insert_new(&mut st.vmas, p).is_err() {
+        let heap = merge::MergeWith::HeapFrom(st.start_brk);
+        if merge::insert_new_with(&mut st.vmas, p, heap).is_err() {
             self.vm_unacct(len >> 12);
             return Ok(orig);
         }

@@ -193,6 +193,27 @@ impl<'m> Cpu<'m> {
         let accountable =
             args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
         if let AreaRequest::Fixed(_) = req {
+            if accountable {
+                // `__mmap_prepare` charges the new pages less those of the accounted VMAs it
+                // replaces before anything is unmapped; a failed charge leaves the old VMAs
+                // and their pages, only split at the range's edges (measured on 6.18: a
+                // failed 1024G MAP_FIXED over the tail of a VMA keeps its data).
+                let old: u64 = st
+                    .vmas
+                    .overlapping(addr, addr + len)
+                    .into_iter()
+                    .map(|id| st.vmas.get(id))
+                    .filter(|v| v.flags.has(VmFlags::ACCOUNT))
+                    .map(|v| (v.end.min(addr + len) - v.start.max(addr)) >> 12)
+                    .sum();
+                let new = (len >> 12).saturating_sub(old);
+                if let Err(e) = self.vm_enough_memory(new) {
+                    self.split_range_edges(st, addr, addr + len)?;
+                    return Err(e);
+                }
+                // Charged for real below, once the old VMAs' charge is given back.
+                self.vm_unacct(new);
+            }
             self.do_munmap(&task.mm, st, addr, addr + len)?;
         }
         if accountable {

@@ -73,9 +73,10 @@ impl<'m> Cpu<'m> {
             return Ok(());
         }
         let mut newflags = newflags;
-        let charged = if vma.is_anon_private()
-            && newflags.has(VmFlags::WRITE)
-            && !old.has(VmFlags::ACCOUNT | VmFlags::NORESERVE | VmFlags::SHARED)
+        // Any private mapping that becomes writable is charged, file-backed ones too
+        // (`mprotect_fixup`: not VM_ACCOUNT, VM_WRITE, VM_SHARED or VM_NORESERVE before).
+        let charged = if newflags.has(VmFlags::WRITE)
+            && !old.has(VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::NORESERVE | VmFlags::SHARED)
         {
             self.vm_enough_memory((end - start) >> 12)?;
             newflags = VmFlags(newflags.0 | VmFlags::ACCOUNT);

@@ -266,7 +266,10 @@ impl<'m> Cpu<'m> {
             end: new_end,
             flags,
             pgoff: vma.pgoff_at(old_end),
-            anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
+            // `vma_merge_extend` has no VMA it copies from: the fork-child test of
+            // `is_mergeable_anon_vma` never applies to the growing VMA's own anon_vma
+            // (measured: a forked, faulted VMA grown up to a fresh neighbour merges).
+            anon_vma: (vma.anon_vma(), 1),
             file: None,
         };
         let shmem = vma.file.clone();

@@ -43,9 +43,25 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
     ) -> SysResult<()> {
+        if self.split_range_edges(st, start, end)? {
+            self.unmap_and_release(mm, st, start, end)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The VMA splits at `start` and `end` that an unmap of `[start, end)` starts with
+    /// (`vms_gather_munmap_vmas`); false when nothing is mapped there. They stay when a later
+    /// step fails (`vms_abort_munmap_vmas` puts the gathered VMAs back, split).
+    pub(crate) fn split_range_edges(
+        &self,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+    ) -> SysResult<bool> {
         let vmas = st.vmas.overlapping(start, end);
         let Some(&first) = vmas.first() else {
-            return Ok(());
+            return Ok(false);
         };
         let max = self.m.tunables().max_map_count;
         let (fs, fe) = (st.vmas.get(first).start, st.vmas.get(first).end);
@@ -64,7 +80,7 @@ impl<'m> Cpu<'m> {
         if st.vmas.get(last).end > end && st.vmas.get(last).start < end {
             merge::split(&mut st.vmas, last, end, u64::MAX)?;
         }
-        self.unmap_and_release(mm, st, start, end)
+        Ok(true)
     }
 
     /// Zaps and releases the VMAs exactly covering `[start, end)` (already split at the edges).

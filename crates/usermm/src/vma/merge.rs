@@ -65,11 +65,10 @@ fn same_object(
 fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>) -> bool {
     match (left, right) {
         (Some(pv), Some(nx)) => {
-            let (a, b) = (set.get(pv), set.get(nx));
-            anon_compatible(
-                (a.anon_vma(), a.anon_vma_chain()),
-                (b.anon_vma(), b.anon_vma_chain()),
-            )
+            // `can_vma_merge_right`: each side already passed its own test against the
+            // proposal (fork children included); the two only need one anon_vma between them.
+            let (a, b) = (set.get(pv).anon_vma(), set.get(nx).anon_vma());
+            a == 0 || b == 0 || a == b
         }
         _ => false,
     }
@@ -228,12 +227,34 @@ pub fn modify_flags(
 /// # Context
 /// The range `[p.start, p.end)` must be empty in the tree.
 pub fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
+    insert_new_with(set, p, MergeWith::Neighbours)
+}
+
+/// Which neighbours a new range may merge with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeWith {
+    /// The previous and the next VMA (`vma_merge_new_range`).
+    Neighbours,
+    /// Only a previous VMA that starts at or above this address: `do_brk_flags` expands the
+    /// heap VMA that `vma_prev_limit(start_brk)` finds, never one below the heap's start, and
+    /// never merges with the next (`just_expand`).
+    HeapFrom(u64),
+}
+
+/// [`insert_new`] with a choice of neighbours.
+///
+/// # Context
+/// The range `[p.start, p.end)` must be empty in the tree.
+pub fn insert_new_with(set: &mut VmaSet, p: Proposal<'_>, with: MergeWith) -> SysResult<VmaId> {
     let prev = if p.start > 0 {
         set.find(p.start - 1)
     } else {
         None
     };
-    let next = set.find(p.end);
+    let (prev, next) = match with {
+        MergeWith::Neighbours => (prev, set.find(p.end)),
+        MergeWith::HeapFrom(start_brk) => (prev.filter(|&pv| set.get(pv).start >= start_brk), None),
+    };
     let left = prev.filter(|&pv| can_merge_after(set.get(pv), &p));
     let right = next.filter(|&nx| can_merge_before(&p, set.get(nx)));
     let both = neighbours_compatible(set, left, right);
