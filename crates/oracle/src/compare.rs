@@ -527,16 +527,24 @@ fn step_both(
 /// any other `mremap` must stay in place on both sides or move on both (where else is the
 /// kernel's choice among free ranges, which differ: the host process has mappings of its
 /// own).
-enum Placed {
-    /// The name bound and the address asked for on the engine and on the host: the result
-    /// must lie at the same offset from it (the same absolute address when the request is an
-    /// absolute address; a request relative to a name, such as the break, differs by as much
-    /// as that name does).
-    Absolute(Name, Option<u64>, Option<u64>),
-    /// The name bound and the old address on the engine and on the host.
-    Moved(Name, Option<u64>, Option<u64>),
-    /// The name bound and the (page-rounded) hint on the engine and on the host.
-    Hint(Name, Option<u64>, Option<u64>),
+struct Placed {
+    /// The name the statement binds.
+    name: Name,
+    /// The address the result is judged against, on the engine and on the host: the address
+    /// asked for (`fixed`, `noreplace`, MREMAP_FIXED, `hint`) or the old one (`mremap`).
+    reference: (Option<u64>, Option<u64>),
+    how: PlacedBy,
+}
+
+/// How a [`Placed`] result is compared with its reference address.
+#[derive(Clone, Copy, Debug)]
+enum PlacedBy {
+    /// At the same offset from it on both sides (the same absolute address when the request
+    /// is absolute; a request relative to a name such as the break differs by as much as the
+    /// name does).
+    Fixed,
+    /// At it on both sides or on neither; the words say which (at, elsewhere).
+    AtOrNot(&'static str, &'static str),
 }
 
 impl Placed {
@@ -552,30 +560,29 @@ impl Placed {
         else {
             return None;
         };
-        match action {
+        // A hint is taken page-rounded down (`round_hint_to_min`): the mask for each case.
+        let (at, how, mask) = match action {
             scenario::Action::Mmap { mmap, .. } => match &mmap.placement {
-                scenario::Placement::Anywhere => None,
-                scenario::Placement::Hint(a) => Some(Placed::Hint(
-                    name.clone(),
-                    eng.resolve(a).map(|x| x & !4095),
-                    host.resolve(a).map(|x| x & !4095),
-                )),
-                scenario::Placement::Fixed(a) | scenario::Placement::FixedNoreplace(a) => Some(
-                    Placed::Absolute(name.clone(), eng.resolve(a), host.resolve(a)),
-                ),
+                scenario::Placement::Anywhere => return None,
+                scenario::Placement::Hint(a) => {
+                    (a, PlacedBy::AtOrNot("at the hint", "elsewhere"), !4095)
+                }
+                scenario::Placement::Fixed(a) | scenario::Placement::FixedNoreplace(a) => {
+                    (a, PlacedBy::Fixed, u64::MAX)
+                }
             },
-            scenario::Action::Mremap { fixed: Some(a), .. } => Some(Placed::Absolute(
-                name.clone(),
-                eng.resolve(a),
-                host.resolve(a),
-            )),
-            scenario::Action::Mremap { addr, .. } => Some(Placed::Moved(
-                name.clone(),
-                eng.resolve(addr),
-                host.resolve(addr),
-            )),
-            _ => None,
-        }
+            scenario::Action::Mremap { fixed: Some(a), .. } => (a, PlacedBy::Fixed, u64::MAX),
+            scenario::Action::Mremap { addr, .. } => {
+                (addr, PlacedBy::AtOrNot("in place", "moved"), u64::MAX)
+            }
+            _ => return None,
+        };
+        let round = |x: u64| x & mask;
+        Some(Placed {
+            name: name.clone(),
+            reference: (eng.resolve(at).map(round), host.resolve(at).map(round)),
+            how,
+        })
     }
 
     fn compare(
@@ -584,53 +591,29 @@ impl Placed {
         host: &Runner<HostBackend<'_>>,
         d: &mut Diff<'_>,
     ) {
-        let at = |bindings: &std::collections::HashMap<Name, scenario::run::Binding>, n: &Name| {
-            bindings.get(n).map(|b| b.addr)
+        let (Some(ea), Some(ha), (Some(er), Some(hr))) = (
+            eng.bindings().get(&self.name).map(|b| b.addr),
+            host.bindings().get(&self.name).map(|b| b.addr),
+            self.reference,
+        ) else {
+            return;
         };
-        match self {
-            Placed::Absolute(n, Some(er), Some(hr)) => {
-                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
-                    return;
-                };
-                if ea.wrapping_sub(er) != ha.wrapping_sub(hr) {
-                    d.add(
-                        None,
-                        format!("address {}", n.as_str()),
-                        format!("{ea:#x}"),
-                        format!("{ha:#x}"),
-                    );
-                }
+        let (engine, host) = match self.how {
+            PlacedBy::Fixed if ea.wrapping_sub(er) != ha.wrapping_sub(hr) => {
+                (format!("{ea:#x}"), format!("{ha:#x}"))
             }
-            Placed::Moved(n, Some(eo), Some(ho)) => {
-                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
-                    return;
-                };
-                let word = |moved: bool| if moved { "moved" } else { "in place" }.to_string();
-                if (ea != eo) != (ha != ho) {
-                    d.add(
-                        None,
-                        format!("address {}", n.as_str()),
-                        word(ea != eo),
-                        word(ha != ho),
-                    );
-                }
+            PlacedBy::AtOrNot(at, not) if (ea == er) != (ha == hr) => {
+                let word = |yes: bool| if yes { at } else { not }.to_string();
+                (word(ea == er), word(ha == hr))
             }
-            Placed::Hint(n, Some(eh), Some(hh)) => {
-                let (Some(ea), Some(ha)) = (at(eng.bindings(), &n), at(host.bindings(), &n)) else {
-                    return;
-                };
-                let word = |at_hint: bool| if at_hint { "at the hint" } else { "elsewhere" };
-                if (ea == eh) != (ha == hh) {
-                    d.add(
-                        None,
-                        format!("address {}", n.as_str()),
-                        word(ea == eh).to_string(),
-                        word(ha == hh).to_string(),
-                    );
-                }
-            }
-            Placed::Absolute(..) | Placed::Moved(..) | Placed::Hint(..) => {}
-        }
+            _ => return,
+        };
+        d.add(
+            None,
+            format!("address {}", self.name.as_str()),
+            engine,
+            host,
+        );
     }
 }
 
@@ -923,33 +906,42 @@ fn compare_obs(
 }
 
 /// One compared property of a page.
-type PageField = (&'static str, Box<dyn Fn(&PageObs) -> Option<String>>);
+#[derive(Clone, Copy, Debug)]
+enum PageField {
+    Present,
+    Exclusive,
+    Order,
+    Flag(KpageFlag),
+}
 
-fn page_fields() -> Vec<PageField> {
-    let mut v: Vec<PageField> = vec![
-        (
-            "present",
-            Box::new(|o: &PageObs| Some(u8::from(o.present).to_string())),
-        ),
-        (
-            "exclusive",
-            Box::new(|o: &PageObs| Some(u8::from(o.exclusive).to_string())),
-        ),
-        (
-            "folio order",
-            Box::new(|o: &PageObs| o.order.map(|x| x.to_string())),
-        ),
-    ];
-    for f in COMPARED_FLAGS {
-        v.push((
-            f.as_str(),
-            Box::new(move |o: &PageObs| {
-                o.flags
-                    .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string())
-            }),
-        ));
+impl PageField {
+    fn name(self) -> &'static str {
+        match self {
+            PageField::Present => "present",
+            PageField::Exclusive => "exclusive",
+            PageField::Order => "folio order",
+            PageField::Flag(f) => f.as_str(),
+        }
     }
-    v
+
+    /// The field's value on page `o` (`None`: not observed there).
+    fn get(self, o: &PageObs) -> Option<String> {
+        match self {
+            PageField::Present => Some(u8::from(o.present).to_string()),
+            PageField::Exclusive => Some(u8::from(o.exclusive).to_string()),
+            PageField::Order => o.order.map(|x| x.to_string()),
+            PageField::Flag(f) => o
+                .flags
+                .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string()),
+        }
+    }
+}
+
+/// Every compared page field: pagemap's two bits, the folio order, [`COMPARED_FLAGS`].
+fn page_fields() -> impl Iterator<Item = PageField> {
+    [PageField::Present, PageField::Exclusive, PageField::Order]
+        .into_iter()
+        .chain(COMPARED_FLAGS.into_iter().map(PageField::Flag))
 }
 
 /// The pages either side shows, merged by index: `(index, engine, host)`, an unlisted page
@@ -996,7 +988,8 @@ fn compare_pages(
     let mut more = 0usize;
     let merged = merge_pages(ep, hp);
     let absent = PageObs::default();
-    for (name, get) in page_fields() {
+    for field in page_fields() {
+        let (name, get) = (field.name(), |o: &PageObs| field.get(o));
         // Pages absent on both sides agree on this field (a flushed run) if it is defined
         // for an absent page; otherwise they are skipped, as a page-by-page walk would.
         let absent_agrees = get(&absent).is_some();
@@ -1079,7 +1072,8 @@ mod tests {
     fn dense(ep: &[PageObs], hp: &[PageObs], d: &mut Diff<'_>) {
         let mut lines = 0usize;
         let mut more = 0usize;
-        for (name, get) in page_fields() {
+        for field in page_fields() {
+            let (name, get) = (field.name(), |o: &PageObs| field.get(o));
             let mut run: Option<(usize, usize, String, String)> = None;
             let mut flush = |run: &mut Option<(usize, usize, String, String)>, d: &mut Diff<'_>| {
                 if let Some((a, b, ev, hv)) = run.take() {

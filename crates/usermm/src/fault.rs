@@ -761,13 +761,32 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return None;
         }
+        if !self.do_set_pmd(mm, vma, pmd_t, pmd_idx, head, access) {
+            phys.put_folio(c, head, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        self.count_file_fault(&inode, lookup);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
+    /// of PMD table `pmd_t` (the mapping keeps a reference the caller took), writable and
+    /// dirty for a write; false, with nothing done, when the entry is no longer empty.
+    pub(crate) fn do_set_pmd(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        head: u64,
+        access: Access,
+    ) -> bool {
+        let (c, phys) = (self.c(), &self.m.phys);
         let pt = self.tables(mm);
         let arch = pt.arch;
         let mut pmdl = PmdLock::lock(pt, c, pmd_t);
         if pmdl.get(pmd_idx) != 0 {
-            drop(pmdl);
-            phys.put_folio(c, head, 1);
-            return Some(FaultOutcome::Completed);
+            return false;
         }
         rmap::add_file_pmd(phys, c, head, mm.id);
         self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
@@ -779,8 +798,7 @@ impl<'m> Cpu<'m> {
         pmdl.install(pmd_idx, entry);
         drop(pmdl);
         mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
-        self.count_file_fault(&inode, lookup);
-        Some(FaultOutcome::Completed)
+        true
     }
 
     /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).

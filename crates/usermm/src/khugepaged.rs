@@ -44,6 +44,7 @@ use crate::errno::{Errno, SysResult};
 use crate::filemap::Inode;
 use crate::machine::Cpu;
 use crate::mm::{Mm, RssKind};
+use crate::ops::file::file_range_in;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
 use crate::pgtable::PMD_SIZE;
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
@@ -56,6 +57,11 @@ use crate::zap::{GatherScope, MmuGather, ZapDetails};
 /// `thp_vma_allowable_order(…, TVA_FORCED_COLLAPSE, PMD_ORDER)`: not VM_NOHUGEPAGE, and the
 /// VMA holds a PMD-aligned 2 MiB block at its end (for a file, at an address congruent with
 /// its file offset). The sysfs `enabled` policy does not matter to MADV_COLLAPSE.
+/// The PMD-aligned 2 MiB blocks wholly inside `[start, end)`, by address.
+fn pmd_blocks(start: u64, end: u64) -> impl Iterator<Item = u64> {
+    (start.next_multiple_of(PMD_SIZE)..end & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize)
+}
+
 fn collapse_allowed(vma: &Vma) -> bool {
     if vma.flags.has(VmFlags::NOHUGEPAGE) || vma.end - vma.start < PMD_SIZE {
         return false;
@@ -99,18 +105,14 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EINVAL);
         }
         self.lru_add_drain_all();
-        let hstart = start.next_multiple_of(PMD_SIZE);
-        let hend = end & !(PMD_SIZE - 1);
         let mut last_fail = None;
-        let mut haddr = hstart;
-        while haddr < hend {
+        for haddr in pmd_blocks(start, end) {
             match self.collapse_block(mm, vma, haddr) {
                 Scan::Collapsed => {}
                 Scan::NoTable => last_fail = Some(Errno::EINVAL),
                 Scan::Busy => last_fail = Some(Errno::EAGAIN),
                 Scan::Fail(e) => return Err(e),
             }
-            haddr += PMD_SIZE;
         }
         last_fail.map_or(Ok(()), Err)
     }
@@ -128,10 +130,7 @@ impl<'m> Cpu<'m> {
         if deny || !collapse_allowed(vma) || !vma.file.as_ref().is_some_and(|f| f.kind.is_shmem()) {
             return Err(Errno::EINVAL);
         }
-        let hstart = start.next_multiple_of(PMD_SIZE);
-        let hend = end & !(PMD_SIZE - 1);
-        Ok((hstart..hend)
-            .step_by(PMD_SIZE as usize)
+        Ok(pmd_blocks(start, end)
             .map(|a| (a, vma.pgoff_at(a)))
             .collect())
     }
@@ -241,11 +240,7 @@ impl<'m> Cpu<'m> {
             return;
         };
         let vma = st.vmas.get(id);
-        let same_file = vma
-            .file
-            .as_ref()
-            .is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), inode));
-        if !same_file || haddr + PMD_SIZE > vma.end || vma.pgoff_at(haddr) != idx {
+        if file_range_in(vma, inode, idx, idx + 512) != Some((haddr, haddr + PMD_SIZE)) {
             return;
         }
         let Some(page) = inode.pages.lock().get(idx) else {
@@ -260,16 +255,10 @@ impl<'m> Cpu<'m> {
             return;
         };
         let pmd_idx = ((haddr >> 21) & 511) as usize;
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
-        if pmdl.get(pmd_idx) != 0 {
-            return;
-        }
         rmap::folio_ref_add(phys, c, head, 1);
-        rmap::add_file_pmd(phys, c, head, mm.id);
-        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
-        pmdl.install(pmd_idx, pt.arch.mk_pte(head, vma.page_prot(), true));
-        drop(pmdl);
-        mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
+        if !self.do_set_pmd(mm, vma, pmd_t, pmd_idx, head, crate::fault::Access::Read) {
+            phys.put_folio(c, head, 1);
+        }
     }
 
     /// `retract_page_tables`: in every process, a mapping of the block at file index `idx`
@@ -285,28 +274,14 @@ impl<'m> Cpu<'m> {
             let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
             for id in st.vmas.all() {
                 let vma = st.vmas.get(id);
-                if !vma
-                    .file
-                    .as_ref()
-                    .is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), inode))
-                    || vma.anon_vma() != 0
-                    || idx < vma.pgoff
-                {
-                    continue;
-                }
-                let addr = vma.start + (idx - vma.pgoff) * 4096;
-                if !addr.is_multiple_of(PMD_SIZE) || addr + PMD_SIZE > vma.end {
-                    continue;
-                }
-                let Some(step) = pt.pmd_walk(addr, addr + PMD_SIZE).next() else {
+                let Some((addr, end)) = file_range_in(vma, inode, idx, idx + 512) else {
                     continue;
                 };
-                if let PmdKind::Table(table) = step.kind {
-                    if self.m.phys.memmap.pt_entries(table) == 0 {
-                        pt.unlink_table(c, &mm.page_table_lock, step.table, step.idx);
-                        tlb.add_range(addr, addr + PMD_SIZE);
-                        tlb.remove_table(table);
-                    }
+                if vma.anon_vma() != 0 || !addr.is_multiple_of(PMD_SIZE) || end - addr != PMD_SIZE {
+                    continue;
+                }
+                if let Some(step) = pt.pmd_walk(addr, end).next() {
+                    self.free_empty_pte_table(&mut tlb, mm, &step);
                 }
             }
             tlb.finish();

@@ -269,6 +269,30 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    /// Frees the PTE table under PMD entry `step` if it maps nothing (MADV_DONTNEED's
+    /// page-table reclaim, `try_get_and_clear_pmd` and `free_pte`; `retract_page_tables`
+    /// after a collapse), so a later fault may map a PMD there.
+    ///
+    /// # Context
+    /// The mmap lock; no page-table lock.
+    pub(crate) fn free_empty_pte_table(
+        &self,
+        tlb: &mut MmuGather<'_, 'm>,
+        mm: &Mm,
+        step: &PmdStep,
+    ) {
+        let PmdKind::Table(table) = step.kind else {
+            return;
+        };
+        if self.m.phys.memmap.pt_entries(table) != 0 {
+            return;
+        }
+        self.tables(mm)
+            .unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
+        tlb.add_range(step.haddr(), step.haddr() + PMD_SIZE);
+        tlb.remove_table(table);
+    }
+
     /// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
     /// Only tables that exist are visited, lowest level first.
     ///

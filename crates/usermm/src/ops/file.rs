@@ -1622,7 +1622,7 @@ fn split_pieces(pieces: &[(u64, u32)], at: u64) -> Vec<(u64, u32)> {
 }
 
 /// The address range of `vma` that maps file pages `first..last` of `inode`, if any.
-fn file_range_in(vma: &Vma, inode: &Inode, first: u64, last: u64) -> Option<(u64, u64)> {
+pub(crate) fn file_range_in(vma: &Vma, inode: &Inode, first: u64, last: u64) -> Option<(u64, u64)> {
     let file = vma.file.as_ref()?;
     if !std::ptr::eq(Arc::as_ptr(file), inode) {
         return None;

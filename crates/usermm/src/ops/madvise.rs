@@ -129,14 +129,9 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
     ) {
-        use crate::pgtable::cursor::PmdKind;
-        let pt = self.tables(mm);
-        for step in pt.pmd_walk(start, end) {
-            if let (true, PmdKind::Table(table)) = (step.whole(), step.kind) {
-                if self.m.phys.memmap.pt_entries(table) == 0 {
-                    pt.unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
-                    tlb.remove_table(table);
-                }
+        for step in self.tables(mm).pmd_walk(start, end) {
+            if step.whole() {
+                self.free_empty_pte_table(tlb, mm, &step);
             }
         }
     }
@@ -350,14 +345,28 @@ impl<'m> Cpu<'m> {
     fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
         self.lru_add_drain();
         let splits = self.madvise_free_range(mm, vma, start, end);
+        self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
+            let _ = self.madvise_free_range(mm, vma, s, e);
+        });
+        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    }
+
+    /// Splits each large folio of `splits` (head, first address, pages) with
+    /// [`Cpu::split_anon_folio`] and hands the part of `range` it covered back to `revisit`:
+    /// the PTE walks of MADV_FREE/COLD/PAGEOUT go back over the pages of a folio they split.
+    fn split_and_revisit(
+        &self,
+        mm: &crate::mm::Mm,
+        vma: &crate::vma::Vma,
+        splits: Vec<(u64, u64, u64)>,
+        (start, end): (u64, u64),
+        mut revisit: impl FnMut(u64, u64),
+    ) {
         for (head, first, nr) in splits {
             if self.split_anon_folio(mm, vma, head, first) {
-                // The walk goes back over the pages of the folio it split.
-                let (s, e) = (first.max(start), (first + nr * 4096).min(end));
-                let _ = self.madvise_free_range(mm, vma, s, e);
+                revisit(first.max(start), (first + nr * 4096).min(end));
             }
         }
-        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
     }
 
     /// One pass of [`Cpu::madvise_free`]; returns the large folios to split (head, first
@@ -453,12 +462,9 @@ impl<'m> Cpu<'m> {
         self.lru_add_drain();
         let (folios, splits) = self.anon_folios_in(mm, start, end);
         let mut todo = vec![folios];
-        for (head, first, nr) in splits {
-            if self.split_anon_folio(mm, vma, head, first) {
-                let (s, e) = (first.max(start), (first + nr * 4096).min(end));
-                todo.push(self.anon_folios_in(mm, s, e).0);
-            }
-        }
+        self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
+            todo.push(self.anon_folios_in(mm, s, e).0)
+        });
         let mut discard = Vec::new();
         for (head, addr, dirty) in todo.into_iter().flatten() {
             match advice {
@@ -570,7 +576,7 @@ impl<'m> Cpu<'m> {
         mem.clear(head, PageFlag::Referenced);
         if !mem.test(head, PageFlag::SwapBacked) {
             let clean = !dirty && !mem.test(head, PageFlag::Dirty);
-            if clean && mem.refcount(head) == mem.folio_mapcount(head).max(1) {
+            if clean && mem.refcount(head) == mem.folio_mapcount(head) {
                 return true;
             }
             if !clean {
