@@ -391,6 +391,7 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
         Op::Munmap => "host: a fresh agent process builds the layout; the munmap() of the whole layout is timed".into(),
     });
     Ok(Table {
+        host_matches: None,
         id: op.name().into(),
         title: format!(
             "{}() of {} MiB of PTE-mapped folios, per folio size",

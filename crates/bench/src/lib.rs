@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`model`] | the table model and the report; the JSON schema (`docs/bench-schema.md`) |
 //! | [`stats`] | min/median/mean/stddev/max and the gain over the baseline |
+//! | [`costmodel`] | the cost model: this machine's primitive costs × the engine's exact counters predict the host kernel (`model:` columns) |
 //! | [`text`] | mmtests compare layout as text |
 //! | [`plot`] | PNG and SVG plots (`plotters`, embedded font) |
 //! | [`html`] | the self-contained HTML report |
@@ -25,6 +26,7 @@
 pub mod anon_cow;
 pub mod cli;
 pub mod compare;
+pub mod costmodel;
 pub mod engine;
 pub mod fault;
 pub mod fork;

@@ -125,6 +125,7 @@ pub fn tables(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
             format!("arm64 linear map creation (map_mem), {tlbi_ns} ns per TLBI (calibrated from the seed)")
         };
         out.push(Table {
+        host_matches: None,
             id: id.into(),
             title,
             seed: Some("002".into()),

@@ -70,6 +70,10 @@ pub enum VariantKind {
     /// The host's Linux kernel running the same layout; counters are what the host reports
     /// (they may vary between runs).
     Host,
+    /// The cost model's prediction of the host kernel's time for an engine variant
+    /// (`model:<variant>`): that variant's exact counters times this machine's measured
+    /// primitive costs (`crate::costmodel`); its counters are the prediction's parts, ns.
+    Model,
 }
 
 /// One column of a table: an engine setting or the host kernel.
@@ -238,6 +242,10 @@ pub struct Table {
     pub published_source: Option<String>,
     /// Remarks printed under the table.
     pub notes: Vec<String>,
+    /// The engine variant whose algorithm the host kernel runs: its `model:` column is
+    /// compared with the host column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_matches: Option<String>,
 }
 
 impl Table {
@@ -336,6 +344,10 @@ pub struct Report {
     pub wall_seconds: f64,
     /// The tables, in run order.
     pub tables: Vec<Table>,
+    /// This machine's primitive costs the model columns were computed from (absent when
+    /// the run had no model columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<crate::costmodel::Primitives>,
 }
 
 impl Report {

@@ -219,6 +219,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .map(|(i, t)| Published::parse(format!("stage{}", i + 1), t, SeedSign::Gain))
         .collect();
     Ok(Table {
+        host_matches: None,
         id: setup.id().into(),
         title: format!("timedmunlock: {} MiB, {}", size >> 20, setup.title()),
         seed: Some("004".into()),

@@ -294,6 +294,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         shown.push(folio_counter("host_", order));
     }
     Ok(Table {
+        host_matches: None,
         id: "readahead".into(),
         title: format!(
             "readahead: pread of a {} MiB disk file, none of it cached",

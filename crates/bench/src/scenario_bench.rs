@@ -214,6 +214,7 @@ pub fn measure(
         notes.push("every counter is the same in every column".into());
     }
     let mut table = Table {
+        host_matches: None,
         id: "scenario".into(),
         title: "whole runs of scenario files under tunable sweeps".into(),
         seed: None,
@@ -293,6 +294,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
     print!("{}", text::render(&table));
     if let Some(path) = &args.json {
         let report = Report {
+            cost_model: None,
             schema_version: SCHEMA_VERSION,
             generator: format!("usermm-bench {}", env!("CARGO_PKG_VERSION")),
             meta: crate::model::RunMeta::collect(),

@@ -34,13 +34,18 @@ pub fn gain_pct(value: f64, base: f64, better: Better) -> Option<f64> {
 }
 
 /// The gain of cell `col` of `row` over the baseline cell for `stat`; `None` for host
-/// columns (another system), unmeasured cells, or a zero baseline.
+/// columns (another system), unmeasured cells, or a zero baseline. A model column's gain
+/// is over the baseline's model column (`model:<baseline>`): the predicted gain.
 pub fn cell_gain(table: &Table, row: usize, col: usize, stat: Stat) -> Option<f64> {
     let r = table.rows.get(row)?;
-    if table.variants.get(col)?.kind == VariantKind::Host {
-        return None;
-    }
-    let base = summary(stat, &r.columns.get(table.baseline_index()?)?.samples)?;
+    let base_col = match table.variants.get(col)?.kind {
+        VariantKind::Host => return None,
+        VariantKind::Engine => table.baseline_index()?,
+        VariantKind::Model => {
+            table.variant_index(&crate::costmodel::model_name(&table.baseline))?
+        }
+    };
+    let base = summary(stat, &r.columns.get(base_col)?.samples)?;
     let v = summary(stat, &r.columns.get(col)?.samples)?;
     gain_pct(v, base, table.better)
 }

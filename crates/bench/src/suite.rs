@@ -67,6 +67,21 @@ impl Bench {
         Bench::ALL.iter().find(|b| b.name() == s).map(|b| vec![*b])
     }
 
+    /// The engine variant whose algorithm the host kernel runs, for the tables the cost
+    /// model predicts (`None` for the others: linear-map has no host to compare with,
+    /// anon-cow's concurrent copies contend in ways no counter prices, readahead's time is
+    /// the device's).
+    pub fn host_matches(self) -> Option<&'static str> {
+        match self {
+            Bench::Fault => Some("engine"),
+            Bench::Fork | Bench::Munmap => Some("batched"),
+            Bench::Spawn => Some("dup"),
+            Bench::Sharing => Some("owner"),
+            Bench::Munlock => Some("modern"),
+            Bench::AnonCow | Bench::LinearMap | Bench::Readahead => None,
+        }
+    }
+
     /// Measurements it makes (for the progress bar).
     fn steps(self, o: &Options) -> u64 {
         match self {
@@ -170,6 +185,14 @@ pub fn run(
     let start = Instant::now();
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
+    let prims = which.iter().any(|b| b.host_matches().is_some()).then(|| {
+        let pinned = pin_to_last_cpu();
+        let p = crate::costmodel::Primitives::measure();
+        if let Some(all) = pinned {
+            let _ = oracle::sys::set_affinity(0, &all);
+        }
+        p
+    });
     for &b in which {
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {
@@ -187,6 +210,13 @@ pub fn run(
         }
         let mut ts = res?;
         ts.iter_mut().for_each(crate::stats::add_intervals);
+        if let Some(p) = &prims {
+            for t in &mut ts {
+                if let Some(v) = b.host_matches() {
+                    crate::costmodel::add_model_columns(t, p, v);
+                }
+            }
+        }
         progress.done(task);
         for t in &ts {
             progress.suspend(|| each(t));
@@ -213,5 +243,6 @@ pub fn run(
         },
         wall_seconds: start.elapsed().as_secs_f64(),
         tables,
+        cost_model: prims,
     })
 }

@@ -162,3 +162,77 @@ fn text_html_and_plots() {
     assert!(svg.contains("<svg") && svg.contains("folio size"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every modelled table has one `model:` column per engine variant, whose prediction is the
+/// sum of its parts (counters, ns) and whose gain is over `model:<baseline>`; the tables
+/// the model does not price have none.
+#[test]
+fn model_columns_predict_from_the_engine_counters() {
+    let r = common::tiny_report();
+    let prims = r.cost_model.expect("primitives measured");
+    assert!(prims.rmw_seq > 0.0 && prims.syscall > 0.0 && prims.zero_page > 0.0);
+    for t in &r.tables {
+        let engines: Vec<&str> = t
+            .variants
+            .iter()
+            .filter(|v| v.kind == VariantKind::Engine)
+            .map(|v| v.name.as_str())
+            .collect();
+        let models: Vec<&str> = t
+            .variants
+            .iter()
+            .filter(|v| v.kind == VariantKind::Model)
+            .map(|v| v.name.as_str())
+            .collect();
+        let modelled =
+            !["anon-cow", "readahead"].contains(&t.id.as_str()) && !t.id.starts_with("linear-map");
+        if !modelled {
+            assert!(models.is_empty() && t.host_matches.is_none(), "{}", t.id);
+            continue;
+        }
+        let host_matches = t.host_matches.as_deref().expect("host_matches");
+        assert!(engines.contains(&host_matches), "{}: {host_matches}", t.id);
+        let want: Vec<String> = engines.iter().map(|e| format!("model:{e}")).collect();
+        assert_eq!(models, want, "{}", t.id);
+        for row in &t.rows {
+            for (v, c) in t.variants.iter().zip(&row.columns) {
+                if v.kind != VariantKind::Model || c.samples.is_empty() {
+                    continue;
+                }
+                let ns: u64 = c.counters.values().sum();
+                let predicted = match t.unit {
+                    usermm_bench::model::Unit::Seconds => c.samples[0] * 1e9,
+                    _ => 1e9 / c.samples[0],
+                };
+                // The parts are rounded to whole ns each.
+                let slack = c.counters.len() as f64;
+                assert!(
+                    (predicted - ns as f64).abs() <= slack + predicted * 1e-9,
+                    "{} {} {}: {predicted} ns vs parts {ns}",
+                    t.id,
+                    row.label,
+                    v.name
+                );
+                assert!(c.counters.contains_key("model_syscall_ns"), "{}", t.id);
+            }
+        }
+    }
+    let fork = r.tables.iter().find(|t| t.id == "fork").expect("fork");
+    let row = fork.rows.iter().find(|r| r.label == "64K").expect("64K");
+    let at = |name: &str| fork.variant_index(name).expect(name);
+    let (per, batched) = (
+        &row.columns[at("model:per-pte")],
+        &row.columns[at("model:batched")],
+    );
+    // Batching saves refcount and rmap atomics: the model must predict a gain.
+    assert!(batched.samples[0] < per.samples[0], "{row:?}");
+    let gain = usermm_bench::stats::cell_gain(
+        fork,
+        fork.rows.iter().position(|r| r.label == "64K").unwrap_or(0),
+        at("model:batched"),
+        usermm_bench::model::Stat::Median,
+    )
+    .expect("a model gain");
+    let direct = (per.samples[0] - batched.samples[0]) / per.samples[0] * 100.0;
+    assert!((gain - direct).abs() < 1e-9, "{gain} vs {direct}");
+}

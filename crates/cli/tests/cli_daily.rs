@@ -304,6 +304,7 @@ fn report(batched: &[f64]) -> Report {
     let col = |name: &str, s: &[f64]| Column::new(name, s.to_vec(), BTreeMap::new());
     let base = [1.0, 1.02, 0.98, 1.01, 0.99];
     Report {
+        cost_model: None,
         schema_version: usermm_bench::SCHEMA_VERSION,
         generator: "test".into(),
         meta: Default::default(),
@@ -322,6 +323,7 @@ fn report(batched: &[f64]) -> Report {
         },
         wall_seconds: 1.0,
         tables: vec![Table {
+            host_matches: None,
             id: "fork".into(),
             title: "fork".into(),
             seed: None,

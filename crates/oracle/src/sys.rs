@@ -151,6 +151,34 @@ pub fn fork() -> Result<i32, Errno> {
     }
 }
 
+/// The child of [`spawn_task_sharing_mm`]: returns at once, which exits the task.
+extern "C" fn task_returns_at_once(_: *mut c_void) -> i32 {
+    0
+}
+
+/// Creates a task that shares this process's address space (`clone(CLONE_VM | CLONE_VFORK)`
+/// with a stack of its own), which exits at once, and waits for it: the kernel's cost of
+/// creating and reaping a task without copying an mm (the cost model's `task` primitive).
+pub fn spawn_task_sharing_mm() -> Result<(), Errno> {
+    let mut stack = vec![0u8; 64 << 10];
+    let top = stack.as_mut_ptr_range().end;
+    // SAFETY: the child runs `task_returns_at_once` on `stack` (16-byte aligned below its
+    // end, which outlives the child: CLONE_VFORK suspends this thread until the child has
+    // exited) and touches nothing else; glibc's wrapper exits the task with its return value.
+    let pid = unsafe {
+        libc::clone(
+            task_returns_at_once,
+            ((top as usize) & !15) as *mut c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        return Err(errno());
+    }
+    wait_child(pid).map(|_| ())
+}
+
 /// `_exit`.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: ends the process without running destructors or atexit handlers.

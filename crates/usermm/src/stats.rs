@@ -168,6 +168,14 @@ counters! {
     VmaNodeAlloc => "vma_nodes_allocated",
     /// PMD-mapped THPs split into PTE mappings.
     ThpSplitPmd => "thp_split_pmd",
+    /// Page-table entries changed by an atomic read-modify-write on x86-64
+    /// (`ptep_get_and_clear`'s xchg, `ptep_set_wrprotect`'s locked bit clear): a subset of
+    /// `pte_writes`, for the cost model (a locked RMW costs more than a store).
+    PteAtomic => "pte_atomics",
+    /// VMAs duplicated into a child by fork (`vm_area_dup` in `dup_mmap`).
+    VmaCopied => "vmas_copied",
+    /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
+    VmaFreed => "vmas_freed",
 }
 
 /// Number of counters.

@@ -108,6 +108,7 @@ impl<'m> Cpu<'m> {
         };
         self.c().add(Ev::VmaNodeAlloc, nodes);
         res?;
+        self.c().add(Ev::VmaCopied, cst.vmas.count() as u64);
         for id in pst.vmas.all() {
             let vma = pst.vmas.get(id);
             let copy =

@@ -146,6 +146,7 @@ impl<'m> Cpu<'m> {
     /// Drops a VMA body that has left the tree: accounting, locked_vm, shmem users.
     pub(crate) fn release_vma(&self, st: &mut MmState, id: crate::vma::VmaId) {
         let v = st.vmas.release(id);
+        self.c().add(Ev::VmaFreed, 1);
         let pages = v.len() >> 12;
         if v.flags.has(VmFlags::ACCOUNT) {
             self.vm_unacct(pages);

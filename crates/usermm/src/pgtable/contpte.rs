@@ -113,6 +113,9 @@ impl<'a> PageTables<'a> {
             self.set(table, j, 0);
         }
         c.add(Ev::PteWrite, nr as u64);
+        if self.arch == Arch::X86_64 {
+            c.add(Ev::PteAtomic, nr as u64);
+        }
         dirty
     }
 
@@ -124,6 +127,9 @@ impl<'a> PageTables<'a> {
             if self.arch.write(e) {
                 self.set(table, j, self.arch.wrprotect(e));
                 c.add(Ev::PteWrite, 1);
+                if self.arch == Arch::X86_64 {
+                    c.add(Ev::PteAtomic, 1);
+                }
             }
         }
     }

@@ -530,5 +530,6 @@ impl<'a> PteCopy<'a> {
         }
         self.dst.entries.delta += nr as i32;
         self.src.c.add(Ev::PteWrite, writes);
+        self.src.c.add(Ev::PteAtomic, writes - nr as u64);
     }
 }

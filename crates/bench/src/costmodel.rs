@@ -1,0 +1,780 @@
+//! A cost model that predicts the host kernel's time from the engine's exact counters.
+//!
+//! The engine does what the kernel does, event for event, but not at the kernel's cost per
+//! event: its PTEs are words of an arena behind a software page-table codec, its `struct
+//! page` a side array, its faults function calls. Its times therefore do not predict the
+//! kernel's, and neither do its gains. This model does: each engine counter names a piece
+//! of kernel work (a PTE read, a locked bit clear on a PTE, an atomic on a `struct page`,
+//! a page zeroed, a lock taken, a VMA duplicated, …), whose cost on *this* machine is
+//! measured at the start of the run by a microbenchmark ([`Primitives`]); the prediction is
+//! Σ counter × cost, plus the fixed work of the timed operation (a system call, a task
+//! created). Nothing is fitted to the benchmark rows: the primitives are measured, the
+//! recipes ([`RECIPES`]) state what the kernel does per event, from reading Linux 6.18.
+//!
+//! Every table with engine variants gets one `model:<variant>` column per engine variant
+//! ([`add_model_columns`]): the time the host kernel would take to run that variant's
+//! algorithm. `host_matches` names the variant whose algorithm the host kernel runs; its
+//! model column against the measured host column is the model's accuracy, printed under
+//! the table. The model's gain over `model:<baseline>` beside the seed's published gain is
+//! the project's prediction of what the patch does to a kernel on this machine.
+//!
+//! What the model leaves out, deliberately: the kernel's instruction path between memory
+//! operations (a function's prologue, its branches), which no counter names; it is the
+//! main reason a prediction falls short, and it is larger where the kernel does more per
+//! event than the engine counts (memcg charging and lruvec statistics in faults, per-VMA
+//! bookkeeping in fork and exit).
+
+use crate::model::{Better, Column, Table, Unit, Variant, VariantKind};
+use crate::stats::{headline, summary};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Bytes of the buffers the memory primitives stream through: larger than L2, inside the
+/// LLC, like the page tables and `struct page`s of a layout the kernel just populated.
+const BUF: usize = 64 << 20;
+
+/// Costs of the machine's primitive operations, nanoseconds each, measured by
+/// [`Primitives::measure`] (the minimum of several runs: the undisturbed cost).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Primitives {
+    /// A load of the next 8-byte word of a stream (`ptep_get` in a page-table walk).
+    pub load_seq: f64,
+    /// A store to the next 8-byte word of a stream (`set_pte`).
+    pub store_seq: f64,
+    /// A locked read-modify-write of the next 8-byte word of a stream (x86-64's
+    /// `ptep_set_wrprotect` `lock btr`, `ptep_get_and_clear` `xchg`).
+    pub rmw_seq: f64,
+    /// A store to the first word of the next 64-byte line of a stream (initialising or
+    /// first touching a `struct page`).
+    pub line_seq: f64,
+    /// An atomic add to the first word of the next 64-byte line of a stream (the first
+    /// atomic on a `struct page`: the line's fetch and the locked add).
+    pub atomic_line: f64,
+    /// An atomic add to a line already in L1, three words of it in turn (further atomics on
+    /// the same `struct page`: refcount, flags, mapcount).
+    pub atomic_hot: f64,
+    /// The kernel's per-entry work of a page-table loop besides the entry's memory
+    /// operations: the host's `mprotect` time per 4 KiB entry of 64 MiB (`change_pte_range`)
+    /// less one `load_seq`, one `rmw_seq` and one `store_seq` (falls back to a user-space
+    /// branchy loop's iteration if the host refuses the mapping).
+    pub step: f64,
+    /// An out-of-line call and return with a few instructions of work (a kernel helper).
+    pub call: f64,
+    /// A dependent load of a random line of the buffer (a pointer chase: a tree node, a
+    /// list link, a random `struct page`).
+    pub line_rand: f64,
+    /// Zeroing a 4 KiB page of the stream (`clear_page`).
+    pub zero_page: f64,
+    /// Copying a 4 KiB page of the stream (`copy_page`).
+    pub copy_page: f64,
+    /// An uncontended spinlock acquire and release on a hot line.
+    pub lock_pair: f64,
+    /// A null system call's round trip (`getpid`): kernel entry and exit, also the cost
+    /// charged for a page fault's exception entry and exit.
+    pub syscall: f64,
+    /// A small allocation and its free (`malloc`/`free` of 192 bytes: the stand-in for a
+    /// slab allocation and free of a VMA, an anon_vma or a maple node).
+    pub slab_pair: f64,
+    /// Creating a task that shares the mm, its exit and reaping it
+    /// (`clone(CLONE_VM | CLONE_VFORK)` + `exit` + `waitpid`): fork's and exit's work that
+    /// is not the mm's.
+    pub task: f64,
+}
+
+/// One primitive of [`Primitives`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prim {
+    /// [`Primitives::load_seq`].
+    LoadSeq,
+    /// [`Primitives::store_seq`].
+    StoreSeq,
+    /// [`Primitives::rmw_seq`].
+    RmwSeq,
+    /// [`Primitives::line_seq`].
+    LineSeq,
+    /// [`Primitives::atomic_line`].
+    AtomicLine,
+    /// [`Primitives::atomic_hot`].
+    AtomicHot,
+    /// [`Primitives::step`].
+    Step,
+    /// [`Primitives::call`].
+    Call,
+    /// [`Primitives::line_rand`].
+    LineRand,
+    /// [`Primitives::zero_page`].
+    ZeroPage,
+    /// [`Primitives::copy_page`].
+    CopyPage,
+    /// [`Primitives::lock_pair`].
+    LockPair,
+    /// [`Primitives::syscall`].
+    Syscall,
+    /// [`Primitives::slab_pair`].
+    SlabPair,
+    /// [`Primitives::task`].
+    Task,
+}
+
+impl Primitives {
+    /// The cost of one primitive, ns.
+    pub fn get(&self, p: Prim) -> f64 {
+        match p {
+            Prim::LoadSeq => self.load_seq,
+            Prim::StoreSeq => self.store_seq,
+            Prim::RmwSeq => self.rmw_seq,
+            Prim::LineSeq => self.line_seq,
+            Prim::AtomicLine => self.atomic_line,
+            Prim::AtomicHot => self.atomic_hot,
+            Prim::Step => self.step,
+            Prim::Call => self.call,
+            Prim::LineRand => self.line_rand,
+            Prim::ZeroPage => self.zero_page,
+            Prim::CopyPage => self.copy_page,
+            Prim::LockPair => self.lock_pair,
+            Prim::Syscall => self.syscall,
+            Prim::SlabPair => self.slab_pair,
+            Prim::Task => self.task,
+        }
+    }
+
+    /// Measures every primitive on this machine (about half a second; the caller pins the
+    /// thread). Each is the best of [`RUNS`] runs.
+    pub fn measure() -> Primitives {
+        let words = BUF / 8;
+        let mut buf: Vec<u64> = (0..words as u64).collect();
+        let atoms: Vec<AtomicU64> = (0..words as u64).map(AtomicU64::new).collect();
+        let best = |f: &mut dyn FnMut() -> f64| (0..RUNS).map(|_| f()).fold(f64::MAX, f64::min);
+        let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e9 / n as f64;
+        let load_seq = best(&mut || {
+            let t = Instant::now();
+            let mut s = 0u64;
+            for w in black_box(&buf).iter() {
+                s = s.wrapping_add(*w);
+            }
+            black_box(s);
+            per(t, words)
+        });
+        let store_seq = best(&mut || {
+            let t = Instant::now();
+            for (i, w) in black_box(&mut buf).iter_mut().enumerate() {
+                *w = i as u64;
+            }
+            black_box(&buf);
+            per(t, words)
+        });
+        let rmw_seq = best(&mut || {
+            let t = Instant::now();
+            for a in black_box(&atoms).iter() {
+                a.fetch_and(!2, Ordering::Relaxed);
+            }
+            per(t, words)
+        });
+        let line_seq = best(&mut || {
+            let t = Instant::now();
+            for (i, w) in black_box(&mut buf).iter_mut().step_by(8).enumerate() {
+                *w = i as u64;
+            }
+            black_box(&buf);
+            per(t, words / 8)
+        });
+        let atomic_line = best(&mut || {
+            let t = Instant::now();
+            for a in black_box(&atoms).iter().step_by(8) {
+                a.fetch_add(1, Ordering::Relaxed);
+            }
+            per(t, words / 8)
+        });
+        let atomic_hot = best(&mut || {
+            // Three words of one line in turn, as fork's refcount, PageAnonExclusive and
+            // _mapcount updates of one struct page are.
+            let line = HotLine::default();
+            let n = 1 << 20;
+            let t = Instant::now();
+            for i in 0..n {
+                black_box(&line).0[[0, 6, 7][i % 3]].fetch_add(1, Ordering::Relaxed);
+            }
+            per(t, n)
+        });
+        // The kernel's own per-entry cost of a page-table loop, less its memory operations
+        // (one load, one locked RMW, one store: priced by their own primitives).
+        let kernel_entry = best(&mut || kernel_pte_loop_ns().unwrap_or(f64::MAX));
+        let step = if kernel_entry == f64::MAX {
+            best(&mut || {
+                let t = Instant::now();
+                let n = scan_step(black_box(&buf[..1 << 16]));
+                black_box(n);
+                per(t, 1 << 16)
+            })
+        } else {
+            (kernel_entry - load_seq - rmw_seq - store_seq).max(0.0)
+        };
+        let call = best(&mut || {
+            let n = 1 << 20;
+            let t = Instant::now();
+            let mut acc = 0u64;
+            for i in 0..n {
+                acc = out_of_line(black_box(acc), i as u64);
+            }
+            black_box(acc);
+            per(t, n)
+        });
+        let line_rand = best(&mut || {
+            // A random cyclic permutation of the buffer's lines, followed for 256 Ki steps.
+            let lines = words / 8;
+            let next = chase_cycle(lines);
+            let n = 1 << 18;
+            let t = Instant::now();
+            let mut at = 0usize;
+            for _ in 0..n {
+                at = black_box(next[at]) as usize;
+            }
+            black_box(at);
+            per(t, n)
+        });
+        let pages = BUF / 4096;
+        let zero_page = best(&mut || {
+            let t = Instant::now();
+            for p in black_box(&mut buf).chunks_mut(512) {
+                p.fill(0);
+            }
+            black_box(&buf);
+            per(t, pages)
+        });
+        let mut dst = vec![1u64; words];
+        let copy_page = best(&mut || {
+            let t = Instant::now();
+            for (d, s) in dst.chunks_mut(512).zip(black_box(&buf).chunks(512)) {
+                d.copy_from_slice(s);
+            }
+            black_box(&dst);
+            per(t, pages)
+        });
+        drop((buf, atoms, dst));
+        let lock_pair = best(&mut || {
+            let l = AtomicBool::new(false);
+            let n = 1 << 20;
+            let t = Instant::now();
+            for _ in 0..n {
+                let l = black_box(&l);
+                while l
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {}
+                l.store(false, Ordering::Release);
+            }
+            per(t, n)
+        });
+        let syscall = best(&mut || {
+            let n = 20_000;
+            let t = Instant::now();
+            for _ in 0..n {
+                black_box(oracle::sys::getpid());
+            }
+            per(t, n)
+        });
+        let slab_pair = best(&mut || {
+            let n = 1 << 18;
+            let t = Instant::now();
+            for i in 0..n {
+                black_box(Box::new([i as u8; 192]));
+            }
+            per(t, n)
+        });
+        let task = best(&mut || {
+            let n = 200;
+            let t = Instant::now();
+            for _ in 0..n {
+                if oracle::sys::spawn_task_sharing_mm().is_err() {
+                    return f64::MAX;
+                }
+            }
+            per(t, n)
+        });
+        Primitives {
+            load_seq,
+            store_seq,
+            rmw_seq,
+            line_seq,
+            atomic_line,
+            atomic_hot,
+            step,
+            call,
+            line_rand,
+            zero_page,
+            copy_page,
+            lock_pair,
+            syscall,
+            slab_pair,
+            task: if task == f64::MAX { 0.0 } else { task },
+        }
+    }
+}
+
+/// A 64-byte line of atomics.
+#[derive(Default)]
+#[repr(align(64))]
+struct HotLine([AtomicU64; 8]);
+
+/// The host kernel's time per entry of `change_pte_range`: `mprotect(PROT_READ)` of 64 MiB
+/// of written 4 KiB pages (`MADV_NOHUGEPAGE`), divided by the entries; `None` if the host
+/// refuses a step. No benchmark row times mprotect.
+fn kernel_pte_loop_ns() -> Option<f64> {
+    const LEN: u64 = 64 << 20;
+    const MADV_NOHUGEPAGE: i32 = 15;
+    let r = crate::host::region::Region::anon(LEN).ok()?;
+    oracle::sys::madvise(r.addr, LEN, MADV_NOHUGEPAGE).ok()?;
+    r.write_each_page().ok()?;
+    let t = Instant::now();
+    oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
+    Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
+}
+
+/// One pass of a branchy per-entry loop over cached words: a load, a test against the
+/// previous entry and a conditional count (the shape of `folio_pte_batch`'s and the
+/// copy/zap loops' per-entry work besides the entry's memory access).
+#[inline(never)]
+fn scan_step(words: &[u64]) -> u64 {
+    let mut prev = 0u64;
+    let mut same = 0u64;
+    for &w in words {
+        if (w ^ prev) & 0xfff == 0 {
+            same += 1;
+        }
+        prev = black_box(w);
+    }
+    same
+}
+
+/// A call that is not inlined and does a few instructions of work (a kernel helper's
+/// call, return and prologue).
+#[inline(never)]
+fn out_of_line(acc: u64, i: u64) -> u64 {
+    black_box(acc.rotate_left(5) ^ i)
+}
+
+/// Runs per primitive; the minimum is kept.
+const RUNS: usize = 5;
+
+/// `next[i]`: the line after line `i` in one random cycle through all `n` lines (Sattolo's
+/// shuffle with a fixed xorshift stream, so every run chases the same cycle).
+fn chase_cycle(n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..n).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        order.swap(i, (s % i as u64) as usize);
+    }
+    let mut next = vec![0u32; n];
+    for w in 0..n {
+        next[order[w] as usize] = order[(w + 1) % n];
+    }
+    next
+}
+
+/// What the kernel does per event of one engine counter, in primitives.
+#[derive(Clone, Copy, Debug)]
+pub struct Recipe {
+    /// The engine counter.
+    pub counter: &'static str,
+    /// Primitives per event (a negative count replaces work another recipe charged).
+    pub work: &'static [(Prim, f64)],
+    /// The kernel's work per event (Linux 6.18, x86-64).
+    pub kernel: &'static str,
+}
+
+/// Every counter the model prices. Counters not listed cost nothing in the model (they
+/// are subsets of listed ones, or not work the kernel does: TLB hits of the engine's MMU).
+pub const RECIPES: &[Recipe] = &[
+    Recipe {
+        counter: "pte_reads",
+        work: &[(Prim::LoadSeq, 1.0)],
+        kernel: "ptep_get: a load of the next entry of a page-table page",
+    },
+    Recipe {
+        counter: "pte_writes",
+        work: &[(Prim::StoreSeq, 1.0)],
+        kernel: "set_pte/set_ptes: a store to the next entry",
+    },
+    Recipe {
+        counter: "pte_atomics",
+        work: &[(Prim::RmwSeq, 1.0), (Prim::StoreSeq, -1.0)],
+        kernel: "ptep_set_wrprotect (lock btr) and ptep_get_and_clear (xchg) are locked RMWs, not stores",
+    },
+    Recipe {
+        counter: "folio_atomics",
+        work: &[(Prim::AtomicHot, 1.0)],
+        kernel: "atomic_inc/add/dec on _refcount, _mapcount, _large_mapcount, page flags",
+    },
+    Recipe {
+        counter: "mapcount_atomics",
+        work: &[(Prim::AtomicLine, 1.0), (Prim::AtomicHot, -1.0)],
+        kernel: "per-page _mapcount (CONFIG_PAGE_MAPCOUNT): the first atomic on each struct page's line, streamed",
+    },
+    Recipe {
+        counter: "fork_ptes",
+        work: &[(Prim::Step, 1.0)],
+        kernel: "copy_pte_range's per-entry tests (pte_none, pte_present, the batch compare)",
+    },
+    Recipe {
+        counter: "fork_batches",
+        work: &[(Prim::Call, 4.0)],
+        kernel: "per copy_present_ptes: vm_normal_page, folio_pte_batch, folio_try_dup_anon_rmap_ptes, set_ptes",
+    },
+    Recipe {
+        counter: "zap_ptes",
+        work: &[(Prim::Step, 1.0)],
+        kernel: "zap_pte_range's per-entry tests",
+    },
+    Recipe {
+        counter: "zap_batches",
+        work: &[(Prim::Call, 5.0)],
+        kernel: "per zap_present_ptes: vm_normal_page, folio_pte_batch, get_and_clear_full_ptes, folio_remove_rmap_ptes, __tlb_remove_folio_pages",
+    },
+    Recipe {
+        counter: "lock_ptl",
+        work: &[(Prim::LockPair, 1.0)],
+        kernel: "pte_offset_map_lock/pte_unmap_unlock: a split PTE-table spinlock",
+    },
+    Recipe {
+        counter: "lock_page_table",
+        work: &[(Prim::LockPair, 1.0)],
+        kernel: "mm->page_table_lock",
+    },
+    Recipe {
+        counter: "lock_mmap",
+        work: &[(Prim::LockPair, 1.0)],
+        kernel: "mmap_read_lock/mmap_write_lock (an rwsem, uncontended)",
+    },
+    Recipe {
+        counter: "lock_zone",
+        work: &[(Prim::LockPair, 1.0), (Prim::Call, 8.0), (Prim::LineRand, 1.0)],
+        kernel: "one folio allocated or freed (the engine takes the zone lock per folio): Linux goes through the per-CPU lists, rmqueue_pcplist or free_unref_folios (the pcp lock, about eight out-of-line functions, a list link)",
+    },
+    Recipe {
+        counter: "lock_lru",
+        work: &[(Prim::LockPair, 1.0)],
+        kernel: "lruvec->lru_lock",
+    },
+    Recipe {
+        counter: "pages_zeroed",
+        work: &[(Prim::ZeroPage, 1.0)],
+        kernel: "clear_page of a new anonymous, shmem or page-table page",
+    },
+    Recipe {
+        counter: "pages_copied",
+        work: &[(Prim::CopyPage, 1.0)],
+        kernel: "copy_mc_user_highpage of a COW copy",
+    },
+    Recipe {
+        counter: "faults",
+        work: &[(Prim::Syscall, 1.0), (Prim::LineRand, 3.0), (Prim::Call, 25.0)],
+        kernel: "exception entry and exit; lock_vma_under_rcu's maple walk (about three nodes); about 25 out-of-line functions from handle_mm_fault to set_ptes (the folio allocation, memcg charge, rmap and LRU add on the way)",
+    },
+    Recipe {
+        counter: "frames_allocated",
+        work: &[(Prim::LineSeq, 1.0)],
+        kernel: "prep_new_page/post_alloc_hook initialise each struct page of a new folio",
+    },
+    Recipe {
+        counter: "frames_freed",
+        work: &[(Prim::LineSeq, 1.0)],
+        kernel: "free_pages_prepare checks and clears each struct page",
+    },
+    Recipe {
+        counter: "pgtable_allocated",
+        work: &[(Prim::LineRand, 1.0)],
+        kernel: "a page-table page from the per-CPU lists (its zeroing is in pages_zeroed)",
+    },
+    Recipe {
+        counter: "vmas_copied",
+        work: &[(Prim::SlabPair, 0.5), (Prim::LineSeq, 3.0), (Prim::LineRand, 1.0)],
+        kernel: "vm_area_dup: a slab allocation and a 184-byte copy of the parent's VMA",
+    },
+    Recipe {
+        counter: "vmas_freed",
+        work: &[(Prim::SlabPair, 0.5), (Prim::LineRand, 1.0)],
+        kernel: "remove_vma: vm_area_free (RCU-deferred slab free)",
+    },
+    Recipe {
+        counter: "vma_nodes_allocated",
+        work: &[(Prim::SlabPair, 1.0), (Prim::LineSeq, 4.0)],
+        kernel: "a maple node of the child's tree allocated (and freed at exit) and its 256 bytes written",
+    },
+    Recipe {
+        counter: "pgmlocked",
+        work: &[(Prim::AtomicHot, 1.0)],
+        kernel: "TestSetPageMlocked on the folio",
+    },
+    Recipe {
+        counter: "pgmunlocked",
+        work: &[(Prim::AtomicHot, 1.0)],
+        kernel: "TestClearPageMlocked on the folio",
+    },
+    Recipe {
+        counter: "lru_isolated",
+        work: &[(Prim::LineRand, 2.0), (Prim::AtomicHot, 1.0)],
+        kernel: "folio_isolate_lru: clear PG_lru, unlink from the list (two neighbours' lines)",
+    },
+];
+
+/// The recipe of a counter.
+pub fn recipe(counter: &str) -> Option<&'static Recipe> {
+    RECIPES.iter().find(|r| r.counter == counter)
+}
+
+/// The fixed kernel work of one timed operation of a table (besides its counters).
+pub fn fixed_work(table_id: &str) -> &'static [(Prim, f64)] {
+    match table_id {
+        // fork(): the system call and the task it creates (exit is not timed: the share
+        // of the task primitive that is reaping is charged too, a bounded over-estimate).
+        "fork" => &[(Prim::Syscall, 1.0), (Prim::Task, 1.0)],
+        // One fork + exit + wait per sample (the counters are of one fork+exit).
+        "spawn" => &[(Prim::Syscall, 2.0), (Prim::Task, 1.0)],
+        // One system call per timed operation.
+        _ => &[(Prim::Syscall, 1.0)],
+    }
+}
+
+/// The predicted kernel time of a cell (ns) and its parts by primitive, from the exact
+/// counters of one repetition (`counters`) and the fixed work of one operation of the
+/// table.
+pub fn predict(
+    prims: &Primitives,
+    table_id: &str,
+    counters: &BTreeMap<String, u64>,
+) -> (f64, BTreeMap<String, u64>) {
+    let mut parts: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let mut charge = |p: Prim, n: f64| {
+        *parts.entry(prim_name(p)).or_default() += n * prims.get(p);
+    };
+    for (name, &n) in counters {
+        if let Some(r) = recipe(name) {
+            for &(p, k) in r.work {
+                charge(p, k * n as f64);
+            }
+        }
+    }
+    for &(p, k) in fixed_work(table_id) {
+        charge(p, k);
+    }
+    let total = parts.values().sum::<f64>().max(0.0);
+    let parts = parts
+        .into_iter()
+        .map(|(k, v)| (format!("model_{k}_ns"), v.max(0.0).round() as u64))
+        .collect();
+    (total, parts)
+}
+
+/// The snake-case name of a primitive.
+pub fn prim_name(p: Prim) -> &'static str {
+    match p {
+        Prim::LoadSeq => "load_seq",
+        Prim::StoreSeq => "store_seq",
+        Prim::RmwSeq => "rmw_seq",
+        Prim::LineSeq => "line_seq",
+        Prim::AtomicLine => "atomic_line",
+        Prim::AtomicHot => "atomic_hot",
+        Prim::Step => "step",
+        Prim::Call => "call",
+        Prim::LineRand => "line_rand",
+        Prim::ZeroPage => "zero_page",
+        Prim::CopyPage => "copy_page",
+        Prim::LockPair => "lock_pair",
+        Prim::Syscall => "syscall",
+        Prim::SlabPair => "slab_pair",
+        Prim::Task => "task",
+    }
+}
+
+/// The name of the model column of an engine variant.
+pub fn model_name(variant: &str) -> String {
+    format!("model:{variant}")
+}
+
+/// Inserts a `model:<v>` column for every engine variant of `table`, before the host
+/// column, and notes the model's accuracy against the host column for `host_matches`.
+/// The counters behind a prediction are the engine cell's; a sample is the prediction in
+/// the table's unit, repeated once per engine repetition (the model is deterministic).
+pub fn add_model_columns(table: &mut Table, prims: &Primitives, host_matches: &str) {
+    let engines: Vec<(usize, Variant)> = table
+        .variants
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.kind == VariantKind::Engine)
+        .map(|(i, v)| (i, v.clone()))
+        .collect();
+    if engines.is_empty() {
+        return;
+    }
+    let at = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)
+        .unwrap_or(table.variants.len());
+    let models: Vec<Variant> = engines
+        .iter()
+        .map(|(_, v)| Variant {
+            name: model_name(&v.name),
+            kind: VariantKind::Model,
+            about: format!(
+                "the cost model's prediction of the host kernel's time for `{}`: its exact counters x this machine's measured primitive costs",
+                v.name
+            ),
+        })
+        .collect();
+    for row in &mut table.rows {
+        let cells: Vec<Column> = engines
+            .iter()
+            .map(|(i, v)| {
+                let c = &row.columns[*i];
+                if c.samples.is_empty() {
+                    return Column::unavailable(&model_name(&v.name), "no engine cell");
+                }
+                let (ns, parts) = predict(prims, &table.id, &c.counters);
+                let value = match table.unit {
+                    Unit::Seconds => ns * 1e-9,
+                    Unit::PerSecond => 1e9 / ns.max(1e-3),
+                    Unit::BytesPerSecond => f64::NAN,
+                };
+                Column::new(&model_name(&v.name), vec![value; c.samples.len()], parts)
+            })
+            .collect();
+        row.columns.splice(at..at, cells);
+    }
+    table.variants.splice(at..at, models);
+    table.host_matches = Some(host_matches.to_string());
+    if let Some(a) = accuracy(table) {
+        table.notes.push(format!(
+            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives measured at the start of the run, counters exact, nothing fitted to these rows",
+            model_name(host_matches),
+            a.within_20pct,
+            a.rows,
+            a.median_error_pct,
+            a.worst_error_pct,
+            a.worst_row
+        ));
+    }
+}
+
+/// How close `model:<host_matches>` comes to the host column.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Rows with both a prediction and a host median.
+    pub rows: usize,
+    /// Of those, rows whose prediction is within ±20 % of the host median.
+    pub within_20pct: usize,
+    /// The median signed error, percent of the host median (negative: predicted faster).
+    pub median_error_pct: f64,
+    /// The largest error by magnitude, percent.
+    pub worst_error_pct: f64,
+    /// Its row.
+    pub worst_row: String,
+}
+
+/// The accuracy of a table's model for the variant the host runs, if it has both columns.
+pub fn accuracy(table: &Table) -> Option<Accuracy> {
+    let m = table.variant_index(&model_name(table.host_matches.as_deref()?))?;
+    let h = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)?;
+    let mut errs: Vec<(f64, String)> = Vec::new();
+    for row in &table.rows {
+        let (Some(p), Some(host)) = (
+            headline(table, &row.columns[m]),
+            headline(table, &row.columns[h]),
+        ) else {
+            continue;
+        };
+        if host > 0.0 && p.is_finite() {
+            // Error as a time: a rate's error is that of its inverse.
+            let err = match table.better {
+                Better::Lower => (p - host) / host,
+                Better::Higher => (host - p) / p,
+            };
+            errs.push((err * 100.0, row.label.clone()));
+        }
+    }
+    if errs.is_empty() {
+        return None;
+    }
+    let within = errs.iter().filter(|(e, _)| e.abs() <= 20.0).count();
+    let worst = errs
+        .iter()
+        .max_by(|a, b| a.0.abs().total_cmp(&b.0.abs()))?
+        .clone();
+    let all: Vec<f64> = errs.iter().map(|e| e.0).collect();
+    Some(Accuracy {
+        rows: errs.len(),
+        within_20pct: within,
+        median_error_pct: summary(crate::model::Stat::Median, &all)?,
+        worst_error_pct: worst.0,
+        worst_row: worst.1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chase_is_one_cycle_through_every_line() {
+        let next = chase_cycle(1000);
+        let mut seen = vec![false; 1000];
+        let mut at = 0;
+        for _ in 0..1000 {
+            assert!(!seen[at], "line {at} visited twice");
+            seen[at] = true;
+            at = next[at] as usize;
+        }
+        assert_eq!(at, 0);
+    }
+
+    #[test]
+    fn a_prediction_is_counters_times_costs() {
+        let prims = Primitives {
+            load_seq: 1.0,
+            store_seq: 2.0,
+            rmw_seq: 5.0,
+            syscall: 100.0,
+            ..Primitives::default()
+        };
+        let c: BTreeMap<String, u64> = [
+            ("pte_reads".to_string(), 10),
+            ("pte_writes".to_string(), 20),
+            ("pte_atomics".to_string(), 4),
+            ("tlb_hits".to_string(), 1000),
+        ]
+        .into_iter()
+        .collect();
+        let (ns, parts) = predict(&prims, "munmap", &c);
+        // 10 loads + 20 stores, 4 of which are RMWs instead, + one system call.
+        assert_eq!(ns, 10.0 + 16.0 * 2.0 + 4.0 * 5.0 + 100.0);
+        assert_eq!(parts["model_rmw_seq_ns"], 20);
+        assert_eq!(parts["model_store_seq_ns"], 32);
+        assert_eq!(parts["model_syscall_ns"], 100);
+    }
+
+    #[test]
+    fn every_recipe_prices_a_real_counter_once() {
+        let names: Vec<&str> = usermm::Ev::ALL.iter().map(|e| e.name()).collect();
+        for (i, r) in RECIPES.iter().enumerate() {
+            assert!(
+                names.contains(&r.counter),
+                "{} is not an engine counter",
+                r.counter
+            );
+            assert!(
+                RECIPES[..i].iter().all(|o| o.counter != r.counter),
+                "{} priced twice",
+                r.counter
+            );
+        }
+    }
+}
