@@ -142,7 +142,7 @@ impl Primitives {
     }
 
     /// Measures every primitive on this machine (about half a second; the caller pins the
-    /// thread). Each is the best of [`RUNS`] runs.
+    /// thread). Each is the best of five runs.
     pub fn measure() -> Primitives {
         let words = BUF / 8;
         let mut buf: Vec<u64> = (0..words as u64).collect();
