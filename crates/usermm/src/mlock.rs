@@ -197,6 +197,12 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    /// Whether [`Cpu::munlock_vma_folio`] acts in `vma`: read once by walkers that unmap
+    /// many folios of one VMA, instead of taking the tunables lock per folio.
+    pub(crate) fn munlocks_at_unmap(&self, vma: &Vma) -> bool {
+        vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern
+    }
+
     /// Drains this CPU's batches (`lru_add_drain`).
     pub fn lru_add_drain(&self) {
         self.drain_lru_add();

@@ -205,7 +205,9 @@ impl<'m> Cpu<'m> {
         let mut ptes = PteLock::lock(self.tables(mm), c, table);
         let (i0, i1) = step.pte_indexes();
         let arch = self.m.arch;
+        // One read of the tunables for the whole table, not one per folio.
         let batching = self.m.tunables().zap_pte_batch;
+        let munlock = self.munlocks_at_unmap(vma);
         let mut cleared = 0usize;
         let mut i = i0;
         while i < i1 {
@@ -241,7 +243,10 @@ impl<'m> Cpu<'m> {
                 }
             }
             rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
-            self.munlock_vma_folio(head, vma);
+            if munlock {
+                // `munlock_vma_folio`.
+                self.munlock_folio(head);
+            }
             mm.rss_add(
                 if anon { RssKind::Anon } else { vma.file_rss() },
                 -(nr as i64),
