@@ -52,9 +52,9 @@ pub struct ThpSettings {
     /// `/sys/kernel/mm/transparent_hugepage/enabled` (never `Inherit`).
     pub top: ThpPolicy,
     /// Per order (index = order; orders 0 and 1 are unused).
-    pub per_order: [ThpPolicy; PMD_ORDER as usize + 1],
+    pub(crate) per_order: [ThpPolicy; PMD_ORDER as usize + 1],
     /// `use_zero_page`: map the huge zero page on read faults of PMD-sized regions.
-    pub use_zero_page: bool,
+    pub(crate) use_zero_page: bool,
 }
 
 impl Default for ThpSettings {
@@ -72,7 +72,7 @@ impl Default for ThpSettings {
 
 impl ThpSettings {
     /// Whether `order` may be used in a VMA with or without `MADV_HUGEPAGE`.
-    pub fn order_allowed(&self, order: u32, vma_hugepage: bool) -> bool {
+    pub(crate) fn order_allowed(&self, order: u32, vma_hugepage: bool) -> bool {
         let Some(p) = self.per_order.get(order as usize) else {
             return false;
         };
@@ -168,7 +168,7 @@ impl ShmemSettings {
     /// reach tmpfs file mappings too, while the sizes that `inherit` follow the mount's own
     /// policy (`huge=never` for tmpfs files, the top level for shared anonymous memory);
     /// `deny` turns everything off and `force` gives every mapping the inheriting sizes.
-    pub fn fault_orders(
+    pub(crate) fn fault_orders(
         &self,
         anon_shmem: bool,
         hugepage: bool,
@@ -255,7 +255,7 @@ impl MunlockDesign {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Option<MunlockDesign> {
+    pub(crate) fn parse(s: &str) -> Option<MunlockDesign> {
         if s == "modern" {
             return Some(MunlockDesign::Modern);
         }
@@ -264,7 +264,7 @@ impl MunlockDesign {
     }
 
     /// Whether patch `n` (1..=7) of the series is applied.
-    pub fn has_patch(self, n: u8) -> bool {
+    pub(crate) fn has_patch(self, n: u8) -> bool {
         match self {
             MunlockDesign::Stage(s) => s >= n,
             MunlockDesign::Modern => true,
@@ -305,17 +305,17 @@ pub struct Tunables {
     /// Seed 004: the munlock algorithm.
     pub munlock: MunlockDesign,
     /// Seed 002: how kernel page tables are reached while the linear map is built.
-    pub linear_map: crate::kmap::LinearMapVariant,
+    pub(crate) linear_map: crate::kmap::LinearMapVariant,
     /// Seed 003: the tracker that answers "is this large folio mapped only by this mm?".
     pub sharing: crate::sharing::SharingTracker,
     /// Keep every side-table tracker up to date so `validate` compares them all.
     pub sharing_shadow: bool,
     /// The disk's `read_ahead_kb` (`bdi->ra_pages` in KiB): the readahead window of disk files.
-    pub read_ahead_kb: u64,
+    pub(crate) read_ahead_kb: u64,
     /// The disk's `max_sectors_kb` (`bdi->io_pages` in KiB): the cap of one forced readahead.
-    pub max_sectors_kb: u64,
+    pub(crate) max_sectors_kb: u64,
     /// `fault_around_bytes`: the window a read fault on a file maps from the page cache.
-    pub fault_around_bytes: u64,
+    pub(crate) fault_around_bytes: u64,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -377,11 +377,11 @@ pub struct TunableDef {
     /// One-line description.
     pub help: &'static str,
     /// The default is `cfg!(debug_assertions)` (on in debug builds, off in release builds).
-    pub debug_default: bool,
+    pub(crate) debug_default: bool,
     /// The current value, in a spelling that `set` accepts.
-    pub get: fn(&Tunables) -> String,
+    pub(crate) get: fn(&Tunables) -> String,
     /// Parses and stores a value; `None` (nothing changed) if it is not accepted.
-    pub set: fn(&mut Tunables, &str) -> Option<()>,
+    pub(crate) set: fn(&mut Tunables, &str) -> Option<()>,
 }
 
 impl TunableDef {
@@ -391,7 +391,7 @@ impl TunableDef {
     }
 
     /// The registry entry of `name`.
-    pub fn find(name: &str) -> Option<&'static TunableDef> {
+    pub(crate) fn find(name: &str) -> Option<&'static TunableDef> {
         REGISTRY.iter().find(|d| d.name == name)
     }
 }
