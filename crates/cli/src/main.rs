@@ -123,23 +123,24 @@ fn cmd_man(path: &[String]) -> anyhow::Result<u8> {
 }
 
 fn cmd_tunables(json: bool) -> anyhow::Result<u8> {
-    let list = usermm::Tunables::default().list();
+    // Straight from the registry: the same table `set tunable` parses with and the README shows.
+    let registry = usermm::tunables::REGISTRY;
     if json {
         /// One entry of `usermm tunables --json`.
         #[derive(serde::Serialize)]
-        struct Entry<'a> {
-            name: &'a str,
-            value: &'a str,
-            values: &'a str,
-            help: &'a str,
+        struct Entry {
+            name: &'static str,
+            value: String,
+            values: &'static str,
+            help: &'static str,
         }
-        let out: Vec<Entry<'_>> = list
+        let out: Vec<Entry> = registry
             .iter()
-            .map(|i| Entry {
-                name: i.name,
-                value: &i.value,
-                values: i.values,
-                help: i.help,
+            .map(|d| Entry {
+                name: d.name,
+                value: d.default_value(),
+                values: d.values,
+                help: d.help,
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -148,8 +149,8 @@ fn cmd_tunables(json: bool) -> anyhow::Result<u8> {
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
     t.set_header(["tunable", "default", "values", "what it switches"]);
-    for i in list {
-        t.add_row([i.name, &i.value, i.values, i.help]);
+    for d in registry {
+        t.add_row([d.name, &d.default_value(), d.values, d.help]);
     }
     println!("{t}");
     println!("THP policy: `set thp SIZE=always|madvise|never|inherit` (defaults: top madvise, 2M inherit, others never).");

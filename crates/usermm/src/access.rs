@@ -51,7 +51,7 @@ struct Leaf {
 
 impl<'m> Cpu<'m> {
     /// Translates the page containing `addr` for `access`, faulting as needed.
-    pub fn translate(
+    pub(crate) fn translate(
         &self,
         mm: &Mm,
         st: &MmState,

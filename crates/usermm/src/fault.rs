@@ -36,7 +36,7 @@ pub enum Access {
 
 /// Result of a fault (`vm_fault_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultOutcome {
+pub(crate) enum FaultOutcome {
     /// The access can be retried and will succeed.
     Completed,
     /// No VMA, or the VMA forbids the access.
@@ -71,7 +71,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// `st` is the mm's state under the mmap lock (read).
-    pub fn handle_mm_fault(
+    pub(crate) fn handle_mm_fault(
         &self,
         mm: &Mm,
         st: &MmState,
@@ -1003,7 +1003,14 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// mmap lock held (read or write); takes the PMD table's lock.
-    pub fn split_huge_pmd(&self, mm: &Mm, vma: &Vma, pmd_t: u64, pmd_idx: usize, haddr: u64) {
+    pub(crate) fn split_huge_pmd(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_t: u64,
+        pmd_idx: usize,
+        haddr: u64,
+    ) {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;

@@ -352,6 +352,7 @@ impl<'m> Cpu<'m> {
         }
         let mut pmdl = PmdLock::lock(pt, c, step.table);
         let mut old = Vec::new();
+        let munlock = self.munlocks_at_unmap(vma);
         {
             let mut ptes = PteLock::lock(pt, c, table);
             for (i, s) in src.iter().enumerate() {
@@ -362,7 +363,10 @@ impl<'m> Cpu<'m> {
                 if let Some(pfn) = *s {
                     let folio = mem.folio_of(pfn);
                     rmap::remove_ptes(phys, c, folio, pfn, 1, mm.id);
-                    self.munlock_vma_folio(folio, vma);
+                    if munlock {
+                        // `munlock_vma_folio`.
+                        self.munlock_folio(folio);
+                    }
                     old.push(folio);
                 }
             }

@@ -22,29 +22,31 @@
 //! m.validate().unwrap();
 //! ```
 
-pub mod access;
-pub mod errno;
-pub mod fault;
-pub mod filemap;
-pub mod huge_memory;
-pub mod khugepaged;
+#![warn(unreachable_pub)]
+
+pub(crate) mod access;
+pub(crate) mod errno;
+pub(crate) mod fault;
+pub(crate) mod filemap;
+pub(crate) mod huge_memory;
+pub(crate) mod khugepaged;
 pub mod kmap;
 pub mod machine;
-pub mod mlock;
-pub mod mm;
-pub mod munlock_2013;
-pub mod ops;
+pub(crate) mod mlock;
+pub(crate) mod mm;
+pub(crate) mod munlock_2013;
+pub(crate) mod ops;
 pub mod pgtable;
 pub mod phys;
 pub mod rmap;
 pub mod sharing;
-pub mod stats;
-pub mod tlb;
+pub(crate) mod stats;
+pub(crate) mod tlb;
 pub mod tunables;
-pub mod validate;
+pub(crate) mod validate;
 pub mod views;
 pub mod vma;
-pub mod zap;
+pub(crate) mod zap;
 
 pub use access::Signal;
 pub use errno::{Errno, SysResult};

@@ -65,22 +65,22 @@ pub enum CpuError {
 
 /// Per-CPU state.
 #[derive(Debug, Default)]
-pub struct CpuSlot {
+pub(crate) struct CpuSlot {
     busy: AtomicBool,
     /// Event counters of this CPU.
-    pub counters: CpuCounters,
+    pub(crate) counters: CpuCounters,
     /// This CPU's TLB.
-    pub tlb: Tlb,
+    pub(crate) tlb: Tlb,
     /// This CPU's folio batches (lru_add, mlock).
-    pub batches: Mutex<crate::mlock::CpuBatches>,
+    pub(crate) batches: Mutex<crate::mlock::CpuBatches>,
 }
 
 /// RLIMIT_MEMLOCK default (8 MiB).
 pub const DEFAULT_RLIMIT_MEMLOCK: u64 = 8 << 20;
 /// `vm.mmap_min_addr`.
-pub const MMAP_MIN_ADDR: u64 = 4096;
+pub(crate) const MMAP_MIN_ADDR: u64 = 4096;
 /// Top of the mmap area (below a notional stack).
-pub const MMAP_BASE: u64 = 0x7fff_f000_0000;
+pub(crate) const MMAP_BASE: u64 = 0x7fff_f000_0000;
 /// Start of the heap.
 pub const START_BRK: u64 = 0x5555_5600_0000;
 
@@ -157,7 +157,7 @@ impl Machine {
     }
 
     /// The open file `id` (`EBADF` if there is none).
-    pub fn file(&self, id: FileId) -> SysResult<Arc<crate::filemap::Inode>> {
+    pub(crate) fn file(&self, id: FileId) -> SysResult<Arc<crate::filemap::Inode>> {
         self.files
             .read()
             .get(id as usize)
@@ -219,7 +219,7 @@ impl Machine {
 
     /// Whether TLB hits are verified against page tables.
     #[inline]
-    pub fn check_tlb(&self) -> bool {
+    pub(crate) fn check_tlb(&self) -> bool {
         self.check_tlb.load(Relaxed)
     }
 
@@ -302,9 +302,9 @@ impl Machine {
 #[derive(Debug)]
 pub struct Cpu<'m> {
     /// The machine.
-    pub m: &'m Machine,
+    pub(crate) m: &'m Machine,
     /// Slot index.
-    pub id: usize,
+    pub(crate) id: usize,
 }
 
 impl Drop for Cpu<'_> {
@@ -316,25 +316,25 @@ impl Drop for Cpu<'_> {
 impl<'m> Cpu<'m> {
     /// This CPU's counters.
     #[inline]
-    pub fn c(&self) -> &'m CpuCounters {
+    pub(crate) fn c(&self) -> &'m CpuCounters {
         &self.m.cpus[self.id].counters
     }
 
     /// This CPU's TLB.
     #[inline]
-    pub fn tlb(&self) -> &'m Tlb {
+    pub(crate) fn tlb(&self) -> &'m Tlb {
         &self.m.cpus[self.id].tlb
     }
 
     /// This CPU's folio batches.
     #[inline]
-    pub fn batches(&self) -> &'m Mutex<crate::mlock::CpuBatches> {
+    pub(crate) fn batches(&self) -> &'m Mutex<crate::mlock::CpuBatches> {
         &self.m.cpus[self.id].batches
     }
 
     /// The page tables of `mm`.
     #[inline]
-    pub fn tables(&self, mm: &Mm) -> PageTables<'m> {
+    pub(crate) fn tables(&self, mm: &Mm) -> PageTables<'m> {
         PageTables {
             phys: &self.m.phys,
             arch: self.m.arch,
@@ -343,7 +343,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Shoots down translations of `mm` (unless the test switch suppresses flushes).
-    pub fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
+    pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
         if self.m.tunables().test_skip_tlb_flush {
             return;
         }

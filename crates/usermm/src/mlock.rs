@@ -24,11 +24,11 @@ use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
 
 /// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
-pub const FOLIO_BATCH_SIZE: usize = 31;
+pub(crate) const FOLIO_BATCH_SIZE: usize = 31;
 
 /// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MlockOp {
+pub(crate) enum MlockOp {
     /// Mlock a folio already on an LRU (`LRU_FOLIO`).
     Mlock,
     /// First LRU insertion of a new folio in a locked VMA (`NEW_FOLIO`).
@@ -39,15 +39,15 @@ pub enum MlockOp {
 
 /// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch` (no
 /// heap allocation on the paths being measured).
-pub type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
+pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
 
 /// One CPU's folio batches.
 #[derive(Debug, Default)]
 pub struct CpuBatches {
     /// `lru_add` batch: new folios waiting to join an LRU.
-    pub lru_add: FolioBatch<u64>,
+    pub(crate) lru_add: FolioBatch<u64>,
     /// `mlock_fbatch`.
-    pub mlock: FolioBatch<(u64, MlockOp)>,
+    pub(crate) mlock: FolioBatch<(u64, MlockOp)>,
 }
 
 impl CpuBatches {
@@ -61,7 +61,7 @@ impl CpuBatches {
 }
 
 /// This CPU's mlock batch with its lock held (see the module's locking notes).
-pub struct MlockQueue<'a, 'm> {
+pub(crate) struct MlockQueue<'a, 'm> {
     cpu: &'a Cpu<'m>,
     batches: parking_lot::MutexGuard<'m, CpuBatches>,
 }
@@ -69,7 +69,7 @@ pub struct MlockQueue<'a, 'm> {
 impl MlockQueue<'_, '_> {
     /// Queues `op` for a folio, taking a reference for the batch; processes the batch (with the
     /// lock released) when it is full or the folio is large.
-    pub fn push(&mut self, head: u64, op: MlockOp) {
+    pub(crate) fn push(&mut self, head: u64, op: MlockOp) {
         let cpu = self.cpu;
         crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
         self.batches.mlock.push((head, op));
@@ -80,18 +80,18 @@ impl MlockQueue<'_, '_> {
     }
 
     /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
-    pub fn mlock(&mut self, head: u64) {
+    pub(crate) fn mlock(&mut self, head: u64) {
         self.cpu.set_mlocked(head);
         self.push(head, MlockOp::Mlock);
     }
 
     /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
-    pub fn munlock(&mut self, head: u64) {
+    pub(crate) fn munlock(&mut self, head: u64) {
         self.push(head, MlockOp::Munlock);
     }
 
     /// [`MlockQueue::mlock`] (`lock`) or [`MlockQueue::munlock`].
-    pub fn mlock_or_munlock(&mut self, head: u64, lock: bool) {
+    pub(crate) fn mlock_or_munlock(&mut self, head: u64, lock: bool) {
         if lock {
             self.mlock(head);
         } else {
@@ -101,7 +101,7 @@ impl MlockQueue<'_, '_> {
 }
 
 /// Whether a VMA's pages are kept mlocked (`VM_LOCKED` and not `VM_SPECIAL`).
-pub fn vma_locked(vma: &Vma) -> bool {
+pub(crate) fn vma_locked(vma: &Vma) -> bool {
     vma.flags.has(VmFlags::LOCKED)
 }
 
@@ -115,7 +115,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Queues a new folio for the LRU (`folio_add_lru`).
-    pub fn folio_add_lru(&self, head: u64) {
+    pub(crate) fn folio_add_lru(&self, head: u64) {
         crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
         let full = {
             let mut b = self.batches().lock();
@@ -128,7 +128,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
-    pub fn folio_add_lru_vma(&self, head: u64, vma: &Vma) {
+    pub(crate) fn folio_add_lru_vma(&self, head: u64, vma: &Vma) {
         if vma_locked(vma) {
             self.mlock_new_folio(head);
         } else {
@@ -137,7 +137,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// This CPU's mlock batch, held for queueing several folios.
-    pub fn mlock_queue(&self) -> MlockQueue<'_, 'm> {
+    pub(crate) fn mlock_queue(&self) -> MlockQueue<'_, 'm> {
         MlockQueue {
             cpu: self,
             batches: self.batches().lock(),
@@ -156,23 +156,23 @@ impl<'m> Cpu<'m> {
     }
 
     /// `mlock_new_folio`.
-    pub fn mlock_new_folio(&self, head: u64) {
+    pub(crate) fn mlock_new_folio(&self, head: u64) {
         self.set_mlocked(head);
         self.mlock_queue().push(head, MlockOp::New);
     }
 
     /// `mlock_folio` of one folio.
-    pub fn mlock_folio(&self, head: u64) {
+    pub(crate) fn mlock_folio(&self, head: u64) {
         self.mlock_queue().mlock(head);
     }
 
     /// `munlock_folio` of one folio.
-    pub fn munlock_folio(&self, head: u64) {
+    pub(crate) fn munlock_folio(&self, head: u64) {
         self.mlock_queue().munlock(head);
     }
 
     /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
-    pub fn mlock_vma_folio(&self, head: u64, vma: &Vma) {
+    pub(crate) fn mlock_vma_folio(&self, head: u64, vma: &Vma) {
         if vma_locked(vma) && !self.large(head) {
             self.mlock_folio(head);
         }
@@ -182,7 +182,7 @@ impl<'m> Cpu<'m> {
     /// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
     /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
     /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
-    pub fn mlock_vma_file_folio(&self, head: u64, vma: &Vma, nr: u64) {
+    pub(crate) fn mlock_vma_file_folio(&self, head: u64, vma: &Vma, nr: u64) {
         if vma_locked(vma) && nr == 1u64 << self.m.phys.memmap.order(head) {
             self.mlock_folio(head);
         }
@@ -191,10 +191,16 @@ impl<'m> Cpu<'m> {
     /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
     ///
     /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
-    pub fn munlock_vma_folio(&self, head: u64, vma: &Vma) {
+    pub(crate) fn munlock_vma_folio(&self, head: u64, vma: &Vma) {
         if vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
             self.munlock_folio(head);
         }
+    }
+
+    /// Whether [`Cpu::munlock_vma_folio`] acts in `vma`: read once by walkers that unmap
+    /// many folios of one VMA, instead of taking the tunables lock per folio.
+    pub(crate) fn munlocks_at_unmap(&self, vma: &Vma) -> bool {
+        vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern
     }
 
     /// Drains this CPU's batches (`lru_add_drain`).
@@ -354,7 +360,8 @@ impl<'m> Cpu<'m> {
     }
 
     /// Which list a folio is on, if any (for views and tests).
-    pub fn folio_lru(&self, head: u64) -> Option<LruList> {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn folio_lru(&self, head: u64) -> Option<LruList> {
         let mem = &self.m.phys.memmap;
         mem.test(head, PageFlag::Lru)
             .then(|| crate::phys::lru::folio_lru_list(mem, head))

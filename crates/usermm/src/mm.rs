@@ -43,7 +43,7 @@ pub type Pid = u32;
 
 /// RSS counter kinds (`MM_ANONPAGES`, `MM_SHMEMPAGES`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RssKind {
+pub(crate) enum RssKind {
     /// Anonymous pages.
     Anon = 0,
     /// Shared memory pages (shared anonymous memory and tmpfs: `MM_SHMEMPAGES`).
@@ -54,13 +54,13 @@ pub enum RssKind {
 
 /// A long-term pin taken by `pin` (an io_uring fixed buffer).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PinRecord {
+pub(crate) struct PinRecord {
     /// Start address given to `pin`.
-    pub start: u64,
+    pub(crate) start: u64,
     /// Length given to `pin`.
-    pub len: u64,
+    pub(crate) len: u64,
     /// The pinned pages (one per 4 KiB page of the range).
-    pub pfns: Vec<u64>,
+    pub(crate) pfns: Vec<u64>,
 }
 
 /// The VMA-side state of an mm, guarded by the mmap lock.
@@ -71,49 +71,49 @@ pub struct MmState {
     /// Start of the heap.
     pub start_brk: u64,
     /// Current break.
-    pub brk: u64,
+    pub(crate) brk: u64,
     /// Top of the top-down mmap area.
-    pub mmap_base: u64,
+    pub(crate) mmap_base: u64,
     /// Pages in `VM_LOCKED` VMAs.
-    pub locked_vm: u64,
+    pub(crate) locked_vm: u64,
     /// Pages pinned long-term.
-    pub pinned_vm: u64,
+    pub(crate) pinned_vm: u64,
     /// Outstanding pins.
-    pub pins: Vec<PinRecord>,
+    pub(crate) pins: Vec<PinRecord>,
     /// Flags added to every new VMA (`mlockall(MCL_FUTURE)`).
-    pub def_flags: u64,
+    pub(crate) def_flags: u64,
     /// Overcommit pages charged while this mm was being forked (for undoing a failed fork).
-    pub fork_charge: u64,
+    pub(crate) fork_charge: u64,
     /// `locked_vm` pages no `VM_LOCKED` VMA accounts for: Linux's `MREMAP_DONTUNMAP` of a
     /// locked VMA adds the moved length to `locked_vm` and clears `VM_LOCKED` on the source
     /// without subtracting it (`dontunmap_complete`), so RLIMIT_MEMLOCK sees both until exit.
-    pub locked_vm_orphaned: u64,
+    pub(crate) locked_vm_orphaned: u64,
     /// Source ranges of `MREMAP_DONTUNMAP` whose VMA lost `VM_LOCKED` without a munlock:
     /// their folios may stay mlocked (Linux leaves them for reclaim to notice).
-    pub mlock_stale: Vec<(u64, u64)>,
+    pub(crate) mlock_stale: Vec<(u64, u64)>,
 }
 
 /// An address space.
 #[derive(Debug)]
 pub struct Mm {
     /// Identifier (also the TLB tag).
-    pub id: u32,
+    pub(crate) id: u32,
     /// Root page table.
-    pub pgd: u64,
+    pub(crate) pgd: u64,
     /// The mmap lock and the VMA state it protects.
     pub lock: RwLock<MmState>,
     /// Protects populating upper page-table levels and the deposited tables.
-    pub page_table_lock: Mutex<()>,
+    pub(crate) page_table_lock: Mutex<()>,
     rss: [AtomicI64; 3],
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
-    pub has_pinned: AtomicBool,
+    pub(crate) has_pinned: AtomicBool,
     /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
-    pub deposited: Mutex<HashMap<u64, u64>>,
+    pub(crate) deposited: Mutex<HashMap<u64, u64>>,
 }
 
 impl Mm {
     /// A new mm with root table `pgd`.
-    pub fn new(id: u32, pgd: u64, state: MmState) -> Mm {
+    pub(crate) fn new(id: u32, pgd: u64, state: MmState) -> Mm {
         Mm {
             id,
             pgd,
@@ -127,12 +127,12 @@ impl Mm {
 
     /// Adds to an RSS counter (in pages).
     #[inline]
-    pub fn rss_add(&self, kind: RssKind, n: i64) {
+    pub(crate) fn rss_add(&self, kind: RssKind, n: i64) {
         self.rss[kind as usize].fetch_add(n, Relaxed);
     }
 
     /// An RSS counter (in pages).
-    pub fn rss(&self, kind: RssKind) -> i64 {
+    pub(crate) fn rss(&self, kind: RssKind) -> i64 {
         self.rss[kind as usize].load(Relaxed)
     }
 }
@@ -154,7 +154,7 @@ pub struct Task {
     /// Its address space.
     pub mm: Arc<Mm>,
     /// Capabilities.
-    pub privilege: Privilege,
+    pub(crate) privilege: Privilege,
     /// RLIMIT_MEMLOCK in bytes (`u64::MAX` = unlimited).
-    pub rlimit_memlock: u64,
+    pub(crate) rlimit_memlock: u64,
 }

@@ -50,7 +50,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// mmap lock held for writing; `st` is the mm's state.
-    pub fn munlock_vma_pages_range_2013(
+    pub(crate) fn munlock_vma_pages_range_2013(
         &self,
         mm: &Mm,
         st: &MmState,

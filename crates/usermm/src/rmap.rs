@@ -17,7 +17,7 @@ use crate::sharing::Plain;
 use crate::stats::{CpuCounters, Ev};
 
 /// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
-pub const GUP_PIN_COUNTING_BIAS: i32 = 1024;
+pub(crate) const GUP_PIN_COUNTING_BIAS: i32 = 1024;
 
 /// MM owner tracking of large folios (`CONFIG_MM_ID`, Linux 6.15+): two slots, each an mm id
 /// with that mm's number of mappings, and a "maybe mapped shared" bit that is cleared only when
@@ -164,7 +164,7 @@ fn folio_rmap(
 
 /// Mapping level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     /// Mapped by PTEs.
     Pte,
     /// Mapped by one PMD.
@@ -188,7 +188,7 @@ fn count_map(c: &CpuCounters, n: u64) {
 /// # Context
 /// Any; the caller holds a reference or the PTL of an entry that maps the folio.
 #[inline]
-pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
+pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
     count_ref(c);
     phys.memmap.ref_add(head, n);
 }
@@ -200,7 +200,7 @@ pub fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
 /// # Context
 /// The PTL (or, for a PMD, the PMD lock) of the table the new entries go into; the folio is
 /// not yet visible to any other walker.
-pub fn add_new_anon(
+pub(crate) fn add_new_anon(
     phys: &PhysMem,
     c: &CpuCounters,
     head: u64,
@@ -247,7 +247,7 @@ pub fn add_new_anon(
 /// # Context
 /// The PTL of the table the entries are written to (a split: the PMD lock, the new table
 /// still unlinked); takes the folio's owner bit lock or rmap seqcount as the tracker needs.
-pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
+pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
     folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
         page_mapcounts(phys, c, page, nr, 1, plain)
     });
@@ -258,7 +258,7 @@ pub fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, 
 /// # Context
 /// Any; the answer is a snapshot (a pin taken afterwards needs the mmap lock for writing
 /// in fork's case, which the caller holds).
-pub fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
+pub(crate) fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
     if phys.memmap.test(head, PageFlag::Head) {
         phys.memmap.pincount(head) > 0
     } else {
@@ -268,7 +268,7 @@ pub fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
 
 /// The duplicate could not be shared because the page may be pinned: copy it instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MaybePinned;
+pub(crate) struct MaybePinned;
 
 /// Duplicates `nr` PTE mappings of anon pages for a fork child
 /// (`folio_try_dup_anon_rmap_ptes`): fails without side effects if the folio may be pinned
@@ -277,7 +277,7 @@ pub struct MaybePinned;
 /// # Context
 /// Both mms' mmap locks for writing; the child's PTE table locked, then the parent's
 /// (`PteCopy`).
-pub fn try_dup_anon_ptes(
+pub(crate) fn try_dup_anon_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
     head: u64,
@@ -321,7 +321,7 @@ pub fn try_dup_anon_ptes(
 ///
 /// # Context
 /// Both mms' mmap locks for writing; the child's PMD lock, then the parent's.
-pub fn try_dup_anon_pmd(
+pub(crate) fn try_dup_anon_pmd(
     phys: &PhysMem,
     c: &CpuCounters,
     head: u64,
@@ -347,7 +347,14 @@ pub fn try_dup_anon_pmd(
 ///
 /// # Context
 /// The PTL of the table the entries were cleared from.
-pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
+pub(crate) fn remove_ptes(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    head: u64,
+    page: u64,
+    nr: u64,
+    mm_id: u32,
+) {
     folio_rmap(phys, c, head, mm_id, -(nr as i32), |plain| {
         page_mapcounts(phys, c, page, nr, -1, plain)
     });
@@ -357,7 +364,7 @@ pub fn remove_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u6
 ///
 /// # Context
 /// The PMD lock of the table the leaf is written to.
-pub fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
+pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
     phys.memmap.entire_mapcount_add(head, 1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, 1, |_| {});
@@ -367,7 +374,7 @@ pub fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
 ///
 /// # Context
 /// The PMD lock of the table the leaf was cleared from.
-pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
+pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
     phys.memmap.entire_mapcount_add(head, -1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, -1, |_| {});
@@ -377,7 +384,7 @@ pub fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
 ///
 /// # Context
 /// Any; exact only when no CPU is changing the folio's mappings.
-pub fn page_mapcount(phys: &PhysMem, page: u64) -> i32 {
+pub(crate) fn page_mapcount(phys: &PhysMem, page: u64) -> i32 {
     let mm = &phys.memmap;
     let head = mm.folio_of(page);
     let entire = if mm.test(head, PageFlag::Head) {

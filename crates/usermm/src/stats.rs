@@ -179,11 +179,11 @@ counters! {
 }
 
 /// Number of counters.
-pub const NR_EVENTS: usize = Ev::ALL.len();
+pub(crate) const NR_EVENTS: usize = Ev::ALL.len();
 
 /// One CPU's counter block.
 #[derive(Debug)]
-pub struct CpuCounters {
+pub(crate) struct CpuCounters {
     slots: [AtomicU64; NR_EVENTS],
     /// Per-node `NR_MLOCK` changes not yet folded into the node's counter (the per-CPU
     /// `vm_node_stat_diff` of Linux's vmstat).
@@ -192,7 +192,7 @@ pub struct CpuCounters {
 
 /// A per-CPU vmstat diff is folded into the global counter once it exceeds this many pages
 /// either way (Linux computes 2…125 from the zone size and the number of CPUs).
-pub const VMSTAT_THRESHOLD: i64 = 32;
+pub(crate) const VMSTAT_THRESHOLD: i64 = 32;
 
 impl Default for CpuCounters {
     /// Counters without per-CPU vmstat diffs (every vmstat change goes to the global counter).
@@ -203,7 +203,7 @@ impl Default for CpuCounters {
 
 impl CpuCounters {
     /// Counters with per-CPU vmstat diffs for `nodes` nodes.
-    pub fn new(nodes: usize) -> CpuCounters {
+    pub(crate) fn new(nodes: usize) -> CpuCounters {
         CpuCounters {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
             vmstat_diff: (0..nodes).map(|_| AtomicI64::new(0)).collect(),
@@ -216,7 +216,7 @@ impl CpuCounters {
     /// # Context
     /// Only the thread that holds this CPU slot calls it.
     #[inline]
-    pub fn mod_vmstat(&self, node: usize, delta: i64, global: &AtomicI64) {
+    pub(crate) fn mod_vmstat(&self, node: usize, delta: i64, global: &AtomicI64) {
         let Some(d) = self.vmstat_diff.get(node) else {
             global.fetch_add(delta, Relaxed);
             return;
@@ -231,7 +231,7 @@ impl CpuCounters {
     }
 
     /// This CPU's unfolded diff of `node`.
-    pub fn vmstat_diff(&self, node: usize) -> i64 {
+    pub(crate) fn vmstat_diff(&self, node: usize) -> i64 {
         self.vmstat_diff.get(node).map_or(0, |d| d.load(Relaxed))
     }
 
@@ -240,13 +240,14 @@ impl CpuCounters {
     /// # Context
     /// Only the thread that holds this CPU slot writes to it.
     #[inline]
-    pub fn add(&self, ev: Ev, n: u64) {
+    pub(crate) fn add(&self, ev: Ev, n: u64) {
         let slot = &self.slots[ev as usize];
         slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
     /// Reads a counter.
-    pub fn get(&self, ev: Ev) -> u64 {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn get(&self, ev: Ev) -> u64 {
         self.slots[ev as usize].load(Relaxed)
     }
 }
@@ -259,7 +260,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Sums the given per-CPU blocks.
-    pub fn sum<'a>(cpus: impl IntoIterator<Item = &'a CpuCounters>) -> Snapshot {
+    pub(crate) fn sum<'a>(cpus: impl IntoIterator<Item = &'a CpuCounters>) -> Snapshot {
         let mut values = vec![0u64; NR_EVENTS];
         for c in cpus {
             for (i, v) in values.iter_mut().enumerate() {

@@ -14,19 +14,19 @@ use crate::stats::{CpuCounters, Ev};
 use parking_lot::Mutex;
 
 /// Entries per CPU.
-pub const TLB_ENTRIES: usize = 256;
+pub(crate) const TLB_ENTRIES: usize = 256;
 
 /// One cached translation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TlbEntry {
     /// Owning mm id (0 = invalid).
-    pub mm: u32,
+    pub(crate) mm: u32,
     /// Virtual page number.
-    pub vpn: u64,
+    pub(crate) vpn: u64,
     /// Physical frame.
-    pub pfn: u64,
+    pub(crate) pfn: u64,
     /// Writes are allowed through this entry (and the PTE is already dirty).
-    pub writable: bool,
+    pub(crate) writable: bool,
 }
 
 /// One CPU's TLB.
@@ -51,19 +51,19 @@ fn slot(vpn: u64, mm: u32) -> usize {
 impl Tlb {
     /// Looks up a translation.
     #[inline]
-    pub fn lookup(&self, mm: u32, vpn: u64) -> Option<TlbEntry> {
+    pub(crate) fn lookup(&self, mm: u32, vpn: u64) -> Option<TlbEntry> {
         let e = self.entries.lock()[slot(vpn, mm)];
         (e.mm == mm && e.vpn == vpn).then_some(e)
     }
 
     /// Caches a translation.
     #[inline]
-    pub fn fill(&self, e: TlbEntry) {
+    pub(crate) fn fill(&self, e: TlbEntry) {
         self.entries.lock()[slot(e.vpn, e.mm)] = e;
     }
 
     /// Invalidates every entry of `mm` in `[start_vpn, end_vpn)`.
-    pub fn invalidate(&self, mm: u32, start_vpn: u64, end_vpn: u64) {
+    pub(crate) fn invalidate(&self, mm: u32, start_vpn: u64, end_vpn: u64) {
         let mut es = self.entries.lock();
         if end_vpn - start_vpn < TLB_ENTRIES as u64 / 4 {
             for vpn in start_vpn..end_vpn {
@@ -94,7 +94,7 @@ impl Tlb {
 
 /// What a flush covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlushScope {
+pub(crate) enum FlushScope {
     /// One page.
     Page(u64),
     /// `[start, end)`.
@@ -104,7 +104,7 @@ pub enum FlushScope {
 }
 
 /// Shoots down translations of `mm` on every CPU and counts one flush of the given kind.
-pub fn flush(tlbs: &[&Tlb], c: &CpuCounters, mm: u32, scope: FlushScope) {
+pub(crate) fn flush(tlbs: &[&Tlb], c: &CpuCounters, mm: u32, scope: FlushScope) {
     let (start, end, ev) = match scope {
         FlushScope::Page(a) => (a >> 12, (a >> 12) + 1, Ev::TlbFlushPage),
         FlushScope::Range(s, e) => (s >> 12, e.div_ceil(4096), Ev::TlbFlushRange),

@@ -1,6 +1,8 @@
 //! Runtime switches: every optimization of a seed is one of these, with its honest baseline.
 //!
 //! `usermm tunables` lists them with their defaults. Defaults are the best configuration.
+//! Each tunable is one entry of [`REGISTRY`]: its name, accepted values, help, getter and
+//! parser; listing, setting, the CLI and the README table all read that one table.
 //! Seed issues add their switches here; the engine core adds the debugging switches.
 
 use crate::errno::Errno;
@@ -50,9 +52,9 @@ pub struct ThpSettings {
     /// `/sys/kernel/mm/transparent_hugepage/enabled` (never `Inherit`).
     pub top: ThpPolicy,
     /// Per order (index = order; orders 0 and 1 are unused).
-    pub per_order: [ThpPolicy; PMD_ORDER as usize + 1],
+    pub(crate) per_order: [ThpPolicy; PMD_ORDER as usize + 1],
     /// `use_zero_page`: map the huge zero page on read faults of PMD-sized regions.
-    pub use_zero_page: bool,
+    pub(crate) use_zero_page: bool,
 }
 
 impl Default for ThpSettings {
@@ -70,7 +72,7 @@ impl Default for ThpSettings {
 
 impl ThpSettings {
     /// Whether `order` may be used in a VMA with or without `MADV_HUGEPAGE`.
-    pub fn order_allowed(&self, order: u32, vma_hugepage: bool) -> bool {
+    pub(crate) fn order_allowed(&self, order: u32, vma_hugepage: bool) -> bool {
         let Some(p) = self.per_order.get(order as usize) else {
             return false;
         };
@@ -166,7 +168,7 @@ impl ShmemSettings {
     /// reach tmpfs file mappings too, while the sizes that `inherit` follow the mount's own
     /// policy (`huge=never` for tmpfs files, the top level for shared anonymous memory);
     /// `deny` turns everything off and `force` gives every mapping the inheriting sizes.
-    pub fn fault_orders(
+    pub(crate) fn fault_orders(
         &self,
         anon_shmem: bool,
         hugepage: bool,
@@ -253,7 +255,7 @@ impl MunlockDesign {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Option<MunlockDesign> {
+    pub(crate) fn parse(s: &str) -> Option<MunlockDesign> {
         if s == "modern" {
             return Some(MunlockDesign::Modern);
         }
@@ -262,7 +264,7 @@ impl MunlockDesign {
     }
 
     /// Whether patch `n` (1..=7) of the series is applied.
-    pub fn has_patch(self, n: u8) -> bool {
+    pub(crate) fn has_patch(self, n: u8) -> bool {
         match self {
             MunlockDesign::Stage(s) => s >= n,
             MunlockDesign::Modern => true,
@@ -303,17 +305,17 @@ pub struct Tunables {
     /// Seed 004: the munlock algorithm.
     pub munlock: MunlockDesign,
     /// Seed 002: how kernel page tables are reached while the linear map is built.
-    pub linear_map: crate::kmap::LinearMapVariant,
+    pub(crate) linear_map: crate::kmap::LinearMapVariant,
     /// Seed 003: the tracker that answers "is this large folio mapped only by this mm?".
     pub sharing: crate::sharing::SharingTracker,
     /// Keep every side-table tracker up to date so `validate` compares them all.
     pub sharing_shadow: bool,
     /// The disk's `read_ahead_kb` (`bdi->ra_pages` in KiB): the readahead window of disk files.
-    pub read_ahead_kb: u64,
+    pub(crate) read_ahead_kb: u64,
     /// The disk's `max_sectors_kb` (`bdi->io_pages` in KiB): the cap of one forced readahead.
-    pub max_sectors_kb: u64,
+    pub(crate) max_sectors_kb: u64,
     /// `fault_around_bytes`: the window a read fault on a file maps from the page cache.
-    pub fault_around_bytes: u64,
+    pub(crate) fault_around_bytes: u64,
     /// Debug: verify every TLB hit against the page table and count stale hits.
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
@@ -365,6 +367,44 @@ pub struct TunableInfo {
     pub help: &'static str,
 }
 
+/// One entry of the tunables registry ([`REGISTRY`]): everything `usermm tunables`, `set
+/// tunable`, the Python binding and the README's table know about one switch.
+pub struct TunableDef {
+    /// Name used by `set tunable NAME=VALUE`.
+    pub name: &'static str,
+    /// Accepted values, as shown to users and in [`TunableError::BadValue`].
+    pub values: &'static str,
+    /// One-line description.
+    pub help: &'static str,
+    /// The default is `cfg!(debug_assertions)` (on in debug builds, off in release builds).
+    pub(crate) debug_default: bool,
+    /// The current value, in a spelling that `set` accepts.
+    pub(crate) get: fn(&Tunables) -> String,
+    /// Parses and stores a value; `None` (nothing changed) if it is not accepted.
+    pub(crate) set: fn(&mut Tunables, &str) -> Option<()>,
+}
+
+impl TunableDef {
+    /// The value in [`Tunables::default`].
+    pub fn default_value(&self) -> String {
+        (self.get)(&Tunables::default())
+    }
+
+    /// The registry entry of `name`.
+    pub(crate) fn find(name: &str) -> Option<&'static TunableDef> {
+        REGISTRY.iter().find(|d| d.name == name)
+    }
+}
+
+impl std::fmt::Debug for TunableDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunableDef")
+            .field("name", &self.name)
+            .field("values", &self.values)
+            .finish_non_exhaustive()
+    }
+}
+
 fn batching_name(b: PteBatching) -> &'static str {
     match b {
         PteBatching::PerPte => "per-pte",
@@ -388,6 +428,235 @@ fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
+/// A KiB size of the disk queue (`read_ahead_kb`, `max_sectors_kb`): at most 1 GiB.
+fn parse_kib(v: &str) -> Option<u64> {
+    v.parse().ok().filter(|&v| v <= 1 << 20)
+}
+
+/// One `true|false` tunable stored in the field `$($f).+`.
+macro_rules! bool_tunable {
+    ($name:literal, $help:literal, $debug_default:literal, $($f:ident).+) => {
+        TunableDef {
+            name: $name,
+            values: "true|false",
+            help: $help,
+            debug_default: $debug_default,
+            get: |t| t.$($f).+.to_string(),
+            set: |t, v| {
+                t.$($f).+ = parse_bool(v)?;
+                Some(())
+            },
+        }
+    };
+}
+
+/// One `batched|per-pte` tunable stored in the field `$f`.
+macro_rules! batching_tunable {
+    ($name:literal, $help:literal, $f:ident) => {
+        TunableDef {
+            name: $name,
+            values: "batched|per-pte",
+            help: $help,
+            debug_default: false,
+            get: |t| batching_name(t.$f).into(),
+            set: |t, v| {
+                t.$f = parse_batching(v)?;
+                Some(())
+            },
+        }
+    };
+}
+
+/// Every tunable, in the order `usermm tunables` lists them.
+pub const REGISTRY: &[TunableDef] = &[
+    batching_tunable!(
+        "fork_pte_batch",
+        "seed 000: batch consecutive PTEs of one large folio in fork",
+        fork_pte_batch
+    ),
+    batching_tunable!(
+        "zap_pte_batch",
+        "seed 000 follow-up: batch PTEs of one folio in munmap/dontneed/exit",
+        zap_pte_batch
+    ),
+    batching_tunable!(
+        "remap_rmap_batch",
+        "seed 003: one rmap update for all PTEs when a PMD-mapped THP is PTE-remapped",
+        remap_rmap_batch
+    ),
+    TunableDef {
+        name: "vma_tree_dup",
+        values: "dup|insert",
+        help: "seed 001: fork duplicates the VMA tree structurally (dup) instead of building it in bulk mode (insert, Linux 6.1-6.5)",
+        debug_default: false,
+        get: |t| {
+            match t.vma_tree_dup {
+                VmaTreeCopy::Dup => "dup",
+                VmaTreeCopy::Insert => "insert",
+            }
+            .into()
+        },
+        set: |t, v| {
+            t.vma_tree_dup = match v {
+                "dup" | "on" | "1" | "true" => VmaTreeCopy::Dup,
+                "insert" | "off" | "0" | "false" => VmaTreeCopy::Insert,
+                _ => return None,
+            };
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "munlock",
+        values: "stage0..stage7|modern",
+        help: "seed 004: the 2013 munlock batching patches applied cumulatively, or the current design",
+        debug_default: false,
+        get: |t| t.munlock.name(),
+        set: |t, v| {
+            t.munlock = MunlockDesign::parse(v)?;
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "linear_map",
+        values: crate::kmap::LinearMapVariant::VALUES,
+        help: "seed 002: fixmap remaps per kernel page table (33/2/1 TLBIs; va_late 0 for late changes)",
+        debug_default: false,
+        get: |t| t.linear_map.name().into(),
+        set: |t, v| {
+            t.linear_map = crate::kmap::LinearMapVariant::parse(v)?;
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "sharing",
+        values: crate::sharing::SharingTracker::VALUES,
+        help: "seed 003: tracker of 'mapped shared' for large anon folios (decides COW reuse)",
+        debug_default: false,
+        get: |t| t.sharing.name(),
+        set: |t, v| {
+            t.sharing = crate::sharing::SharingTracker::parse(v)?;
+            Some(())
+        },
+    },
+    bool_tunable!(
+        "sharing_shadow",
+        "debug: maintain every sharing tracker so validate() compares them with the truth",
+        true,
+        sharing_shadow
+    ),
+    TunableDef {
+        name: "max_map_count",
+        values: "integer",
+        help: "vm.max_map_count",
+        debug_default: false,
+        get: |t| t.max_map_count.to_string(),
+        set: |t, v| {
+            t.max_map_count = v.parse().ok()?;
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "overcommit_memory",
+        values: "0|1|2",
+        help: "vm.overcommit_memory (0 heuristic, 1 always, 2 never)",
+        debug_default: false,
+        get: |t| t.overcommit_memory.to_string(),
+        set: |t, v| {
+            t.overcommit_memory = match v {
+                "0" => 0,
+                "1" => 1,
+                "2" => 2,
+                _ => return None,
+            };
+            Some(())
+        },
+    },
+    bool_tunable!(
+        "thp_use_zero_page",
+        "map the huge zero page on PMD-sized read faults",
+        false,
+        thp.use_zero_page
+    ),
+    TunableDef {
+        name: "read_ahead_kb",
+        values: "integer (KiB)",
+        help: "the disk's read_ahead_kb: readahead window of disk files",
+        debug_default: false,
+        get: |t| t.read_ahead_kb.to_string(),
+        set: |t, v| {
+            t.read_ahead_kb = parse_kib(v)?;
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "max_sectors_kb",
+        values: "integer (KiB)",
+        help: "the disk's max_sectors_kb: cap of a forced readahead (MADV_WILLNEED)",
+        debug_default: false,
+        get: |t| t.max_sectors_kb.to_string(),
+        set: |t, v| {
+            t.max_sectors_kb = parse_kib(v)?;
+            Some(())
+        },
+    },
+    TunableDef {
+        name: "fault_around_bytes",
+        values: "4096..=65536, power of two",
+        help: "fault_around_bytes: how much a file read fault maps from the page cache",
+        debug_default: false,
+        get: |t| t.fault_around_bytes.to_string(),
+        set: |t, v| {
+            t.fault_around_bytes = v
+                .parse()
+                .ok()
+                .filter(|&v: &u64| v.is_power_of_two() && (4096..=65536).contains(&v))?;
+            Some(())
+        },
+    },
+    bool_tunable!(
+        "check_tlb",
+        "debug: verify every TLB hit against the page table",
+        true,
+        check_tlb
+    ),
+    bool_tunable!(
+        "test_skip_tlb_flush",
+        "test only: skip TLB flushes (a deliberately broken engine)",
+        false,
+        test_skip_tlb_flush
+    ),
+    bool_tunable!(
+        "test_skip_fork_wrprotect",
+        "test only: fork does not write-protect the parent (a deliberately broken engine)",
+        false,
+        test_skip_fork_wrprotect
+    ),
+];
+
+/// The README's table of tunables (between `<!-- tunables:begin -->` and
+/// `<!-- tunables:end -->`): name, accepted values, default, what it switches.
+pub fn markdown_table() -> String {
+    // A `|` inside a cell (even inside a code span) must be escaped in a GitHub table.
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out =
+        String::from("| tunable | values | default | what it switches |\n|---|---|---|---|\n");
+    for d in REGISTRY {
+        let default = if d.debug_default {
+            "`true` in debug builds, `false` in release builds".to_string()
+        } else {
+            format!("`{}`", cell(&d.default_value()))
+        };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {} |\n",
+            d.name,
+            cell(d.values),
+            default,
+            cell(d.help)
+        ));
+    }
+    out
+}
+
 /// Error from [`Tunables::set`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TunableError {
@@ -409,199 +678,112 @@ pub enum TunableError {
 impl Tunables {
     /// Lists every tunable with its current value.
     pub fn list(&self) -> Vec<TunableInfo> {
-        vec![
-            TunableInfo {
-                name: "fork_pte_batch",
-                value: batching_name(self.fork_pte_batch).into(),
-                values: "batched|per-pte",
-                help: "seed 000: batch consecutive PTEs of one large folio in fork",
-            },
-            TunableInfo {
-                name: "zap_pte_batch",
-                value: batching_name(self.zap_pte_batch).into(),
-                values: "batched|per-pte",
-                help: "seed 000 follow-up: batch PTEs of one folio in munmap/dontneed/exit",
-            },
-            TunableInfo {
-                name: "remap_rmap_batch",
-                value: batching_name(self.remap_rmap_batch).into(),
-                values: "batched|per-pte",
-                help: "seed 003: one rmap update for all PTEs when a PMD-mapped THP is PTE-remapped",
-            },
-            TunableInfo {
-                name: "vma_tree_dup",
-                value: match self.vma_tree_dup {
-                    VmaTreeCopy::Dup => "dup",
-                    VmaTreeCopy::Insert => "insert",
-                }
-                .into(),
-                values: "dup|insert",
-                help: "seed 001: fork duplicates the VMA tree structurally (dup) instead of building it in bulk mode (insert, Linux 6.1-6.5)",
-            },
-            TunableInfo {
-                name: "munlock",
-                value: self.munlock.name(),
-                values: "stage0..stage7|modern",
-                help: "seed 004: the 2013 munlock batching patches applied cumulatively, or the current design",
-            },
-            TunableInfo {
-                name: "linear_map",
-                value: self.linear_map.name().into(),
-                values: crate::kmap::LinearMapVariant::VALUES,
-                help: "seed 002: fixmap remaps per kernel page table (33/2/1 TLBIs; va_late 0 for late changes)",
-            },
-            TunableInfo {
-                name: "sharing",
-                value: self.sharing.name(),
-                values: crate::sharing::SharingTracker::VALUES,
-                help: "seed 003: tracker of 'mapped shared' for large anon folios (decides COW reuse)",
-            },
-            TunableInfo {
-                name: "sharing_shadow",
-                value: self.sharing_shadow.to_string(),
-                values: "true|false",
-                help: "debug: maintain every sharing tracker so validate() compares them with the truth",
-            },
-            TunableInfo {
-                name: "max_map_count",
-                value: self.max_map_count.to_string(),
-                values: "integer",
-                help: "vm.max_map_count",
-            },
-            TunableInfo {
-                name: "overcommit_memory",
-                value: self.overcommit_memory.to_string(),
-                values: "0|1|2",
-                help: "vm.overcommit_memory (0 heuristic, 1 always, 2 never)",
-            },
-            TunableInfo {
-                name: "thp_use_zero_page",
-                value: self.thp.use_zero_page.to_string(),
-                values: "true|false",
-                help: "map the huge zero page on PMD-sized read faults",
-            },
-            TunableInfo {
-                name: "read_ahead_kb",
-                value: self.read_ahead_kb.to_string(),
-                values: "integer (KiB)",
-                help: "the disk's read_ahead_kb: readahead window of disk files",
-            },
-            TunableInfo {
-                name: "max_sectors_kb",
-                value: self.max_sectors_kb.to_string(),
-                values: "integer (KiB)",
-                help: "the disk's max_sectors_kb: cap of a forced readahead (MADV_WILLNEED)",
-            },
-            TunableInfo {
-                name: "fault_around_bytes",
-                value: self.fault_around_bytes.to_string(),
-                values: "4096..=65536, power of two",
-                help: "fault_around_bytes: how much a file read fault maps from the page cache",
-            },
-            TunableInfo {
-                name: "check_tlb",
-                value: self.check_tlb.to_string(),
-                values: "true|false",
-                help: "debug: verify every TLB hit against the page table",
-            },
-            TunableInfo {
-                name: "test_skip_tlb_flush",
-                value: self.test_skip_tlb_flush.to_string(),
-                values: "true|false",
-                help: "test only: skip TLB flushes (a deliberately broken engine)",
-            },
-            TunableInfo {
-                name: "test_skip_fork_wrprotect",
-                value: self.test_skip_fork_wrprotect.to_string(),
-                values: "true|false",
-                help: "test only: fork does not write-protect the parent (a deliberately broken engine)",
-            },
-        ]
+        REGISTRY
+            .iter()
+            .map(|d| TunableInfo {
+                name: d.name,
+                value: (d.get)(self),
+                values: d.values,
+                help: d.help,
+            })
+            .collect()
     }
 
     /// Sets one tunable by name.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), TunableError> {
-        let bad = |accepted: &'static str| TunableError::BadValue {
+        let d = TunableDef::find(name).ok_or_else(|| TunableError::Unknown(name.to_string()))?;
+        (d.set)(self, value).ok_or_else(|| TunableError::BadValue {
             name: name.to_string(),
             value: value.to_string(),
-            accepted,
-        };
-        match name {
-            "fork_pte_batch" => {
-                self.fork_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
-            }
-            "zap_pte_batch" => {
-                self.zap_pte_batch = parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
-            }
-            "remap_rmap_batch" => {
-                self.remap_rmap_batch =
-                    parse_batching(value).ok_or_else(|| bad("batched|per-pte"))?
-            }
-            "vma_tree_dup" => {
-                self.vma_tree_dup = match value {
-                    "dup" | "on" | "1" | "true" => VmaTreeCopy::Dup,
-                    "insert" | "off" | "0" | "false" => VmaTreeCopy::Insert,
-                    _ => return Err(bad("dup|insert")),
-                }
-            }
-            "munlock" => {
-                self.munlock =
-                    MunlockDesign::parse(value).ok_or_else(|| bad("stage0..stage7|modern"))?
-            }
-            "linear_map" => {
-                self.linear_map = crate::kmap::LinearMapVariant::parse(value)
-                    .ok_or_else(|| bad(crate::kmap::LinearMapVariant::VALUES))?
-            }
-            "sharing" => {
-                self.sharing = crate::sharing::SharingTracker::parse(value)
-                    .ok_or_else(|| bad(crate::sharing::SharingTracker::VALUES))?
-            }
-            "sharing_shadow" => {
-                self.sharing_shadow = parse_bool(value).ok_or_else(|| bad("true|false"))?
-            }
-            "max_map_count" => self.max_map_count = value.parse().map_err(|_| bad("integer"))?,
-            "overcommit_memory" => {
-                self.overcommit_memory = match value {
-                    "0" => 0,
-                    "1" => 1,
-                    "2" => 2,
-                    _ => return Err(bad("0|1|2")),
-                }
-            }
-            "thp_use_zero_page" => {
-                self.thp.use_zero_page = parse_bool(value).ok_or_else(|| bad("true|false"))?
-            }
-            "read_ahead_kb" => {
-                self.read_ahead_kb = value
-                    .parse()
-                    .ok()
-                    .filter(|&v| v <= 1 << 20)
-                    .ok_or_else(|| bad("integer (KiB)"))?
-            }
-            "max_sectors_kb" => {
-                self.max_sectors_kb = value
-                    .parse()
-                    .ok()
-                    .filter(|&v| v <= 1 << 20)
-                    .ok_or_else(|| bad("integer (KiB)"))?
-            }
-            "fault_around_bytes" => {
-                self.fault_around_bytes = value
-                    .parse()
-                    .ok()
-                    .filter(|&v: &u64| v.is_power_of_two() && (4096..=65536).contains(&v))
-                    .ok_or_else(|| bad("4096..=65536, power of two"))?
-            }
-            "check_tlb" => self.check_tlb = parse_bool(value).ok_or_else(|| bad("true|false"))?,
-            "test_skip_tlb_flush" => {
-                self.test_skip_tlb_flush = parse_bool(value).ok_or_else(|| bad("true|false"))?
-            }
-            "test_skip_fork_wrprotect" => {
-                self.test_skip_fork_wrprotect =
-                    parse_bool(value).ok_or_else(|| bad("true|false"))?
-            }
-            _ => return Err(TunableError::Unknown(name.to_string())),
+            accepted: d.values,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(t: &Tunables) -> Vec<String> {
+        REGISTRY.iter().map(|d| (d.get)(t)).collect()
+    }
+
+    #[test]
+    fn every_entry_round_trips_its_default() {
+        let base = Tunables::default();
+        for d in REGISTRY {
+            let mut t = Tunables::default();
+            t.set(d.name, &d.default_value())
+                .unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            assert_eq!(values(&t), values(&base), "{}", d.name);
+            assert_eq!((d.get)(&t), d.default_value());
         }
-        Ok(())
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<&str> = REGISTRY.iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "duplicate tunable names");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_entrys_accepted_values() {
+        for d in REGISTRY {
+            let mut t = Tunables::default();
+            let before = values(&t);
+            assert_eq!(
+                t.set(d.name, "no such value"),
+                Err(TunableError::BadValue {
+                    name: d.name.into(),
+                    value: "no such value".into(),
+                    accepted: d.values,
+                }),
+            );
+            assert_eq!(
+                values(&t),
+                before,
+                "{}: a rejected value changed it",
+                d.name
+            );
+        }
+        assert_eq!(
+            Tunables::default().set("nope", "1"),
+            Err(TunableError::Unknown("nope".into()))
+        );
+    }
+
+    #[test]
+    fn debug_defaults_follow_the_build() {
+        for d in REGISTRY.iter().filter(|d| d.debug_default) {
+            assert_eq!(
+                d.default_value(),
+                cfg!(debug_assertions).to_string(),
+                "{}",
+                d.name
+            );
+        }
+    }
+
+    #[test]
+    fn bounds_and_aliases() {
+        let mut t = Tunables::default();
+        for (n, ok, bad) in [
+            ("read_ahead_kb", "1048576", "1048577"),
+            ("max_sectors_kb", "0", "1048577"),
+            ("fault_around_bytes", "4096", "8192000"),
+            ("fault_around_bytes", "65536", "12288"),
+            ("overcommit_memory", "2", "3"),
+            ("vma_tree_dup", "on", "yes"),
+            ("fork_pte_batch", "true", "yes"),
+            ("check_tlb", "yes", "2"),
+        ] {
+            assert_eq!(t.set(n, ok), Ok(()), "{n}={ok}");
+            assert!(t.set(n, bad).is_err(), "{n}={bad}");
+        }
+        assert_eq!(t.fault_around_bytes, 65536);
+        assert_eq!(t.vma_tree_dup, VmaTreeCopy::Dup);
     }
 }

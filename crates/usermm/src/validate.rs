@@ -37,9 +37,9 @@ struct FolioRecount {
 
 /// Collected invariant violations.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// One line per violation.
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl Report {

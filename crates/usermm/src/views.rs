@@ -66,7 +66,7 @@ pub struct Smaps {
     /// Rss.
     pub rss: u64,
     /// Pss in bytes << 12 (Linux's `PSS_SHIFT` fixed point).
-    pub pss_fixed: u64,
+    pub(crate) pss_fixed: u64,
     /// Shared_Clean.
     pub shared_clean: u64,
     /// Shared_Dirty.
@@ -80,13 +80,13 @@ pub struct Smaps {
     /// AnonHugePages.
     pub anon_huge_pages: u64,
     /// Referenced: pages whose PTE is young or whose folio is referenced.
-    pub referenced: u64,
+    pub(crate) referenced: u64,
     /// ShmemPmdMapped: shmem folios mapped by a PMD.
     pub shmem_pmd_mapped: u64,
     /// FilePmdMapped: other page-cache folios mapped by a PMD.
     pub file_pmd_mapped: u64,
     /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
-    pub locked_fixed: u64,
+    pub(crate) locked_fixed: u64,
 }
 
 impl Smaps {
@@ -149,34 +149,34 @@ pub struct Pagemap {
     /// Bit 56 (`PM_MMAP_EXCLUSIVE`).
     pub exclusive: bool,
     /// Bit 61 (`PM_FILE`: page cache or shared anon).
-    pub file: bool,
+    pub(crate) file: bool,
     /// Bit 55 (soft-dirty).
-    pub soft_dirty: bool,
+    pub(crate) soft_dirty: bool,
 }
 
 /// `/proc/kpageflags` bit numbers.
 #[allow(missing_docs)]
 pub mod kpf {
-    pub const LOCKED: u32 = 0;
-    pub const REFERENCED: u32 = 2;
-    pub const UPTODATE: u32 = 3;
-    pub const DIRTY: u32 = 4;
+    pub(crate) const LOCKED: u32 = 0;
+    pub(crate) const REFERENCED: u32 = 2;
+    pub(crate) const UPTODATE: u32 = 3;
+    pub(crate) const DIRTY: u32 = 4;
     pub const LRU: u32 = 5;
-    pub const ACTIVE: u32 = 6;
+    pub(crate) const ACTIVE: u32 = 6;
     pub const BUDDY: u32 = 10;
-    pub const MMAP: u32 = 11;
-    pub const ANON: u32 = 12;
-    pub const SWAPBACKED: u32 = 14;
-    pub const COMPOUND_HEAD: u32 = 15;
-    pub const COMPOUND_TAIL: u32 = 16;
+    pub(crate) const MMAP: u32 = 11;
+    pub(crate) const ANON: u32 = 12;
+    pub(crate) const SWAPBACKED: u32 = 14;
+    pub(crate) const COMPOUND_HEAD: u32 = 15;
+    pub(crate) const COMPOUND_TAIL: u32 = 16;
     pub const UNEVICTABLE: u32 = 18;
-    pub const THP: u32 = 22;
-    pub const ZERO_PAGE: u32 = 24;
-    pub const PGTABLE: u32 = 26;
-    pub const RESERVED: u32 = 32;
+    pub(crate) const THP: u32 = 22;
+    pub(crate) const ZERO_PAGE: u32 = 24;
+    pub(crate) const PGTABLE: u32 = 26;
+    pub(crate) const RESERVED: u32 = 32;
     pub const MLOCKED: u32 = 33;
-    pub const MAPPEDTODISK: u32 = 34;
-    pub const WRITEBACK: u32 = 8;
+    pub(crate) const MAPPEDTODISK: u32 = 34;
+    pub(crate) const WRITEBACK: u32 = 8;
 }
 
 /// The leaf mapping one address: the frame and whether it is a PMD leaf.
@@ -493,7 +493,7 @@ impl<'m> Cpu<'m> {
 }
 
 /// The kpageflags word of a frame (`stable_page_flags`).
-pub fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
+pub(crate) fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
     let mm = &phys.memmap;
     let head = mm.folio_of(pfn);
     let mut u = 0u64;

@@ -22,7 +22,7 @@ const GATHER_LIMIT: usize = 10_000;
 
 /// Whether the whole address space is being torn down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GatherScope {
+pub(crate) enum GatherScope {
     /// A range of a live mm: flush the gathered range.
     Range,
     /// exit: flush the whole mm once.
@@ -32,7 +32,7 @@ pub enum GatherScope {
 /// Pending unmap work: folio references to drop and a range to flush.
 #[derive(Debug)]
 #[must_use = "a gather must be finished: its folios are freed only after the TLB flush"]
-pub struct MmuGather<'c, 'm> {
+pub(crate) struct MmuGather<'c, 'm> {
     cpu: &'c Cpu<'m>,
     mm: &'c Mm,
     scope: GatherScope,
@@ -43,7 +43,7 @@ pub struct MmuGather<'c, 'm> {
 
 impl<'c, 'm> MmuGather<'c, 'm> {
     /// Starts a gather on `mm`.
-    pub fn new(cpu: &'c Cpu<'m>, mm: &'c Mm, scope: GatherScope) -> Self {
+    pub(crate) fn new(cpu: &'c Cpu<'m>, mm: &'c Mm, scope: GatherScope) -> Self {
         MmuGather {
             cpu,
             mm,
@@ -55,7 +55,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Records that translations in `[start, end)` were removed.
-    pub fn add_range(&mut self, start: u64, end: u64) {
+    pub(crate) fn add_range(&mut self, start: u64, end: u64) {
         self.range = Some(match self.range {
             None => (start, end),
             Some((s, e)) => (s.min(start), e.max(end)),
@@ -63,7 +63,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Queues `nr` references of folio `head` to drop after the flush.
-    pub fn remove_folio(&mut self, head: u64, nr: i32) {
+    pub(crate) fn remove_folio(&mut self, head: u64, nr: i32) {
         self.folios.push((head, nr));
         if self.folios.len() >= GATHER_LIMIT {
             self.flush();
@@ -71,12 +71,12 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Queues a page-table page to free after the flush.
-    pub fn remove_table(&mut self, pfn: u64) {
+    pub(crate) fn remove_table(&mut self, pfn: u64) {
         self.tables.push(pfn);
     }
 
     /// Flushes the TLB for the gathered range, then frees what was gathered.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if let Some((s, e)) = self.range.take() {
             let scope = match self.scope {
                 GatherScope::FullMm => FlushScope::Mm,
@@ -97,7 +97,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Final flush.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.flush();
     }
 }
@@ -113,7 +113,7 @@ impl Drop for MmuGather<'_, '_> {
 
 /// Which pages a zap removes (`struct zap_details`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ZapDetails {
+pub(crate) enum ZapDetails {
     /// Every page (munmap, exit, MADV_DONTNEED, truncate's `even_cows`).
     #[default]
     All,
@@ -124,7 +124,7 @@ pub enum ZapDetails {
 
 impl<'m> Cpu<'m> {
     /// Zaps every mapping of `[start, end)` inside `vma` (`unmap_page_range`).
-    pub fn zap_vma_range(
+    pub(crate) fn zap_vma_range(
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
@@ -205,7 +205,9 @@ impl<'m> Cpu<'m> {
         let mut ptes = PteLock::lock(self.tables(mm), c, table);
         let (i0, i1) = step.pte_indexes();
         let arch = self.m.arch;
+        // One read of the tunables for the whole table, not one per folio.
         let batching = self.m.tunables().zap_pte_batch;
+        let munlock = self.munlocks_at_unmap(vma);
         let mut cleared = 0usize;
         let mut i = i0;
         while i < i1 {
@@ -241,7 +243,10 @@ impl<'m> Cpu<'m> {
                 }
             }
             rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
-            self.munlock_vma_folio(head, vma);
+            if munlock {
+                // `munlock_vma_folio`.
+                self.munlock_folio(head);
+            }
             mm.rss_add(
                 if anon { RssKind::Anon } else { vma.file_rss() },
                 -(nr as i64),
@@ -255,7 +260,8 @@ impl<'m> Cpu<'m> {
     }
 
     /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.
-    pub fn unmap_range(
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn unmap_range(
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
@@ -298,7 +304,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// mmap lock held for writing; the range's VMAs are already gone from the tree.
-    pub fn free_pgtables(
+    pub(crate) fn free_pgtables(
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,

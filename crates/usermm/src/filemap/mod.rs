@@ -27,7 +27,7 @@
 //! `pages` is the cache's lock (Linux: the xarray lock plus the folio locks). Fault-around
 //! holds it while taking a PTE lock; nothing takes it under a PTE lock.
 
-pub mod xarray;
+pub(crate) mod xarray;
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -35,9 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use xarray::XArray;
 
 /// Bytes in a page.
-pub const PAGE_SIZE: u64 = 4096;
+pub(crate) const PAGE_SIZE: u64 = 4096;
 
-/// What kind of file an [`Inode`] is.
+/// What kind of file an `Inode` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InodeKind {
     /// The shmem object of a shared anonymous mapping.
@@ -50,7 +50,7 @@ pub enum InodeKind {
 
 impl InodeKind {
     /// Shmem (swap-backed) pages: shared anonymous memory and tmpfs.
-    pub fn is_shmem(self) -> bool {
+    pub(crate) fn is_shmem(self) -> bool {
         matches!(self, InodeKind::ShmemAnon | InodeKind::Tmpfs)
     }
 }
@@ -77,7 +77,7 @@ pub struct DiskStore {
 
 /// What a block of a disk file holds, for a read into a frame.
 #[derive(Debug)]
-pub enum BlockContents<'a> {
+pub(crate) enum BlockContents<'a> {
     /// An allocated block of the file's fill byte: the first `len` bytes, zeroes after.
     Fill {
         /// The byte.
@@ -93,7 +93,7 @@ pub enum BlockContents<'a> {
 
 impl DiskStore {
     /// What block `idx` of a file of `size` bytes holds (the bytes past `size` read as zero).
-    pub fn contents(&self, idx: u64, size: u64) -> BlockContents<'_> {
+    pub(crate) fn contents(&self, idx: u64, size: u64) -> BlockContents<'_> {
         let start = idx * PAGE_SIZE;
         let in_file = size.saturating_sub(start).min(PAGE_SIZE) as usize;
         match self.blocks.get(&idx) {
@@ -108,7 +108,7 @@ impl DiskStore {
     }
 
     /// Whether block `idx` is allocated.
-    pub fn mapped(&self, idx: u64) -> bool {
+    pub(crate) fn mapped(&self, idx: u64) -> bool {
         match self.blocks.get(&idx) {
             Some(Block::Data(_)) => true,
             Some(Block::Hole) => false,
@@ -117,12 +117,12 @@ impl DiskStore {
     }
 
     /// Writes block `idx` (writeback of one page).
-    pub fn write(&mut self, idx: u64, data: &[u8]) {
+    pub(crate) fn write(&mut self, idx: u64, data: &[u8]) {
         self.blocks.insert(idx, Block::Data(data.into()));
     }
 
     /// Frees the blocks `first..last` (a punched hole).
-    pub fn punch(&mut self, first: u64, last: u64) {
+    pub(crate) fn punch(&mut self, first: u64, last: u64) {
         let fill_pages = self.fill_end.div_ceil(PAGE_SIZE);
         let stored: Vec<u64> = self.blocks.range(first..last).map(|(&i, _)| i).collect();
         for i in stored {
@@ -134,7 +134,7 @@ impl DiskStore {
     }
 
     /// Frees every block at or past `size` (truncate), zeroing the tail of a partial one.
-    pub fn truncate(&mut self, size: u64) {
+    pub(crate) fn truncate(&mut self, size: u64) {
         let keep = size.div_ceil(PAGE_SIZE);
         self.blocks.split_off(&keep);
         if let Some(Block::Data(d)) = self.blocks.get_mut(&(size / PAGE_SIZE)) {
@@ -157,34 +157,34 @@ impl DiskStore {
 
 /// Readahead state of an open file (`struct file_ra_state`), in pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RaState {
+pub(crate) struct RaState {
     /// First page of the current window.
-    pub start: u64,
+    pub(crate) start: u64,
     /// Pages in the window.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Pages from the window's end where the next async readahead is triggered.
-    pub async_size: u64,
+    pub(crate) async_size: u64,
     /// Where the last read ended (bytes; `prev_pos`), `u64::MAX` before the first read.
-    pub prev_pos: u64,
+    pub(crate) prev_pos: u64,
     /// Folio order of the last window (`ra->order`, 6.17+): synchronous windows reset it to
     /// 0, each asynchronous one raises it by 2 (clamped by `page_cache_ra_order`).
-    pub order: u32,
+    pub(crate) order: u32,
 }
 
 /// A file (an inode and its address_space).
 #[derive(Debug)]
 pub struct Inode {
     /// Identifier (stored as the folios' mapping).
-    pub id: u32,
+    pub(crate) id: u32,
     /// What kind of file it is.
-    pub kind: InodeKind,
+    pub(crate) kind: InodeKind,
     size: AtomicU64,
     /// The page cache (`i_pages`): page index -> frame.
     pub pages: Mutex<XArray>,
     /// The device of a disk file.
     pub disk: Mutex<DiskStore>,
     /// Readahead state (one open file per inode: every process shares the descriptor).
-    pub ra: Mutex<RaState>,
+    pub(crate) ra: Mutex<RaState>,
     users: AtomicU64,
 }
 
@@ -206,7 +206,7 @@ impl Inode {
     }
 
     /// A disk file whose first `fill_end` bytes are allocated blocks holding `fill`.
-    pub fn with_disk_fill(self, fill: u8, fill_end: u64) -> Inode {
+    pub(crate) fn with_disk_fill(self, fill: u8, fill_end: u64) -> Inode {
         {
             let mut d = self.disk.lock();
             d.fill = fill;
@@ -216,17 +216,17 @@ impl Inode {
     }
 
     /// `i_size` in bytes.
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.size.load(Relaxed)
     }
 
     /// Sets `i_size`.
-    pub fn set_size(&self, size: u64) {
+    pub(crate) fn set_size(&self, size: u64) {
         self.size.store(size, Relaxed);
     }
 
     /// Pages covering `i_size` (a fault at or past this page index is SIGBUS).
-    pub fn size_pages(&self) -> u64 {
+    pub(crate) fn size_pages(&self) -> u64 {
         self.size().div_ceil(PAGE_SIZE)
     }
 
@@ -235,22 +235,22 @@ impl Inode {
     /// SIGBUS past EOF), or always on shmem, which 6.18 exempts (`finish_fault`'s and
     /// `filemap_map_pages`' `shmem_mapping` exception; measured: a 64K tmpfs folio of a 20K
     /// file maps all 64K and reads zeroes past EOF).
-    pub fn may_map_whole(&self, index: u64, nr: u64) -> bool {
+    pub(crate) fn may_map_whole(&self, index: u64, nr: u64) -> bool {
         self.kind.is_shmem() || index.saturating_add(nr) <= self.size_pages()
     }
 
     /// Adds a user (a VMA, or the scenario's open file).
-    pub fn get(&self) {
+    pub(crate) fn get(&self) {
         self.users.fetch_add(1, Relaxed);
     }
 
     /// Drops a user; true when it was the last one.
-    pub fn put(&self) -> bool {
+    pub(crate) fn put(&self) -> bool {
         self.users.fetch_sub(1, Relaxed) == 1
     }
 
     /// Removes and returns every cached page.
-    pub fn take_pages(&self) -> Vec<u64> {
+    pub(crate) fn take_pages(&self) -> Vec<u64> {
         std::mem::take(&mut *self.pages.lock())
             .iter()
             .map(|(_, p)| p)

@@ -74,7 +74,7 @@ pub struct XArray {
 
 impl XArray {
     /// An empty index.
-    pub fn new() -> XArray {
+    pub(crate) fn new() -> XArray {
         XArray::default()
     }
 
@@ -93,7 +93,7 @@ impl XArray {
     }
 
     /// The frame at `index` (`xa_load`).
-    pub fn get(&self, index: u64) -> Option<u64> {
+    pub(crate) fn get(&self, index: u64) -> Option<u64> {
         if !self.covers(index) {
             return None;
         }
@@ -112,12 +112,12 @@ impl XArray {
     }
 
     /// Whether `index` holds a frame.
-    pub fn contains(&self, index: u64) -> bool {
+    pub(crate) fn contains(&self, index: u64) -> bool {
         self.get(index).is_some()
     }
 
     /// Stores `frame` at `index` (`xa_store`); returns what was there.
-    pub fn insert(&mut self, index: u64, frame: u64) -> Option<u64> {
+    pub(crate) fn insert(&mut self, index: u64, frame: u64) -> Option<u64> {
         debug_assert_ne!(frame, EMPTY, "no frame has number u64::MAX");
         if self.root.is_none() {
             self.root = Some(Box::new(Node::leaf()));
@@ -168,7 +168,7 @@ impl XArray {
     }
 
     /// Removes the frame at `index` (`xa_erase`), freeing nodes left empty.
-    pub fn remove(&mut self, index: u64) -> Option<u64> {
+    pub(crate) fn remove(&mut self, index: u64) -> Option<u64> {
         if !self.covers(index) {
             return None;
         }
@@ -194,7 +194,7 @@ impl XArray {
     }
 
     /// Entries with an index in `range`, in index order (`xa_for_each_range`).
-    pub fn range(&self, range: impl RangeBounds<u64>) -> Range<'_> {
+    pub(crate) fn range(&self, range: impl RangeBounds<u64>) -> Range<'_> {
         let next = match range.start_bound() {
             Bound::Included(&s) => Some(s),
             Bound::Excluded(&s) => s.checked_add(1),
@@ -214,12 +214,12 @@ impl XArray {
     }
 
     /// Every entry, in index order.
-    pub fn iter(&self) -> Range<'_> {
+    pub(crate) fn iter(&self) -> Range<'_> {
         self.range(..)
     }
 
     /// Removes and returns every entry at or after `from` (truncation).
-    pub fn split_off(&mut self, from: u64) -> XArray {
+    pub(crate) fn split_off(&mut self, from: u64) -> XArray {
         let moved: Vec<(u64, u64)> = self.range(from..).collect();
         let mut out = XArray::new();
         for (i, f) in moved {
@@ -286,7 +286,7 @@ fn first_in(
 /// Iterator over `(index, frame)` in index order: it scans the current leaf's slots and
 /// goes back to the root only to find the next leaf.
 #[derive(Clone, Debug)]
-pub struct Range<'a> {
+pub(crate) struct Range<'a> {
     xa: &'a XArray,
     /// The next index to look at; `None` when past the largest index.
     next: Option<u64>,

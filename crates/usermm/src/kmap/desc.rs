@@ -6,45 +6,45 @@
 //! `pgtable-prot.h` (`PROT_NORMAL`, `PAGE_KERNEL`, `PAGE_KERNEL_RO`, `pgprot_tagged`),
 //! `asm/memory.h` (`MT_NORMAL`, `MT_NORMAL_TAGGED`, ...), and `mk_pmd_sect_prot` /
 //! `mk_pud_sect_prot` (a block is the page prot with the table bit cleared). Leaf bit positions
-//! are shared with the user-PTE codec in [`crate::pgtable::arch::arm64`].
+//! are shared with the user-PTE codec in `crate::pgtable::arch::arm64`.
 
 use super::geom::Granule;
 use crate::pgtable::arch::arm64 as hw;
 
 /// Descriptor valid bit.
-pub const VALID: u64 = hw::VALID;
+pub(crate) const VALID: u64 = hw::VALID;
 /// Bit 1: table (levels 0..=2) or page (level 3); clear with VALID set = block.
-pub const TABLE_BIT: u64 = hw::TYPE;
+pub(crate) const TABLE_BIT: u64 = hw::TYPE;
 /// `PTE_TYPE_PAGE` / `PMD_TYPE_TABLE`.
-pub const TYPE_TABLE_OR_PAGE: u64 = VALID | TABLE_BIT;
+pub(crate) const TYPE_TABLE_OR_PAGE: u64 = VALID | TABLE_BIT;
 /// `PTE_ATTRINDX_MASK` (bits 2..=4): index into MAIR_EL1.
-pub const ATTRINDX_MASK: u64 = hw::ATTRINDX_MASK;
+pub(crate) const ATTRINDX_MASK: u64 = hw::ATTRINDX_MASK;
 /// `PTE_USER` (AP\[1\]).
 pub const USER: u64 = hw::USER;
 /// `PTE_RDONLY` (AP\[2\]).
 pub const RDONLY: u64 = hw::RDONLY;
 /// `PTE_SHARED`: inner shareable.
-pub const SH_INNER: u64 = hw::SH_INNER;
+pub(crate) const SH_INNER: u64 = hw::SH_INNER;
 /// `PTE_AF`: access flag.
-pub const AF: u64 = hw::AF;
+pub(crate) const AF: u64 = hw::AF;
 /// `PTE_NG`: not global.
-pub const NG: u64 = hw::NG;
+pub(crate) const NG: u64 = hw::NG;
 /// `PTE_WRITE` (DBM).
 pub const WRITE: u64 = hw::WRITE;
 /// `PTE_CONT`: contiguous hint.
-pub const CONT: u64 = hw::CONT;
+pub(crate) const CONT: u64 = hw::CONT;
 /// `PTE_PXN`.
 pub const PXN: u64 = hw::PXN;
 /// `PTE_UXN`.
 pub const UXN: u64 = hw::UXN;
 /// `PTE_SWBITS_MASK`: software bits 55..=58 and 63.
-pub const SWBITS_MASK: u64 = (0xf << 55) | (1 << 63);
+pub(crate) const SWBITS_MASK: u64 = (0xf << 55) | (1 << 63);
 /// `PMD_TABLE_AF`: access flag on table descriptors (ignored unless FEAT_HAFT).
-pub const TABLE_AF: u64 = 1 << 10;
+pub(crate) const TABLE_AF: u64 = 1 << 10;
 /// `PMD_TABLE_PXN`: hierarchical privileged execute-never.
-pub const PXN_TABLE: u64 = 1 << 59;
+pub(crate) const PXN_TABLE: u64 = 1 << 59;
 /// `PMD_TABLE_UXN`: hierarchical unprivileged execute-never.
-pub const UXN_TABLE: u64 = 1 << 60;
+pub(crate) const UXN_TABLE: u64 = 1 << 60;
 
 /// Memory types, as indices into MAIR_EL1 (`MT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,7 +63,7 @@ pub enum MemType {
 
 impl MemType {
     /// The `PTE_ATTRINDX` bits of this type.
-    pub const fn attrindx(self) -> u64 {
+    pub(crate) const fn attrindx(self) -> u64 {
         (self as u64) << 2
     }
 
@@ -101,7 +101,7 @@ impl Pgprot {
     pub const KERNEL: Pgprot =
         Pgprot(TYPE_TABLE_OR_PAGE | AF | SH_INNER | PXN | UXN | WRITE | MemType::Normal.attrindx());
     /// `PAGE_KERNEL_RO`: `PAGE_KERNEL` without write permission.
-    pub const KERNEL_RO: Pgprot = Pgprot((Pgprot::KERNEL.0 & !WRITE) | RDONLY);
+    pub(crate) const KERNEL_RO: Pgprot = Pgprot((Pgprot::KERNEL.0 & !WRITE) | RDONLY);
 
     /// `pgprot_tagged`: the same protection with the `MT_NORMAL_TAGGED` memory type.
     pub const fn tagged(self) -> Pgprot {
@@ -109,12 +109,12 @@ impl Pgprot {
     }
 
     /// The same protection with the contiguous hint set.
-    pub const fn cont(self) -> Pgprot {
+    pub(crate) const fn cont(self) -> Pgprot {
         Pgprot(self.0 | CONT)
     }
 
     /// The same protection without the contiguous hint.
-    pub const fn without_cont(self) -> Pgprot {
+    pub(crate) const fn without_cont(self) -> Pgprot {
         Pgprot(self.0 & !CONT)
     }
 
@@ -132,19 +132,19 @@ impl MapFlags {
     /// No flag.
     pub const NONE: MapFlags = MapFlags(0);
     /// `NO_BLOCK_MAPPINGS`: never use block descriptors.
-    pub const NO_BLOCK_MAPPINGS: MapFlags = MapFlags(1);
+    pub(crate) const NO_BLOCK_MAPPINGS: MapFlags = MapFlags(1);
     /// `NO_CONT_MAPPINGS`: never set the contiguous hint.
-    pub const NO_CONT_MAPPINGS: MapFlags = MapFlags(2);
+    pub(crate) const NO_CONT_MAPPINGS: MapFlags = MapFlags(2);
     /// `NO_EXEC_MAPPINGS`: set PXNTable in every table descriptor created.
-    pub const NO_EXEC_MAPPINGS: MapFlags = MapFlags(4);
+    pub(crate) const NO_EXEC_MAPPINGS: MapFlags = MapFlags(4);
 
     /// Union of two sets.
-    pub const fn with(self, other: MapFlags) -> MapFlags {
+    pub(crate) const fn with(self, other: MapFlags) -> MapFlags {
         MapFlags(self.0 | other.0)
     }
 
     /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: MapFlags) -> bool {
+    pub(crate) const fn contains(self, other: MapFlags) -> bool {
         self.0 & other.0 == other.0
     }
 }
@@ -158,7 +158,7 @@ impl std::ops::BitOr for MapFlags {
 
 /// What a descriptor is, given the level of the table holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DescKind {
+pub(crate) enum DescKind {
     /// Not valid (`*_none` when zero).
     Invalid,
     /// Points at a next-level table.
@@ -173,7 +173,7 @@ pub enum DescKind {
 
 /// Classifies a descriptor found at `level`.
 #[inline]
-pub fn classify(desc: u64, level: u32, granule: Granule) -> DescKind {
+pub(crate) fn classify(desc: u64, level: u32, granule: Granule) -> DescKind {
     if desc & VALID == 0 {
         return DescKind::Invalid;
     }
@@ -189,7 +189,7 @@ pub fn classify(desc: u64, level: u32, granule: Granule) -> DescKind {
 
 /// Hierarchical attributes of a new table descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TableExec {
+pub(crate) enum TableExec {
     /// UXNTable only (the default for kernel tables).
     UxnOnly,
     /// UXNTable and PXNTable (`NO_EXEC_MAPPINGS`).
@@ -199,7 +199,7 @@ pub enum TableExec {
 /// A table descriptor for the table at physical address `table_pa`:
 /// `PMD_TYPE_TABLE | PMD_TABLE_AF | PMD_TABLE_UXN` and optionally `PMD_TABLE_PXN`.
 #[inline]
-pub fn mk_table(table_pa: u64, exec: TableExec, granule: Granule) -> u64 {
+pub(crate) fn mk_table(table_pa: u64, exec: TableExec, granule: Granule) -> u64 {
     let pxn = match exec {
         TableExec::UxnOnly => 0,
         TableExec::NoExec => PXN_TABLE,
@@ -209,19 +209,19 @@ pub fn mk_table(table_pa: u64, exec: TableExec, granule: Granule) -> u64 {
 
 /// A level-3 page descriptor (`pfn_pte(pfn, prot)`).
 #[inline]
-pub fn mk_page(pa: u64, prot: Pgprot, granule: Granule) -> u64 {
+pub(crate) fn mk_page(pa: u64, prot: Pgprot, granule: Granule) -> u64 {
     (pa & granule.oa_mask()) | prot.0 | TYPE_TABLE_OR_PAGE
 }
 
 /// A block descriptor (`pmd_set_huge` / `pud_set_huge`: the prot with the table bit cleared).
 #[inline]
-pub fn mk_block(pa: u64, prot: Pgprot, granule: Granule) -> u64 {
+pub(crate) fn mk_block(pa: u64, prot: Pgprot, granule: Granule) -> u64 {
     (pa & granule.oa_mask()) | (prot.0 & !TABLE_BIT) | VALID
 }
 
 /// The output (or next-table) address of a descriptor.
 #[inline]
-pub fn desc_pa(desc: u64, granule: Granule) -> u64 {
+pub(crate) fn desc_pa(desc: u64, granule: Granule) -> u64 {
     desc & granule.oa_mask()
 }
 

@@ -17,7 +17,7 @@ use super::walk::View;
 use super::{KernelSpace, KmapError};
 
 /// Top of the fixmap region (slots grow down from here); far from the linear map.
-pub const FIXADDR_TOP: u64 = 0xffff_ffff_c000_0000;
+pub(crate) const FIXADDR_TOP: u64 = 0xffff_ffff_c000_0000;
 
 /// The fixmap slots used to reach page-table pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,10 +32,10 @@ pub enum FixSlot {
 
 impl FixSlot {
     /// Every slot.
-    pub const ALL: [FixSlot; 3] = [FixSlot::Pte, FixSlot::Pmd, FixSlot::Pud];
+    pub(crate) const ALL: [FixSlot; 3] = [FixSlot::Pte, FixSlot::Pmd, FixSlot::Pud];
 
     /// The slot used for a table at hardware `level` (none for the PGD, which is in the image).
-    pub fn for_level(level: u32) -> Option<FixSlot> {
+    pub(crate) fn for_level(level: u32) -> Option<FixSlot> {
         match level {
             3 => Some(FixSlot::Pte),
             2 => Some(FixSlot::Pmd),
@@ -54,7 +54,7 @@ impl FixSlot {
     }
 
     /// `fix_to_virt`: the VA of the slot.
-    pub fn va(self, granule: Granule) -> u64 {
+    pub(crate) fn va(self, granule: Granule) -> u64 {
         FIXADDR_TOP - ((self.pos() as u64 + 1) << granule.page_shift())
     }
 }
@@ -63,9 +63,9 @@ impl FixSlot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SlotUse {
     /// Physical address of the mapped table.
-    pub pa: u64,
+    pub(crate) pa: u64,
     /// Level of the mapped table (for TLBI accounting).
-    pub level: u32,
+    pub(crate) level: u32,
 }
 
 /// Zeroes a table by physical address (image tables and `swapper_pg_dir`, not via the MMU).

@@ -7,7 +7,7 @@
 //! (pages). A table is one granule-sized page of 8-byte descriptors.
 
 /// Virtual address bits (`CONFIG_ARM64_VA_BITS_48`).
-pub const VA_BITS: u32 = 48;
+pub(crate) const VA_BITS: u32 = 48;
 
 /// Start of the linear map (`PAGE_OFFSET` for 48-bit VAs): the bottom of the kernel half.
 pub const PAGE_OFFSET: u64 = !((1u64 << VA_BITS) - 1);
@@ -16,7 +16,7 @@ pub const PAGE_OFFSET: u64 = !((1u64 << VA_BITS) - 1);
 pub const LINEAR_SIZE: u64 = 1 << (VA_BITS - 1);
 
 /// Output addresses are limited to 48 bits (no 52-bit PA support modelled).
-pub const PA_BITS: u32 = 48;
+pub(crate) const PA_BITS: u32 = 48;
 
 /// A stage-1 translation granule (`CONFIG_ARM64_{4K,16K,64K}_PAGES`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,7 +54,7 @@ impl Granule {
     }
 
     /// `PAGE_SHIFT`.
-    pub fn page_shift(self) -> u32 {
+    pub(crate) fn page_shift(self) -> u32 {
         match self {
             Granule::K4 => 12,
             Granule::K16 => 14,
@@ -81,13 +81,13 @@ impl Granule {
     }
 
     /// log2 of [`Granule::entry_size`].
-    pub fn shift(self, level: u32) -> u32 {
+    pub(crate) fn shift(self, level: u32) -> u32 {
         let ps = self.page_shift();
         ps + (3 - level.min(3)) * (ps - 3)
     }
 
     /// Entries in a table at `level` (the top table only spans the 48-bit VA).
-    pub fn entries(self, level: u32) -> u64 {
+    pub(crate) fn entries(self, level: u32) -> u64 {
         if level == self.top_level() {
             1 << (VA_BITS - self.shift(level))
         } else {
@@ -97,7 +97,7 @@ impl Granule {
 
     /// Index of `va` in the table at `level`.
     #[inline]
-    pub fn index(self, va: u64, level: u32) -> u64 {
+    pub(crate) fn index(self, va: u64, level: u32) -> u64 {
         (va >> self.shift(level)) & (self.entries(level) - 1)
     }
 
@@ -112,13 +112,13 @@ impl Granule {
     }
 
     /// Bytes covered by one contiguous run at `level`.
-    pub fn cont_size(self, level: u32) -> u64 {
+    pub(crate) fn cont_size(self, level: u32) -> u64 {
         self.cont_entries(level) * self.entry_size(level)
     }
 
     /// Whether a block (section) descriptor may sit at `level`: level 2 always, level 1 only
     /// with 4 KiB pages (`pud_sect_supported()`).
-    pub fn block_allowed(self, level: u32) -> bool {
+    pub(crate) fn block_allowed(self, level: u32) -> bool {
         match level {
             2 => true,
             1 => self == Granule::K4,
@@ -127,24 +127,24 @@ impl Granule {
     }
 
     /// Whether the layout has a PUD level distinct from the PGD (false for 64 KiB: folded).
-    pub fn has_pud(self) -> bool {
+    pub(crate) fn has_pud(self) -> bool {
         self.top_level() == 0
     }
 
     /// Output-address mask of a descriptor (bits `[47:PAGE_SHIFT]`).
-    pub fn oa_mask(self) -> u64 {
+    pub(crate) fn oa_mask(self) -> u64 {
         ((1u64 << PA_BITS) - 1) & !(self.page_size() - 1)
     }
 
     /// Buddy order of one table page (4 KiB frames per granule page).
-    pub fn table_order(self) -> u32 {
+    pub(crate) fn table_order(self) -> u32 {
         self.page_shift() - 12
     }
 
     /// `ARM64_MEMSTART_ALIGN`: `PHYS_OFFSET` is the start of RAM rounded down to this, so
     /// that VA and PA agree modulo the largest efficient leaf (1 GiB block with 4 KiB pages,
     /// a 1 GiB contiguous PMD run with 16 KiB, a 512 MiB block with 64 KiB).
-    pub fn memstart_align(self) -> u64 {
+    pub(crate) fn memstart_align(self) -> u64 {
         match self {
             Granule::K4 => self.entry_size(1),
             Granule::K16 => self.cont_size(2),
@@ -168,7 +168,7 @@ impl Granule {
 /// End of the chunk that starts at `addr` and ends at the next `size` boundary or `end`,
 /// whichever comes first (`pgd_addr_end` and friends; safe at the top of the address space).
 #[inline]
-pub fn addr_end(addr: u64, end: u64, size: u64) -> u64 {
+pub(crate) fn addr_end(addr: u64, end: u64, size: u64) -> u64 {
     let boundary = (addr.wrapping_add(size)) & !(size - 1);
     if boundary.wrapping_sub(1) < end.wrapping_sub(1) {
         boundary

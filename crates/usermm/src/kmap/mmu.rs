@@ -27,7 +27,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 /// TLB entries (direct mapped by virtual page number).
-pub const TLB_ENTRIES: usize = 64;
+pub(crate) const TLB_ENTRIES: usize = 64;
 
 /// Per-TLBI hardware latency calibrated from seed 002 (Ampere Altra, 512 GiB, 4 KiB pages):
 /// removing one fixmap remap per table saved (1656 − 1257) ms over 262 657 tables ≈ 1.52 µs,
@@ -55,7 +55,7 @@ pub struct Translation {
     /// Level of the leaf (1 or 2: block; 3: page).
     pub level: u32,
     /// Bytes mapped by the leaf descriptor.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Some table descriptor on the way set PXNTable.
     pub pxn_table: bool,
     /// Every table descriptor on the way set UXNTable.
@@ -123,7 +123,7 @@ pub(crate) struct Mmu {
 
 impl Mmu {
     /// A cold MMU translating through `pgd`.
-    pub fn new(granule: Granule, pgd: u64, check: TlbCheck, tlbi_latency: Duration) -> Mmu {
+    pub(crate) fn new(granule: Granule, pgd: u64, check: TlbCheck, tlbi_latency: Duration) -> Mmu {
         Mmu {
             tlb: vec![
                 TlbEntry {
@@ -142,7 +142,7 @@ impl Mmu {
 
     /// Translates a kernel VA for a load or store: TLB hit, or walk and fill.
     #[inline]
-    pub fn translate(
+    pub(crate) fn translate(
         &mut self,
         pool: &TablePool,
         va: u64,
@@ -193,7 +193,7 @@ impl Mmu {
 
     /// `TLBI VAALE1IS`: drops the last-level translation of `va` on every PE, charged to the
     /// table level the invalidated mapping was used for.
-    pub fn tlbi_va(&mut self, va: u64, level: u32, stats: &mut KmapStats) {
+    pub(crate) fn tlbi_va(&mut self, va: u64, level: u32, stats: &mut KmapStats) {
         let vpn = va >> self.granule.page_shift();
         let e = &mut self.tlb[(vpn as usize) % TLB_ENTRIES];
         if e.vpn == vpn {
@@ -205,7 +205,7 @@ impl Mmu {
     }
 
     /// `TLBI VMALLE1IS` (what `flush_tlb_kernel_range` falls back to for large ranges).
-    pub fn tlbi_all(&mut self, stats: &mut KmapStats) {
+    pub(crate) fn tlbi_all(&mut self, stats: &mut KmapStats) {
         for e in self.tlb.iter_mut() {
             e.vpn = INVALID_VPN;
         }
@@ -215,19 +215,19 @@ impl Mmu {
 
     /// `DSB`: a full host fence.
     #[inline]
-    pub fn dsb(&self, stats: &mut KmapStats) {
+    pub(crate) fn dsb(&self, stats: &mut KmapStats) {
         fence(Ordering::SeqCst);
         stats.dsb += 1;
     }
 
     /// `ISB`: counted (the host has no pipeline to resynchronise for us).
     #[inline]
-    pub fn isb(&self, stats: &mut KmapStats) {
+    pub(crate) fn isb(&self, stats: &mut KmapStats) {
         stats.isb += 1;
     }
 
     /// Valid TLB entries whose VA lies in `[start, end)`.
-    pub fn cached_in(&self, start: u64, end: u64) -> usize {
+    pub(crate) fn cached_in(&self, start: u64, end: u64) -> usize {
         let shift = self.granule.page_shift();
         self.tlb
             .iter()

@@ -1,16 +1,16 @@
 //! The arm64 kernel address space and the creation of its linear map (seed 002).
 //!
 //! Linux counterparts: `arch/arm64/mm/mmu.c` — `paging_init`, `map_mem`, `__map_memblock`,
-//! `__create_pgd_mapping` and the `alloc_init_*`/`init_*` walk ([`walk`]), `early_pgtable_alloc`
-//! and `__pgd_pgtable_alloc`, `pgattr_change_is_safe` ([`safe`]), `mark_linear_text_alias_ro`
+//! `__create_pgd_mapping` and the `alloc_init_*`/`init_*` walk (`walk`), `early_pgtable_alloc`
+//! and `__pgd_pgtable_alloc`, `pgattr_change_is_safe` (`safe`), `mark_linear_text_alias_ro`
 //! (`update_mapping_prot`), `arch_add_memory`; `arch/arm64/include/asm/fixmap.h` and
-//! `arch/arm64/mm/fixmap.c` ([`fixmap`]).
+//! `arch/arm64/mm/fixmap.c` (`fixmap`).
 //!
 //! A [`KernelSpace`] is `swapper_pg_dir` plus everything needed to build kernel mappings the
 //! way an arm64 kernel does at boot: page-table pages are real frames of a [`crate::phys::PhysMem`]
-//! placed at a physical address inside RAM ([`pool`]); the RAM the linear map *describes* has no
+//! placed at a physical address inside RAM (`pool`); the RAM the linear map *describes* has no
 //! backing. Tables that are not reachable through the linear map are reached only through a
-//! fixmap slot, translated by the software MMU ([`mmu`]) whose TLB must be invalidated when a
+//! fixmap slot, translated by the software MMU (`mmu`) whose TLB must be invalidated when a
 //! slot is cleared. How often that happens is the [`LinearMapVariant`]; the cost counters are
 //! [`KmapStats`].
 //!
@@ -27,18 +27,18 @@
 
 pub mod desc;
 pub mod dump;
-pub mod fixmap;
-pub mod geom;
-pub mod mmu;
-pub mod pool;
-pub mod safe;
-pub mod stats;
-pub mod variant;
-pub mod walk;
+pub(crate) mod fixmap;
+pub(crate) mod geom;
+pub(crate) mod mmu;
+pub(crate) mod pool;
+pub(crate) mod safe;
+pub(crate) mod stats;
+pub(crate) mod variant;
+pub(crate) mod walk;
 
 pub use desc::{MapFlags, MemType, Pgprot};
 pub use dump::{KmapSummary, LeafKind, LeafRun};
-pub use fixmap::FixSlot;
+pub(crate) use fixmap::FixSlot;
 pub use geom::{Granule, LINEAR_SIZE, PAGE_OFFSET};
 pub use mmu::{TlbCheck, Translation, SEED_TLBI_NS};
 pub use stats::KmapStats;
@@ -158,15 +158,15 @@ impl PhysRange {
     }
 
     /// Whether the two ranges share a byte.
-    pub fn overlaps(&self, o: &PhysRange) -> bool {
+    pub(crate) fn overlaps(&self, o: &PhysRange) -> bool {
         self.start < o.end && o.start < self.end
     }
 }
 
 /// Where RAM starts by default (as on QEMU `virt` and many arm64 SoCs).
-pub const RAM_BASE: u64 = 0x4000_0000;
+pub(crate) const RAM_BASE: u64 = 0x4000_0000;
 /// Offset of the kernel image from the start of its RAM range (2 MiB aligned).
-pub const KERNEL_IMAGE_OFFSET: u64 = 2 << 20;
+pub(crate) const KERNEL_IMAGE_OFFSET: u64 = 2 << 20;
 /// Size of `[_stext, __init_begin)` in the model (~23 MiB, 64 KiB aligned: a defconfig kernel).
 pub const KERNEL_IMAGE_SIZE: u64 = 0x175_0000;
 
@@ -180,12 +180,12 @@ pub struct RamLayout {
 }
 
 impl RamLayout {
-    /// One range of `bytes` at [`RAM_BASE`], kernel image at its start.
+    /// One range of `bytes` at `RAM_BASE`, kernel image at its start.
     pub fn single(bytes: u64) -> RamLayout {
         RamLayout::with_ranges(vec![PhysRange::new(RAM_BASE, RAM_BASE + bytes)])
     }
 
-    /// The given ranges, with the kernel image at [`KERNEL_IMAGE_OFFSET`] into the first.
+    /// The given ranges, with the kernel image at `KERNEL_IMAGE_OFFSET` into the first.
     pub fn with_ranges(ranges: Vec<PhysRange>) -> RamLayout {
         let start = ranges.first().map_or(RAM_BASE, |r| r.start) + KERNEL_IMAGE_OFFSET;
         RamLayout {
@@ -200,7 +200,7 @@ impl RamLayout {
     }
 
     /// Checks sorting, alignment to the granule and that the image lies inside one range.
-    pub fn validate(&self, granule: Granule) -> Result<(), KmapError> {
+    pub(crate) fn validate(&self, granule: Granule) -> Result<(), KmapError> {
         let bad = |s: String| Err(KmapError::BadLayout(s));
         let ps = granule.page_size();
         if self.ranges.is_empty() {
@@ -286,8 +286,8 @@ pub enum Prefault {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KmapConfig {
     /// Translation granule.
-    pub granule: Granule,
-    /// Bytes of page-table pool (rounded up to 4 MiB; see [`pool_bytes_for`]).
+    pub(crate) granule: Granule,
+    /// Bytes of page-table pool (rounded up to 4 MiB; see `pool_bytes_for`).
     pub pool_bytes: u64,
     /// Hardware latency charged per TLBI, in ns (0: engine time only; [`SEED_TLBI_NS`]).
     pub tlbi_latency_ns: u64,
@@ -326,7 +326,7 @@ fn windows(start: u64, end: u64, size: u64) -> u64 {
 ///
 /// A 512 GiB page-granular map needs 262 144 PTE tables (1 GiB) plus 512 PMD tables; with
 /// blocks only the unaligned edges of each range need PTE tables.
-pub fn pool_bytes_for(
+pub(crate) fn pool_bytes_for(
     layout: &RamLayout,
     granule: Granule,
     granularity: LinearGranularity,

@@ -13,7 +13,7 @@ use crate::stats::CpuCounters;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Pool sizes are whole buddy blocks (4 MiB).
-pub const POOL_ALIGN: u64 = 4 << 20;
+pub(crate) const POOL_ALIGN: u64 = 4 << 20;
 
 /// Frames for page tables, at physical addresses `[base, base + bytes)`.
 pub(crate) struct TablePool {
@@ -37,7 +37,7 @@ impl std::fmt::Debug for TablePool {
 
 impl TablePool {
     /// Creates a pool of `bytes` (a multiple of [`POOL_ALIGN`]) at physical address `base`.
-    pub fn new(base: u64, bytes: u64, granule: Granule) -> TablePool {
+    pub(crate) fn new(base: u64, bytes: u64, granule: Granule) -> TablePool {
         let phys = PhysMem::new(bytes, 1);
         let bytes = phys.nr_frames() << PAGE_SHIFT;
         TablePool {
@@ -50,14 +50,14 @@ impl TablePool {
     }
 
     /// Writes every frame once so the host backs the arena before anything is timed.
-    pub fn prefault(&self) {
+    pub(crate) fn prefault(&self) {
         for pfn in 0..self.phys.nr_frames() {
             self.phys.arena.zero_frame(pfn);
         }
     }
 
     /// Allocates one table page (contents undefined, as memblock and `~__GFP_ZERO` give).
-    pub fn alloc(&self) -> Result<u64, KmapError> {
+    pub(crate) fn alloc(&self) -> Result<u64, KmapError> {
         let pfn = self
             .phys
             .alloc_folio(
@@ -72,17 +72,17 @@ impl TablePool {
     }
 
     /// Table pages currently allocated.
-    pub fn tables_in_use(&self) -> u64 {
+    pub(crate) fn tables_in_use(&self) -> u64 {
         self.phys.allocated_frames() >> self.order
     }
 
     /// First physical address of the pool.
-    pub fn base(&self) -> u64 {
+    pub(crate) fn base(&self) -> u64 {
         self.base
     }
 
     /// Size of the pool in bytes.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
@@ -97,14 +97,14 @@ impl TablePool {
 
     /// Reads the 64-bit word at `pa` (what the table walker and the CPU see).
     #[inline]
-    pub fn load(&self, pa: u64) -> Result<u64, KmapError> {
+    pub(crate) fn load(&self, pa: u64) -> Result<u64, KmapError> {
         let (pfn, idx) = self.locate(pa)?;
         Ok(self.phys.arena.word(pfn, idx).load(Relaxed))
     }
 
     /// Writes the 64-bit word at `pa`.
     #[inline]
-    pub fn store(&self, pa: u64, v: u64) -> Result<(), KmapError> {
+    pub(crate) fn store(&self, pa: u64, v: u64) -> Result<(), KmapError> {
         let (pfn, idx) = self.locate(pa)?;
         self.phys.arena.word(pfn, idx).store(v, Relaxed);
         Ok(())
@@ -112,7 +112,7 @@ impl TablePool {
 
     /// The `n` words from `pa` on, which must lie in one 4 KiB frame.
     #[inline]
-    pub fn words(&self, pa: u64, n: u64) -> Result<&[AtomicU64], KmapError> {
+    pub(crate) fn words(&self, pa: u64, n: u64) -> Result<&[AtomicU64], KmapError> {
         let (pfn, idx) = self.locate(pa)?;
         let end = idx + n as usize;
         self.phys
@@ -123,7 +123,7 @@ impl TablePool {
     }
 
     /// Zeroes the 4 KiB frame containing `pa`.
-    pub fn zero_frame(&self, pa: u64) -> Result<(), KmapError> {
+    pub(crate) fn zero_frame(&self, pa: u64) -> Result<(), KmapError> {
         let (pfn, _) = self.locate(pa)?;
         self.phys.arena.zero_frame(pfn);
         Ok(())

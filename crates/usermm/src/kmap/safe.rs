@@ -27,7 +27,7 @@ fn normal_or_tagged(desc: u64) -> bool {
 }
 
 /// Whether `old` may be replaced by `new` in a live kernel table.
-pub fn pgattr_change_is_safe(old: u64, new: u64) -> bool {
+pub(crate) fn pgattr_change_is_safe(old: u64, new: u64) -> bool {
     if old & VALID == 0 || new & VALID == 0 {
         return true;
     }

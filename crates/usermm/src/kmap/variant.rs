@@ -64,7 +64,7 @@ impl LinearMapVariant {
     pub const VALUES: &'static str = "remap_per_cont|remap_alloc_populate|single_map|va_late";
 
     /// The strategy this variant follows in `phase`.
-    pub fn strategy(self, phase: Phase) -> Strategy {
+    pub(crate) fn strategy(self, phase: Phase) -> Strategy {
         use LinearMapVariant as V;
         let remap = match self {
             V::RemapPerCont => RemapScope::PerContChunk,
@@ -103,7 +103,7 @@ pub enum Phase {
 
 /// How often a PMD/PTE table is mapped while it is populated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemapScope {
+pub(crate) enum RemapScope {
     /// Once per contiguous chunk (`init_pte`/`init_pmd` each map and unmap the table).
     PerContChunk,
     /// Once per table per call (`alloc_init_cont_pte`/`alloc_init_cont_pmd` map it).
@@ -112,7 +112,7 @@ pub enum RemapScope {
 
 /// Who zeroes a new table, and through which mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AllocZero {
+pub(crate) enum AllocZero {
     /// The early allocator maps it at `FIX_PTE`, clears it and unmaps it (one TLBI).
     FixmapScratch,
     /// The page allocator clears it through the linear map (`__GFP_ZERO`).
@@ -123,7 +123,7 @@ pub enum AllocZero {
 
 /// How a table is reached for reading and writing its entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TableAccess {
+pub(crate) enum TableAccess {
     /// Through the fixmap slot of its level (set the slot PTE; clearing costs a TLBI).
     Fixmap,
     /// Through its linear-map address (`__va`): no slot, no TLBI.
@@ -132,7 +132,7 @@ pub enum TableAccess {
 
 /// Barriers around level-3 entry writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeafBarriers {
+pub(crate) enum LeafBarriers {
     /// `set_pte`: DSB ISHST + ISB after every valid entry.
     PerEntry,
     /// `__set_pte_nosync`: the fixmap clear (or the final barrier) publishes the batch.
@@ -141,15 +141,15 @@ pub enum LeafBarriers {
 
 /// What a variant does in one phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Strategy {
+pub(crate) struct Strategy {
     /// Remap granularity while populating PMD/PTE tables.
-    pub remap: RemapScope,
+    pub(crate) remap: RemapScope,
     /// Zeroing of new tables.
-    pub zero: AllocZero,
+    pub(crate) zero: AllocZero,
     /// Access path to tables.
-    pub access: TableAccess,
+    pub(crate) access: TableAccess,
     /// Barriers on page writes.
-    pub leaf_barriers: LeafBarriers,
+    pub(crate) leaf_barriers: LeafBarriers,
 }
 
 #[cfg(test)]

@@ -139,6 +139,7 @@ impl<'m> Cpu<'m> {
         let phys = &self.m.phys;
         let mem = &phys.memmap;
         let mut done = 0;
+        let shmem_force = self.shmem_force();
         while done < len {
             let pos = offset + done;
             let idx = pos / PAGE_SIZE;
@@ -159,7 +160,7 @@ impl<'m> Cpu<'m> {
                         p
                     }
                     None => {
-                        let order = self.shmem_nofault_order(inode, idx, &cache);
+                        let order = self.shmem_nofault_order(inode, idx, &cache, shmem_force);
                         let first = idx & !((1u64 << order) - 1);
                         let Some(head) = self.cache_alloc_order(inode, &mut cache, first, order)
                         else {
@@ -568,9 +569,10 @@ impl<'m> Cpu<'m> {
     /// (`shmem_allowable_huge_orders` without a VMA): a tmpfs mounted `huge=never` gets huge
     /// folios only when the top level is `force`, then PMD-sized where no page of the aligned
     /// range is cached yet. Measured on 6.18: a 4K pwrite under `force` caches 2 MiB.
-    fn shmem_nofault_order(&self, inode: &Inode, idx: u64, cache: &XArray) -> u32 {
-        use crate::tunables::ShmemHuge;
-        if inode.kind != InodeKind::Tmpfs || self.m.tunables().shmem.top != ShmemHuge::Force {
+    ///
+    /// `force` is [`Cpu::shmem_force`], read once by the caller's loop.
+    fn shmem_nofault_order(&self, inode: &Inode, idx: u64, cache: &XArray, force: bool) -> u32 {
+        if inode.kind != InodeKind::Tmpfs || !force {
             return 0;
         }
         let order = crate::phys::HPAGE_PMD_ORDER;
@@ -579,6 +581,11 @@ impl<'m> Cpu<'m> {
             return 0;
         }
         order
+    }
+
+    /// Whether the top-level `shmem_enabled` is `force` (a snapshot for page-by-page loops).
+    fn shmem_force(&self) -> bool {
+        self.m.tunables().shmem.top == crate::tunables::ShmemHuge::Force
     }
 
     /// The largest folio order a shmem fault at `addr` (page `pgoff`) may allocate: allowed
@@ -1250,11 +1257,12 @@ impl<'m> Cpu<'m> {
             self.reclaim_for(last - first);
             let mut cache = inode.pages.lock();
             let mut added = Vec::new();
+            let shmem_force = self.shmem_force();
             for idx in first..last {
                 if cache.contains(idx) {
                     continue;
                 }
-                let order = self.shmem_nofault_order(&inode, idx, &cache);
+                let order = self.shmem_nofault_order(&inode, idx, &cache, shmem_force);
                 let aligned = idx & !((1u64 << order) - 1);
                 match self.cache_alloc_order(&inode, &mut cache, aligned, order) {
                     Some(p) => {

@@ -4,17 +4,17 @@
 //! errno Linux returns, checked in Linux's order, and leaves nothing half-changed except where
 //! Linux itself applies a call partially (mprotect and madvise over holes).
 
-pub mod brk;
-pub mod exit;
-pub mod file;
-pub mod fork;
-pub mod madvise;
-pub mod mlock;
-pub mod mmap;
-pub mod mprotect;
-pub mod mremap;
-pub mod munmap;
-pub mod pin;
+pub(crate) mod brk;
+pub(crate) mod exit;
+pub(crate) mod file;
+pub(crate) mod fork;
+pub(crate) mod madvise;
+pub(crate) mod mlock;
+pub(crate) mod mmap;
+pub(crate) mod mprotect;
+pub(crate) mod mremap;
+pub(crate) mod munmap;
+pub(crate) mod pin;
 
 /// Page-aligns a length; `None` on overflow.
 pub(crate) fn page_align(len: u64) -> Option<u64> {

@@ -26,7 +26,7 @@ impl Prot {
     };
 
     /// Whether this is PROT_NONE.
-    pub fn is_none(self) -> bool {
+    pub(crate) fn is_none(self) -> bool {
         !self.read && !self.write && !self.exec
     }
 }
@@ -41,61 +41,64 @@ pub enum Arch {
 }
 
 /// x86-64 bit positions.
-pub mod x86 {
+pub(crate) mod x86 {
     #![allow(missing_docs)]
-    pub const P: u64 = 1 << 0;
-    pub const RW: u64 = 1 << 1;
-    pub const US: u64 = 1 << 2;
-    pub const PWT: u64 = 1 << 3;
-    pub const PCD: u64 = 1 << 4;
-    pub const A: u64 = 1 << 5;
-    pub const D: u64 = 1 << 6;
-    pub const PS: u64 = 1 << 7;
-    pub const G: u64 = 1 << 8;
+    pub(crate) const P: u64 = 1 << 0;
+    pub(crate) const RW: u64 = 1 << 1;
+    pub(crate) const US: u64 = 1 << 2;
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) const PWT: u64 = 1 << 3;
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) const PCD: u64 = 1 << 4;
+    pub(crate) const A: u64 = 1 << 5;
+    pub(crate) const D: u64 = 1 << 6;
+    pub(crate) const PS: u64 = 1 << 7;
+    pub(crate) const G: u64 = 1 << 8;
     /// `G` reused as PROT_NONE marker when P is clear.
-    pub const PROTNONE: u64 = G;
-    pub const SPECIAL: u64 = 1 << 9;
-    pub const UFFD_WP: u64 = 1 << 10;
-    pub const SOFT_DIRTY: u64 = 1 << 11;
-    pub const PFN_MASK: u64 = ((1 << 52) - 1) & !((1 << 12) - 1);
-    pub const NX: u64 = 1 << 63;
+    pub(crate) const PROTNONE: u64 = G;
+    pub(crate) const SPECIAL: u64 = 1 << 9;
+    pub(crate) const UFFD_WP: u64 = 1 << 10;
+    pub(crate) const SOFT_DIRTY: u64 = 1 << 11;
+    pub(crate) const PFN_MASK: u64 = ((1 << 52) - 1) & !((1 << 12) - 1);
+    pub(crate) const NX: u64 = 1 << 63;
     /// Upper-level table entry for user tables (`_PAGE_TABLE`).
-    pub const TABLE: u64 = P | RW | US | A | D;
+    pub(crate) const TABLE: u64 = P | RW | US | A | D;
 }
 
 /// arm64 bit positions (stage 1, 4 KiB granule).
-pub mod arm64 {
+pub(crate) mod arm64 {
     #![allow(missing_docs)]
-    pub const VALID: u64 = 1 << 0;
+    pub(crate) const VALID: u64 = 1 << 0;
     /// Level 3: page descriptor; levels 0–2: table (set) or block (clear).
-    pub const TYPE: u64 = 1 << 1;
-    pub const ATTRINDX_MASK: u64 = 7 << 2;
-    pub const USER: u64 = 1 << 6;
-    pub const RDONLY: u64 = 1 << 7;
-    pub const SH_INNER: u64 = 3 << 8;
-    pub const AF: u64 = 1 << 10;
-    pub const NG: u64 = 1 << 11;
+    pub(crate) const TYPE: u64 = 1 << 1;
+    pub(crate) const ATTRINDX_MASK: u64 = 7 << 2;
+    pub(crate) const USER: u64 = 1 << 6;
+    pub(crate) const RDONLY: u64 = 1 << 7;
+    pub(crate) const SH_INNER: u64 = 3 << 8;
+    pub(crate) const AF: u64 = 1 << 10;
+    pub(crate) const NG: u64 = 1 << 11;
     /// `nG` reused as "present but invalid" (PROT_NONE) when VALID is clear.
-    pub const PRESENT_INVALID: u64 = NG;
-    pub const OA_MASK: u64 = ((1 << 48) - 1) & !((1 << 12) - 1);
-    pub const GP: u64 = 1 << 50;
+    pub(crate) const PRESENT_INVALID: u64 = NG;
+    pub(crate) const OA_MASK: u64 = ((1 << 48) - 1) & !((1 << 12) - 1);
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) const GP: u64 = 1 << 50;
     /// DBM, used as the software "writable" bit.
-    pub const WRITE: u64 = 1 << 51;
-    pub const CONT: u64 = 1 << 52;
-    pub const PXN: u64 = 1 << 53;
-    pub const UXN: u64 = 1 << 54;
-    pub const DIRTY: u64 = 1 << 55;
-    pub const SPECIAL: u64 = 1 << 56;
-    pub const UFFD_WP: u64 = 1 << 58;
+    pub(crate) const WRITE: u64 = 1 << 51;
+    pub(crate) const CONT: u64 = 1 << 52;
+    pub(crate) const PXN: u64 = 1 << 53;
+    pub(crate) const UXN: u64 = 1 << 54;
+    pub(crate) const DIRTY: u64 = 1 << 55;
+    pub(crate) const SPECIAL: u64 = 1 << 56;
+    pub(crate) const UFFD_WP: u64 = 1 << 58;
     /// Upper-level table descriptor.
-    pub const TABLE: u64 = VALID | TYPE;
+    pub(crate) const TABLE: u64 = VALID | TYPE;
 }
 
 impl Arch {
     /// Builds a present leaf entry for `pfn` with `prot`, clean and young (as Linux's
     /// `vm_page_prot` includes the accessed bit). `huge` builds a PMD leaf.
     #[inline]
-    pub fn mk_pte(self, pfn: u64, prot: Prot, huge: bool) -> u64 {
+    pub(crate) fn mk_pte(self, pfn: u64, prot: Prot, huge: bool) -> u64 {
         match self {
             Arch::X86_64 => {
                 let pa = (pfn << 12) & x86::PFN_MASK;
@@ -135,7 +138,7 @@ impl Arch {
 
     /// An upper-level entry pointing at a table page.
     #[inline]
-    pub fn mk_table(self, pfn: u64) -> u64 {
+    pub(crate) fn mk_table(self, pfn: u64) -> u64 {
         match self {
             Arch::X86_64 => (pfn << 12) | x86::TABLE,
             Arch::Arm64 => (pfn << 12) | arm64::TABLE,
@@ -144,7 +147,7 @@ impl Arch {
 
     /// Whether an upper-level entry points at a table (as opposed to none or a leaf).
     #[inline]
-    pub fn is_table(self, e: u64) -> bool {
+    pub(crate) fn is_table(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::P != 0 && e & x86::PS == 0,
             Arch::Arm64 => e & (arm64::VALID | arm64::TYPE) == arm64::TABLE,
@@ -153,7 +156,7 @@ impl Arch {
 
     /// Whether a PMD entry is a present (possibly PROT_NONE) huge leaf.
     #[inline]
-    pub fn is_pmd_leaf(self, e: u64) -> bool {
+    pub(crate) fn is_pmd_leaf(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::PS != 0 && self.present(e),
             Arch::Arm64 => e & arm64::TYPE == 0 && self.present(e),
@@ -162,7 +165,7 @@ impl Arch {
 
     /// The table pfn of a table entry.
     #[inline]
-    pub fn table_pfn(self, e: u64) -> u64 {
+    pub(crate) fn table_pfn(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => (e & x86::PFN_MASK) >> 12,
             Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
@@ -171,7 +174,7 @@ impl Arch {
 
     /// `pte_present`: mapped, including PROT_NONE entries.
     #[inline]
-    pub fn present(self, e: u64) -> bool {
+    pub(crate) fn present(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & (x86::P | x86::PROTNONE) != 0,
             Arch::Arm64 => e & (arm64::VALID | arm64::PRESENT_INVALID) != 0,
@@ -180,7 +183,7 @@ impl Arch {
 
     /// Whether the hardware may access through this entry (present and not PROT_NONE).
     #[inline]
-    pub fn accessible(self, e: u64) -> bool {
+    pub(crate) fn accessible(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::P != 0,
             Arch::Arm64 => e & arm64::VALID != 0,
@@ -189,7 +192,7 @@ impl Arch {
 
     /// `pte_pfn`.
     #[inline]
-    pub fn pfn(self, e: u64) -> u64 {
+    pub(crate) fn pfn(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => {
                 let v = if e != 0 && e & x86::P == 0 {
@@ -205,7 +208,7 @@ impl Arch {
 
     /// `pte_write`.
     #[inline]
-    pub fn write(self, e: u64) -> bool {
+    pub(crate) fn write(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::RW != 0,
             Arch::Arm64 => e & arm64::WRITE != 0,
@@ -214,7 +217,7 @@ impl Arch {
 
     /// `pte_dirty` (hardware or software dirty).
     #[inline]
-    pub fn dirty(self, e: u64) -> bool {
+    pub(crate) fn dirty(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::D != 0,
             Arch::Arm64 => {
@@ -225,7 +228,7 @@ impl Arch {
 
     /// `pte_young`.
     #[inline]
-    pub fn young(self, e: u64) -> bool {
+    pub(crate) fn young(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::A != 0,
             Arch::Arm64 => e & arm64::AF != 0,
@@ -234,7 +237,7 @@ impl Arch {
 
     /// `pte_special` (no struct page behind it: zero page, pfn maps).
     #[inline]
-    pub fn special(self, e: u64) -> bool {
+    pub(crate) fn special(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::SPECIAL != 0,
             Arch::Arm64 => e & arm64::SPECIAL != 0,
@@ -243,7 +246,7 @@ impl Arch {
 
     /// `pte_soft_dirty` (always false on arm64).
     #[inline]
-    pub fn soft_dirty(self, e: u64) -> bool {
+    pub(crate) fn soft_dirty(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::SOFT_DIRTY != 0,
             Arch::Arm64 => false,
@@ -252,7 +255,7 @@ impl Arch {
 
     /// `pte_uffd_wp`.
     #[inline]
-    pub fn uffd_wp(self, e: u64) -> bool {
+    pub(crate) fn uffd_wp(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::UFFD_WP != 0,
             Arch::Arm64 => e & arm64::UFFD_WP != 0,
@@ -261,7 +264,7 @@ impl Arch {
 
     /// `pte_mkwrite`.
     #[inline]
-    pub fn mkwrite(self, e: u64) -> u64 {
+    pub(crate) fn mkwrite(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e | x86::RW,
             Arch::Arm64 => {
@@ -277,7 +280,7 @@ impl Arch {
 
     /// `pte_wrprotect` (keeps dirtiness).
     #[inline]
-    pub fn wrprotect(self, e: u64) -> u64 {
+    pub(crate) fn wrprotect(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e & !x86::RW,
             Arch::Arm64 => {
@@ -289,7 +292,7 @@ impl Arch {
 
     /// `pte_mkdirty` (x86 also sets soft-dirty, as Linux does).
     #[inline]
-    pub fn mkdirty(self, e: u64) -> u64 {
+    pub(crate) fn mkdirty(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e | x86::D | x86::SOFT_DIRTY,
             Arch::Arm64 => {
@@ -305,7 +308,7 @@ impl Arch {
 
     /// `pte_mkclean`.
     #[inline]
-    pub fn mkclean(self, e: u64) -> u64 {
+    pub(crate) fn mkclean(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e & !x86::D,
             Arch::Arm64 => (e & !arm64::DIRTY) | arm64::RDONLY,
@@ -314,7 +317,7 @@ impl Arch {
 
     /// `pte_mkold`.
     #[inline]
-    pub fn mkold(self, e: u64) -> u64 {
+    pub(crate) fn mkold(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e & !x86::A,
             Arch::Arm64 => e & !arm64::AF,
@@ -323,7 +326,7 @@ impl Arch {
 
     /// `pte_mkyoung`.
     #[inline]
-    pub fn mkyoung(self, e: u64) -> u64 {
+    pub(crate) fn mkyoung(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e | x86::A,
             Arch::Arm64 => e | arm64::AF,
@@ -332,7 +335,7 @@ impl Arch {
 
     /// `pte_mkspecial`.
     #[inline]
-    pub fn mkspecial(self, e: u64) -> u64 {
+    pub(crate) fn mkspecial(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e | x86::SPECIAL,
             Arch::Arm64 => e | arm64::SPECIAL,
@@ -341,7 +344,7 @@ impl Arch {
 
     /// `pte_clear_uffd_wp`.
     #[inline]
-    pub fn clear_uffd_wp(self, e: u64) -> u64 {
+    pub(crate) fn clear_uffd_wp(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e & !x86::UFFD_WP,
             Arch::Arm64 => e & !arm64::UFFD_WP,
@@ -350,7 +353,7 @@ impl Arch {
 
     /// `pte_clear_soft_dirty`.
     #[inline]
-    pub fn clear_soft_dirty(self, e: u64) -> u64 {
+    pub(crate) fn clear_soft_dirty(self, e: u64) -> u64 {
         match self {
             Arch::X86_64 => e & !x86::SOFT_DIRTY,
             Arch::Arm64 => e,
@@ -360,7 +363,7 @@ impl Arch {
     /// `pte_advance_pfn`: the same entry for the page `n` frames further (x86 subtracts for
     /// inverted non-present entries).
     #[inline]
-    pub fn advance_pfn(self, e: u64, n: u64) -> u64 {
+    pub(crate) fn advance_pfn(self, e: u64, n: u64) -> u64 {
         match self {
             Arch::X86_64 if e & x86::P == 0 => e.wrapping_sub(n << 12),
             _ => e.wrapping_add(n << 12),
@@ -368,7 +371,7 @@ impl Arch {
     }
 
     /// `pte_modify`: keep PFN, A/D, special and software bits; take permissions from `prot`.
-    pub fn modify(self, e: u64, prot: Prot, huge: bool) -> u64 {
+    pub(crate) fn modify(self, e: u64, prot: Prot, huge: bool) -> u64 {
         let pfn = self.pfn(e);
         let mut v = self.mk_pte(pfn, prot, huge);
         if !self.young(e) {
@@ -401,7 +404,7 @@ impl Arch {
     /// The access/dirty update a hardware walker makes on an access (x86 sets A and, on a
     /// write, D; arm64 with HAFDBS sets AF and, on a write, clears RDONLY).
     #[inline]
-    pub fn hw_access(self, e: u64, write: bool) -> u64 {
+    pub(crate) fn hw_access(self, e: u64, write: bool) -> u64 {
         match self {
             Arch::X86_64 => e | x86::A | if write { x86::D } else { 0 },
             Arch::Arm64 => {
@@ -417,13 +420,13 @@ impl Arch {
 
     /// Whether the hardware allows a write through this entry without a fault.
     #[inline]
-    pub fn hw_writable(self, e: u64) -> bool {
+    pub(crate) fn hw_writable(self, e: u64) -> bool {
         self.accessible(e) && self.write(e)
     }
 
     /// Whether user mode may read through this entry.
     #[inline]
-    pub fn hw_user_readable(self, e: u64) -> bool {
+    pub(crate) fn hw_user_readable(self, e: u64) -> bool {
         match self {
             Arch::X86_64 => e & x86::P != 0 && e & x86::US != 0,
             Arch::Arm64 => e & arm64::VALID != 0 && e & arm64::USER != 0,

@@ -10,31 +10,31 @@ use super::{Arch, PageTables};
 
 /// What the batch must respect or merge (`fpb_t`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BatchFlags {
+pub(crate) struct BatchFlags {
     /// Entries must agree on dirty (`FPB_RESPECT_DIRTY`).
-    pub respect_dirty: bool,
+    pub(crate) respect_dirty: bool,
     /// Entries must agree on soft-dirty (`FPB_RESPECT_SOFT_DIRTY`).
-    pub respect_soft_dirty: bool,
+    pub(crate) respect_soft_dirty: bool,
     /// Entries must agree on write (`FPB_RESPECT_WRITE`).
-    pub respect_write: bool,
+    pub(crate) respect_write: bool,
     /// Report whether any entry was writable (`FPB_MERGE_WRITE`).
-    pub merge_write: bool,
+    pub(crate) merge_write: bool,
 }
 
 /// The outcome of a batch scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Batch {
+pub(crate) struct Batch {
     /// Entries in the batch (at least 1).
-    pub nr: usize,
+    pub(crate) nr: usize,
     /// Some entry of the batch was writable.
-    pub any_writable: bool,
+    pub(crate) any_writable: bool,
     /// Some entry of the batch was dirty.
-    pub any_dirty: bool,
+    pub(crate) any_dirty: bool,
 }
 
 /// Clears what `flags` ignores (`__pte_batch_clear_ignored`).
 #[inline]
-pub fn normalise(arch: Arch, e: u64, flags: BatchFlags) -> u64 {
+pub(crate) fn normalise(arch: Arch, e: u64, flags: BatchFlags) -> u64 {
     let mut v = e;
     if !flags.respect_dirty {
         v = arch.mkclean(v);
@@ -53,7 +53,7 @@ pub fn normalise(arch: Arch, e: u64, flags: BatchFlags) -> u64 {
 ///
 /// # Context
 /// The PTL of `table` is held; `max_nr >= 1` and `idx + max_nr` stays inside the table.
-pub fn folio_pte_batch(
+pub(crate) fn folio_pte_batch(
     pt: PageTables<'_>,
     table: u64,
     idx: usize,

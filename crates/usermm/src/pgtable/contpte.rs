@@ -17,17 +17,17 @@ use super::{arch::arm64, Arch, PageTables};
 use crate::stats::{CpuCounters, Ev};
 
 /// Entries per contiguous block (4 KiB granule).
-pub const CONT_PTES: usize = 16;
+pub(crate) const CONT_PTES: usize = 16;
 
 /// Whether an entry is part of a folded block.
 #[inline]
-pub fn pte_cont(arch: Arch, e: u64) -> bool {
+pub(crate) fn pte_cont(arch: Arch, e: u64) -> bool {
     arch == Arch::Arm64 && e & arm64::CONT != 0 && e & arm64::VALID != 0
 }
 
 impl<'a> PageTables<'a> {
     /// `ptep_get`: the entry; for a folded block, with accessed/dirty gathered from all 16.
-    pub fn ptep_get(&self, table: u64, idx: usize) -> u64 {
+    pub(crate) fn ptep_get(&self, table: u64, idx: usize) -> u64 {
         let e = self.get(table, idx);
         if !pte_cont(self.arch, e) {
             return e;
@@ -49,7 +49,8 @@ impl<'a> PageTables<'a> {
     /// `pte_batch_hint`: how many entries from `idx` are known to be uniform (the rest of a
     /// folded block), 1 otherwise.
     #[inline]
-    pub fn pte_batch_hint(&self, idx: usize, e: u64) -> usize {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn pte_batch_hint(&self, idx: usize, e: u64) -> usize {
         if pte_cont(self.arch, e) {
             CONT_PTES - (idx & (CONT_PTES - 1))
         } else {
@@ -149,7 +150,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// `contpte_try_unfold`.
-    pub fn unfold_if_cont(&self, c: &CpuCounters, table: u64, idx: usize) {
+    pub(crate) fn unfold_if_cont(&self, c: &CpuCounters, table: u64, idx: usize) {
         if !pte_cont(self.arch, self.get(table, idx)) {
             return;
         }
@@ -221,7 +222,7 @@ impl<'a> PageTables<'a> {
 
     /// Checks the contpte invariants of one table (for validation): every folded block has
     /// all 16 entries folded, valid, with consecutive aligned PFNs and equal attributes.
-    pub fn check_contpte(&self, table: u64) -> Result<(), String> {
+    pub(crate) fn check_contpte(&self, table: u64) -> Result<(), String> {
         if self.arch != Arch::Arm64 {
             return Ok(());
         }

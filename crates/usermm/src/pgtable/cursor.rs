@@ -48,30 +48,30 @@ pub(crate) enum PmdKind {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PmdStep {
     /// First address of the range under this entry.
-    pub start: u64,
+    pub(crate) start: u64,
     /// End of the range under this entry (at most the next 2 MiB boundary).
-    pub end: u64,
+    pub(crate) end: u64,
     /// The PMD table holding the entry.
-    pub table: u64,
+    pub(crate) table: u64,
     /// The entry's index in it.
-    pub idx: usize,
+    pub(crate) idx: usize,
     /// What the entry held when the walk read it.
-    pub kind: PmdKind,
+    pub(crate) kind: PmdKind,
 }
 
 impl PmdStep {
     /// The 2 MiB-aligned address the entry maps.
-    pub fn haddr(&self) -> u64 {
+    pub(crate) fn haddr(&self) -> u64 {
         self.start & !(PMD_SIZE - 1)
     }
 
     /// Whether the range covers the entry's whole 2 MiB.
-    pub fn whole(&self) -> bool {
+    pub(crate) fn whole(&self) -> bool {
         self.start == self.haddr() && self.end - self.start == PMD_SIZE
     }
 
     /// PTE indexes of the range in its table.
-    pub fn pte_indexes(&self) -> (usize, usize) {
+    pub(crate) fn pte_indexes(&self) -> (usize, usize) {
         let i0 = index(self.start, 12);
         (i0, i0 + ((self.end - self.start) >> 12) as usize)
     }
@@ -96,7 +96,7 @@ pub(crate) struct PmdWalk<'a> {
 impl<'a> PmdWalk<'a> {
     /// A walk of `[start, end)` (clipped to the 48 bits four levels translate: higher
     /// addresses would alias lower table indexes).
-    pub fn new(pt: PageTables<'a>, start: u64, end: u64) -> Self {
+    pub(crate) fn new(pt: PageTables<'a>, start: u64, end: u64) -> Self {
         PmdWalk {
             pt,
             addr: start,
@@ -224,16 +224,16 @@ impl Drop for EntryCount<'_> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PteRun {
     /// The page the first entry maps.
-    pub pfn: u64,
+    pub(crate) pfn: u64,
     /// The folio's head, `None` for the zero page.
-    pub folio: Option<u64>,
+    pub(crate) folio: Option<u64>,
     /// Entries in the run (at least 1).
-    pub nr: usize,
+    pub(crate) nr: usize,
     /// `folio_pte_batch` was asked (a large folio, batching on, room for more than one
     /// entry), even if the run it found is a single entry.
-    pub batched: bool,
+    pub(crate) batched: bool,
     /// Some entry of the batch was writable (with `merge_write`).
-    pub any_writable: bool,
+    pub(crate) any_writable: bool,
 }
 
 /// A PTE table with its split lock held (`pte_offset_map_lock`). See the module docs.
@@ -251,7 +251,7 @@ pub(crate) struct PteLock<'a> {
 impl<'a> PteLock<'a> {
     /// Locks PTE table `table`.
     #[inline]
-    pub fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
         let ptl = PtlGuard::lock(pt.phys, table, c);
         PteLock {
             pt,
@@ -263,37 +263,37 @@ impl<'a> PteLock<'a> {
     }
 
     /// The table's frame.
-    pub fn table(&self) -> u64 {
+    pub(crate) fn table(&self) -> u64 {
         self.table
     }
 
     /// The page tables the table belongs to.
-    pub fn tables(&self) -> PageTables<'a> {
+    pub(crate) fn tables(&self) -> PageTables<'a> {
         self.pt
     }
 
     /// `ptep_get` of entry `idx`, counted as a PTE read.
     #[inline]
-    pub fn get(&self, idx: usize) -> u64 {
+    pub(crate) fn get(&self, idx: usize) -> u64 {
         self.c.add(Ev::PteRead, 1);
         self.pt.ptep_get(self.table, idx)
     }
 
     /// `ptep_get` of entry `idx` again, not counted (the run that read it was).
     #[inline]
-    pub fn peek(&self, idx: usize) -> u64 {
+    pub(crate) fn peek(&self, idx: usize) -> u64 {
         self.pt.ptep_get(self.table, idx)
     }
 
     /// Entry `idx` as stored, not counted (walkers whose reads the counters leave out).
     #[inline]
-    pub fn peek_raw(&self, idx: usize) -> u64 {
+    pub(crate) fn peek_raw(&self, idx: usize) -> u64 {
         self.pt.get(self.table, idx)
     }
 
     /// Entry `idx` as stored (no contpte gathering of accessed/dirty), counted as a read.
     #[inline]
-    pub fn get_raw(&self, idx: usize) -> u64 {
+    pub(crate) fn get_raw(&self, idx: usize) -> u64 {
         self.c.add(Ev::PteRead, 1);
         self.pt.get(self.table, idx)
     }
@@ -302,7 +302,7 @@ impl<'a> PteLock<'a> {
     /// page or a small folio is one entry; a large folio's entries are batched up to `limit`
     /// entries when `batching` allows (the extra reads are counted).
     #[inline]
-    pub fn run(
+    pub(crate) fn run(
         &self,
         idx: usize,
         e: u64,
@@ -337,35 +337,35 @@ impl<'a> PteLock<'a> {
 
     /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty.
     #[inline]
-    pub fn clear(&mut self, idx: usize, nr: usize) -> bool {
+    pub(crate) fn clear(&mut self, idx: usize, nr: usize) -> bool {
         self.entries.delta -= nr as i32;
         self.pt.clear_ptes(self.c, self.table, idx, nr)
     }
 
     /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
     #[inline]
-    pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
         self.entries.delta += nr as i32;
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
     }
 
     /// Replaces a present entry with another present one (`set_pte_at`).
     #[inline]
-    pub fn replace(&mut self, idx: usize, e: u64) {
+    pub(crate) fn replace(&mut self, idx: usize, e: u64) {
         self.pt.set_pte(self.c, self.table, idx, e);
     }
 
     /// Sets the accessed/dirty bits of entry `idx` as the hardware would, in place
     /// (`ptep_set_access_flags`; a folded block stays folded).
     #[inline]
-    pub fn set_access_flags(&mut self, idx: usize, e: u64) {
+    pub(crate) fn set_access_flags(&mut self, idx: usize, e: u64) {
         self.pt.set(self.table, idx, e);
         self.c.add(Ev::PteWrite, 1);
     }
 
     /// Write-protects `nr` entries from `idx` (`wrprotect_ptes`).
     #[inline]
-    pub fn wrprotect(&mut self, idx: usize, nr: usize) {
+    pub(crate) fn wrprotect(&mut self, idx: usize, nr: usize) {
         self.pt.wrprotect_ptes(self.c, self.table, idx, nr);
     }
 }
@@ -384,7 +384,7 @@ pub(crate) struct UnlinkedPtes<'a> {
 
 impl<'a> UnlinkedPtes<'a> {
     /// The unlinked table `table`.
-    pub fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
         debug_assert_eq!(
             pt.phys.memmap.pt_entries(table),
             0,
@@ -400,7 +400,7 @@ impl<'a> UnlinkedPtes<'a> {
 
     /// Stores `e` in `nr` entries from `idx` as it is (the same entry each time: the zero
     /// page), one counted write each.
-    pub fn fill_same(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn fill_same(&mut self, idx: usize, e: u64, nr: usize) {
         for i in idx..idx + nr {
             self.pt.set(self.table, i, e);
         }
@@ -410,7 +410,7 @@ impl<'a> UnlinkedPtes<'a> {
 
     /// `set_ptes` of `nr` consecutive pages, `e` first.
     #[inline]
-    pub fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
         self.entries.delta += nr as i32;
     }
@@ -432,7 +432,7 @@ pub(crate) struct PmdLock<'a> {
 
 impl<'a> PmdLock<'a> {
     /// Locks PMD table `table`.
-    pub fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
         let ptl = PtlGuard::lock(pt.phys, table, c);
         PmdLock {
             pt,
@@ -445,12 +445,12 @@ impl<'a> PmdLock<'a> {
 
     /// Entry `idx`.
     #[inline]
-    pub fn get(&self, idx: usize) -> u64 {
+    pub(crate) fn get(&self, idx: usize) -> u64 {
         self.pt.get(self.table, idx)
     }
 
     /// Fills the empty entry `idx` with a leaf or a table entry.
-    pub fn install(&mut self, idx: usize, e: u64) {
+    pub(crate) fn install(&mut self, idx: usize, e: u64) {
         debug_assert_eq!(self.get(idx), 0, "installing over a live PMD entry");
         self.pt.set(self.table, idx, e);
         self.entries.delta += 1;
@@ -459,7 +459,7 @@ impl<'a> PmdLock<'a> {
 
     /// Empties entry `idx`; returns what it held.
     #[inline]
-    pub fn clear(&mut self, idx: usize) -> u64 {
+    pub(crate) fn clear(&mut self, idx: usize) -> u64 {
         let old = self.get(idx);
         self.pt.set(self.table, idx, 0);
         self.entries.delta -= 1;
@@ -469,7 +469,7 @@ impl<'a> PmdLock<'a> {
 
     /// Replaces the live entry `idx` (a leaf by a leaf, or a leaf by its PTE table).
     #[inline]
-    pub fn replace(&mut self, idx: usize, e: u64) {
+    pub(crate) fn replace(&mut self, idx: usize, e: u64) {
         self.pt.set(self.table, idx, e);
         self.c.add(Ev::PteWrite, 1);
     }
@@ -480,14 +480,14 @@ impl<'a> PmdLock<'a> {
 #[derive(Debug)]
 pub(crate) struct PteCopy<'a> {
     /// The parent's table.
-    pub src: PteLock<'a>,
+    pub(crate) src: PteLock<'a>,
     /// The child's table.
-    pub dst: PteLock<'a>,
+    pub(crate) dst: PteLock<'a>,
 }
 
 impl<'a> PteCopy<'a> {
     /// Locks `dst_t` of `dpt`, then `src_t` of `spt`.
-    pub fn lock(
+    pub(crate) fn lock(
         spt: PageTables<'a>,
         dpt: PageTables<'a>,
         c: &'a CpuCounters,
@@ -506,7 +506,7 @@ impl<'a> PteCopy<'a> {
     /// arm64 goes through the contpte-aware `wrprotect_ptes` and `set_ptes`. The counters
     /// are the same either way.
     #[inline]
-    pub fn copy_run(&mut self, idx: usize, child: u64, nr: usize, wrprotect_parent: bool) {
+    pub(crate) fn copy_run(&mut self, idx: usize, child: u64, nr: usize, wrprotect_parent: bool) {
         let arch = self.src.pt.arch;
         if arch != super::Arch::X86_64 || nr == 1 {
             if wrprotect_parent {

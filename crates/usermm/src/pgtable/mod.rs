@@ -11,9 +11,9 @@
 //! PMD table, for huge PMD leaves) has its own split lock in its memmap entry. Tables are freed
 //! only under the mmap write lock (nothing else can be walking them then).
 
-pub mod arch;
-pub mod batch;
-pub mod contpte;
+pub(crate) mod arch;
+pub(crate) mod batch;
+pub(crate) mod contpte;
 pub(crate) mod cursor;
 
 use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
@@ -22,11 +22,11 @@ pub use arch::{Arch, Prot};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Entries per table.
-pub const PTRS_PER_TABLE: usize = 512;
+pub(crate) const PTRS_PER_TABLE: usize = 512;
 /// Bytes mapped by one PMD entry.
-pub const PMD_SIZE: u64 = 1 << 21;
+pub(crate) const PMD_SIZE: u64 = 1 << 21;
 /// Bytes mapped by one PUD entry.
-pub const PUD_SIZE: u64 = 1 << 30;
+pub(crate) const PUD_SIZE: u64 = 1 << 30;
 /// Bytes mapped by one PGD entry.
 pub const PGD_SIZE: u64 = 1 << 39;
 /// Top of the user address space (47-bit, like x86-64 4-level and arm64 48-bit VA minus a page).
@@ -34,23 +34,23 @@ pub const TASK_SIZE: u64 = (1 << 47) - 4096;
 
 /// Table index of `addr` at the level whose entries map `1 << shift` bytes.
 #[inline]
-pub fn index(addr: u64, shift: u32) -> usize {
+pub(crate) fn index(addr: u64, shift: u32) -> usize {
     ((addr >> shift) & 511) as usize
 }
 
 /// Shift of each level, top first.
-pub const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
+pub(crate) const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
 
 /// A held split page-table lock (a spinlock in the table page's memmap entry).
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
-pub struct PtlGuard<'a> {
+pub(crate) struct PtlGuard<'a> {
     word: &'a AtomicU32,
 }
 
 impl<'a> PtlGuard<'a> {
     /// Takes the lock of table page `pfn`.
-    pub fn lock(phys: &'a PhysMem, pfn: u64, c: &CpuCounters) -> PtlGuard<'a> {
+    pub(crate) fn lock(phys: &'a PhysMem, pfn: u64, c: &CpuCounters) -> PtlGuard<'a> {
         c.add(Ev::LockPtl, 1);
         let word = phys.memmap.ptl(pfn);
         let mut spins = 0u32;
@@ -77,7 +77,7 @@ impl Drop for PtlGuard<'_> {
 
 /// Where a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Walk {
+pub(crate) enum Walk {
     /// No PMD table covers the address (some upper level is empty).
     NoPmd,
     /// The PMD entry is empty.
@@ -109,24 +109,24 @@ pub enum Walk {
 
 /// A view of one mm's page tables.
 #[derive(Clone, Copy, Debug)]
-pub struct PageTables<'a> {
+pub(crate) struct PageTables<'a> {
     /// Physical memory the tables live in.
-    pub phys: &'a PhysMem,
+    pub(crate) phys: &'a PhysMem,
     /// Entry format.
-    pub arch: Arch,
+    pub(crate) arch: Arch,
     /// Root table.
-    pub pgd: u64,
+    pub(crate) pgd: u64,
 }
 
 /// A page-table page could not be allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("out of memory for a page table")]
-pub struct PgtableOom;
+pub(crate) struct PgtableOom;
 
 impl<'a> PageTables<'a> {
     /// Reads an entry.
     #[inline]
-    pub fn get(&self, table: u64, idx: usize) -> u64 {
+    pub(crate) fn get(&self, table: u64, idx: usize) -> u64 {
         self.phys.arena.word(table, idx).load(Ordering::Acquire)
     }
 
@@ -139,7 +139,7 @@ impl<'a> PageTables<'a> {
 
     /// Compare-and-exchange on an entry (hardware A/D updates).
     #[inline]
-    pub fn cmpxchg(&self, table: u64, idx: usize, old: u64, new: u64) -> bool {
+    pub(crate) fn cmpxchg(&self, table: u64, idx: usize, old: u64, new: u64) -> bool {
         self.phys
             .arena
             .word(table, idx)
@@ -149,7 +149,7 @@ impl<'a> PageTables<'a> {
 
     /// Walks to the PMD table covering `addr`.
     #[inline]
-    pub fn pmd_table(&self, addr: u64) -> Option<u64> {
+    pub(crate) fn pmd_table(&self, addr: u64) -> Option<u64> {
         let mut table = self.pgd;
         for shift in [39, 30] {
             let e = self.get(table, index(addr, shift));
@@ -163,7 +163,7 @@ impl<'a> PageTables<'a> {
 
     /// Walks `addr` down to its leaf.
     #[inline]
-    pub fn walk(&self, addr: u64) -> Walk {
+    pub(crate) fn walk(&self, addr: u64) -> Walk {
         let Some(pmd_t) = self.pmd_table(addr) else {
             return Walk::NoPmd;
         };
@@ -190,14 +190,14 @@ impl<'a> PageTables<'a> {
 
     /// The PTE table covering `addr`, if the PMD points at one.
     #[inline]
-    pub fn pte_table(&self, addr: u64) -> Option<u64> {
+    pub(crate) fn pte_table(&self, addr: u64) -> Option<u64> {
         let pmd_t = self.pmd_table(addr)?;
         let pmd = self.get(pmd_t, index(addr, 21));
         self.arch.is_table(pmd).then(|| self.arch.table_pfn(pmd))
     }
 
     /// Allocates a zeroed table page.
-    pub fn alloc_table(&self, c: &CpuCounters, node: usize) -> Result<u64, PgtableOom> {
+    pub(crate) fn alloc_table(&self, c: &CpuCounters, node: usize) -> Result<u64, PgtableOom> {
         self.phys
             .alloc_folio(c, 0, node, FolioKind::Pgtable, Zeroing::Zero)
             .ok_or(PgtableOom)
@@ -256,7 +256,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Ensures the PGD and PUD levels exist for `addr` and returns the PMD table.
-    pub fn alloc_pmd_table(
+    pub(crate) fn alloc_pmd_table(
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
@@ -270,7 +270,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Ensures a PTE table exists for `addr`; `Ok(None)` if the PMD holds a huge leaf.
-    pub fn alloc_pte_table(
+    pub(crate) fn alloc_pte_table(
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
@@ -281,7 +281,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Calls `f(level, table_pfn)` for every table page, children before parents.
-    pub fn for_each_table(&self, mut f: impl FnMut(usize, u64)) {
+    pub(crate) fn for_each_table(&self, mut f: impl FnMut(usize, u64)) {
         self.visit(0, self.pgd, &mut f);
     }
 
@@ -298,7 +298,8 @@ impl<'a> PageTables<'a> {
     }
 
     /// Whether `pfn` is a page-table page (for validation).
-    pub fn is_table_page(&self, pfn: u64) -> bool {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn is_table_page(&self, pfn: u64) -> bool {
         self.phys.memmap.test(pfn, PageFlag::Pgtable)
     }
 }

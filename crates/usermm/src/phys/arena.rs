@@ -8,11 +8,11 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Bytes per page.
-pub const PAGE_SIZE: u64 = 4096;
+pub(crate) const PAGE_SIZE: u64 = 4096;
 /// log2 of [`PAGE_SIZE`].
-pub const PAGE_SHIFT: u32 = 12;
+pub(crate) const PAGE_SHIFT: u32 = 12;
 /// 64-bit words per page.
-pub const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
+pub(crate) const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
 
 /// The frames of simulated RAM.
 #[derive(Debug, Default)]
@@ -28,7 +28,7 @@ pub struct Arena {
 
 impl Arena {
     /// Creates an arena of `nr_frames` zeroed frames (lazily backed by the host).
-    pub fn new(nr_frames: u64) -> Arena {
+    pub(crate) fn new(nr_frames: u64) -> Arena {
         let len = usize::try_from(nr_frames)
             .ok()
             .and_then(|n| n.checked_add(1))
@@ -54,20 +54,20 @@ impl Arena {
     }
 
     /// Number of frames.
-    pub fn nr_frames(&self) -> u64 {
+    pub(crate) fn nr_frames(&self) -> u64 {
         self.nr_frames
     }
 
     /// The words of one frame.
     #[inline]
-    pub fn frame(&self, pfn: u64) -> &[AtomicU64] {
+    pub(crate) fn frame(&self, pfn: u64) -> &[AtomicU64] {
         let first = self.base + pfn as usize * WORDS_PER_PAGE;
         &self.words[first..first + WORDS_PER_PAGE]
     }
 
     /// One 64-bit word (a page-table entry when the frame is a table).
     #[inline]
-    pub fn word(&self, pfn: u64, idx: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, pfn: u64, idx: usize) -> &AtomicU64 {
         &self.words[self.base + pfn as usize * WORDS_PER_PAGE + idx]
     }
 
@@ -79,7 +79,7 @@ impl Arena {
     }
 
     /// Copies a whole frame.
-    pub fn copy_frame(&self, dst: u64, src: u64) {
+    pub(crate) fn copy_frame(&self, dst: u64, src: u64) {
         for (d, s) in self.frame(dst).iter().zip(self.frame(src)) {
             d.store(s.load(Relaxed), Relaxed);
         }
@@ -93,7 +93,7 @@ impl Arena {
     /// Fills `len` bytes at byte offset `off` of a frame with `byte`: partial words at either
     /// end by a masked update, whole words in between by plain relaxed stores (a tight loop,
     /// like `memset`).
-    pub fn fill(&self, pfn: u64, off: usize, len: usize, byte: u8) {
+    pub(crate) fn fill(&self, pfn: u64, off: usize, len: usize, byte: u8) {
         if len == 0 {
             return;
         }
@@ -121,7 +121,7 @@ impl Arena {
 
     /// Writes `data` at byte offset `off` of a frame: whole aligned words by plain stores
     /// (the common case: a page read from a device), ragged ends by masked updates.
-    pub fn write(&self, pfn: u64, off: usize, data: &[u8]) {
+    pub(crate) fn write(&self, pfn: u64, off: usize, data: &[u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < data.len() {
@@ -144,7 +144,7 @@ impl Arena {
 
     /// Reads bytes at byte offset `off` of a frame into `out`: whole aligned words as
     /// fixed-size copies (no call per word), ragged ends byte-wise.
-    pub fn read(&self, pfn: u64, off: usize, out: &mut [u8]) {
+    pub(crate) fn read(&self, pfn: u64, off: usize, out: &mut [u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < out.len() {
@@ -167,7 +167,13 @@ impl Arena {
     }
 
     /// Whether `len` bytes at `off` all equal `byte`; returns the offset of the first mismatch.
-    pub fn first_mismatch(&self, pfn: u64, off: usize, len: usize, byte: u8) -> Option<usize> {
+    pub(crate) fn first_mismatch(
+        &self,
+        pfn: u64,
+        off: usize,
+        len: usize,
+        byte: u8,
+    ) -> Option<usize> {
         let mut buf = [0u8; 512];
         let mut pos = 0;
         while pos < len {

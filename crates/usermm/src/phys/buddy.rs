@@ -13,7 +13,7 @@ use super::memmap::{Memmap, PageFlag};
 use parking_lot::Mutex;
 
 /// Largest block order (Linux `MAX_PAGE_ORDER` = 10: 4 MiB blocks).
-pub const MAX_ORDER: u32 = 10;
+pub(crate) const MAX_ORDER: u32 = 10;
 const NONE: u32 = u32::MAX;
 
 #[derive(Debug)]
@@ -24,17 +24,17 @@ struct FreeArea {
 
 /// One node's zone.
 #[derive(Debug)]
-pub struct Zone {
+pub(crate) struct Zone {
     /// First frame of the zone.
-    pub start_pfn: u64,
+    pub(crate) start_pfn: u64,
     /// One past the last frame.
-    pub end_pfn: u64,
+    pub(crate) end_pfn: u64,
     free: Mutex<FreeArea>,
 }
 
 impl Zone {
     /// Creates a zone over `[start_pfn, end_pfn)` with every frame free except `reserved`.
-    pub fn new(mm: &Memmap, start_pfn: u64, end_pfn: u64) -> Zone {
+    pub(crate) fn new(mm: &Memmap, start_pfn: u64, end_pfn: u64) -> Zone {
         let zone = Zone {
             start_pfn,
             end_pfn,
@@ -61,7 +61,7 @@ impl Zone {
     ///
     /// # Returns
     /// The first pfn, or `None` when no block of that order or larger is free.
-    pub fn alloc(&self, mm: &Memmap, order: u32) -> Option<u64> {
+    pub(crate) fn alloc(&self, mm: &Memmap, order: u32) -> Option<u64> {
         let mut area = self.free.lock();
         let mut o = order;
         while o <= MAX_ORDER && area.heads[o as usize] == NONE {
@@ -80,7 +80,7 @@ impl Zone {
     }
 
     /// Returns a block of `2^order` frames, merging with free buddies.
-    pub fn free(&self, mm: &Memmap, pfn: u64, order: u32) {
+    pub(crate) fn free(&self, mm: &Memmap, pfn: u64, order: u32) {
         let mut area = self.free.lock();
         let (mut pfn, mut order) = (pfn, order);
         while order < MAX_ORDER {
@@ -100,12 +100,12 @@ impl Zone {
     }
 
     /// Free blocks per order.
-    pub fn free_counts(&self) -> [u64; MAX_ORDER as usize + 1] {
+    pub(crate) fn free_counts(&self) -> [u64; MAX_ORDER as usize + 1] {
         self.free.lock().counts
     }
 
     /// Free frames in the zone.
-    pub fn free_pages(&self) -> u64 {
+    pub(crate) fn free_pages(&self) -> u64 {
         self.free_counts()
             .iter()
             .enumerate()
@@ -114,7 +114,8 @@ impl Zone {
     }
 
     /// Every free block as (pfn, order), for validation.
-    pub fn free_blocks(&self, mm: &Memmap) -> Vec<(u64, u32)> {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn free_blocks(&self, mm: &Memmap) -> Vec<(u64, u32)> {
         let area = self.free.lock();
         let mut out = Vec::new();
         for (o, &head) in area.heads.iter().enumerate() {

@@ -18,7 +18,7 @@ const NONE: u32 = u32::MAX;
 /// The LRU lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
-pub enum LruList {
+pub(crate) enum LruList {
     /// Inactive anon (and shmem).
     InactiveAnon = 0,
     /// Active anon.
@@ -33,7 +33,7 @@ pub enum LruList {
 
 impl LruList {
     /// Every list.
-    pub const ALL: [LruList; 5] = [
+    pub(crate) const ALL: [LruList; 5] = [
         LruList::InactiveAnon,
         LruList::ActiveAnon,
         LruList::InactiveFile,
@@ -51,13 +51,13 @@ struct ListHead {
 
 /// The lists of one node.
 #[derive(Debug)]
-pub struct Lists {
+pub(crate) struct Lists {
     lists: [ListHead; 5],
 }
 
 /// One node's LRU.
 #[derive(Debug)]
-pub struct Lruvec {
+pub(crate) struct Lruvec {
     lock: Mutex<Lists>,
 }
 
@@ -76,7 +76,7 @@ impl Default for Lruvec {
 }
 
 /// Which list a folio belongs on, from its flags (`folio_lru_list`).
-pub fn folio_lru_list(mm: &Memmap, head: u64) -> LruList {
+pub(crate) fn folio_lru_list(mm: &Memmap, head: u64) -> LruList {
     if mm.test(head, PageFlag::Unevictable) {
         return LruList::Unevictable;
     }
@@ -91,14 +91,14 @@ pub fn folio_lru_list(mm: &Memmap, head: u64) -> LruList {
 
 impl Lruvec {
     /// Takes the lru_lock.
-    pub fn lock(&self) -> MutexGuard<'_, Lists> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Lists> {
         self.lock.lock()
     }
 }
 
 impl Lists {
     /// Adds a folio at the head of the list its flags select (`lruvec_add_folio`).
-    pub fn add(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+    pub(crate) fn add(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
         let l = &mut self.lists[folio_lru_list(mm, head) as usize];
         mm.set_prev(head, NONE);
         mm.set_next(head, l.head);
@@ -112,7 +112,7 @@ impl Lists {
     }
 
     /// Removes a folio from the list its flags select (`lruvec_del_folio`).
-    pub fn del(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+    pub(crate) fn del(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
         let l = &mut self.lists[folio_lru_list(mm, head) as usize];
         let (next, prev) = (mm.next(head), mm.prev(head));
         if prev == NONE {
@@ -131,18 +131,18 @@ impl Lists {
     }
 
     /// Pages on a list.
-    pub fn pages(&self, list: LruList) -> u64 {
+    pub(crate) fn pages(&self, list: LruList) -> u64 {
         self.lists[list as usize].pages
     }
 
     /// The folio at the tail of a list (the oldest), if any.
-    pub fn tail(&self, list: LruList) -> Option<u64> {
+    pub(crate) fn tail(&self, list: LruList) -> Option<u64> {
         let t = self.lists[list as usize].tail;
         (t != NONE).then_some(u64::from(t))
     }
 
     /// The folios on a list, head first (for validation).
-    pub fn folios(&self, mm: &Memmap, list: LruList) -> Vec<u64> {
+    pub(crate) fn folios(&self, mm: &Memmap, list: LruList) -> Vec<u64> {
         let mut out = Vec::new();
         let mut p = self.lists[list as usize].head;
         while p != NONE {

@@ -107,7 +107,7 @@ pub struct Memmap {
 
 impl Memmap {
     /// Creates zeroed metadata for `nr_frames` frames (lazily backed).
-    pub fn new(nr_frames: u64) -> Memmap {
+    pub(crate) fn new(nr_frames: u64) -> Memmap {
         let len = usize::try_from(nr_frames)
             .ok()
             .and_then(|n| n.checked_mul(WORDS))
@@ -124,13 +124,13 @@ impl Memmap {
     }
 
     /// Number of frames described.
-    pub fn nr_frames(&self) -> u64 {
+    pub(crate) fn nr_frames(&self) -> u64 {
         (self.words.len() / WORDS) as u64
     }
 
     /// Tests a flag.
     #[inline]
-    pub fn test(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test(&self, pfn: u64, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).load(Relaxed) & f.bit() != 0
     }
 
@@ -142,19 +142,19 @@ impl Memmap {
 
     /// Clears a flag (atomic RMW).
     #[inline]
-    pub fn clear(&self, pfn: u64, f: PageFlag) {
+    pub(crate) fn clear(&self, pfn: u64, f: PageFlag) {
         self.w(pfn, W::Flags).fetch_and(!f.bit(), Relaxed);
     }
 
     /// Sets a flag and returns whether it was already set.
     #[inline]
-    pub fn test_and_set(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test_and_set(&self, pfn: u64, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).fetch_or(f.bit(), Ordering::Acquire) & f.bit() != 0
     }
 
     /// Clears a flag and returns whether it was set.
     #[inline]
-    pub fn test_and_clear(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test_and_clear(&self, pfn: u64, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).fetch_and(!f.bit(), Ordering::Release) & f.bit() != 0
     }
 
@@ -173,7 +173,7 @@ impl Memmap {
 
     /// Head pfn of the folio containing `pfn`.
     #[inline]
-    pub fn folio_of(&self, pfn: u64) -> u64 {
+    pub(crate) fn folio_of(&self, pfn: u64) -> u64 {
         if self.test(pfn, PageFlag::Tail) {
             u64::from(self.w(pfn, W::Head).load(Relaxed))
         } else {
@@ -183,7 +183,7 @@ impl Memmap {
 
     /// Folio order (head page).
     #[inline]
-    pub fn order(&self, head: u64) -> u32 {
+    pub(crate) fn order(&self, head: u64) -> u32 {
         self.w(head, W::Order).load(Relaxed)
     }
 
@@ -193,25 +193,25 @@ impl Memmap {
     }
 
     /// Links tail `pfn` to its `head`.
-    pub fn set_tail(&self, pfn: u64, head: u64) {
+    pub(crate) fn set_tail(&self, pfn: u64, head: u64) {
         self.w(pfn, W::Head).store(head as u32, Relaxed);
         self.set(pfn, PageFlag::Tail);
     }
 
     /// Folio refcount.
     #[inline]
-    pub fn refcount(&self, head: u64) -> i32 {
+    pub(crate) fn refcount(&self, head: u64) -> i32 {
         self.w(head, W::Refcount).load(Relaxed) as i32
     }
 
     /// Sets the refcount (only on a folio nobody else can see).
-    pub fn set_refcount(&self, head: u64, v: i32) {
+    pub(crate) fn set_refcount(&self, head: u64, v: i32) {
         self.w(head, W::Refcount).store(v as u32, Relaxed);
     }
 
     /// Adds to the refcount and returns the new value.
     #[inline]
-    pub fn ref_add(&self, head: u64, n: i32) -> i32 {
+    pub(crate) fn ref_add(&self, head: u64, n: i32) -> i32 {
         (self
             .w(head, W::Refcount)
             .fetch_add(n as u32, Ordering::AcqRel) as i32)
@@ -247,7 +247,7 @@ impl Memmap {
     /// `folio_mapcount()` of a large folio: the maintained total, or — for a folio allocated
     /// without one (the v6.7 design) — the PMD mappings plus every page's PTE mappings, a scan
     /// of the folio's memmap.
-    pub fn folio_mapcount(&self, head: u64) -> i32 {
+    pub(crate) fn folio_mapcount(&self, head: u64) -> i32 {
         if self.test(head, PageFlag::TotalMapcount) {
             return self.large_mapcount(head);
         }
@@ -264,7 +264,7 @@ impl Memmap {
 
     /// Number of PMD mappings of a large folio.
     #[inline]
-    pub fn entire_mapcount(&self, head: u64) -> i32 {
+    pub(crate) fn entire_mapcount(&self, head: u64) -> i32 {
         self.w(head, W::EntireMapcount).load(Relaxed) as i32
     }
 
@@ -274,63 +274,63 @@ impl Memmap {
     }
 
     /// Long-term pins of a large folio.
-    pub fn pincount(&self, head: u64) -> i32 {
+    pub(crate) fn pincount(&self, head: u64) -> i32 {
         self.w(head, W::Pincount).load(Relaxed) as i32
     }
 
     /// Adds to the pincount and returns the new value.
-    pub fn pincount_add(&self, head: u64, n: i32) -> i32 {
+    pub(crate) fn pincount_add(&self, head: u64, n: i32) -> i32 {
         (self.w(head, W::Pincount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
     /// Owner identifier (anon_vma root id for anon folios, shmem object id for shared ones).
-    pub fn mapping(&self, head: u64) -> u32 {
+    pub(crate) fn mapping(&self, head: u64) -> u32 {
         self.w(head, W::Mapping).load(Relaxed)
     }
 
     /// Sets the owner identifier.
-    pub fn set_mapping(&self, head: u64, v: u32) {
+    pub(crate) fn set_mapping(&self, head: u64, v: u32) {
         self.w(head, W::Mapping).store(v, Relaxed);
     }
 
     /// mlock_count of a folio (the current Linux design keeps it while the folio is unevictable).
-    pub fn mlock_count(&self, head: u64) -> u32 {
+    pub(crate) fn mlock_count(&self, head: u64) -> u32 {
         self.w(head, W::MlockCount).load(Relaxed)
     }
 
     /// Sets the mlock_count.
-    pub fn set_mlock_count(&self, head: u64, v: u32) {
+    pub(crate) fn set_mlock_count(&self, head: u64, v: u32) {
         self.w(head, W::MlockCount).store(v, Relaxed);
     }
 
     /// Free-list / LRU link: next.
-    pub fn next(&self, pfn: u64) -> u32 {
+    pub(crate) fn next(&self, pfn: u64) -> u32 {
         self.w(pfn, W::Next).load(Relaxed)
     }
 
     /// Free-list / LRU link: prev.
-    pub fn prev(&self, pfn: u64) -> u32 {
+    pub(crate) fn prev(&self, pfn: u64) -> u32 {
         self.w(pfn, W::Prev).load(Relaxed)
     }
 
     /// Sets the next link.
-    pub fn set_next(&self, pfn: u64, v: u32) {
+    pub(crate) fn set_next(&self, pfn: u64, v: u32) {
         self.w(pfn, W::Next).store(v, Relaxed);
     }
 
     /// Sets the prev link.
-    pub fn set_prev(&self, pfn: u64, v: u32) {
+    pub(crate) fn set_prev(&self, pfn: u64, v: u32) {
         self.w(pfn, W::Prev).store(v, Relaxed);
     }
 
     /// The page offset (`folio->index`) of a folio's first page in its mapping.
-    pub fn index(&self, head: u64) -> u64 {
+    pub(crate) fn index(&self, head: u64) -> u64 {
         u64::from(self.w(head, W::IndexLo).load(Relaxed))
             | u64::from(self.w(head, W::IndexHi).load(Relaxed)) << 32
     }
 
     /// Sets `folio->index`.
-    pub fn set_index(&self, head: u64, index: u64) {
+    pub(crate) fn set_index(&self, head: u64, index: u64) {
         self.w(head, W::IndexLo).store(index as u32, Relaxed);
         self.w(head, W::IndexHi)
             .store((index >> 32) as u32, Relaxed);
@@ -338,27 +338,27 @@ impl Memmap {
 
     /// Folio-wide auxiliary word `i` (0..5) of a large folio, kept in its first tail page
     /// (like Linux's `_mm_id`/`_mm_id_mapcount` in the folio's second `struct page`).
-    pub fn folio_aux(&self, head: u64, i: usize) -> u32 {
+    pub(crate) fn folio_aux(&self, head: u64, i: usize) -> u32 {
         self.words[(head as usize + 1) * WORDS + 8 + i].load(Relaxed)
     }
 
     /// Sets auxiliary word `i` of a large folio.
-    pub fn set_folio_aux(&self, head: u64, i: usize, v: u32) {
+    pub(crate) fn set_folio_aux(&self, head: u64, i: usize, v: u32) {
         self.words[(head as usize + 1) * WORDS + 8 + i].store(v, Relaxed);
     }
 
     /// The split PTE lock word of a page-table page.
-    pub fn ptl(&self, pfn: u64) -> &AtomicU32 {
+    pub(crate) fn ptl(&self, pfn: u64) -> &AtomicU32 {
         self.w(pfn, W::Ptl)
     }
 
     /// Number of used entries in a page-table page.
-    pub fn pt_entries(&self, pfn: u64) -> u32 {
+    pub(crate) fn pt_entries(&self, pfn: u64) -> u32 {
         self.w(pfn, W::PtEntries).load(Relaxed)
     }
 
     /// Adjusts the used-entry count of a page-table page.
-    pub fn pt_entries_add(&self, pfn: u64, n: i32) {
+    pub(crate) fn pt_entries_add(&self, pfn: u64, n: i32) {
         self.w(pfn, W::PtEntries).fetch_add(n as u32, Relaxed);
     }
 }

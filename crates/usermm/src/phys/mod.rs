@@ -4,13 +4,13 @@
 //! (huge zero folio). Frames are named by pfn. A folio is allocated as one buddy block of
 //! `2^order` frames; its head carries the refcount, the folio-wide mapcounts and the order.
 
-pub mod arena;
-pub mod buddy;
-pub mod lru;
-pub mod memmap;
+pub(crate) mod arena;
+pub(crate) mod buddy;
+pub(crate) mod lru;
+pub(crate) mod memmap;
 
 use crate::stats::{CpuCounters, Ev};
-pub use arena::{Arena, PAGE_SHIFT, PAGE_SIZE};
+pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
 use lru::Lruvec;
 pub use memmap::{Memmap, PageFlag};
@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// Order of a PMD-sized folio with 4 KiB pages.
-pub const HPAGE_PMD_ORDER: u32 = 9;
+pub(crate) const HPAGE_PMD_ORDER: u32 = 9;
 
 /// What a new folio is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FolioKind {
+pub(crate) enum FolioKind {
     /// Anonymous memory (`PageFlag::Anon`, swap-backed).
     Anon,
     /// A shmem (shared anonymous or tmpfs) page-cache folio: swap-backed.
@@ -35,7 +35,7 @@ pub enum FolioKind {
 
 /// Whether a new folio must be zeroed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Zeroing {
+pub(crate) enum Zeroing {
     /// Fill with zeroes (`__GFP_ZERO` / `clear_user_highpage`).
     Zero,
     /// The caller overwrites every byte (a COW copy).
@@ -83,7 +83,7 @@ pub struct PhysMem {
     /// Allocation failure injection for page-table pages.
     pub fail_pgtable: FailPoint,
     /// One LRU per node.
-    pub lruvecs: Vec<Lruvec>,
+    pub(crate) lruvecs: Vec<Lruvec>,
     /// `NR_MLOCK` per node, in pages.
     nr_mlock: Vec<AtomicI64>,
     /// "Mapped shared?" trackers of large anon folios (issue 5, seed 003).
@@ -100,7 +100,7 @@ impl PhysMem {
     /// handed on by [`crate::Machine::new_reusing`]: its frames hold old contents, which is
     /// fine, since every allocation either zeroes a frame or writes all of it), else on a
     /// new one.
-    pub fn with_arena(bytes: u64, nodes: u32, arena: Arena) -> PhysMem {
+    pub(crate) fn with_arena(bytes: u64, nodes: u32, arena: Arena) -> PhysMem {
         let nr_frames = (bytes >> PAGE_SHIFT) & !((1u64 << buddy::MAX_ORDER) - 1);
         let arena = if arena.nr_frames() == nr_frames {
             arena
@@ -167,12 +167,12 @@ impl PhysMem {
     }
 
     /// Number of NUMA nodes.
-    pub fn nr_nodes(&self) -> usize {
+    pub(crate) fn nr_nodes(&self) -> usize {
         self.zones.len()
     }
 
     /// The node owning a frame.
-    pub fn node_of(&self, pfn: u64) -> usize {
+    pub(crate) fn node_of(&self, pfn: u64) -> usize {
         self.zones
             .iter()
             .position(|z| pfn >= z.start_pfn && pfn < z.end_pfn)
@@ -180,12 +180,12 @@ impl PhysMem {
     }
 
     /// The shared zero page.
-    pub fn zero_pfn(&self) -> u64 {
+    pub(crate) fn zero_pfn(&self) -> u64 {
         self.zero_pfn
     }
 
     /// The huge zero folio (allocated on first use; `None` if memory is exhausted).
-    pub fn huge_zero_pfn(&self) -> Option<u64> {
+    pub(crate) fn huge_zero_pfn(&self) -> Option<u64> {
         *self
             .huge_zero
             .get_or_init(|| self.alloc_reserved(HPAGE_PMD_ORDER))
@@ -193,7 +193,7 @@ impl PhysMem {
 
     /// Whether `pfn` belongs to the zero page or the huge zero folio.
     #[inline]
-    pub fn is_zero_pfn(&self, pfn: u64) -> bool {
+    pub(crate) fn is_zero_pfn(&self, pfn: u64) -> bool {
         self.memmap.test(pfn, PageFlag::Zero)
     }
 
@@ -219,7 +219,8 @@ impl PhysMem {
     }
 
     /// Every zone (for validation and views).
-    pub fn zones(&self) -> &[Zone] {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn zones(&self) -> &[Zone] {
         &self.zones
     }
 
@@ -241,7 +242,7 @@ impl PhysMem {
     ///
     /// # Returns
     /// The head pfn, or `None` when memory is exhausted (or a fail point fired).
-    pub fn alloc_folio(
+    pub(crate) fn alloc_folio(
         &self,
         c: &CpuCounters,
         order: u32,
@@ -357,7 +358,7 @@ impl PhysMem {
     ///
     /// # Returns
     /// True if the folio was freed.
-    pub fn put_folio(&self, c: &CpuCounters, head: u64, n: i32) -> bool {
+    pub(crate) fn put_folio(&self, c: &CpuCounters, head: u64, n: i32) -> bool {
         if self.is_zero_pfn(head) {
             return false;
         }
@@ -373,24 +374,24 @@ impl PhysMem {
 
     /// Adds to `NR_MLOCK` of the folio's node through CPU `c`'s vmstat diff
     /// (`__mod_zone_page_state`).
-    pub fn mod_nr_mlock(&self, c: &CpuCounters, head: u64, pages: i64) {
+    pub(crate) fn mod_nr_mlock(&self, c: &CpuCounters, head: u64, pages: i64) {
         let node = self.node_of(head);
         c.mod_vmstat(node, pages, &self.nr_mlock[node]);
     }
 
     /// The folded part of `NR_MLOCK` summed over nodes (see [`crate::Machine::nr_mlock`] for
     /// the exact value).
-    pub fn nr_mlock_folded(&self) -> i64 {
+    pub(crate) fn nr_mlock_folded(&self) -> i64 {
         self.nr_mlock.iter().map(|n| n.load(Relaxed)).sum()
     }
 
     /// The lruvec of a folio.
-    pub fn lruvec_of(&self, head: u64) -> &Lruvec {
+    pub(crate) fn lruvec_of(&self, head: u64) -> &Lruvec {
         self.lruvec_of_node(self.node_of(head))
     }
 
     /// The lruvec of node `node`.
-    pub fn lruvec_of_node(&self, node: usize) -> &Lruvec {
+    pub(crate) fn lruvec_of_node(&self, node: usize) -> &Lruvec {
         &self.lruvecs[node.min(self.lruvecs.len() - 1)]
     }
 
@@ -425,7 +426,7 @@ impl PhysMem {
 
 impl PhysMem {
     /// Whether the huge zero folio has been allocated.
-    pub fn huge_zero_pfn_if_allocated(&self) -> bool {
+    pub(crate) fn huge_zero_pfn_if_allocated(&self) -> bool {
         matches!(self.huge_zero.get(), Some(Some(_)))
     }
 }

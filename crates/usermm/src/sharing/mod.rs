@@ -21,13 +21,13 @@
 //! ([`Sharing`]): one 16-word entry per 4 frames (tracked folios have order ≥ 2), indexed by
 //! `head >> 2`, zero-allocated and lazily backed by the host. Each entry holds a tag (which
 //! state this folio maintains, and the configuration epoch it was created in), a lock word for
-//! the owner tracker, and the [`rmap_id::FolioWords`] record. Changing the tracker starts a new
+//! the owner tracker, and the `rmap_id::FolioWords` record. Changing the tracker starts a new
 //! epoch: folios created before keep answering "shared" for the new tracker (never wrong),
 //! folios created after are tracked. With `shadow` on, every side-table tracker is maintained
 //! for every folio, so views and validation can compare all of them against the truth.
 //!
 //! Which memmap counts a large folio keeps is likewise fixed when it is allocated
-//! ([`FolioCounts`]): the total mapcount only for `mapcount` and `owner` (the rmap-ID trackers
+//! (`FolioCounts`): the total mapcount only for `mapcount` and `owner` (the rmap-ID trackers
 //! keep theirs in the record, v6.7 kept none and scanned), the owner slots only for `owner`.
 //! The seed's stages map onto switches: `rmap-id+shared|+cmpxchg|+add-return` (patches
 //! 10/17/18), `+atomic-pages` vs `+all` (patches 19-20: per-page mapcounts inside the
@@ -35,18 +35,18 @@
 //! `remap_rmap_batch` (patches 12-14).
 
 pub mod estimate;
-pub mod rmap_id;
-pub mod seqcount;
-pub mod sq;
+pub(crate) mod rmap_id;
+pub(crate) mod seqcount;
+pub(crate) mod sq;
 pub mod subid;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::phys::PhysMem;
-pub use rmap_id::{FolioWords, Maintained, RmapId, RmapIdAllocator, Snapshot};
+pub(crate) use rmap_id::{FolioWords, Maintained, RmapIdAllocator, Snapshot};
 pub use seqcount::WriterMode;
-pub use subid::{Layout, Sizing};
+pub(crate) use subid::Sizing;
 
 /// Options of the `rmap-id` tracker: the seed's stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +106,7 @@ impl Default for SharingTracker {
 
 impl SharingTracker {
     /// Accepted spellings, for `usermm tunables`.
-    pub const VALUES: &'static str =
+    pub(crate) const VALUES: &'static str =
         "owner|rmap-id-sq|estimate|mapcount|rmap-id[+shared|+cmpxchg|+add-return][+seed-sizing][+atomic-pages|+all]";
 
     /// Every tracker the benchmarks compare, including the seed's stages.
@@ -254,24 +254,24 @@ impl SharingTracker {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SharingAnswers {
     /// The selected tracker.
-    pub selected: String,
+    pub(crate) selected: String,
     /// Folio order.
-    pub order: u32,
+    pub(crate) order: u32,
     /// `folio_mapcount()`: the memmap's folio-wide mapcount, or the per-page scan for a folio
     /// that keeps none.
-    pub large_mapcount: i32,
+    pub(crate) large_mapcount: i32,
     /// The side table's total mapcount (if tracked).
-    pub tracked_total: Option<u64>,
+    pub(crate) tracked_total: Option<u64>,
     /// `estimate` (v6.7 first page): exclusive?
-    pub estimate: bool,
+    pub(crate) estimate: bool,
     /// `mapcount` (total mapcount + first page): exclusive?
-    pub mapcount: bool,
+    pub(crate) mapcount: bool,
     /// `owner`: exclusive to this MM?
     pub owner: bool,
     /// `rmap-id` (with the sizing this folio was created with): exclusive? `None` if untracked.
     pub rmap_id: Option<bool>,
     /// The sizing behind `rmap_id`.
-    pub rmap_id_sizing: Option<&'static str>,
+    pub(crate) rmap_id_sizing: Option<&'static str>,
     /// `rmap-id-sq`: exclusive? `None` if untracked.
     pub rmap_id_sq: Option<bool>,
 }
@@ -299,7 +299,8 @@ pub struct Sharing {
     words: Box<[AtomicU64]>,
     config: AtomicU64,
     /// Per-MM rmap IDs (`mm_rmap_id`).
-    pub ids: Arc<RmapIdAllocator>,
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) ids: Arc<RmapIdAllocator>,
 }
 
 impl std::fmt::Debug for Sharing {
@@ -333,7 +334,7 @@ fn maintain_flags(t: SharingTracker, shadow: bool) -> u64 {
 /// Which folio-wide counts in the memmap a large folio keeps for its lifetime (decided when
 /// it is allocated, so that switching trackers never leaves a count half-maintained).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FolioCounts {
+pub(crate) enum FolioCounts {
     /// None: `folio_mapcount()` scans the per-page mapcounts (v6.7; and the rmap-ID trackers,
     /// whose total mapcount lives in their record under the seqcount).
     Scanned,
@@ -415,17 +416,17 @@ impl Sharing {
     }
 
     /// The selected tracker.
-    pub fn tracker(&self) -> SharingTracker {
+    pub(crate) fn tracker(&self) -> SharingTracker {
         SharingTracker::from_code(self.config.load(Ordering::Relaxed) >> 8 & 0xff)
     }
 
     /// Whether every side-table tracker is maintained.
-    pub fn shadow(&self) -> bool {
+    pub(crate) fn shadow(&self) -> bool {
         self.config.load(Ordering::Relaxed) & SHADOW != 0
     }
 
     /// The memmap counts a large folio allocated now maintains (shadow mode keeps them all).
-    pub fn folio_counts(&self) -> FolioCounts {
+    pub(crate) fn folio_counts(&self) -> FolioCounts {
         if self.shadow() {
             return FolioCounts::TotalAndOwner;
         }

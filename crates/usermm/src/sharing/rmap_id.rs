@@ -22,12 +22,14 @@ use super::subid::{Layout, MAX_VALUES, RMAP_ID_MAX};
 
 /// Allocates per-MM rmap IDs in `[1, max]` (`mm_rmap_id` from an IDA), smallest free first.
 #[derive(Debug)]
-pub struct RmapIdAllocator {
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+pub(crate) struct RmapIdAllocator {
     max: u32,
     state: Mutex<IdaState>,
 }
 
 #[derive(Debug, Default)]
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
 struct IdaState {
     /// Next never-used ID.
     next: u32,
@@ -43,9 +45,10 @@ impl Default for RmapIdAllocator {
     }
 }
 
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
 impl RmapIdAllocator {
     /// An allocator of IDs `1..=max` (`max` is clamped to [`RMAP_ID_MAX`]).
-    pub fn with_max(max: u32) -> RmapIdAllocator {
+    pub(crate) fn with_max(max: u32) -> RmapIdAllocator {
         RmapIdAllocator {
             max: max.min(RMAP_ID_MAX),
             state: Mutex::new(IdaState {
@@ -57,7 +60,7 @@ impl RmapIdAllocator {
     }
 
     /// Allocates an ID, or `None` when all are in use.
-    pub fn alloc_raw(&self) -> Option<u32> {
+    pub(crate) fn alloc_raw(&self) -> Option<u32> {
         let mut s = self.state.lock();
         if let Some(w) = s.wish.take() {
             if s.free.remove(&w) {
@@ -81,7 +84,7 @@ impl RmapIdAllocator {
     }
 
     /// Frees an ID (`__mmdrop`). Freeing an ID that is not allocated is ignored.
-    pub fn free_raw(&self, id: u32) {
+    pub(crate) fn free_raw(&self, id: u32) {
         let mut s = self.state.lock();
         if id == 0 || id >= s.next {
             return;
@@ -102,21 +105,21 @@ impl RmapIdAllocator {
 
     /// Test hook: the next allocation returns `id` if it is free (to build the ID patterns
     /// of `subid::find_false_exclusive` with real processes).
-    pub fn reserve_next(&self, id: u32) {
+    pub(crate) fn reserve_next(&self, id: u32) {
         if (1..=self.max).contains(&id) {
             self.state.lock().wish = Some(id);
         }
     }
 
     /// Number of IDs in use.
-    pub fn in_use(&self) -> u32 {
+    pub(crate) fn in_use(&self) -> u32 {
         let s = self.state.lock();
         s.next - 1 - s.free.len() as u32
     }
 
     /// Allocates an ID owned by the returned handle (freed when the handle drops, i.e. when
     /// the MM is dropped).
-    pub fn alloc(self: &Arc<Self>) -> Option<RmapId> {
+    pub(crate) fn alloc(self: &Arc<Self>) -> Option<RmapId> {
         Some(RmapId {
             id: self.alloc_raw()?,
             ida: Arc::clone(self),
@@ -126,15 +129,17 @@ impl RmapIdAllocator {
 
 /// An MM's rmap ID; dropping it returns the ID to its allocator.
 #[derive(Debug)]
-pub struct RmapId {
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+pub(crate) struct RmapId {
     id: u32,
     ida: Arc<RmapIdAllocator>,
 }
 
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
 impl RmapId {
     /// The ID.
     #[inline]
-    pub fn get(&self) -> u32 {
+    pub(crate) fn get(&self) -> u32 {
         self.id
     }
 }
@@ -149,31 +154,31 @@ impl Drop for RmapId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Maintained {
     /// The rmap values with this layout.
-    pub rmap: Option<Layout>,
+    pub(crate) rmap: Option<Layout>,
     /// Whether that layout is the seed's sizing.
-    pub seed_sizing: bool,
+    pub(crate) seed_sizing: bool,
     /// The moment sums.
-    pub sq: bool,
+    pub(crate) sq: bool,
 }
 
 /// Index of the seqcount word in a record.
-pub const W_SEQ: usize = 0;
+pub(crate) const W_SEQ: usize = 0;
 /// Index of the total mapcount.
-pub const W_TOTAL: usize = 1;
+pub(crate) const W_TOTAL: usize = 1;
 /// Index of `Σ id`.
-pub const W_S1: usize = 2;
+pub(crate) const W_S1: usize = 2;
 /// Index of `Σ id²`.
-pub const W_S2: usize = 3;
+pub(crate) const W_S2: usize = 3;
 /// Index of the first rmap value.
-pub const W_VALS: usize = 4;
+pub(crate) const W_VALS: usize = 4;
 /// Words of a record.
-pub const RECORD_WORDS: usize = W_VALS + MAX_VALUES;
+pub(crate) const RECORD_WORDS: usize = W_VALS + MAX_VALUES;
 
 /// One folio's tracker words (a slice of [`RECORD_WORDS`] words).
 #[derive(Clone, Copy, Debug)]
-pub struct FolioWords<'a, A: Word> {
+pub(crate) struct FolioWords<'a, A: Word> {
     /// The words.
-    pub w: &'a [A],
+    pub(crate) w: &'a [A],
 }
 
 /// A consistent view of a folio record.
@@ -184,14 +189,14 @@ pub struct Snapshot {
     /// `Σ id` over all mappings.
     pub s1: u64,
     /// `Σ id²` over all mappings.
-    pub s2: u64,
+    pub(crate) s2: u64,
     /// The rmap values (first `layout.values` valid).
-    pub vals: [u64; MAX_VALUES],
+    pub(crate) vals: [u64; MAX_VALUES],
 }
 
 impl Snapshot {
     /// The seed's test: not obviously shared (`M ≤ P`) and every value `== M × subid_j(id)`.
-    pub fn rmap_exclusive(&self, l: &Layout, order: u32, id: u32) -> bool {
+    pub(crate) fn rmap_exclusive(&self, l: &Layout, order: u32, id: u32) -> bool {
         let m = self.total;
         if m == 0 || m > 1 << order {
             return false;
@@ -207,19 +212,19 @@ impl Snapshot {
 
 impl<'a, A: Word> FolioWords<'a, A> {
     /// The record in `w` (which must hold [`RECORD_WORDS`] words).
-    pub fn new(w: &'a [A]) -> FolioWords<'a, A> {
+    pub(crate) fn new(w: &'a [A]) -> FolioWords<'a, A> {
         FolioWords { w }
     }
 
     /// The seqcount.
     #[inline]
-    pub fn seq(&self) -> SeqCount<'a, A> {
+    pub(crate) fn seq(&self) -> SeqCount<'a, A> {
         SeqCount(&self.w[W_SEQ])
     }
 
     /// Initialises a fresh folio mapped `nr` times by `id` (`folio_set_large_mapcount`): plain
     /// stores, nobody else can see the folio. Leaves the sequence, clears nothing else.
-    pub fn init(&self, what: Maintained, id: u32, nr: u64) {
+    pub(crate) fn init(&self, what: Maintained, id: u32, nr: u64) {
         let o = std::sync::atomic::Ordering::Relaxed;
         self.w[W_TOTAL].store(nr, o);
         let (s1, s2) = if what.sq { sq_terms(id, nr) } else { (0, 0) };
@@ -239,7 +244,7 @@ impl<'a, A: Word> FolioWords<'a, A> {
 
     /// Adds `delta` mappings (negative: removes) by `id` under the seqcount. Returns the
     /// number of atomic RMW operations performed.
-    pub fn apply(&self, what: Maintained, mode: WriterMode, id: u32, delta: i64) -> u32 {
+    pub(crate) fn apply(&self, what: Maintained, mode: WriterMode, id: u32, delta: i64) -> u32 {
         let ws = self.seq().write_begin(mode);
         let atomics = 2 + self.apply_in(&ws, what, id, delta);
         drop(ws);
@@ -247,7 +252,13 @@ impl<'a, A: Word> FolioWords<'a, A> {
     }
 
     /// The counter updates of [`FolioWords::apply`] inside a write section the caller holds.
-    pub fn apply_in(&self, ws: &WriteSection<'_, A>, what: Maintained, id: u32, delta: i64) -> u32 {
+    pub(crate) fn apply_in(
+        &self,
+        ws: &WriteSection<'_, A>,
+        what: Maintained,
+        id: u32,
+        delta: i64,
+    ) -> u32 {
         let d = delta as u64;
         let mut atomics = ws.add(&self.w[W_TOTAL], d);
         if let Some(l) = what.rmap {
@@ -286,7 +297,7 @@ impl<'a, A: Word> FolioWords<'a, A> {
 
     /// A consistent snapshot (`read_begin` … `read_retry` loop). Gives up after `max_tries`
     /// retries and returns `None` ("say shared": the seed's documented escape hatch).
-    pub fn snapshot(&self, what: Maintained, max_tries: u32) -> Option<Snapshot> {
+    pub(crate) fn snapshot(&self, what: Maintained, max_tries: u32) -> Option<Snapshot> {
         let seq = self.seq();
         for _ in 0..max_tries.max(1) {
             let start = seq.read_begin();
@@ -300,7 +311,7 @@ impl<'a, A: Word> FolioWords<'a, A> {
 
     /// One attempt without waiting (the COW path): `None` if a writer is inside or the word
     /// changed; otherwise the snapshot and `check(snapshot)` evaluated inside the window.
-    pub fn try_snapshot_with<R>(
+    pub(crate) fn try_snapshot_with<R>(
         &self,
         what: Maintained,
         check: impl FnOnce(&Snapshot) -> R,
@@ -321,7 +332,7 @@ impl<'a, A: Word> FolioWords<'a, A> {
 
 /// `(nr·id, nr·id²)` wrapping.
 #[inline]
-pub fn sq_terms(id: u32, nr: u64) -> (u64, u64) {
+pub(crate) fn sq_terms(id: u32, nr: u64) -> (u64, u64) {
     let id = u64::from(id);
     (nr.wrapping_mul(id), nr.wrapping_mul(id.wrapping_mul(id)))
 }

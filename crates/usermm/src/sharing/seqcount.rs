@@ -25,21 +25,21 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One shared writer.
-pub const SHARED_WRITER: u64 = 1;
+pub(crate) const SHARED_WRITER: u64 = 1;
 /// One would-be exclusive writer.
-pub const EXCLUSIVE_WRITER: u64 = 1 << 16;
+pub(crate) const EXCLUSIVE_WRITER: u64 = 1 << 16;
 /// One completed write section.
-pub const SEQUENCE_STEP: u64 = 1 << 32;
+pub(crate) const SEQUENCE_STEP: u64 = 1 << 32;
 /// Shared-writer count bits.
-pub const SHARED_MASK: u64 = 0xffff;
+pub(crate) const SHARED_MASK: u64 = 0xffff;
 /// Exclusive-writer count bits.
-pub const EXCLUSIVE_MASK: u64 = 0xffff << 16;
+pub(crate) const EXCLUSIVE_MASK: u64 = 0xffff << 16;
 /// All writer bits.
-pub const WRITERS_MASK: u64 = SHARED_MASK | EXCLUSIVE_MASK;
+pub(crate) const WRITERS_MASK: u64 = SHARED_MASK | EXCLUSIVE_MASK;
 
 /// What a seqcount step did (for instrumentation and the model checker's coverage checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeqEvent {
+pub(crate) enum SeqEvent {
     /// A writer entered as the exclusive writer.
     Exclusive,
     /// A would-be exclusive writer raced and became a shared writer.
@@ -53,7 +53,7 @@ pub enum SeqEvent {
 }
 
 /// A 64-bit atomic word: `std`'s in the engine, loom's under the model checker.
-pub trait Word: Send + Sync {
+pub(crate) trait Word: Send + Sync {
     /// Atomic load.
     fn load(&self, o: Ordering) -> u64;
     /// Atomic store.
@@ -130,7 +130,7 @@ pub enum WriterMode {
 
 impl WriterMode {
     /// `shared`, `cmpxchg` or `add-return`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             WriterMode::Shared => "shared",
             WriterMode::ExclusiveCmpxchg => "cmpxchg",
@@ -141,18 +141,18 @@ impl WriterMode {
 
 /// A seqcount word.
 #[derive(Clone, Copy, Debug)]
-pub struct SeqCount<'a, A: Word>(pub &'a A);
+pub(crate) struct SeqCount<'a, A: Word>(pub(crate) &'a A);
 
 /// An open write section; leaving it (drop) bumps the sequence.
 #[derive(Debug)]
-pub struct WriteSection<'a, A: Word> {
+pub(crate) struct WriteSection<'a, A: Word> {
     word: &'a A,
     exclusive: bool,
 }
 
 impl<'a, A: Word> SeqCount<'a, A> {
     /// Enters a write section (`write_begin`).
-    pub fn write_begin(&self, mode: WriterMode) -> WriteSection<'a, A> {
+    pub(crate) fn write_begin(&self, mode: WriterMode) -> WriteSection<'a, A> {
         let w = self.0;
         match mode {
             WriterMode::Shared => {}
@@ -220,7 +220,7 @@ impl<'a, A: Word> SeqCount<'a, A> {
     }
 
     /// Waits until no writer is inside and returns the word (`read_begin`).
-    pub fn read_begin(&self) -> u64 {
+    pub(crate) fn read_begin(&self) -> u64 {
         let mut spins = 0;
         loop {
             let v = self.0.load(Ordering::Acquire);
@@ -232,7 +232,7 @@ impl<'a, A: Word> SeqCount<'a, A> {
     }
 
     /// Whether the section read since `start` must be retried (`read_retry`).
-    pub fn read_retry(&self, start: u64) -> bool {
+    pub(crate) fn read_retry(&self, start: u64) -> bool {
         A::fence(Ordering::Acquire);
         let retry = self.0.load(Ordering::Relaxed) != start;
         if retry {
@@ -242,21 +242,21 @@ impl<'a, A: Word> SeqCount<'a, A> {
     }
 
     /// The word without waiting (`raw_read`); the caller decides what writer bits mean.
-    pub fn raw_read(&self) -> u64 {
+    pub(crate) fn raw_read(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
 }
 
 impl<A: Word> WriteSection<'_, A> {
     /// Whether this is the exclusive writer.
-    pub fn exclusive(&self) -> bool {
+    pub(crate) fn exclusive(&self) -> bool {
         self.exclusive
     }
 
     /// Adds `delta` (wrapping) to a protected counter: a plain load+store for the exclusive
     /// writer, an atomic add otherwise. Returns the number of atomic RMW operations (0 or 1).
     #[inline]
-    pub fn add(&self, counter: &A, delta: u64) -> u32 {
+    pub(crate) fn add(&self, counter: &A, delta: u64) -> u32 {
         if self.exclusive {
             let v = counter.load(Ordering::Relaxed);
             counter.store(v.wrapping_add(delta), Ordering::Relaxed);

@@ -12,7 +12,7 @@ use super::rmap_id::Snapshot;
 use super::subid::{MAX_ORDER, RMAP_ID_MAX};
 
 /// Whether every mapping in `s` belongs to `id` (and there is at least one).
-pub fn exclusive(s: &Snapshot, order: u32, id: u32) -> bool {
+pub(crate) fn exclusive(s: &Snapshot, order: u32, id: u32) -> bool {
     let m = s.total;
     if m == 0 || m > 1 << order.min(MAX_ORDER) || id > RMAP_ID_MAX {
         return false;
@@ -22,7 +22,8 @@ pub fn exclusive(s: &Snapshot, order: u32, id: u32) -> bool {
 }
 
 /// The exact identity in integers, for checks: `S2 − 2y·S1 + M·y² == Σ (id − y)²`.
-pub fn spread(s1: u128, s2: u128, m: u128, y: u128) -> i128 {
+#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+pub(crate) fn spread(s1: u128, s2: u128, m: u128, y: u128) -> i128 {
     s2 as i128 - 2 * (y * s1) as i128 + (m * y * y) as i128
 }
 

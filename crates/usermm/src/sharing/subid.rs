@@ -19,7 +19,7 @@
 //! satisfy the bound (orders 8 and 9 need four values).
 
 /// Bits of an rmap ID (IDs are below 16M).
-pub const RMAP_ID_BITS: u32 = 24;
+pub(crate) const RMAP_ID_BITS: u32 = 24;
 /// Largest rmap ID (`RMAP_ID_MAX`); 0 is the dummy ID of MMs that never map user folios.
 pub const RMAP_ID_MAX: u32 = (1 << RMAP_ID_BITS) - 1;
 /// Largest folio order the rmap-ID trackers support.
@@ -27,7 +27,7 @@ pub const MAX_ORDER: u32 = 15;
 /// Smallest order of a tracked (partially-mappable anon) folio.
 pub const MIN_ORDER: u32 = 2;
 /// Most 64-bit values any order needs.
-pub const MAX_VALUES: usize = 6;
+pub(crate) const MAX_VALUES: usize = 6;
 
 /// How rmap IDs are cut into sub-IDs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,7 +59,7 @@ impl Layout {
 
     /// Slice `j` of `id`.
     #[inline]
-    pub fn slice(&self, id: u32, j: u32) -> u32 {
+    pub(crate) fn slice(&self, id: u32, j: u32) -> u32 {
         let shift = j * self.bits;
         if shift >= 32 {
             0
@@ -101,7 +101,7 @@ impl Layout {
 
     /// The sub-ID of value `j` of rmap ID `id`.
     #[inline]
-    pub fn subid_of(&self, id: u32, j: u32) -> u64 {
+    pub(crate) fn subid_of(&self, id: u32, j: u32) -> u64 {
         self.subid(self.slice(id, j))
     }
 }
@@ -206,7 +206,7 @@ impl Sizing {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FalseExclusive {
     /// Folio order.
-    pub order: u32,
+    pub(crate) order: u32,
     /// The MM the tracker wrongly calls the exclusive owner (it maps pages itself).
     pub victim: u32,
     /// Every MM mapping the folio with its number of mappings (the victim included).

@@ -12,24 +12,24 @@ use std::sync::Arc;
 
 /// A proposed range with its attributes, used to test merges before anything changes.
 #[derive(Debug, Clone)]
-pub struct Proposal<'a> {
+pub(crate) struct Proposal<'a> {
     /// Start.
-    pub start: u64,
+    pub(crate) start: u64,
     /// End.
-    pub end: u64,
+    pub(crate) end: u64,
     /// Flags.
-    pub flags: VmFlags,
+    pub(crate) flags: VmFlags,
     /// Page offset of `start`.
-    pub pgoff: u64,
+    pub(crate) pgoff: u64,
     /// anon_vma id (0 = none) and chain length.
-    pub anon_vma: (u64, u32),
+    pub(crate) anon_vma: (u64, u32),
     /// Backing shmem object.
-    pub file: Option<&'a Arc<crate::filemap::Inode>>,
+    pub(crate) file: Option<&'a Arc<crate::filemap::Inode>>,
 }
 
 impl<'a> Proposal<'a> {
     /// The attributes of an existing VMA restricted to `[start, end)`, with new flags.
-    pub fn of(vma: &'a Vma, start: u64, end: u64, flags: VmFlags) -> Proposal<'a> {
+    pub(crate) fn of(vma: &'a Vma, start: u64, end: u64, flags: VmFlags) -> Proposal<'a> {
         Proposal {
             start,
             end,
@@ -75,7 +75,7 @@ fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>
 }
 
 /// Whether `p` can merge with its left neighbour `prev` (which ends at `p.start`).
-pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
+pub(crate) fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
     prev.end == p.start
         && prev.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
         && same_object(prev.file.as_ref(), p.file)
@@ -84,7 +84,7 @@ pub fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
 }
 
 /// Whether `p` can merge with its right neighbour `next` (which starts at `p.end`).
-pub fn can_merge_before(p: &Proposal<'_>, next: &Vma) -> bool {
+pub(crate) fn can_merge_before(p: &Proposal<'_>, next: &Vma) -> bool {
     next.start == p.end
         && next.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
         && same_object(next.file.as_ref(), p.file)
@@ -102,7 +102,12 @@ fn store(set: &mut VmaSet, start: u64, end: u64, id: Option<VmaId>) -> SysResult
 ///
 /// # Errors
 /// `ENOMEM` if the map count is at `max_map_count` or the tree cannot allocate.
-pub fn split(set: &mut VmaSet, id: VmaId, addr: u64, max_map_count: u64) -> SysResult<VmaId> {
+pub(crate) fn split(
+    set: &mut VmaSet,
+    id: VmaId,
+    addr: u64,
+    max_map_count: u64,
+) -> SysResult<VmaId> {
     if set.count() as u64 >= max_map_count {
         return Err(Errno::ENOMEM);
     }
@@ -146,7 +151,7 @@ fn inherit_anon(set: &VmaSet, tgt: VmaId, src: (u64, u32)) {
 /// # Returns
 /// The VMA that now covers exactly `[start, end)` with the new flags (possibly larger after a
 /// merge).
-pub fn modify_flags(
+pub(crate) fn modify_flags(
     set: &mut VmaSet,
     id: VmaId,
     start: u64,
@@ -226,13 +231,13 @@ pub fn modify_flags(
 ///
 /// # Context
 /// The range `[p.start, p.end)` must be empty in the tree.
-pub fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
+pub(crate) fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
     insert_new_with(set, p, MergeWith::Neighbours)
 }
 
 /// Which neighbours a new range may merge with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MergeWith {
+pub(crate) enum MergeWith {
     /// The previous and the next VMA (`vma_merge_new_range`).
     Neighbours,
     /// Only a previous VMA that starts at or above this address: `do_brk_flags` expands the
@@ -245,7 +250,11 @@ pub enum MergeWith {
 ///
 /// # Context
 /// The range `[p.start, p.end)` must be empty in the tree.
-pub fn insert_new_with(set: &mut VmaSet, p: Proposal<'_>, with: MergeWith) -> SysResult<VmaId> {
+pub(crate) fn insert_new_with(
+    set: &mut VmaSet,
+    p: Proposal<'_>,
+    with: MergeWith,
+) -> SysResult<VmaId> {
     let prev = if p.start > 0 {
         set.find(p.start - 1)
     } else {

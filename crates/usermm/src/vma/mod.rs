@@ -7,7 +7,7 @@
 //! field a fault may change under the read lock is the anon_vma (set once, like Linux does
 //! under `page_table_lock` in `__anon_vma_prepare`), hence the atomics.
 
-pub mod merge;
+pub(crate) mod merge;
 
 use crate::filemap::Inode;
 use crate::pgtable::Prot;
@@ -17,47 +17,47 @@ use std::sync::Arc;
 
 /// VMA flags with Linux's values (`include/linux/mm.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct VmFlags(pub u64);
+pub struct VmFlags(pub(crate) u64);
 
 #[allow(missing_docs)]
 impl VmFlags {
-    pub const READ: u64 = 0x1;
-    pub const WRITE: u64 = 0x2;
-    pub const EXEC: u64 = 0x4;
-    pub const SHARED: u64 = 0x8;
-    pub const MAYREAD: u64 = 0x10;
-    pub const MAYWRITE: u64 = 0x20;
-    pub const MAYEXEC: u64 = 0x40;
-    pub const MAYSHARE: u64 = 0x80;
-    pub const GROWSDOWN: u64 = 0x100;
-    pub const SEQ_READ: u64 = 0x8000;
-    pub const RAND_READ: u64 = 0x10000;
+    pub(crate) const READ: u64 = 0x1;
+    pub(crate) const WRITE: u64 = 0x2;
+    pub(crate) const EXEC: u64 = 0x4;
+    pub(crate) const SHARED: u64 = 0x8;
+    pub(crate) const MAYREAD: u64 = 0x10;
+    pub(crate) const MAYWRITE: u64 = 0x20;
+    pub(crate) const MAYEXEC: u64 = 0x40;
+    pub(crate) const MAYSHARE: u64 = 0x80;
+    pub(crate) const GROWSDOWN: u64 = 0x100;
+    pub(crate) const SEQ_READ: u64 = 0x8000;
+    pub(crate) const RAND_READ: u64 = 0x10000;
     pub const LOCKED: u64 = 0x2000;
     pub const DONTCOPY: u64 = 0x20000;
     pub const DONTEXPAND: u64 = 0x40000;
-    pub const LOCKONFAULT: u64 = 0x80000;
-    pub const ACCOUNT: u64 = 0x100000;
-    pub const NORESERVE: u64 = 0x200000;
+    pub(crate) const LOCKONFAULT: u64 = 0x80000;
+    pub(crate) const ACCOUNT: u64 = 0x100000;
+    pub(crate) const NORESERVE: u64 = 0x200000;
     pub const WIPEONFORK: u64 = 0x2000000;
-    pub const DONTDUMP: u64 = 0x4000000;
-    pub const MERGEABLE: u64 = 0x80000000;
-    pub const SOFTDIRTY: u64 = 0x8000000;
+    pub(crate) const DONTDUMP: u64 = 0x4000000;
+    pub(crate) const MERGEABLE: u64 = 0x80000000;
+    pub(crate) const SOFTDIRTY: u64 = 0x8000000;
     pub const HUGEPAGE: u64 = 0x20000000;
     pub const NOHUGEPAGE: u64 = 0x40000000;
     /// Flags that do not prevent a merge (`VM_IGNORE_MERGE`).
-    pub const IGNORE_MERGE: u64 = Self::SOFTDIRTY;
+    pub(crate) const IGNORE_MERGE: u64 = Self::SOFTDIRTY;
     /// Access flags (`VM_ACCESS_FLAGS`), ignored by `anon_vma_compatible`.
-    pub const ACCESS: u64 = Self::READ | Self::WRITE | Self::EXEC;
+    pub(crate) const ACCESS: u64 = Self::READ | Self::WRITE | Self::EXEC;
 
     /// Tests any of `bits`.
     #[inline]
-    pub fn has(self, bits: u64) -> bool {
+    pub(crate) fn has(self, bits: u64) -> bool {
         self.0 & bits != 0
     }
 
     /// The page protection of the VMA's PTEs (`vm_page_prot`): private writable mappings
     /// are mapped read-only until a write fault makes a page exclusive (COW).
-    pub fn page_prot(self) -> Prot {
+    pub(crate) fn page_prot(self) -> Prot {
         let write = self.has(Self::WRITE) && self.has(Self::SHARED);
         Prot {
             read: self.has(Self::READ),
@@ -67,7 +67,7 @@ impl VmFlags {
     }
 
     /// The `rwxp` column of `/proc/PID/maps`.
-    pub fn perms(self) -> String {
+    pub(crate) fn perms(self) -> String {
         let mut s = String::with_capacity(4);
         s.push(if self.has(Self::READ) { 'r' } else { '-' });
         s.push(if self.has(Self::WRITE) { 'w' } else { '-' });
@@ -79,26 +79,26 @@ impl VmFlags {
 
 /// Handle of a VMA in its mm's slab.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct VmaId(pub u32);
+pub struct VmaId(pub(crate) u32);
 
 /// A virtual memory area.
 #[derive(Debug)]
-pub struct Vma {
+pub(crate) struct Vma {
     /// First address.
-    pub start: u64,
+    pub(crate) start: u64,
     /// One past the last address.
-    pub end: u64,
+    pub(crate) end: u64,
     /// Flags.
-    pub flags: VmFlags,
+    pub(crate) flags: VmFlags,
     /// Page offset (anon private: `start >> PAGE_SHIFT` at creation; file: offset in the object).
-    pub pgoff: u64,
+    pub(crate) pgoff: u64,
     /// Identifier of the anon_vma (0 = none yet). Set once by the first fault.
     anon_vma: AtomicU64,
     /// Length of the anon_vma chain (1 for a VMA that owns its anon_vma; +1 per fork generation).
     anon_vma_chain: AtomicU32,
     /// The file mapped (`vm_file`): a disk or tmpfs file, or the shmem object of a shared
     /// anonymous mapping. `None` for private anonymous memory.
-    pub file: Option<Arc<Inode>>,
+    pub(crate) file: Option<Arc<Inode>>,
 }
 
 impl Clone for Vma {
@@ -117,7 +117,13 @@ impl Clone for Vma {
 
 impl Vma {
     /// A new VMA without an anon_vma.
-    pub fn new(start: u64, end: u64, flags: VmFlags, pgoff: u64, file: Option<Arc<Inode>>) -> Vma {
+    pub(crate) fn new(
+        start: u64,
+        end: u64,
+        flags: VmFlags,
+        pgoff: u64,
+        file: Option<Arc<Inode>>,
+    ) -> Vma {
         Vma {
             start,
             end,
@@ -130,12 +136,12 @@ impl Vma {
     }
 
     /// The anon_vma id (0 = none).
-    pub fn anon_vma(&self) -> u64 {
+    pub(crate) fn anon_vma(&self) -> u64 {
         self.anon_vma.load(Relaxed)
     }
 
     /// The anon_vma chain length.
-    pub fn anon_vma_chain(&self) -> u32 {
+    pub(crate) fn anon_vma_chain(&self) -> u32 {
         self.anon_vma_chain.load(Relaxed)
     }
 
@@ -143,20 +149,20 @@ impl Vma {
     ///
     /// # Context
     /// mmap write lock, or `page_table_lock` when attaching the first anon_vma in a fault.
-    pub fn set_anon_vma(&self, id: u64, chain: u32) {
+    pub(crate) fn set_anon_vma(&self, id: u64, chain: u32) {
         self.anon_vma.store(id, Relaxed);
         self.anon_vma_chain.store(chain, Relaxed);
     }
 
     /// Whether the VMA is private anonymous memory.
-    pub fn is_anon_private(&self) -> bool {
+    pub(crate) fn is_anon_private(&self) -> bool {
         self.file.is_none()
     }
 
     /// Whether shared writes must fault so the page gets dirtied (`vma_wants_writenotify`): a
     /// shared writable mapping of a file with writeback (disk). tmpfs and shared anonymous
     /// memory have no dirty accounting, so their PTEs are writable from the first fault.
-    pub fn wants_writenotify(&self) -> bool {
+    pub(crate) fn wants_writenotify(&self) -> bool {
         self.flags.has(VmFlags::SHARED)
             && self.flags.has(VmFlags::WRITE)
             && self
@@ -167,7 +173,7 @@ impl Vma {
 
     /// The protection of the VMA's new PTEs (`vm_page_prot`): read-only for private writable
     /// mappings (COW) and for shared mappings that track dirtying ([`Vma::wants_writenotify`]).
-    pub fn page_prot(&self) -> crate::pgtable::Prot {
+    pub(crate) fn page_prot(&self) -> crate::pgtable::Prot {
         let mut p = self.flags.page_prot();
         if self.wants_writenotify() {
             p.write = false;
@@ -176,7 +182,7 @@ impl Vma {
     }
 
     /// The RSS counter of the file pages this VMA maps (anonymous pages count as anon).
-    pub fn file_rss(&self) -> crate::mm::RssKind {
+    pub(crate) fn file_rss(&self) -> crate::mm::RssKind {
         match &self.file {
             Some(f) if !f.kind.is_shmem() => crate::mm::RssKind::File,
             _ => crate::mm::RssKind::Shmem,
@@ -184,22 +190,23 @@ impl Vma {
     }
 
     /// Whether writes copy on write (`is_cow_mapping`).
-    pub fn is_cow(&self) -> bool {
+    pub(crate) fn is_cow(&self) -> bool {
         self.flags.0 & (VmFlags::SHARED | VmFlags::MAYWRITE) == VmFlags::MAYWRITE
     }
 
     /// Size in bytes.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.end - self.start
     }
 
     /// Whether the VMA is empty (never true for a VMA in a tree).
-    pub fn is_empty(&self) -> bool {
+    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
+    pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
     /// The page offset corresponding to `addr`.
-    pub fn pgoff_at(&self, addr: u64) -> u64 {
+    pub(crate) fn pgoff_at(&self, addr: u64) -> u64 {
         self.pgoff + ((addr - self.start) >> 12)
     }
 }
@@ -219,7 +226,7 @@ impl VmaSet {
     /// # Panics
     /// If the handle is stale (an invariant violation).
     #[inline]
-    pub fn get(&self, id: VmaId) -> &Vma {
+    pub(crate) fn get(&self, id: VmaId) -> &Vma {
         self.slab[id.0 as usize]
             .as_ref()
             .expect("invariant: live VMA handle")
@@ -227,14 +234,14 @@ impl VmaSet {
 
     /// Mutable VMA body.
     #[inline]
-    pub fn get_mut(&mut self, id: VmaId) -> &mut Vma {
+    pub(crate) fn get_mut(&mut self, id: VmaId) -> &mut Vma {
         self.slab[id.0 as usize]
             .as_mut()
             .expect("invariant: live VMA handle")
     }
 
     /// Adds a body to the slab (not yet in the tree).
-    pub fn alloc(&mut self, vma: Vma) -> VmaId {
+    pub(crate) fn alloc(&mut self, vma: Vma) -> VmaId {
         if let Some(i) = self.free.pop() {
             self.slab[i as usize] = Some(vma);
             VmaId(i)
@@ -245,7 +252,7 @@ impl VmaSet {
     }
 
     /// Removes a body from the slab (after it left the tree).
-    pub fn release(&mut self, id: VmaId) -> Vma {
+    pub(crate) fn release(&mut self, id: VmaId) -> Vma {
         let v = self.slab[id.0 as usize]
             .take()
             .expect("invariant: live VMA handle");
@@ -255,12 +262,12 @@ impl VmaSet {
 
     /// The VMA containing `addr`.
     #[inline]
-    pub fn find(&self, addr: u64) -> Option<VmaId> {
+    pub(crate) fn find(&self, addr: u64) -> Option<VmaId> {
         self.tree.load(addr)
     }
 
     /// The first VMA ending after `addr` (Linux `find_vma`).
-    pub fn find_after(&self, addr: u64) -> Option<VmaId> {
+    pub(crate) fn find_after(&self, addr: u64) -> Option<VmaId> {
         self.tree.find_after(addr).map(|(_, _, id)| id)
     }
 
@@ -274,7 +281,7 @@ impl VmaSet {
     /// differ in flags only by access bits and soft-dirty, map the same object (anonymous)
     /// and their page offsets continue; the neighbour's anon_vma is reusable when it is
     /// its only one (a chain of one: not a fork child's).
-    pub fn mergeable_anon_vma(&self, id: VmaId) -> Option<u64> {
+    pub(crate) fn mergeable_anon_vma(&self, id: VmaId) -> Option<u64> {
         let v = self.get(id);
         let ignored = VmFlags::READ | VmFlags::WRITE | VmFlags::EXEC | VmFlags::SOFTDIRTY;
         let compatible = |a: &Vma, b: &Vma| {
@@ -300,7 +307,7 @@ impl VmaSet {
     }
 
     /// VMAs overlapping `[start, end)`, in order.
-    pub fn overlapping(&self, start: u64, end: u64) -> Vec<VmaId> {
+    pub(crate) fn overlapping(&self, start: u64, end: u64) -> Vec<VmaId> {
         if start >= end {
             return Vec::new();
         }
@@ -308,17 +315,17 @@ impl VmaSet {
     }
 
     /// Every VMA in order.
-    pub fn all(&self) -> Vec<VmaId> {
+    pub(crate) fn all(&self) -> Vec<VmaId> {
         self.tree.iter().map(|(_, _, id)| id).collect()
     }
 
     /// Number of VMAs (`map_count`).
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.tree.len()
     }
 
     /// Live slab entries (for validation).
-    pub fn slab_live(&self) -> usize {
+    pub(crate) fn slab_live(&self) -> usize {
         self.slab.iter().filter(|v| v.is_some()).count()
     }
 }
@@ -330,7 +337,7 @@ impl VmaSet {
     ///
     /// # Errors
     /// On a node allocation failure the set is left empty: no slot ever points at a parent VMA.
-    pub fn dup_from(
+    pub(crate) fn dup_from(
         &mut self,
         parent: &VmaSet,
         mut f: impl FnMut(&Vma) -> Option<Vma>,
@@ -371,7 +378,7 @@ impl VmaSet {
     /// # Errors
     /// On a node allocation failure the set is left empty: the VMAs already made are
     /// dropped (their shmem references returned) and the tree is untouched.
-    pub fn bulk_from(
+    pub(crate) fn bulk_from(
         &mut self,
         parent: &VmaSet,
         mut f: impl FnMut(&Vma) -> Option<Vma>,
@@ -391,7 +398,7 @@ impl VmaSet {
     }
 
     /// Sets the tree's node-allocation fail point (the n-th allocation from now fails).
-    pub fn set_fail_point(&mut self, n: Option<u64>) {
+    pub(crate) fn set_fail_point(&mut self, n: Option<u64>) {
         self.tree.set_fail_point(n);
     }
 }
