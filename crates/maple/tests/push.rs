@@ -119,7 +119,7 @@ impl Replay {
                 self.set(id, content);
                 return;
             }
-            if d > 0 && self.push(path[d - 1], id, &content, cap, min_slots, leaf, max) {
+            if d > 0 && self.push(path[d - 1], id, &content, (cap, min_slots), leaf, max) {
                 return;
             }
             let n = content.len();
@@ -154,14 +154,12 @@ impl Replay {
     }
 
     /// `mas_push_data`, left then right; whether the content was placed.
-    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         (pid, idx, _): (usize, usize, u64),
         id: usize,
         content: &Items,
-        cap: usize,
-        min_slots: usize,
+        (cap, min_slots): (usize, usize),
         leaf: bool,
         max: u64,
     ) -> bool {

@@ -89,6 +89,7 @@ impl Machine {
         }
         frames_used += self.check_folios(&folios, &mut r);
         self.check_lru(&folios, &mut r);
+        self.check_buddy(&mut r);
         let reserved = 1 + if self.phys.huge_zero_pfn_if_allocated() {
             1 << HPAGE_PMD_ORDER
         } else {
@@ -116,6 +117,43 @@ impl Machine {
             Ok(())
         } else {
             Err(r.errors)
+        }
+    }
+
+    /// The buddy free lists: every free block is aligned to its order, its head says
+    /// PG_buddy with that order, no two blocks overlap, and each zone's blocks add up to its
+    /// free count.
+    fn check_buddy(&self, r: &mut Report) {
+        let mem = &self.phys.memmap;
+        for (z, zone) in self.phys.zones().iter().enumerate() {
+            let mut blocks = zone.free_blocks(mem);
+            let sum: u64 = blocks.iter().map(|&(_, o)| 1u64 << o).sum();
+            if sum != zone.free_pages() {
+                r.err(format!(
+                    "buddy zone {z}: free lists hold {sum} pages, the counts say {}",
+                    zone.free_pages()
+                ));
+            }
+            blocks.sort_unstable();
+            let mut end = 0;
+            for &(pfn, order) in &blocks {
+                if !pfn.is_multiple_of(1 << order) {
+                    r.err(format!(
+                        "buddy: free block {pfn:#x} not aligned to order {order}"
+                    ));
+                }
+                if !mem.test(pfn, PageFlag::Buddy) || mem.order(pfn) != order {
+                    r.err(format!(
+                        "buddy: free block {pfn:#x} of order {order} is not marked PG_buddy with that order"
+                    ));
+                }
+                if pfn < end {
+                    r.err(format!(
+                        "buddy: free block {pfn:#x} overlaps the one before it"
+                    ));
+                }
+                end = end.max(pfn + (1 << order));
+            }
         }
     }
 

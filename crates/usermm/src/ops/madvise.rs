@@ -162,7 +162,7 @@ impl<'m> Cpu<'m> {
                 start = vs;
             }
             let tmp = ve.min(end);
-            self.madvise_vma(mm, st, id, start, tmp, advice, removes)?;
+            self.madvise_vma(mm, st, id, start..tmp, advice, removes)?;
             start = tmp;
             if start >= end {
                 break;
@@ -175,17 +175,17 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `madvise_vma_behavior`: applies `advice` to `range` of the VMA `id`.
     fn madvise_vma(
         &self,
         mm: &crate::mm::Mm,
         st: &mut MmState,
         id: VmaId,
-        start: u64,
-        end: u64,
+        range: std::ops::Range<u64>,
         advice: Advice,
         removes: &mut Vec<Deferred>,
     ) -> SysResult<()> {
+        let (start, end) = (range.start, range.end);
         let vma = st.vmas.get(id);
         let f = vma.flags.0;
         let newflags = match advice {

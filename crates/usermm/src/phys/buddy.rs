@@ -114,7 +114,6 @@ impl Zone {
     }
 
     /// Every free block as (pfn, order), for validation.
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
     pub(crate) fn free_blocks(&self, mm: &Memmap) -> Vec<(u64, u32)> {
         let area = self.free.lock();
         let mut out = Vec::new();

@@ -219,7 +219,6 @@ impl PhysMem {
     }
 
     /// Every zone (for validation and views).
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
     pub(crate) fn zones(&self) -> &[Zone] {
         &self.zones
     }
