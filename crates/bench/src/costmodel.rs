@@ -392,6 +392,11 @@ pub struct Recipe {
 /// are subsets of listed ones, or not work the kernel does: TLB hits of the engine's MMU).
 pub const RECIPES: &[Recipe] = &[
     Recipe {
+        counter: "syscalls",
+        work: &[(Prim::Syscall, 1.0)],
+        kernel: "a system call's entry and exit",
+    },
+    Recipe {
         counter: "pte_reads",
         work: &[(Prim::LoadSeq, 1.0)],
         kernel: "ptep_get: a load of the next entry of a page-table page",
@@ -528,16 +533,17 @@ pub fn recipe(counter: &str) -> Option<&'static Recipe> {
     RECIPES.iter().find(|r| r.counter == counter)
 }
 
-/// The fixed kernel work of one timed operation of a table (besides its counters).
+/// The fixed kernel work of one timed operation of a table besides its counters (its
+/// system calls are counted: `syscalls`).
 pub fn fixed_work(table_id: &str) -> &'static [(Prim, f64)] {
     match table_id {
-        // fork(): the system call and the task it creates (exit is not timed: the share
-        // of the task primitive that is reaping is charged too, a bounded over-estimate).
-        "fork" => &[(Prim::Syscall, 1.0), (Prim::Task, 1.0)],
-        // One fork + exit + wait per sample (the counters are of one fork+exit).
-        "spawn" => &[(Prim::Syscall, 2.0), (Prim::Task, 1.0)],
-        // One system call per timed operation.
-        _ => &[(Prim::Syscall, 1.0)],
+        // fork(): the task it creates (exit is not timed: the share of the task primitive
+        // that is exit and reaping is charged too, a bounded over-estimate).
+        "fork" => &[(Prim::Task, 1.0)],
+        // One fork + exit + wait per sample (the counters are of one fork+exit; the
+        // parent's wait4 is not an engine system call).
+        "spawn" => &[(Prim::Syscall, 1.0), (Prim::Task, 1.0)],
+        _ => &[],
     }
 }
 
@@ -753,6 +759,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
+        let c: BTreeMap<String, u64> = c.into_iter().chain([("syscalls".to_string(), 1)]).collect();
         let (ns, parts) = predict(&prims, "munmap", &c);
         // 10 loads + 20 stores, 4 of which are RMWs instead, + one system call.
         assert_eq!(ns, 10.0 + 16.0 * 2.0 + 4.0 * 5.0 + 100.0);

@@ -176,6 +176,9 @@ counters! {
     VmaCopied => "vmas_copied",
     /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
     VmaFreed => "vmas_freed",
+    /// System calls entered (each public system call of `Cpu` once; `exit` counts as the
+    /// task's `exit_group`).
+    Syscall => "syscalls",
 }
 
 /// Number of counters.

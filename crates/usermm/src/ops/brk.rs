@@ -22,6 +22,7 @@ impl<'m> Cpu<'m> {
     /// # Returns
     /// The break after the call.
     pub fn brk(&self, pid: Pid, brk: u64) -> SysResult<u64> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         let mm = &task.mm;
         self.c().add(Ev::LockMmap, 1);

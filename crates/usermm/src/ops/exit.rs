@@ -14,6 +14,7 @@ use crate::zap::{GatherScope, MmuGather};
 impl<'m> Cpu<'m> {
     /// Ends process `pid`; every frame only it used is freed.
     pub fn exit(&self, pid: Pid) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         self.m.remove_task(pid);
         self.teardown_mm(&task.mm);

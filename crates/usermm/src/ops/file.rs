@@ -89,6 +89,7 @@ impl<'m> Cpu<'m> {
     /// through the cache on tmpfs, as `write(2)` would; allocated blocks on disk, nothing
     /// cached, as the oracle leaves a disk file after `fsync` and dropping its cache).
     pub fn file_create(&self, size: u64, kind: InodeKind, fill: Option<u8>) -> SysResult<FileId> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         if kind == InodeKind::ShmemAnon {
             return Err(Errno::EINVAL);
         }
@@ -119,6 +120,7 @@ impl<'m> Cpu<'m> {
 
     /// `pwrite(2)` of `len` bytes of `byte` at `offset`; returns the bytes written.
     pub fn pwrite(&self, f: FileId, offset: u64, len: u64, byte: u8) -> SysResult<u64> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         if offset > i64::MAX as u64 {
             return Err(Errno::EINVAL);
@@ -211,6 +213,7 @@ impl<'m> Cpu<'m> {
     /// `pread(2)` into `buf` (as much of it as the file has, at most `MAX_RW_COUNT`): the
     /// number of bytes read. The caller's buffer is reused, as a program's is.
     pub fn pread_into(&self, f: FileId, offset: u64, buf: &mut [u8]) -> SysResult<usize> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         if offset > i64::MAX as u64 {
             return Err(Errno::EINVAL);
@@ -1050,6 +1053,7 @@ impl<'m> Cpu<'m> {
 
     /// `ftruncate(2)`.
     pub fn ftruncate(&self, f: FileId, size: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         if size > i64::MAX as u64 {
             return Err(Errno::EINVAL);
@@ -1240,6 +1244,7 @@ impl<'m> Cpu<'m> {
     /// pages of the range (unmapping them from every mapping, keeping private COW copies) and
     /// zeroes the partial ones, keeping the size.
     pub fn fallocate(&self, f: FileId, offset: u64, len: u64, punch: bool) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         if offset > i64::MAX as u64 || len == 0 || len > i64::MAX as u64 {
             return Err(Errno::EINVAL);
@@ -1363,6 +1368,7 @@ impl<'m> Cpu<'m> {
 
     /// `fsync(2)`: writes back every dirty page of a disk file; tmpfs has nothing to do.
     pub fn fsync(&self, f: FileId) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         self.writeback_range(&inode, 0, u64::MAX);
         Ok(())
@@ -1457,6 +1463,7 @@ impl<'m> Cpu<'m> {
 
     /// `msync(2)`.
     pub fn msync(&self, pid: Pid, start: u64, len: u64, flags: &[MsyncFlags]) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         let sync = flags.contains(&MsyncFlags::Sync);
         let is_async = flags.contains(&MsyncFlags::Async);
@@ -1520,6 +1527,7 @@ impl<'m> Cpu<'m> {
 
     /// Bytes of file range `offset..offset+len` in the page cache (`cachestat`/`mincore`).
     pub fn fincore(&self, f: FileId, offset: u64, len: u64) -> SysResult<u64> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
         let first = offset / PAGE_SIZE;
         let last = offset.saturating_add(len).div_ceil(PAGE_SIZE);

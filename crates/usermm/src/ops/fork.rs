@@ -52,6 +52,7 @@ impl<'m> Cpu<'m> {
     /// then torn down completely and the parent is unchanged (apart from write-protected PTEs,
     /// as in Linux).
     pub fn fork(&self, pid: Pid) -> SysResult<Pid> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let parent = self.m.task(pid)?;
         let child_mm = Arc::new(self.new_mm()?);
         self.c().add(Ev::LockMmap, 2);

@@ -82,6 +82,7 @@ impl<'m> Cpu<'m> {
     /// `EINVAL` (unaligned, overflow, advice not valid for the VMA), `ENOMEM` (holes),
     /// `EAGAIN` (a VMA split hit the map-count limit).
     pub fn madvise(&self, pid: Pid, addr: u64, len: u64, advice: Advice) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         if !aligned(addr) {
             return Err(Errno::EINVAL);

@@ -51,11 +51,13 @@ impl<'m> Cpu<'m> {
     /// `EPERM` (RLIMIT_MEMLOCK is 0), `ENOMEM` (over the limit, or a hole), `EINVAL`
     /// (overflow), `EAGAIN` (out of memory while faulting in).
     pub fn mlock(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         self.do_mlock(pid, addr, len, VmFlags::LOCKED)
     }
 
     /// `mlock2(addr, len, MLOCK_ONFAULT)` when `onfault`, else like `mlock`.
     pub fn mlock2(&self, pid: Pid, addr: u64, len: u64, onfault: bool) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let flags = if onfault {
             VmFlags::LOCKED | VmFlags::LOCKONFAULT
         } else {
@@ -94,6 +96,7 @@ impl<'m> Cpu<'m> {
 
     /// `munlock(addr, len)`.
     pub fn munlock(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         let len = len.wrapping_add(addr & 4095).wrapping_add(4095) & !4095;
         let start = addr & !4095;
@@ -108,6 +111,7 @@ impl<'m> Cpu<'m> {
     /// `EINVAL` (no flag, or only `onfault`), `EPERM` (RLIMIT_MEMLOCK is 0), `ENOMEM`
     /// (`current` with more mapped than the limit).
     pub fn mlockall(&self, pid: Pid, flags: MlockallFlags) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         if !(flags.current || flags.future) {
             return Err(Errno::EINVAL);
@@ -144,6 +148,7 @@ impl<'m> Cpu<'m> {
 
     /// `munlockall()`.
     pub fn munlockall(&self, pid: Pid) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();

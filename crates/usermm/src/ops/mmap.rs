@@ -107,6 +107,7 @@ impl<'m> Cpu<'m> {
     /// space, overcommit), `EPERM` (below `mmap_min_addr`), `EEXIST` (noreplace overlap),
     /// `EAGAIN` (locked beyond RLIMIT_MEMLOCK).
     pub fn mmap(&self, pid: Pid, args: MmapArgs) -> SysResult<u64> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         let mm = &task.mm;
         self.c().add(crate::stats::Ev::LockMmap, 1);

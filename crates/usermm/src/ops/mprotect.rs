@@ -24,6 +24,7 @@ impl<'m> Cpu<'m> {
     /// `EINVAL` (unaligned), `ENOMEM` (overflow, unmapped pages, map count), `EACCES` (write
     /// on a mapping that may not be written).
     pub fn mprotect(&self, pid: Pid, addr: u64, len: u64, prot: Prot) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         if !aligned(addr) {
             return Err(Errno::EINVAL);

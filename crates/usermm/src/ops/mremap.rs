@@ -60,6 +60,7 @@ impl<'m> Cpu<'m> {
         new_len: u64,
         flags: MremapFlags,
     ) -> SysResult<u64> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let new_addr = self.mremap_locked(pid, addr, old_len, new_len, flags)?;
         // `do_mremap`: the grown part of a VM_LOCKED mapping is populated after the mmap lock
         // is dropped (in place or moved; LOCKONFAULT VMAs stay unpopulated).

@@ -18,6 +18,7 @@ impl<'m> Cpu<'m> {
     /// `EINVAL` for an unaligned address, zero length or a range beyond the address space;
     /// `ENOMEM` when punching a hole would exceed `vm.max_map_count`.
     pub fn munmap(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         if !aligned(addr) || len == 0 {
             return Err(Errno::EINVAL);

@@ -31,6 +31,7 @@ impl<'m> Cpu<'m> {
     /// `ENOMEM` (memlock charge above RLIMIT_MEMLOCK for an ordinary process, or out of
     /// memory).
     pub fn pin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         if addr == 0 || len == 0 || len > PIN_MAX_LEN {
             return Err(Errno::EFAULT);
@@ -106,6 +107,7 @@ impl<'m> Cpu<'m> {
     /// # Errors
     /// `EINVAL` if there is no such pin.
     pub fn unpin(&self, pid: Pid, addr: u64, len: u64) -> SysResult<()> {
+        self.c().add(crate::stats::Ev::Syscall, 1);
         let task = self.m.task(pid)?;
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
