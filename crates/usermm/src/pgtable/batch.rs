@@ -65,6 +65,23 @@ pub(crate) fn folio_pte_batch(
     let arch = pt.arch;
     let pfn = arch.pfn(first);
     let max_nr = max_nr.min((folio_last_pfn - pfn + 1) as usize);
+    if arch == Arch::X86_64 {
+        return x86_batch(pt, table, idx, first, max_nr, flags);
+    }
+    generic_batch(pt, table, idx, first, max_nr, flags)
+}
+
+/// [`folio_pte_batch`]'s scan for any architecture, entry by entry through the codec
+/// (`max_nr` already clipped to the folio).
+fn generic_batch(
+    pt: PageTables<'_>,
+    table: u64,
+    idx: usize,
+    first: u64,
+    max_nr: usize,
+    flags: BatchFlags,
+) -> Batch {
+    let arch = pt.arch;
     let mut any_writable = arch.write(first);
     let mut any_dirty = arch.dirty(first);
     let mut expected = normalise(arch, arch.advance_pfn(first, 1), flags);
@@ -83,6 +100,58 @@ pub(crate) fn folio_pte_batch(
         nr,
         any_writable: flags.merge_write && any_writable,
         any_dirty,
+    }
+}
+
+/// [`folio_pte_batch`] on x86-64: every bit `normalise` clears is a plain flag bit there,
+/// so one mask normalises an entry, and the next page's entry is a fixed step away. The scan
+/// runs over the table's words as a slice (one bounds check, no per-entry arch dispatch):
+/// the same answer as the generic loop, several times faster (fork's hottest loop).
+#[inline]
+fn x86_batch(
+    pt: PageTables<'_>,
+    table: u64,
+    idx: usize,
+    first: u64,
+    max_nr: usize,
+    flags: BatchFlags,
+) -> Batch {
+    use super::arch::x86;
+    let mut mask = !x86::A;
+    if !flags.respect_dirty {
+        mask &= !x86::D;
+    }
+    if !flags.respect_soft_dirty {
+        mask &= !x86::SOFT_DIRTY;
+    }
+    if !flags.respect_write {
+        mask &= !x86::RW;
+    }
+    // The next page's entry: + 4096 in raw bits, or - 4096 for a PROT_NONE entry, whose
+    // PFN is stored inverted (`advance_pfn`).
+    let step = if first & x86::P != 0 {
+        4096u64
+    } else {
+        4096u64.wrapping_neg()
+    };
+    let mut expected = first.wrapping_add(step) & mask;
+    let mut seen = first;
+    let mut nr = 1;
+    for w in &pt.phys.arena.frame(table)[idx + 1..idx + max_nr] {
+        let e = w.load(std::sync::atomic::Ordering::Acquire);
+        // An empty entry, or one of another kind (present vs PROT_NONE vs swap), differs
+        // from `expected` in its type bits: the scan stops.
+        if e & mask != expected {
+            break;
+        }
+        seen |= e;
+        expected = expected.wrapping_add(step);
+        nr += 1;
+    }
+    Batch {
+        nr,
+        any_writable: flags.merge_write && seen & x86::RW != 0,
+        any_dirty: seen & x86::D != 0,
     }
 }
 
@@ -159,6 +228,60 @@ mod tests {
             // Non-consecutive PFNs stop it.
             pt.set(t, 2, arch.advance_pfn(base, 3));
             assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore).nr, 2);
+        }
+    }
+
+    #[test]
+    fn the_x86_scan_agrees_with_the_generic_one() {
+        use super::super::arch::x86;
+        let arch = Arch::X86_64;
+        let (phys, t) = setup(arch);
+        let pt = PageTables {
+            phys: &phys,
+            arch,
+            pgd: t,
+        };
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let bits = [x86::A, x86::D, x86::RW, x86::SOFT_DIRTY];
+        for case in 0..2000 {
+            let prot = if case % 3 == 0 { Prot::NONE } else { RO };
+            let base = arch.mk_pte(0x400, prot, false);
+            for i in 0..64u64 {
+                let mut e = arch.advance_pfn(base, i);
+                for b in bits {
+                    if next() % 4 == 0 {
+                        e ^= b;
+                    }
+                }
+                match next() % 40 {
+                    0 => e = 0,
+                    1 => e = arch.advance_pfn(e, 1),
+                    _ => {}
+                }
+                pt.set(t, i as usize, e);
+            }
+            let first = pt.get(t, 0);
+            if first == 0 {
+                continue;
+            }
+            let flags = BatchFlags {
+                respect_dirty: next() % 2 == 0,
+                respect_soft_dirty: next() % 2 == 0,
+                respect_write: next() % 2 == 0,
+                merge_write: next() % 2 == 0,
+            };
+            let max_nr = 1 + (next() % 64) as usize;
+            assert_eq!(
+                x86_batch(pt, t, 0, first, max_nr, flags),
+                generic_batch(pt, t, 0, first, max_nr, flags),
+                "case {case}"
+            );
         }
     }
 
