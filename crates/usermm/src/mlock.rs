@@ -74,8 +74,10 @@ impl MlockQueue<'_, '_> {
         crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
         self.batches.mlock.push((head, op));
         if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.large(head) {
-            let list = std::mem::take(&mut self.batches.mlock);
-            parking_lot::MutexGuard::unlocked(&mut self.batches, || cpu.process_mlock(list));
+            // Processed in place under the batch lock, as `mlock_folio_batch` runs under the
+            // local lock, then emptied (`folio_batch_reinit`): no copy of the batch.
+            cpu.process_mlock(&self.batches.mlock);
+            self.batches.mlock.clear();
         }
     }
 
@@ -212,32 +214,44 @@ impl<'m> Cpu<'m> {
     /// Drains every CPU's batches (`lru_add_drain_all`).
     pub fn lru_add_drain_all(&self) {
         for cpu in 0..self.m.nr_cpus() {
-            let taken = std::mem::take(&mut *self.m.cpu_batches(cpu).lock());
-            self.process_lru_add(taken.lru_add);
-            self.process_mlock(taken.mlock);
+            let mut b = self.m.cpu_batches(cpu).lock();
+            self.process_lru_add(&b.lru_add);
+            b.lru_add.clear();
+            self.process_mlock(&b.mlock);
+            b.mlock.clear();
         }
     }
 
+    /// Drains the lru_add batch in place under its lock (`folio_batch_move_lru`).
     fn drain_lru_add(&self) {
-        let list = std::mem::take(&mut self.batches().lock().lru_add);
-        self.process_lru_add(list);
+        let mut b = self.batches().lock();
+        self.process_lru_add(&b.lru_add);
+        b.lru_add.clear();
     }
 
+    /// Drains the mlock batch in place under its lock (`mlock_folio_batch`).
     fn drain_mlock(&self) {
-        let list = std::mem::take(&mut self.batches().lock().mlock);
-        self.process_mlock(list);
+        let mut b = self.batches().lock();
+        self.process_mlock(&b.mlock);
+        b.mlock.clear();
     }
 
-    /// Runs `f` on each folio under its node's lru_lock, re-locking only on a node change.
-    fn with_lru_locks(&self, folios: &[u64], mut f: impl FnMut(&mut crate::phys::lru::Lists, u64)) {
+    /// Runs `f` on each entry under the lru_lock of its folio's node (`head` names the
+    /// folio), re-locking only on a node change.
+    fn with_lru_locks<T: Copy>(
+        &self,
+        entries: &[T],
+        head: impl Fn(T) -> u64,
+        mut f: impl FnMut(&mut crate::phys::lru::Lists, T),
+    ) {
         let phys = &self.m.phys;
         let mut i = 0;
-        while i < folios.len() {
-            let node = phys.node_of(folios[i]);
+        while i < entries.len() {
+            let node = phys.node_of(head(entries[i]));
             self.c().add(Ev::LockLru, 1);
-            let mut lists = phys.lruvec_of(folios[i]).lock();
-            while i < folios.len() && phys.node_of(folios[i]) == node {
-                f(&mut lists, folios[i]);
+            let mut lists = phys.lruvec_of(head(entries[i])).lock();
+            while i < entries.len() && phys.node_of(head(entries[i])) == node {
+                f(&mut lists, entries[i]);
                 i += 1;
             }
         }
@@ -249,39 +263,44 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn process_lru_add(&self, folios: FolioBatch<u64>) {
+    fn process_lru_add(&self, folios: &[u64]) {
         if folios.is_empty() {
             return;
         }
         self.c().add(Ev::BatchDrain, 1);
         let mem = &self.m.phys.memmap;
-        self.with_lru_locks(&folios, |lists, f| {
-            let nr = 1u64 << mem.order(f);
-            if mem.test(f, PageFlag::Mlocked) {
-                mem.set(f, PageFlag::Unevictable);
-                mem.set_mlock_count(f, 0);
-                self.c().add(Ev::Culled, 1);
-            }
-            lists.add(mem, f, nr);
-            mem.set(f, PageFlag::Lru);
-        });
-        self.release_batch(folios.into_iter());
+        self.with_lru_locks(
+            folios,
+            |f| f,
+            |lists, f| {
+                let nr = 1u64 << mem.order(f);
+                if mem.test(f, PageFlag::Mlocked) {
+                    mem.set(f, PageFlag::Unevictable);
+                    mem.set_mlock_count(f, 0);
+                    self.c().add(Ev::Culled, 1);
+                }
+                lists.add(mem, f, nr);
+                mem.set(f, PageFlag::Lru);
+            },
+        );
+        self.release_batch(folios.iter().copied());
     }
 
-    fn process_mlock(&self, entries: FolioBatch<(u64, MlockOp)>) {
+    fn process_mlock(&self, entries: &[(u64, MlockOp)]) {
         if entries.is_empty() {
             return;
         }
         self.c().add(Ev::BatchDrain, 1);
-        let folios: FolioBatch<u64> = entries.iter().map(|&(f, _)| f).collect();
-        let mut ops = entries.iter().map(|&(_, op)| op);
-        self.with_lru_locks(&folios, |lists, f| match ops.next() {
-            Some(MlockOp::New) => self.mlock_new_locked(lists, f),
-            Some(MlockOp::Mlock) => self.mlock_locked(lists, f),
-            Some(MlockOp::Munlock) => self.munlock_locked(lists, f),
-            None => {}
-        });
-        self.release_batch(folios.into_iter());
+        self.with_lru_locks(
+            entries,
+            |(f, _)| f,
+            |lists, (f, op)| match op {
+                MlockOp::New => self.mlock_new_locked(lists, f),
+                MlockOp::Mlock => self.mlock_locked(lists, f),
+                MlockOp::Munlock => self.munlock_locked(lists, f),
+            },
+        );
+        self.release_batch(entries.iter().map(|&(f, _)| f));
     }
 
     /// `__mlock_new_folio`.

@@ -24,7 +24,8 @@
 //!       -> folio owner bit lock (`folio_lock_large_mapcount`, leaf)
 //!       -> a folio's rmap seqcount write section (leaf; entered after the owner lock is
 //!          released, never with another folio's)
-//!       -> per-CPU folio batch lock (leaf: batches are taken out, then processed)
+//!       -> per-CPU folio batch lock (a drain processes the batch in place under it, taking
+//!          the lruvec and zone locks below)
 //!       -> lruvec lock of one node (leaf; a drain relocks per node)
 //!       -> Tlb lock of each CPU (leaf)
 //!       -> Zone lock (leaf)
