@@ -18,11 +18,13 @@
 //! the table. The model's gain over `model:<baseline>` beside the seed's published gain is
 //! the project's prediction of what the patch does to a kernel on this machine.
 //!
-//! What the model leaves out, deliberately: the kernel's instruction path between memory
-//! operations (a function's prologue, its branches), which no counter names; it is the
-//! main reason a prediction falls short, and it is larger where the kernel does more per
-//! event than the engine counts (memcg charging and lruvec statistics in faults, per-VMA
-//! bookkeeping in fork and exit).
+//! The kernel's instruction path is priced as out-of-line calls ([`Primitives::kcall`],
+//! calibrated on the host's own `mprotect`, which no benchmark row times) counted per
+//! event from the 6.18 source and the running kernel's configuration: the recipes say which
+//! calls. What the model leaves out: work no engine counter names (a task's first run in a
+//! new mm, the child's COW faults, RCU callbacks), cache state (the primitives stream
+//! through an LLC-resident buffer; a kernel zeroing cold pages pays DRAM), and TLB
+//! invalidations (user space cannot time an `invlpg`).
 
 use crate::model::{Better, Column, Table, Unit, Variant, VariantKind};
 use crate::stats::{headline, summary};
@@ -56,12 +58,12 @@ pub struct Primitives {
     /// An atomic add to a line already in L1, three words of it in turn (further atomics on
     /// the same `struct page`: refcount, flags, mapcount).
     pub atomic_hot: f64,
-    /// The kernel's per-entry work of a page-table loop besides the entry's memory
-    /// operations: the host's `mprotect` time per 4 KiB entry of 64 MiB (`change_pte_range`)
-    /// less one `load_seq`, one `rmw_seq` and one `store_seq` (falls back to a user-space
-    /// branchy loop's iteration if the host refuses the mapping).
-    pub step: f64,
-    /// An out-of-line call and return with a few instructions of work (a kernel helper).
+    /// An out-of-line kernel function on a fast path (call, prologue, a few tests, return
+    /// through this kernel's return thunk): the host's `mprotect` time per 4 KiB entry of
+    /// 64 MiB, less that entry's memory operations, over its four calls (falls back to
+    /// [`Primitives::call`] if the host refuses the mapping).
+    pub kcall: f64,
+    /// A user-space out-of-line call and return with a few instructions of work.
     pub call: f64,
     /// A dependent load of a random line of the buffer (a pointer chase: a tree node, a
     /// list link, a random `struct page`).
@@ -99,8 +101,8 @@ pub enum Prim {
     AtomicLine,
     /// [`Primitives::atomic_hot`].
     AtomicHot,
-    /// [`Primitives::step`].
-    Step,
+    /// [`Primitives::kcall`].
+    KCall,
     /// [`Primitives::call`].
     Call,
     /// [`Primitives::line_rand`].
@@ -129,7 +131,7 @@ impl Primitives {
             Prim::LineSeq => self.line_seq,
             Prim::AtomicLine => self.atomic_line,
             Prim::AtomicHot => self.atomic_hot,
-            Prim::Step => self.step,
+            Prim::KCall => self.kcall,
             Prim::Call => self.call,
             Prim::LineRand => self.line_rand,
             Prim::ZeroPage => self.zero_page,
@@ -199,19 +201,6 @@ impl Primitives {
             }
             per(t, n)
         });
-        // The kernel's own per-entry cost of a page-table loop, less its memory operations
-        // (one load, one locked RMW, one store: priced by their own primitives).
-        let kernel_entry = best(&mut || kernel_pte_loop_ns().unwrap_or(f64::MAX));
-        let step = if kernel_entry == f64::MAX {
-            best(&mut || {
-                let t = Instant::now();
-                let n = scan_step(black_box(&buf[..1 << 16]));
-                black_box(n);
-                per(t, 1 << 16)
-            })
-        } else {
-            (kernel_entry - load_seq - rmw_seq - store_seq).max(0.0)
-        };
         let call = best(&mut || {
             let n = 1 << 20;
             let t = Instant::now();
@@ -222,6 +211,17 @@ impl Primitives {
             black_box(acc);
             per(t, n)
         });
+        // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
+        // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
+        // __ptep_modify_prot_start, __ptep_modify_prot_commit, native_set_pte under
+        // PARAVIRT_XXL) around one PTE load, one xchg, one store and one struct page line;
+        // what the entry costs beyond those is four calls' worth.
+        let kernel_entry = best(&mut || kernel_pte_loop_ns().unwrap_or(f64::MAX));
+        let kcall = if kernel_entry == f64::MAX {
+            call
+        } else {
+            ((kernel_entry - load_seq - rmw_seq - store_seq - line_seq) / 4.0).max(call)
+        };
         let line_rand = best(&mut || {
             // A random cyclic permutation of the buffer's lines, followed for 256 Ki steps.
             let lines = words / 8;
@@ -301,7 +301,7 @@ impl Primitives {
             line_seq,
             atomic_line,
             atomic_hot,
-            step,
+            kcall,
             call,
             line_rand,
             zero_page,
@@ -331,22 +331,6 @@ fn kernel_pte_loop_ns() -> Option<f64> {
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
     Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
-}
-
-/// One pass of a branchy per-entry loop over cached words: a load, a test against the
-/// previous entry and a conditional count (the shape of `folio_pte_batch`'s and the
-/// copy/zap loops' per-entry work besides the entry's memory access).
-#[inline(never)]
-fn scan_step(words: &[u64]) -> u64 {
-    let mut prev = 0u64;
-    let mut same = 0u64;
-    for &w in words {
-        if (w ^ prev) & 0xfff == 0 {
-            same += 1;
-        }
-        prev = black_box(w);
-    }
-    same
 }
 
 /// A call that is not inlined and does a few instructions of work (a kernel helper's
@@ -388,8 +372,24 @@ pub struct Recipe {
     pub kernel: &'static str,
 }
 
+/// A spinlock round trip of 6.18 on this VM (KVM paravirt spinlocks): `_raw_spin_lock`
+/// (a locked cmpxchg), `_raw_spin_unlock` calling the paravirt unlock (another locked
+/// cmpxchg): three calls and two locked RMWs.
+const SPIN: [(Prim, f64); 3] = [
+    (Prim::LockPair, 1.0),
+    (Prim::AtomicHot, 1.0),
+    (Prim::KCall, 3.0),
+];
+
 /// Every counter the model prices. Counters not listed cost nothing in the model (they
 /// are subsets of listed ones, or not work the kernel does: TLB hits of the engine's MMU).
+///
+/// The kernel's work per event is from reading 6.15-6.18 (`mm/memory.c`, `mm/rmap.c`,
+/// `mm/swap.c`, `mm/page_alloc.c`, `mm/memcontrol.c`, `mm/mlock.c`, `mm/mmap.c`) and the
+/// running 6.18.44's configuration and symbol table (`/proc/config.gz`, `/proc/kallsyms`:
+/// which helpers are out of line): PREEMPT_RCU (each `rcu_read_lock`/`unlock` is a call),
+/// DEBUG_LIST (each list add/del is a call), PARAVIRT_XXL (`set_pte` is a call to
+/// `native_set_pte`), paravirt spinlocks, CONFIG_PAGE_MAPCOUNT, memcg v1 hooks compiled in.
 pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "syscalls",
@@ -403,18 +403,18 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "pte_writes",
-        work: &[(Prim::StoreSeq, 1.0)],
-        kernel: "set_pte/set_ptes: a store to the next entry",
+        work: &[(Prim::StoreSeq, 1.0), (Prim::KCall, 1.0)],
+        kernel: "set_pte: a call to native_set_pte (PARAVIRT_XXL) storing the next entry",
     },
     Recipe {
         counter: "pte_atomics",
-        work: &[(Prim::RmwSeq, 1.0), (Prim::StoreSeq, -1.0)],
-        kernel: "ptep_set_wrprotect (lock btr) and ptep_get_and_clear (xchg) are locked RMWs, not stores",
+        work: &[(Prim::RmwSeq, 1.0), (Prim::StoreSeq, -1.0), (Prim::KCall, -1.0)],
+        kernel: "ptep_set_wrprotect (lock cmpxchg) and ptep_get_and_clear (xchg): inline locked RMWs instead of set_pte calls",
     },
     Recipe {
         counter: "folio_atomics",
         work: &[(Prim::AtomicHot, 1.0)],
-        kernel: "atomic_inc/add/dec on _refcount, _mapcount, _large_mapcount, page flags",
+        kernel: "atomic_inc/add/dec on _refcount, _mapcount, _large_mapcount; PageAnonExclusive and other flag bitops",
     },
     Recipe {
         counter: "mapcount_atomics",
@@ -422,54 +422,58 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "per-page _mapcount (CONFIG_PAGE_MAPCOUNT): the first atomic on each struct page's line, streamed",
     },
     Recipe {
-        counter: "fork_ptes",
-        work: &[(Prim::Step, 1.0)],
-        kernel: "copy_pte_range's per-entry tests (pte_none, pte_present, the batch compare)",
-    },
-    Recipe {
         counter: "fork_batches",
-        work: &[(Prim::Call, 4.0)],
-        kernel: "per copy_present_ptes: vm_normal_page, folio_pte_batch, folio_try_dup_anon_rmap_ptes, set_ptes",
-    },
-    Recipe {
-        counter: "zap_ptes",
-        work: &[(Prim::Step, 1.0)],
-        kernel: "zap_pte_range's per-entry tests",
+        work: &[(Prim::KCall, 1.0)],
+        kernel: "copy_present_ptes (inlined) per batch: vm_normal_page; folio_pte_batch_flags is inlined",
     },
     Recipe {
         counter: "zap_batches",
-        work: &[(Prim::Call, 5.0)],
-        kernel: "per zap_present_ptes: vm_normal_page, folio_pte_batch, get_and_clear_full_ptes, folio_remove_rmap_ptes, __tlb_remove_folio_pages",
+        work: &[(Prim::KCall, 10.0)],
+        kernel: "zap_present_ptes (inlined) per batch: vm_normal_page, folio_remove_rmap_ptes, the NR_ANON_MAPPED stat chain (__lruvec_stat_mod_folio: rcu lock/unlock, __mod_lruvec_state, __mod_node_page_state, mod_memcg_lruvec_state, css_rstat_updated), __tlb_remove_folio_pages",
     },
     Recipe {
         counter: "lock_ptl",
-        work: &[(Prim::LockPair, 1.0)],
-        kernel: "pte_offset_map_lock/pte_unmap_unlock: a split PTE-table spinlock",
+        work: &SPIN,
+        kernel: "pte_offset_map_lock/pte_unmap_unlock: a split PTE-table spinlock (the rcu read lock around it is two more calls, counted in the 3)",
     },
     Recipe {
         counter: "lock_page_table",
-        work: &[(Prim::LockPair, 1.0)],
+        work: &SPIN,
         kernel: "mm->page_table_lock",
     },
     Recipe {
         counter: "lock_mmap",
-        work: &[(Prim::LockPair, 1.0)],
-        kernel: "mmap_read_lock/mmap_write_lock (an rwsem, uncontended)",
+        work: &[(Prim::AtomicHot, 2.0), (Prim::KCall, 2.0)],
+        kernel: "mmap_read_lock/mmap_write_lock: an uncontended rwsem (a locked cmpxchg each way, two calls)",
     },
     Recipe {
         counter: "lock_zone",
-        work: &[(Prim::LockPair, 1.0), (Prim::Call, 8.0), (Prim::LineRand, 1.0)],
-        kernel: "one folio allocated or freed (the engine takes the zone lock per folio): Linux goes through the per-CPU lists, rmqueue_pcplist or free_unref_folios (the pcp lock, about eight out-of-line functions, a list link)",
+        work: &[],
+        kernel: "the engine takes the zone lock per folio; Linux goes through the per-CPU lists (priced in folios_allocated and folios_freed)",
     },
     Recipe {
         counter: "lock_lru",
-        work: &[(Prim::LockPair, 1.0)],
-        kernel: "lruvec->lru_lock",
+        work: &SPIN,
+        kernel: "lruvec->lru_lock (spin_lock_irq)",
+    },
+    Recipe {
+        counter: "lru_freed",
+        work: &[
+            (Prim::LockPair, -30.0 / 31.0),
+            (Prim::AtomicHot, -30.0 / 31.0),
+            (Prim::KCall, -90.0 / 31.0),
+        ],
+        kernel: "folios_put_refs takes the lru_lock once per batch of 31 freed folios where the engine takes it per folio (lock_lru): 30/31 of those round trips are not the kernel's",
+    },
+    Recipe {
+        counter: "batch_drains",
+        work: &[(Prim::KCall, 5.0)],
+        kernel: "a per-CPU folio batch drained (folio_batch_move_lru or mlock_folio_batch, folios_put_refs; its lru_lock is lock_lru)",
     },
     Recipe {
         counter: "pages_zeroed",
         work: &[(Prim::ZeroPage, 1.0)],
-        kernel: "clear_page of a new anonymous, shmem or page-table page",
+        kernel: "clear_page_erms of a new anonymous, shmem or page-table page",
     },
     Recipe {
         counter: "pages_copied",
@@ -478,33 +482,56 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "faults",
-        work: &[(Prim::Syscall, 1.0), (Prim::LineRand, 3.0), (Prim::Call, 25.0)],
-        kernel: "exception entry and exit; lock_vma_under_rcu's maple walk (about three nodes); about 25 out-of-line functions from handle_mm_fault to set_ptes (the folio allocation, memcg charge, rmap and LRU add on the way)",
+        work: &[
+            (Prim::Syscall, 1.0),
+            (Prim::KCall, 22.0),
+            (Prim::AtomicHot, 2.0),
+            (Prim::LineRand, 3.0),
+        ],
+        kernel: "exception entry and exit; lock_vma_under_rcu (mas_walk over about three nodes, the VMA refcount taken and dropped: two locked RMWs); handle_mm_fault with PGFAULT memcg accounting; set_ptes and unlock: about 22 calls besides the folio's allocation",
+    },
+    Recipe {
+        counter: "folios_allocated",
+        work: &[
+            (Prim::KCall, 58.0),
+            (Prim::AtomicHot, 4.0),
+            (Prim::LineRand, 1.0),
+        ],
+        kernel: "a folio for a fault: vma_alloc_folio -> get_page_from_freelist -> rmqueue_pcplist (15 calls, pcp trylock), __mem_cgroup_charge (19 calls on a per-CPU stock hit), folio_add_new_anon_rmap and its stat chain (9), folio_add_lru and its share of the 31-folio drain (15); locked: pcp lock, SetPageAnonExclusive, folio_get, LRU flag bits",
     },
     Recipe {
         counter: "frames_allocated",
         work: &[(Prim::LineSeq, 1.0)],
-        kernel: "prep_new_page/post_alloc_hook initialise each struct page of a new folio",
+        kernel: "post_alloc_hook initialises each struct page of a new folio",
+    },
+    Recipe {
+        counter: "folios_freed",
+        work: &[(Prim::KCall, 21.0), (Prim::LineRand, 1.0)],
+        kernel: "a folio freed after a TLB flush: free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock) and of free_pcppages_bulk",
     },
     Recipe {
         counter: "frames_freed",
         work: &[(Prim::LineSeq, 1.0)],
-        kernel: "free_pages_prepare checks and clears each struct page",
-    },
-    Recipe {
-        counter: "pgtable_allocated",
-        work: &[(Prim::LineRand, 1.0)],
-        kernel: "a page-table page from the per-CPU lists (its zeroing is in pages_zeroed)",
+        kernel: "free_pages_prepare checks and clears each struct page (tail pages too)",
     },
     Recipe {
         counter: "vmas_copied",
-        work: &[(Prim::SlabPair, 0.5), (Prim::LineSeq, 3.0), (Prim::LineRand, 1.0)],
-        kernel: "vm_area_dup: a slab allocation and a 184-byte copy of the parent's VMA",
+        work: &[
+            (Prim::KCall, 17.0),
+            (Prim::AtomicHot, 3.0),
+            (Prim::SlabPair, 0.5),
+            (Prim::LineSeq, 3.0),
+        ],
+        kernel: "dup_mmap per VMA: mas_find, vma_start_write on the parent (three locked RMWs), vm_area_dup (slab allocation with its memcg hook, a 184-byte copy), vma_dup_policy, dup_userfaultfd, anon_vma_fork, mas_store, copy_page_range",
     },
     Recipe {
         counter: "vmas_freed",
-        work: &[(Prim::SlabPair, 0.5), (Prim::LineRand, 1.0)],
-        kernel: "remove_vma: vm_area_free (RCU-deferred slab free)",
+        work: &[
+            (Prim::KCall, 21.0),
+            (Prim::AtomicHot, 4.0),
+            (Prim::SlabPair, 0.5),
+        ],
+        kernel: "exit_mmap or munmap per VMA: unmap_single_vma, free_pgtables' share (vma_start_write, unlink_anon_vmas, unlink_file_vma_batch_add), vma_mark_detached, remove_vma -> vm_area_free (slab free with its memcg hook)",
     },
     Recipe {
         counter: "vma_nodes_allocated",
@@ -513,18 +540,33 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "pgmlocked",
-        work: &[(Prim::AtomicHot, 1.0)],
-        kernel: "TestSetPageMlocked on the folio",
+        work: &[(Prim::KCall, 19.0), (Prim::AtomicHot, 4.0)],
+        kernel: "mlock_folio and __mlock_folio in the batch: NR_MLOCK stat, folio_evictable (rcu, folio_mapping), LRU moves with their LRU-size stats; flag bits",
     },
     Recipe {
         counter: "pgmunlocked",
-        work: &[(Prim::AtomicHot, 1.0)],
-        kernel: "TestClearPageMlocked on the folio",
+        work: &[(Prim::KCall, 19.0), (Prim::AtomicHot, 4.0)],
+        kernel: "vm_normal_folio and munlock_folio per PTE, __munlock_folio in the batch: NR_MLOCK stat, folio_evictable (rcu, folio_mapping), lruvec_del_folio/lruvec_add_folio with LRU-size stats; test-and-clear LRU and mlocked, clear unevictable, set LRU",
     },
     Recipe {
         counter: "lru_isolated",
-        work: &[(Prim::LineRand, 2.0), (Prim::AtomicHot, 1.0)],
-        kernel: "folio_isolate_lru: clear PG_lru, unlink from the list (two neighbours' lines)",
+        work: &[(Prim::KCall, 7.0), (Prim::AtomicHot, 1.0)],
+        kernel: "folio_isolate_lru: clear PG_lru, lruvec_del_folio (a list-debug call and the LRU-size stat chain)",
+    },
+    Recipe {
+        counter: "fault_around_pages",
+        work: &[(Prim::KCall, 3.0), (Prim::LineSeq, 1.0)],
+        kernel: "filemap_map_pages per extra page: next_uptodate_folio's xarray step, folio_add_file_rmap_ptes and set_pte (their atomics and stores are counted)",
+    },
+    Recipe {
+        counter: "cow_copies",
+        work: &[(Prim::KCall, 9.0)],
+        kernel: "wp_page_copy's unmap of the old page: folio_remove_rmap_pte and its stat chain (the new folio is in folios_allocated, the copy in pages_copied)",
+    },
+    Recipe {
+        counter: "thp_split_pmd",
+        work: &[(Prim::KCall, 30.0)],
+        kernel: "__split_huge_pmd: pmd lock, pgtable_trans_huge_withdraw, the PTE table filled (its stores counted), stats",
     },
 ];
 
@@ -537,12 +579,23 @@ pub fn recipe(counter: &str) -> Option<&'static Recipe> {
 /// system calls are counted: `syscalls`).
 pub fn fixed_work(table_id: &str) -> &'static [(Prim, f64)] {
     match table_id {
-        // fork(): the task it creates (exit is not timed: the share of the task primitive
-        // that is exit and reaping is charged too, a bounded over-estimate).
-        "fork" => &[(Prim::Task, 1.0)],
+        // fork(): the task (clone without CLONE_VM copies creds, files, signal handlers, pid,
+        // cgroup links) plus the mm's own creation and teardown (mm_struct, per-CPU RSS
+        // counters, pgd page, IDs: about 150 calls); exit is not timed, but the task
+        // primitive includes its share (a bounded over-estimate).
+        "fork" => &[
+            (Prim::Task, 1.0),
+            (Prim::KCall, 150.0),
+            (Prim::ZeroPage, 1.0),
+        ],
         // One fork + exit + wait per sample (the counters are of one fork+exit; the
         // parent's wait4 is not an engine system call).
-        "spawn" => &[(Prim::Syscall, 1.0), (Prim::Task, 1.0)],
+        "spawn" => &[
+            (Prim::Syscall, 1.0),
+            (Prim::Task, 1.0),
+            (Prim::KCall, 150.0),
+            (Prim::ZeroPage, 1.0),
+        ],
         _ => &[],
     }
 }
@@ -586,7 +639,7 @@ pub fn prim_name(p: Prim) -> &'static str {
         Prim::LineSeq => "line_seq",
         Prim::AtomicLine => "atomic_line",
         Prim::AtomicHot => "atomic_hot",
-        Prim::Step => "step",
+        Prim::KCall => "kcall",
         Prim::Call => "call",
         Prim::LineRand => "line_rand",
         Prim::ZeroPage => "zero_page",

@@ -176,6 +176,13 @@ counters! {
     VmaCopied => "vmas_copied",
     /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
     VmaFreed => "vmas_freed",
+    /// Folios allocated (any order; `frames_allocated` counts their pages).
+    FolioAlloc => "folios_allocated",
+    /// Folios freed (any order; `frames_freed` counts their pages).
+    FolioFree => "folios_freed",
+    /// Folios taken off an LRU list as they are freed: the engine takes the lru_lock for
+    /// each (`lock_lru`), Linux's `folios_put_refs` once per batch of 31.
+    LruFreed => "lru_freed",
     /// System calls entered (each public system call of `Cpu` once; `exit` counts as the
     /// task's `exit_group`).
     Syscall => "syscalls",

@@ -265,6 +265,7 @@ impl PhysMem {
         let nr = 1u64 << order;
         self.allocated.fetch_add(nr, Relaxed);
         c.add(Ev::FramesAlloc, nr);
+        c.add(Ev::FolioAlloc, 1);
         let mm = &self.memmap;
         match kind {
             FolioKind::Anon => {
@@ -401,6 +402,7 @@ impl PhysMem {
         let nr = 1u64 << order;
         if self.memmap.test(head, PageFlag::Lru) {
             c.add(Ev::LockLru, 1);
+            c.add(Ev::LruFreed, 1);
             let mut l = self.lruvec_of(head).lock();
             l.del(&self.memmap, head, nr);
             self.memmap.clear(head, PageFlag::Lru);
@@ -420,6 +422,7 @@ impl PhysMem {
         self.zones[node].free(&self.memmap, head, order);
         self.allocated.fetch_sub(nr, Relaxed);
         c.add(Ev::FramesFree, nr);
+        c.add(Ev::FolioFree, 1);
     }
 }
 
