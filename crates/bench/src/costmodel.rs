@@ -385,7 +385,8 @@ const SPIN: [(Prim, f64); 3] = [
 /// are subsets of listed ones, or not work the kernel does: TLB hits of the engine's MMU).
 ///
 /// The kernel's work per event is from reading 6.15-6.18 (`mm/memory.c`, `mm/rmap.c`,
-/// `mm/swap.c`, `mm/page_alloc.c`, `mm/memcontrol.c`, `mm/mlock.c`, `mm/mmap.c`) and the
+/// `mm/swap.c`, `mm/page_alloc.c`, `mm/memcontrol.c`, `mm/mlock.c`, `mm/mmap.c`; the counts
+/// per path are in `docs/research/kernel-calls-6.18.md`) and the
 /// running 6.18.44's configuration and symbol table (`/proc/config.gz`, `/proc/kallsyms`:
 /// which helpers are out of line): PREEMPT_RCU (each `rcu_read_lock`/`unlock` is a call),
 /// DEBUG_LIST (each list add/del is a call), PARAVIRT_XXL (`set_pte` is a call to
