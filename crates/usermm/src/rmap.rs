@@ -183,6 +183,33 @@ fn count_map(c: &CpuCounters, n: u64) {
     c.add(Ev::MapcountAtomic, n);
 }
 
+/// Debug builds: the checks Linux makes with `VM_WARN_ON_FOLIO` at the entry of its rmap
+/// batch functions (`__folio_rmap_sanity_checks`): `head` is a folio's head, not a tail;
+/// `[page, page + nr)` is a non-empty range of that folio; the folio holds a reference.
+/// Beside `validate()`, which checks the whole state between steps, these catch a bad call
+/// where it is made. Release builds compile them out.
+#[inline]
+fn folio_rmap_sanity_checks(phys: &PhysMem, head: u64, page: u64, nr: u64) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let mm = &phys.memmap;
+    debug_assert_eq!(mm.folio_of(head), head, "rmap on tail page {head:#x}");
+    let size = if mm.test(head, PageFlag::Head) {
+        1u64 << mm.order(head)
+    } else {
+        1
+    };
+    debug_assert!(
+        nr >= 1 && page >= head && page + nr <= head + size,
+        "rmap of pages {page:#x}+{nr} outside folio {head:#x} of {size} pages"
+    );
+    debug_assert!(
+        mm.refcount(head) > 0,
+        "rmap on folio {head:#x} without a reference"
+    );
+}
+
 /// Adds `n` folio references (one atomic).
 ///
 /// # Context
@@ -209,6 +236,7 @@ pub(crate) fn add_new_anon(
     owner: u32,
     mm_id: u32,
 ) {
+    folio_rmap_sanity_checks(phys, head, head, nr.max(1));
     let mm = &phys.memmap;
     mm.set_mapping(head, owner);
     let large = mm.test(head, PageFlag::Head);
@@ -248,6 +276,7 @@ pub(crate) fn add_new_anon(
 /// The PTL of the table the entries are written to (a split: the PMD lock, the new table
 /// still unlinked); takes the folio's owner bit lock or rmap seqcount as the tracker needs.
 pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
+    folio_rmap_sanity_checks(phys, head, page, nr);
     folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
         page_mapcounts(phys, c, page, nr, 1, plain)
     });
@@ -286,6 +315,7 @@ pub(crate) fn try_dup_anon_ptes(
     needs_cow_for_dma: bool,
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
+    folio_rmap_sanity_checks(phys, head, page, nr);
     let mm = &phys.memmap;
     if needs_cow_for_dma
         && folio_maybe_dma_pinned(phys, head)
@@ -328,6 +358,7 @@ pub(crate) fn try_dup_anon_pmd(
     needs_cow_for_dma: bool,
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
+    folio_rmap_sanity_checks(phys, head, head, 1);
     let mm = &phys.memmap;
     if needs_cow_for_dma
         && folio_maybe_dma_pinned(phys, head)
@@ -355,6 +386,7 @@ pub(crate) fn remove_ptes(
     nr: u64,
     mm_id: u32,
 ) {
+    folio_rmap_sanity_checks(phys, head, page, nr);
     folio_rmap(phys, c, head, mm_id, -(nr as i32), |plain| {
         page_mapcounts(phys, c, page, nr, -1, plain)
     });

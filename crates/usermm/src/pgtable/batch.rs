@@ -64,6 +64,11 @@ pub(crate) fn folio_pte_batch(
 ) -> Batch {
     let arch = pt.arch;
     let pfn = arch.pfn(first);
+    debug_assert!(
+        max_nr >= 1 && idx + max_nr <= 512,
+        "batch of {max_nr} from entry {idx} leaves the table"
+    );
+    debug_assert!(pfn <= folio_last_pfn, "first entry past its folio");
     let max_nr = max_nr.min((folio_last_pfn - pfn + 1) as usize);
     if arch == Arch::X86_64 {
         return x86_batch(pt, table, idx, first, max_nr, flags);
