@@ -9,8 +9,10 @@
 //!
 //! Repetitions are interleaved across the three columns, in an order rotated per repetition,
 //! so a burst of interference from other work on the machine does not land on one column
-//! only. At 4K both engine columns run the same code: that row is the A/A control, whose gain
-//! must read `~` (its interval contains 0).
+//! only. At 4K both engine columns take the per-PTE path, the batched one after testing each
+//! page for a large folio (`folio_test_large`, as Linux's batched code does): that row is the
+//! near-A/A control, which reads `~` without host columns (see the README on the 1-5 % the
+//! extra test costs when host cells churn the caches between repetitions).
 
 use crate::engine::{counters, machine, populate, sig, size_label, warm_up, PMD, RW};
 use crate::host::agent::{self, HostCell};
