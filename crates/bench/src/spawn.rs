@@ -107,7 +107,7 @@ fn variants() -> Vec<Variant> {
     vec![
         Variant::engine("insert", "the child's VMA tree built in bulk mode, VMA by VMA into full leaves (Linux 6.1-6.5 dup_mmap, before seed 001)"),
         Variant::engine("dup", "__mt_dup: the tree's nodes duplicated top-down, entries replaced (seed 001)"),
-        Variant::host("the host kernel: fork + child _exit + waitpid of a fresh agent process with 21 + N VMAs in all"),
+        Variant::host("the host kernel: fork + child _exit + waitpid of a fresh agent process with 21 + N VMAs in all (the static spawn agent where the build has one)"),
     ]
 }
 
@@ -175,7 +175,11 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         ),
         notes: vec![
             "engine counters: one fork+exit (the timed loop runs as many as fit in the time)".into(),
-            "host: a fresh agent process (the usermm binary re-executed, pinned like the engine) with 21 + N VMAs in all: its own program, libraries and stack plus single-page VMAs; host_vmas and host_rss_anon_kb describe it (at 21+0 it has more than 21 of its own)".into(),
+            if crate::host::agent::has_static_spawn_agent() {
+                "host: the static spawn agent (a freestanding program without libc, run from memory, pinned like the engine) with exactly 21 + N VMAs: its text, data, stack and vDSO, then single pages, the first written up to 21, the rest read-only; host_vmas and host_rss_anon_kb describe it".into()
+            } else {
+                "host: a fresh agent process (the usermm binary re-executed, pinned like the engine; this build has no C compiler for the static agent) with 21 + N VMAs in all: its own program, libraries and stack plus single-page VMAs; host_vmas and host_rss_anon_kb describe it (at 21+0 it has more than 21 of its own)".into()
+            },
         ],
     })
 }

@@ -151,6 +151,24 @@ pub fn fork() -> Result<i32, Errno> {
     }
 }
 
+/// An anonymous in-memory file holding `bytes` (`memfd_create` with `MFD_CLOEXEC`): a
+/// program can be executed from it through `/proc/self/fd/N` without any path on disk that
+/// another user could plant or replace.
+pub fn memfd_with(name: &std::ffi::CStr, bytes: &[u8]) -> Result<std::fs::File, Errno> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is a valid C string; the call creates a new descriptor we own.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(bytes)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    Ok(f)
+}
+
 /// The child of [`spawn_task_sharing_mm`]: returns at once, which exits the task.
 extern "C" fn task_returns_at_once(_: *mut c_void) -> i32 {
     0

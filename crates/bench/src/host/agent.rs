@@ -76,8 +76,59 @@ struct Reply {
     counters: BTreeMap<String, u64>,
 }
 
-/// Measures `cell` in a fresh agent process (or here, outside the `usermm` binary).
+/// The static spawn agent (`agent/spawn_agent.c`, built by `build.rs` where a C compiler
+/// can), or empty.
+#[cfg(static_spawn_agent)]
+const STATIC_SPAWN_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spawn_agent"));
+#[cfg(not(static_spawn_agent))]
+const STATIC_SPAWN_AGENT: &[u8] = &[];
+
+/// Whether this build has the static spawn agent.
+pub fn has_static_spawn_agent() -> bool {
+    !STATIC_SPAWN_AGENT.is_empty()
+}
+
+/// A spawn cell forked by the static agent: a freestanding program (no libc) with exactly
+/// `vmas` VMAs (its text, data, stack and vDSO, then single pages, the first written, up to
+/// 21) forks and reaps children for `secs`. It runs from an in-memory file, inherits this
+/// thread's CPU pinning, and reports the forks, the elapsed time, its VMAs and RssAnon.
+fn static_spawn(vmas: u64, secs: f64) -> CellResult {
+    let f = oracle::sys::memfd_with(c"usermm-spawn-agent", STATIC_SPAWN_AGENT)
+        .map_err(|e| super::errno_text("memfd_create", e))?;
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+    let ms = ((secs * 1e3).ceil() as u64).max(1);
+    let out = std::process::Command::new(path)
+        .args([vmas.to_string(), ms.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("static spawn agent: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [forks, ns, got, rss] = v[..] else {
+        return Err(format!("static spawn agent failed ({})", out.status));
+    };
+    if ns == 0 || forks == 0 {
+        return Err("static spawn agent made no fork".into());
+    }
+    let c = BTreeMap::from([
+        ("host_vmas".to_string(), got),
+        ("host_rss_anon_kb".to_string(), rss),
+        ("host_static_agent".to_string(), 1),
+    ]);
+    Ok((forks as f64 * 1e9 / ns as f64, c))
+}
+
+/// Measures `cell` in a fresh agent process (or here, outside the `usermm` binary). Spawn
+/// cells go to the static agent when the build has one.
 pub fn measure(cell: &HostCell) -> CellResult {
+    if let HostCell::Spawn { vmas, secs } = *cell {
+        if !STATIC_SPAWN_AGENT.is_empty() {
+            return static_spawn(vmas, secs);
+        }
+    }
     let Some(exe) = agent_exe() else {
         let mut r = run(cell)?;
         r.1.insert("host_in_process".into(), 1);
@@ -281,17 +332,36 @@ mod tests {
 
     #[test]
     fn a_spawn_cell_forks_a_process_of_the_asked_size() {
-        // Outside the usermm binary the cell runs here and says so.
         let (rate, c) = measure(&HostCell::Spawn {
             vmas: 300,
             secs: 0.01,
         })
         .expect("fork works here");
         assert!(rate > 0.0);
-        assert_eq!(c.get("host_in_process"), Some(&1));
-        // Other test threads of this process come and go (a stack VMA each) while it counts.
-        assert!(c["host_vmas"] >= 280, "{c:?}");
         assert!(c.contains_key("host_rss_anon_kb"));
+        if STATIC_SPAWN_AGENT.is_empty() {
+            // Outside the usermm binary the cell runs here and says so.
+            assert_eq!(c.get("host_in_process"), Some(&1));
+            // Other test threads of this process come and go (a stack VMA each) while it
+            // counts.
+            assert!(c["host_vmas"] >= 280, "{c:?}");
+        } else {
+            // The static agent has exactly the VMAs asked for, and little anonymous memory
+            // (its stack and the written pages).
+            assert_eq!(c.get("host_static_agent"), Some(&1));
+            assert_eq!(c["host_vmas"], 300, "{c:?}");
+            assert!(c["host_rss_anon_kb"] < 1024, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_static_agent_forks_the_smallest_row_exactly() {
+        if STATIC_SPAWN_AGENT.is_empty() {
+            return;
+        }
+        let (rate, c) = static_spawn(21, 0.01).expect("static agent");
+        assert!(rate > 0.0);
+        assert_eq!(c["host_vmas"], 21, "{c:?}");
     }
 
     #[test]
