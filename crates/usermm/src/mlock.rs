@@ -18,7 +18,6 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
-use crate::phys::lru::LruList;
 use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
@@ -376,13 +375,5 @@ impl<'m> Cpu<'m> {
         if isolated {
             mem.set(f, PageFlag::Lru);
         }
-    }
-
-    /// Which list a folio is on, if any (for views and tests).
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn folio_lru(&self, head: u64) -> Option<LruList> {
-        let mem = &self.m.phys.memmap;
-        mem.test(head, PageFlag::Lru)
-            .then(|| crate::phys::lru::folio_lru_list(mem, head))
     }
 }

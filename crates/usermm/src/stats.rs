@@ -254,12 +254,6 @@ impl CpuCounters {
         let slot = &self.slots[ev as usize];
         slot.store(slot.load(Relaxed).wrapping_add(n), Relaxed);
     }
-
-    /// Reads a counter.
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn get(&self, ev: Ev) -> u64 {
-        self.slots[ev as usize].load(Relaxed)
-    }
 }
 
 /// A snapshot of the counters summed over all CPUs.

@@ -259,22 +259,6 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    /// Unmaps every VMA of `st` overlapping `[start, end)` (clipped), without touching the tree.
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn unmap_range(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        st: &MmState,
-        start: u64,
-        end: u64,
-    ) {
-        for id in st.vmas.overlapping(start, end) {
-            let vma = st.vmas.get(id);
-            self.zap_vma_range(tlb, mm, vma, start, end);
-        }
-    }
-
     /// Frees the PTE table under PMD entry `step` if it maps nothing (MADV_DONTNEED's
     /// page-table reclaim, `try_get_and_clear_pmd` and `free_pte`; `retract_page_tables`
     /// after a collapse), so a later fault may map a PMD there.

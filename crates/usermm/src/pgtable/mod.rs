@@ -16,7 +16,7 @@ pub(crate) mod batch;
 pub(crate) mod contpte;
 pub(crate) mod cursor;
 
-use crate::phys::{FolioKind, PageFlag, PhysMem, Zeroing};
+use crate::phys::{FolioKind, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 pub use arch::{Arch, Prot};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -295,11 +295,5 @@ impl<'a> PageTables<'a> {
             }
         }
         f(level, table);
-    }
-
-    /// Whether `pfn` is a page-table page (for validation).
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn is_table_page(&self, pfn: u64) -> bool {
-        self.phys.memmap.test(pfn, PageFlag::Pgtable)
     }
 }

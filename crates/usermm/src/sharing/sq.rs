@@ -21,12 +21,6 @@ pub(crate) fn exclusive(s: &Snapshot, order: u32, id: u32) -> bool {
     s.s1 == m * y && s.s2 == m * y * y
 }
 
-/// The exact identity in integers, for checks: `S2 − 2y·S1 + M·y² == Σ (id − y)²`.
-#[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-pub(crate) fn spread(s1: u128, s2: u128, m: u128, y: u128) -> i128 {
-    s2 as i128 - 2 * (y * s1) as i128 + (m * y * y) as i128
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -199,12 +199,6 @@ impl Vma {
         self.end - self.start
     }
 
-    /// Whether the VMA is empty (never true for a VMA in a tree).
-    #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.start == self.end
-    }
-
     /// The page offset corresponding to `addr`.
     pub(crate) fn pgoff_at(&self, addr: u64) -> u64 {
         self.pgoff + ((addr - self.start) >> 12)
