@@ -322,7 +322,7 @@ fn absurd_sizes_get_linux_errnos() {
         // do_vmi_munmap: len > TASK_SIZE - start: EINVAL.
         assert_eq!(cpu.munmap(p, a, len), Err(Errno::EINVAL), "munmap {len:#x}");
         // madvise: end wraps: EINVAL.
-        if a.checked_add((len + 4095) & !4095).is_none() || len > u64::MAX - 4095 {
+        if len > u64::MAX - 4095 || a.checked_add((len + 4095) & !4095).is_none() {
             assert_eq!(
                 cpu.madvise(p, a, len, Advice::DontNeed),
                 Err(Errno::EINVAL),
