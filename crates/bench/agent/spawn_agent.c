@@ -118,17 +118,15 @@ static int agent(int argc, char **argv)
 		return 2;
 	u64 vmas = parse(argv[1]), ms = parse(argv[2]);
 	/* Single pages two apart (a gap keeps them from merging), far from everything else. */
-	u64 base = 0x100000000000ul, have = vma_count(), written = 0;
+	u64 base = 0x100000000000ul, have = vma_count();
 	for (u64 i = 0; have + i < vmas; i++) {
 		int rw = have + i < 21;
 		s64 a = sys6(SYS_mmap, (s64)(base + i * 0x2000), 4096, rw ? 3 : 1,
 			     0x22 | 0x100000 /* PRIVATE|ANONYMOUS|FIXED_NOREPLACE */, -1, 0);
 		if (a < 0)
 			return 3;
-		if (rw) {
+		if (rw)
 			*(volatile char *)a = 1;
-			written++;
-		}
 	}
 	u64 got = vma_count(), rss = rss_anon_kb();
 	u64 forks = 0, start = now_ns(), end = start + ms * 1000000ul, t;
@@ -152,7 +150,6 @@ static int agent(int argc, char **argv)
 	p = put(p, rss);
 	*p++ = '\n';
 	sys6(SYS_write, 1, (s64)out, p - out, 0, 0, 0);
-	(void)written;
 	return 0;
 }
 

@@ -258,14 +258,6 @@ fn differing_counters(rows: &[Row]) -> Vec<String> {
     names
 }
 
-/// Pins the calling thread to the last CPU it may use; returns the CPUs it had.
-fn pin_to_last_cpu() -> Option<Vec<u32>> {
-    let all = oracle::sys::affinity(0).ok()?;
-    let last = *all.last()?;
-    oracle::sys::pin_to_cpu(0, last).ok()?;
-    Some(all)
-}
-
 /// Runs `usermm bench scenario`; the exit code is the worst of the runs'.
 pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
     let sweeps = parse_sweeps(&args.sweeps)?;
@@ -284,11 +276,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
     );
     let start = Instant::now();
     let progress = Progress::new(files.len() as u64, std::io::stderr().is_terminal());
-    let pinned = pin_to_last_cpu();
-    let res = measure(&files, &sweeps, args.reps, &progress);
-    if let Some(all) = pinned {
-        let _ = oracle::sys::set_affinity(0, &all);
-    }
+    let res = crate::suite::on_last_cpu(|| measure(&files, &sweeps, args.reps, &progress));
     progress.finish();
     let (table, worst) = res?;
     print!("{}", text::render(&table));

@@ -166,12 +166,19 @@ fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
     })
 }
 
-/// Pins the calling thread to the last CPU it may use; returns the CPUs it had.
-fn pin_to_last_cpu() -> Option<Vec<u32>> {
-    let all = oracle::sys::affinity(0).ok()?;
-    let last = *all.last()?;
-    oracle::sys::pin_to_cpu(0, last).ok()?;
-    Some(all)
+/// Runs `f` with the calling thread pinned to the last CPU it may use (unpinned if the host
+/// refuses), then gives the thread back the CPUs it had. Host helpers forked meanwhile
+/// inherit the pinning.
+pub(crate) fn on_last_cpu<T>(f: impl FnOnce() -> T) -> T {
+    let had = oracle::sys::affinity(0).ok().filter(|all| {
+        all.last()
+            .is_some_and(|&last| oracle::sys::pin_to_cpu(0, last).is_ok())
+    });
+    let r = f();
+    if let Some(all) = had {
+        let _ = oracle::sys::set_affinity(0, &all);
+    }
+    r
 }
 
 /// Runs `which`, calling `each` with every finished table (to print it at once).
@@ -185,14 +192,10 @@ pub fn run(
     let start = Instant::now();
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
-    let prims = which.iter().any(|b| b.host_matches().is_some()).then(|| {
-        let pinned = pin_to_last_cpu();
-        let p = crate::costmodel::Primitives::measure();
-        if let Some(all) = pinned {
-            let _ = oracle::sys::set_affinity(0, &all);
-        }
-        p
-    });
+    let prims = which
+        .iter()
+        .any(|b| b.host_matches().is_some())
+        .then(|| on_last_cpu(crate::costmodel::Primitives::measure));
     for &b in which {
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {
@@ -203,18 +206,15 @@ pub fn run(
         // One CPU for the whole measurement of a single-threaded benchmark: the engine thread
         // and the host helpers it forks (which inherit it) never migrate mid-sample. anon-cow
         // runs one instance per CPU and places its threads itself.
-        let pinned = (b != Bench::AnonCow).then(pin_to_last_cpu).flatten();
-        let res = run_one(b, &ctx);
-        if let Some(all) = pinned {
-            let _ = oracle::sys::set_affinity(0, &all);
-        }
-        let mut ts = res?;
+        let mut ts = if b == Bench::AnonCow {
+            run_one(b, &ctx)
+        } else {
+            on_last_cpu(|| run_one(b, &ctx))
+        }?;
         ts.iter_mut().for_each(crate::stats::add_intervals);
-        if let Some(p) = &prims {
+        if let (Some(p), Some(v)) = (&prims, b.host_matches()) {
             for t in &mut ts {
-                if let Some(v) = b.host_matches() {
-                    crate::costmodel::add_model_columns(t, p, v);
-                }
+                crate::costmodel::add_model_columns(t, p, v);
             }
         }
         progress.done(task);

@@ -236,7 +236,7 @@ pub(crate) fn add_new_anon(
     owner: u32,
     mm_id: u32,
 ) {
-    folio_rmap_sanity_checks(phys, head, head, nr.max(1));
+    folio_rmap_sanity_checks(phys, head, head, nr);
     let mm = &phys.memmap;
     mm.set_mapping(head, owner);
     let large = mm.test(head, PageFlag::Head);

@@ -128,10 +128,10 @@ impl Machine {
         for (z, zone) in self.phys.zones().iter().enumerate() {
             let mut blocks = zone.free_blocks(mem);
             let sum: u64 = blocks.iter().map(|&(_, o)| 1u64 << o).sum();
-            if sum != zone.free_pages() {
+            let counted = zone.free_pages();
+            if sum != counted {
                 r.err(format!(
-                    "buddy zone {z}: free lists hold {sum} pages, the counts say {}",
-                    zone.free_pages()
+                    "buddy zone {z}: free lists hold {sum} pages, the counts say {counted}"
                 ));
             }
             blocks.sort_unstable();

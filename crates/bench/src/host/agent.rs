@@ -125,7 +125,7 @@ fn static_spawn(vmas: u64, secs: f64) -> CellResult {
 /// cells go to the static agent when the build has one.
 pub fn measure(cell: &HostCell) -> CellResult {
     if let HostCell::Spawn { vmas, secs } = *cell {
-        if !STATIC_SPAWN_AGENT.is_empty() {
+        if has_static_spawn_agent() {
             return static_spawn(vmas, secs);
         }
     }
@@ -339,7 +339,7 @@ mod tests {
         .expect("fork works here");
         assert!(rate > 0.0);
         assert!(c.contains_key("host_rss_anon_kb"));
-        if STATIC_SPAWN_AGENT.is_empty() {
+        if !has_static_spawn_agent() {
             // Outside the usermm binary the cell runs here and says so.
             assert_eq!(c.get("host_in_process"), Some(&1));
             // Other test threads of this process come and go (a stack VMA each) while it
@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn the_static_agent_forks_the_smallest_row_exactly() {
-        if STATIC_SPAWN_AGENT.is_empty() {
+        if !has_static_spawn_agent() {
             return;
         }
         let (rate, c) = static_spawn(21, 0.01).expect("static agent");
