@@ -41,6 +41,7 @@ const BUF: usize = 64 << 20;
 /// Costs of the machine's primitive operations, nanoseconds each, measured by
 /// [`Primitives::measure`] (the minimum of several runs: the undisturbed cost).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Primitives {
     /// A load of the next 8-byte word of a stream (`ptep_get` in a page-table walk).
     pub load_seq: f64,
@@ -68,15 +69,25 @@ pub struct Primitives {
     /// A dependent load of a random line of the buffer (a pointer chase: a tree node, a
     /// list link, a random `struct page`).
     pub line_rand: f64,
-    /// Zeroing a 4 KiB page of the stream (`clear_page`).
+    /// Zeroing a 4 KiB page, by the host kernel (`clear_page`): a `read` of `/dev/zero`
+    /// into populated memory, per page (user-space `memset` if that fails). The kernel's
+    /// string stores are slower than user space's vector stores: on this 6.18 guest 345 ns
+    /// against 250.
     pub zero_page: f64,
-    /// Copying a 4 KiB page of the stream (`copy_page`).
+    /// Copying a 4 KiB page, by the host kernel (`copy_mc_user_highpage` of a COW fault):
+    /// a `pread` of a written memfd into populated memory, per page, lookup included
+    /// (user-space `memcpy` if that fails). On this guest 780 ns against 510.
     pub copy_page: f64,
     /// An uncontended spinlock acquire and release on a hot line.
     pub lock_pair: f64,
-    /// A null system call's round trip (`getpid`): kernel entry and exit, also the cost
-    /// charged for a page fault's exception entry and exit.
+    /// A null system call's round trip (`getpid`): kernel entry and exit.
     pub syscall: f64,
+    /// A page fault's exception round trip as this machine takes it: the host's time per
+    /// read fault of never-touched anonymous memory (which maps the shared zero page) less
+    /// its time per page to map the same with `MADV_POPULATE_READ`, which does the fault's
+    /// kernel work without the exception ([`Primitives::syscall`] where the host lacks it).
+    /// On this 6.18 guest 340 ns (450 against 110), where `getpid` takes 72.
+    pub trap: f64,
     /// A small allocation and its free (`malloc`/`free` of 192 bytes: the stand-in for a
     /// slab allocation and free of a VMA, an anon_vma or a maple node).
     pub slab_pair: f64,
@@ -115,6 +126,8 @@ pub enum Prim {
     LockPair,
     /// [`Primitives::syscall`].
     Syscall,
+    /// [`Primitives::trap`].
+    Trap,
     /// [`Primitives::slab_pair`].
     SlabPair,
     /// [`Primitives::task`].
@@ -138,6 +151,7 @@ impl Primitives {
             Prim::CopyPage => self.copy_page,
             Prim::LockPair => self.lock_pair,
             Prim::Syscall => self.syscall,
+            Prim::Trap => self.trap,
             Prim::SlabPair => self.slab_pair,
             Prim::Task => self.task,
         }
@@ -236,7 +250,7 @@ impl Primitives {
             per(t, n)
         });
         let pages = BUF / 4096;
-        let zero_page = best(&mut || {
+        let user_zero = best(&mut || {
             let t = Instant::now();
             for p in black_box(&mut buf).chunks_mut(512) {
                 p.fill(0);
@@ -245,7 +259,7 @@ impl Primitives {
             per(t, pages)
         });
         let mut dst = vec![1u64; words];
-        let copy_page = best(&mut || {
+        let user_copy = best(&mut || {
             let t = Instant::now();
             for (d, s) in dst.chunks_mut(512).zip(black_box(&buf).chunks(512)) {
                 d.copy_from_slice(s);
@@ -253,7 +267,12 @@ impl Primitives {
             black_box(&dst);
             per(t, pages)
         });
-        drop((buf, atoms, dst));
+        drop(dst);
+        let mut bytes = vec![1u8; BUF];
+        let zero_page = best(&mut || kernel_zero_ns(&mut bytes).unwrap_or(user_zero));
+        let copy_page = best(&mut || kernel_copy_ns(&mut bytes).unwrap_or(user_copy));
+        drop(bytes);
+        drop((buf, atoms));
         let lock_pair = best(&mut || {
             let l = AtomicBool::new(false);
             let n = 1 << 20;
@@ -294,7 +313,8 @@ impl Primitives {
             }
             per(t, n)
         });
-        Primitives {
+        let trap = best(&mut || trap_ns().unwrap_or(f64::MAX));
+        let mut p = Primitives {
             load_seq,
             store_seq,
             rmw_seq,
@@ -308,9 +328,12 @@ impl Primitives {
             copy_page,
             lock_pair,
             syscall,
+            trap: 0.0,
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
-        }
+        };
+        p.trap = if trap == f64::MAX { syscall } else { trap };
+        p
     }
 }
 
@@ -324,13 +347,58 @@ struct HotLine([AtomicU64; 8]);
 /// refuses a step. No benchmark row times mprotect.
 fn kernel_pte_loop_ns() -> Option<f64> {
     const LEN: u64 = 64 << 20;
-    const MADV_NOHUGEPAGE: i32 = 15;
+    use crate::host::region::MADV_NOHUGEPAGE;
     let r = crate::host::region::Region::anon(LEN).ok()?;
     oracle::sys::madvise(r.addr, LEN, MADV_NOHUGEPAGE).ok()?;
     r.write_each_page().ok()?;
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
     Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
+}
+
+/// A page fault's round trip on this host: per 4 KiB page of 32 MiB of never-touched
+/// anonymous memory (`MADV_NOHUGEPAGE`), a read from user space, which faults and maps the
+/// shared zero page, less `MADV_POPULATE_READ` of as much such memory, which does the same
+/// kernel work without the exception; `None` if the host refuses a step (before 5.14).
+fn trap_ns() -> Option<f64> {
+    const LEN: u64 = 32 << 20;
+    const MADV_POPULATE_READ: i32 = 22;
+    use crate::host::region::{Region, MADV_NOHUGEPAGE};
+    let per_page = |populate: bool| -> Option<f64> {
+        let r = Region::anon(LEN).ok()?;
+        oracle::sys::madvise(r.addr, LEN, MADV_NOHUGEPAGE).ok()?;
+        let t = Instant::now();
+        if populate {
+            oracle::sys::madvise(r.addr, LEN, MADV_POPULATE_READ).ok()?;
+        } else {
+            r.read_each_page().ok()?;
+        }
+        Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
+    };
+    let faulted = per_page(false)?;
+    let populated = per_page(true)?;
+    Some((faulted - populated).max(0.0))
+}
+
+/// The host kernel's time to zero a 4 KiB page of user memory: `read` of `/dev/zero` into
+/// the populated `buf` (`clear_user`, the same string store `clear_page` uses), per page.
+fn kernel_zero_ns(buf: &mut [u8]) -> Option<f64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/dev/zero").ok()?;
+    let t = Instant::now();
+    f.read_exact(buf).ok()?;
+    Some(t.elapsed().as_secs_f64() * 1e9 / (buf.len() / 4096) as f64)
+}
+
+/// The host kernel's time to copy a 4 KiB page: `pread` of a written memfd into the
+/// populated `buf` (a page-cache page copied to user memory), per page. It includes the
+/// page-cache lookup, which a COW copy replaces with its own per-page work.
+fn kernel_copy_ns(buf: &mut [u8]) -> Option<f64> {
+    use std::os::unix::fs::FileExt;
+    let f = oracle::sys::memfd_with(c"usermm-copy", buf).ok()?;
+    let t = Instant::now();
+    f.read_exact_at(buf, 0).ok()?;
+    Some(t.elapsed().as_secs_f64() * 1e9 / (buf.len() / 4096) as f64)
 }
 
 /// A call that is not inlined and does a few instructions of work (a kernel helper's
@@ -458,15 +526,6 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "lruvec->lru_lock (spin_lock_irq)",
     },
     Recipe {
-        counter: "lru_freed",
-        work: &[
-            (Prim::LockPair, -30.0 / 31.0),
-            (Prim::AtomicHot, -30.0 / 31.0),
-            (Prim::KCall, -90.0 / 31.0),
-        ],
-        kernel: "folios_put_refs takes the lru_lock once per batch of 31 freed folios where the engine takes it per folio (lock_lru): 30/31 of those round trips are not the kernel's",
-    },
-    Recipe {
         counter: "batch_drains",
         work: &[(Prim::KCall, 5.0)],
         kernel: "a per-CPU folio batch drained (folio_batch_move_lru or mlock_folio_batch, folios_put_refs; its lru_lock is lock_lru)",
@@ -484,12 +543,12 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "faults",
         work: &[
-            (Prim::Syscall, 1.0),
+            (Prim::Trap, 1.0),
             (Prim::KCall, 22.0),
             (Prim::AtomicHot, 2.0),
             (Prim::LineRand, 3.0),
         ],
-        kernel: "exception entry and exit; lock_vma_under_rcu (mas_walk over about three nodes, the VMA refcount taken and dropped: two locked RMWs); handle_mm_fault with PGFAULT memcg accounting; set_ptes and unlock: about 22 calls besides the folio's allocation",
+        kernel: "the exception's round trip (trap); lock_vma_under_rcu (mas_walk over about three nodes, the VMA refcount taken and dropped: two locked RMWs); handle_mm_fault with PGFAULT memcg accounting; set_ptes and unlock: about 22 calls besides the folio's allocation",
     },
     Recipe {
         counter: "folios_allocated",
@@ -647,6 +706,7 @@ pub fn prim_name(p: Prim) -> &'static str {
         Prim::CopyPage => "copy_page",
         Prim::LockPair => "lock_pair",
         Prim::Syscall => "syscall",
+        Prim::Trap => "trap",
         Prim::SlabPair => "slab_pair",
         Prim::Task => "task",
     }

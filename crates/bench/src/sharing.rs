@@ -208,6 +208,8 @@ fn host_once(s: &HostSession, size: u64, micro: Micro) -> Result<f64, String> {
         Micro::Munmap => r.unmap_timed(),
         Micro::Fork => fork_time(),
         Micro::Cow | Micro::CowByte => {
+            // The copies are new pages: backed ones, as the engine's arena is.
+            crate::host::prime(size);
             let child = LiveChild::fork()?;
             let secs = write(&r, micro);
             drop(child);

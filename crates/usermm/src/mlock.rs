@@ -256,10 +256,10 @@ impl<'m> Cpu<'m> {
         }
     }
 
+    /// Drops the batch's folio references (`folios_put`).
     fn release_batch(&self, folios: impl Iterator<Item = u64>) {
-        for f in folios {
-            self.m.phys.put_folio(self.c(), f, 1);
-        }
+        let refs: FolioBatch<(u64, i32)> = folios.map(|f| (f, 1)).collect();
+        self.m.phys.folios_put_refs(self.c(), &refs);
     }
 
     fn process_lru_add(&self, folios: &[u64]) {

@@ -180,8 +180,8 @@ counters! {
     FolioAlloc => "folios_allocated",
     /// Folios freed (any order; `frames_freed` counts their pages).
     FolioFree => "folios_freed",
-    /// Folios taken off an LRU list as they are freed: the engine takes the lru_lock for
-    /// each (`lock_lru`), Linux's `folios_put_refs` once per batch of 31.
+    /// Folios taken off an LRU list as their last reference went (`__page_cache_release`);
+    /// a batch of freed folios takes the lru_lock once (`folios_put_refs`).
     LruFreed => "lru_freed",
     /// System calls entered (each public system call of `Cpu` once; `exit` counts as the
     /// task's `exit_group`).

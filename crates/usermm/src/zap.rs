@@ -88,9 +88,8 @@ impl<'c, 'm> MmuGather<'c, 'm> {
         if !self.folios.is_empty() || !self.tables.is_empty() {
             c.add(Ev::GatherFlush, 1);
         }
-        for (head, nr) in self.folios.drain(..) {
-            self.cpu.m.phys.put_folio(c, head, nr);
-        }
+        self.cpu.m.phys.folios_put_refs(c, &self.folios);
+        self.folios.clear();
         for t in self.tables.drain(..) {
             self.cpu.m.phys.put_folio(c, t, 1);
         }

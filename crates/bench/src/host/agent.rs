@@ -122,8 +122,20 @@ fn static_spawn(vmas: u64, secs: f64) -> CellResult {
 }
 
 /// Measures `cell` in a fresh agent process (or here, outside the `usermm` binary). Spawn
-/// cells go to the static agent when the build has one.
+/// cells go to the static agent when the build has one. Where the kernel counts the free
+/// memory it reports to the hypervisor, the cell's counters get `host_reported_kib`: how
+/// much was reported while it ran (machine-wide). Non-zero means the hypervisor may have
+/// taken back pages the cell then touched, which costs several times a kernel fault.
 pub fn measure(cell: &HostCell) -> CellResult {
+    let before = super::reported_kib();
+    let (v, mut c) = measure_cell(cell)?;
+    if let (Some(a), Some(b)) = (before, super::reported_kib()) {
+        c.insert("host_reported_kib".into(), b.saturating_sub(a));
+    }
+    Ok((v, c))
+}
+
+fn measure_cell(cell: &HostCell) -> CellResult {
     if let HostCell::Spawn { vmas, secs } = *cell {
         if has_static_spawn_agent() {
             return static_spawn(vmas, secs);
@@ -293,6 +305,9 @@ fn run(cell: &HostCell) -> CellResult {
             Ok((secs, c))
         }
         HostCell::TmpfsRead { size, cached } => {
+            if !cached {
+                super::prime(size);
+            }
             let f = HostTmpfs::new(size)?;
             if cached {
                 f.fill(size, 0x5a)?;
@@ -309,6 +324,7 @@ fn run(cell: &HostCell) -> CellResult {
             Ok((secs, c))
         }
         HostCell::Fault { size, folio } => {
+            super::prime(size);
             let r = Region::anon(size)?;
             let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
             shape(&mut c);

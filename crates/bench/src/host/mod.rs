@@ -185,6 +185,36 @@ pub fn mthp_stat(bytes: u64, name: &str) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
+/// Where this kernel counts the free memory it has reported to the hypervisor (free page
+/// reporting: a guest hands free blocks of at least `page_reporting_order` back to the host,
+/// which discards them and repopulates each page on its next touch). Upstream kernels have
+/// only the order parameter; the counter is what this VM's kernel adds.
+const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
+
+/// KiB of free memory reported to the hypervisor so far (machine-wide), where the kernel
+/// counts it.
+pub fn reported_kib() -> Option<u64> {
+    std::fs::read_to_string(REPORTED_KIB)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Backs `len` bytes of free memory by touching them once and freeing them again
+/// (`MADV_POPULATE_WRITE` of a fresh mapping, then `munmap`), so that a measurement right
+/// after allocates pages the hypervisor has backed. Under free page reporting a page the
+/// guest has reported costs the hypervisor's repopulation on first touch: measured on
+/// this 6.18 guest, a 4 KiB write fault took 1.2 µs on backed memory and 4.6–9.9 µs after
+/// 3 s idle. The engine's arena gets the same treatment (`engine::warm_up`). Best effort:
+/// a refused mapping primes nothing.
+pub fn prime(len: u64) {
+    if let Ok(r) = region::Region::anon(len) {
+        let _ = sys::madvise(r.addr, r.len, region::MADV_NOHUGEPAGE);
+        let _ = r.populate();
+    }
+}
+
 /// Describes an errno.
 pub fn errno_text(what: &str, e: i32) -> String {
     format!("{what}: {}", std::io::Error::from_raw_os_error(e))

@@ -29,6 +29,8 @@ mod libc_prot {
 
 /// `MADV_DONTNEED`.
 pub const MADV_DONTNEED: i32 = 4;
+/// `MADV_NOHUGEPAGE`.
+pub const MADV_NOHUGEPAGE: i32 = 15;
 /// `MADV_POPULATE_WRITE` (Linux 5.14+).
 const MADV_POPULATE_WRITE: i32 = 23;
 

@@ -9,11 +9,13 @@ pub(crate) mod buddy;
 pub(crate) mod lru;
 pub(crate) mod memmap;
 
+use crate::mlock::{FolioBatch, FOLIO_BATCH_SIZE};
 use crate::stats::{CpuCounters, Ev};
 pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
-use lru::Lruvec;
+use lru::{Lists, Lruvec};
 pub use memmap::{Memmap, PageFlag};
+use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
@@ -395,18 +397,72 @@ impl PhysMem {
         &self.lruvecs[node.min(self.lruvecs.len() - 1)]
     }
 
+    /// Drops the references `refs` (folio head, count) gathered for one TLB batch, as
+    /// `folios_put_refs` does for `free_pages_and_swap_cache`: in batches of
+    /// [`FOLIO_BATCH_SIZE`], the folios whose last reference went are taken off their LRU
+    /// under one `lru_lock` per batch (re-taken only when the node changes), then freed.
+    /// Before, the engine took the lock once per freed folio, 31 times Linux's count.
+    ///
+    /// # Context
+    /// No lru_lock or zone lock held; takes the lru_lock of each freed folio's node.
+    pub(crate) fn folios_put_refs(&self, c: &CpuCounters, refs: &[(u64, i32)]) {
+        for batch in refs.chunks(FOLIO_BATCH_SIZE) {
+            let mut freed: FolioBatch<u64> = FolioBatch::new();
+            for &(head, n) in batch {
+                if self.is_zero_pfn(head) {
+                    continue;
+                }
+                c.add(Ev::FolioAtomic, 1);
+                c.add(Ev::RefcountAtomic, 1);
+                if self.memmap.ref_add(head, -n) == 0 {
+                    freed.push(head);
+                }
+            }
+            let mut held: Option<(usize, MutexGuard<'_, Lists>)> = None;
+            for &head in &freed {
+                if !self.memmap.test(head, PageFlag::Lru) {
+                    continue;
+                }
+                let node = self.node_of(head);
+                let lists = match &mut held {
+                    Some((n, l)) if *n == node => l,
+                    _ => {
+                        held = None;
+                        c.add(Ev::LockLru, 1);
+                        &mut held.insert((node, self.lruvec_of_node(node).lock())).1
+                    }
+                };
+                self.lru_del_freed(c, lists, head);
+            }
+            drop(held);
+            for head in freed {
+                self.free_unlisted(c, head);
+            }
+        }
+    }
+
+    /// Takes a folio whose last reference went off its LRU (`__page_cache_release`).
+    fn lru_del_freed(&self, c: &CpuCounters, lists: &mut Lists, head: u64) {
+        c.add(Ev::LruFreed, 1);
+        lists.del(&self.memmap, head, 1u64 << self.memmap.order(head));
+        self.memmap.clear(head, PageFlag::Lru);
+    }
+
     /// Returns a folio whose refcount reached zero to its zone, taking it off its LRU and
     /// clearing its mlocked state first (`__folio_put`).
     fn free_folio(&self, c: &CpuCounters, head: u64) {
-        let order = self.memmap.order(head);
-        let nr = 1u64 << order;
         if self.memmap.test(head, PageFlag::Lru) {
             c.add(Ev::LockLru, 1);
-            c.add(Ev::LruFreed, 1);
             let mut l = self.lruvec_of(head).lock();
-            l.del(&self.memmap, head, nr);
-            self.memmap.clear(head, PageFlag::Lru);
+            self.lru_del_freed(c, &mut l, head);
         }
+        self.free_unlisted(c, head);
+    }
+
+    /// Frees a folio whose refcount reached zero and which is on no LRU.
+    fn free_unlisted(&self, c: &CpuCounters, head: u64) {
+        let order = self.memmap.order(head);
+        let nr = 1u64 << order;
         if self.memmap.test_and_clear(head, PageFlag::Mlocked) {
             self.mod_nr_mlock(c, head, -(nr as i64));
         }
