@@ -88,6 +88,13 @@ pub struct Primitives {
     /// kernel work without the exception ([`Primitives::syscall`] where the host lacks it).
     /// On this 6.18 guest 340 ns (450 against 110), where `getpid` takes 72.
     pub trap: f64,
+    /// A TLB flush of one page or range by the host kernel (`flush_tlb_mm_range` and the
+    /// `invlpg`, or its hypercall under a hypervisor): `MADV_DONTNEED` of a mapped page of a
+    /// shared memfd (whose folio the page cache keeps) less `MADV_DONTNEED` of an unmapped
+    /// page of the same table, less the recipe of the one PTE zapped. User space cannot time
+    /// an `invlpg`, so the flush is what remains of the first call; 0 where the host
+    /// refuses a step.
+    pub tlb_flush: f64,
     /// A small allocation and its free (`malloc`/`free` of 192 bytes: the stand-in for a
     /// slab allocation and free of a VMA, an anon_vma or a maple node).
     pub slab_pair: f64,
@@ -128,6 +135,8 @@ pub enum Prim {
     Syscall,
     /// [`Primitives::trap`].
     Trap,
+    /// [`Primitives::tlb_flush`].
+    TlbFlush,
     /// [`Primitives::slab_pair`].
     SlabPair,
     /// [`Primitives::task`].
@@ -152,6 +161,7 @@ impl Primitives {
             Prim::LockPair => self.lock_pair,
             Prim::Syscall => self.syscall,
             Prim::Trap => self.trap,
+            Prim::TlbFlush => self.tlb_flush,
             Prim::SlabPair => self.slab_pair,
             Prim::Task => self.task,
         }
@@ -329,12 +339,49 @@ impl Primitives {
             lock_pair,
             syscall,
             trap: 0.0,
+            tlb_flush: 0.0,
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
         };
         p.trap = if trap == f64::MAX { syscall } else { trap };
+        let zap_one = best(&mut || dontneed_difference_ns().unwrap_or(f64::MAX));
+        p.tlb_flush = if zap_one == f64::MAX {
+            0.0
+        } else {
+            // The zapped entry: its batch, the xchg of the PTE, the folio's reference.
+            (zap_one - p.recipe_ns("zap_batches") - p.rmw_seq - p.atomic_hot).max(0.0)
+        };
         p
     }
+
+    /// The price of one event of `counter` by its recipe (0 for an unpriced counter).
+    fn recipe_ns(&self, counter: &str) -> f64 {
+        recipe(counter).map_or(0.0, |r| r.work.iter().map(|&(p, k)| k * self.get(p)).sum())
+    }
+}
+
+/// `MADV_DONTNEED` of a mapped page less `MADV_DONTNEED` of an unmapped page in the same
+/// page table, ns: a two-page shared mapping of a one-page memfd (so fault-around cannot
+/// map the second) whose first page is read-faulted in before each pair (untimed); the
+/// first call zaps one entry and flushes it from the TLB, the second finds nothing.
+/// `None` if the host refuses a step.
+fn dontneed_difference_ns() -> Option<f64> {
+    use crate::host::region::{Region, MADV_DONTNEED};
+    const N: u32 = 2000;
+    let f = oracle::sys::memfd_with(c"usermm-flush", &[1u8; 4096]).ok()?;
+    let r = Region::file(8192, std::os::fd::AsRawFd::as_raw_fd(&f), true, 0).ok()?;
+    let (mapped, unmapped) = (r.addr, r.addr + 4096);
+    let (mut with, mut without) = (0.0, 0.0);
+    for _ in 0..N {
+        oracle::sys::touch(mapped, 4096, false).ok()?;
+        let t = Instant::now();
+        oracle::sys::madvise(mapped, 4096, MADV_DONTNEED).ok()?;
+        with += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        oracle::sys::madvise(unmapped, 4096, MADV_DONTNEED).ok()?;
+        without += t.elapsed().as_secs_f64();
+    }
+    Some((with - without) * 1e9 / f64::from(N))
 }
 
 /// A 64-byte line of atomics.
@@ -531,6 +578,45 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "a per-CPU folio batch drained (folio_batch_move_lru or mlock_folio_batch, folios_put_refs; its lru_lock is lock_lru)",
     },
     Recipe {
+        counter: "tlb_flush_page",
+        work: &[(Prim::TlbFlush, 1.0)],
+        kernel: "flush_tlb_page of one user address (ptep_clear_flush of a COW fault)",
+    },
+    Recipe {
+        counter: "tlb_flush_range",
+        work: &[(Prim::TlbFlush, 1.0)],
+        kernel: "flush_tlb_range / tlb_flush_mmu of a range (invlpg per page up to 33 pages, else the whole TLB)",
+    },
+    Recipe {
+        counter: "tlb_flush_mm",
+        work: &[(Prim::TlbFlush, 1.0)],
+        kernel: "flush_tlb_mm of the whole address space (fork's write-protect, exit)",
+    },
+    Recipe {
+        counter: "gather_flushes",
+        work: &[(Prim::KCall, 12.0)],
+        kernel: "tlb_finish_mmu/tlb_flush_mmu with something gathered: tlb_flush_mmu_tlbonly, tlb_batch_pages_flush, free_pages_and_swap_cache and its batch loop, tlb_table_flush, plus the lru_add_drain of zap_page_range_single (about 12 calls; the flush itself is tlb_flush_range)",
+    },
+    Recipe {
+        counter: "pgtable_allocated",
+        work: &[
+            (Prim::KCall, 33.0),
+            (Prim::LockPair, 1.0),
+            (Prim::AtomicHot, 3.0),
+        ],
+        kernel: "__pte_alloc: pte_alloc_one (a page from the per-CPU lists, memcg kmem charge, pagetable_pte_ctor: ptlock init, NR_PAGETABLE stat: about 30 calls and 2 locked RMWs) and pmd_install under the PMD lock (one spinlock round trip); the zeroing is pages_zeroed",
+    },
+    Recipe {
+        counter: "pgtable_freed",
+        work: &[(Prim::KCall, 20.0), (Prim::AtomicHot, 2.0)],
+        kernel: "free_pte_range -> pte_free_tlb -> tlb_remove_table, then pagetable_dtor (NR_PAGETABLE stat, memcg kmem uncharge) and the page's free to the per-CPU lists",
+    },
+    Recipe {
+        counter: "cow_reuses",
+        work: &[(Prim::KCall, 8.0), (Prim::AtomicHot, 3.0)],
+        kernel: "wp_page_reuse of an exclusive anon folio: folio_trylock/unlock, the refcount and swapcache checks of wp_can_reuse_anon_folio, ptep_set_access_flags (and its local flush_tlb_fix_spurious_fault)",
+    },
+    Recipe {
         counter: "pages_zeroed",
         work: &[(Prim::ZeroPage, 1.0)],
         kernel: "clear_page_erms of a new anonymous, shmem or page-table page",
@@ -614,14 +700,33 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "folio_isolate_lru: clear PG_lru, lruvec_del_folio (a list-debug call and the LRU-size stat chain)",
     },
     Recipe {
+        counter: "faults_file",
+        work: &[(Prim::KCall, 23.0), (Prim::AtomicHot, 2.0)],
+        kernel: "a file fault beyond what faults prices: do_read_fault's fault-around attempt, __do_fault and shmem_fault, finish_fault and set_pte_range, folio_add_file_rmap_ptes with its NR_FILE_MAPPED chain, folio_unlock (docs/research/kernel-calls-6.18.md §8)",
+    },
+    Recipe {
+        counter: "pagecache_add",
+        work: &[
+            (Prim::KCall, 42.0),
+            (Prim::LockPair, 3.0),
+            (Prim::AtomicHot, 3.0),
+            (Prim::LineSeq, 0.2),
+        ],
+        kernel: "a shmem folio added to the page cache: memcg charge, __filemap_add_folio under the xarray lock, the NR_FILE_PAGES and NR_SHMEM stat chains, inode block accounting under i_lock, shmem_recalc_inode under info->lock (three spinlock round trips), folio_mark_uptodate; less the anon rmap folios_allocated prices (§8)",
+    },
+    Recipe {
         counter: "fault_around_pages",
-        work: &[(Prim::KCall, 3.0), (Prim::LineSeq, 1.0)],
-        kernel: "filemap_map_pages per extra page: next_uptodate_folio's xarray step, folio_add_file_rmap_ptes and set_pte (their atomics and stores are counted)",
+        work: &[
+            (Prim::KCall, 12.0),
+            (Prim::AtomicHot, 4.0),
+            (Prim::LineSeq, 0.25),
+        ],
+        kernel: "filemap_map_pages per extra page: next_uptodate_folio (xarray step, folio_try_get, trylock, checks), set_pte_range, folio_add_file_rmap_ptes and its stat chain, folio_unlock; the atomics beyond the two the engine counts (§8)",
     },
     Recipe {
         counter: "cow_copies",
-        work: &[(Prim::KCall, 9.0)],
-        kernel: "wp_page_copy's unmap of the old page: folio_remove_rmap_pte and its stat chain (the new folio is in folios_allocated, the copy in pages_copied)",
+        work: &[(Prim::KCall, 9.0), (Prim::AtomicHot, 3.0)],
+        kernel: "wp_page_copy besides the new folio, the copy and the flush (priced in folios_allocated, pages_copied, tlb_flush_page): the second PTE lock's map and rcu calls, the copy's calls, ptep_clear_flush's clear, folio_remove_rmap_pte of the old page (no stat chain: the child still maps it), the extra folio get and put (§8)",
     },
     Recipe {
         counter: "thp_split_pmd",
@@ -707,6 +812,7 @@ pub fn prim_name(p: Prim) -> &'static str {
         Prim::LockPair => "lock_pair",
         Prim::Syscall => "syscall",
         Prim::Trap => "trap",
+        Prim::TlbFlush => "tlb_flush",
         Prim::SlabPair => "slab_pair",
         Prim::Task => "task",
     }

@@ -477,9 +477,13 @@ impl<'m> Cpu<'m> {
         let start = (addr & !(window - 1)).max(vma.start).max(pmd_start);
         let end = (start + window).min(vma.end).min(pmd_start + PMD_SIZE);
         let cache = inode.pages.lock();
-        let mut ptes = PteLock::lock(pt, c, vmf.table);
+        // The table is locked at the first page found to map, not before: a window with
+        // nothing cached leaves the PTL to the fault proper (`filemap_map_pages` maps the
+        // table only once `next_uptodate_folio` returned a folio).
+        let mut ptes: Option<PteLock> = None;
         let mut mapped_fault = false;
-        let mut map_page = |ptes: &mut PteLock<'_>, a: u64, pfn: u64| -> bool {
+        let mut map_page = |ptes: &mut Option<_>, a: u64, pfn: u64| -> bool {
+            let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
             let idx = index(a, 12);
             if ptes.peek_raw(idx) != 0 {
                 return false;
