@@ -406,6 +406,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     drop(host);
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: "anon-cow".into(),
         title: format!(
             "vm-scalability case-anon-cow-seq/-rand: {n} instances, each COWing {} MiB of shared PMD THPs",

@@ -6,7 +6,7 @@
 //! kernel's, and neither do its gains. This model does: each engine counter names a piece
 //! of kernel work (a PTE read, a locked bit clear on a PTE, an atomic on a `struct page`,
 //! a page zeroed, a lock taken, a VMA duplicated, …), whose cost on *this* machine is
-//! measured at the start of the run by a microbenchmark ([`Primitives`]); the prediction is
+//! measured before each modelled benchmark by a microbenchmark ([`Primitives`]); the prediction is
 //! Σ counter × cost, plus the fixed work of the timed operation (a system call, a task
 //! created). Nothing is fitted to the benchmark rows: the primitives are measured, the
 //! recipes ([`RECIPES`]) state what the kernel does per event, from reading Linux 6.18.
@@ -21,10 +21,11 @@
 //! The kernel's instruction path is priced as out-of-line calls ([`Primitives::kcall`],
 //! calibrated on the host's own `mprotect`, which no benchmark row times) counted per
 //! event from the 6.18 source and the running kernel's configuration: the recipes say which
-//! calls. What the model leaves out: work no engine counter names (a task's first run in a
-//! new mm, the child's COW faults, RCU callbacks), cache state (the primitives stream
-//! through an LLC-resident buffer; a kernel zeroing cold pages pays DRAM), and TLB
-//! invalidations (user space cannot time an `invlpg`).
+//! calls. Traps, TLB flushes, page zeroing and copying are the host kernel's own, timed from
+//! user space by pairs of system calls that differ only in that work ([`Primitives::trap`],
+//! [`Primitives::tlb_flush`]). What the model leaves out: work no engine counter names (a
+//! task's first run in a new mm, the child's COW faults, RCU callbacks, the user's own
+//! stores in a timed loop) and cache state beyond what the streamed primitives see.
 
 use crate::model::{Better, Column, Table, Unit, Variant, VariantKind};
 use crate::stats::{headline, summary};
@@ -875,9 +876,10 @@ pub fn add_model_columns(table: &mut Table, prims: &Primitives, host_matches: &s
     }
     table.variants.splice(at..at, models);
     table.host_matches = Some(host_matches.to_string());
+    table.cost_model = Some(*prims);
     if let Some(a) = accuracy(table) {
         table.notes.push(format!(
-            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives measured at the start of the run, counters exact, nothing fitted to these rows",
+            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives measured before the table, counters exact, nothing fitted to these rows",
             model_name(host_matches),
             a.within_20pct,
             a.rows,

@@ -175,6 +175,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     }
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: "fault".into(),
         title: format!(
             "fault-in of {} MiB (anon: write one byte per page; tmpfs: read one)",

@@ -394,6 +394,7 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
     });
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: op.name().into(),
         title: format!(
             "{}() of {} MiB of PTE-mapped folios, per folio size",

@@ -126,6 +126,7 @@ pub fn tables(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
         };
         out.push(Table {
         host_matches: None,
+        cost_model: None,
             id: id.into(),
             title,
             seed: Some("002".into()),

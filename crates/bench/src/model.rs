@@ -246,6 +246,11 @@ pub struct Table {
     /// compared with the host column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_matches: Option<String>,
+    /// The primitive costs the table's `model:` columns were computed from, measured just
+    /// before the table ran (the machine's state drifts over a run: on this 2-vCPU guest
+    /// `kcall` read from 4 to 8 ns in one afternoon, with the host rows moving alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<crate::costmodel::Primitives>,
 }
 
 impl Table {
@@ -344,8 +349,8 @@ pub struct Report {
     pub wall_seconds: f64,
     /// The tables, in run order.
     pub tables: Vec<Table>,
-    /// This machine's primitive costs the model columns were computed from (absent when
-    /// the run had no model columns).
+    /// This machine's primitive costs as measured before the first modelled benchmark
+    /// (absent when the run had no model columns); each table's own are in its `cost_model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_model: Option<crate::costmodel::Primitives>,
 }

@@ -220,6 +220,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .collect();
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: setup.id().into(),
         title: format!("timedmunlock: {} MiB, {}", size >> 20, setup.title()),
         seed: Some("004".into()),

@@ -295,6 +295,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     }
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: "readahead".into(),
         title: format!(
             "readahead: pread of a {} MiB disk file, none of it cached",

@@ -215,6 +215,7 @@ pub fn measure(
     }
     let mut table = Table {
         host_matches: None,
+        cost_model: None,
         id: "scenario".into(),
         title: "whole runs of scenario files under tunable sweeps".into(),
         seed: None,

@@ -338,6 +338,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     drop(host);
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: "sharing".into(),
         title: format!("seed 003 micro benchmarks on {} MiB of PMD THPs", size >> 20),
         seed: Some("003".into()),

@@ -151,6 +151,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     }
     Ok(Table {
         host_matches: None,
+        cost_model: None,
         id: "spawn".into(),
         title: format!("fork+exit rate with 21 + N VMAs, {secs} s per point"),
         seed: Some("001".into()),

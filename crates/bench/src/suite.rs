@@ -192,11 +192,14 @@ pub fn run(
     let start = Instant::now();
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
-    let prims = which
-        .iter()
-        .any(|b| b.host_matches().is_some())
-        .then(|| on_last_cpu(crate::costmodel::Primitives::measure));
+    let mut first_prims = None;
     for &b in which {
+        // The primitives are measured again before each modelled benchmark, so that its
+        // model and its host column see the machine in the same state.
+        let prims = b
+            .host_matches()
+            .map(|_| on_last_cpu(crate::costmodel::Primitives::measure));
+        first_prims = first_prims.or(prims);
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {
             opts,
@@ -243,6 +246,6 @@ pub fn run(
         },
         wall_seconds: start.elapsed().as_secs_f64(),
         tables,
-        cost_model: prims,
+        cost_model: first_prims,
     })
 }
