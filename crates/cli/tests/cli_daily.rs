@@ -324,6 +324,7 @@ fn report(batched: &[f64]) -> Report {
         wall_seconds: 1.0,
         tables: vec![Table {
             host_matches: None,
+            cost_model: None,
             id: "fork".into(),
             title: "fork".into(),
             seed: None,
