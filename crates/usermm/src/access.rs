@@ -9,7 +9,7 @@
 use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
-use crate::pgtable::{PageTables, Walk};
+use crate::pgtable::{AnyLeaf, PageTables, Walk};
 use crate::phys::PageFlag;
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
@@ -44,9 +44,9 @@ struct Leaf {
     pfn: u64,
     table: u64,
     idx: usize,
-    entry: u64,
-    /// A PMD leaf (a PMD-mapped THP or the huge zero folio).
-    pmd: bool,
+    /// The entry as the walk read it: a PTE, or a PMD leaf (a PMD-mapped THP or the huge
+    /// zero folio).
+    entry: AnyLeaf,
 }
 
 impl<'m> Cpu<'m> {
@@ -159,7 +159,7 @@ impl<'m> Cpu<'m> {
         let (mut clean, mut pmd) = (false, false);
         let pfn = self.walk_or_fault(mm, st, addr, access, |leaf| {
             if self.hw_permits(leaf.entry, access) && arch.present(leaf.entry) {
-                (clean, pmd) = (!arch.dirty(leaf.entry), leaf.pmd);
+                (clean, pmd) = (!arch.dirty(leaf.entry), leaf.entry.is_pmd());
                 LeafUse::Take(leaf.pfn)
             } else {
                 LeafUse::Fault
@@ -181,14 +181,13 @@ impl<'m> Cpu<'m> {
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
         let c = self.c();
         match pt.walk(addr) {
-            Walk::Pte { table, idx, entry } if entry != 0 => {
+            Walk::Pte { table, idx, entry } if !entry.is_none() => {
                 c.add(Ev::PteRead, 1);
                 Some(Leaf {
                     pfn: pt.arch.pfn(entry),
                     table,
                     idx,
-                    entry,
-                    pmd: false,
+                    entry: AnyLeaf::Pte(entry),
                 })
             }
             Walk::PmdLeaf { table, idx, entry } => {
@@ -197,15 +196,14 @@ impl<'m> Cpu<'m> {
                     pfn,
                     table,
                     idx,
-                    entry,
-                    pmd: true,
+                    entry: AnyLeaf::Pmd(entry),
                 })
             }
             _ => None,
         }
     }
 
-    fn hw_permits(&self, e: u64, access: Access) -> bool {
+    fn hw_permits(&self, e: AnyLeaf, access: Access) -> bool {
         let a = self.m.arch;
         match access {
             Access::Read => a.hw_user_readable(e),
@@ -229,7 +227,7 @@ impl<'m> Cpu<'m> {
             if new == cur || pt.cmpxchg(leaf.table, leaf.idx, cur, new) {
                 break;
             }
-            cur = pt.get(leaf.table, leaf.idx);
+            cur = pt.reread(leaf.table, leaf.idx, cur);
             if !self.hw_permits(cur, access) {
                 break;
             }
@@ -244,7 +242,7 @@ impl<'m> Cpu<'m> {
         // The walk and the fill are two steps: if the entry changed meanwhile (a COW on
         // another CPU whose shootdown may already have passed), drop what we cached and walk
         // again, as a hardware walker's atomic fill would never have cached it.
-        let now = pt.get(leaf.table, leaf.idx);
+        let now = pt.reread(leaf.table, leaf.idx, cur);
         if now != cur && (pt.arch.pfn(now) != pt.arch.pfn(cur) || !self.hw_permits(now, access)) {
             self.tlb().invalidate(mm.id, vpn, vpn + 1);
             return None;

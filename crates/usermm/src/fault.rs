@@ -17,7 +17,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
 use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
-use crate::pgtable::{index, PageTables, PMD_SIZE};
+use crate::pgtable::{index, PageTables, Pmd, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -96,7 +96,7 @@ impl<'m> Cpu<'m> {
             return self.oom();
         };
         let pmd_idx = index(addr, 21);
-        let huge = pt.get(pmd_t, pmd_idx) == 0 && self.thp_pmd_eligible(vma, addr);
+        let huge = pt.pmdp_get(pmd_t, pmd_idx).is_none() && self.thp_pmd_eligible(vma, addr);
         if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
             // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
             // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
@@ -115,13 +115,13 @@ impl<'m> Cpu<'m> {
                 return o;
             }
         }
-        if pt.get(pmd_t, pmd_idx) == 0 && self.shmem_pmd_suitable(vma, addr, access) {
+        if pt.pmdp_get(pmd_t, pmd_idx).is_none() && self.shmem_pmd_suitable(vma, addr, access) {
             if let Some(o) = self.do_shmem_pmd_fault(mm, vma, pmd_t, pmd_idx, addr, access) {
                 return o;
             }
         }
-        let pmd = pt.get(pmd_t, pmd_idx);
-        if pmd != 0 && !pt.arch.is_table(pmd) {
+        let pmd = pt.pmdp_get(pmd_t, pmd_idx);
+        if !pmd.is_none() && !pt.arch.is_table(pmd) {
             if access == Access::Write && !pt.arch.write(pmd) {
                 if let Some(o) = self.do_huge_pmd_wp_page(mm, vma, pmd_t, pmd_idx, addr) {
                     return o;
@@ -160,7 +160,7 @@ impl<'m> Cpu<'m> {
         let mut ptes = PteLock::lock(vmf.pt, self.c(), vmf.table);
         let idx = vmf.idx();
         let pte = ptes.get_raw(idx);
-        if pte == 0 {
+        if pte.is_none() {
             drop(ptes);
             return match &vmf.vma.file {
                 Some(_) => self.do_fault(vmf),
@@ -198,10 +198,10 @@ impl<'m> Cpu<'m> {
         let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
         let arch = pt.arch;
         if vmf.access == Access::Read {
-            let entry = arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.page_prot(), false));
+            let entry = arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.page_prot()));
             let mut ptes = PteLock::lock(pt, c, vmf.table);
             let idx = vmf.idx();
-            if ptes.peek_raw(idx) == 0 {
+            if ptes.peek_raw(idx).is_none() {
                 ptes.set_ptes(idx, entry, 1);
                 c.add(Ev::FaultZeroPage, 1);
             }
@@ -215,7 +215,7 @@ impl<'m> Cpu<'m> {
         let nr = 1u64 << order;
         let first_idx = index(start, 12);
         let mut ptes = PteLock::lock(pt, c, vmf.table);
-        if (first_idx..first_idx + nr as usize).any(|i| ptes.peek_raw(i) != 0) {
+        if (first_idx..first_idx + nr as usize).any(|i| !ptes.peek_raw(i).is_none()) {
             drop(ptes);
             self.m.phys.put_folio(c, head, 1);
             return FaultOutcome::Completed; // raced with another fault: retry
@@ -226,7 +226,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(&self.m.phys, c, head, nr, Level::Pte, owner, mm.id);
         self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
         self.folio_add_lru_vma(head, vma);
-        let mut entry = arch.mk_pte(head, vma.page_prot(), false);
+        let mut entry = arch.mk_pte(head, vma.page_prot());
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
@@ -260,7 +260,7 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let i0 = index(start, 12);
-            if (i0..i0 + (1 << order)).any(|i| pt.get(table, i) != 0) {
+            if (i0..i0 + (1 << order)).any(|i| !pt.ptep_get_raw(table, i).is_none()) {
                 continue;
             }
             if let Some(h) = self.m.phys.alloc_folio(
@@ -370,7 +370,7 @@ impl<'m> Cpu<'m> {
         let idx = vmf.idx();
         let arch = vmf.pt.arch;
         let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
-        if ptes.peek_raw(idx) != 0 {
+        if !ptes.peek_raw(idx).is_none() {
             drop(ptes);
             phys.put_folio(c, new, 1);
             return FaultOutcome::Completed;
@@ -378,7 +378,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot(), false)));
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
         ptes.set_ptes(idx, entry, 1);
         mm.rss_add(RssKind::Anon, 1);
         self.count_file_fault(inode, lookup);
@@ -414,7 +414,7 @@ impl<'m> Cpu<'m> {
         let folio_pages = 1usize << phys.memmap.order(head);
         let idx = vmf.idx();
         let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
-        if ptes.peek_raw(idx) != 0 {
+        if !ptes.peek_raw(idx).is_none() {
             drop(ptes);
             phys.put_folio(c, head, 1);
             return FaultOutcome::Completed;
@@ -437,7 +437,9 @@ impl<'m> Cpu<'m> {
                 && idx >= in_folio
                 && idx + (folio_pages - in_folio) <= 512
                 && in_file;
-            if fits && (idx - in_folio..idx - in_folio + folio_pages).all(|i| ptes.peek_raw(i) == 0)
+            if fits
+                && (idx - in_folio..idx - in_folio + folio_pages)
+                    .all(|i| ptes.peek_raw(i).is_none())
             {
                 first_page = head;
                 first_idx = idx - in_folio;
@@ -447,7 +449,7 @@ impl<'m> Cpu<'m> {
         }
         rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
         self.mlock_vma_file_folio(head, vma, nr as u64);
-        let mut entry = arch.mk_pte(first_page, vma.page_prot(), false);
+        let mut entry = arch.mk_pte(first_page, vma.page_prot());
         if write {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
@@ -485,14 +487,14 @@ impl<'m> Cpu<'m> {
         let mut map_page = |ptes: &mut Option<_>, a: u64, pfn: u64| -> bool {
             let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
             let idx = index(a, 12);
-            if ptes.peek_raw(idx) != 0 {
+            if !ptes.peek_raw(idx).is_none() {
                 return false;
             }
             let head = mem.folio_of(pfn);
             rmap::folio_ref_add(&self.m.phys, c, head, 1);
             rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
             self.mlock_vma_folio(head, vma);
-            ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot(), false), 1);
+            ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
             mm.rss_add(vma.file_rss(), 1);
             if a == (addr & !4095) {
                 mapped_fault = true;
@@ -542,7 +544,7 @@ impl<'m> Cpu<'m> {
         mapped_fault
     }
 
-    fn do_wp_page(&self, vmf: &FaultCtx<'_, 'm>, mut ptes: PteLock<'_>, pte: u64) -> FaultOutcome {
+    fn do_wp_page(&self, vmf: &FaultCtx<'_, 'm>, mut ptes: PteLock<'_>, pte: Pte) -> FaultOutcome {
         let c = self.c();
         c.add(Ev::FaultWp, 1);
         let (mm, vma) = (vmf.mm, vmf.vma);
@@ -631,7 +633,7 @@ impl<'m> Cpu<'m> {
 
     /// `wp_page_copy`: a private copy of the page `old` maps (a zeroed page for the zero
     /// page) replaces it, with a flush in between (`ptep_clear_flush`).
-    fn wp_page_copy(&self, vmf: &FaultCtx<'_, 'm>, old: u64, zero: bool) -> FaultOutcome {
+    fn wp_page_copy(&self, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool) -> FaultOutcome {
         let c = self.c();
         let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
         let arch = vmf.pt.arch;
@@ -656,7 +658,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
         self.folio_add_lru_vma(new, vma);
-        let mut entry = arch.mk_pte(new, vma.page_prot(), false);
+        let mut entry = arch.mk_pte(new, vma.page_prot());
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
         ptes.clear(idx, 1);
@@ -789,12 +791,12 @@ impl<'m> Cpu<'m> {
         let pt = self.tables(mm);
         let arch = pt.arch;
         let mut pmdl = PmdLock::lock(pt, c, pmd_t);
-        if pmdl.get(pmd_idx) != 0 {
+        if !pmdl.get(pmd_idx).is_none() {
             return false;
         }
         rmap::add_file_pmd(phys, c, head, mm.id);
         self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
-        let mut entry = arch.mk_pte(head, vma.page_prot(), true);
+        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
         if access == Access::Write {
             entry = arch.mkwrite(arch.mkdirty(entry));
             phys.memmap.set(head, PageFlag::Dirty);
@@ -856,9 +858,9 @@ impl<'m> Cpu<'m> {
         if access == Access::Read && use_zero {
             let hz = phys.huge_zero_pfn()?;
             let deposit = self.alloc_deposit()?;
-            let entry = arch.mkspecial(arch.mk_pte(hz, vma.page_prot(), true));
+            let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
             let mut pmdl = PmdLock::lock(pt, c, pmd_t);
-            if pmdl.get(pmd_idx) != 0 {
+            if !pmdl.get(pmd_idx).is_none() {
                 drop(pmdl);
                 phys.put_folio(c, deposit, 1);
                 return Some(FaultOutcome::Completed);
@@ -880,7 +882,7 @@ impl<'m> Cpu<'m> {
             return None;
         };
         let mut pmdl = PmdLock::lock(pt, c, pmd_t);
-        if pmdl.get(pmd_idx) != 0 {
+        if !pmdl.get(pmd_idx).is_none() {
             drop(pmdl);
             phys.put_folio(c, head, 1);
             phys.put_folio(c, deposit, 1);
@@ -888,7 +890,7 @@ impl<'m> Cpu<'m> {
         }
         self.deposit_table(mm, haddr, deposit);
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let mut entry = arch.mk_pte(head, vma.page_prot(), true);
+        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
@@ -967,7 +969,7 @@ impl<'m> Cpu<'m> {
         pmd_t: u64,
         pmd_idx: usize,
         haddr: u64,
-        old: u64,
+        old: Pmd,
     ) -> Option<FaultOutcome> {
         let c = self.c();
         let phys = &self.m.phys;
@@ -991,7 +993,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(head, vma.page_prot(), true)));
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
         // Break before make: the huge zero page leaves every TLB before the THP appears.
         pmdl.clear(pmd_idx);
         self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
@@ -1053,9 +1055,9 @@ impl<'m> Cpu<'m> {
         let pfn = arch.pfn(pmd);
         let nr = 1u64 << HPAGE_PMD_ORDER;
         // Each PTE is the PMD's entry for its page, as a level-3 entry.
-        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd), false);
+        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd));
         if arch.special(pmd) {
-            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd), false));
+            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd)));
         }
         if arch.dirty(pmd) {
             base = arch.mkdirty(base);
@@ -1110,16 +1112,12 @@ impl<'m> Cpu<'m> {
     }
 }
 
-/// The protection encoded in a leaf entry.
-pub(crate) fn pmd_prot(arch: crate::pgtable::Arch, e: u64) -> crate::pgtable::Prot {
+/// The protection encoded in a PMD leaf.
+pub(crate) fn pmd_prot(arch: crate::pgtable::Arch, e: Pmd) -> crate::pgtable::Prot {
     let accessible = arch.accessible(e);
     crate::pgtable::Prot {
         read: accessible,
         write: false,
-        exec: accessible
-            && match arch {
-                crate::pgtable::Arch::X86_64 => e & crate::pgtable::arch::x86::NX == 0,
-                crate::pgtable::Arch::Arm64 => e & crate::pgtable::arch::arm64::UXN == 0,
-            },
+        exec: accessible && arch.exec(e),
     }
 }

@@ -68,7 +68,7 @@ impl<'m> Cpu<'m> {
             let (i0, i1) = step.pte_indexes();
             for i in i0..i1 {
                 let e = ptes.get(i);
-                if e != 0 && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head) {
+                if !e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head) {
                     maps.push((table, i, e, pt.arch.pfn(e)));
                 }
             }

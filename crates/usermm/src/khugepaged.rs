@@ -311,7 +311,7 @@ impl<'m> Cpu<'m> {
             let ptes = PteLock::lock(pt, c, table);
             for (i, slot) in src.iter_mut().enumerate() {
                 let e = ptes.get(i);
-                if e == 0 || !pt.arch.present(e) {
+                if e.is_none() || !pt.arch.present(e) {
                     continue;
                 }
                 let pfn = pt.arch.pfn(e);
@@ -356,7 +356,7 @@ impl<'m> Cpu<'m> {
         {
             let mut ptes = PteLock::lock(pt, c, table);
             for (i, s) in src.iter().enumerate() {
-                if ptes.get(i) == 0 {
+                if ptes.get(i).is_none() {
                     continue;
                 }
                 let _ = ptes.clear(i, 1);
@@ -376,7 +376,7 @@ impl<'m> Cpu<'m> {
         self.deposit_table(mm, haddr, table);
         self.add_new_pmd_folio(mm, vma, head, haddr, vma.anon_vma() as u32);
         let arch = pt.arch;
-        let mut entry = arch.mkdirty(arch.mk_pte(head, vma.page_prot(), true));
+        let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {
             entry = arch.mkwrite(entry);
         }

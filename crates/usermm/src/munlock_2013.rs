@@ -102,7 +102,7 @@ impl<'m> Cpu<'m> {
             Walk::Pte { table, idx, .. } => {
                 let ptes = PteLock::lock(pt, c, table);
                 let e = ptes.peek_raw(idx);
-                if e == 0 || !pt.arch.present(e) {
+                if e.is_none() || !pt.arch.present(e) {
                     return None;
                 }
                 let head = pt.vm_normal_folio(e)?;
@@ -150,7 +150,7 @@ impl<'m> Cpu<'m> {
             while addr < end && pvec.len() < PAGEVEC_SIZE {
                 let e = ptes.get_raw(index(addr, 12));
                 let pfn = pt.arch.pfn(e);
-                if e == 0 || !pt.arch.present(e) || pt.arch.special(e) {
+                if e.is_none() || !pt.arch.present(e) || pt.arch.special(e) {
                     break;
                 }
                 let head = phys.memmap.folio_of(pfn);

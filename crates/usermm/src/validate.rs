@@ -12,7 +12,7 @@
 use crate::machine::Machine;
 use crate::mm::{Mm, RssKind};
 use crate::pgtable::cursor::PmdKind;
-use crate::pgtable::{PageTables, PTRS_PER_TABLE};
+use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::vma::VmFlags;
@@ -251,7 +251,7 @@ impl Machine {
         pt.for_each_table(|level, table| {
             tables += 1;
             let used = (0..PTRS_PER_TABLE)
-                .filter(|&i| pt.get(table, i) != 0)
+                .filter(|&i| !pt.ptep_get_raw(table, i).is_none())
                 .count() as u32;
             if used != self.phys.memmap.pt_entries(table) {
                 r.err(format!(
@@ -298,11 +298,13 @@ impl Machine {
     ) {
         let arch = self.arch;
         let mem = &self.phys.memmap;
-        let mut visit = |addr: u64, e: u64, huge: bool| {
+        let mut visit = |addr: u64, e: AnyLeaf| {
+            let huge = e.is_pmd();
             let Some(id) = st.vmas.find(addr) else {
                 r.err(format!(
-                    "mm {}: entry {e:#x} at {addr:#x} outside any VMA",
-                    mm.id
+                    "mm {}: entry {:#x} at {addr:#x} outside any VMA",
+                    mm.id,
+                    e.val()
                 ));
                 return;
             };
@@ -569,16 +571,16 @@ impl Machine {
     }
 }
 
-/// Calls `f(addr, entry, is_pmd_leaf)` for every non-empty leaf entry, in address order.
-pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, u64, bool)) {
+/// Calls `f(addr, entry)` for every non-empty leaf entry (as stored), in address order.
+pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, AnyLeaf)) {
     for step in pt.pmd_walk(0, u64::MAX) {
         match step.kind {
-            PmdKind::Huge(e) => f(step.start, e, true),
+            PmdKind::Huge(e) => f(step.start, AnyLeaf::Pmd(e)),
             PmdKind::Table(table) => {
                 for i in 0..PTRS_PER_TABLE {
-                    let e = pt.get(table, i);
-                    if e != 0 {
-                        f(step.start + ((i as u64) << 12), e, false);
+                    let e = pt.ptep_get_raw(table, i);
+                    if !e.is_none() {
+                        f(step.start + ((i as u64) << 12), AnyLeaf::Pte(e));
                     }
                 }
             }

@@ -11,7 +11,7 @@ use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::{Mm, Pid, RssKind};
 use crate::pgtable::cursor::PmdKind;
-use crate::pgtable::{PageTables, Walk, PMD_SIZE};
+use crate::pgtable::{AnyLeaf, PageTables, Walk, PMD_SIZE};
 use crate::phys::{PageFlag, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
 use crate::vma::{VmFlags, Vma};
@@ -179,29 +179,24 @@ pub mod kpf {
     pub(crate) const WRITEBACK: u32 = 8;
 }
 
-/// The leaf mapping one address: the frame and whether it is a PMD leaf.
+/// The leaf mapping one address: the entry (a PTE or a PMD leaf) and the frame of the
+/// address's page.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeafInfo {
-    pub(crate) entry: u64,
+    pub(crate) entry: AnyLeaf,
     pub(crate) pfn: u64,
-    pub(crate) huge: bool,
 }
 
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
     match pt.walk(addr) {
-        Walk::Pte { entry, .. } if entry != 0 => Some(LeafInfo {
-            entry,
+        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
+            entry: AnyLeaf::Pte(entry),
             pfn: pt.arch.pfn(entry),
-            huge: false,
         }),
-        Walk::PmdLeaf { entry, .. } => {
-            let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
-            Some(LeafInfo {
-                entry,
-                pfn,
-                huge: true,
-            })
-        }
+        Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
+            entry: AnyLeaf::Pmd(entry),
+            pfn: pt.arch.pfn(entry) + ((addr >> 12) & 511),
+        }),
         _ => None,
     }
 }
@@ -361,8 +356,8 @@ impl<'m> Cpu<'m> {
                 PmdKind::Table(table) => {
                     let (i0, i1) = step.pte_indexes();
                     for i in i0..i1 {
-                        let e = pt.get(table, i);
-                        if e == 0 || !pt.arch.present(e) {
+                        let e = pt.ptep_get_raw(table, i);
+                        if e.is_none() || !pt.arch.present(e) {
                             continue;
                         }
                         if pt.vm_normal_folio(e).is_some() {
@@ -431,7 +426,7 @@ impl<'m> Cpu<'m> {
             pm.file = !phys.memmap.test(head, PageFlag::Anon);
             // For a PMD mapping Linux judges every entry by the PMD's first page
             // (`pagemap_pmd_range_thp` does not advance the page it checks).
-            let judged = if leaf.huge {
+            let judged = if leaf.entry.is_pmd() {
                 pt.arch.pfn(leaf.entry)
             } else {
                 leaf.pfn
@@ -562,8 +557,13 @@ impl<'m> Cpu<'m> {
         let task = self.mm_of(pid)?;
         let _st = task.mm.lock.read();
         let mut out = Vec::new();
-        crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry, huge| {
-            out.push(LeafEntry { addr, entry, huge })
+        // The public dump carries raw words: the entry types are private to the crate.
+        crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
+            out.push(LeafEntry {
+                addr,
+                entry: entry.val(),
+                huge: entry.is_pmd(),
+            })
         });
         Ok(out)
     }
@@ -591,8 +591,8 @@ impl<'m> Cpu<'m> {
                 PmdKind::Table(table) => {
                     let (i0, i1) = step.pte_indexes();
                     out.extend((i0..i1).filter_map(|i| {
-                        let e = pt.get(table, i);
-                        (e != 0 && pt.arch.present(e))
+                        let e = pt.ptep_get_raw(table, i);
+                        (!e.is_none() && pt.arch.present(e))
                             .then(|| step.start + ((i - i0) as u64) * 4096)
                     }));
                 }

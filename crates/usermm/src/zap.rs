@@ -211,7 +211,7 @@ impl<'m> Cpu<'m> {
         let mut i = i0;
         while i < i1 {
             let e = ptes.get(i);
-            if e == 0 {
+            if e.is_none() {
                 i += 1;
                 continue;
             }
@@ -316,11 +316,9 @@ impl<'m> Cpu<'m> {
         let first = (start.max(base) - base) >> shift;
         let last = ((end - 1).min(base + (size << 9) - 1) - base) >> shift;
         for i in first..=last.min(511) {
-            let e = pt.get(table, i as usize);
-            if !pt.arch.is_table(e) {
+            let Some(child) = pt.lower_table(level, table, i as usize) else {
                 continue;
-            }
-            let child = pt.arch.table_pfn(e);
+            };
             let cbase = base + (i << shift);
             if level < 2 {
                 self.free_level(w, child, level + 1, cbase);

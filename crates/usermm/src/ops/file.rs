@@ -522,7 +522,7 @@ impl<'m> Cpu<'m> {
                             let (i0, i1) = step.pte_indexes();
                             for i in i0..i1 {
                                 let e = ptes.get(i);
-                                if e != 0 && arch.present(e) && arch.young(e) {
+                                if !e.is_none() && arch.present(e) && arch.young(e) {
                                     ptes.replace(i, arch.mkold(e));
                                     hit = true;
                                 }
@@ -1452,7 +1452,7 @@ impl<'m> Cpu<'m> {
             let mut ptes = PteLock::lock(pt, self.c(), table);
             let (i0, _) = step.pte_indexes();
             let e = ptes.get(i0);
-            if e == 0 || !arch.present(e) || !(arch.write(e) || arch.dirty(e)) {
+            if e.is_none() || !arch.present(e) || !(arch.write(e) || arch.dirty(e)) {
                 continue;
             }
             ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));

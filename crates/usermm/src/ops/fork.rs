@@ -18,7 +18,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
-use crate::pgtable::{index, Arch};
+use crate::pgtable::{index, Arch, Pte};
 use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -235,7 +235,7 @@ impl<'m> Cpu<'m> {
         let dpt = self.tables(ctx.dst);
         let (table, idx, haddr) = (step.table, step.idx, step.haddr());
         if spt
-            .vm_normal_folio(spt.get(table, idx))
+            .vm_normal_folio(spt.pmdp_get(table, idx))
             .is_some_and(|h| !phys.memmap.test(h, PageFlag::Anon))
         {
             // A page-cache folio: the child refaults it (`copy_huge_pmd` skips file VMAs).
@@ -299,7 +299,7 @@ impl<'m> Cpu<'m> {
         let mut i = i0;
         while i < iend {
             let e = cp.tables.src.get(i);
-            if e == 0 {
+            if e.is_none() {
                 i += 1;
                 continue;
             }
@@ -326,8 +326,8 @@ impl<'m> Cpu<'m> {
         let pt = dst.tables();
         (i0..iend)
             .filter(|&i| {
-                let e = pt.get(dst.table(), i);
-                e != 0
+                let e = dst.peek_raw(i);
+                !e.is_none()
                     && pt
                         .vm_normal_folio(e)
                         .is_some_and(|h| pt.phys.memmap.test(h, PageFlag::Anon))
@@ -342,7 +342,7 @@ impl<'m> Cpu<'m> {
         cp: &mut CopyPtes<'_, '_>,
         i: usize,
         max_nr: usize,
-        e: u64,
+        e: Pte,
         addr: u64,
     ) -> SysResult<(usize, i64)> {
         let c = self.c();
@@ -395,7 +395,7 @@ impl<'m> Cpu<'m> {
 
     /// `__copy_present_ptes`: write-protects `nr` parent entries of a COW mapping and writes the
     /// child's entries (old, clean for shared mappings, without uffd-wp), `e` first.
-    fn write_copied_ptes(&self, cp: &mut CopyPtes<'_, '_>, i: usize, e: u64, nr: usize) {
+    fn write_copied_ptes(&self, cp: &mut CopyPtes<'_, '_>, i: usize, e: Pte, nr: usize) {
         let arch = self.m.arch;
         let vma = cp.vma;
         let mut child = e;
@@ -416,7 +416,7 @@ impl<'m> Cpu<'m> {
         &self,
         cp: &mut CopyPtes<'_, '_>,
         i: usize,
-        e: u64,
+        e: Pte,
         addr: u64,
     ) -> SysResult<i64> {
         let c = self.c();
@@ -442,7 +442,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, addr: u64) -> SysResult<u64> {
+    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, addr: u64) -> SysResult<Pte> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -456,7 +456,7 @@ impl<'m> Cpu<'m> {
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
         phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
-        let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot(), false));
+        let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {
             e = arch.mkwrite(e);
         }

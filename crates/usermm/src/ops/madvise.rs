@@ -409,7 +409,7 @@ impl<'m> Cpu<'m> {
             let (i0, i1) = step.pte_indexes();
             for i in i0..i1 {
                 let entry = ptes.get(i);
-                if entry == 0 || !pt.arch.present(entry) {
+                if entry.is_none() || !pt.arch.present(entry) {
                     continue;
                 }
                 let Some(head) = pt.vm_normal_folio(entry) else {
@@ -516,7 +516,7 @@ impl<'m> Cpu<'m> {
                     let (i0, i1) = step.pte_indexes();
                     for i in i0..i1 {
                         let e = ptes.get(i);
-                        if e == 0 || !pt.arch.present(e) {
+                        if e.is_none() || !pt.arch.present(e) {
                             continue;
                         }
                         let Some(head) = pt.vm_normal_folio(e) else {
@@ -675,7 +675,7 @@ impl<'m> Cpu<'m> {
                 let e = ptes.get(i);
                 let at = i;
                 i += 1;
-                if e == 0 || !pt.arch.present(e) {
+                if e.is_none() || !pt.arch.present(e) {
                     continue;
                 }
                 let Some(head) = pt.vm_normal_folio(e) else {
@@ -695,7 +695,7 @@ impl<'m> Cpu<'m> {
                     let batch = (at..i1)
                         .take_while(|&j| {
                             let f = ptes.get(j);
-                            f != 0
+                            !f.is_none()
                                 && pt.arch.present(f)
                                 && pt.arch.pfn(f) == first + (j - at) as u64
                                 && mem.folio_of(pt.arch.pfn(f)) == head

@@ -314,7 +314,7 @@ impl<'m> Cpu<'m> {
         let mut i = i0;
         while i < i1 {
             let e = ptes.peek_raw(i);
-            if e == 0 || !pt.arch.present(e) {
+            if e.is_none() || !pt.arch.present(e) {
                 i += 1;
                 continue;
             }

@@ -10,7 +10,9 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::ops::mmap::prot_flags;
+use crate::pgtable::contpte::pte_mknoncont;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::entry::LeafEntry;
 use crate::pgtable::Prot;
 use crate::phys::PageFlag;
 use crate::stats::Ev;
@@ -149,9 +151,10 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn new_pte(&self, vma: &Vma, e: u64, huge: bool) -> u64 {
+    /// The entry `e` (a PTE or a PMD leaf) becomes under the VMA's protection.
+    fn new_pte<E: LeafEntry>(&self, vma: &Vma, e: E) -> E {
         let arch = self.m.arch;
-        let mut n = arch.modify(e, vma.page_prot(), huge);
+        let mut n = arch.modify(e, vma.page_prot());
         let try_writable = vma.flags.has(VmFlags::WRITE) && !vma.flags.has(VmFlags::SHARED);
         if try_writable && !arch.write(n) && !arch.special(e) && vma.file.is_none() {
             let pfn = arch.pfn(e);
@@ -168,11 +171,12 @@ impl<'m> Cpu<'m> {
         let mut changed = false;
         for i in i0..i1 {
             let e = ptes.get_raw(i);
-            if e == 0 {
+            if e.is_none() {
                 continue;
             }
-            let n = self.new_pte(vma, e, false);
-            if n != e & !crate::pgtable::arch::arm64::CONT {
+            let n = self.new_pte(vma, e);
+            // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
+            if n != pte_mknoncont(self.m.arch, e) {
                 ptes.replace(i, n);
                 changed = true;
             }
@@ -183,7 +187,7 @@ impl<'m> Cpu<'m> {
     fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: u64, idx: usize) -> bool {
         let mut pmdl = PmdLock::lock(self.tables(mm), self.c(), table);
         let e = pmdl.get(idx);
-        let n = self.new_pte(vma, e, true);
+        let n = self.new_pte(vma, e);
         if n != e {
             pmdl.replace(idx, n);
         }

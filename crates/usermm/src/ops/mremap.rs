@@ -574,7 +574,7 @@ impl<'m> Cpu<'m> {
         let mut moved = false;
         for j in 0..n {
             let entry = from.get(si + j);
-            if entry == 0 {
+            if entry.is_none() {
                 continue;
             }
             from.clear(si + j, 1);

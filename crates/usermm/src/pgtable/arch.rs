@@ -2,9 +2,12 @@
 //!
 //! Linux counterparts: `arch/x86/include/asm/pgtable_types.h`, `arch/x86/include/asm/pgtable.h`
 //! (including the L1TF inversion of non-present PFNs), `arch/arm64/include/asm/pgtable-hwdef.h`,
-//! `pgtable-prot.h` and `pgtable.h` (the DBM/RDONLY/software-dirty encoding). Entries are raw
-//! `u64`s; [`Arch`] interprets and builds them. Batch code compares *normalised* values, never
-//! raw bit masks, because on arm64 "writable clean" is DBM=1 RDONLY=1.
+//! `pgtable-prot.h` and `pgtable.h` (the DBM/RDONLY/software-dirty encoding). Entries are the
+//! typed words of [`super::entry`]; [`Arch`] interprets and builds them. Batch code compares
+//! *normalised* values, never raw bit masks, because on arm64 "writable clean" is DBM=1
+//! RDONLY=1.
+
+use super::entry::{LeafEntry, LeafLevel, Pmd, Pte, TableEntry};
 
 /// A user-visible protection, the `vm_page_prot` of a VMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -95,10 +98,26 @@ pub(crate) mod arm64 {
 }
 
 impl Arch {
-    /// Builds a present leaf entry for `pfn` with `prot`, clean and young (as Linux's
-    /// `vm_page_prot` includes the accessed bit). `huge` builds a PMD leaf.
+    /// `pfn_pte`: a present PTE for page `pfn` with `prot`, clean and young (as Linux's
+    /// `vm_page_prot` includes the accessed bit).
     #[inline]
-    pub(crate) fn mk_pte(self, pfn: u64, prot: Prot, huge: bool) -> u64 {
+    pub(crate) fn mk_pte(self, pfn: u64, prot: Prot) -> Pte {
+        Pte::from_val(self.leaf_bits(pfn, prot, LeafLevel::Pte))
+    }
+
+    /// `pfn_pmd` + `pmd_mkhuge`: a present 2 MiB PMD leaf for the folio at `pfn` with `prot`,
+    /// clean and young like [`Arch::mk_pte`].
+    #[inline]
+    pub(crate) fn mk_pmd_leaf(self, pfn: u64, prot: Prot) -> Pmd {
+        Pmd::from_val(self.leaf_bits(pfn, prot, LeafLevel::Pmd))
+    }
+
+    /// The bits of a leaf at `level`: the two formats differ only in the x86 `PS` bit and the
+    /// arm64 descriptor type (page vs block). `level` is a constant wherever the entry's type
+    /// is [`Pte`] or [`Pmd`], so each such call compiles to one format.
+    #[inline]
+    fn leaf_bits(self, pfn: u64, prot: Prot, level: LeafLevel) -> u64 {
+        let huge = level == LeafLevel::Pmd;
         match self {
             Arch::X86_64 => {
                 let pa = (pfn << 12) & x86::PFN_MASK;
@@ -136,18 +155,19 @@ impl Arch {
         }
     }
 
-    /// An upper-level entry pointing at a table page.
+    /// `p?d_populate`'s entry: a PMD, PUD or PGD entry pointing at the table page `pfn`.
     #[inline]
-    pub(crate) fn mk_table(self, pfn: u64) -> u64 {
-        match self {
+    pub(crate) fn mk_table<E: TableEntry>(self, pfn: u64) -> E {
+        E::from_val(match self {
             Arch::X86_64 => (pfn << 12) | x86::TABLE,
             Arch::Arm64 => (pfn << 12) | arm64::TABLE,
-        }
+        })
     }
 
-    /// Whether an upper-level entry points at a table (as opposed to none or a leaf).
+    /// Whether a PMD, PUD or PGD entry points at a table (as opposed to none or a leaf).
     #[inline]
-    pub(crate) fn is_table(self, e: u64) -> bool {
+    pub(crate) fn is_table<E: TableEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::P != 0 && e & x86::PS == 0,
             Arch::Arm64 => e & (arm64::VALID | arm64::TYPE) == arm64::TABLE,
@@ -156,16 +176,17 @@ impl Arch {
 
     /// Whether a PMD entry is a present (possibly PROT_NONE) huge leaf.
     #[inline]
-    pub(crate) fn is_pmd_leaf(self, e: u64) -> bool {
+    pub(crate) fn is_pmd_leaf(self, e: Pmd) -> bool {
         match self {
-            Arch::X86_64 => e & x86::PS != 0 && self.present(e),
-            Arch::Arm64 => e & arm64::TYPE == 0 && self.present(e),
+            Arch::X86_64 => e.val() & x86::PS != 0 && self.present(e),
+            Arch::Arm64 => e.val() & arm64::TYPE == 0 && self.present(e),
         }
     }
 
-    /// The table pfn of a table entry.
+    /// The frame of the table a table entry points at (`pmd_pfn` of a table entry).
     #[inline]
-    pub(crate) fn table_pfn(self, e: u64) -> u64 {
+    pub(crate) fn table_pfn<E: TableEntry>(self, e: E) -> u64 {
+        let e = e.val();
         match self {
             Arch::X86_64 => (e & x86::PFN_MASK) >> 12,
             Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
@@ -174,7 +195,8 @@ impl Arch {
 
     /// `pte_present`: mapped, including PROT_NONE entries.
     #[inline]
-    pub(crate) fn present(self, e: u64) -> bool {
+    pub(crate) fn present<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & (x86::P | x86::PROTNONE) != 0,
             Arch::Arm64 => e & (arm64::VALID | arm64::PRESENT_INVALID) != 0,
@@ -183,7 +205,8 @@ impl Arch {
 
     /// Whether the hardware may access through this entry (present and not PROT_NONE).
     #[inline]
-    pub(crate) fn accessible(self, e: u64) -> bool {
+    pub(crate) fn accessible<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::P != 0,
             Arch::Arm64 => e & arm64::VALID != 0,
@@ -192,7 +215,8 @@ impl Arch {
 
     /// `pte_pfn`.
     #[inline]
-    pub(crate) fn pfn(self, e: u64) -> u64 {
+    pub(crate) fn pfn<E: LeafEntry>(self, e: E) -> u64 {
+        let e = e.val();
         match self {
             Arch::X86_64 => {
                 let v = if e != 0 && e & x86::P == 0 {
@@ -206,9 +230,21 @@ impl Arch {
         }
     }
 
+    /// `pte_exec`: user mode may execute through the entry as far as its no-execute bit says
+    /// (x86 `NX`, arm64 `UXN`; PROT_NONE is a separate question, [`Arch::accessible`]).
+    #[inline]
+    pub(crate) fn exec<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
+        match self {
+            Arch::X86_64 => e & x86::NX == 0,
+            Arch::Arm64 => e & arm64::UXN == 0,
+        }
+    }
+
     /// `pte_write`.
     #[inline]
-    pub(crate) fn write(self, e: u64) -> bool {
+    pub(crate) fn write<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::RW != 0,
             Arch::Arm64 => e & arm64::WRITE != 0,
@@ -217,7 +253,8 @@ impl Arch {
 
     /// `pte_dirty` (hardware or software dirty).
     #[inline]
-    pub(crate) fn dirty(self, e: u64) -> bool {
+    pub(crate) fn dirty<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::D != 0,
             Arch::Arm64 => {
@@ -228,7 +265,8 @@ impl Arch {
 
     /// `pte_young`.
     #[inline]
-    pub(crate) fn young(self, e: u64) -> bool {
+    pub(crate) fn young<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::A != 0,
             Arch::Arm64 => e & arm64::AF != 0,
@@ -237,7 +275,8 @@ impl Arch {
 
     /// `pte_special` (no struct page behind it: zero page, pfn maps).
     #[inline]
-    pub(crate) fn special(self, e: u64) -> bool {
+    pub(crate) fn special<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::SPECIAL != 0,
             Arch::Arm64 => e & arm64::SPECIAL != 0,
@@ -246,7 +285,8 @@ impl Arch {
 
     /// `pte_soft_dirty` (always false on arm64).
     #[inline]
-    pub(crate) fn soft_dirty(self, e: u64) -> bool {
+    pub(crate) fn soft_dirty<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::SOFT_DIRTY != 0,
             Arch::Arm64 => false,
@@ -255,7 +295,8 @@ impl Arch {
 
     /// `pte_uffd_wp`.
     #[inline]
-    pub(crate) fn uffd_wp(self, e: u64) -> bool {
+    pub(crate) fn uffd_wp<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::UFFD_WP != 0,
             Arch::Arm64 => e & arm64::UFFD_WP != 0,
@@ -264,8 +305,9 @@ impl Arch {
 
     /// `pte_mkwrite`.
     #[inline]
-    pub(crate) fn mkwrite(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkwrite<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e | x86::RW,
             Arch::Arm64 => {
                 let v = e | arm64::WRITE;
@@ -275,25 +317,31 @@ impl Arch {
                     v
                 }
             }
-        }
+        })
     }
 
     /// `pte_wrprotect` (keeps dirtiness).
     #[inline]
-    pub(crate) fn wrprotect(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn wrprotect<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e & !x86::RW,
             Arch::Arm64 => {
-                let v = if self.dirty(e) { e | arm64::DIRTY } else { e };
+                let v = if self.dirty(e_in) {
+                    e | arm64::DIRTY
+                } else {
+                    e
+                };
                 (v & !arm64::WRITE) | arm64::RDONLY
             }
-        }
+        })
     }
 
     /// `pte_mkdirty` (x86 also sets soft-dirty, as Linux does).
     #[inline]
-    pub(crate) fn mkdirty(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkdirty<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e | x86::D | x86::SOFT_DIRTY,
             Arch::Arm64 => {
                 let v = e | arm64::DIRTY;
@@ -303,77 +351,85 @@ impl Arch {
                     v
                 }
             }
-        }
+        })
     }
 
     /// `pte_mkclean`.
     #[inline]
-    pub(crate) fn mkclean(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkclean<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e & !x86::D,
             Arch::Arm64 => (e & !arm64::DIRTY) | arm64::RDONLY,
-        }
+        })
     }
 
     /// `pte_mkold`.
     #[inline]
-    pub(crate) fn mkold(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkold<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e & !x86::A,
             Arch::Arm64 => e & !arm64::AF,
-        }
+        })
     }
 
     /// `pte_mkyoung`.
     #[inline]
-    pub(crate) fn mkyoung(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkyoung<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e | x86::A,
             Arch::Arm64 => e | arm64::AF,
-        }
+        })
     }
 
     /// `pte_mkspecial`.
     #[inline]
-    pub(crate) fn mkspecial(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn mkspecial<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e | x86::SPECIAL,
             Arch::Arm64 => e | arm64::SPECIAL,
-        }
+        })
     }
 
     /// `pte_clear_uffd_wp`.
     #[inline]
-    pub(crate) fn clear_uffd_wp(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn clear_uffd_wp<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e & !x86::UFFD_WP,
             Arch::Arm64 => e & !arm64::UFFD_WP,
-        }
+        })
     }
 
     /// `pte_clear_soft_dirty`.
     #[inline]
-    pub(crate) fn clear_soft_dirty(self, e: u64) -> u64 {
-        match self {
+    pub(crate) fn clear_soft_dirty<E: LeafEntry>(self, e_in: E) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e & !x86::SOFT_DIRTY,
             Arch::Arm64 => e,
-        }
+        })
     }
 
     /// `pte_advance_pfn`: the same entry for the page `n` frames further (x86 subtracts for
     /// inverted non-present entries).
     #[inline]
-    pub(crate) fn advance_pfn(self, e: u64, n: u64) -> u64 {
-        match self {
+    pub(crate) fn advance_pfn(self, e: Pte, n: u64) -> Pte {
+        let e = e.val();
+        Pte::from_val(match self {
             Arch::X86_64 if e & x86::P == 0 => e.wrapping_sub(n << 12),
             _ => e.wrapping_add(n << 12),
-        }
+        })
     }
 
-    /// `pte_modify`: keep PFN, A/D, special and software bits; take permissions from `prot`.
-    pub(crate) fn modify(self, e: u64, prot: Prot, huge: bool) -> u64 {
+    /// `pte_modify` / `pmd_modify`: keep PFN, A/D, special and software bits; take
+    /// permissions from `prot`. The result is a leaf of the same level as `e`.
+    pub(crate) fn modify<E: LeafEntry>(self, e: E, prot: Prot) -> E {
         let pfn = self.pfn(e);
-        let mut v = self.mk_pte(pfn, prot, huge);
+        let mut v = e.with_val(self.leaf_bits(pfn, prot, e.level()));
         if !self.young(e) {
             v = self.mkold(v);
         }
@@ -387,16 +443,22 @@ impl Arch {
             v = self.mkspecial(v);
         }
         if self.soft_dirty(e) {
-            v |= match self {
-                Arch::X86_64 => x86::SOFT_DIRTY,
-                Arch::Arm64 => 0,
-            };
+            v = v.with_val(
+                v.val()
+                    | match self {
+                        Arch::X86_64 => x86::SOFT_DIRTY,
+                        Arch::Arm64 => 0,
+                    },
+            );
         }
         if self.uffd_wp(e) {
-            v |= match self {
-                Arch::X86_64 => x86::UFFD_WP,
-                Arch::Arm64 => arm64::UFFD_WP,
-            };
+            v = v.with_val(
+                v.val()
+                    | match self {
+                        Arch::X86_64 => x86::UFFD_WP,
+                        Arch::Arm64 => arm64::UFFD_WP,
+                    },
+            );
         }
         v
     }
@@ -404,8 +466,9 @@ impl Arch {
     /// The access/dirty update a hardware walker makes on an access (x86 sets A and, on a
     /// write, D; arm64 with HAFDBS sets AF and, on a write, clears RDONLY).
     #[inline]
-    pub(crate) fn hw_access(self, e: u64, write: bool) -> u64 {
-        match self {
+    pub(crate) fn hw_access<E: LeafEntry>(self, e_in: E, write: bool) -> E {
+        let e = e_in.val();
+        e_in.with_val(match self {
             Arch::X86_64 => e | x86::A | if write { x86::D } else { 0 },
             Arch::Arm64 => {
                 let v = e | arm64::AF;
@@ -415,18 +478,19 @@ impl Arch {
                     v
                 }
             }
-        }
+        })
     }
 
     /// Whether the hardware allows a write through this entry without a fault.
     #[inline]
-    pub(crate) fn hw_writable(self, e: u64) -> bool {
+    pub(crate) fn hw_writable<E: LeafEntry>(self, e: E) -> bool {
         self.accessible(e) && self.write(e)
     }
 
     /// Whether user mode may read through this entry.
     #[inline]
-    pub(crate) fn hw_user_readable(self, e: u64) -> bool {
+    pub(crate) fn hw_user_readable<E: LeafEntry>(self, e: E) -> bool {
+        let e = e.val();
         match self {
             Arch::X86_64 => e & x86::P != 0 && e & x86::US != 0,
             Arch::Arm64 => e & arm64::VALID != 0 && e & arm64::USER != 0,
@@ -451,20 +515,23 @@ mod tests {
 
     #[test]
     fn x86_bits_are_at_linux_positions() {
-        let e = Arch::X86_64.mk_pte(0x1234, RW, false);
+        let e = Arch::X86_64.mk_pte(0x1234, RW);
         assert_eq!(
-            e,
+            e.val(),
             0x1234 << 12 | x86::P | x86::RW | x86::US | x86::A | x86::NX
         );
         assert_eq!(Arch::X86_64.pfn(e), 0x1234);
         let d = Arch::X86_64.mkdirty(e);
-        assert!(d & (1 << 6) != 0 && d & (1 << 11) != 0, "D and soft-dirty");
+        assert!(
+            d.val() & (1 << 6) != 0 && d.val() & (1 << 11) != 0,
+            "D and soft-dirty"
+        );
     }
 
     #[test]
     fn x86_protnone_inverts_pfn_and_advances_downwards() {
-        let e = Arch::X86_64.mk_pte(0x1234, Prot::NONE, false);
-        assert_eq!(e & x86::P, 0);
+        let e = Arch::X86_64.mk_pte(0x1234, Prot::NONE);
+        assert_eq!(e.val() & x86::P, 0);
         assert!(Arch::X86_64.present(e));
         assert!(!Arch::X86_64.accessible(e));
         assert_eq!(Arch::X86_64.pfn(e), 0x1234);
@@ -474,37 +541,37 @@ mod tests {
     #[test]
     fn arm64_dirty_truth_table() {
         let a = Arch::Arm64;
-        let clean_w = a.mk_pte(7, RW, false);
+        let clean_w = a.mk_pte(7, RW);
         assert!(a.write(clean_w) && !a.dirty(clean_w));
         assert!(
-            clean_w & arm64::RDONLY != 0,
+            clean_w.val() & arm64::RDONLY != 0,
             "writable clean is DBM=1 RDONLY=1"
         );
         let hw_dirty = a.hw_access(clean_w, true);
-        assert!(a.dirty(hw_dirty) && hw_dirty & arm64::DIRTY == 0);
+        assert!(a.dirty(hw_dirty) && hw_dirty.val() & arm64::DIRTY == 0);
         let wp = a.wrprotect(hw_dirty);
         assert!(
-            !a.write(wp) && a.dirty(wp) && wp & arm64::DIRTY != 0,
+            !a.write(wp) && a.dirty(wp) && wp.val() & arm64::DIRTY != 0,
             "wrprotect keeps dirtiness in sw bit"
         );
         let rw_again = a.mkwrite(wp);
         assert!(
-            rw_again & arm64::RDONLY == 0,
+            rw_again.val() & arm64::RDONLY == 0,
             "mkwrite of sw-dirty clears RDONLY"
         );
         let clean = a.mkclean(rw_again);
         assert!(!a.dirty(clean) && a.write(clean));
-        let ro = a.mk_pte(7, RO, false);
+        let ro = a.mk_pte(7, RO);
         assert!(!a.write(a.mkdirty(ro)) && a.dirty(a.mkdirty(ro)));
     }
 
     #[test]
     fn tables_and_huge_leaves_are_distinguished() {
         for a in [Arch::X86_64, Arch::Arm64] {
-            let t = a.mk_table(99);
+            let t: Pmd = a.mk_table(99);
             assert!(a.is_table(t) && !a.is_pmd_leaf(t));
             assert_eq!(a.table_pfn(t), 99);
-            let h = a.mk_pte(512, RW, true);
+            let h = a.mk_pmd_leaf(512, RW);
             assert!(a.is_pmd_leaf(h) && !a.is_table(h));
             assert_eq!(a.pfn(h), 512);
         }
@@ -513,11 +580,18 @@ mod tests {
     #[test]
     fn modify_keeps_pfn_and_dirty() {
         for a in [Arch::X86_64, Arch::Arm64] {
-            let e = a.mkdirty(a.mk_pte(42, RW, false));
-            let n = a.modify(e, Prot::NONE, false);
+            let e = a.mkdirty(a.mk_pte(42, RW));
+            let n = a.modify(e, Prot::NONE);
             assert!(a.present(n) && !a.accessible(n) && a.pfn(n) == 42 && a.dirty(n));
-            let back = a.modify(n, RO, false);
+            let back = a.modify(n, RO);
             assert!(a.accessible(back) && !a.write(back) && a.dirty(back) && a.pfn(back) == 42);
+            let h = a.modify(a.mkdirty(a.mk_pmd_leaf(512, RW)), RO);
+            assert!(a.is_pmd_leaf(h) && !a.write(h) && a.dirty(h) && a.pfn(h) == 512);
+            assert_eq!(
+                a.modify(a.mk_pte(512, RW), RO).val() & !(arm64::TYPE | x86::PS),
+                a.modify(a.mk_pmd_leaf(512, RW), RO).val() & !(arm64::TYPE | x86::PS),
+                "the PTE and PMD leaf formats differ only in the level bit"
+            );
         }
     }
 }

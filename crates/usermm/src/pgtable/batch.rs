@@ -6,7 +6,7 @@
 //! are identical. The scan stops at the end of the folio and at `max_nr`, which the caller
 //! limits to the page table and the VMA.
 
-use super::{Arch, PageTables};
+use super::{Arch, PageTables, Pte};
 
 /// What the batch must respect or merge (`fpb_t`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub(crate) struct Batch {
 
 /// Clears what `flags` ignores (`__pte_batch_clear_ignored`).
 #[inline]
-pub(crate) fn normalise(arch: Arch, e: u64, flags: BatchFlags) -> u64 {
+pub(crate) fn normalise(arch: Arch, e: Pte, flags: BatchFlags) -> Pte {
     let mut v = e;
     if !flags.respect_dirty {
         v = arch.mkclean(v);
@@ -57,7 +57,7 @@ pub(crate) fn folio_pte_batch(
     pt: PageTables<'_>,
     table: u64,
     idx: usize,
-    first: u64,
+    first: Pte,
     folio_last_pfn: u64,
     max_nr: usize,
     flags: BatchFlags,
@@ -82,7 +82,7 @@ fn generic_batch(
     pt: PageTables<'_>,
     table: u64,
     idx: usize,
-    first: u64,
+    first: Pte,
     max_nr: usize,
     flags: BatchFlags,
 ) -> Batch {
@@ -92,8 +92,8 @@ fn generic_batch(
     let mut expected = normalise(arch, arch.advance_pfn(first, 1), flags);
     let mut nr = 1;
     while nr < max_nr {
-        let e = pt.get(table, idx + nr);
-        if e == 0 || normalise(arch, e, flags) != expected {
+        let e = pt.ptep_get_raw(table, idx + nr);
+        if e.is_none() || normalise(arch, e, flags) != expected {
             break;
         }
         any_writable |= arch.write(e);
@@ -117,11 +117,13 @@ fn x86_batch(
     pt: PageTables<'_>,
     table: u64,
     idx: usize,
-    first: u64,
+    first: Pte,
     max_nr: usize,
     flags: BatchFlags,
 ) -> Batch {
     use super::arch::x86;
+    // The raw word: this scan is the x86 codec's bit logic, in masks.
+    let first = first.val();
     let mut mask = !x86::A;
     if !flags.respect_dirty {
         mask &= !x86::D;
@@ -192,9 +194,9 @@ mod tests {
                 arch,
                 pgd: t,
             };
-            let base = arch.mk_pte(0x100, RO, false);
+            let base = arch.mk_pte(0x100, RO);
             for i in 0..16u64 {
-                pt.set(t, i as usize, arch.advance_pfn(base, i));
+                pt.set(t, i as usize, arch.advance_pfn(base, i).val());
             }
             let respect = BatchFlags {
                 respect_dirty: true,
@@ -208,13 +210,13 @@ mod tests {
             // max_nr (table / VMA end) stops it.
             assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 5, respect).nr, 5);
             // A dirty entry splits the batch when dirty is respected, not otherwise.
-            pt.set(t, 4, arch.mkdirty(arch.advance_pfn(base, 4)));
+            pt.set(t, 4, arch.mkdirty(arch.advance_pfn(base, 4)).val());
             assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, respect).nr, 4);
             let ignore = BatchFlags::default();
             let b = folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore);
             assert!(b.nr == 16 && b.any_dirty);
             // A writable entry merges; an empty entry stops.
-            pt.set(t, 6, arch.mkwrite(arch.advance_pfn(base, 6)));
+            pt.set(t, 6, arch.mkwrite(arch.advance_pfn(base, 6)).val());
             let b = folio_pte_batch(
                 pt,
                 t,
@@ -231,7 +233,7 @@ mod tests {
             pt.set(t, 9, 0);
             assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore).nr, 9);
             // Non-consecutive PFNs stop it.
-            pt.set(t, 2, arch.advance_pfn(base, 3));
+            pt.set(t, 2, arch.advance_pfn(base, 3).val());
             assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore).nr, 2);
         }
     }
@@ -256,9 +258,9 @@ mod tests {
         let bits = [x86::A, x86::D, x86::RW, x86::SOFT_DIRTY];
         for case in 0..2000 {
             let prot = if case % 3 == 0 { Prot::NONE } else { RO };
-            let base = arch.mk_pte(0x400, prot, false);
+            let base = arch.mk_pte(0x400, prot);
             for i in 0..64u64 {
-                let mut e = arch.advance_pfn(base, i);
+                let mut e = arch.advance_pfn(base, i).val();
                 for b in bits {
                     if next() % 4 == 0 {
                         e ^= b;
@@ -266,13 +268,13 @@ mod tests {
                 }
                 match next() % 40 {
                     0 => e = 0,
-                    1 => e = arch.advance_pfn(e, 1),
+                    1 => e = arch.advance_pfn(Pte::from_val(e), 1).val(),
                     _ => {}
                 }
                 pt.set(t, i as usize, e);
             }
-            let first = pt.get(t, 0);
-            if first == 0 {
+            let first = pt.ptep_get_raw(t, 0);
+            if first.is_none() {
                 continue;
             }
             let flags = BatchFlags {
@@ -299,9 +301,9 @@ mod tests {
             arch,
             pgd: t,
         };
-        let base = arch.mk_pte(0x200, Prot::NONE, false);
+        let base = arch.mk_pte(0x200, Prot::NONE);
         for i in 0..4u64 {
-            pt.set(t, i as usize, arch.mk_pte(0x200 + i, Prot::NONE, false));
+            pt.set(t, i as usize, arch.mk_pte(0x200 + i, Prot::NONE).val());
         }
         assert_eq!(
             folio_pte_batch(pt, t, 0, base, 0x203, 8, BatchFlags::default()).nr,

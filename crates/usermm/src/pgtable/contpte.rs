@@ -13,7 +13,7 @@
 //! work on whole blocks in place and unfold only the partially covered blocks at the ends.
 //! Folds and unfolds are counted.
 
-use super::{arch::arm64, Arch, PageTables};
+use super::{arch::arm64, Arch, PageTables, Pte};
 use crate::stats::{CpuCounters, Ev};
 
 /// Entries per contiguous block (4 KiB granule).
@@ -21,21 +21,21 @@ pub(crate) const CONT_PTES: usize = 16;
 
 /// Whether an entry is part of a folded block.
 #[inline]
-pub(crate) fn pte_cont(arch: Arch, e: u64) -> bool {
-    arch == Arch::Arm64 && e & arm64::CONT != 0 && e & arm64::VALID != 0
+pub(crate) fn pte_cont(arch: Arch, e: Pte) -> bool {
+    arch == Arch::Arm64 && e.val() & arm64::CONT != 0 && e.val() & arm64::VALID != 0
 }
 
 impl<'a> PageTables<'a> {
     /// `ptep_get`: the entry; for a folded block, with accessed/dirty gathered from all 16.
-    pub(crate) fn ptep_get(&self, table: u64, idx: usize) -> u64 {
-        let e = self.get(table, idx);
+    pub(crate) fn ptep_get(&self, table: u64, idx: usize) -> Pte {
+        let e = self.ptep_get_raw(table, idx);
         if !pte_cont(self.arch, e) {
             return e;
         }
         let base = idx & !(CONT_PTES - 1);
         let mut v = e;
         for i in base..base + CONT_PTES {
-            let s = self.get(table, i);
+            let s = self.ptep_get_raw(table, i);
             if self.arch.young(s) {
                 v = self.arch.mkyoung(v);
             }
@@ -50,7 +50,7 @@ impl<'a> PageTables<'a> {
     /// folded block), 1 otherwise.
     #[inline]
     #[allow(dead_code)] // No caller left since the public surface was narrowed (h14).
-    pub(crate) fn pte_batch_hint(&self, idx: usize, e: u64) -> usize {
+    pub(crate) fn pte_batch_hint(&self, idx: usize, e: Pte) -> usize {
         if pte_cont(self.arch, e) {
             CONT_PTES - (idx & (CONT_PTES - 1))
         } else {
@@ -63,13 +63,13 @@ impl<'a> PageTables<'a> {
     ///
     /// # Context
     /// PTL held; for `nr > 1` the targets are empty.
-    pub(super) fn set_ptes(&self, c: &CpuCounters, table: u64, idx: usize, e: u64, nr: usize) {
+    pub(super) fn set_ptes(&self, c: &CpuCounters, table: u64, idx: usize, e: Pte, nr: usize) {
         if nr == 1 {
             self.set_pte(c, table, idx, e);
             return;
         }
         // The entry may come from a folded block (`ptep_get`): the CONT bit is re-derived here.
-        let e = e & !cont_bit(self.arch);
+        let e = pte_mknoncont(self.arch, e);
         let arm = self.arch == Arch::Arm64 && !self.arch.special(e);
         let mut i = 0;
         while i < nr {
@@ -82,12 +82,12 @@ impl<'a> PageTables<'a> {
                     self.set(
                         table,
                         idx + i + j,
-                        self.arch.advance_pfn(v, j as u64) | arm64::CONT,
+                        self.arch.advance_pfn(v, j as u64).val() | arm64::CONT,
                     );
                 }
                 i += CONT_PTES;
             } else {
-                self.set(table, idx + i, v);
+                self.set(table, idx + i, v.val());
                 i += 1;
             }
         }
@@ -96,9 +96,9 @@ impl<'a> PageTables<'a> {
 
     /// Sets one entry (`set_pte_at`): unfolds its block first if folded, then tries to fold
     /// when this is the last entry of a block.
-    pub(super) fn set_pte(&self, c: &CpuCounters, table: u64, idx: usize, e: u64) {
+    pub(super) fn set_pte(&self, c: &CpuCounters, table: u64, idx: usize, e: Pte) {
         self.unfold_if_cont(c, table, idx);
-        self.set(table, idx, e & !cont_bit(self.arch));
+        self.set(table, idx, pte_mknoncont(self.arch, e).val());
         c.add(Ev::PteWrite, 1);
         if self.arch == Arch::Arm64 && idx % CONT_PTES == CONT_PTES - 1 {
             self.try_fold(c, table, idx);
@@ -110,8 +110,8 @@ impl<'a> PageTables<'a> {
         self.unfold_partial(c, table, idx, nr);
         let mut dirty = false;
         for j in idx..idx + nr {
-            dirty |= self.arch.dirty(self.get(table, j));
-            self.set(table, j, 0);
+            dirty |= self.arch.dirty(self.ptep_get_raw(table, j));
+            self.set(table, j, Pte::NONE.val());
         }
         c.add(Ev::PteWrite, nr as u64);
         if self.arch == Arch::X86_64 {
@@ -124,9 +124,9 @@ impl<'a> PageTables<'a> {
     pub(super) fn wrprotect_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) {
         self.unfold_partial(c, table, idx, nr);
         for j in idx..idx + nr {
-            let e = self.get(table, j);
+            let e = self.ptep_get_raw(table, j);
             if self.arch.write(e) {
-                self.set(table, j, self.arch.wrprotect(e));
+                self.set(table, j, self.arch.wrprotect(e).val());
                 c.add(Ev::PteWrite, 1);
                 if self.arch == Arch::X86_64 {
                     c.add(Ev::PteAtomic, 1);
@@ -151,24 +151,24 @@ impl<'a> PageTables<'a> {
 
     /// `contpte_try_unfold`.
     pub(crate) fn unfold_if_cont(&self, c: &CpuCounters, table: u64, idx: usize) {
-        if !pte_cont(self.arch, self.get(table, idx)) {
+        if !pte_cont(self.arch, self.ptep_get_raw(table, idx)) {
             return;
         }
         let base = idx & !(CONT_PTES - 1);
         let merged = self.ptep_get(table, base);
         for i in 0..CONT_PTES {
-            let raw = self.get(table, base + i);
-            if raw == 0 {
+            let raw = self.ptep_get_raw(table, base + i);
+            if raw.is_none() {
                 continue;
             }
-            let mut v = raw & !arm64::CONT;
+            let mut v = Pte::from_val(raw.val() & !arm64::CONT);
             if self.arch.young(merged) {
                 v = self.arch.mkyoung(v);
             }
             if self.arch.dirty(merged) {
                 v = self.arch.mkdirty(v);
             }
-            self.set(table, base + i, v);
+            self.set(table, base + i, v.val());
         }
         c.add(Ev::PteWrite, 2 * CONT_PTES as u64);
         c.add(Ev::ContUnfold, 1);
@@ -180,7 +180,7 @@ impl<'a> PageTables<'a> {
     fn try_fold(&self, c: &CpuCounters, table: u64, idx: usize) {
         let arch = self.arch;
         let base = idx & !(CONT_PTES - 1);
-        let first = self.get(table, base);
+        let first = self.ptep_get_raw(table, base);
         if !arch.accessible(first) || arch.special(first) || pte_cont(arch, first) {
             return;
         }
@@ -194,11 +194,11 @@ impl<'a> PageTables<'a> {
         if head > pfn0 || folio_end < pfn0 + CONT_PTES as u64 {
             return;
         }
-        let norm = |e: u64| arch.mkclean(arch.mkold(e));
+        let norm = |e: Pte| arch.mkclean(arch.mkold(e));
         let template = norm(first);
         let (mut young, mut dirty) = (false, false);
         for i in 0..CONT_PTES {
-            let e = self.get(table, base + i);
+            let e = self.ptep_get_raw(table, base + i);
             if norm(e) != arch.advance_pfn(template, i as u64) {
                 return;
             }
@@ -206,14 +206,14 @@ impl<'a> PageTables<'a> {
             dirty |= arch.dirty(e);
         }
         for i in 0..CONT_PTES {
-            let mut v = self.get(table, base + i) | arm64::CONT;
+            let mut v = Pte::from_val(self.get(table, base + i) | arm64::CONT);
             if young {
                 v = arch.mkyoung(v);
             }
             if dirty {
                 v = arch.mkdirty(v);
             }
-            self.set(table, base + i, v);
+            self.set(table, base + i, v.val());
         }
         c.add(Ev::PteWrite, 2 * CONT_PTES as u64);
         c.add(Ev::ContFold, 1);
@@ -228,14 +228,14 @@ impl<'a> PageTables<'a> {
         }
         let arch = self.arch;
         for base in (0..super::PTRS_PER_TABLE).step_by(CONT_PTES) {
-            let any = (0..CONT_PTES).any(|i| pte_cont(arch, self.get(table, base + i)));
+            let any = (0..CONT_PTES).any(|i| pte_cont(arch, self.ptep_get_raw(table, base + i)));
             if !any {
                 continue;
             }
-            let first = self.get(table, base);
-            let norm = |e: u64| arch.mkclean(arch.mkold(e));
+            let first = self.ptep_get_raw(table, base);
+            let norm = |e: Pte| arch.mkclean(arch.mkold(e));
             for i in 0..CONT_PTES {
-                let e = self.get(table, base + i);
+                let e = self.ptep_get_raw(table, base + i);
                 if !pte_cont(arch, e) || norm(e) != arch.advance_pfn(norm(first), i as u64) {
                     return Err(format!(
                         "table {table:#x}: broken contpte block at index {base}"
@@ -252,9 +252,12 @@ impl<'a> PageTables<'a> {
     }
 }
 
-fn cont_bit(arch: Arch) -> u64 {
+/// `pte_mknoncont`: `e` without the CONT bit, which only the block writers here set (x86
+/// entries never have it: it is unused there).
+#[inline]
+pub(crate) fn pte_mknoncont(arch: Arch, e: Pte) -> Pte {
     match arch {
-        Arch::Arm64 => arm64::CONT,
-        Arch::X86_64 => 0,
+        Arch::Arm64 => Pte::from_val(e.val() & !arm64::CONT),
+        Arch::X86_64 => e,
     }
 }

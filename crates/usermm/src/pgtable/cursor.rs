@@ -27,7 +27,8 @@
 //! under it by whoever changes it.
 
 use super::batch::{folio_pte_batch, BatchFlags};
-use super::{index, PageTables, PtlGuard, PMD_SIZE, PUD_SIZE};
+use super::entry::LeafEntry;
+use super::{index, PageTables, Pmd, Pte, PtlGuard, PMD_SIZE, PUD_SIZE};
 use crate::phys::PageFlag;
 use crate::stats::{CpuCounters, Ev};
 use crate::tunables::PteBatching;
@@ -39,7 +40,7 @@ const TABLE_SPAN: u64 = 1 << 48;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PmdKind {
     /// A 2 MiB leaf (the entry).
-    Huge(u64),
+    Huge(Pmd),
     /// A PTE table (its frame).
     Table(u64),
 }
@@ -115,16 +116,13 @@ impl<'a> PmdWalk<'a> {
             }
         }
         let pt = self.pt;
-        let pgd_e = pt.get(pt.pgd, index(addr, 39));
-        if !pt.arch.is_table(pgd_e) {
+        let Some(pud_t) = pt.upper_table_at(pt.pgd, index(addr, 39)) else {
             let pgd_size = PUD_SIZE << 9;
             return Err((addr & !(pgd_size - 1)).saturating_add(pgd_size));
-        }
-        let pud_e = pt.get(pt.arch.table_pfn(pgd_e), index(addr, 30));
-        if !pt.arch.is_table(pud_e) {
+        };
+        let Some(t) = pt.upper_table_at(pud_t, index(addr, 30)) else {
             return Err(span.saturating_add(PUD_SIZE));
-        }
-        let t = pt.arch.table_pfn(pud_e);
+        };
         self.cached = Some((span, t));
         Ok(t)
     }
@@ -147,8 +145,8 @@ impl Iterator for PmdWalk<'_> {
             let next = pmd_addr_end(addr, self.end);
             self.addr = next;
             let idx = index(addr, 21);
-            let e = self.pt.get(table, idx);
-            if e == 0 {
+            let e = self.pt.pmdp_get(table, idx);
+            if e.is_none() {
                 continue;
             }
             let kind = if self.pt.arch.is_table(e) {
@@ -175,15 +173,16 @@ impl<'a> PageTables<'a> {
     }
 
     /// The PTE table entry `idx` of PMD table `pmd_table` points at now (after a split, say).
+    #[inline]
     pub(crate) fn pte_table_at(&self, pmd_table: u64, idx: usize) -> Option<u64> {
-        let e = self.get(pmd_table, idx);
+        let e = self.pmdp_get(pmd_table, idx);
         self.arch.is_table(e).then(|| self.arch.table_pfn(e))
     }
 
-    /// `vm_normal_folio` for a present entry: the head of the folio it maps, or `None` for a
-    /// special mapping of the shared zero page.
+    /// `vm_normal_folio` (`vm_normal_folio_pmd` for a PMD leaf) for a present entry: the head
+    /// of the folio it maps, or `None` for a special mapping of the shared zero page.
     #[inline]
-    pub(crate) fn vm_normal_folio(&self, e: u64) -> Option<u64> {
+    pub(crate) fn vm_normal_folio<E: LeafEntry>(&self, e: E) -> Option<u64> {
         let pfn = self.arch.pfn(e);
         if self.arch.special(e) && self.phys.is_zero_pfn(pfn) {
             return None;
@@ -262,11 +261,6 @@ impl<'a> PteLock<'a> {
         }
     }
 
-    /// The table's frame.
-    pub(crate) fn table(&self) -> u64 {
-        self.table
-    }
-
     /// The page tables the table belongs to.
     pub(crate) fn tables(&self) -> PageTables<'a> {
         self.pt
@@ -274,28 +268,28 @@ impl<'a> PteLock<'a> {
 
     /// `ptep_get` of entry `idx`, counted as a PTE read.
     #[inline]
-    pub(crate) fn get(&self, idx: usize) -> u64 {
+    pub(crate) fn get(&self, idx: usize) -> Pte {
         self.c.add(Ev::PteRead, 1);
         self.pt.ptep_get(self.table, idx)
     }
 
     /// `ptep_get` of entry `idx` again, not counted (the run that read it was).
     #[inline]
-    pub(crate) fn peek(&self, idx: usize) -> u64 {
+    pub(crate) fn peek(&self, idx: usize) -> Pte {
         self.pt.ptep_get(self.table, idx)
     }
 
     /// Entry `idx` as stored, not counted (walkers whose reads the counters leave out).
     #[inline]
-    pub(crate) fn peek_raw(&self, idx: usize) -> u64 {
-        self.pt.get(self.table, idx)
+    pub(crate) fn peek_raw(&self, idx: usize) -> Pte {
+        self.pt.ptep_get_raw(self.table, idx)
     }
 
     /// Entry `idx` as stored (no contpte gathering of accessed/dirty), counted as a read.
     #[inline]
-    pub(crate) fn get_raw(&self, idx: usize) -> u64 {
+    pub(crate) fn get_raw(&self, idx: usize) -> Pte {
         self.c.add(Ev::PteRead, 1);
-        self.pt.get(self.table, idx)
+        self.pt.ptep_get_raw(self.table, idx)
     }
 
     /// The run that starts at `idx`, whose entry `e` ([`PteLock::get`]) is present: the zero
@@ -305,7 +299,7 @@ impl<'a> PteLock<'a> {
     pub(crate) fn run(
         &self,
         idx: usize,
-        e: u64,
+        e: Pte,
         limit: usize,
         batching: PteBatching,
         flags: BatchFlags,
@@ -344,22 +338,22 @@ impl<'a> PteLock<'a> {
 
     /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
     #[inline]
-    pub(crate) fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn set_ptes(&mut self, idx: usize, e: Pte, nr: usize) {
         self.entries.delta += nr as i32;
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
     }
 
     /// Replaces a present entry with another present one (`set_pte_at`).
     #[inline]
-    pub(crate) fn replace(&mut self, idx: usize, e: u64) {
+    pub(crate) fn replace(&mut self, idx: usize, e: Pte) {
         self.pt.set_pte(self.c, self.table, idx, e);
     }
 
     /// Sets the accessed/dirty bits of entry `idx` as the hardware would, in place
     /// (`ptep_set_access_flags`; a folded block stays folded).
     #[inline]
-    pub(crate) fn set_access_flags(&mut self, idx: usize, e: u64) {
-        self.pt.set(self.table, idx, e);
+    pub(crate) fn set_access_flags(&mut self, idx: usize, e: Pte) {
+        self.pt.set(self.table, idx, e.val());
         self.c.add(Ev::PteWrite, 1);
     }
 
@@ -400,9 +394,9 @@ impl<'a> UnlinkedPtes<'a> {
 
     /// Stores `e` in `nr` entries from `idx` as it is (the same entry each time: the zero
     /// page), one counted write each.
-    pub(crate) fn fill_same(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn fill_same(&mut self, idx: usize, e: Pte, nr: usize) {
         for i in idx..idx + nr {
-            self.pt.set(self.table, i, e);
+            self.pt.set(self.table, i, e.val());
         }
         self.entries.delta += nr as i32;
         self.c.add(Ev::PteWrite, nr as u64);
@@ -410,7 +404,7 @@ impl<'a> UnlinkedPtes<'a> {
 
     /// `set_ptes` of `nr` consecutive pages, `e` first.
     #[inline]
-    pub(crate) fn set_ptes(&mut self, idx: usize, e: u64, nr: usize) {
+    pub(crate) fn set_ptes(&mut self, idx: usize, e: Pte, nr: usize) {
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
         self.entries.delta += nr as i32;
     }
@@ -445,23 +439,23 @@ impl<'a> PmdLock<'a> {
 
     /// Entry `idx`.
     #[inline]
-    pub(crate) fn get(&self, idx: usize) -> u64 {
-        self.pt.get(self.table, idx)
+    pub(crate) fn get(&self, idx: usize) -> Pmd {
+        self.pt.pmdp_get(self.table, idx)
     }
 
     /// Fills the empty entry `idx` with a leaf or a table entry.
-    pub(crate) fn install(&mut self, idx: usize, e: u64) {
-        debug_assert_eq!(self.get(idx), 0, "installing over a live PMD entry");
-        self.pt.set(self.table, idx, e);
+    pub(crate) fn install(&mut self, idx: usize, e: Pmd) {
+        debug_assert_eq!(self.get(idx), Pmd::NONE, "installing over a live PMD entry");
+        self.pt.set(self.table, idx, e.val());
         self.entries.delta += 1;
         self.c.add(Ev::PteWrite, 1);
     }
 
     /// Empties entry `idx`; returns what it held.
     #[inline]
-    pub(crate) fn clear(&mut self, idx: usize) -> u64 {
+    pub(crate) fn clear(&mut self, idx: usize) -> Pmd {
         let old = self.get(idx);
-        self.pt.set(self.table, idx, 0);
+        self.pt.set(self.table, idx, Pmd::NONE.val());
         self.entries.delta -= 1;
         self.c.add(Ev::PteWrite, 1);
         old
@@ -469,8 +463,8 @@ impl<'a> PmdLock<'a> {
 
     /// Replaces the live entry `idx` (a leaf by a leaf, or a leaf by its PTE table).
     #[inline]
-    pub(crate) fn replace(&mut self, idx: usize, e: u64) {
-        self.pt.set(self.table, idx, e);
+    pub(crate) fn replace(&mut self, idx: usize, e: Pmd) {
+        self.pt.set(self.table, idx, e.val());
         self.c.add(Ev::PteWrite, 1);
     }
 }
@@ -506,7 +500,7 @@ impl<'a> PteCopy<'a> {
     /// arm64 goes through the contpte-aware `wrprotect_ptes` and `set_ptes`. The counters
     /// are the same either way.
     #[inline]
-    pub(crate) fn copy_run(&mut self, idx: usize, child: u64, nr: usize, wrprotect_parent: bool) {
+    pub(crate) fn copy_run(&mut self, idx: usize, child: Pte, nr: usize, wrprotect_parent: bool) {
         let arch = self.src.pt.arch;
         if arch != super::Arch::X86_64 || nr == 1 {
             if wrprotect_parent {
@@ -520,13 +514,13 @@ impl<'a> PteCopy<'a> {
         let mut writes = nr as u64;
         for j in 0..nr {
             if wrprotect_parent {
-                let e = spt.get(st, idx + j);
+                let e = spt.ptep_get_raw(st, idx + j);
                 if arch.write(e) {
-                    spt.set(st, idx + j, arch.wrprotect(e));
+                    spt.set(st, idx + j, arch.wrprotect(e).val());
                     writes += 1;
                 }
             }
-            dpt.set(dt, idx + j, arch.advance_pfn(child, j as u64));
+            dpt.set(dt, idx + j, arch.advance_pfn(child, j as u64).val());
         }
         self.dst.entries.delta += nr as i32;
         self.src.c.add(Ev::PteWrite, writes);

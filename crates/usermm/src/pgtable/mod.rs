@@ -15,10 +15,13 @@ pub(crate) mod arch;
 pub(crate) mod batch;
 pub(crate) mod contpte;
 pub(crate) mod cursor;
+pub(crate) mod entry;
 
 use crate::phys::{FolioKind, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 pub use arch::{Arch, Prot};
+pub(crate) use entry::{AnyLeaf, Pmd, Pte, Pud};
+use entry::{Entry, LeafEntry, TableEntry};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Entries per table.
@@ -94,7 +97,7 @@ pub(crate) enum Walk {
         /// Index in it.
         idx: usize,
         /// The entry.
-        entry: u64,
+        entry: Pmd,
     },
     /// The PMD points at a PTE table.
     Pte {
@@ -102,8 +105,8 @@ pub(crate) enum Walk {
         table: u64,
         /// Index in it.
         idx: usize,
-        /// The entry (possibly none).
-        entry: u64,
+        /// The entry as stored (possibly none; no contpte gathering).
+        entry: Pte,
     },
 }
 
@@ -124,41 +127,82 @@ pub(crate) struct PageTables<'a> {
 pub(crate) struct PgtableOom;
 
 impl<'a> PageTables<'a> {
-    /// Reads an entry.
+    /// Reads an entry's raw word. Private to the page-table module, as is [`Self::set`]:
+    /// everything else reads typed entries ([`Self::ptep_get`], [`Self::ptep_get_raw`],
+    /// [`Self::pmdp_get`], the cursor's lock types).
     #[inline]
-    pub(crate) fn get(&self, table: u64, idx: usize) -> u64 {
+    fn get(&self, table: u64, idx: usize) -> u64 {
         self.phys.arena.word(table, idx).load(Ordering::Acquire)
     }
 
-    /// Writes an entry. Private to the page-table module: everything else writes through
+    /// Writes an entry's raw word. Everything outside the page-table module writes through
     /// the cursor's lock types ([`cursor`]), which own the lock and the bookkeeping.
     #[inline]
-    pub(super) fn set(&self, table: u64, idx: usize, v: u64) {
+    fn set(&self, table: u64, idx: usize, v: u64) {
         self.phys.arena.word(table, idx).store(v, Ordering::Release)
     }
 
-    /// Compare-and-exchange on an entry (hardware A/D updates).
+    /// PTE `idx` of PTE table `table` as stored: for a folded contpte block, without the
+    /// accessed/dirty bits of its other entries (arm64's `__ptep_get`; [`Self::ptep_get`]
+    /// gathers them).
     #[inline]
-    pub(crate) fn cmpxchg(&self, table: u64, idx: usize, old: u64, new: u64) -> bool {
+    pub(crate) fn ptep_get_raw(&self, table: u64, idx: usize) -> Pte {
+        Pte::from_val(self.get(table, idx))
+    }
+
+    /// PMD `idx` of PMD table `table` (`pmdp_get`).
+    #[inline]
+    pub(crate) fn pmdp_get(&self, table: u64, idx: usize) -> Pmd {
+        Pmd::from_val(self.get(table, idx))
+    }
+
+    /// Entry `idx` of a PGD or PUD table (`pgdp_get`, `pudp_get`).
+    #[inline]
+    fn pudp_get(&self, table: u64, idx: usize) -> Pud {
+        Pud::from_val(self.get(table, idx))
+    }
+
+    /// The table a PGD or PUD entry points at, if it points at one.
+    #[inline]
+    fn upper_table_at(&self, table: u64, idx: usize) -> Option<u64> {
+        let e = self.pudp_get(table, idx);
+        self.arch.is_table(e).then(|| self.arch.table_pfn(e))
+    }
+
+    /// The table that entry `idx` of `table`, a table at `level` (0 = PGD, 1 = PUD, 2 = PMD;
+    /// see [`LEVEL_SHIFTS`]), points at, if it points at one (not none, not a PMD leaf).
+    #[inline]
+    pub(crate) fn lower_table(&self, level: usize, table: u64, idx: usize) -> Option<u64> {
+        debug_assert!(level < 3, "a PTE table points at no table");
+        if level == 2 {
+            self.pte_table_at(table, idx)
+        } else {
+            self.upper_table_at(table, idx)
+        }
+    }
+
+    /// Entry `idx` of `table` read again, as the same kind of entry as `like` (which was read
+    /// from there): the MMU model's re-read of a leaf of either level.
+    #[inline]
+    pub(crate) fn reread<E: Entry>(&self, table: u64, idx: usize, like: E) -> E {
+        like.with_val(self.get(table, idx))
+    }
+
+    /// Compare-and-exchange on a leaf entry (the MMU model's hardware A/D updates).
+    #[inline]
+    pub(crate) fn cmpxchg<E: LeafEntry>(&self, table: u64, idx: usize, old: E, new: E) -> bool {
         self.phys
             .arena
             .word(table, idx)
-            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(old.val(), new.val(), Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
     /// Walks to the PMD table covering `addr`.
     #[inline]
     pub(crate) fn pmd_table(&self, addr: u64) -> Option<u64> {
-        let mut table = self.pgd;
-        for shift in [39, 30] {
-            let e = self.get(table, index(addr, shift));
-            if !self.arch.is_table(e) {
-                return None;
-            }
-            table = self.arch.table_pfn(e);
-        }
-        Some(table)
+        let pud = self.upper_table_at(self.pgd, index(addr, 39))?;
+        self.upper_table_at(pud, index(addr, 30))
     }
 
     /// Walks `addr` down to its leaf.
@@ -168,8 +212,8 @@ impl<'a> PageTables<'a> {
             return Walk::NoPmd;
         };
         let idx = index(addr, 21);
-        let pmd = self.get(pmd_t, idx);
-        if pmd == 0 {
+        let pmd = self.pmdp_get(pmd_t, idx);
+        if pmd.is_none() {
             return Walk::PmdNone { table: pmd_t, idx };
         }
         if !self.arch.is_table(pmd) {
@@ -184,7 +228,7 @@ impl<'a> PageTables<'a> {
         Walk::Pte {
             table,
             idx,
-            entry: self.get(table, idx),
+            entry: self.ptep_get_raw(table, idx),
         }
     }
 
@@ -192,8 +236,7 @@ impl<'a> PageTables<'a> {
     #[inline]
     pub(crate) fn pte_table(&self, addr: u64) -> Option<u64> {
         let pmd_t = self.pmd_table(addr)?;
-        let pmd = self.get(pmd_t, index(addr, 21));
-        self.arch.is_table(pmd).then(|| self.arch.table_pfn(pmd))
+        self.pte_table_at(pmd_t, index(addr, 21))
     }
 
     /// Allocates a zeroed table page.
@@ -203,34 +246,36 @@ impl<'a> PageTables<'a> {
             .ok_or(PgtableOom)
     }
 
-    /// Populates `table[idx]` with a new lower table if it is empty; returns the lower table.
+    /// Populates `table[idx]`, an entry of type `E` (a [`Pud`] for the PGD and PUD levels,
+    /// a [`Pmd`] for the PMD level), with a new lower table if it is empty; returns the lower
+    /// table.
     ///
     /// # Context
     /// Takes `page_table_lock` around the install; allocation happens outside it.
-    fn ensure_table(
+    fn ensure_table<E: TableEntry>(
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
         table: u64,
         idx: usize,
     ) -> Result<Option<u64>, PgtableOom> {
-        let e = self.get(table, idx);
+        let e = E::from_val(self.get(table, idx));
         if self.arch.is_table(e) {
             return Ok(Some(self.arch.table_pfn(e)));
         }
-        if e != 0 {
+        if e.val() != 0 {
             return Ok(None);
         }
         let new = self.alloc_table(c, self.phys.node_of(table))?;
         c.add(Ev::LockPageTable, 1);
         let _g = lock.lock();
-        let e = self.get(table, idx);
-        if e != 0 {
+        let e = E::from_val(self.get(table, idx));
+        if e.val() != 0 {
             drop(_g);
             self.phys.put_folio(c, new, 1);
             return Ok(self.arch.is_table(e).then(|| self.arch.table_pfn(e)));
         }
-        self.set(table, idx, self.arch.mk_table(new));
+        self.set(table, idx, self.arch.mk_table::<E>(new).val());
         self.phys.memmap.pt_entries_add(table, 1);
         c.add(Ev::PteWrite, 1);
         Ok(Some(new))
@@ -263,9 +308,9 @@ impl<'a> PageTables<'a> {
         addr: u64,
     ) -> Result<u64, PgtableOom> {
         let pud = self
-            .ensure_table(c, lock, self.pgd, index(addr, 39))?
+            .ensure_table::<Pud>(c, lock, self.pgd, index(addr, 39))?
             .ok_or(PgtableOom)?;
-        self.ensure_table(c, lock, pud, index(addr, 30))?
+        self.ensure_table::<Pud>(c, lock, pud, index(addr, 30))?
             .ok_or(PgtableOom)
     }
 
@@ -277,7 +322,7 @@ impl<'a> PageTables<'a> {
         addr: u64,
     ) -> Result<Option<u64>, PgtableOom> {
         let pmd = self.alloc_pmd_table(c, lock, addr)?;
-        self.ensure_table(c, lock, pmd, index(addr, 21))
+        self.ensure_table::<Pmd>(c, lock, pmd, index(addr, 21))
     }
 
     /// Calls `f(level, table_pfn)` for every table page, children before parents.
@@ -288,9 +333,8 @@ impl<'a> PageTables<'a> {
     fn visit(&self, level: usize, table: u64, f: &mut impl FnMut(usize, u64)) {
         if level < 3 {
             for i in 0..PTRS_PER_TABLE {
-                let e = self.get(table, i);
-                if self.arch.is_table(e) {
-                    self.visit(level + 1, self.arch.table_pfn(e), f);
+                if let Some(lower) = self.lower_table(level, table, i) {
+                    self.visit(level + 1, lower, f);
                 }
             }
         }
