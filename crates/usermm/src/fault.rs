@@ -92,11 +92,11 @@ impl<'m> Cpu<'m> {
             return self.segv();
         }
         let pt = self.tables(mm);
-        let Ok(pmd_t) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
             return self.oom();
         };
         let pmd_idx = index(addr, 21);
-        let huge = pt.pmdp_get(pmd_t, pmd_idx).is_none() && self.thp_pmd_eligible(vma, addr);
+        let huge = pt.pmdp_get(pmd_table, pmd_idx).is_none() && self.thp_pmd_eligible(vma, addr);
         if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
             // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
             // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
@@ -110,20 +110,21 @@ impl<'m> Cpu<'m> {
         }
         if huge {
             // `None`: fall back to PTEs.
-            if let Some(o) = self.do_huge_pmd_anonymous_page(mm, vma, pmd_t, pmd_idx, addr, access)
+            if let Some(o) =
+                self.do_huge_pmd_anonymous_page(mm, vma, pmd_table, pmd_idx, addr, access)
             {
                 return o;
             }
         }
-        if pt.pmdp_get(pmd_t, pmd_idx).is_none() && self.shmem_pmd_suitable(vma, addr, access) {
-            if let Some(o) = self.do_shmem_pmd_fault(mm, vma, pmd_t, pmd_idx, addr, access) {
+        if pt.pmdp_get(pmd_table, pmd_idx).is_none() && self.shmem_pmd_suitable(vma, addr, access) {
+            if let Some(o) = self.do_shmem_pmd_fault(mm, vma, pmd_table, pmd_idx, addr, access) {
                 return o;
             }
         }
-        let pmd = pt.pmdp_get(pmd_t, pmd_idx);
+        let pmd = pt.pmdp_get(pmd_table, pmd_idx);
         if !pmd.is_none() && !pt.arch.is_table(pmd) {
             if access == Access::Write && !pt.arch.write(pmd) {
-                if let Some(o) = self.do_huge_pmd_wp_page(mm, vma, pmd_t, pmd_idx, addr) {
+                if let Some(o) = self.do_huge_pmd_wp_page(mm, vma, pmd_table, pmd_idx, addr) {
                     return o;
                 }
             } else {
@@ -747,7 +748,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         addr: u64,
         access: Access,
@@ -767,7 +768,7 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return None;
         }
-        if !self.do_set_pmd(mm, vma, pmd_t, pmd_idx, head, access) {
+        if !self.do_set_pmd(mm, vma, pmd_table, pmd_idx, head, access) {
             phys.put_folio(c, head, 1);
             return Some(FaultOutcome::Completed);
         }
@@ -776,13 +777,13 @@ impl<'m> Cpu<'m> {
     }
 
     /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
-    /// of PMD table `pmd_t` (the mapping keeps a reference the caller took), writable and
+    /// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
     /// dirty for a write; false, with nothing done, when the entry is no longer empty.
     pub(crate) fn do_set_pmd(
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         head: u64,
         access: Access,
@@ -790,7 +791,7 @@ impl<'m> Cpu<'m> {
         let (c, phys) = (self.c(), &self.m.phys);
         let pt = self.tables(mm);
         let arch = pt.arch;
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         if !pmdl.get(pmd_idx).is_none() {
             return false;
         }
@@ -841,7 +842,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         addr: u64,
         access: Access,
@@ -859,7 +860,7 @@ impl<'m> Cpu<'m> {
             let hz = phys.huge_zero_pfn()?;
             let deposit = self.alloc_deposit()?;
             let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
-            let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+            let mut pmdl = PmdLock::lock(pt, c, pmd_table);
             if !pmdl.get(pmd_idx).is_none() {
                 drop(pmdl);
                 phys.put_folio(c, deposit, 1);
@@ -881,7 +882,7 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, head, 1);
             return None;
         };
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         if !pmdl.get(pmd_idx).is_none() {
             drop(pmdl);
             phys.put_folio(c, head, 1);
@@ -922,7 +923,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         addr: u64,
     ) -> Option<FaultOutcome> {
@@ -932,7 +933,7 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let pt = self.tables(mm);
         let haddr = addr & !(PMD_SIZE - 1);
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
             return Some(FaultOutcome::Completed);
@@ -940,7 +941,7 @@ impl<'m> Cpu<'m> {
         let pfn = arch.pfn(pmd);
         if phys.is_zero_pfn(pfn) {
             drop(pmdl);
-            return self.huge_zero_wp(mm, vma, pmd_t, pmd_idx, haddr, pmd);
+            return self.huge_zero_wp(mm, vma, pmd_table, pmd_idx, haddr, pmd);
         }
         let mem = &phys.memmap;
         if !mem.test(pfn, PageFlag::Anon) {
@@ -948,7 +949,7 @@ impl<'m> Cpu<'m> {
             // write fault again on PTEs (a shared mapping dirties the page, a private one
             // copies it).
             drop(pmdl);
-            self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
+            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
             return None;
         }
         if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
@@ -958,7 +959,7 @@ impl<'m> Cpu<'m> {
             return Some(FaultOutcome::Completed);
         }
         drop(pmdl);
-        self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
+        self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
         None
     }
 
@@ -966,7 +967,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         haddr: u64,
         old: Pmd,
@@ -983,10 +984,10 @@ impl<'m> Cpu<'m> {
             FolioKind::Anon,
             Zeroing::Zero,
         ) else {
-            self.split_huge_pmd(mm, vma, pmd_t, pmd_idx, haddr);
+            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
             return None;
         };
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         if pmdl.get(pmd_idx) != old {
             drop(pmdl);
             phys.put_folio(c, head, 1);
@@ -1013,7 +1014,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_t: u64,
+        pmd_table: u64,
         pmd_idx: usize,
         haddr: u64,
     ) {
@@ -1021,7 +1022,7 @@ impl<'m> Cpu<'m> {
         let phys = &self.m.phys;
         let arch = self.m.arch;
         let pt = self.tables(mm);
-        let mut pmdl = PmdLock::lock(pt, c, pmd_t);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) {
             return;

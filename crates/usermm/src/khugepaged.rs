@@ -251,12 +251,19 @@ impl<'m> Cpu<'m> {
             return;
         }
         let pt = self.tables(mm);
-        let Ok(pmd_t) = pt.alloc_pmd_table(c, &mm.page_table_lock, haddr) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, haddr) else {
             return;
         };
         let pmd_idx = ((haddr >> 21) & 511) as usize;
         rmap::folio_ref_add(phys, c, head, 1);
-        if !self.do_set_pmd(mm, vma, pmd_t, pmd_idx, head, crate::fault::Access::Read) {
+        if !self.do_set_pmd(
+            mm,
+            vma,
+            pmd_table,
+            pmd_idx,
+            head,
+            crate::fault::Access::Read,
+        ) {
             phys.put_folio(c, head, 1);
         }
     }

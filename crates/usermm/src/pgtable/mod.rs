@@ -208,17 +208,20 @@ impl<'a> PageTables<'a> {
     /// Walks `addr` down to its leaf.
     #[inline]
     pub(crate) fn walk(&self, addr: u64) -> Walk {
-        let Some(pmd_t) = self.pmd_table(addr) else {
+        let Some(pmd_table) = self.pmd_table(addr) else {
             return Walk::NoPmd;
         };
         let idx = index(addr, 21);
-        let pmd = self.pmdp_get(pmd_t, idx);
+        let pmd = self.pmdp_get(pmd_table, idx);
         if pmd.is_none() {
-            return Walk::PmdNone { table: pmd_t, idx };
+            return Walk::PmdNone {
+                table: pmd_table,
+                idx,
+            };
         }
         if !self.arch.is_table(pmd) {
             return Walk::PmdLeaf {
-                table: pmd_t,
+                table: pmd_table,
                 idx,
                 entry: pmd,
             };
@@ -235,8 +238,8 @@ impl<'a> PageTables<'a> {
     /// The PTE table covering `addr`, if the PMD points at one.
     #[inline]
     pub(crate) fn pte_table(&self, addr: u64) -> Option<u64> {
-        let pmd_t = self.pmd_table(addr)?;
-        self.pte_table_at(pmd_t, index(addr, 21))
+        let pmd_table = self.pmd_table(addr)?;
+        self.pte_table_at(pmd_table, index(addr, 21))
     }
 
     /// Allocates a zeroed table page.
