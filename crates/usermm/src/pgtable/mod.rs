@@ -6,6 +6,9 @@
 //! and written atomically. Levels: PGD (bits 47..39), PUD (38..30), PMD (29..21, may hold a
 //! 2 MiB leaf), PTE (20..12).
 //!
+//! Entry values are typed (`entry`: `Pte`, `Pmd`, `Pud` for PUD and PGD entries); the
+//! raw words are read and written only inside this module.
+//!
 //! # Locking
 //! Populating PGD/PUD/PMD entries takes the mm-wide `page_table_lock`; each PTE table (and each
 //! PMD table, for huge PMD leaves) has its own split lock in its memmap entry. Tables are freed
