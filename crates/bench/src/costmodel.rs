@@ -168,8 +168,8 @@ impl Primitives {
         }
     }
 
-    /// Measures every primitive on this machine (about half a second; the caller pins the
-    /// thread). Each is the best of five runs.
+    /// Measures every primitive on this machine (about two seconds; the caller pins the
+    /// thread). Each is the best of nine runs.
     pub fn measure() -> Primitives {
         let words = BUF / 8;
         let mut buf: Vec<u64> = (0..words as u64).collect();
@@ -457,7 +457,7 @@ fn out_of_line(acc: u64, i: u64) -> u64 {
 }
 
 /// Runs per primitive; the minimum is kept.
-const RUNS: usize = 5;
+const RUNS: usize = 9;
 
 /// `next[i]`: the line after line `i` in one random cycle through all `n` lines (Sattolo's
 /// shuffle with a fixed xorshift stream, so every run chases the same cycle).

@@ -194,11 +194,11 @@ pub fn run(
     let mut tables = Vec::new();
     let mut first_prims = None;
     for &b in which {
-        // The primitives are measured again before each modelled benchmark, so that its
-        // model and its host column see the machine in the same state.
+        // The primitives are measured again before each modelled benchmark, in a fresh
+        // process, so that its model and its host column see the machine in the same state.
         let prims = b
             .host_matches()
-            .map(|_| on_last_cpu(crate::costmodel::Primitives::measure));
+            .map(|_| on_last_cpu(crate::host::agent::measure_primitives));
         first_prims = first_prims.or(prims);
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {

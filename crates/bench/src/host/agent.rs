@@ -172,10 +172,37 @@ fn agent_exe() -> Option<std::path::PathBuf> {
     (exe.file_stem()? == "usermm").then_some(exe)
 }
 
+/// The request that asks the agent for the cost model's primitives instead of a cell.
+const PRIMITIVES_REQUEST: &str = "primitives";
+
+/// The cost model's primitives measured by a fresh agent process (on this thread's CPU),
+/// or here when there is no agent or it fails. A fresh process gives every table the same
+/// starting state: measured in the bench process after the sharing and anon-cow
+/// benchmarks, the host's mprotect per entry (and so `kcall`) read 2.3 times what a fresh
+/// process read a minute later, while the host rows had not moved.
+pub fn measure_primitives() -> crate::costmodel::Primitives {
+    let fresh = agent_exe().and_then(|exe| {
+        let out = std::process::Command::new(exe)
+            .args(["bench", AGENT_ARG])
+            .env(REQUEST_ENV, PRIMITIVES_REQUEST)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last()?).ok()
+    });
+    fresh.unwrap_or_else(crate::costmodel::Primitives::measure)
+}
+
 /// The agent's side: reads the request from the environment, measures, prints one JSON line.
 pub fn serve() -> anyhow::Result<()> {
     let req = std::env::var(REQUEST_ENV)
         .map_err(|_| anyhow::anyhow!("{AGENT_ARG} is internal: it needs {REQUEST_ENV}"))?;
+    if req == PRIMITIVES_REQUEST {
+        let p = crate::costmodel::Primitives::measure();
+        println!("{}", serde_json::to_string(&p)?);
+        return Ok(());
+    }
     let cell: HostCell = serde_json::from_str(&req)?;
     let reply = run(&cell).map(|(value, counters)| Reply { value, counters });
     println!("{}", serde_json::to_string(&reply)?);
