@@ -175,23 +175,31 @@ fn agent_exe() -> Option<std::path::PathBuf> {
 /// The request that asks the agent for the cost model's primitives instead of a cell.
 const PRIMITIVES_REQUEST: &str = "primitives";
 
-/// The cost model's primitives measured by a fresh agent process (on this thread's CPU),
-/// or here when there is no agent or it fails. A fresh process gives every table the same
-/// starting state: measured in the bench process after the sharing and anon-cow
-/// benchmarks, the host's mprotect per entry (and so `kcall`) read 2.3 times what a fresh
-/// process read a minute later, while the host rows had not moved.
+/// Fresh agent processes that measure the cost model's primitives.
+const PRIMITIVE_AGENTS: usize = 3;
+
+/// The cost model's primitives, each the median over [`PRIMITIVE_AGENTS`] fresh agent
+/// processes (on this thread's CPU), or measured here when there is no agent or it fails.
+/// A fresh process gives every table the same starting state: measured in the bench
+/// process after the sharing and anon-cow benchmarks, the host's mprotect per entry (and
+/// so `kcall`) read 2.3 times what a fresh process read a minute later, while the host
+/// rows had not moved. Several processes, because one process's memory decides its
+/// primitives too: back-to-back fresh processes read `kcall` from 5.5 to 9.4 ns.
 pub fn measure_primitives() -> crate::costmodel::Primitives {
-    let fresh = agent_exe().and_then(|exe| {
-        let out = std::process::Command::new(exe)
-            .args(["bench", AGENT_ARG])
-            .env(REQUEST_ENV, PRIMITIVES_REQUEST)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(text.lines().last()?).ok()
-    });
-    fresh.unwrap_or_else(crate::costmodel::Primitives::measure)
+    let fresh: Vec<crate::costmodel::Primitives> = (0..PRIMITIVE_AGENTS)
+        .filter_map(|_| {
+            let out = std::process::Command::new(agent_exe()?)
+                .args(["bench", AGENT_ARG])
+                .env(REQUEST_ENV, PRIMITIVES_REQUEST)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            serde_json::from_str(text.lines().last()?).ok()
+        })
+        .collect();
+    crate::costmodel::Primitives::median_of(&fresh)
+        .unwrap_or_else(crate::costmodel::Primitives::measure)
 }
 
 /// The agent's side: reads the request from the environment, measures, prints one JSON line.
