@@ -1017,6 +1017,19 @@ mod tests {
     }
 
     #[test]
+    fn the_median_is_taken_per_primitive() {
+        let p = |kcall, trap| Primitives {
+            kcall,
+            trap,
+            ..Primitives::default()
+        };
+        let m = Primitives::median_of(&[p(9.0, 1.0), p(5.0, 3.0), p(6.0, 2.0)]).expect("three");
+        assert_eq!((m.kcall, m.trap, m.syscall), (6.0, 2.0, 0.0));
+        assert_eq!(Primitives::median_of(&[p(4.0, 7.0)]), Some(p(4.0, 7.0)));
+        assert_eq!(Primitives::median_of(&[]), None);
+    }
+
+    #[test]
     fn every_recipe_prices_a_real_counter_once() {
         let names: Vec<&str> = usermm::Ev::ALL.iter().map(|e| e.name()).collect();
         for (i, r) in RECIPES.iter().enumerate() {
