@@ -178,7 +178,7 @@ const PRIMITIVES_REQUEST: &str = "primitives";
 /// Fresh agent processes that measure the cost model's primitives.
 const PRIMITIVE_AGENTS: usize = 3;
 
-/// The cost model's primitives, each the median over [`PRIMITIVE_AGENTS`] fresh agent
+/// The cost model's primitives, each the median over three fresh agent
 /// processes (on this thread's CPU), or measured here when there is no agent or it fails.
 /// A fresh process gives every table the same starting state: measured in the bench
 /// process after the sharing and anon-cow benchmarks, the host's mprotect per entry (and
