@@ -119,8 +119,9 @@ pub struct Column {
     /// Why there are no samples (`"not root"`, `"1 NUMA node"`), if there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
-    /// Engine columns other than the baseline: the 95 % bootstrap interval of the gain over
-    /// the baseline, from the repetitions paired by index (`[lo, hi]`, percent; an interval
+    /// Engine columns other than the baseline: the 95 % interval of the median gain over the
+    /// baseline (the sign-test interval, [`crate::stats::gain_ci95`]), from the repetitions
+    /// paired by index (`[lo, hi]`, percent; an interval
     /// containing 0 is shown as `~`, not a gain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gain_ci95_pct: Option<[f64; 2]>,

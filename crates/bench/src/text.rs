@@ -201,7 +201,7 @@ pub fn legend(table: &Table) -> String {
     };
     let mut s = format!(
         "{} in {}, {dir}; (%) = gain over {} (mmtests convention: positive is better); \
-         (~%) = its 95% interval (bootstrap of the per-repetition gains) contains 0",
+         (~%) = its 95% interval (sign test of the per-repetition gains) contains 0",
         table.metric,
         unit_text(table),
         table.baseline
