@@ -182,7 +182,6 @@ impl Primitives {
             v.sort_by(f64::total_cmp);
             v[RUNS / 2]
         };
-        let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e9 / n as f64;
         let load_seq = best(&mut || {
             let t = Instant::now();
             let mut s = 0u64;
@@ -190,7 +189,7 @@ impl Primitives {
                 s = s.wrapping_add(*w);
             }
             black_box(s);
-            per(t, words)
+            ns_per(t, words)
         });
         let store_seq = best(&mut || {
             let t = Instant::now();
@@ -198,14 +197,14 @@ impl Primitives {
                 *w = i as u64;
             }
             black_box(&buf);
-            per(t, words)
+            ns_per(t, words)
         });
         let rmw_seq = best(&mut || {
             let t = Instant::now();
             for a in black_box(&atoms).iter() {
                 a.fetch_and(!2, Ordering::Relaxed);
             }
-            per(t, words)
+            ns_per(t, words)
         });
         let line_seq = best(&mut || {
             let t = Instant::now();
@@ -213,14 +212,14 @@ impl Primitives {
                 *w = i as u64;
             }
             black_box(&buf);
-            per(t, words / 8)
+            ns_per(t, words / 8)
         });
         let atomic_line = best(&mut || {
             let t = Instant::now();
             for a in black_box(&atoms).iter().step_by(8) {
                 a.fetch_add(1, Ordering::Relaxed);
             }
-            per(t, words / 8)
+            ns_per(t, words / 8)
         });
         let atomic_hot = best(&mut || {
             // Three words of one line in turn, as fork's refcount, PageAnonExclusive and
@@ -231,7 +230,7 @@ impl Primitives {
             for i in 0..n {
                 black_box(&line).0[[0, 6, 7][i % 3]].fetch_add(1, Ordering::Relaxed);
             }
-            per(t, n)
+            ns_per(t, n)
         });
         let call = best(&mut || {
             let n = 1 << 20;
@@ -241,7 +240,7 @@ impl Primitives {
                 acc = out_of_line(black_box(acc), i as u64);
             }
             black_box(acc);
-            per(t, n)
+            ns_per(t, n)
         });
         // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
         // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
@@ -265,7 +264,7 @@ impl Primitives {
                 at = black_box(next[at]) as usize;
             }
             black_box(at);
-            per(t, n)
+            ns_per(t, n)
         });
         let pages = BUF / 4096;
         let user_zero = best(&mut || {
@@ -274,7 +273,7 @@ impl Primitives {
                 p.fill(0);
             }
             black_box(&buf);
-            per(t, pages)
+            ns_per(t, pages)
         });
         let mut dst = vec![1u64; words];
         let user_copy = best(&mut || {
@@ -283,7 +282,7 @@ impl Primitives {
                 d.copy_from_slice(s);
             }
             black_box(&dst);
-            per(t, pages)
+            ns_per(t, pages)
         });
         drop(dst);
         let mut bytes = vec![1u8; BUF];
@@ -303,7 +302,7 @@ impl Primitives {
                 {}
                 l.store(false, Ordering::Release);
             }
-            per(t, n)
+            ns_per(t, n)
         });
         let syscall = best(&mut || {
             let n = 20_000;
@@ -311,7 +310,7 @@ impl Primitives {
             for _ in 0..n {
                 black_box(oracle::sys::getpid());
             }
-            per(t, n)
+            ns_per(t, n)
         });
         let slab_pair = best(&mut || {
             let n = 1 << 18;
@@ -319,7 +318,7 @@ impl Primitives {
             for i in 0..n {
                 black_box(Box::new([i as u8; 192]));
             }
-            per(t, n)
+            ns_per(t, n)
         });
         let task = best(&mut || {
             let n = 200;
@@ -329,7 +328,7 @@ impl Primitives {
                     return f64::MAX;
                 }
             }
-            per(t, n)
+            ns_per(t, n)
         });
         let trap = best(&mut || trap_ns().unwrap_or(f64::MAX));
         let mut p = Primitives {
@@ -346,12 +345,11 @@ impl Primitives {
             copy_page,
             lock_pair,
             syscall,
-            trap: 0.0,
+            trap: if trap == f64::MAX { syscall } else { trap },
             tlb_flush: 0.0,
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
         };
-        p.trap = if trap == f64::MAX { syscall } else { trap };
         let zap_one = best(&mut || dontneed_difference_ns().unwrap_or(f64::MAX));
         p.tlb_flush = if zap_one == f64::MAX {
             0.0
@@ -427,7 +425,7 @@ fn kernel_pte_loop_ns() -> Option<f64> {
     r.write_each_page().ok()?;
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
-    Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
+    Some(ns_per(t, (LEN >> 12) as usize))
 }
 
 /// A page fault's round trip on this host: per 4 KiB page of 32 MiB of never-touched
@@ -447,7 +445,7 @@ fn trap_ns() -> Option<f64> {
         } else {
             r.read_each_page().ok()?;
         }
-        Some(t.elapsed().as_secs_f64() * 1e9 / (LEN >> 12) as f64)
+        Some(ns_per(t, (LEN >> 12) as usize))
     };
     let faulted = per_page(false)?;
     let populated = per_page(true)?;
@@ -461,7 +459,7 @@ fn kernel_zero_ns(buf: &mut [u8]) -> Option<f64> {
     let mut f = std::fs::File::open("/dev/zero").ok()?;
     let t = Instant::now();
     f.read_exact(buf).ok()?;
-    Some(t.elapsed().as_secs_f64() * 1e9 / (buf.len() / 4096) as f64)
+    Some(ns_per(t, buf.len() / 4096))
 }
 
 /// The host kernel's time to copy a 4 KiB page: `pread` of a written memfd into the
@@ -472,7 +470,12 @@ fn kernel_copy_ns(buf: &mut [u8]) -> Option<f64> {
     let f = oracle::sys::memfd_with(c"usermm-copy", buf).ok()?;
     let t = Instant::now();
     f.read_exact_at(buf, 0).ok()?;
-    Some(t.elapsed().as_secs_f64() * 1e9 / (buf.len() / 4096) as f64)
+    Some(ns_per(t, buf.len() / 4096))
+}
+
+/// Nanoseconds per item of `n` since `t`.
+fn ns_per(t: Instant, n: usize) -> f64 {
+    t.elapsed().as_secs_f64() * 1e9 / n as f64
 }
 
 /// A call that is not inlined and does a few instructions of work (a kernel helper's

@@ -235,27 +235,6 @@ impl<'m> Cpu<'m> {
         b.mlock.clear();
     }
 
-    /// Runs `f` on each entry under the lru_lock of its folio's node (`head` names the
-    /// folio), re-locking only on a node change.
-    fn with_lru_locks<T: Copy>(
-        &self,
-        entries: &[T],
-        head: impl Fn(T) -> u64,
-        mut f: impl FnMut(&mut crate::phys::lru::Lists, T),
-    ) {
-        let phys = &self.m.phys;
-        let mut i = 0;
-        while i < entries.len() {
-            let node = phys.node_of(head(entries[i]));
-            self.c().add(Ev::LockLru, 1);
-            let mut lists = phys.lruvec_of(head(entries[i])).lock();
-            while i < entries.len() && phys.node_of(head(entries[i])) == node {
-                f(&mut lists, entries[i]);
-                i += 1;
-            }
-        }
-    }
-
     /// Drops the batch's folio references (`folios_put`).
     fn release_batch(&self, folios: impl Iterator<Item = u64>) {
         let refs: FolioBatch<(u64, i32)> = folios.map(|f| (f, 1)).collect();
@@ -268,7 +247,8 @@ impl<'m> Cpu<'m> {
         }
         self.c().add(Ev::BatchDrain, 1);
         let mem = &self.m.phys.memmap;
-        self.with_lru_locks(
+        self.m.phys.with_lru_locks(
+            self.c(),
             folios,
             |f| f,
             |lists, f| {
@@ -290,7 +270,8 @@ impl<'m> Cpu<'m> {
             return;
         }
         self.c().add(Ev::BatchDrain, 1);
-        self.with_lru_locks(
+        self.m.phys.with_lru_locks(
+            self.c(),
             entries,
             |(f, _)| f,
             |lists, (f, op)| match op {

@@ -147,15 +147,8 @@ fn measure_cell(cell: &HostCell) -> CellResult {
         return Ok(r);
     };
     let req = serde_json::to_string(cell).map_err(|e| e.to_string())?;
-    let out = std::process::Command::new(exe)
-        .args(["bench", AGENT_ARG])
-        .env(REQUEST_ENV, req)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("host agent: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().last().unwrap_or_default();
-    match serde_json::from_str::<Result<Reply, String>>(line) {
+    let (line, out) = ask_agent(&exe, &req).map_err(|e| format!("host agent: {e}"))?;
+    match serde_json::from_str::<Result<Reply, String>>(&line) {
         Ok(Ok(r)) => Ok((r.value, r.counters)),
         Ok(Err(why)) => Err(why),
         Err(_) => Err(format!(
@@ -164,6 +157,24 @@ fn measure_cell(cell: &HostCell) -> CellResult {
             String::from_utf8_lossy(&out.stderr).trim()
         )),
     }
+}
+
+/// Runs the agent `exe` on `request`: the last line it printed (its reply) and its output.
+fn ask_agent(
+    exe: &std::path::Path,
+    request: &str,
+) -> std::io::Result<(String, std::process::Output)> {
+    let out = std::process::Command::new(exe)
+        .args(["bench", AGENT_ARG])
+        .env(REQUEST_ENV, request)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    Ok((line, out))
 }
 
 /// The `usermm` executable, when this process is one.
@@ -188,14 +199,8 @@ const PRIMITIVE_AGENTS: usize = 3;
 pub fn measure_primitives() -> crate::costmodel::Primitives {
     let fresh: Vec<crate::costmodel::Primitives> = (0..PRIMITIVE_AGENTS)
         .filter_map(|_| {
-            let out = std::process::Command::new(agent_exe()?)
-                .args(["bench", AGENT_ARG])
-                .env(REQUEST_ENV, PRIMITIVES_REQUEST)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            serde_json::from_str(text.lines().last()?).ok()
+            let (line, _) = ask_agent(&agent_exe()?, PRIMITIVES_REQUEST).ok()?;
+            serde_json::from_str(&line).ok()
         })
         .collect();
     crate::costmodel::Primitives::median_of(&fresh)

@@ -15,7 +15,6 @@ pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
 use lru::{Lists, Lruvec};
 pub use memmap::{Memmap, PageFlag};
-use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
@@ -418,25 +417,40 @@ impl PhysMem {
                     freed.push(head);
                 }
             }
-            let mut held: Option<(usize, MutexGuard<'_, Lists>)> = None;
-            for &head in &freed {
-                if !self.memmap.test(head, PageFlag::Lru) {
-                    continue;
-                }
-                let node = self.node_of(head);
-                let lists = match &mut held {
-                    Some((n, l)) if *n == node => l,
-                    _ => {
-                        held = None;
-                        c.add(Ev::LockLru, 1);
-                        &mut held.insert((node, self.lruvec_of_node(node).lock())).1
-                    }
-                };
-                self.lru_del_freed(c, lists, head);
-            }
-            drop(held);
+            let listed: FolioBatch<u64> = freed
+                .iter()
+                .copied()
+                .filter(|&h| self.memmap.test(h, PageFlag::Lru))
+                .collect();
+            self.with_lru_locks(
+                c,
+                &listed,
+                |h| h,
+                |lists, h| self.lru_del_freed(c, lists, h),
+            );
             for head in freed {
                 self.free_unlisted(c, head);
+            }
+        }
+    }
+
+    /// Runs `f` on each entry under the lru_lock of its folio's node (`head` names the
+    /// folio), re-locking only on a node change (`folio_lruvec_relock_irq`).
+    pub(crate) fn with_lru_locks<T: Copy>(
+        &self,
+        c: &CpuCounters,
+        entries: &[T],
+        head: impl Fn(T) -> u64,
+        mut f: impl FnMut(&mut Lists, T),
+    ) {
+        let mut i = 0;
+        while i < entries.len() {
+            let node = self.node_of(head(entries[i]));
+            c.add(Ev::LockLru, 1);
+            let mut lists = self.lruvec_of_node(node).lock();
+            while i < entries.len() && self.node_of(head(entries[i])) == node {
+                f(&mut lists, entries[i]);
+                i += 1;
             }
         }
     }
