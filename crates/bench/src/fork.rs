@@ -12,7 +12,9 @@
 //! only. At 4K both engine columns take the per-PTE path, the batched one after testing each
 //! page for a large folio (`folio_test_large`, as Linux's batched code does): that row is the
 //! near-A/A control, which reads `~` without host columns (see the README on the 1-5 % the
-//! extra test costs when host cells churn the caches between repetitions).
+//! extra test costs when host cells churn the caches between repetitions). The true A/A
+//! control is the `per-pte again` column: the baseline measured a second time, a cell of
+//! its own in every repetition's rotation, whose gain is the noise.
 
 use crate::engine::{counters, machine, populate, sig, size_label, warm_up, PMD, RW};
 use crate::host::agent::{self, HostCell};
@@ -285,6 +287,7 @@ fn variants() -> Vec<Variant> {
             "batched",
             "folio_pte_batch: one refcount/rmap operation per run of a folio (seed 000)",
         ),
+        Variant::control("per-pte"),
         Variant::host("the host kernel, same layout (mTHP knob of that size; THP knobs restored)"),
     ]
 }
@@ -305,7 +308,14 @@ fn row(
     let label = layout.label(folio);
     for rep in 0..ctx.opts.reps {
         for i in rotation_host_last(rep, cols.len()) {
-            match [PteBatching::PerPte, PteBatching::Batched].get(i) {
+            // The engine columns' settings, the A/A control's last.
+            match [
+                PteBatching::PerPte,
+                PteBatching::Batched,
+                PteBatching::PerPte,
+            ]
+            .get(i)
+            {
                 Some(&b) => {
                     let (secs, c) = engine_once(size, folio, layout, b, op)?;
                     cols[i].samples.push(secs);
@@ -338,7 +348,7 @@ fn row(
 
 /// Measurements of one table (for the progress bar).
 pub fn steps(ctx_reps: usize, folios: usize, op: Op) -> u64 {
-    (ctx_reps * (folios + file_rows(op).count()) * 3) as u64
+    (ctx_reps * (folios + file_rows(op).count()) * variants().len()) as u64
 }
 
 /// Time to copy the page-table pages of `size` bytes (one 4K table per 2M), host memcpy.

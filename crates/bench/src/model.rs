@@ -74,6 +74,11 @@ pub enum VariantKind {
     /// (`model:<variant>`): that variant's exact counters times this machine's measured
     /// primitive costs (`crate::costmodel`); its counters are the prediction's parts, ns.
     Model,
+    /// The baseline engine variant measured a second time (`<baseline> again`), a cell of its
+    /// own in every repetition's rotation: an A/A control. Its gain over the baseline is the
+    /// table's noise, so its interval must contain 0 (read `~`); a row where it does not was
+    /// measured under a systematic disturbance, and its other gains with it.
+    Control,
 }
 
 /// One column of a table: an engine setting or the host kernel.
@@ -97,6 +102,17 @@ impl Variant {
         }
     }
 
+    /// The A/A control of the baseline variant `baseline` (see [`VariantKind::Control`]).
+    pub fn control(baseline: &str) -> Variant {
+        Variant {
+            name: control_name(baseline),
+            kind: VariantKind::Control,
+            about: format!(
+                "A/A control: `{baseline}` measured again, in the same rotation; its gain over `{baseline}` is the noise and must read ~"
+            ),
+        }
+    }
+
     /// The host-kernel variant.
     pub fn host(about: &str) -> Variant {
         Variant {
@@ -105,6 +121,11 @@ impl Variant {
             about: about.into(),
         }
     }
+}
+
+/// The name of the A/A control column of `baseline`.
+pub fn control_name(baseline: &str) -> String {
+    format!("{baseline} again")
 }
 
 /// One cell: the samples of one variant for one row, and its counters.

@@ -100,13 +100,14 @@ fn host_rate(extra: u64, secs: f64) -> Result<(f64, BTreeMap<String, u64>), Stri
 
 /// Measurements (for the progress bar).
 pub fn steps(reps: usize, points: usize) -> u64 {
-    (reps * points * 3) as u64
+    (reps * points * variants().len()) as u64
 }
 
 fn variants() -> Vec<Variant> {
     vec![
         Variant::engine("insert", "the child's VMA tree built in bulk mode, VMA by VMA into full leaves (Linux 6.1-6.5 dup_mmap, before seed 001)"),
         Variant::engine("dup", "__mt_dup: the tree's nodes duplicated top-down, entries replaced (seed 001)"),
+        Variant::control("insert"),
         Variant::host("the host kernel: fork + child _exit + waitpid of a fresh agent process with 21 + N VMAs in all (the static spawn agent where the build has one)"),
     ]
 }
@@ -131,7 +132,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .collect();
         for rep in 0..ctx.opts.reps {
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
-                match [VmaTreeCopy::Insert, VmaTreeCopy::Dup].get(i) {
+                // The engine columns' settings, the A/A control's last.
+                match [VmaTreeCopy::Insert, VmaTreeCopy::Dup, VmaTreeCopy::Insert].get(i) {
                     Some(&mode) => {
                         let (rate, c) = engine_rate(extra, mode, secs)?;
                         cols[i].samples.push(rate);

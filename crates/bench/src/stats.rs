@@ -40,7 +40,7 @@ pub fn cell_gain(table: &Table, row: usize, col: usize, stat: Stat) -> Option<f6
     let r = table.rows.get(row)?;
     let base_col = match table.variants.get(col)?.kind {
         VariantKind::Host => return None,
-        VariantKind::Engine => table.baseline_index()?,
+        VariantKind::Engine | VariantKind::Control => table.baseline_index()?,
         VariantKind::Model => {
             table.variant_index(&crate::costmodel::model_name(&table.baseline))?
         }
@@ -116,7 +116,7 @@ pub fn is_noise(ci: Option<[f64; 2]>) -> bool {
     ci.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0)
 }
 
-/// Fills [`Column::gain_ci95_pct`] of every engine column of `table` against its baseline.
+/// Fills [`Column::gain_ci95_pct`] of every engine and control column of `table` against its baseline.
 pub fn add_intervals(table: &mut Table) {
     let Some(b) = table.baseline_index() else {
         return;
@@ -130,7 +130,12 @@ pub fn add_intervals(table: &mut Table) {
             .map(|c| c.samples.clone())
             .unwrap_or_default();
         for (i, c) in row.columns.iter_mut().enumerate() {
-            if i != b && kinds.get(i) == Some(&VariantKind::Engine) {
+            if i != b
+                && matches!(
+                    kinds.get(i),
+                    Some(VariantKind::Engine | VariantKind::Control)
+                )
+            {
                 c.gain_ci95_pct = gain_ci95(&c.samples, &base, better);
             }
         }

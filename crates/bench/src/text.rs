@@ -3,7 +3,7 @@
 //! baseline column, then the seed's published gain and the counters that explain the
 //! difference. The same cells feed the HTML tables ([`cells`]).
 
-use crate::model::{Better, Stat, Table, Unit};
+use crate::model::{Better, Stat, Table, Unit, VariantKind};
 use crate::stats::{cell_gain, is_noise, summary};
 
 /// One rendered line: its left label and one string per variant.
@@ -208,6 +208,16 @@ pub fn legend(table: &Table) -> String {
     );
     if table.rows.iter().any(|r| !r.published.is_empty()) {
         s.push_str("; Seed = the seed's published gain");
+    }
+    if let Some(v) = table
+        .variants
+        .iter()
+        .find(|v| v.kind == VariantKind::Control)
+    {
+        s.push_str(&format!(
+            "; {} = A/A control: the baseline measured again, its gain is the noise",
+            v.name
+        ));
     }
     s
 }

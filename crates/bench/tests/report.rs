@@ -245,3 +245,44 @@ fn model_columns_predict_from_the_engine_counters() {
     let direct = (per.samples[0] - batched.samples[0]) / per.samples[0] * 100.0;
     assert!((gain - direct).abs() < 1e-9, "{gain} vs {direct}");
 }
+
+/// fork, munmap and spawn carry an A/A control: the baseline measured again in its own cell
+/// of every repetition, with the baseline's exact counters, a gain interval over the
+/// baseline where there are enough repetitions, and no model column of its own.
+#[test]
+fn control_columns_repeat_the_baseline() {
+    let r = common::tiny_report();
+    for id in ["fork", "munmap", "spawn"] {
+        let t = r.tables.iter().find(|t| t.id == id).expect(id);
+        let controls: Vec<usize> = (0..t.variants.len())
+            .filter(|&i| t.variants[i].kind == VariantKind::Control)
+            .collect();
+        assert_eq!(controls.len(), 1, "{id}: {:?}", t.variants);
+        let c = controls[0];
+        assert_eq!(
+            t.variants[c].name,
+            usermm_bench::model::control_name(&t.baseline)
+        );
+        let b = t.baseline_index().expect("baseline");
+        assert!(
+            !t.variants
+                .iter()
+                .any(|v| v.name == format!("model:{}", t.variants[c].name)),
+            "{id}: a model column for the control"
+        );
+        for row in &t.rows {
+            let (base, ctl) = (&row.columns[b], &row.columns[c]);
+            assert_eq!(ctl.samples.len(), base.samples.len(), "{id} {}", row.label);
+            assert!(!ctl.counters.is_empty(), "{id} {}", row.label);
+            // spawn's counters are those of one fork of a timed loop: identical too.
+            assert_eq!(ctl.counters, base.counters, "{id} {}", row.label);
+            // An interval needs three repetitions (the tiny report runs one).
+            assert_eq!(
+                ctl.gain_ci95_pct.is_some(),
+                ctl.samples.len() >= 3,
+                "{id} {}",
+                row.label
+            );
+        }
+    }
+}
