@@ -6,7 +6,7 @@
 //! kernel's, and neither do its gains. This model does: each engine counter names a piece
 //! of kernel work (a PTE read, a locked bit clear on a PTE, an atomic on a `struct page`,
 //! a page zeroed, a lock taken, a VMA duplicated, …), whose cost on *this* machine is
-//! measured before each modelled benchmark by a microbenchmark ([`Primitives`]); the prediction is
+//! measured during each modelled benchmark by microbenchmarks in fresh processes ([`Primitives`]); the prediction is
 //! Σ counter × cost, plus the fixed work of the timed operation (a system call, a task
 //! created). Nothing is fitted to the benchmark rows: the primitives are measured, the
 //! recipes ([`RECIPES`]) state what the kernel does per event, from reading Linux 6.18.
@@ -854,10 +854,16 @@ pub fn model_name(variant: &str) -> String {
 }
 
 /// Inserts a `model:<v>` column for every engine variant of `table`, before the host
-/// column, and notes the model's accuracy against the host column for `host_matches`.
+/// column, and notes the model's accuracy against the host column for `host_matches`
+/// (`prims`: the median of `processes` processes' measurements).
 /// The counters behind a prediction are the engine cell's; a sample is the prediction in
 /// the table's unit, repeated once per engine repetition (the model is deterministic).
-pub fn add_model_columns(table: &mut Table, prims: &Primitives, host_matches: &str) {
+pub fn add_model_columns(
+    table: &mut Table,
+    prims: &Primitives,
+    host_matches: &str,
+    processes: usize,
+) {
     let engines: Vec<(usize, Variant)> = table
         .variants
         .iter()
@@ -908,7 +914,7 @@ pub fn add_model_columns(table: &mut Table, prims: &Primitives, host_matches: &s
     table.cost_model = Some(*prims);
     if let Some(a) = accuracy(table) {
         table.notes.push(format!(
-            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives measured before the table, counters exact, nothing fitted to these rows",
+            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives: the median of {processes} fresh processes' measurements, before the table and after each row; counters exact, nothing fitted to these rows",
             model_name(host_matches),
             a.within_20pct,
             a.rows,

@@ -372,9 +372,11 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
     let mut rows = Vec::new();
     for &folio in &ctx.opts.folios {
         rows.push(row(ctx, op, Layout::Anon, folio, &host)?);
+        ctx.row_done();
     }
     for (layout, folio) in file_rows(op) {
         rows.push(row(ctx, op, layout, folio, &host)?);
+        ctx.row_done();
     }
     drop(host);
     let (batches, ptes) = match op {

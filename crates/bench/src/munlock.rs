@@ -211,6 +211,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         }
     }
     drop(session);
+    ctx.row_done();
     let published = setup
         .seed_mean()
         .iter()

@@ -328,6 +328,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                     .step(&format!("{} {}", micro.name(), cols[i].variant))?;
             }
         }
+        ctx.row_done();
         rows.push(Row {
             label: micro.name().into(),
             columns: cols,

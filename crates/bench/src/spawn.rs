@@ -144,6 +144,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                 ctx.task.step(&format!("{label} {}", cols[i].variant))?;
             }
         }
+        ctx.row_done();
         rows.push(Row {
             label,
             columns: cols,

@@ -1,10 +1,12 @@
 //! The suite: which benchmarks exist, their options, and running a selection of them into
 //! one [`Report`].
 
+use crate::costmodel::Primitives;
 use crate::host::{kernel_release, HostSide};
 use crate::model::{HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
 use crate::progress::{Progress, Task};
 use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, sharing, spawn};
+use std::cell::RefCell;
 use std::time::Instant;
 
 /// One benchmark of the suite.
@@ -146,6 +148,28 @@ pub struct Ctx<'a> {
     pub host: &'a HostSide,
     /// Its progress bar.
     pub task: &'a Task,
+    /// The cost model's primitives measured so far for this benchmark (modelled benchmarks
+    /// only): see [`Ctx::row_done`].
+    pub primitives: Option<&'a RefCell<Vec<Primitives>>>,
+}
+
+/// Fresh agent processes that measure the primitives before a modelled benchmark.
+const PRIMITIVES_BEFORE: usize = 3;
+
+impl Ctx<'_> {
+    /// Called by a modelled benchmark after each row: one more fresh process measures the
+    /// primitives, so that the table is priced with the median over processes spread
+    /// through its run (three before it, one after each row), not only with the state of
+    /// the machine before it. One process's own memory moves its primitives too:
+    /// back-to-back fresh processes read `kcall` from 5.5 to 9.4 ns, and one table's three
+    /// processes read it at 9.5 ns where the next table's read 4.5.
+    pub fn row_done(&self) {
+        if let Some(all) = self.primitives {
+            if let Some(p) = crate::host::agent::fresh_primitives() {
+                all.borrow_mut().push(p);
+            }
+        }
+    }
 }
 
 /// Runs one benchmark.
@@ -194,17 +218,26 @@ pub fn run(
     let mut tables = Vec::new();
     let mut first_prims = None;
     for &b in which {
-        // The primitives are measured again before each modelled benchmark, in a fresh
-        // process, so that its model and its host column see the machine in the same state.
-        let prims = b
-            .host_matches()
-            .map(|_| on_last_cpu(crate::host::agent::measure_primitives));
-        first_prims = first_prims.or(prims);
+        // The primitives are measured again for each modelled benchmark, each time by a
+        // fresh process (measured in the bench process after the sharing and anon-cow
+        // benchmarks, the host's mprotect per entry, and so `kcall`, read 2.3 times what a
+        // fresh process read a minute later, while the host rows had not moved): several
+        // before it, one after each of its rows (`Ctx::row_done`), so that its model and its
+        // host column see the machine in the same states.
+        let samples = RefCell::new(Vec::new());
+        if b.host_matches().is_some() {
+            on_last_cpu(|| {
+                samples.borrow_mut().extend(
+                    (0..PRIMITIVES_BEFORE).filter_map(|_| crate::host::agent::fresh_primitives()),
+                )
+            });
+        }
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {
             opts,
             host,
             task: &task,
+            primitives: b.host_matches().map(|_| &samples),
         };
         // One CPU for the whole measurement of a single-threaded benchmark: the engine thread
         // and the host helpers it forks (which inherit it) never migrate mid-sample. anon-cow
@@ -215,10 +248,13 @@ pub fn run(
             on_last_cpu(|| run_one(b, &ctx))
         }?;
         ts.iter_mut().for_each(crate::stats::add_intervals);
-        if let (Some(p), Some(v)) = (&prims, b.host_matches()) {
+        if let Some(v) = b.host_matches() {
+            let samples = samples.into_inner();
+            let p = Primitives::median_of(&samples).unwrap_or_else(Primitives::measure);
             for t in &mut ts {
-                crate::costmodel::add_model_columns(t, p, v);
+                crate::costmodel::add_model_columns(t, &p, v, samples.len());
             }
+            first_prims = first_prims.or(Some(p));
         }
         progress.done(task);
         for t in &ts {

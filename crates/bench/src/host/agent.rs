@@ -186,25 +186,11 @@ fn agent_exe() -> Option<std::path::PathBuf> {
 /// The request that asks the agent for the cost model's primitives instead of a cell.
 const PRIMITIVES_REQUEST: &str = "primitives";
 
-/// Fresh agent processes that measure the cost model's primitives.
-const PRIMITIVE_AGENTS: usize = 3;
-
-/// The cost model's primitives, each the median over three fresh agent
-/// processes (on this thread's CPU), or measured here when there is no agent or it fails.
-/// A fresh process gives every table the same starting state: measured in the bench
-/// process after the sharing and anon-cow benchmarks, the host's mprotect per entry (and
-/// so `kcall`) read 2.3 times what a fresh process read a minute later, while the host
-/// rows had not moved. Several processes, because one process's memory decides its
-/// primitives too: back-to-back fresh processes read `kcall` from 5.5 to 9.4 ns.
-pub fn measure_primitives() -> crate::costmodel::Primitives {
-    let fresh: Vec<crate::costmodel::Primitives> = (0..PRIMITIVE_AGENTS)
-        .filter_map(|_| {
-            let (line, _) = ask_agent(&agent_exe()?, PRIMITIVES_REQUEST).ok()?;
-            serde_json::from_str(&line).ok()
-        })
-        .collect();
-    crate::costmodel::Primitives::median_of(&fresh)
-        .unwrap_or_else(crate::costmodel::Primitives::measure)
+/// The primitives as one fresh agent process measures them (on this thread's CPU); `None`
+/// when this process is not the `usermm` binary or the agent fails.
+pub fn fresh_primitives() -> Option<crate::costmodel::Primitives> {
+    let (line, _) = ask_agent(&agent_exe()?, PRIMITIVES_REQUEST).ok()?;
+    serde_json::from_str(&line).ok()
 }
 
 /// The agent's side: reads the request from the environment, measures, prints one JSON line.
