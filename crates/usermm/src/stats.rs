@@ -176,6 +176,12 @@ counters! {
     VmaCopied => "vmas_copied",
     /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
     VmaFreed => "vmas_freed",
+    /// VMAs split in two (`__split_vma`: munmap, mprotect, mlock, madvise of part of a VMA).
+    VmaSplit => "vma_splits",
+    /// Ranges merged into a neighbouring VMA instead of making one (`vma_merge_new_range`
+    /// of mmap, brk and mremap; `vma_merge_existing_range` of mprotect, mlock, madvise):
+    /// one per merge, whether one or both neighbours took part.
+    VmaMerge => "vma_merges",
     /// Folios allocated (any order; `frames_allocated` counts their pages).
     FolioAlloc => "folios_allocated",
     /// Folios freed (any order; `frames_freed` counts their pages).

@@ -199,6 +199,11 @@ fn adjacent_mappings_merge_and_mprotect_splits() {
     let cpu = m.enter_cpu(0).unwrap();
     let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
     let b = 0x4000_0000;
+    let vma_events = |before: &usermm::Snapshot| {
+        let d = m.counters().delta(before);
+        (d.get(Ev::VmaSplit), d.get(Ev::VmaMerge))
+    };
+    let before = m.counters();
     cpu.mmap(p, fixed(16 * K, b)).unwrap();
     cpu.mmap(p, fixed(16 * K, b + 16 * K)).unwrap();
     assert_eq!(
@@ -206,17 +211,26 @@ fn adjacent_mappings_merge_and_mprotect_splits() {
         1,
         "same flags and contiguous pgoff merge"
     );
+    assert_eq!(vma_events(&before), (0, 1), "one merge of a new range");
+    let before = m.counters();
     cpu.mprotect(p, b + 8 * K, 8 * K, RO).unwrap();
     let maps = cpu.maps(p).unwrap();
     assert_eq!(
         maps.iter().map(|e| e.perms.as_str()).collect::<Vec<_>>(),
         ["rw-p", "r--p", "rw-p"]
     );
+    assert_eq!(vma_events(&before), (2, 0), "a middle range splits twice");
+    let before = m.counters();
     cpu.mprotect(p, b + 8 * K, 8 * K, RW).unwrap();
     assert_eq!(
         cpu.maps(p).unwrap().len(),
         1,
         "mprotect back merges all three"
+    );
+    assert_eq!(
+        vma_events(&before),
+        (0, 1),
+        "one merge with both neighbours"
     );
     // mprotect over a hole: applied up to the hole, then ENOMEM.
     cpu.mmap(p, fixed(16 * K, b + 64 * K)).unwrap();
@@ -227,6 +241,13 @@ fn adjacent_mappings_merge_and_mprotect_splits() {
     assert_eq!(cpu.mprotect(p, b + 1, 4 * K, RO), Err(Errno::EINVAL));
     cpu.write_fill(p, b + 64 * K, 4 * K, 1).unwrap();
     assert_eq!(cpu.write_fill(p, b, 1, 1), Err(Signal::Segv(b)));
+    let before = m.counters();
+    cpu.munmap(p, b + 68 * K, 4 * K).unwrap();
+    assert_eq!(
+        vma_events(&before),
+        (2, 0),
+        "munmap of an inner page splits at both ends"
+    );
     valid(&m);
 }
 

@@ -83,7 +83,7 @@ impl<'m> Cpu<'m> {
             file: None,
         };
         let heap = merge::MergeWith::HeapFrom(st.start_brk);
-        if merge::insert_new_with(&mut st.vmas, p, heap).is_err() {
+        if merge::insert_new_with(&mut st.vmas, self.c(), p, heap).is_err() {
             self.vm_unacct(len >> 12);
             return Ok(orig);
         }

@@ -284,7 +284,15 @@ impl<'m> Cpu<'m> {
         }
         let max = self.m.tunables().max_map_count;
         self.split_huge_pmd_boundaries(mm, st, start, end);
-        match merge::modify_flags(&mut st.vmas, id, start, end, VmFlags(newflags), max) {
+        match merge::modify_flags(
+            &mut st.vmas,
+            self.c(),
+            id,
+            start,
+            end,
+            VmFlags(newflags),
+            max,
+        ) {
             Ok(_) => Ok(()),
             Err(Errno::ENOMEM) => Err(Errno::EAGAIN),
             Err(e) => Err(e),

@@ -249,7 +249,7 @@ impl<'m> Cpu<'m> {
         }
         let max = self.m.tunables().max_map_count;
         self.split_huge_pmd_boundaries(mm, st, start, end);
-        let target = merge::modify_flags(&mut st.vmas, id, start, end, newflags, max)?;
+        let target = merge::modify_flags(&mut st.vmas, self.c(), id, start, end, newflags, max)?;
         let pages = (end - start) >> 12;
         let (was, now) = (old.has(VmFlags::LOCKED), newflags.has(VmFlags::LOCKED));
         match (was, now) {

@@ -261,7 +261,7 @@ impl<'m> Cpu<'m> {
             anon_vma: (0, 0),
             file: file.as_ref(),
         };
-        merge::insert_new(&mut st.vmas, p)?;
+        merge::insert_new(&mut st.vmas, self.c(), p)?;
         if let (Some(s), true) = (&file, anon_shmem) {
             s.put();
         }

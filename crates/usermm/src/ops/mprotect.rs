@@ -101,15 +101,16 @@ impl<'m> Cpu<'m> {
         };
         let max = self.m.tunables().max_map_count;
         self.split_huge_pmd_boundaries(mm, st, start, end);
-        let target = match merge::modify_flags(&mut st.vmas, id, start, end, newflags, max) {
-            Ok(t) => t,
-            Err(e) => {
-                if charged > 0 {
-                    self.vm_unacct(charged);
+        let target =
+            match merge::modify_flags(&mut st.vmas, self.c(), id, start, end, newflags, max) {
+                Ok(t) => t,
+                Err(e) => {
+                    if charged > 0 {
+                        self.vm_unacct(charged);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         if uncharged > 0 {
             self.vm_unacct(uncharged);
         }

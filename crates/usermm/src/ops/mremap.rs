@@ -216,7 +216,7 @@ impl<'m> Cpu<'m> {
             anon_vma: (0, 0),
             file: shmem.as_ref(),
         };
-        merge::insert_new(&mut st.vmas, p)?;
+        merge::insert_new(&mut st.vmas, self.c(), p)?;
         Ok(dst)
     }
 
@@ -278,7 +278,7 @@ impl<'m> Cpu<'m> {
             file: shmem.as_ref(),
             ..p
         };
-        if let Err(e) = merge::insert_new(&mut st.vmas, p) {
+        if let Err(e) = merge::insert_new(&mut st.vmas, self.c(), p) {
             if flags.has(VmFlags::ACCOUNT) {
                 self.vm_unacct(delta >> 12);
             }
@@ -427,7 +427,7 @@ impl<'m> Cpu<'m> {
             anon_vma: anon,
             file: shmem.as_ref(),
         };
-        merge::insert_new(&mut st.vmas, p)?;
+        merge::insert_new(&mut st.vmas, self.c(), p)?;
         let src = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
         self.move_page_tables(mm, st.vmas.get(src), addr, dst, old_len.min(new_len));
         // Folios left mlocked in an unlocked VMA (see `MmState::mlock_stale`) stay so where

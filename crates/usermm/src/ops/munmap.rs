@@ -70,7 +70,7 @@ impl<'m> Cpu<'m> {
             if end < fe && st.vmas.count() as u64 >= max {
                 return Err(Errno::ENOMEM);
             }
-            merge::split(&mut st.vmas, first, start, u64::MAX)?;
+            merge::split(&mut st.vmas, self.c(), first, start, u64::MAX)?;
         }
         let last = *vmas.last().unwrap_or(&first);
         let last = if last == first && fs < start {
@@ -79,7 +79,7 @@ impl<'m> Cpu<'m> {
             last
         };
         if st.vmas.get(last).end > end && st.vmas.get(last).start < end {
-            merge::split(&mut st.vmas, last, end, u64::MAX)?;
+            merge::split(&mut st.vmas, self.c(), last, end, u64::MAX)?;
         }
         Ok(true)
     }

@@ -8,6 +8,7 @@
 
 use super::{VmFlags, Vma, VmaId, VmaSet};
 use crate::errno::{Errno, SysResult};
+use crate::stats::{CpuCounters, Ev};
 use std::sync::Arc;
 
 /// A proposed range with its attributes, used to test merges before anything changes.
@@ -104,6 +105,7 @@ fn store(set: &mut VmaSet, start: u64, end: u64, id: Option<VmaId>) -> SysResult
 /// `ENOMEM` if the map count is at `max_map_count` or the tree cannot allocate.
 pub(crate) fn split(
     set: &mut VmaSet,
+    c: &CpuCounters,
     id: VmaId,
     addr: u64,
     max_map_count: u64,
@@ -126,6 +128,7 @@ pub(crate) fn split(
         return Err(e);
     }
     set.get_mut(id).end = addr;
+    c.add(Ev::VmaSplit, 1);
     Ok(new)
 }
 
@@ -153,6 +156,7 @@ fn inherit_anon(set: &VmaSet, tgt: VmaId, src: (u64, u32)) {
 /// merge).
 pub(crate) fn modify_flags(
     set: &mut VmaSet,
+    c: &CpuCounters,
     id: VmaId,
     start: u64,
     end: u64,
@@ -182,6 +186,7 @@ pub(crate) fn modify_flags(
             inherit_anon(set, pv, nx_anon);
             drop_absorbed(set, id);
             drop_absorbed(set, nx);
+            c.add(Ev::VmaMerge, 1);
             Ok(pv)
         }
         (Some(pv), _) => {
@@ -196,6 +201,7 @@ pub(crate) fn modify_flags(
                 v.pgoff = v.pgoff_at(end);
                 v.start = end;
             }
+            c.add(Ev::VmaMerge, 1);
             Ok(pv)
         }
         (None, Some(nx)) => {
@@ -210,15 +216,16 @@ pub(crate) fn modify_flags(
             } else {
                 set.get_mut(id).end = start;
             }
+            c.add(Ev::VmaMerge, 1);
             Ok(nx)
         }
         (None, None) => {
             let mut target = id;
             if start > vstart {
-                target = split(set, id, start, max_map_count)?;
+                target = split(set, c, id, start, max_map_count)?;
             }
             if end < vend {
-                split(set, target, end, max_map_count)?;
+                split(set, c, target, end, max_map_count)?;
             }
             set.get_mut(target).flags = flags;
             Ok(target)
@@ -231,8 +238,8 @@ pub(crate) fn modify_flags(
 ///
 /// # Context
 /// The range `[p.start, p.end)` must be empty in the tree.
-pub(crate) fn insert_new(set: &mut VmaSet, p: Proposal<'_>) -> SysResult<VmaId> {
-    insert_new_with(set, p, MergeWith::Neighbours)
+pub(crate) fn insert_new(set: &mut VmaSet, c: &CpuCounters, p: Proposal<'_>) -> SysResult<VmaId> {
+    insert_new_with(set, c, p, MergeWith::Neighbours)
 }
 
 /// Which neighbours a new range may merge with.
@@ -252,6 +259,7 @@ pub(crate) enum MergeWith {
 /// The range `[p.start, p.end)` must be empty in the tree.
 pub(crate) fn insert_new_with(
     set: &mut VmaSet,
+    c: &CpuCounters,
     p: Proposal<'_>,
     with: MergeWith,
 ) -> SysResult<VmaId> {
@@ -276,6 +284,7 @@ pub(crate) fn insert_new_with(
             inherit_anon(set, pv, p.anon_vma);
             inherit_anon(set, pv, nx_anon);
             drop_absorbed(set, nx);
+            c.add(Ev::VmaMerge, 1);
             Ok(pv)
         }
         (Some(pv), _) => {
@@ -283,6 +292,7 @@ pub(crate) fn insert_new_with(
             store(set, pstart, p.end, Some(pv))?;
             set.get_mut(pv).end = p.end;
             inherit_anon(set, pv, p.anon_vma);
+            c.add(Ev::VmaMerge, 1);
             Ok(pv)
         }
         (None, Some(nx)) => {
@@ -292,6 +302,7 @@ pub(crate) fn insert_new_with(
             n.start = p.start;
             n.pgoff = p.pgoff;
             inherit_anon(set, nx, p.anon_vma);
+            c.add(Ev::VmaMerge, 1);
             Ok(nx)
         }
         (None, None) => {
