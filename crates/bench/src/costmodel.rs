@@ -595,7 +595,17 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "lock_zone",
         work: &[],
-        kernel: "the engine takes the zone lock per folio; Linux goes through the per-CPU lists (priced in folios_allocated and folios_freed)",
+        kernel: "the engine takes the zone lock per folio; Linux goes through the per-CPU lists for orders 0-3 and 9 (priced in folios_allocated and folios_freed) and takes zone->lock for the others (folios_buddy_direct)",
+    },
+    Recipe {
+        counter: "folios_buddy_direct",
+        work: &[
+            (Prim::LockPair, 1.0),
+            (Prim::AtomicHot, 1.0),
+            (Prim::KCall, 6.0),
+            (Prim::LineRand, 1.0),
+        ],
+        kernel: "a 64K-1M folio allocated (rmqueue_buddy) or freed (free_one_page) in the buddy lists: zone->lock with interrupts off (spin_lock_irqsave and its paravirt unlock), __rmqueue_smallest or __free_one_page with the buddy's struct page and the free-list links (traced on this 6.18 guest: each 64K folio took zone->lock once to be allocated and once to be freed, §9)",
     },
     Recipe {
         counter: "lock_lru",
@@ -638,8 +648,8 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "pgtable_freed",
-        work: &[(Prim::KCall, 20.0), (Prim::AtomicHot, 2.0)],
-        kernel: "free_pte_range -> pte_free_tlb -> tlb_remove_table, then pagetable_dtor (NR_PAGETABLE stat, memcg kmem uncharge) and the page's free to the per-CPU lists",
+        work: &[(Prim::KCall, 4.0)],
+        kernel: "free_pte_range -> pte_free_tlb -> tlb_remove_table: the synchronous part; pagetable_dtor (NR_PAGETABLE stat, memcg kmem uncharge) and the page's free run later from an RCU callback, outside the timed call (traced, §9)",
     },
     Recipe {
         counter: "cow_reuses",
@@ -669,11 +679,11 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "folios_allocated",
         work: &[
-            (Prim::KCall, 58.0),
+            (Prim::KCall, 60.0),
             (Prim::AtomicHot, 4.0),
             (Prim::LineRand, 1.0),
         ],
-        kernel: "a folio for a fault: vma_alloc_folio -> get_page_from_freelist -> rmqueue_pcplist (15 calls, pcp trylock), __mem_cgroup_charge (19 calls on a per-CPU stock hit), folio_add_new_anon_rmap and its stat chain (9), folio_add_lru and its share of the 31-folio drain (15); locked: pcp lock, SetPageAnonExclusive, folio_get, LRU flag bits",
+        kernel: "a folio for a fault: vma_alloc_folio -> get_page_from_freelist -> rmqueue_pcplist (15 calls, pcp trylock), __mem_cgroup_charge (19 calls on a per-CPU stock hit, and 2 more for the PGPGIN event memcg v1 counts on every charge, traced in §9), folio_add_new_anon_rmap and its stat chain (9), folio_add_lru and its share of the 31-folio drain (15); locked: pcp lock, SetPageAnonExclusive, folio_get, LRU flag bits",
     },
     Recipe {
         counter: "frames_allocated",
@@ -682,8 +692,8 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "folios_freed",
-        work: &[(Prim::KCall, 21.0), (Prim::LineRand, 1.0)],
-        kernel: "a folio freed after a TLB flush: free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock) and of free_pcppages_bulk",
+        work: &[(Prim::KCall, 15.0), (Prim::LineRand, 1.0)],
+        kernel: "a folio freed after a TLB flush: free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
     },
     Recipe {
         counter: "frames_freed",
@@ -757,6 +767,25 @@ pub const RECIPES: &[Recipe] = &[
         counter: "cow_copies",
         work: &[(Prim::KCall, 9.0), (Prim::AtomicHot, 3.0)],
         kernel: "wp_page_copy besides the new folio, the copy and the flush (priced in folios_allocated, pages_copied, tlb_flush_page): the second PTE lock's map and rcu calls, the copy's calls, ptep_clear_flush's clear, folio_remove_rmap_pte of the old page (no stat chain: the child still maps it), the extra folio get and put (§8)",
+    },
+    Recipe {
+        counter: "vma_splits",
+        work: &[
+            (Prim::KCall, 40.0),
+            (Prim::SlabPair, 3.0),
+            (Prim::AtomicHot, 6.0),
+            (Prim::LineSeq, 4.0),
+        ],
+        kernel: "__split_vma (mm/vma.c): vma_iter_prealloc (a maple node), vm_area_dup (slab allocation with its memcg hook, the VMA's lines copied), vma_dup_policy, anon_vma_clone (an anon_vma_chain allocated and linked under the anon_vma root's rwsem), vma_start_write of both halves, vma_prepare/vma_adjust_trans_huge/vma_complete, the maple store; read from the source, not traced: this kernel refuses function tracing (§9)",
+    },
+    Recipe {
+        counter: "vma_merges",
+        work: &[
+            (Prim::KCall, 35.0),
+            (Prim::SlabPair, 2.0),
+            (Prim::AtomicHot, 6.0),
+        ],
+        kernel: "vma_merge_existing_range / vma_merge_new_range (vma_expand): vma_start_write of the VMAs involved, vma_prepare under the anon_vma lock, the maple store (a node preallocated), vma_complete, and for each VMA absorbed remove_vma -> vm_area_free and unlink_anon_vmas (which vmas_freed does not count); read from the source, not traced (§9)",
     },
     Recipe {
         counter: "thp_split_pmd",

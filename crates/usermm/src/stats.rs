@@ -186,6 +186,11 @@ counters! {
     FolioAlloc => "folios_allocated",
     /// Folios freed (any order; `frames_freed` counts their pages).
     FolioFree => "folios_freed",
+    /// Folios allocated or freed in the buddy lists under `zone->lock` in Linux: the orders
+    /// its per-CPU page lists do not hold (4 to 8: 64K to 1M folios with 4K pages). A subset
+    /// of `folios_allocated` plus `folios_freed`, for the cost model (the engine itself takes
+    /// its zone lock for every folio: `lock_zone`).
+    FolioBuddyDirect => "folios_buddy_direct",
     /// Folios taken off an LRU list as their last reference went (`__page_cache_release`);
     /// a batch of freed folios takes the lru_lock once (`folios_put_refs`).
     LruFreed => "lru_freed",

@@ -431,13 +431,27 @@ fn mthp_and_pmd_thp_faults() {
         0,
         "2M-multiple anonymous mappings are PMD aligned"
     );
+    let before = m.counters();
     cpu.write_fill(p, a, 1, 1).unwrap();
     assert_eq!(cpu.folio_order(p, a).unwrap(), Some(9));
     let s = cpu.smaps(p, a, a + 4 * M).unwrap()[0].1;
     assert_eq!(s.anon_huge_pages, 2 * M);
+    // A PMD THP comes from the per-CPU lists in Linux (pcp order 9): no direct buddy work
+    // (its page-table page is order 0).
+    assert_eq!(m.counters().delta(&before).get(Ev::FolioBuddyDirect), 0);
     let b = cpu.mmap(p, MmapArgs::anon(192 * K, RW)).unwrap();
+    let before = m.counters();
     cpu.write_fill(p, b + 64 * K, 1, 1).unwrap();
     assert_eq!(cpu.folio_order(p, b + 64 * K).unwrap(), Some(4));
+    // A 64K folio is not a pcp order: allocated under zone->lock.
+    assert_eq!(m.counters().delta(&before).get(Ev::FolioBuddyDirect), 1);
+    let before = m.counters();
+    cpu.munmap(p, b, 192 * K).unwrap();
+    assert_eq!(
+        m.counters().delta(&before).get(Ev::FolioBuddyDirect),
+        1,
+        "and freed under it"
+    );
     valid(&m);
     // Fork, then the child's write copies one 4K page of the THP.
     let c = cpu.fork(p).unwrap();
