@@ -105,69 +105,70 @@ pub struct Primitives {
     pub task: f64,
 }
 
-/// One primitive of [`Primitives`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prim {
-    /// [`Primitives::load_seq`].
-    LoadSeq,
-    /// [`Primitives::store_seq`].
-    StoreSeq,
-    /// [`Primitives::rmw_seq`].
-    RmwSeq,
-    /// [`Primitives::line_seq`].
-    LineSeq,
-    /// [`Primitives::atomic_line`].
-    AtomicLine,
-    /// [`Primitives::atomic_hot`].
-    AtomicHot,
-    /// [`Primitives::kcall`].
-    KCall,
-    /// [`Primitives::call`].
-    Call,
-    /// [`Primitives::line_rand`].
-    LineRand,
-    /// [`Primitives::zero_page`].
-    ZeroPage,
-    /// [`Primitives::copy_page`].
-    CopyPage,
-    /// [`Primitives::lock_pair`].
-    LockPair,
-    /// [`Primitives::syscall`].
-    Syscall,
-    /// [`Primitives::trap`].
-    Trap,
-    /// [`Primitives::tlb_flush`].
-    TlbFlush,
-    /// [`Primitives::slab_pair`].
-    SlabPair,
-    /// [`Primitives::task`].
-    Task,
+/// Declares [`Prim`], one variant per field of [`Primitives`], with the table that maps
+/// between them: [`Prim::ALL`], [`Primitives::get`], [`Primitives::get_mut`], [`prim_name`].
+macro_rules! primitives {
+    ($($variant:ident => $field:ident,)*) => {
+        /// One primitive of [`Primitives`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Prim {
+            $(
+                #[doc = concat!("[`Primitives::", stringify!($field), "`].")]
+                $variant,
+            )*
+        }
+
+        impl Prim {
+            /// Every primitive, in declaration order.
+            pub const ALL: &'static [Prim] = &[$(Prim::$variant,)*];
+        }
+
+        impl Primitives {
+            /// The cost of one primitive, ns.
+            pub fn get(&self, p: Prim) -> f64 {
+                match p {
+                    $(Prim::$variant => self.$field,)*
+                }
+            }
+
+            /// The cost of one primitive, ns, to set.
+            pub fn get_mut(&mut self, p: Prim) -> &mut f64 {
+                match p {
+                    $(Prim::$variant => &mut self.$field,)*
+                }
+            }
+        }
+
+        /// The snake-case name of a primitive (its field's).
+        pub fn prim_name(p: Prim) -> &'static str {
+            match p {
+                $(Prim::$variant => stringify!($field),)*
+            }
+        }
+    };
+}
+
+primitives! {
+    LoadSeq => load_seq,
+    StoreSeq => store_seq,
+    RmwSeq => rmw_seq,
+    LineSeq => line_seq,
+    AtomicLine => atomic_line,
+    AtomicHot => atomic_hot,
+    KCall => kcall,
+    Call => call,
+    LineRand => line_rand,
+    ZeroPage => zero_page,
+    CopyPage => copy_page,
+    LockPair => lock_pair,
+    Syscall => syscall,
+    Trap => trap,
+    TlbFlush => tlb_flush,
+    SlabPair => slab_pair,
+    Task => task,
 }
 
 impl Primitives {
-    /// The cost of one primitive, ns.
-    pub fn get(&self, p: Prim) -> f64 {
-        match p {
-            Prim::LoadSeq => self.load_seq,
-            Prim::StoreSeq => self.store_seq,
-            Prim::RmwSeq => self.rmw_seq,
-            Prim::LineSeq => self.line_seq,
-            Prim::AtomicLine => self.atomic_line,
-            Prim::AtomicHot => self.atomic_hot,
-            Prim::KCall => self.kcall,
-            Prim::Call => self.call,
-            Prim::LineRand => self.line_rand,
-            Prim::ZeroPage => self.zero_page,
-            Prim::CopyPage => self.copy_page,
-            Prim::LockPair => self.lock_pair,
-            Prim::Syscall => self.syscall,
-            Prim::Trap => self.trap,
-            Prim::TlbFlush => self.tlb_flush,
-            Prim::SlabPair => self.slab_pair,
-            Prim::Task => self.task,
-        }
-    }
-
     /// Measures every primitive on this machine (about a second; the caller pins the
     /// thread). Each is the median of five runs.
     pub fn measure() -> Primitives {
@@ -360,23 +361,16 @@ impl Primitives {
         p
     }
 
-    /// Each primitive's median over `all` (`None` if `all` is empty).
+    /// Each primitive's median over `all` (`None` if `all` is empty; the upper of the two
+    /// middle values for an even count).
     pub fn median_of(all: &[Primitives]) -> Option<Primitives> {
-        let maps: Vec<serde_json::Map<String, serde_json::Value>> = all
-            .iter()
-            .filter_map(|p| match serde_json::to_value(p) {
-                Ok(serde_json::Value::Object(m)) => Some(m),
-                _ => None,
-            })
-            .collect();
-        let first = maps.first()?;
-        let mut out = serde_json::Map::new();
-        for k in first.keys() {
-            let mut v: Vec<f64> = maps.iter().filter_map(|m| m.get(k)?.as_f64()).collect();
+        let mut out = *all.first()?;
+        for &p in Prim::ALL {
+            let mut v: Vec<f64> = all.iter().map(|x| x.get(p)).collect();
             v.sort_by(f64::total_cmp);
-            out.insert(k.clone(), serde_json::json!(v.get(v.len() / 2)?));
+            *out.get_mut(p) = v[v.len() / 2];
         }
-        serde_json::from_value(serde_json::Value::Object(out)).ok()
+        Some(out)
     }
 
     /// The price of one event of `counter` by its recipe (0 for an unpriced counter).
@@ -852,29 +846,6 @@ pub fn predict(
         .map(|(k, v)| (format!("model_{k}_ns"), v.max(0.0).round() as u64))
         .collect();
     (total, parts)
-}
-
-/// The snake-case name of a primitive.
-pub fn prim_name(p: Prim) -> &'static str {
-    match p {
-        Prim::LoadSeq => "load_seq",
-        Prim::StoreSeq => "store_seq",
-        Prim::RmwSeq => "rmw_seq",
-        Prim::LineSeq => "line_seq",
-        Prim::AtomicLine => "atomic_line",
-        Prim::AtomicHot => "atomic_hot",
-        Prim::KCall => "kcall",
-        Prim::Call => "call",
-        Prim::LineRand => "line_rand",
-        Prim::ZeroPage => "zero_page",
-        Prim::CopyPage => "copy_page",
-        Prim::LockPair => "lock_pair",
-        Prim::Syscall => "syscall",
-        Prim::Trap => "trap",
-        Prim::TlbFlush => "tlb_flush",
-        Prim::SlabPair => "slab_pair",
-        Prim::Task => "task",
-    }
 }
 
 /// The name of the model column of an engine variant.
