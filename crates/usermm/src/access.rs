@@ -223,7 +223,7 @@ impl<'m> Cpu<'m> {
         let write = access == Access::Write;
         let mut cur = leaf.entry;
         loop {
-            let new = pt.arch.hw_access(cur, write);
+            let new = pt.arch.hw_access(cur, access);
             if new == cur || pt.cmpxchg(leaf.table, leaf.idx, cur, new) {
                 break;
             }

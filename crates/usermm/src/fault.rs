@@ -172,7 +172,7 @@ impl<'m> Cpu<'m> {
             return self.do_wp_page(vmf, ptes, pte);
         }
         // Spurious: only the accessed/dirty bits were missing.
-        let new = vmf.pt.arch.hw_access(pte, vmf.access == Access::Write);
+        let new = vmf.pt.arch.hw_access(pte, vmf.access);
         if new != pte {
             ptes.set_access_flags(idx, new);
         }

@@ -8,6 +8,7 @@
 //! RDONLY=1.
 
 use super::entry::{LeafEntry, LeafLevel, Pmd, Pte, TableEntry};
+use crate::fault::Access;
 
 /// A user-visible protection, the `vm_page_prot` of a VMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -466,7 +467,8 @@ impl Arch {
     /// The access/dirty update a hardware walker makes on an access (x86 sets A and, on a
     /// write, D; arm64 with HAFDBS sets AF and, on a write, clears RDONLY).
     #[inline]
-    pub(crate) fn hw_access<E: LeafEntry>(self, e_in: E, write: bool) -> E {
+    pub(crate) fn hw_access<E: LeafEntry>(self, e_in: E, access: Access) -> E {
+        let write = access == Access::Write;
         let e = e_in.val();
         e_in.with_val(match self {
             Arch::X86_64 => e | x86::A | if write { x86::D } else { 0 },
@@ -547,7 +549,7 @@ mod tests {
             clean_w.val() & arm64::RDONLY != 0,
             "writable clean is DBM=1 RDONLY=1"
         );
-        let hw_dirty = a.hw_access(clean_w, true);
+        let hw_dirty = a.hw_access(clean_w, Access::Write);
         assert!(a.dirty(hw_dirty) && hw_dirty.val() & arm64::DIRTY == 0);
         let wp = a.wrprotect(hw_dirty);
         assert!(
