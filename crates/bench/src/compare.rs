@@ -2,12 +2,13 @@
 //! in the mmtests compare layout. For every table present in all reports, every row and
 //! engine variant present in all of them gets one line: the median of each run, and for
 //! B, C, … the gain over A (mmtests convention: positive is better) with `~` when the 95 %
-//! bootstrap interval of the difference of medians contains 0. The runs are independent
-//! (different processes, maybe different days), so each run's samples are resampled on their
-//! own ([`median_diff_ci95`]); the suite's own `gain_ci95` pairs repetitions of one run.
+//! interval of the shift between the runs contains 0. The runs are independent (different
+//! processes, maybe different days), so the interval is the distribution-free Mann-Whitney
+//! one of two independent samples ([`crate::stats::shift_ci95`]); the suite's own
+//! `gain_ci95` pairs repetitions of one run.
 
 use crate::model::{Better, Report, Stat, Table, VariantKind};
-use crate::stats::{gain_pct, summary};
+use crate::stats::{gain_pct, shift_ci95, summary};
 use crate::text::{display_scale, fmt_gain, fmt_noise, unit_text};
 use anyhow::Context;
 use serde::Serialize;
@@ -22,50 +23,6 @@ pub struct CompareArgs {
     /// Print the comparison as JSON instead of text (docs/cli-json.md).
     #[arg(long)]
     pub json: bool,
-}
-
-/// Bootstrap resamples of an interval.
-const RESAMPLES: usize = 2000;
-
-/// A fixed xorshift64* stream: the intervals are reproducible from the samples.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
-    }
-}
-
-fn resampled_median(samples: &[f64], rng: &mut Rng, pick: &mut [f64]) -> Option<f64> {
-    for slot in pick.iter_mut() {
-        *slot = samples[rng.below(samples.len())];
-    }
-    summary(Stat::Median, pick)
-}
-
-/// The 95 % bootstrap interval of `median(b) - median(a)` for two independent sets of
-/// samples: each set resampled with replacement on its own, `None` when either has fewer
-/// than 3 samples. Seeded, so the same samples always give the same interval.
-pub fn median_diff_ci95(a: &[f64], b: &[f64]) -> Option<[f64; 2]> {
-    if a.len() < 3 || b.len() < 3 {
-        return None;
-    }
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (mut pa, mut pb) = (vec![0.0; a.len()], vec![0.0; b.len()]);
-    let mut diffs = Vec::with_capacity(RESAMPLES);
-    for _ in 0..RESAMPLES {
-        let ma = resampled_median(a, &mut rng, &mut pa)?;
-        let mb = resampled_median(b, &mut rng, &mut pb)?;
-        diffs.push(mb - ma);
-    }
-    diffs.sort_by(f64::total_cmp);
-    Some([
-        diffs[RESAMPLES * 25 / 1000],
-        diffs[RESAMPLES * 975 / 1000 - 1],
-    ])
 }
 
 /// One run of the comparison.
@@ -84,7 +41,8 @@ pub struct RunRef {
 pub struct Change {
     /// Gain over the baseline's median in percent (positive is better).
     pub gain_pct: Option<f64>,
-    /// 95 % bootstrap interval of `median(run) - median(baseline)`, in the table's unit.
+    /// 95 % interval of the shift `run - baseline` (Mann-Whitney, distribution-free), in the
+    /// table's unit.
     pub diff_ci95: Option<[f64; 2]>,
     /// The interval contains 0: the change may be nothing (`~`).
     pub noise: bool,
@@ -196,7 +154,7 @@ pub fn compare(reports: &[Report], names: Vec<RunRef>) -> Comparison {
                         let (Some(base_s), Some(s)) = (&samples[0], s) else {
                             return None;
                         };
-                        let ci = median_diff_ci95(base_s, s);
+                        let ci = shift_ci95(base_s, s);
                         Some(Change {
                             gain_pct: m
                                 .zip(medians[0])
@@ -272,7 +230,7 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
         };
         out.push_str(&format!(
             "\n{}: {}\n  median {} in {}, {dir}; (%) = gain over {} (positive is better); \
-             (~%) = the 95% bootstrap interval of the difference of medians contains 0\n",
+             (~%) = the 95% interval of the shift between the runs (Mann-Whitney) contains 0\n",
             t.id,
             t.title,
             t.metric,
@@ -376,10 +334,10 @@ mod tests {
         let a = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02];
         let same = [1.01, 0.92, 1.09, 0.96, 1.04, 1.0, 0.99];
         let slower = [2.0, 2.1, 1.9, 2.05, 1.95, 2.0, 2.02];
-        let ci = median_diff_ci95(&a, &same).expect("interval");
+        let ci = shift_ci95(&a, &same).expect("interval");
         assert!(ci[0] <= 0.0 && ci[1] >= 0.0, "{ci:?}");
-        let ci = median_diff_ci95(&a, &slower).expect("interval");
+        let ci = shift_ci95(&a, &slower).expect("interval");
         assert!(ci[0] > 0.8 && ci[1] < 1.2, "{ci:?}");
-        assert_eq!(median_diff_ci95(&a, &[1.0, 2.0]), None);
+        assert_eq!(shift_ci95(&a, &[1.0, 2.0]), None);
     }
 }
