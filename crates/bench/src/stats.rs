@@ -134,29 +134,39 @@ pub fn shift_ci95(a: &[f64], b: &[f64]) -> Option<[f64; 2]> {
 }
 
 /// The largest `k >= 1` with `2 P(U <= k - 1) <= 0.05` for the Mann-Whitney statistic of
-/// samples of `n` and `m` under the null hypothesis (1 when none is).
+/// samples of `n` and `m` under the null hypothesis (1 when none is): exact up to 10 000
+/// pairs, beyond that from the normal approximation (bounded time and memory for any
+/// repetition count).
 fn mann_whitney_rank(n: usize, m: usize) -> usize {
-    // ways[i][j][u]: arrangements of i and j values with statistic u, by the recurrence
-    // on which sample holds the largest value; a single row suffices when j runs inside i.
     let max_u = n * m;
-    let mut ways = vec![vec![vec![0.0f64; max_u + 1]; m + 1]; n + 1];
-    for i in 0..=n {
-        for j in 0..=m {
-            if i == 0 || j == 0 {
-                ways[i][j][0] = 1.0;
-                continue;
-            }
+    if max_u > 10_000 {
+        let sd = (max_u as f64 * (n + m + 1) as f64 / 12.0).sqrt();
+        let k = (max_u as f64 / 2.0 - 1.959_964 * sd).floor();
+        return (k as usize).max(1);
+    }
+    // prev[i][u] / cur[i][u]: arrangements of i values of the first sample and j - 1 / j of
+    // the second with statistic u, by which sample holds the largest value.
+    let mut prev = vec![vec![0.0f64; max_u + 1]; n + 1];
+    for row in &mut prev {
+        row[0] = 1.0; // j = 0: one arrangement, U = 0
+    }
+    for j in 1..=m {
+        let mut cur = vec![vec![0.0f64; max_u + 1]; n + 1];
+        cur[0][0] = 1.0;
+        for i in 1..=n {
             for u in 0..=i * j {
-                let from_a = if u >= j { ways[i - 1][j][u - j] } else { 0.0 };
-                ways[i][j][u] = from_a + ways[i][j - 1][u];
+                let largest_first = if u >= j { cur[i - 1][u - j] } else { 0.0 };
+                cur[i][u] = largest_first + prev[i][u];
             }
         }
+        prev = cur;
     }
-    let total: f64 = ways[n][m].iter().sum();
+    let ways = &prev[n];
+    let total: f64 = ways.iter().sum();
     let mut below = 0.0; // P(U <= k - 1)
     let mut k = 1;
     while k <= max_u / 2 {
-        below += ways[n][m][k - 1] / total;
+        below += ways[k - 1] / total;
         if 2.0 * below > 0.05 {
             break;
         }
@@ -281,6 +291,11 @@ mod tests {
                 .map(|(n, m)| mann_whitney_rank(n, m)),
             [1, 3, 9, 14, 24, 9]
         );
+        // Past 10 000 pairs the normal approximation takes over; at 100 and 100, the last
+        // exact size, it agrees with the exact rank to within 0.5 %.
+        let exact = mann_whitney_rank(100, 100) as f64;
+        let approx = mann_whitney_rank(100, 101) as f64 * 10_000.0 / 10_100.0;
+        assert!((approx / exact - 1.0).abs() < 0.005, "{exact} {approx}");
         let a = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0];
         let later: Vec<f64> = a.iter().map(|x| x + 100.0).collect();
         let [lo, hi] = shift_ci95(&a, &later).expect("interval");
