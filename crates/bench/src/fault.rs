@@ -11,7 +11,7 @@ use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use usermm::{Access, Ev, InodeKind, MmapArgs, Privilege, Sharing};
+use usermm::{Access, Ev, InodeKind, MmapArgs, Pfn, Privilege, Sharing};
 
 /// What a row faults in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +103,7 @@ fn zero_cost() -> f64 {
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let t = Instant::now();
-        for pfn in 1..n {
+        for pfn in Pfn::new(1).range_to(Pfn::new(n)) {
             m.phys.arena.zero_frame(pfn);
         }
         best = best.min(t.elapsed().as_secs_f64() / (n - 1) as f64);

@@ -10,7 +10,7 @@ use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::pgtable::{AnyLeaf, PageTables, Walk};
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
 
@@ -31,7 +31,7 @@ pub enum Signal {
 /// What a walker does with the leaf it found.
 enum LeafUse {
     /// Done: this frame.
-    Take(u64),
+    Take(Pfn),
     /// The entry changed under us: walk again without faulting.
     Rewalk,
     /// Not usable as it is: fault, then walk again.
@@ -41,8 +41,8 @@ enum LeafUse {
 /// A translated page: the frame and the leaf entry's location.
 #[derive(Clone, Copy, Debug)]
 struct Leaf {
-    pfn: u64,
-    table: u64,
+    pfn: Pfn,
+    table: Pfn,
     idx: usize,
     /// The entry as the walk read it: a PTE, or a PMD leaf (a PMD-mapped THP or the huge
     /// zero folio).
@@ -57,7 +57,7 @@ impl<'m> Cpu<'m> {
         st: &MmState,
         addr: u64,
         access: Access,
-    ) -> Result<u64, Signal> {
+    ) -> Result<Pfn, Signal> {
         self.translate_or_fault(mm, st, addr, access)
             .map_err(|o| match o {
                 FaultOutcome::Sigsegv => Signal::Segv(addr),
@@ -73,7 +73,7 @@ impl<'m> Cpu<'m> {
         st: &MmState,
         addr: u64,
         access: Access,
-    ) -> Result<u64, FaultOutcome> {
+    ) -> Result<Pfn, FaultOutcome> {
         let c = self.c();
         let vpn = addr >> 12;
         if let Some(e) = self.tlb().lookup(mm.id, vpn) {
@@ -109,7 +109,7 @@ impl<'m> Cpu<'m> {
         addr: u64,
         access: Access,
         mut judge: impl FnMut(Leaf) -> LeafUse,
-    ) -> Result<u64, FaultOutcome> {
+    ) -> Result<Pfn, FaultOutcome> {
         let pt = self.tables(mm);
         for _ in 0..64 {
             match self.walk_leaf(pt, addr).map_or(LeafUse::Fault, &mut judge) {
@@ -128,7 +128,7 @@ impl<'m> Cpu<'m> {
     /// fault, no TLB fill, the entry's accessed and dirty bits left alone) and its folio is
     /// marked referenced (`folio_set_referenced`, no LRU activation); anything else is
     /// `None`, and the caller goes on with the slow path ([`Cpu::gup_touch_page`]).
-    pub(crate) fn gup_fast_page(&self, mm: &Mm, addr: u64, access: Access) -> Option<u64> {
+    pub(crate) fn gup_fast_page(&self, mm: &Mm, addr: u64, access: Access) -> Option<Pfn> {
         let pt = self.tables(mm);
         let leaf = self.walk_leaf(pt, addr)?;
         if !(self.hw_permits(leaf.entry, access) && pt.arch.present(leaf.entry)) {
@@ -154,7 +154,7 @@ impl<'m> Cpu<'m> {
         st: &MmState,
         addr: u64,
         access: Access,
-    ) -> Result<u64, FaultOutcome> {
+    ) -> Result<Pfn, FaultOutcome> {
         let arch = self.tables(mm).arch;
         let (mut clean, mut pmd) = (false, false);
         let pfn = self.walk_or_fault(mm, st, addr, access, |leaf| {
@@ -191,7 +191,7 @@ impl<'m> Cpu<'m> {
                 })
             }
             Walk::PmdLeaf { table, idx, entry } => {
-                let pfn = pt.arch.pfn(entry) + ((addr >> 12) & 511);
+                let pfn = pt.arch.pfn(entry).add((addr >> 12) & 511);
                 Some(Leaf {
                     pfn,
                     table,
@@ -219,7 +219,7 @@ impl<'m> Cpu<'m> {
         leaf: Leaf,
         vpn: u64,
         access: Access,
-    ) -> Option<u64> {
+    ) -> Option<Pfn> {
         let write = access == Access::Write;
         let mut cur = leaf.entry;
         loop {
@@ -285,7 +285,7 @@ impl<'m> Cpu<'m> {
         addr: u64,
         len: u64,
         access: Access,
-        mut f: impl FnMut(u64, usize, usize, u64),
+        mut f: impl FnMut(Pfn, usize, usize, u64),
     ) -> Result<(), Signal> {
         let end = addr.checked_add(len).ok_or(Signal::Segv(addr))?;
         let mut a = addr;

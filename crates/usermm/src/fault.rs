@@ -18,7 +18,7 @@ use crate::mm::{Mm, MmState, RssKind};
 use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{index, PageTables, Pmd, Pte, PMD_SIZE};
-use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -54,7 +54,7 @@ pub(crate) struct FaultCtx<'a, 'm> {
     vma: &'a Vma,
     pt: PageTables<'m>,
     /// The PTE table covering `addr`.
-    table: u64,
+    table: Pfn,
     addr: u64,
     access: Access,
 }
@@ -246,7 +246,7 @@ impl<'m> Cpu<'m> {
 
     /// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
     /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
-    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(u64, u32, u64)> {
+    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, u64)> {
         let c = self.c();
         let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table, vmf.addr);
         let thp = self.m.tunables().thp.clone();
@@ -406,7 +406,7 @@ impl<'m> Cpu<'m> {
     /// the lookup took) at the fault address; a large shmem folio is mapped whole when it lies
     /// inside the VMA and the PTE table and its entries are all empty (6.18 maps whole folios
     /// for shmem only; other files fault page by page).
-    fn finish_fault(&self, vmf: &FaultCtx<'_, 'm>, pfn: u64, write: bool) -> FaultOutcome {
+    fn finish_fault(&self, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool) -> FaultOutcome {
         let c = self.c();
         let (mm, vma) = (vmf.mm, vmf.vma);
         let phys = &self.m.phys;
@@ -426,7 +426,7 @@ impl<'m> Cpu<'m> {
         // 6.18 maps the whole file folio when it fits the VMA and the page table (commit
         // "try to map the entire file folio in finish_fault()"), shmem or not.
         if folio_pages > 1 && vma.file.is_some() {
-            let in_folio = (pfn - head) as usize;
+            let in_folio = pfn.offset_from(head) as usize;
             let vma_off = ((vmf.addr - vma.start) >> 12) as usize;
             let vma_pages = (vma.len() >> 12) as usize;
             let in_file = vma
@@ -485,7 +485,7 @@ impl<'m> Cpu<'m> {
         // table only once `next_uptodate_folio` returned a folio).
         let mut ptes: Option<PteLock> = None;
         let mut mapped_fault = false;
-        let mut map_page = |ptes: &mut Option<_>, a: u64, pfn: u64| -> bool {
+        let mut map_page = |ptes: &mut Option<_>, a: u64, pfn: Pfn| -> bool {
             let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
             let idx = index(a, 12);
             if !ptes.peek_raw(idx).is_none() {
@@ -521,7 +521,7 @@ impl<'m> Cpu<'m> {
             }
             let nr = 1u64 << mem.order(head);
             if nr > 1 {
-                let first = a - (pfn - head) * 4096;
+                let first = a - pfn.offset_from(head) * 4096;
                 let last = first + nr * 4096;
                 let in_file = inode.may_map_whole(mem.index(head), nr);
                 if first >= vma.start
@@ -531,7 +531,7 @@ impl<'m> Cpu<'m> {
                     && in_file
                 {
                     let mapped = (0..nr)
-                        .filter(|&i| map_page(&mut ptes, first + i * 4096, head + i))
+                        .filter(|&i| map_page(&mut ptes, first + i * 4096, head.add(i)))
                         .count() as u64;
                     // One rmap call covered the whole folio: it is mlocked in a locked VMA.
                     self.mlock_vma_file_folio(head, vma, mapped);
@@ -588,7 +588,7 @@ impl<'m> Cpu<'m> {
 
     /// `wp_can_reuse_anon_folio` for a small folio: no other reference (a reference held by this
     /// CPU's LRU batch is drained away first).
-    fn can_reuse_small_anon_folio(&self, head: u64) -> bool {
+    fn can_reuse_small_anon_folio(&self, head: Pfn) -> bool {
         let mem = &self.m.phys.memmap;
         if mem.refcount(head) > 3 {
             return false;
@@ -601,7 +601,7 @@ impl<'m> Cpu<'m> {
 
     /// `__wp_can_reuse_large_anon_folio` (Linux 6.15+, MM owner tracking): reuse when this mm
     /// provably holds every mapping and every reference of the PTE-mapped folio.
-    fn can_reuse_large_anon_folio(&self, mm: &Mm, head: u64) -> bool {
+    fn can_reuse_large_anon_folio(&self, mm: &Mm, head: Pfn) -> bool {
         use crate::sharing::SharingTracker;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -748,7 +748,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
         addr: u64,
         access: Access,
@@ -783,9 +783,9 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
-        head: u64,
+        head: Pfn,
         access: Access,
     ) -> bool {
         let (c, phys) = (self.c(), &self.m.phys);
@@ -809,7 +809,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
-    fn alloc_deposit(&self) -> Option<u64> {
+    fn alloc_deposit(&self) -> Option<Pfn> {
         self.m
             .phys
             .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
@@ -821,12 +821,12 @@ impl<'m> Cpu<'m> {
     /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
     /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
     /// exist.
-    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: u64, table: u64) {
+    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: u64, table: Pfn) {
         self.c().add(Ev::LockPageTable, 1);
         mm.deposited.lock().insert(haddr, table);
     }
 
-    fn withdraw_table(&self, mm: &Mm, haddr: u64) -> Option<u64> {
+    fn withdraw_table(&self, mm: &Mm, haddr: u64) -> Option<Pfn> {
         self.c().add(Ev::LockPageTable, 1);
         mm.deposited.lock().remove(&haddr)
     }
@@ -842,7 +842,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
         addr: u64,
         access: Access,
@@ -902,7 +902,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
-    pub(crate) fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: u64, haddr: u64, owner: u32) {
+    pub(crate) fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: Pfn, haddr: u64, owner: u32) {
         let phys = &self.m.phys;
         rmap::add_new_anon(
             phys,
@@ -923,7 +923,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
         addr: u64,
     ) -> Option<FaultOutcome> {
@@ -967,7 +967,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
         haddr: u64,
         old: Pmd,
@@ -1014,7 +1014,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        pmd_table: u64,
+        pmd_table: Pfn,
         pmd_idx: usize,
         haddr: u64,
     ) {
@@ -1082,7 +1082,7 @@ impl<'m> Cpu<'m> {
         } else if batch == PteBatching::PerPte {
             // v6.7: one rmap call and one PTE store per page.
             for i in 0..nr {
-                rmap::add_ptes(phys, c, pfn, pfn + i, 1, mm.id);
+                rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
                 ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
             }
         } else {
@@ -1101,7 +1101,7 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
             self.munlock_vma_folio(pfn, vma);
             if exclusive {
-                for p in pfn..pfn + nr {
+                for p in pfn.range(nr) {
                     mem.set(p, PageFlag::AnonExclusive);
                 }
             }

@@ -18,7 +18,7 @@
 use crate::machine::Cpu;
 use crate::mm::Mm;
 use crate::pgtable::cursor::{PmdKind, PteLock};
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::rmap;
 use crate::tlb::FlushScope;
 use crate::vma::Vma;
@@ -31,7 +31,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// The mmap lock for writing; no page-table lock.
-    pub(crate) fn split_anon_folio(&self, mm: &Mm, vma: &Vma, head: u64, folio_start: u64) -> bool {
+    pub(crate) fn split_anon_folio(&self, mm: &Mm, vma: &Vma, head: Pfn, folio_start: u64) -> bool {
         let c = self.c();
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -96,7 +96,7 @@ impl<'m> Cpu<'m> {
         let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
         // Each piece starts with one reference: the one held above, now per page.
         phys.split_unmapped_folio(c, head, &pieces);
-        for p in head..head + nr {
+        for p in head.range(nr) {
             mem.set(p, PageFlag::Anon);
         }
         for (&(table, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
@@ -109,7 +109,7 @@ impl<'m> Cpu<'m> {
             }
         }
         // Dropping the held references frees the pages nothing maps any more.
-        for p in head..head + nr {
+        for p in head.range(nr) {
             phys.put_folio(c, p, 1);
         }
         true

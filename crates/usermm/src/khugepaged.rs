@@ -47,7 +47,7 @@ use crate::mm::{Mm, RssKind};
 use crate::ops::file::file_range_in;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
 use crate::pgtable::PMD_SIZE;
-use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -165,7 +165,7 @@ impl<'m> Cpu<'m> {
             // one per mapping, nothing more (a pin makes it EAGAIN before anything changes).
             let held = {
                 let cache = inode.pages.lock();
-                let mut heads: Vec<u64> = cache
+                let mut heads: Vec<Pfn> = cache
                     .range(idx..idx + nr)
                     .map(|(_, p)| mem.folio_of(p))
                     .collect();
@@ -181,9 +181,9 @@ impl<'m> Cpu<'m> {
             self.unmap_mapping_range(inode, idx, idx + nr, ZapDetails::FilePagesOnly);
             self.lru_add_drain_all();
             let mut cache = inode.pages.lock();
-            let old: Vec<(u64, u64)> = cache.range(idx..idx + nr).collect();
+            let old: Vec<(u64, Pfn)> = cache.range(idx..idx + nr).collect();
             // Only the page cache may hold the old folios now (`SCAN_PAGE_COUNT`).
-            let mut heads: Vec<u64> = old.iter().map(|&(_, p)| mem.folio_of(p)).collect();
+            let mut heads: Vec<Pfn> = old.iter().map(|&(_, p)| mem.folio_of(p)).collect();
             heads.dedup();
             if heads
                 .iter()
@@ -201,7 +201,7 @@ impl<'m> Cpu<'m> {
                 )
                 .ok_or(Errno::ENOMEM)?;
             for &(i, p) in &old {
-                phys.arena.copy_frame(new + (i - idx), p);
+                phys.arena.copy_frame(new.add(i - idx), p);
             }
             for &(i, _) in &old {
                 cache.remove(i);
@@ -215,7 +215,7 @@ impl<'m> Cpu<'m> {
             mem.set(new, PageFlag::Uptodate);
             mem.set(new, PageFlag::Dirty);
             for i in 0..nr {
-                cache.insert(idx + i, new + i);
+                cache.insert(idx + i, new.add(i));
             }
             drop(cache);
             c.add(Ev::PageCacheAdd, 1);
@@ -313,7 +313,7 @@ impl<'m> Cpu<'m> {
             PmdKind::Table(t) => t,
         };
         // The scan: what each entry maps.
-        let mut src = [None::<u64>; 512];
+        let mut src = [None::<Pfn>; 512];
         {
             let ptes = PteLock::lock(pt, c, table);
             for (i, slot) in src.iter_mut().enumerate() {
@@ -353,8 +353,8 @@ impl<'m> Cpu<'m> {
         // `__collapse_huge_page_copy`: every subpage is written.
         for (i, s) in src.iter().enumerate() {
             match s {
-                Some(pfn) => phys.arena.copy_frame(head + i as u64, *pfn),
-                None => phys.arena.zero_frame(head + i as u64),
+                Some(pfn) => phys.arena.copy_frame(head.add(i as u64), *pfn),
+                None => phys.arena.zero_frame(head.add(i as u64)),
             }
         }
         let mut pmdl = PmdLock::lock(pt, c, step.table);

@@ -60,5 +60,6 @@ pub use ops::mlock::MlockallFlags;
 pub use ops::mmap::{MmapArgs, Placement, Sharing};
 pub use ops::mremap::MremapFlags;
 pub use pgtable::{Arch, Prot};
+pub use phys::Pfn;
 pub use stats::{Ev, Snapshot};
 pub use tunables::{ShmemHuge, ThpPolicy, Tunables};

@@ -18,7 +18,7 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
 
@@ -44,14 +44,14 @@ pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
 #[derive(Debug, Default)]
 pub struct CpuBatches {
     /// `lru_add` batch: new folios waiting to join an LRU.
-    pub(crate) lru_add: FolioBatch<u64>,
+    pub(crate) lru_add: FolioBatch<Pfn>,
     /// `mlock_fbatch`.
-    pub(crate) mlock: FolioBatch<(u64, MlockOp)>,
+    pub(crate) mlock: FolioBatch<(Pfn, MlockOp)>,
 }
 
 impl CpuBatches {
     /// Every folio referenced by a batch entry (for validation).
-    pub fn folios(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn folios(&self) -> impl Iterator<Item = Pfn> + '_ {
         self.lru_add
             .iter()
             .copied()
@@ -68,7 +68,7 @@ pub(crate) struct MlockQueue<'a, 'm> {
 impl MlockQueue<'_, '_> {
     /// Queues `op` for a folio, taking a reference for the batch; processes the batch (with the
     /// lock released) when it is full or the folio is large.
-    pub(crate) fn push(&mut self, head: u64, op: MlockOp) {
+    pub(crate) fn push(&mut self, head: Pfn, op: MlockOp) {
         let cpu = self.cpu;
         crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
         self.batches.mlock.push((head, op));
@@ -81,18 +81,18 @@ impl MlockQueue<'_, '_> {
     }
 
     /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
-    pub(crate) fn mlock(&mut self, head: u64) {
+    pub(crate) fn mlock(&mut self, head: Pfn) {
         self.cpu.set_mlocked(head);
         self.push(head, MlockOp::Mlock);
     }
 
     /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
-    pub(crate) fn munlock(&mut self, head: u64) {
+    pub(crate) fn munlock(&mut self, head: Pfn) {
         self.push(head, MlockOp::Munlock);
     }
 
     /// [`MlockQueue::mlock`] (`lock`) or [`MlockQueue::munlock`].
-    pub(crate) fn mlock_or_munlock(&mut self, head: u64, lock: bool) {
+    pub(crate) fn mlock_or_munlock(&mut self, head: Pfn, lock: bool) {
         if lock {
             self.mlock(head);
         } else {
@@ -107,16 +107,16 @@ pub(crate) fn vma_locked(vma: &Vma) -> bool {
 }
 
 impl<'m> Cpu<'m> {
-    fn nr_pages(&self, head: u64) -> u64 {
+    fn nr_pages(&self, head: Pfn) -> u64 {
         1 << self.m.phys.memmap.order(head)
     }
 
-    fn large(&self, head: u64) -> bool {
+    fn large(&self, head: Pfn) -> bool {
         self.m.phys.memmap.test(head, PageFlag::Head)
     }
 
     /// Queues a new folio for the LRU (`folio_add_lru`).
-    pub(crate) fn folio_add_lru(&self, head: u64) {
+    pub(crate) fn folio_add_lru(&self, head: Pfn) {
         crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
         let full = {
             let mut b = self.batches().lock();
@@ -129,7 +129,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
-    pub(crate) fn folio_add_lru_vma(&self, head: u64, vma: &Vma) {
+    pub(crate) fn folio_add_lru_vma(&self, head: Pfn, vma: &Vma) {
         if vma_locked(vma) {
             self.mlock_new_folio(head);
         } else {
@@ -145,7 +145,7 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn set_mlocked(&self, head: u64) {
+    fn set_mlocked(&self, head: Pfn) {
         let mem = &self.m.phys.memmap;
         if !mem.test_and_set(head, PageFlag::Mlocked) {
             self.m
@@ -157,23 +157,23 @@ impl<'m> Cpu<'m> {
     }
 
     /// `mlock_new_folio`.
-    pub(crate) fn mlock_new_folio(&self, head: u64) {
+    pub(crate) fn mlock_new_folio(&self, head: Pfn) {
         self.set_mlocked(head);
         self.mlock_queue().push(head, MlockOp::New);
     }
 
     /// `mlock_folio` of one folio.
-    pub(crate) fn mlock_folio(&self, head: u64) {
+    pub(crate) fn mlock_folio(&self, head: Pfn) {
         self.mlock_queue().mlock(head);
     }
 
     /// `munlock_folio` of one folio.
-    pub(crate) fn munlock_folio(&self, head: u64) {
+    pub(crate) fn munlock_folio(&self, head: Pfn) {
         self.mlock_queue().munlock(head);
     }
 
     /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
-    pub(crate) fn mlock_vma_folio(&self, head: u64, vma: &Vma) {
+    pub(crate) fn mlock_vma_folio(&self, head: Pfn, vma: &Vma) {
         if vma_locked(vma) && !self.large(head) {
             self.mlock_folio(head);
         }
@@ -183,7 +183,7 @@ impl<'m> Cpu<'m> {
     /// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
     /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
     /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
-    pub(crate) fn mlock_vma_file_folio(&self, head: u64, vma: &Vma, nr: u64) {
+    pub(crate) fn mlock_vma_file_folio(&self, head: Pfn, vma: &Vma, nr: u64) {
         if vma_locked(vma) && nr == 1u64 << self.m.phys.memmap.order(head) {
             self.mlock_folio(head);
         }
@@ -192,7 +192,7 @@ impl<'m> Cpu<'m> {
     /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
     ///
     /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
-    pub(crate) fn munlock_vma_folio(&self, head: u64, vma: &Vma) {
+    pub(crate) fn munlock_vma_folio(&self, head: Pfn, vma: &Vma) {
         if vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
             self.munlock_folio(head);
         }
@@ -236,12 +236,12 @@ impl<'m> Cpu<'m> {
     }
 
     /// Drops the batch's folio references (`folios_put`).
-    fn release_batch(&self, folios: impl Iterator<Item = u64>) {
-        let refs: FolioBatch<(u64, i32)> = folios.map(|f| (f, 1)).collect();
+    fn release_batch(&self, folios: impl Iterator<Item = Pfn>) {
+        let refs: FolioBatch<(Pfn, i32)> = folios.map(|f| (f, 1)).collect();
         self.m.phys.folios_put_refs(self.c(), &refs);
     }
 
-    fn process_lru_add(&self, folios: &[u64]) {
+    fn process_lru_add(&self, folios: &[Pfn]) {
         if folios.is_empty() {
             return;
         }
@@ -265,7 +265,7 @@ impl<'m> Cpu<'m> {
         self.release_batch(folios.iter().copied());
     }
 
-    fn process_mlock(&self, entries: &[(u64, MlockOp)]) {
+    fn process_mlock(&self, entries: &[(Pfn, MlockOp)]) {
         if entries.is_empty() {
             return;
         }
@@ -284,7 +284,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `__mlock_new_folio`.
-    fn mlock_new_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+    fn mlock_new_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
         let mem = &self.m.phys.memmap;
         let nr = self.nr_pages(f);
         if mem.test(f, PageFlag::Mlocked) {
@@ -297,7 +297,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `__mlock_folio`.
-    fn mlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+    fn mlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
         let mem = &self.m.phys.memmap;
         let nr = self.nr_pages(f);
         if !mem.test_and_clear(f, PageFlag::Lru) {
@@ -326,7 +326,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `__munlock_folio`.
-    fn munlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: u64) {
+    fn munlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
         let mem = &self.m.phys.memmap;
         let nr = self.nr_pages(f);
         let isolated = mem.test_and_clear(f, PageFlag::Lru);

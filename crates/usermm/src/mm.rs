@@ -33,6 +33,7 @@
 //! A fault holds the mmap lock for reading; every system call that changes VMAs holds it for
 //! writing. Page-table pages are freed only with the mmap lock held for writing.
 
+use crate::phys::Pfn;
 use crate::vma::VmaSet;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -61,7 +62,7 @@ pub(crate) struct PinRecord {
     /// Length given to `pin`.
     pub(crate) len: u64,
     /// The pinned pages (one per 4 KiB page of the range).
-    pub(crate) pfns: Vec<u64>,
+    pub(crate) pfns: Vec<Pfn>,
 }
 
 /// The VMA-side state of an mm, guarded by the mmap lock.
@@ -100,7 +101,7 @@ pub struct Mm {
     /// Identifier (also the TLB tag).
     pub(crate) id: u32,
     /// Root page table.
-    pub(crate) pgd: u64,
+    pub(crate) pgd: Pfn,
     /// The mmap lock and the VMA state it protects.
     pub lock: RwLock<MmState>,
     /// Protects populating upper page-table levels and the deposited tables.
@@ -109,12 +110,12 @@ pub struct Mm {
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
     pub(crate) has_pinned: AtomicBool,
     /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
-    pub(crate) deposited: Mutex<HashMap<u64, u64>>,
+    pub(crate) deposited: Mutex<HashMap<u64, Pfn>>,
 }
 
 impl Mm {
     /// A new mm with root table `pgd`.
-    pub(crate) fn new(id: u32, pgd: u64, state: MmState) -> Mm {
+    pub(crate) fn new(id: u32, pgd: Pfn, state: MmState) -> Mm {
         Mm {
             id,
             pgd,

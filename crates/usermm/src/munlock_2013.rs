@@ -27,7 +27,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState};
 use crate::pgtable::cursor::{PmdLock, PteLock};
 use crate::pgtable::{index, PageTables, Walk, PMD_SIZE};
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
 use crate::vma::{VmFlags, Vma};
@@ -36,12 +36,12 @@ use crate::vma::{VmFlags, Vma};
 const PAGEVEC_SIZE: usize = 14;
 
 /// An on-stack `struct pagevec` (inline storage: filling one allocates nothing).
-type Pagevec = smallvec::SmallVec<[u64; PAGEVEC_SIZE]>;
+type Pagevec = smallvec::SmallVec<[Pfn; PAGEVEC_SIZE]>;
 
 /// A page found by a lookup, holding a reference.
 #[derive(Clone, Copy, Debug)]
 struct Found {
-    head: u64,
+    head: Pfn,
     thp: bool,
 }
 
@@ -182,7 +182,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `munlock_vma_page` (stages 0–2, and THPs at every stage): one page at a time.
-    fn munlock_vma_page(&self, mm: &Mm, st: &MmState, head: u64, design: MunlockDesign) {
+    fn munlock_vma_page(&self, mm: &Mm, st: &MmState, head: Pfn, design: MunlockDesign) {
         let phys = &self.m.phys;
         let mem = &phys.memmap;
         let nr = 1u64 << mem.order(head);
@@ -205,7 +205,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `__munlock_isolated_page`: re-mlock if another locked VMA maps it, then put it back.
-    fn munlock_isolated_page(&self, mm: &Mm, st: &MmState, head: u64, design: MunlockDesign) {
+    fn munlock_isolated_page(&self, mm: &Mm, st: &MmState, head: Pfn, design: MunlockDesign) {
         if crate::rmap::page_mapcount(&self.m.phys, head) > 1 {
             self.try_to_munlock(mm, st, head);
         }
@@ -214,7 +214,7 @@ impl<'m> Cpu<'m> {
 
     /// `putback_lru_page`: back on the list its flags select; evictable pages go through the
     /// per-CPU pagevec (and, before patch 2, a drain follows every page).
-    fn putback_lru_page(&self, head: u64, design: MunlockDesign) {
+    fn putback_lru_page(&self, head: Pfn, design: MunlockDesign) {
         let phys = &self.m.phys;
         let mem = &phys.memmap;
         let nr = 1u64 << mem.order(head);
@@ -333,7 +333,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `try_to_munlock`: if any other `VM_LOCKED` VMA maps the page, mark it mlocked again.
-    fn try_to_munlock(&self, mm: &Mm, st: &MmState, head: u64) {
+    fn try_to_munlock(&self, mm: &Mm, st: &MmState, head: Pfn) {
         self.c().add(Ev::RmapWalk, 1);
         let index = self.m.phys.memmap.index(head);
         let mut found = self.locked_mapping_in(mm, st, head, index);
@@ -359,7 +359,7 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn locked_mapping_in(&self, mm: &Mm, st: &MmState, head: u64, index: u64) -> bool {
+    fn locked_mapping_in(&self, mm: &Mm, st: &MmState, head: Pfn, index: u64) -> bool {
         let pt = self.tables(mm);
         st.vmas
             .all()

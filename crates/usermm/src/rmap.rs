@@ -12,7 +12,7 @@
 //! the mappings of a page from the page (no reclaim or migration); anon_vma identities are kept
 //! because they decide VMA merging.
 
-use crate::phys::{PageFlag, PhysMem};
+use crate::phys::{PageFlag, Pfn, PhysMem};
 use crate::sharing::Plain;
 use crate::stats::{CpuCounters, Ev};
 
@@ -23,7 +23,7 @@ pub(crate) const GUP_PIN_COUNTING_BIAS: i32 = 1024;
 /// with that mm's number of mappings, and a "maybe mapped shared" bit that is cleared only when
 /// one tracked slot provably owns every mapping. Stored in the folio's auxiliary words.
 pub mod owner {
-    use crate::phys::PhysMem;
+    use crate::phys::{Pfn, PhysMem};
 
     const ID0: usize = 0;
     const CNT0: usize = 1;
@@ -31,7 +31,7 @@ pub mod owner {
     const CNT1: usize = 3;
     const SHARED: usize = 4;
 
-    fn slot(phys: &PhysMem, head: u64, i: usize) -> (u32, i32) {
+    fn slot(phys: &PhysMem, head: Pfn, i: usize) -> (u32, i32) {
         let m = &phys.memmap;
         (
             m.folio_aux(head, if i == 0 { ID0 } else { ID1 }),
@@ -39,24 +39,24 @@ pub mod owner {
         )
     }
 
-    fn set_slot(phys: &PhysMem, head: u64, i: usize, id: u32, cnt: i32) {
+    fn set_slot(phys: &PhysMem, head: Pfn, i: usize, id: u32, cnt: i32) {
         let m = &phys.memmap;
         m.set_folio_aux(head, if i == 0 { ID0 } else { ID1 }, id);
         m.set_folio_aux(head, if i == 0 { CNT0 } else { CNT1 }, cnt as u32);
     }
 
     /// `folio_maybe_mapped_shared` for a large folio (a single mapping is never shared).
-    pub fn maybe_mapped_shared(phys: &PhysMem, head: u64) -> bool {
+    pub fn maybe_mapped_shared(phys: &PhysMem, head: Pfn) -> bool {
         phys.memmap.folio_aux(head, SHARED) != 0 && phys.memmap.large_mapcount(head) > 1
     }
 
     /// The two slots (for views and validation).
-    pub fn slots(phys: &PhysMem, head: u64) -> [(u32, i32); 2] {
+    pub fn slots(phys: &PhysMem, head: Pfn) -> [(u32, i32); 2] {
         [slot(phys, head, 0), slot(phys, head, 1)]
     }
 
     /// Records `diff` new mappings by mm `mm`; `total` is the folio's mapcount after them.
-    pub fn map(phys: &PhysMem, head: u64, mm: u32, diff: i32, total: i32) {
+    pub fn map(phys: &PhysMem, head: Pfn, mm: u32, diff: i32, total: i32) {
         for i in 0..2 {
             let (id, cnt) = slot(phys, head, i);
             if id == mm {
@@ -77,7 +77,7 @@ pub mod owner {
     }
 
     /// Records `diff` removed mappings of mm `mm`; `total` is the mapcount after the removal.
-    pub fn unmap(phys: &PhysMem, head: u64, mm: u32, diff: i32, total: i32) {
+    pub fn unmap(phys: &PhysMem, head: Pfn, mm: u32, diff: i32, total: i32) {
         for i in 0..2 {
             let (id, cnt) = slot(phys, head, i);
             if id == mm {
@@ -94,25 +94,25 @@ pub mod owner {
     }
 
     /// Resets the tracking of a folio being allocated.
-    pub fn reset(phys: &PhysMem, head: u64) {
+    pub fn reset(phys: &PhysMem, head: Pfn) {
         for i in 0..5 {
             phys.memmap.set_folio_aux(head, i, 0);
         }
     }
 }
 
-/// Updates the PTE mapcounts of `page..page + nr` by `delta`: one atomic add each, or plain
+/// Updates the PTE mapcounts of `page.range(nr)` by `delta`: one atomic add each, or plain
 /// load+store pairs inside an exclusively held rmap seqcount (seed 003 stage "all").
-fn page_mapcounts(phys: &PhysMem, c: &CpuCounters, page: u64, nr: u64, delta: i32, plain: Plain) {
+fn page_mapcounts(phys: &PhysMem, c: &CpuCounters, page: Pfn, nr: u64, delta: i32, plain: Plain) {
     let mm = &phys.memmap;
     match plain {
         Plain::Yes => {
-            for p in page..page + nr {
+            for p in page.range(nr) {
                 mm.mapcount_add_plain(p, delta);
             }
         }
         Plain::No => {
-            for p in page..page + nr {
+            for p in page.range(nr) {
                 mm.mapcount_add(p, delta);
             }
             count_map(c, nr);
@@ -127,7 +127,7 @@ fn page_mapcounts(phys: &PhysMem, c: &CpuCounters, page: u64, nr: u64, delta: i3
 fn folio_rmap(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: u64,
+    head: Pfn,
     mm_id: u32,
     delta: i32,
     pages: impl FnOnce(Plain),
@@ -189,7 +189,7 @@ fn count_map(c: &CpuCounters, n: u64) {
 /// Beside `validate()`, which checks the whole state between steps, these catch a bad call
 /// where it is made. Release builds compile them out.
 #[inline]
-fn folio_rmap_sanity_checks(phys: &PhysMem, head: u64, page: u64, nr: u64) {
+fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
     if !cfg!(debug_assertions) {
         return;
     }
@@ -201,7 +201,7 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: u64, page: u64, nr: u64) {
         1
     };
     debug_assert!(
-        nr >= 1 && page >= head && page + nr <= head + size,
+        nr >= 1 && page >= head && page.add(nr) <= head.add(size),
         "rmap of pages {page:#x}+{nr} outside folio {head:#x} of {size} pages"
     );
     debug_assert!(
@@ -215,7 +215,7 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: u64, page: u64, nr: u64) {
 /// # Context
 /// Any; the caller holds a reference or the PTL of an entry that maps the folio.
 #[inline]
-pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) {
+pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: Pfn, n: i32) {
     count_ref(c);
     phys.memmap.ref_add(head, n);
 }
@@ -230,7 +230,7 @@ pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: u64, n: i32) 
 pub(crate) fn add_new_anon(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: u64,
+    head: Pfn,
     nr: u64,
     level: Level,
     owner: u32,
@@ -242,7 +242,7 @@ pub(crate) fn add_new_anon(
     let large = mm.test(head, PageFlag::Head);
     let maps = match level {
         Level::Pte => {
-            for p in head..head + nr {
+            for p in head.range(nr) {
                 mm.mapcount_add(p, 1);
                 mm.set(p, PageFlag::AnonExclusive);
             }
@@ -275,7 +275,7 @@ pub(crate) fn add_new_anon(
 /// # Context
 /// The PTL of the table the entries are written to (a split: the PMD lock, the new table
 /// still unlinked); takes the folio's owner bit lock or rmap seqcount as the tracker needs.
-pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr: u64, mm_id: u32) {
+pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: Pfn, page: Pfn, nr: u64, mm_id: u32) {
     folio_rmap_sanity_checks(phys, head, page, nr);
     folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
         page_mapcounts(phys, c, page, nr, 1, plain)
@@ -287,7 +287,7 @@ pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: u64, page: u64, nr
 /// # Context
 /// Any; the answer is a snapshot (a pin taken afterwards needs the mmap lock for writing
 /// in fork's case, which the caller holds).
-pub(crate) fn folio_maybe_dma_pinned(phys: &PhysMem, head: u64) -> bool {
+pub(crate) fn folio_maybe_dma_pinned(phys: &PhysMem, head: Pfn) -> bool {
     if phys.memmap.test(head, PageFlag::Head) {
         phys.memmap.pincount(head) > 0
     } else {
@@ -309,8 +309,8 @@ pub(crate) struct MaybePinned;
 pub(crate) fn try_dup_anon_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: u64,
-    page: u64,
+    head: Pfn,
+    page: Pfn,
     nr: u64,
     needs_cow_for_dma: bool,
     dst_mm: u32,
@@ -319,7 +319,7 @@ pub(crate) fn try_dup_anon_ptes(
     let mm = &phys.memmap;
     if needs_cow_for_dma
         && folio_maybe_dma_pinned(phys, head)
-        && (page..page + nr).any(|p| mm.test(p, PageFlag::AnonExclusive))
+        && (page.range(nr)).any(|p| mm.test(p, PageFlag::AnonExclusive))
     {
         return Err(MaybePinned);
     }
@@ -327,7 +327,7 @@ pub(crate) fn try_dup_anon_ptes(
         // One pass over the pages' memmap entries, as `__folio_try_dup_anon_rmap`: each page
         // loses PageAnonExclusive and gains a mapcount while its line is in the cache.
         let mut cleared = 0;
-        for p in page..page + nr {
+        for p in page.range(nr) {
             if mm.test(p, PageFlag::AnonExclusive) {
                 mm.clear(p, PageFlag::AnonExclusive);
                 cleared += 1;
@@ -354,7 +354,7 @@ pub(crate) fn try_dup_anon_ptes(
 pub(crate) fn try_dup_anon_pmd(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: u64,
+    head: Pfn,
     needs_cow_for_dma: bool,
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
@@ -381,8 +381,8 @@ pub(crate) fn try_dup_anon_pmd(
 pub(crate) fn remove_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: u64,
-    page: u64,
+    head: Pfn,
+    page: Pfn,
     nr: u64,
     mm_id: u32,
 ) {
@@ -396,7 +396,7 @@ pub(crate) fn remove_ptes(
 ///
 /// # Context
 /// The PMD lock of the table the leaf is written to.
-pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
+pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
     phys.memmap.entire_mapcount_add(head, 1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, 1, |_| {});
@@ -406,7 +406,7 @@ pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u3
 ///
 /// # Context
 /// The PMD lock of the table the leaf was cleared from.
-pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32) {
+pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
     phys.memmap.entire_mapcount_add(head, -1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, -1, |_| {});
@@ -416,7 +416,7 @@ pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: u64, mm_id: u32)
 ///
 /// # Context
 /// Any; exact only when no CPU is changing the folio's mappings.
-pub(crate) fn page_mapcount(phys: &PhysMem, page: u64) -> i32 {
+pub(crate) fn page_mapcount(phys: &PhysMem, page: Pfn) -> i32 {
     let mm = &phys.memmap;
     let head = mm.folio_of(page);
     let entire = if mm.test(head, PageFlag::Head) {

@@ -10,6 +10,7 @@
 //! # Locking
 //! Each CPU's TLB has its own lock; it is a leaf lock (nothing is taken under it).
 
+use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
 use parking_lot::Mutex;
 
@@ -24,7 +25,7 @@ pub struct TlbEntry {
     /// Virtual page number.
     pub(crate) vpn: u64,
     /// Physical frame.
-    pub(crate) pfn: u64,
+    pub(crate) pfn: Pfn,
     /// Writes are allowed through this entry (and the PTE is already dirty).
     pub(crate) writable: bool,
 }

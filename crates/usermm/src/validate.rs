@@ -13,7 +13,7 @@ use crate::machine::Machine;
 use crate::mm::{Mm, RssKind};
 use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
-use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
+use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::vma::VmFlags;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// What one folio is expected to look like after a recount.
 #[derive(Debug, Default, Clone)]
 struct FolioRecount {
-    pte_maps: BTreeMap<u64, i32>,
+    pte_maps: BTreeMap<Pfn, i32>,
     pmd_maps: i32,
     refs: i32,
     /// Mappings from `VM_LOCKED` VMAs.
@@ -32,7 +32,7 @@ struct FolioRecount {
     /// Mappings per mm.
     per_mm: BTreeMap<u32, i32>,
     /// mms mapping each exclusive page.
-    excl_mms: HashMap<u64, HashSet<u32>>,
+    excl_mms: HashMap<Pfn, HashSet<u32>>,
 }
 
 /// Collected invariant violations.
@@ -54,7 +54,7 @@ impl Machine {
     /// Checks every invariant; returns the violations found.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut r = Report::default();
-        let mut folios: BTreeMap<u64, FolioRecount> = BTreeMap::new();
+        let mut folios: BTreeMap<Pfn, FolioRecount> = BTreeMap::new();
         let mut frames_used = 0u64;
         let mut shmem_seen = HashSet::new();
         for task in self.tasks() {
@@ -135,9 +135,9 @@ impl Machine {
                 ));
             }
             blocks.sort_unstable();
-            let mut end = 0;
+            let mut end = Pfn::new(0);
             for &(pfn, order) in &blocks {
-                if !pfn.is_multiple_of(1 << order) {
+                if !pfn.is_aligned(order) {
                     r.err(format!(
                         "buddy: free block {pfn:#x} not aligned to order {order}"
                     ));
@@ -152,7 +152,7 @@ impl Machine {
                         "buddy: free block {pfn:#x} overlaps the one before it"
                     ));
                 }
-                end = end.max(pfn + (1 << order));
+                end = end.max(pfn.add(1 << order));
             }
         }
     }
@@ -162,7 +162,7 @@ impl Machine {
     fn check_page_cache(
         &self,
         f: &crate::filemap::Inode,
-        folios: &mut BTreeMap<u64, FolioRecount>,
+        folios: &mut BTreeMap<Pfn, FolioRecount>,
         r: &mut Report,
     ) {
         let mem = &self.phys.memmap;
@@ -170,12 +170,12 @@ impl Machine {
         for (idx, pfn) in f.pages.lock().iter() {
             let head = mem.folio_of(pfn);
             folios.entry(head).or_default().refs += 1;
-            if mem.mapping(head) != f.id || mem.index(head) + (pfn - head) != idx {
+            if mem.mapping(head) != f.id || mem.index(head) + pfn.offset_from(head) != idx {
                 r.err(format!(
                     "file {}: cache page {idx} (pfn {pfn:#x}) names file {} index {}",
                     f.id,
                     mem.mapping(head),
-                    mem.index(head) + (pfn - head)
+                    mem.index(head) + pfn.offset_from(head)
                 ));
             }
             // A huge shmem folio may reach past the end of file (`always`/`force` make one for
@@ -207,7 +207,7 @@ impl Machine {
     fn validate_mm(
         &self,
         mm: &Mm,
-        folios: &mut BTreeMap<u64, FolioRecount>,
+        folios: &mut BTreeMap<Pfn, FolioRecount>,
         r: &mut Report,
     ) -> u64 {
         let st = mm.lock.read();
@@ -292,7 +292,7 @@ impl Machine {
         mm: &Mm,
         st: &crate::mm::MmState,
         pt: PageTables<'_>,
-        folios: &mut BTreeMap<u64, FolioRecount>,
+        folios: &mut BTreeMap<Pfn, FolioRecount>,
         rss: &mut [i64; 3],
         r: &mut Report,
     ) {
@@ -390,7 +390,7 @@ impl Machine {
 
     /// LRU lists are consistent with the flags; NR_MLOCK equals the mlocked folios; every
     /// mapped folio is on an LRU or in a batch.
-    fn check_lru(&self, folios: &BTreeMap<u64, FolioRecount>, r: &mut Report) {
+    fn check_lru(&self, folios: &BTreeMap<Pfn, FolioRecount>, r: &mut Report) {
         let mem = &self.phys.memmap;
         let mut on_lru = HashSet::new();
         for lv in &self.phys.lruvecs {
@@ -477,7 +477,7 @@ impl Machine {
 
     /// The MM-owner tracker of a large folio: tracked slots count exactly their mm's mappings,
     /// and "exclusive" (the shared bit clear) is never claimed while two mms map the folio.
-    fn check_owner(&self, head: u64, f: &FolioRecount, r: &mut Report) {
+    fn check_owner(&self, head: Pfn, f: &FolioRecount, r: &mut Report) {
         for (id, cnt) in crate::rmap::owner::slots(&self.phys, head) {
             // A slot may under-count (its mm mapped pages while untracked, as in Linux) but never
             // over-count.
@@ -511,7 +511,7 @@ impl Machine {
     }
 
     /// Compares recounts with the memmap; returns the frames the folios occupy.
-    fn check_folios(&self, folios: &BTreeMap<u64, FolioRecount>, r: &mut Report) -> u64 {
+    fn check_folios(&self, folios: &BTreeMap<Pfn, FolioRecount>, r: &mut Report) -> u64 {
         let mem = &self.phys.memmap;
         let mut frames = 0;
         for (&head, f) in folios {
@@ -526,7 +526,7 @@ impl Machine {
                     f.refs
                 ));
             }
-            for p in head..head + nr {
+            for p in head.range(nr) {
                 let want = f.pte_maps.get(&p).copied().unwrap_or(0);
                 if mem.mapcount(p) != want {
                     r.err(format!(

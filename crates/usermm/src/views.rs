@@ -12,7 +12,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, Pid, RssKind};
 use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{AnyLeaf, PageTables, Walk, PMD_SIZE};
-use crate::phys::{PageFlag, PhysMem, HPAGE_PMD_ORDER};
+use crate::phys::{PageFlag, Pfn, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
 use crate::vma::{VmFlags, Vma};
 
@@ -184,7 +184,7 @@ pub mod kpf {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeafInfo {
     pub(crate) entry: AnyLeaf,
-    pub(crate) pfn: u64,
+    pub(crate) pfn: Pfn,
 }
 
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
@@ -195,7 +195,7 @@ pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
         }),
         Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
             entry: AnyLeaf::Pmd(entry),
-            pfn: pt.arch.pfn(entry) + ((addr >> 12) & 511),
+            pfn: pt.arch.pfn(entry).add((addr >> 12) & 511),
         }),
         _ => None,
     }
@@ -216,7 +216,7 @@ struct Charge {
     private: bool,
 }
 
-fn accumulate(s: &mut Smaps, phys: &PhysMem, head: u64, ch: Charge) {
+fn accumulate(s: &mut Smaps, phys: &PhysMem, head: Pfn, ch: Charge) {
     s.pss_fixed += ch.pss;
     if ch.locked {
         s.locked_fixed += ch.pss;
@@ -234,7 +234,7 @@ fn accumulate(s: &mut Smaps, phys: &PhysMem, head: u64, ch: Charge) {
 fn smaps_account(
     s: &mut Smaps,
     phys: &PhysMem,
-    page: u64,
+    page: Pfn,
     nr: u64,
     dirty: bool,
     young: bool,
@@ -260,7 +260,7 @@ fn smaps_account(
         accumulate(s, phys, head, ch);
         return;
     }
-    for p in page..page + nr {
+    for p in page.range(nr) {
         let mapcount = page_mapcount(phys, p).max(1) as u64;
         let pss = (4096u64 << 12) / mapcount;
         let ch = Charge {
@@ -488,7 +488,7 @@ impl<'m> Cpu<'m> {
 }
 
 /// The kpageflags word of a frame (`stable_page_flags`).
-pub(crate) fn stable_page_flags(phys: &PhysMem, pfn: u64) -> u64 {
+pub(crate) fn stable_page_flags(phys: &PhysMem, pfn: Pfn) -> u64 {
     let mm = &phys.memmap;
     let head = mm.folio_of(pfn);
     let mut u = 0u64;

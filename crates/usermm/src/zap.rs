@@ -11,7 +11,7 @@ use crate::mm::{Mm, MmState, RssKind};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PageTables, PMD_SIZE};
-use crate::phys::{PageFlag, HPAGE_PMD_ORDER};
+use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -36,8 +36,8 @@ pub(crate) struct MmuGather<'c, 'm> {
     cpu: &'c Cpu<'m>,
     mm: &'c Mm,
     scope: GatherScope,
-    folios: Vec<(u64, i32)>,
-    tables: Vec<u64>,
+    folios: Vec<(Pfn, i32)>,
+    tables: Vec<Pfn>,
     range: Option<(u64, u64)>,
 }
 
@@ -63,7 +63,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Queues `nr` references of folio `head` to drop after the flush.
-    pub(crate) fn remove_folio(&mut self, head: u64, nr: i32) {
+    pub(crate) fn remove_folio(&mut self, head: Pfn, nr: i32) {
         self.folios.push((head, nr));
         if self.folios.len() >= GATHER_LIMIT {
             self.flush();
@@ -71,7 +71,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Queues a page-table page to free after the flush.
-    pub(crate) fn remove_table(&mut self, pfn: u64) {
+    pub(crate) fn remove_table(&mut self, pfn: Pfn) {
         self.tables.push(pfn);
     }
 
@@ -195,7 +195,7 @@ impl<'m> Cpu<'m> {
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         vma: &Vma,
-        table: u64,
+        table: Pfn,
         step: &PmdStep,
         details: ZapDetails,
     ) {
@@ -308,7 +308,7 @@ impl<'m> Cpu<'m> {
 
     /// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
     /// the walk's range; frees each lower table whose span holds no VMA any more.
-    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: u64, level: usize, base: u64) {
+    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: Pfn, level: usize, base: u64) {
         let pt = w.pt;
         let (start, end) = w.range;
         let shift = crate::pgtable::LEVEL_SHIFTS[level];

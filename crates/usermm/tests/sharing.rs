@@ -9,7 +9,7 @@
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use usermm::phys::{PageFlag, PhysMem};
+use usermm::phys::{PageFlag, Pfn, PhysMem};
 use usermm::rmap::owner;
 use usermm::sharing::estimate;
 use usermm::sharing::subid::{self, find_false_exclusive, values_say_exclusive, Layout, Sizing};
@@ -31,7 +31,7 @@ fn tracker_answer(
     victim: u32,
 ) -> Option<bool> {
     let s = Sharing::new(4096, t, false);
-    let head = 1024;
+    let head = Pfn::new(1024);
     for (i, &(id, n)) in mappings.iter().enumerate() {
         if i == 0 {
             s.on_new(head, order, id, u64::from(n));
@@ -290,7 +290,7 @@ fn sub_id_bound_is_tight_in_a_scaled_down_word() {
 // Property test: every tracker against the truth
 
 const NR_MMS: usize = 5;
-const HEAD: u64 = 1536;
+const HEAD: Pfn = Pfn::new(1536);
 
 struct Model {
     order: u32,
@@ -310,7 +310,7 @@ impl Model {
     fn new(order: u32, ids: [u32; NR_MMS]) -> Model {
         let phys = PhysMem::new(8 << 20, 1);
         // Nobody allocates from this memory: use the frames' metadata directly.
-        for p in HEAD..HEAD + 2 {
+        for p in HEAD.range(2) {
             phys.memmap.reset(p);
         }
         phys.memmap.set(HEAD, PageFlag::Head);
@@ -363,7 +363,7 @@ impl Model {
         for &p in pages {
             assert!(!self.pages[mm][p]);
             self.pages[mm][p] = true;
-            mem.mapcount_add(HEAD + p as u64, 1);
+            mem.mapcount_add(HEAD.add(p as u64), 1);
         }
         if pmd {
             self.pmd[mm] = true;
@@ -394,7 +394,7 @@ impl Model {
         for &p in pages {
             assert!(self.pages[mm][p]);
             self.pages[mm][p] = false;
-            mem.mapcount_add(HEAD + p as u64, -1);
+            mem.mapcount_add(HEAD.add(p as u64), -1);
         }
         if pmd {
             assert!(self.pmd[mm]);
@@ -712,11 +712,11 @@ fn per_page_mapcounts_under_the_seqcount_lose_no_update() {
     let phys = Arc::new(PhysMem::new(8 << 20, 1));
     phys.sharing.select(tracker, false);
     let order = 9;
-    for p in HEAD..HEAD + 512 {
+    for p in HEAD.range(512) {
         phys.memmap.reset(p);
     }
     phys.sharing.on_new(HEAD, order, 5, 0);
-    let page = HEAD + 7;
+    let page = HEAD.add(7);
     let plains = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = [11u32, 12, 13]
         .iter()
@@ -763,7 +763,7 @@ fn per_page_mapcounts_under_the_seqcount_lose_no_update() {
 #[ignore]
 fn tracker_cost() {
     let phys = Arc::new(PhysMem::new(8 << 20, 1));
-    for p in HEAD..HEAD + 2 {
+    for p in HEAD.range(2) {
         phys.memmap.reset(p);
     }
     let order = 9;

@@ -250,7 +250,7 @@ impl Inode {
     }
 
     /// Removes and returns every cached page.
-    pub(crate) fn take_pages(&self) -> Vec<u64> {
+    pub(crate) fn take_pages(&self) -> Vec<crate::phys::Pfn> {
         std::mem::take(&mut *self.pages.lock())
             .iter()
             .map(|(_, p)| p)

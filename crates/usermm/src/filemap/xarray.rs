@@ -19,6 +19,7 @@
 //! folio pointers, and there are no marks (dirty and writeback are folio flags here) and no
 //! RCU readers (the inode's cache lock is always held).
 
+use crate::phys::Pfn;
 use std::ops::{Bound, RangeBounds};
 
 const BITS: u32 = 6;
@@ -93,7 +94,7 @@ impl XArray {
     }
 
     /// The frame at `index` (`xa_load`).
-    pub(crate) fn get(&self, index: u64) -> Option<u64> {
+    pub(crate) fn get(&self, index: u64) -> Option<Pfn> {
         if !self.covers(index) {
             return None;
         }
@@ -104,7 +105,7 @@ impl XArray {
             let slot = ((index >> shift) & MASK) as usize;
             match node {
                 Node::Leaf { slots, .. } => {
-                    return (slots[slot] != EMPTY).then_some(slots[slot]);
+                    return (slots[slot] != EMPTY).then_some(Pfn::new(slots[slot]));
                 }
                 Node::Inner { slots, .. } => node = slots[slot].as_deref()?,
             }
@@ -117,7 +118,8 @@ impl XArray {
     }
 
     /// Stores `frame` at `index` (`xa_store`); returns what was there.
-    pub(crate) fn insert(&mut self, index: u64, frame: u64) -> Option<u64> {
+    pub(crate) fn insert(&mut self, index: u64, frame: Pfn) -> Option<Pfn> {
+        let frame = frame.val();
         debug_assert_ne!(frame, EMPTY, "no frame has number u64::MAX");
         if self.root.is_none() {
             self.root = Some(Box::new(Node::leaf()));
@@ -149,7 +151,7 @@ impl XArray {
                         self.len += 1;
                         return None;
                     }
-                    return Some(old);
+                    return Some(Pfn::new(old));
                 }
                 Node::Inner { slots, count } => {
                     if slots[slot].is_none() {
@@ -168,7 +170,7 @@ impl XArray {
     }
 
     /// Removes the frame at `index` (`xa_erase`), freeing nodes left empty.
-    pub(crate) fn remove(&mut self, index: u64) -> Option<u64> {
+    pub(crate) fn remove(&mut self, index: u64) -> Option<Pfn> {
         if !self.covers(index) {
             return None;
         }
@@ -180,7 +182,7 @@ impl XArray {
             self.root = None;
             self.shift = 0;
         }
-        Some(old)
+        Some(Pfn::new(old))
     }
 
     /// The first entry at or after `from` and before `end` (exclusive; `None`: no end), with
@@ -220,7 +222,7 @@ impl XArray {
 
     /// Removes and returns every entry at or after `from` (truncation).
     pub(crate) fn split_off(&mut self, from: u64) -> XArray {
-        let moved: Vec<(u64, u64)> = self.range(from..).collect();
+        let moved: Vec<(u64, Pfn)> = self.range(from..).collect();
         let mut out = XArray::new();
         for (i, f) in moved {
             self.remove(i);
@@ -295,9 +297,9 @@ pub(crate) struct Range<'a> {
 }
 
 impl Iterator for Range<'_> {
-    type Item = (u64, u64);
+    type Item = (u64, Pfn);
 
-    fn next(&mut self) -> Option<(u64, u64)> {
+    fn next(&mut self) -> Option<(u64, Pfn)> {
         let from = self.next?;
         if self.end.is_some_and(|e| from >= e) {
             self.next = None;
@@ -311,7 +313,7 @@ impl Iterator for Range<'_> {
                 let hit = (from - base..stop).find(|&j| slots[j as usize] != EMPTY);
                 if let Some(j) = hit {
                     self.next = (base + j).checked_add(1);
-                    return Some((base + j, slots[j as usize]));
+                    return Some((base + j, Pfn::new(slots[j as usize])));
                 }
                 self.next = base.checked_add(FANOUT as u64);
                 self.leaf = None;
@@ -322,7 +324,7 @@ impl Iterator for Range<'_> {
             Some(((slots, base), i)) => {
                 self.leaf = Some((slots, base));
                 self.next = i.checked_add(1);
-                Some((i, slots[(i - base) as usize]))
+                Some((i, Pfn::new(slots[(i - base) as usize])))
             }
             None => {
                 self.next = None;
@@ -340,7 +342,7 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Insert(u64, u64),
+        Insert(u64, Pfn),
         Remove(u64),
         SplitOff(u64),
     }
@@ -357,7 +359,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (index(), 0u64..1 << 40).prop_map(|(i, f)| Op::Insert(i, f)),
+            4 => (index(), 0u64..1 << 40).prop_map(|(i, f)| Op::Insert(i, Pfn::new(f))),
             2 => index().prop_map(Op::Remove),
             1 => index().prop_map(Op::SplitOff),
         ]
@@ -399,13 +401,13 @@ mod tests {
     fn nodes_are_freed_and_the_root_shrinks_to_nothing() {
         let mut xa = XArray::new();
         for i in [0, 63, 64, 4095, 4096, 1 << 30] {
-            assert_eq!(xa.insert(i, i + 7), None);
+            assert_eq!(xa.insert(i, Pfn::new(i + 7)), None);
         }
         assert_eq!(xa.shift, 36, "1 << 30 needs six levels of 6 bits");
-        assert_eq!(xa.get(4096), Some(4103));
+        assert_eq!(xa.get(4096), Some(Pfn::new(4103)));
         assert_eq!(xa.get(4097), None);
         for i in [0, 63, 64, 4095, 4096, 1 << 30] {
-            assert_eq!(xa.remove(i), Some(i + 7));
+            assert_eq!(xa.remove(i), Some(Pfn::new(i + 7)));
         }
         assert!(xa.root.is_none() && xa.is_empty() && xa.shift == 0);
     }

@@ -8,7 +8,7 @@
 
 use super::geom::Granule;
 use super::KmapError;
-use crate::phys::{FolioKind, PhysMem, Zeroing, PAGE_SHIFT};
+use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing, PAGE_SHIFT};
 use crate::stats::CpuCounters;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -51,7 +51,7 @@ impl TablePool {
 
     /// Writes every frame once so the host backs the arena before anything is timed.
     pub(crate) fn prefault(&self) {
-        for pfn in 0..self.phys.nr_frames() {
+        for pfn in Pfn::new(0).range(self.phys.nr_frames()) {
             self.phys.arena.zero_frame(pfn);
         }
     }
@@ -68,7 +68,7 @@ impl TablePool {
                 Zeroing::NoZero,
             )
             .ok_or(KmapError::OutOfTables { bytes: self.bytes })?;
-        Ok(self.base + (pfn << PAGE_SHIFT))
+        Ok(self.base + (pfn.val() << PAGE_SHIFT))
     }
 
     /// Table pages currently allocated.
@@ -87,12 +87,12 @@ impl TablePool {
     }
 
     #[inline]
-    fn locate(&self, pa: u64) -> Result<(u64, usize), KmapError> {
+    fn locate(&self, pa: u64) -> Result<(Pfn, usize), KmapError> {
         let off = pa.wrapping_sub(self.base);
         if off >= self.bytes {
             return Err(KmapError::Unbacked(pa));
         }
-        Ok((off >> PAGE_SHIFT, ((off & 0xfff) >> 3) as usize))
+        Ok((Pfn::new(off >> PAGE_SHIFT), ((off & 0xfff) >> 3) as usize))
     }
 
     /// Reads the 64-bit word at `pa` (what the table walker and the CPU see).

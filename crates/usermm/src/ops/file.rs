@@ -21,7 +21,7 @@ use crate::filemap::{Inode, InodeKind, RaState, PAGE_SIZE};
 use crate::machine::{Cpu, FileId};
 use crate::mm::{Mm, Pid};
 use crate::pgtable::cursor::{PmdKind, PteLock};
-use crate::phys::{FolioKind, PageFlag, Zeroing};
+use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::{VmFlags, Vma};
@@ -168,7 +168,7 @@ impl<'m> Cpu<'m> {
                         else {
                             break;
                         };
-                        let p = head + (idx - first);
+                        let p = head.add(idx - first);
                         if inode.kind.is_shmem() {
                             mem.set(head, PageFlag::Referenced);
                         } else if n < PAGE_SIZE && idx * PAGE_SIZE < old_size {
@@ -324,7 +324,7 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// The cache lock (`cache`) is held.
-    pub(crate) fn cache_alloc(&self, inode: &Inode, cache: &mut XArray, idx: u64) -> Option<u64> {
+    pub(crate) fn cache_alloc(&self, inode: &Inode, cache: &mut XArray, idx: u64) -> Option<Pfn> {
         self.cache_alloc_order(inode, cache, idx, 0)
     }
 
@@ -340,7 +340,7 @@ impl<'m> Cpu<'m> {
         cache: &mut XArray,
         idx: u64,
         order: u32,
-    ) -> Option<u64> {
+    ) -> Option<Pfn> {
         let kind = if inode.kind.is_shmem() {
             FolioKind::Shmem
         } else {
@@ -369,7 +369,7 @@ impl<'m> Cpu<'m> {
             mem.clear(p, PageFlag::Uptodate);
         }
         for i in 0..nr {
-            cache.insert(idx + i, p + i);
+            cache.insert(idx + i, p.add(i));
         }
         self.c().add(Ev::PageCacheAdd, 1);
         self.folio_add_lru(p);
@@ -542,7 +542,7 @@ impl<'m> Cpu<'m> {
 
     /// Reclaims one isolated page-cache folio (`shrink_folio_list`'s unmap, pageout and
     /// `__remove_mapping`): true if it was freed. A folio something else holds stays.
-    fn reclaim_folio(&self, inode: &Inode, folio: u64) -> bool {
+    fn reclaim_folio(&self, inode: &Inode, folio: Pfn) -> bool {
         let mem = &self.m.phys.memmap;
         let idx = mem.index(folio);
         let nr = 1u64 << mem.order(folio);
@@ -558,7 +558,7 @@ impl<'m> Cpu<'m> {
         if mem.test(folio, PageFlag::Dirty) {
             self.writeback_range(inode, idx, idx + nr);
         }
-        let removed: Vec<u64> = {
+        let removed: Vec<Pfn> = {
             let mut cache = inode.pages.lock();
             (idx..idx + nr).filter_map(|i| cache.remove(i)).collect()
         };
@@ -636,7 +636,7 @@ impl<'m> Cpu<'m> {
     /// one I/O per run of allocated blocks, split where it reaches the device's largest
     /// request (`max_sectors_kb`, as the block layer splits a bio); holes read as zeroes
     /// without I/O. Sets uptodate and, for allocated blocks, `PG_mappedtodisk`.
-    fn read_blocks(&self, inode: &Inode, first: u64, pages: &[u64]) {
+    fn read_blocks(&self, inode: &Inode, first: u64, pages: &[Pfn]) {
         use crate::filemap::BlockContents;
         let mem = &self.m.phys.memmap;
         let arena = &self.m.phys.arena;
@@ -687,7 +687,7 @@ impl<'m> Cpu<'m> {
         let nr = nr.min(end_index - start + 1);
         self.reclaim_for(nr);
         let mark = (lookahead > 0 && lookahead <= nr).then(|| start + nr - lookahead);
-        let mut run: Vec<u64> = Vec::new();
+        let mut run: Vec<Pfn> = Vec::new();
         let mut run_start = start;
         let mut cache = inode.pages.lock();
         for idx in start..start + nr {
@@ -822,7 +822,7 @@ impl<'m> Cpu<'m> {
         self.reclaim_for(limit + 1 - start);
         let mark = start + size - async_size;
         let mem = &self.m.phys.memmap;
-        let mut run: Vec<u64> = Vec::new();
+        let mut run: Vec<Pfn> = Vec::new();
         let mut index = start;
         let mut cache = inode.pages.lock();
         while index <= limit {
@@ -840,7 +840,7 @@ impl<'m> Cpu<'m> {
             if async_size > 0 && (index..index + nr).contains(&mark) {
                 mem.set(head, PageFlag::Readahead);
             }
-            run.extend(head..head + nr);
+            run.extend(head.range(nr));
             index += nr;
         }
         drop(cache);
@@ -855,7 +855,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// `page_cache_async_ra`: the reader reached the `PG_readahead` page `folio` at `index`.
-    pub(crate) fn page_cache_async_ra(&self, inode: &Inode, index: u64, folio: u64, req: u64) {
+    pub(crate) fn page_cache_async_ra(&self, inode: &Inode, index: u64, folio: Pfn, req: u64) {
         let mem = &self.m.phys.memmap;
         if mem.test(folio, PageFlag::Writeback) {
             return;
@@ -963,13 +963,13 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         addr: u64,
         pgoff: u64,
-    ) -> Result<(u64, CacheLookup), crate::fault::FaultOutcome> {
+    ) -> Result<(Pfn, CacheLookup), crate::fault::FaultOutcome> {
         if pgoff >= inode.size_pages() {
             self.c().add(Ev::FaultSigbus, 1);
             return Err(crate::fault::FaultOutcome::Sigbus);
         }
         let mem = &self.m.phys.memmap;
-        let hit = |p: u64| {
+        let hit = |p: Pfn| {
             let head = mem.folio_of(p);
             crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
             if !mem.test(head, PageFlag::Uptodate) {
@@ -1016,7 +1016,7 @@ impl<'m> Cpu<'m> {
                 let Some(head) = self.cache_alloc_order(inode, &mut cache, first, order) else {
                     return Err(crate::fault::FaultOutcome::Oom);
                 };
-                head + (pgoff - first)
+                head.add(pgoff - first)
             }
             None => {
                 let Some(p) = self.cache_alloc(inode, &mut cache, pgoff) else {
@@ -1039,7 +1039,7 @@ impl<'m> Cpu<'m> {
     /// `folio_mark_accessed`: referenced on the first access, active (and no longer
     /// referenced) on the second. Activation goes through a per-CPU batch in Linux; its
     /// effect is applied at once here (flags are compared after the batches drain).
-    pub(crate) fn folio_mark_accessed(&self, head: u64) {
+    pub(crate) fn folio_mark_accessed(&self, head: Pfn) {
         let mem = &self.m.phys.memmap;
         if !mem.test(head, PageFlag::Referenced) {
             mem.set(head, PageFlag::Referenced);
@@ -1088,7 +1088,7 @@ impl<'m> Cpu<'m> {
                     let first = mem.index(head);
                     let end = first + (1u64 << mem.order(head));
                     for idx in hole..end {
-                        self.m.phys.arena.zero_frame(head + (idx - first));
+                        self.m.phys.arena.zero_frame(head.add(idx - first));
                     }
                     end
                 }
@@ -1191,7 +1191,7 @@ impl<'m> Cpu<'m> {
     /// `split_folio` of a page-cache folio: unmapped from every mapping and split into order-0
     /// pages that stay in the cache (a split file folio is not remapped). Nothing happens when
     /// something else holds it.
-    pub(crate) fn split_folio_to_order0(&self, inode: &Inode, head: u64) {
+    pub(crate) fn split_folio_to_order0(&self, inode: &Inode, head: Pfn) {
         let mem = &self.m.phys.memmap;
         let (first, order) = (mem.index(head), mem.order(head));
         let nr = 1u64 << order;
@@ -1210,7 +1210,7 @@ impl<'m> Cpu<'m> {
 
     /// Drops every cached page at index `from` or beyond (`truncate_inode_pages`).
     fn release_cache(&self, inode: &Inode, from: u64) {
-        let gone: Vec<u64> = inode
+        let gone: Vec<Pfn> = inode
             .pages
             .lock()
             .split_off(from)
@@ -1221,14 +1221,14 @@ impl<'m> Cpu<'m> {
     }
 
     /// Drops pages just taken out of a cache index (one reference each, on their folio).
-    pub(crate) fn drop_cache_pages(&self, pages: Vec<u64>) {
+    pub(crate) fn drop_cache_pages(&self, pages: Vec<Pfn>) {
         for p in pages {
             self.delete_from_page_cache(p);
         }
     }
 
     /// `filemap_remove_folio` + the cache's `folio_put` for a page already out of the index.
-    pub(crate) fn delete_from_page_cache(&self, p: u64) {
+    pub(crate) fn delete_from_page_cache(&self, p: Pfn) {
         let mem = &self.m.phys.memmap;
         let head = mem.folio_of(p);
         if head == p {
@@ -1277,7 +1277,7 @@ impl<'m> Cpu<'m> {
                     }
                     None => {
                         // shmem_fallocate undoes what it allocated before failing.
-                        let pages: Vec<u64> =
+                        let pages: Vec<Pfn> =
                             added.iter().filter_map(|&i| cache.remove(i)).collect();
                         drop(cache);
                         self.drop_cache_pages(pages);
@@ -1315,9 +1315,9 @@ impl<'m> Cpu<'m> {
         }
         if last_whole > first_whole {
             self.unmap_mapping_range(inode, first_whole, last_whole, ZapDetails::FilePagesOnly);
-            let gone: Vec<u64> = {
+            let gone: Vec<Pfn> = {
                 let mut cache = inode.pages.lock();
-                let gone: Vec<(u64, u64)> = cache.range(first_whole..last_whole).collect();
+                let gone: Vec<(u64, Pfn)> = cache.range(first_whole..last_whole).collect();
                 gone.into_iter()
                     .filter_map(|(i, _)| cache.remove(i))
                     .collect()
@@ -1383,7 +1383,7 @@ impl<'m> Cpu<'m> {
             return;
         }
         let mem = &self.m.phys.memmap;
-        let dirty: Vec<(u64, u64)> = inode
+        let dirty: Vec<(u64, Pfn)> = inode
             .pages
             .lock()
             .range(first..last)
@@ -1570,7 +1570,7 @@ impl<'m> Cpu<'m> {
     /// `MADV_PAGEOUT` of a page-cache folio mapped only here (`shrink_folio_list`): unmapped
     /// first, then dropped from the cache when it is a clean disk page; a dirty one (only
     /// kswapd writes back file pages) or a shmem one (no swap) stays and is activated.
-    pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: u64) {
+    pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: Pfn) {
         let Some(inode) = &vma.file else { return };
         let mem = &self.m.phys.memmap;
         let nr = 1u64 << mem.order(head);
@@ -1594,7 +1594,7 @@ impl<'m> Cpu<'m> {
         }
         // Only the page cache holds it now (one reference per page): drop it.
         let idx = mem.index(head);
-        let removed: Vec<u64> = {
+        let removed: Vec<Pfn> = {
             let mut cache = inode.pages.lock();
             if cache.get(idx) == Some(head) && mem.refcount(head) == nr as i32 {
                 (idx..idx + nr).filter_map(|i| cache.remove(i)).collect()

@@ -19,7 +19,7 @@ use crate::mm::{Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{index, Arch, Pte};
-use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -280,7 +280,7 @@ impl<'m> Cpu<'m> {
         &self,
         ctx: &ForkCtx<'_>,
         vma: &Vma,
-        src_t: u64,
+        src_t: Pfn,
         step: &PmdStep,
     ) -> SysResult<()> {
         let c = self.c();
@@ -442,7 +442,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: u64, addr: u64) -> SysResult<Pte> {
+    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: Pfn, addr: u64) -> SysResult<Pte> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;

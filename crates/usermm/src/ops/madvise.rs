@@ -9,6 +9,7 @@ use super::{aligned, page_align};
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{MmState, Pid};
+use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::vma::{merge, VmFlags, VmaId};
 use crate::zap::{GatherScope, MmuGather};
@@ -70,7 +71,7 @@ enum Deferred {
     /// `MADV_REMOVE`: the hole to punch (file, offset, length).
     Punch(std::sync::Arc<crate::filemap::Inode>, u64, u64),
     /// COLD/PAGEOUT of part of a large page-cache folio: `split_folio` (file, head).
-    Split(std::sync::Arc<crate::filemap::Inode>, u64),
+    Split(std::sync::Arc<crate::filemap::Inode>, Pfn),
     /// MADV_COLLAPSE of a shmem block: `collapse_file` (file, address, file index).
     Collapse(std::sync::Arc<crate::filemap::Inode>, u64, u64),
 }
@@ -367,7 +368,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
-        splits: Vec<(u64, u64, u64)>,
+        splits: Vec<(Pfn, u64, u64)>,
         (start, end): (u64, u64),
         mut revisit: impl FnMut(u64, u64),
     ) {
@@ -386,12 +387,12 @@ impl<'m> Cpu<'m> {
         vma: &crate::vma::Vma,
         start: u64,
         end: u64,
-    ) -> Vec<(u64, u64, u64)> {
+    ) -> Vec<(Pfn, u64, u64)> {
         use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
-        let mut splits: Vec<(u64, u64, u64)> = Vec::new();
+        let mut splits: Vec<(Pfn, u64, u64)> = Vec::new();
         for step in pt.pmd_walk(start, end) {
             let table = match step.kind {
                 PmdKind::Huge(e) => {
@@ -426,7 +427,7 @@ impl<'m> Cpu<'m> {
                 let a = step.start + ((i - i0) as u64) * 4096;
                 let pfn = pt.arch.pfn(entry);
                 let nr = 1u64 << mem.order(head);
-                let folio_start = a - (pfn - head) * 4096;
+                let folio_start = a - pfn.offset_from(head) * 4096;
                 let eligible = if nr > 1 {
                     let covered =
                         folio_start >= start.max(vma.start) && folio_start + nr * 4096 <= end;
@@ -504,13 +505,13 @@ impl<'m> Cpu<'m> {
         mm: &crate::mm::Mm,
         start: u64,
         end: u64,
-    ) -> (Vec<(u64, u64, bool)>, Vec<(u64, u64, u64)>) {
+    ) -> (Vec<(Pfn, u64, bool)>, Vec<(Pfn, u64, u64)>) {
         use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
         // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
-        let mut seen: Vec<(u64, u64, u64, bool, bool)> = Vec::new();
+        let mut seen: Vec<(Pfn, u64, u64, bool, bool)> = Vec::new();
         for step in pt.pmd_walk(start, end) {
             match step.kind {
                 PmdKind::Huge(e) => {
@@ -538,7 +539,7 @@ impl<'m> Cpu<'m> {
                             }
                             _ => {
                                 let a = step.start + (i - i0) as u64 * 4096;
-                                let first = a - (pt.arch.pfn(e) - head) * 4096;
+                                let first = a - pt.arch.pfn(e).offset_from(head) * 4096;
                                 seen.push((head, first, 1, dirty, false));
                             }
                         }
@@ -568,7 +569,7 @@ impl<'m> Cpu<'m> {
 
     /// COLD of one folio: PG_referenced cleared, moved to the inactive list
     /// (`folio_deactivate`).
-    fn anon_deactivate(&self, head: u64) {
+    fn anon_deactivate(&self, head: Pfn) {
         use crate::phys::PageFlag;
         let mem = &self.m.phys.memmap;
         mem.clear(head, PageFlag::Referenced);
@@ -579,7 +580,7 @@ impl<'m> Cpu<'m> {
 
     /// PAGEOUT of one folio without swap (see [`Cpu::madvise_cold_or_pageout_anon`]); returns
     /// whether it is to be discarded.
-    fn anon_pageout_folio(&self, head: u64, dirty: bool) -> bool {
+    fn anon_pageout_folio(&self, head: Pfn, dirty: bool) -> bool {
         use crate::phys::PageFlag;
         let mem = &self.m.phys.memmap;
         mem.clear(head, PageFlag::Referenced);
@@ -603,7 +604,7 @@ impl<'m> Cpu<'m> {
         false
     }
 
-    fn folio_mark_lazyfree(&self, head: u64) {
+    fn folio_mark_lazyfree(&self, head: Pfn) {
         use crate::phys::PageFlag;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -620,7 +621,7 @@ impl<'m> Cpu<'m> {
 
     /// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
     /// lock, taking it off its evictable list first and putting it back on the new one.
-    pub(crate) fn lru_relist(&self, head: u64, change: impl FnOnce(bool)) {
+    pub(crate) fn lru_relist(&self, head: Pfn, change: impl FnOnce(bool)) {
         use crate::phys::PageFlag;
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -705,7 +706,7 @@ impl<'m> Cpu<'m> {
                             let f = ptes.get(j);
                             !f.is_none()
                                 && pt.arch.present(f)
-                                && pt.arch.pfn(f) == first + (j - at) as u64
+                                && pt.arch.pfn(f) == first.add((j - at) as u64)
                                 && mem.folio_of(pt.arch.pfn(f)) == head
                         })
                         .count() as u64;

@@ -13,7 +13,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
 use crate::pgtable::cursor::{PmdKind, PmdStep, PteLock};
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
@@ -300,7 +300,7 @@ impl<'m> Cpu<'m> {
     fn mlock_pte_table(
         &self,
         pt: crate::pgtable::PageTables<'m>,
-        table: u64,
+        table: Pfn,
         vma: &Vma,
         range: (u64, u64),
         step: &PmdStep,
@@ -329,10 +329,10 @@ impl<'m> Cpu<'m> {
             }
             let pfn = pt.arch.pfn(e);
             let nr_pages = 1u64 << mem.order(head);
-            let last = head + nr_pages - 1;
+            let last = head.add(nr_pages - 1);
             let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
             let va = step.start + ((i - i0) as u64) * 4096;
-            let folio_start = va - (pfn - head) * 4096;
+            let folio_start = va - pfn.offset_from(head) * 4096;
             let within = folio_start >= range.0.max(vma.start)
                 && folio_start + nr_pages * 4096 <= range.1.min(vma.end);
             if !lock || (within && n as u64 == nr_pages) {

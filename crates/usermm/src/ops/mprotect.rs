@@ -14,7 +14,7 @@ use crate::pgtable::contpte::pte_mknoncont;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::entry::LeafEntry;
 use crate::pgtable::Prot;
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::{merge, VmFlags, Vma};
@@ -166,7 +166,7 @@ impl<'m> Cpu<'m> {
         n
     }
 
-    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: u64, step: &PmdStep) -> bool {
+    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: Pfn, step: &PmdStep) -> bool {
         let mut ptes = PteLock::lock(self.tables(mm), self.c(), table);
         let (i0, i1) = step.pte_indexes();
         let mut changed = false;
@@ -185,7 +185,7 @@ impl<'m> Cpu<'m> {
         changed
     }
 
-    fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: u64, idx: usize) -> bool {
+    fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: Pfn, idx: usize) -> bool {
         let mut pmdl = PmdLock::lock(self.tables(mm), self.c(), table);
         let e = pmdl.get(idx);
         let n = self.new_pte(vma, e);

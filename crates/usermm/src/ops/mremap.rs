@@ -13,6 +13,7 @@ use crate::mm::{Mm, MmState, Pid, Task};
 use crate::ops::mmap::AreaRequest;
 use crate::pgtable::cursor::{pmd_addr_end, PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{index, PMD_SIZE, TASK_SIZE};
+use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vma::merge::{self, Proposal};
@@ -562,7 +563,7 @@ impl<'m> Cpu<'m> {
 
     /// `move_ptes`: moves the entries of `[s, e)` in PTE table `table` to `d`, which lies in
     /// one destination table; the source table is locked first, then the destination.
-    fn move_ptes(&self, mm: &Mm, table: u64, s: u64, e: u64, d: u64) -> bool {
+    fn move_ptes(&self, mm: &Mm, table: Pfn, s: u64, e: u64, d: u64) -> bool {
         let c = self.c();
         let pt = self.tables(mm);
         let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) else {

@@ -9,6 +9,7 @@
 
 use super::entry::{LeafEntry, LeafLevel, Pmd, Pte, TableEntry};
 use crate::fault::Access;
+use crate::phys::Pfn;
 
 /// A user-visible protection, the `vm_page_prot` of a VMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -102,14 +103,14 @@ impl Arch {
     /// `pfn_pte`: a present PTE for page `pfn` with `prot`, clean and young (as Linux's
     /// `vm_page_prot` includes the accessed bit).
     #[inline]
-    pub(crate) fn mk_pte(self, pfn: u64, prot: Prot) -> Pte {
+    pub(crate) fn mk_pte(self, pfn: Pfn, prot: Prot) -> Pte {
         Pte::from_val(self.leaf_bits(pfn, prot, LeafLevel::Pte))
     }
 
     /// `pfn_pmd` + `pmd_mkhuge`: a present 2 MiB PMD leaf for the folio at `pfn` with `prot`,
     /// clean and young like [`Arch::mk_pte`].
     #[inline]
-    pub(crate) fn mk_pmd_leaf(self, pfn: u64, prot: Prot) -> Pmd {
+    pub(crate) fn mk_pmd_leaf(self, pfn: Pfn, prot: Prot) -> Pmd {
         Pmd::from_val(self.leaf_bits(pfn, prot, LeafLevel::Pmd))
     }
 
@@ -117,11 +118,11 @@ impl Arch {
     /// arm64 descriptor type (page vs block). `level` is a constant wherever the entry's type
     /// is [`Pte`] or [`Pmd`], so each such call compiles to one format.
     #[inline]
-    fn leaf_bits(self, pfn: u64, prot: Prot, level: LeafLevel) -> u64 {
+    fn leaf_bits(self, pfn: Pfn, prot: Prot, level: LeafLevel) -> u64 {
         let huge = level == LeafLevel::Pmd;
         match self {
             Arch::X86_64 => {
-                let pa = (pfn << 12) & x86::PFN_MASK;
+                let pa = (pfn.val() << 12) & x86::PFN_MASK;
                 let ps = if huge { x86::PS } else { 0 };
                 if prot.is_none() {
                     // L1TF: a non-present entry stores its PFN inverted.
@@ -137,7 +138,7 @@ impl Arch {
                 v
             }
             Arch::Arm64 => {
-                let oa = (pfn << 12) & arm64::OA_MASK;
+                let oa = (pfn.val() << 12) & arm64::OA_MASK;
                 let ty = if huge { 0 } else { arm64::TYPE };
                 let base =
                     oa | ty | arm64::SH_INNER | arm64::AF | arm64::NG | arm64::RDONLY | arm64::PXN;
@@ -158,10 +159,10 @@ impl Arch {
 
     /// `p?d_populate`'s entry: a PMD, PUD or PGD entry pointing at the table page `pfn`.
     #[inline]
-    pub(crate) fn mk_table<E: TableEntry>(self, pfn: u64) -> E {
+    pub(crate) fn mk_table<E: TableEntry>(self, pfn: Pfn) -> E {
         E::from_val(match self {
-            Arch::X86_64 => (pfn << 12) | x86::TABLE,
-            Arch::Arm64 => (pfn << 12) | arm64::TABLE,
+            Arch::X86_64 => (pfn.val() << 12) | x86::TABLE,
+            Arch::Arm64 => (pfn.val() << 12) | arm64::TABLE,
         })
     }
 
@@ -186,12 +187,12 @@ impl Arch {
 
     /// The frame of the table a table entry points at (`pmd_pfn` of a table entry).
     #[inline]
-    pub(crate) fn table_pfn<E: TableEntry>(self, e: E) -> u64 {
+    pub(crate) fn table_pfn<E: TableEntry>(self, e: E) -> Pfn {
         let e = e.val();
-        match self {
+        Pfn::new(match self {
             Arch::X86_64 => (e & x86::PFN_MASK) >> 12,
             Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
-        }
+        })
     }
 
     /// `pte_present`: mapped, including PROT_NONE entries.
@@ -216,9 +217,9 @@ impl Arch {
 
     /// `pte_pfn`.
     #[inline]
-    pub(crate) fn pfn<E: LeafEntry>(self, e: E) -> u64 {
+    pub(crate) fn pfn<E: LeafEntry>(self, e: E) -> Pfn {
         let e = e.val();
-        match self {
+        Pfn::new(match self {
             Arch::X86_64 => {
                 let v = if e != 0 && e & x86::P == 0 {
                     e ^ x86::PFN_MASK
@@ -228,7 +229,7 @@ impl Arch {
                 (v & x86::PFN_MASK) >> 12
             }
             Arch::Arm64 => (e & arm64::OA_MASK) >> 12,
-        }
+        })
     }
 
     /// `pte_exec`: user mode may execute through the entry as far as its no-execute bit says
@@ -517,12 +518,12 @@ mod tests {
 
     #[test]
     fn x86_bits_are_at_linux_positions() {
-        let e = Arch::X86_64.mk_pte(0x1234, RW);
+        let e = Arch::X86_64.mk_pte(Pfn::new(0x1234), RW);
         assert_eq!(
             e.val(),
             0x1234 << 12 | x86::P | x86::RW | x86::US | x86::A | x86::NX
         );
-        assert_eq!(Arch::X86_64.pfn(e), 0x1234);
+        assert_eq!(Arch::X86_64.pfn(e), Pfn::new(0x1234));
         let d = Arch::X86_64.mkdirty(e);
         assert!(
             d.val() & (1 << 6) != 0 && d.val() & (1 << 11) != 0,
@@ -532,18 +533,21 @@ mod tests {
 
     #[test]
     fn x86_protnone_inverts_pfn_and_advances_downwards() {
-        let e = Arch::X86_64.mk_pte(0x1234, Prot::NONE);
+        let e = Arch::X86_64.mk_pte(Pfn::new(0x1234), Prot::NONE);
         assert_eq!(e.val() & x86::P, 0);
         assert!(Arch::X86_64.present(e));
         assert!(!Arch::X86_64.accessible(e));
-        assert_eq!(Arch::X86_64.pfn(e), 0x1234);
-        assert_eq!(Arch::X86_64.pfn(Arch::X86_64.advance_pfn(e, 3)), 0x1237);
+        assert_eq!(Arch::X86_64.pfn(e), Pfn::new(0x1234));
+        assert_eq!(
+            Arch::X86_64.pfn(Arch::X86_64.advance_pfn(e, 3)),
+            Pfn::new(0x1237)
+        );
     }
 
     #[test]
     fn arm64_dirty_truth_table() {
         let a = Arch::Arm64;
-        let clean_w = a.mk_pte(7, RW);
+        let clean_w = a.mk_pte(Pfn::new(7), RW);
         assert!(a.write(clean_w) && !a.dirty(clean_w));
         assert!(
             clean_w.val() & arm64::RDONLY != 0,
@@ -563,35 +567,40 @@ mod tests {
         );
         let clean = a.mkclean(rw_again);
         assert!(!a.dirty(clean) && a.write(clean));
-        let ro = a.mk_pte(7, RO);
+        let ro = a.mk_pte(Pfn::new(7), RO);
         assert!(!a.write(a.mkdirty(ro)) && a.dirty(a.mkdirty(ro)));
     }
 
     #[test]
     fn tables_and_huge_leaves_are_distinguished() {
         for a in [Arch::X86_64, Arch::Arm64] {
-            let t: Pmd = a.mk_table(99);
+            let t: Pmd = a.mk_table(Pfn::new(99));
             assert!(a.is_table(t) && !a.is_pmd_leaf(t));
-            assert_eq!(a.table_pfn(t), 99);
-            let h = a.mk_pmd_leaf(512, RW);
+            assert_eq!(a.table_pfn(t), Pfn::new(99));
+            let h = a.mk_pmd_leaf(Pfn::new(512), RW);
             assert!(a.is_pmd_leaf(h) && !a.is_table(h));
-            assert_eq!(a.pfn(h), 512);
+            assert_eq!(a.pfn(h), Pfn::new(512));
         }
     }
 
     #[test]
     fn modify_keeps_pfn_and_dirty() {
         for a in [Arch::X86_64, Arch::Arm64] {
-            let e = a.mkdirty(a.mk_pte(42, RW));
+            let e = a.mkdirty(a.mk_pte(Pfn::new(42), RW));
             let n = a.modify(e, Prot::NONE);
-            assert!(a.present(n) && !a.accessible(n) && a.pfn(n) == 42 && a.dirty(n));
+            assert!(a.present(n) && !a.accessible(n) && a.pfn(n) == Pfn::new(42) && a.dirty(n));
             let back = a.modify(n, RO);
-            assert!(a.accessible(back) && !a.write(back) && a.dirty(back) && a.pfn(back) == 42);
-            let h = a.modify(a.mkdirty(a.mk_pmd_leaf(512, RW)), RO);
-            assert!(a.is_pmd_leaf(h) && !a.write(h) && a.dirty(h) && a.pfn(h) == 512);
+            assert!(
+                a.accessible(back)
+                    && !a.write(back)
+                    && a.dirty(back)
+                    && a.pfn(back) == Pfn::new(42)
+            );
+            let h = a.modify(a.mkdirty(a.mk_pmd_leaf(Pfn::new(512), RW)), RO);
+            assert!(a.is_pmd_leaf(h) && !a.write(h) && a.dirty(h) && a.pfn(h) == Pfn::new(512));
             assert_eq!(
-                a.modify(a.mk_pte(512, RW), RO).val() & !(arm64::TYPE | x86::PS),
-                a.modify(a.mk_pmd_leaf(512, RW), RO).val() & !(arm64::TYPE | x86::PS),
+                a.modify(a.mk_pte(Pfn::new(512), RW), RO).val() & !(arm64::TYPE | x86::PS),
+                a.modify(a.mk_pmd_leaf(Pfn::new(512), RW), RO).val() & !(arm64::TYPE | x86::PS),
                 "the PTE and PMD leaf formats differ only in the level bit"
             );
         }

@@ -7,6 +7,7 @@
 //! limits to the page table and the VMA.
 
 use super::{Arch, PageTables, Pte};
+use crate::phys::Pfn;
 
 /// What the batch must respect or merge (`fpb_t`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,10 +56,10 @@ pub(crate) fn normalise(arch: Arch, e: Pte, flags: BatchFlags) -> Pte {
 /// The PTL of `table` is held; `max_nr >= 1` and `idx + max_nr` stays inside the table.
 pub(crate) fn folio_pte_batch(
     pt: PageTables<'_>,
-    table: u64,
+    table: Pfn,
     idx: usize,
     first: Pte,
-    folio_last_pfn: u64,
+    folio_last_pfn: Pfn,
     max_nr: usize,
     flags: BatchFlags,
 ) -> Batch {
@@ -69,7 +70,7 @@ pub(crate) fn folio_pte_batch(
         "batch of {max_nr} from entry {idx} leaves the table"
     );
     debug_assert!(pfn <= folio_last_pfn, "first entry past its folio");
-    let max_nr = max_nr.min((folio_last_pfn - pfn + 1) as usize);
+    let max_nr = max_nr.min((folio_last_pfn.offset_from(pfn) + 1) as usize);
     if arch == Arch::X86_64 {
         return x86_batch(pt, table, idx, first, max_nr, flags);
     }
@@ -80,7 +81,7 @@ pub(crate) fn folio_pte_batch(
 /// (`max_nr` already clipped to the folio).
 fn generic_batch(
     pt: PageTables<'_>,
-    table: u64,
+    table: Pfn,
     idx: usize,
     first: Pte,
     max_nr: usize,
@@ -115,7 +116,7 @@ fn generic_batch(
 #[inline]
 fn x86_batch(
     pt: PageTables<'_>,
-    table: u64,
+    table: Pfn,
     idx: usize,
     first: Pte,
     max_nr: usize,
@@ -166,7 +167,7 @@ fn x86_batch(
 mod tests {
     use super::*;
     use crate::pgtable::Prot;
-    use crate::phys::{FolioKind, PhysMem, Zeroing};
+    use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
     use crate::stats::CpuCounters;
 
     const RO: Prot = Prot {
@@ -175,7 +176,7 @@ mod tests {
         exec: false,
     };
 
-    fn setup(arch: Arch) -> (PhysMem, u64) {
+    fn setup(arch: Arch) -> (PhysMem, Pfn) {
         let phys = PhysMem::new(16 << 20, 1);
         let c = CpuCounters::default();
         let t = phys
@@ -194,7 +195,7 @@ mod tests {
                 arch,
                 pgd: t,
             };
-            let base = arch.mk_pte(0x100, RO);
+            let base = arch.mk_pte(Pfn::new(0x100), RO);
             for i in 0..16u64 {
                 pt.set(t, i as usize, arch.advance_pfn(base, i).val());
             }
@@ -204,16 +205,28 @@ mod tests {
                 ..BatchFlags::default()
             };
             // Folio of 16 pages: the whole run.
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, respect).nr, 16);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 32, respect).nr,
+                16
+            );
             // Folio end at page 8 stops it.
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x107, 32, respect).nr, 8);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x107), 32, respect).nr,
+                8
+            );
             // max_nr (table / VMA end) stops it.
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 5, respect).nr, 5);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 5, respect).nr,
+                5
+            );
             // A dirty entry splits the batch when dirty is respected, not otherwise.
             pt.set(t, 4, arch.mkdirty(arch.advance_pfn(base, 4)).val());
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, respect).nr, 4);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 32, respect).nr,
+                4
+            );
             let ignore = BatchFlags::default();
-            let b = folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore);
+            let b = folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 32, ignore);
             assert!(b.nr == 16 && b.any_dirty);
             // A writable entry merges; an empty entry stops.
             pt.set(t, 6, arch.mkwrite(arch.advance_pfn(base, 6)).val());
@@ -222,7 +235,7 @@ mod tests {
                 t,
                 0,
                 base,
-                0x10f,
+                Pfn::new(0x10f),
                 32,
                 BatchFlags {
                     merge_write: true,
@@ -231,10 +244,16 @@ mod tests {
             );
             assert!(b.nr == 16 && b.any_writable);
             pt.set(t, 9, 0);
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore).nr, 9);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 32, ignore).nr,
+                9
+            );
             // Non-consecutive PFNs stop it.
             pt.set(t, 2, arch.advance_pfn(base, 3).val());
-            assert_eq!(folio_pte_batch(pt, t, 0, base, 0x10f, 32, ignore).nr, 2);
+            assert_eq!(
+                folio_pte_batch(pt, t, 0, base, Pfn::new(0x10f), 32, ignore).nr,
+                2
+            );
         }
     }
 
@@ -258,7 +277,7 @@ mod tests {
         let bits = [x86::A, x86::D, x86::RW, x86::SOFT_DIRTY];
         for case in 0..2000 {
             let prot = if case % 3 == 0 { Prot::NONE } else { RO };
-            let base = arch.mk_pte(0x400, prot);
+            let base = arch.mk_pte(Pfn::new(0x400), prot);
             for i in 0..64u64 {
                 let mut e = arch.advance_pfn(base, i).val();
                 for b in bits {
@@ -301,12 +320,16 @@ mod tests {
             arch,
             pgd: t,
         };
-        let base = arch.mk_pte(0x200, Prot::NONE);
+        let base = arch.mk_pte(Pfn::new(0x200), Prot::NONE);
         for i in 0..4u64 {
-            pt.set(t, i as usize, arch.mk_pte(0x200 + i, Prot::NONE).val());
+            pt.set(
+                t,
+                i as usize,
+                arch.mk_pte(Pfn::new(0x200 + i), Prot::NONE).val(),
+            );
         }
         assert_eq!(
-            folio_pte_batch(pt, t, 0, base, 0x203, 8, BatchFlags::default()).nr,
+            folio_pte_batch(pt, t, 0, base, Pfn::new(0x203), 8, BatchFlags::default()).nr,
             4
         );
     }

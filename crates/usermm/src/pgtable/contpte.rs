@@ -14,10 +14,13 @@
 //! Folds and unfolds are counted.
 
 use super::{arch::arm64, Arch, PageTables, Pte};
+use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
 
 /// Entries per contiguous block (4 KiB granule).
 pub(crate) const CONT_PTES: usize = 16;
+/// log2 of [`CONT_PTES`]: a block maps a naturally aligned run of `2^CONT_PTE_ORDER` frames.
+const CONT_PTE_ORDER: u32 = CONT_PTES.trailing_zeros();
 
 /// Whether an entry is part of a folded block.
 #[inline]
@@ -27,7 +30,7 @@ pub(crate) fn pte_cont(arch: Arch, e: Pte) -> bool {
 
 impl<'a> PageTables<'a> {
     /// `ptep_get`: the entry; for a folded block, with accessed/dirty gathered from all 16.
-    pub(crate) fn ptep_get(&self, table: u64, idx: usize) -> Pte {
+    pub(crate) fn ptep_get(&self, table: Pfn, idx: usize) -> Pte {
         let e = self.ptep_get_raw(table, idx);
         if !pte_cont(self.arch, e) {
             return e;
@@ -63,7 +66,7 @@ impl<'a> PageTables<'a> {
     ///
     /// # Context
     /// PTL held; for `nr > 1` the targets are empty.
-    pub(super) fn set_ptes(&self, c: &CpuCounters, table: u64, idx: usize, e: Pte, nr: usize) {
+    pub(super) fn set_ptes(&self, c: &CpuCounters, table: Pfn, idx: usize, e: Pte, nr: usize) {
         if nr == 1 {
             self.set_pte(c, table, idx, e);
             return;
@@ -75,7 +78,7 @@ impl<'a> PageTables<'a> {
         while i < nr {
             let v = self.arch.advance_pfn(e, i as u64);
             let aligned = (idx + i).is_multiple_of(CONT_PTES)
-                && self.arch.pfn(v).is_multiple_of(CONT_PTES as u64)
+                && self.arch.pfn(v).is_aligned(CONT_PTE_ORDER)
                 && nr - i >= CONT_PTES;
             if arm && aligned && self.arch.accessible(v) {
                 for j in 0..CONT_PTES {
@@ -96,7 +99,7 @@ impl<'a> PageTables<'a> {
 
     /// Sets one entry (`set_pte_at`): unfolds its block first if folded, then tries to fold
     /// when this is the last entry of a block.
-    pub(super) fn set_pte(&self, c: &CpuCounters, table: u64, idx: usize, e: Pte) {
+    pub(super) fn set_pte(&self, c: &CpuCounters, table: Pfn, idx: usize, e: Pte) {
         self.unfold_if_cont(c, table, idx);
         self.set(table, idx, pte_mknoncont(self.arch, e).val());
         c.add(Ev::PteWrite, 1);
@@ -106,7 +109,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Clears `nr` entries (`get_and_clear_full_ptes`); returns whether any was dirty.
-    pub(super) fn clear_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) -> bool {
+    pub(super) fn clear_ptes(&self, c: &CpuCounters, table: Pfn, idx: usize, nr: usize) -> bool {
         self.unfold_partial(c, table, idx, nr);
         let mut dirty = false;
         for j in idx..idx + nr {
@@ -121,7 +124,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Write-protects `nr` present entries (`wrprotect_ptes`); whole folded blocks stay folded.
-    pub(super) fn wrprotect_ptes(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) {
+    pub(super) fn wrprotect_ptes(&self, c: &CpuCounters, table: Pfn, idx: usize, nr: usize) {
         self.unfold_partial(c, table, idx, nr);
         for j in idx..idx + nr {
             let e = self.ptep_get_raw(table, j);
@@ -136,7 +139,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// Unfolds the blocks at the two ends of `[idx, idx+nr)` that the range covers only partly.
-    fn unfold_partial(&self, c: &CpuCounters, table: u64, idx: usize, nr: usize) {
+    fn unfold_partial(&self, c: &CpuCounters, table: Pfn, idx: usize, nr: usize) {
         if self.arch != Arch::Arm64 || nr == 0 {
             return;
         }
@@ -150,7 +153,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// `contpte_try_unfold`.
-    pub(crate) fn unfold_if_cont(&self, c: &CpuCounters, table: u64, idx: usize) {
+    pub(crate) fn unfold_if_cont(&self, c: &CpuCounters, table: Pfn, idx: usize) {
         if !pte_cont(self.arch, self.ptep_get_raw(table, idx)) {
             return;
         }
@@ -177,7 +180,7 @@ impl<'a> PageTables<'a> {
 
     /// `contpte_try_fold`: folds the block ending at `idx` if its 16 entries map 16 aligned,
     /// consecutive pages of one folio with identical attributes.
-    fn try_fold(&self, c: &CpuCounters, table: u64, idx: usize) {
+    fn try_fold(&self, c: &CpuCounters, table: Pfn, idx: usize) {
         let arch = self.arch;
         let base = idx & !(CONT_PTES - 1);
         let first = self.ptep_get_raw(table, base);
@@ -185,13 +188,13 @@ impl<'a> PageTables<'a> {
             return;
         }
         let pfn0 = arch.pfn(first);
-        if !pfn0.is_multiple_of(CONT_PTES as u64) {
+        if !pfn0.is_aligned(CONT_PTE_ORDER) {
             return;
         }
         let mem = &self.phys.memmap;
         let head = mem.folio_of(pfn0);
-        let folio_end = head + (1u64 << mem.order(head));
-        if head > pfn0 || folio_end < pfn0 + CONT_PTES as u64 {
+        let folio_end = head.add(1u64 << mem.order(head));
+        if head > pfn0 || folio_end < pfn0.add(CONT_PTES as u64) {
             return;
         }
         let norm = |e: Pte| arch.mkclean(arch.mkold(e));
@@ -222,7 +225,7 @@ impl<'a> PageTables<'a> {
 
     /// Checks the contpte invariants of one table (for validation): every folded block has
     /// all 16 entries folded, valid, with consecutive aligned PFNs and equal attributes.
-    pub(crate) fn check_contpte(&self, table: u64) -> Result<(), String> {
+    pub(crate) fn check_contpte(&self, table: Pfn) -> Result<(), String> {
         if self.arch != Arch::Arm64 {
             return Ok(());
         }
@@ -242,7 +245,7 @@ impl<'a> PageTables<'a> {
                     ));
                 }
             }
-            if !arch.pfn(first).is_multiple_of(CONT_PTES as u64) {
+            if !arch.pfn(first).is_aligned(CONT_PTE_ORDER) {
                 return Err(format!(
                     "table {table:#x}: contpte block at {base} maps unaligned pfn"
                 ));

@@ -29,7 +29,7 @@
 use super::batch::{folio_pte_batch, BatchFlags};
 use super::entry::LeafEntry;
 use super::{index, PageTables, Pmd, Pte, PtlGuard, PMD_SIZE, PUD_SIZE};
-use crate::phys::PageFlag;
+use crate::phys::{PageFlag, Pfn};
 use crate::stats::{CpuCounters, Ev};
 use crate::tunables::PteBatching;
 
@@ -42,7 +42,7 @@ pub(crate) enum PmdKind {
     /// A 2 MiB leaf (the entry).
     Huge(Pmd),
     /// A PTE table (its frame).
-    Table(u64),
+    Table(Pfn),
 }
 
 /// A non-empty PMD entry met by a [`PmdWalk`], and the part of the walked range it covers.
@@ -53,7 +53,7 @@ pub(crate) struct PmdStep {
     /// End of the range under this entry (at most the next 2 MiB boundary).
     pub(crate) end: u64,
     /// The PMD table holding the entry.
-    pub(crate) table: u64,
+    pub(crate) table: Pfn,
     /// The entry's index in it.
     pub(crate) idx: usize,
     /// What the entry held when the walk read it.
@@ -91,7 +91,7 @@ pub(crate) struct PmdWalk<'a> {
     addr: u64,
     end: u64,
     /// The PMD table of the current 1 GiB, with that span's start.
-    cached: Option<(u64, u64)>,
+    cached: Option<(u64, Pfn)>,
 }
 
 impl<'a> PmdWalk<'a> {
@@ -108,7 +108,7 @@ impl<'a> PmdWalk<'a> {
 
     /// The PMD table covering `addr`; `Err(next)` with the address where the empty upper
     /// level ends when there is none.
-    fn pmd_table(&mut self, addr: u64) -> Result<u64, u64> {
+    fn pmd_table(&mut self, addr: u64) -> Result<Pfn, u64> {
         let span = addr & !(PUD_SIZE - 1);
         if let Some((s, t)) = self.cached {
             if s == span {
@@ -174,7 +174,7 @@ impl<'a> PageTables<'a> {
 
     /// The PTE table entry `idx` of PMD table `pmd_table` points at now (after a split, say).
     #[inline]
-    pub(crate) fn pte_table_at(&self, pmd_table: u64, idx: usize) -> Option<u64> {
+    pub(crate) fn pte_table_at(&self, pmd_table: Pfn, idx: usize) -> Option<Pfn> {
         let e = self.pmdp_get(pmd_table, idx);
         self.arch.is_table(e).then(|| self.arch.table_pfn(e))
     }
@@ -182,7 +182,7 @@ impl<'a> PageTables<'a> {
     /// `vm_normal_folio` (`vm_normal_folio_pmd` for a PMD leaf) for a present entry: the head
     /// of the folio it maps, or `None` for a special mapping of the shared zero page.
     #[inline]
-    pub(crate) fn vm_normal_folio<E: LeafEntry>(&self, e: E) -> Option<u64> {
+    pub(crate) fn vm_normal_folio<E: LeafEntry>(&self, e: E) -> Option<Pfn> {
         let pfn = self.arch.pfn(e);
         if self.arch.special(e) && self.phys.is_zero_pfn(pfn) {
             return None;
@@ -197,11 +197,11 @@ impl<'a> PageTables<'a> {
 struct EntryCount<'a> {
     delta: i32,
     phys: &'a crate::phys::PhysMem,
-    table: u64,
+    table: Pfn,
 }
 
 impl<'a> EntryCount<'a> {
-    fn new(pt: PageTables<'a>, table: u64) -> Self {
+    fn new(pt: PageTables<'a>, table: Pfn) -> Self {
         EntryCount {
             delta: 0,
             phys: pt.phys,
@@ -223,9 +223,9 @@ impl Drop for EntryCount<'_> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PteRun {
     /// The page the first entry maps.
-    pub(crate) pfn: u64,
+    pub(crate) pfn: Pfn,
     /// The folio's head, `None` for the zero page.
-    pub(crate) folio: Option<u64>,
+    pub(crate) folio: Option<Pfn>,
     /// Entries in the run (at least 1).
     pub(crate) nr: usize,
     /// `folio_pte_batch` was asked (a large folio, batching on, room for more than one
@@ -241,7 +241,7 @@ pub(crate) struct PteRun {
 pub(crate) struct PteLock<'a> {
     pt: PageTables<'a>,
     c: &'a CpuCounters,
-    table: u64,
+    table: Pfn,
     /// Net change of the table's entry count, applied once on drop.
     entries: EntryCount<'a>,
     _ptl: PtlGuard<'a>,
@@ -250,7 +250,7 @@ pub(crate) struct PteLock<'a> {
 impl<'a> PteLock<'a> {
     /// Locks PTE table `table`.
     #[inline]
-    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: Pfn) -> Self {
         let ptl = PtlGuard::lock(pt.phys, table, c);
         PteLock {
             pt,
@@ -319,7 +319,7 @@ impl<'a> PteLock<'a> {
         };
         let mem = &self.pt.phys.memmap;
         if batching == PteBatching::Batched && limit > 1 && mem.test(head, PageFlag::Head) {
-            let last = head + (1u64 << mem.order(head)) - 1;
+            let last = head.add((1u64 << mem.order(head)) - 1);
             let b = folio_pte_batch(self.pt, self.table, idx, e, last, limit, flags);
             self.c.add(Ev::PteRead, b.nr as u64 - 1);
             run.nr = b.nr;
@@ -372,13 +372,13 @@ impl<'a> PteLock<'a> {
 pub(crate) struct UnlinkedPtes<'a> {
     pt: PageTables<'a>,
     c: &'a CpuCounters,
-    table: u64,
+    table: Pfn,
     entries: EntryCount<'a>,
 }
 
 impl<'a> UnlinkedPtes<'a> {
     /// The unlinked table `table`.
-    pub(crate) fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn new(pt: PageTables<'a>, c: &'a CpuCounters, table: Pfn) -> Self {
         debug_assert_eq!(
             pt.phys.memmap.pt_entries(table),
             0,
@@ -419,14 +419,14 @@ impl<'a> UnlinkedPtes<'a> {
 pub(crate) struct PmdLock<'a> {
     pt: PageTables<'a>,
     c: &'a CpuCounters,
-    table: u64,
+    table: Pfn,
     entries: EntryCount<'a>,
     _ptl: PtlGuard<'a>,
 }
 
 impl<'a> PmdLock<'a> {
     /// Locks PMD table `table`.
-    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: u64) -> Self {
+    pub(crate) fn lock(pt: PageTables<'a>, c: &'a CpuCounters, table: Pfn) -> Self {
         let ptl = PtlGuard::lock(pt.phys, table, c);
         PmdLock {
             pt,
@@ -485,8 +485,8 @@ impl<'a> PteCopy<'a> {
         spt: PageTables<'a>,
         dpt: PageTables<'a>,
         c: &'a CpuCounters,
-        src_t: u64,
-        dst_t: u64,
+        src_t: Pfn,
+        dst_t: Pfn,
     ) -> Self {
         let dst = PteLock::lock(dpt, c, dst_t);
         let src = PteLock::lock(spt, c, src_t);

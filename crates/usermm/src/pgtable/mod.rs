@@ -20,7 +20,7 @@ pub(crate) mod contpte;
 pub(crate) mod cursor;
 pub(crate) mod entry;
 
-use crate::phys::{FolioKind, PhysMem, Zeroing};
+use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 pub use arch::{Arch, Prot};
 pub(crate) use entry::{AnyLeaf, Pmd, Pte, Pud};
@@ -56,7 +56,7 @@ pub(crate) struct PtlGuard<'a> {
 
 impl<'a> PtlGuard<'a> {
     /// Takes the lock of table page `pfn`.
-    pub(crate) fn lock(phys: &'a PhysMem, pfn: u64, c: &CpuCounters) -> PtlGuard<'a> {
+    pub(crate) fn lock(phys: &'a PhysMem, pfn: Pfn, c: &CpuCounters) -> PtlGuard<'a> {
         c.add(Ev::LockPtl, 1);
         let word = phys.memmap.ptl(pfn);
         let mut spins = 0u32;
@@ -89,14 +89,14 @@ pub(crate) enum Walk {
     /// The PMD entry is empty.
     PmdNone {
         /// PMD table.
-        table: u64,
+        table: Pfn,
         /// Index in it.
         idx: usize,
     },
     /// The PMD entry is a huge leaf.
     PmdLeaf {
         /// PMD table.
-        table: u64,
+        table: Pfn,
         /// Index in it.
         idx: usize,
         /// The entry.
@@ -105,7 +105,7 @@ pub(crate) enum Walk {
     /// The PMD points at a PTE table.
     Pte {
         /// PTE table.
-        table: u64,
+        table: Pfn,
         /// Index in it.
         idx: usize,
         /// The entry as stored (possibly none; no contpte gathering).
@@ -121,7 +121,7 @@ pub(crate) struct PageTables<'a> {
     /// Entry format.
     pub(crate) arch: Arch,
     /// Root table.
-    pub(crate) pgd: u64,
+    pub(crate) pgd: Pfn,
 }
 
 /// A page-table page could not be allocated.
@@ -134,14 +134,14 @@ impl<'a> PageTables<'a> {
     /// everything else reads typed entries ([`Self::ptep_get`], [`Self::ptep_get_raw`],
     /// [`Self::pmdp_get`], the cursor's lock types).
     #[inline]
-    fn get(&self, table: u64, idx: usize) -> u64 {
+    fn get(&self, table: Pfn, idx: usize) -> u64 {
         self.phys.arena.word(table, idx).load(Ordering::Acquire)
     }
 
     /// Writes an entry's raw word. Everything outside the page-table module writes through
     /// the cursor's lock types ([`cursor`]), which own the lock and the bookkeeping.
     #[inline]
-    fn set(&self, table: u64, idx: usize, v: u64) {
+    fn set(&self, table: Pfn, idx: usize, v: u64) {
         self.phys.arena.word(table, idx).store(v, Ordering::Release)
     }
 
@@ -149,25 +149,25 @@ impl<'a> PageTables<'a> {
     /// accessed/dirty bits of its other entries (arm64's `__ptep_get`; [`Self::ptep_get`]
     /// gathers them).
     #[inline]
-    pub(crate) fn ptep_get_raw(&self, table: u64, idx: usize) -> Pte {
+    pub(crate) fn ptep_get_raw(&self, table: Pfn, idx: usize) -> Pte {
         Pte::from_val(self.get(table, idx))
     }
 
     /// PMD `idx` of PMD table `table` (`pmdp_get`).
     #[inline]
-    pub(crate) fn pmdp_get(&self, table: u64, idx: usize) -> Pmd {
+    pub(crate) fn pmdp_get(&self, table: Pfn, idx: usize) -> Pmd {
         Pmd::from_val(self.get(table, idx))
     }
 
     /// Entry `idx` of a PGD or PUD table (`pgdp_get`, `pudp_get`).
     #[inline]
-    fn pudp_get(&self, table: u64, idx: usize) -> Pud {
+    fn pudp_get(&self, table: Pfn, idx: usize) -> Pud {
         Pud::from_val(self.get(table, idx))
     }
 
     /// The table a PGD or PUD entry points at, if it points at one.
     #[inline]
-    fn upper_table_at(&self, table: u64, idx: usize) -> Option<u64> {
+    fn upper_table_at(&self, table: Pfn, idx: usize) -> Option<Pfn> {
         let e = self.pudp_get(table, idx);
         self.arch.is_table(e).then(|| self.arch.table_pfn(e))
     }
@@ -175,7 +175,7 @@ impl<'a> PageTables<'a> {
     /// The table that entry `idx` of `table`, a table at `level` (0 = PGD, 1 = PUD, 2 = PMD;
     /// see [`LEVEL_SHIFTS`]), points at, if it points at one (not none, not a PMD leaf).
     #[inline]
-    pub(crate) fn lower_table(&self, level: usize, table: u64, idx: usize) -> Option<u64> {
+    pub(crate) fn lower_table(&self, level: usize, table: Pfn, idx: usize) -> Option<Pfn> {
         debug_assert!(level < 3, "a PTE table points at no table");
         if level == 2 {
             self.pte_table_at(table, idx)
@@ -187,13 +187,13 @@ impl<'a> PageTables<'a> {
     /// Entry `idx` of `table` read again, as the same kind of entry as `like` (which was read
     /// from there): the MMU model's re-read of a leaf of either level.
     #[inline]
-    pub(crate) fn reread<E: Entry>(&self, table: u64, idx: usize, like: E) -> E {
+    pub(crate) fn reread<E: Entry>(&self, table: Pfn, idx: usize, like: E) -> E {
         like.with_val(self.get(table, idx))
     }
 
     /// Compare-and-exchange on a leaf entry (the MMU model's hardware A/D updates).
     #[inline]
-    pub(crate) fn cmpxchg<E: LeafEntry>(&self, table: u64, idx: usize, old: E, new: E) -> bool {
+    pub(crate) fn cmpxchg<E: LeafEntry>(&self, table: Pfn, idx: usize, old: E, new: E) -> bool {
         self.phys
             .arena
             .word(table, idx)
@@ -203,7 +203,7 @@ impl<'a> PageTables<'a> {
 
     /// Walks to the PMD table covering `addr`.
     #[inline]
-    pub(crate) fn pmd_table(&self, addr: u64) -> Option<u64> {
+    pub(crate) fn pmd_table(&self, addr: u64) -> Option<Pfn> {
         let pud = self.upper_table_at(self.pgd, index(addr, 39))?;
         self.upper_table_at(pud, index(addr, 30))
     }
@@ -240,13 +240,13 @@ impl<'a> PageTables<'a> {
 
     /// The PTE table covering `addr`, if the PMD points at one.
     #[inline]
-    pub(crate) fn pte_table(&self, addr: u64) -> Option<u64> {
+    pub(crate) fn pte_table(&self, addr: u64) -> Option<Pfn> {
         let pmd_table = self.pmd_table(addr)?;
         self.pte_table_at(pmd_table, index(addr, 21))
     }
 
     /// Allocates a zeroed table page.
-    pub(crate) fn alloc_table(&self, c: &CpuCounters, node: usize) -> Result<u64, PgtableOom> {
+    pub(crate) fn alloc_table(&self, c: &CpuCounters, node: usize) -> Result<Pfn, PgtableOom> {
         self.phys
             .alloc_folio(c, 0, node, FolioKind::Pgtable, Zeroing::Zero)
             .ok_or(PgtableOom)
@@ -262,9 +262,9 @@ impl<'a> PageTables<'a> {
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
-        table: u64,
+        table: Pfn,
         idx: usize,
-    ) -> Result<Option<u64>, PgtableOom> {
+    ) -> Result<Option<Pfn>, PgtableOom> {
         let e = E::from_val(self.get(table, idx));
         if self.arch.is_table(e) {
             return Ok(Some(self.arch.table_pfn(e)));
@@ -296,7 +296,7 @@ impl<'a> PageTables<'a> {
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
-        table: u64,
+        table: Pfn,
         idx: usize,
     ) {
         c.add(Ev::LockPageTable, 1);
@@ -312,7 +312,7 @@ impl<'a> PageTables<'a> {
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
         addr: u64,
-    ) -> Result<u64, PgtableOom> {
+    ) -> Result<Pfn, PgtableOom> {
         let pud = self
             .ensure_table::<Pud>(c, lock, self.pgd, index(addr, 39))?
             .ok_or(PgtableOom)?;
@@ -326,17 +326,17 @@ impl<'a> PageTables<'a> {
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
         addr: u64,
-    ) -> Result<Option<u64>, PgtableOom> {
+    ) -> Result<Option<Pfn>, PgtableOom> {
         let pmd = self.alloc_pmd_table(c, lock, addr)?;
         self.ensure_table::<Pmd>(c, lock, pmd, index(addr, 21))
     }
 
     /// Calls `f(level, table_pfn)` for every table page, children before parents.
-    pub(crate) fn for_each_table(&self, mut f: impl FnMut(usize, u64)) {
+    pub(crate) fn for_each_table(&self, mut f: impl FnMut(usize, Pfn)) {
         self.visit(0, self.pgd, &mut f);
     }
 
-    fn visit(&self, level: usize, table: u64, f: &mut impl FnMut(usize, u64)) {
+    fn visit(&self, level: usize, table: Pfn, f: &mut impl FnMut(usize, Pfn)) {
         if level < 3 {
             for i in 0..PTRS_PER_TABLE {
                 if let Some(lower) = self.lower_table(level, table, i) {

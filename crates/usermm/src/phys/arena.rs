@@ -5,6 +5,7 @@
 //! and are read and written with atomics like real hardware walkers see them; page contents are
 //! read and written with relaxed word operations, so several host threads may access one frame.
 
+use super::Pfn;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Bytes per page.
@@ -60,40 +61,40 @@ impl Arena {
 
     /// The words of one frame.
     #[inline]
-    pub(crate) fn frame(&self, pfn: u64) -> &[AtomicU64] {
-        let first = self.base + pfn as usize * WORDS_PER_PAGE;
+    pub(crate) fn frame(&self, pfn: Pfn) -> &[AtomicU64] {
+        let first = self.base + pfn.as_index() * WORDS_PER_PAGE;
         &self.words[first..first + WORDS_PER_PAGE]
     }
 
     /// One 64-bit word (a page-table entry when the frame is a table).
     #[inline]
-    pub(crate) fn word(&self, pfn: u64, idx: usize) -> &AtomicU64 {
-        &self.words[self.base + pfn as usize * WORDS_PER_PAGE + idx]
+    pub(crate) fn word(&self, pfn: Pfn, idx: usize) -> &AtomicU64 {
+        &self.words[self.base + pfn.as_index() * WORDS_PER_PAGE + idx]
     }
 
     /// Fills a frame with zeroes.
-    pub fn zero_frame(&self, pfn: u64) {
+    pub fn zero_frame(&self, pfn: Pfn) {
         for w in self.frame(pfn) {
             w.store(0, Relaxed);
         }
     }
 
     /// Copies a whole frame.
-    pub(crate) fn copy_frame(&self, dst: u64, src: u64) {
+    pub(crate) fn copy_frame(&self, dst: Pfn, src: Pfn) {
         for (d, s) in self.frame(dst).iter().zip(self.frame(src)) {
             d.store(s.load(Relaxed), Relaxed);
         }
     }
 
     /// Whether a frame is all zeroes.
-    pub fn frame_is_zero(&self, pfn: u64) -> bool {
+    pub fn frame_is_zero(&self, pfn: Pfn) -> bool {
         self.frame(pfn).iter().all(|w| w.load(Relaxed) == 0)
     }
 
     /// Fills `len` bytes at byte offset `off` of a frame with `byte`: partial words at either
     /// end by a masked update, whole words in between by plain relaxed stores (a tight loop,
     /// like `memset`).
-    pub(crate) fn fill(&self, pfn: u64, off: usize, len: usize, byte: u8) {
+    pub(crate) fn fill(&self, pfn: Pfn, off: usize, len: usize, byte: u8) {
         if len == 0 {
             return;
         }
@@ -121,7 +122,7 @@ impl Arena {
 
     /// Writes `data` at byte offset `off` of a frame: whole aligned words by plain stores
     /// (the common case: a page read from a device), ragged ends by masked updates.
-    pub(crate) fn write(&self, pfn: u64, off: usize, data: &[u8]) {
+    pub(crate) fn write(&self, pfn: Pfn, off: usize, data: &[u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < data.len() {
@@ -144,7 +145,7 @@ impl Arena {
 
     /// Reads bytes at byte offset `off` of a frame into `out`: whole aligned words as
     /// fixed-size copies (no call per word), ragged ends byte-wise.
-    pub(crate) fn read(&self, pfn: u64, off: usize, out: &mut [u8]) {
+    pub(crate) fn read(&self, pfn: Pfn, off: usize, out: &mut [u8]) {
         let frame = self.frame(pfn);
         let mut pos = 0;
         while pos < out.len() {
@@ -169,7 +170,7 @@ impl Arena {
     /// Whether `len` bytes at `off` all equal `byte`; returns the offset of the first mismatch.
     pub(crate) fn first_mismatch(
         &self,
-        pfn: u64,
+        pfn: Pfn,
         off: usize,
         len: usize,
         byte: u8,
@@ -217,10 +218,10 @@ mod tests {
         for (i, (off, len)) in cases.into_iter().enumerate() {
             let bg = (i % 251) as u8;
             let fg = bg.wrapping_add(1);
-            a.fill(0, 0, 4096, bg);
-            a.fill(0, off, len, fg);
+            a.fill(Pfn::new(0), 0, 4096, bg);
+            a.fill(Pfn::new(0), off, len, fg);
             let mut got = vec![0u8; 4096];
-            a.read(0, 0, &mut got);
+            a.read(Pfn::new(0), 0, &mut got);
             let want: Vec<u8> = (0..4096)
                 .map(|b| {
                     if (off..off + len).contains(&b) {

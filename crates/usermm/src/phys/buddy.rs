@@ -10,6 +10,7 @@
 //! Each zone has one lock (`zone->lock`); nothing else is held under it.
 
 use super::memmap::{Memmap, PageFlag};
+use super::Pfn;
 use parking_lot::Mutex;
 
 /// Largest block order (Linux `MAX_PAGE_ORDER` = 10: 4 MiB blocks).
@@ -26,15 +27,15 @@ struct FreeArea {
 #[derive(Debug)]
 pub(crate) struct Zone {
     /// First frame of the zone.
-    pub(crate) start_pfn: u64,
+    pub(crate) start_pfn: Pfn,
     /// One past the last frame.
-    pub(crate) end_pfn: u64,
+    pub(crate) end_pfn: Pfn,
     free: Mutex<FreeArea>,
 }
 
 impl Zone {
     /// Creates a zone over `[start_pfn, end_pfn)` with every frame free except `reserved`.
-    pub(crate) fn new(mm: &Memmap, start_pfn: u64, end_pfn: u64) -> Zone {
+    pub(crate) fn new(mm: &Memmap, start_pfn: Pfn, end_pfn: Pfn) -> Zone {
         let zone = Zone {
             start_pfn,
             end_pfn,
@@ -47,11 +48,11 @@ impl Zone {
         let mut pfn = start_pfn;
         while pfn < end_pfn {
             let mut order = MAX_ORDER;
-            while order > 0 && (pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > end_pfn) {
+            while order > 0 && (!pfn.is_aligned(order) || pfn.add(1 << order) > end_pfn) {
                 order -= 1;
             }
             push(mm, &mut area, pfn, order);
-            pfn += 1 << order;
+            pfn = pfn.add(1 << order);
         }
         drop(area);
         zone
@@ -61,7 +62,7 @@ impl Zone {
     ///
     /// # Returns
     /// The first pfn, or `None` when no block of that order or larger is free.
-    pub(crate) fn alloc(&self, mm: &Memmap, order: u32) -> Option<u64> {
+    pub(crate) fn alloc(&self, mm: &Memmap, order: u32) -> Option<Pfn> {
         let mut area = self.free.lock();
         let mut o = order;
         while o <= MAX_ORDER && area.heads[o as usize] == NONE {
@@ -70,23 +71,23 @@ impl Zone {
         if o > MAX_ORDER {
             return None;
         }
-        let pfn = u64::from(area.heads[o as usize]);
+        let pfn = Pfn::from_u32(area.heads[o as usize]);
         unlink(mm, &mut area, pfn, o);
         while o > order {
             o -= 1;
-            push(mm, &mut area, pfn + (1 << o), o);
+            push(mm, &mut area, pfn.add(1 << o), o);
         }
         Some(pfn)
     }
 
     /// Returns a block of `2^order` frames, merging with free buddies.
-    pub(crate) fn free(&self, mm: &Memmap, pfn: u64, order: u32) {
+    pub(crate) fn free(&self, mm: &Memmap, pfn: Pfn, order: u32) {
         let mut area = self.free.lock();
         let (mut pfn, mut order) = (pfn, order);
         while order < MAX_ORDER {
-            let buddy = pfn ^ (1 << order);
+            let buddy = pfn.buddy(order);
             if buddy < self.start_pfn
-                || buddy + (1 << order) > self.end_pfn
+                || buddy.add(1 << order) > self.end_pfn
                 || !mm.test(buddy, PageFlag::Buddy)
                 || mm.order(buddy) != order
             {
@@ -114,21 +115,21 @@ impl Zone {
     }
 
     /// Every free block as (pfn, order), for validation.
-    pub(crate) fn free_blocks(&self, mm: &Memmap) -> Vec<(u64, u32)> {
+    pub(crate) fn free_blocks(&self, mm: &Memmap) -> Vec<(Pfn, u32)> {
         let area = self.free.lock();
         let mut out = Vec::new();
         for (o, &head) in area.heads.iter().enumerate() {
             let mut p = head;
             while p != NONE {
-                out.push((u64::from(p), o as u32));
-                p = mm.next(u64::from(p));
+                out.push((Pfn::from_u32(p), o as u32));
+                p = mm.next(Pfn::from_u32(p));
             }
         }
         out
     }
 }
 
-fn push(mm: &Memmap, area: &mut FreeArea, pfn: u64, order: u32) {
+fn push(mm: &Memmap, area: &mut FreeArea, pfn: Pfn, order: u32) {
     mm.reset(pfn);
     mm.set(pfn, PageFlag::Buddy);
     mm.set_order(pfn, order);
@@ -136,21 +137,21 @@ fn push(mm: &Memmap, area: &mut FreeArea, pfn: u64, order: u32) {
     mm.set_next(pfn, old);
     mm.set_prev(pfn, NONE);
     if old != NONE {
-        mm.set_prev(u64::from(old), pfn as u32);
+        mm.set_prev(Pfn::from_u32(old), pfn.as_u32());
     }
-    area.heads[order as usize] = pfn as u32;
+    area.heads[order as usize] = pfn.as_u32();
     area.counts[order as usize] += 1;
 }
 
-fn unlink(mm: &Memmap, area: &mut FreeArea, pfn: u64, order: u32) {
+fn unlink(mm: &Memmap, area: &mut FreeArea, pfn: Pfn, order: u32) {
     let (next, prev) = (mm.next(pfn), mm.prev(pfn));
     if prev == NONE {
         area.heads[order as usize] = next;
     } else {
-        mm.set_next(u64::from(prev), next);
+        mm.set_next(Pfn::from_u32(prev), next);
     }
     if next != NONE {
-        mm.set_prev(u64::from(next), prev);
+        mm.set_prev(Pfn::from_u32(next), prev);
     }
     mm.reset(pfn);
     area.counts[order as usize] -= 1;

@@ -11,6 +11,7 @@
 //! `lru_lock` of the folio's node; taken under the PTL, never the other way round.
 
 use super::memmap::{Memmap, PageFlag};
+use super::Pfn;
 use parking_lot::{Mutex, MutexGuard};
 
 const NONE: u32 = u32::MAX;
@@ -76,7 +77,7 @@ impl Default for Lruvec {
 }
 
 /// Which list a folio belongs on, from its flags (`folio_lru_list`).
-pub(crate) fn folio_lru_list(mm: &Memmap, head: u64) -> LruList {
+pub(crate) fn folio_lru_list(mm: &Memmap, head: Pfn) -> LruList {
     if mm.test(head, PageFlag::Unevictable) {
         return LruList::Unevictable;
     }
@@ -98,32 +99,32 @@ impl Lruvec {
 
 impl Lists {
     /// Adds a folio at the head of the list its flags select (`lruvec_add_folio`).
-    pub(crate) fn add(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+    pub(crate) fn add(&mut self, mm: &Memmap, head: Pfn, nr_pages: u64) {
         let l = &mut self.lists[folio_lru_list(mm, head) as usize];
         mm.set_prev(head, NONE);
         mm.set_next(head, l.head);
         if l.head != NONE {
-            mm.set_prev(u64::from(l.head), head as u32);
+            mm.set_prev(Pfn::from_u32(l.head), head.as_u32());
         } else {
-            l.tail = head as u32;
+            l.tail = head.as_u32();
         }
-        l.head = head as u32;
+        l.head = head.as_u32();
         l.pages += nr_pages;
     }
 
     /// Removes a folio from the list its flags select (`lruvec_del_folio`).
-    pub(crate) fn del(&mut self, mm: &Memmap, head: u64, nr_pages: u64) {
+    pub(crate) fn del(&mut self, mm: &Memmap, head: Pfn, nr_pages: u64) {
         let l = &mut self.lists[folio_lru_list(mm, head) as usize];
         let (next, prev) = (mm.next(head), mm.prev(head));
         if prev == NONE {
             l.head = next;
         } else {
-            mm.set_next(u64::from(prev), next);
+            mm.set_next(Pfn::from_u32(prev), next);
         }
         if next == NONE {
             l.tail = prev;
         } else {
-            mm.set_prev(u64::from(next), prev);
+            mm.set_prev(Pfn::from_u32(next), prev);
         }
         l.pages -= nr_pages;
         mm.set_next(head, NONE);
@@ -136,18 +137,18 @@ impl Lists {
     }
 
     /// The folio at the tail of a list (the oldest), if any.
-    pub(crate) fn tail(&self, list: LruList) -> Option<u64> {
+    pub(crate) fn tail(&self, list: LruList) -> Option<Pfn> {
         let t = self.lists[list as usize].tail;
-        (t != NONE).then_some(u64::from(t))
+        (t != NONE).then_some(Pfn::from_u32(t))
     }
 
     /// The folios on a list, head first (for validation).
-    pub(crate) fn folios(&self, mm: &Memmap, list: LruList) -> Vec<u64> {
+    pub(crate) fn folios(&self, mm: &Memmap, list: LruList) -> Vec<Pfn> {
         let mut out = Vec::new();
         let mut p = self.lists[list as usize].head;
         while p != NONE {
-            out.push(u64::from(p));
-            p = mm.next(u64::from(p));
+            out.push(Pfn::from_u32(p));
+            p = mm.next(Pfn::from_u32(p));
         }
         out
     }

@@ -18,6 +18,7 @@
 //! ```
 //! Unlike Linux the mapcounts are unbiased (0 = unmapped).
 
+use super::Pfn;
 use std::sync::atomic::{AtomicU32, Ordering, Ordering::Relaxed};
 
 const WORDS: usize = 16;
@@ -119,8 +120,8 @@ impl Memmap {
     }
 
     #[inline]
-    fn w(&self, pfn: u64, w: W) -> &AtomicU32 {
-        &self.words[pfn as usize * WORDS + w as usize]
+    fn w(&self, pfn: Pfn, w: W) -> &AtomicU32 {
+        &self.words[pfn.as_index() * WORDS + w as usize]
     }
 
     /// Number of frames described.
@@ -130,42 +131,42 @@ impl Memmap {
 
     /// Tests a flag.
     #[inline]
-    pub(crate) fn test(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test(&self, pfn: Pfn, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).load(Relaxed) & f.bit() != 0
     }
 
     /// Sets a flag (atomic RMW).
     #[inline]
-    pub fn set(&self, pfn: u64, f: PageFlag) {
+    pub fn set(&self, pfn: Pfn, f: PageFlag) {
         self.w(pfn, W::Flags).fetch_or(f.bit(), Relaxed);
     }
 
     /// Clears a flag (atomic RMW).
     #[inline]
-    pub(crate) fn clear(&self, pfn: u64, f: PageFlag) {
+    pub(crate) fn clear(&self, pfn: Pfn, f: PageFlag) {
         self.w(pfn, W::Flags).fetch_and(!f.bit(), Relaxed);
     }
 
     /// Sets a flag and returns whether it was already set.
     #[inline]
-    pub(crate) fn test_and_set(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test_and_set(&self, pfn: Pfn, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).fetch_or(f.bit(), Ordering::Acquire) & f.bit() != 0
     }
 
     /// Clears a flag and returns whether it was set.
     #[inline]
-    pub(crate) fn test_and_clear(&self, pfn: u64, f: PageFlag) -> bool {
+    pub(crate) fn test_and_clear(&self, pfn: Pfn, f: PageFlag) -> bool {
         self.w(pfn, W::Flags).fetch_and(!f.bit(), Ordering::Release) & f.bit() != 0
     }
 
     /// All flag bits of a frame.
-    pub fn flags(&self, pfn: u64) -> u32 {
+    pub fn flags(&self, pfn: Pfn) -> u32 {
         self.w(pfn, W::Flags).load(Relaxed)
     }
 
     /// Resets every word of a frame to zero (when it is freed or allocated).
-    pub fn reset(&self, pfn: u64) {
-        let base = pfn as usize * WORDS;
+    pub fn reset(&self, pfn: Pfn) {
+        let base = pfn.as_index() * WORDS;
         for w in &self.words[base..base + WORDS] {
             w.store(0, Relaxed);
         }
@@ -173,9 +174,9 @@ impl Memmap {
 
     /// Head pfn of the folio containing `pfn`.
     #[inline]
-    pub(crate) fn folio_of(&self, pfn: u64) -> u64 {
+    pub(crate) fn folio_of(&self, pfn: Pfn) -> Pfn {
         if self.test(pfn, PageFlag::Tail) {
-            u64::from(self.w(pfn, W::Head).load(Relaxed))
+            Pfn::from_u32(self.w(pfn, W::Head).load(Relaxed))
         } else {
             pfn
         }
@@ -183,35 +184,35 @@ impl Memmap {
 
     /// Folio order (head page).
     #[inline]
-    pub(crate) fn order(&self, head: u64) -> u32 {
+    pub(crate) fn order(&self, head: Pfn) -> u32 {
         self.w(head, W::Order).load(Relaxed)
     }
 
     /// Records the order of a folio or free block.
-    pub fn set_order(&self, head: u64, order: u32) {
+    pub fn set_order(&self, head: Pfn, order: u32) {
         self.w(head, W::Order).store(order, Relaxed);
     }
 
     /// Links tail `pfn` to its `head`.
-    pub(crate) fn set_tail(&self, pfn: u64, head: u64) {
-        self.w(pfn, W::Head).store(head as u32, Relaxed);
+    pub(crate) fn set_tail(&self, pfn: Pfn, head: Pfn) {
+        self.w(pfn, W::Head).store(head.as_u32(), Relaxed);
         self.set(pfn, PageFlag::Tail);
     }
 
     /// Folio refcount.
     #[inline]
-    pub(crate) fn refcount(&self, head: u64) -> i32 {
+    pub(crate) fn refcount(&self, head: Pfn) -> i32 {
         self.w(head, W::Refcount).load(Relaxed) as i32
     }
 
     /// Sets the refcount (only on a folio nobody else can see).
-    pub(crate) fn set_refcount(&self, head: u64, v: i32) {
+    pub(crate) fn set_refcount(&self, head: Pfn, v: i32) {
         self.w(head, W::Refcount).store(v as u32, Relaxed);
     }
 
     /// Adds to the refcount and returns the new value.
     #[inline]
-    pub(crate) fn ref_add(&self, head: u64, n: i32) -> i32 {
+    pub(crate) fn ref_add(&self, head: Pfn, n: i32) -> i32 {
         (self
             .w(head, W::Refcount)
             .fetch_add(n as u32, Ordering::AcqRel) as i32)
@@ -220,117 +221,119 @@ impl Memmap {
 
     /// Per-page mapcount (unbiased).
     #[inline]
-    pub fn mapcount(&self, pfn: u64) -> i32 {
+    pub fn mapcount(&self, pfn: Pfn) -> i32 {
         self.w(pfn, W::Mapcount).load(Relaxed) as i32
     }
 
     /// Adds to the per-page mapcount and returns the new value.
     #[inline]
-    pub fn mapcount_add(&self, pfn: u64, n: i32) -> i32 {
+    pub fn mapcount_add(&self, pfn: Pfn, n: i32) -> i32 {
         (self.w(pfn, W::Mapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
     /// Adds to the per-page mapcount with a plain load and store (the caller excludes every
     /// other writer of this folio's mapcounts).
     #[inline]
-    pub fn mapcount_add_plain(&self, pfn: u64, n: i32) {
+    pub fn mapcount_add_plain(&self, pfn: Pfn, n: i32) {
         let w = self.w(pfn, W::Mapcount);
         w.store(w.load(Relaxed).wrapping_add(n as u32), Relaxed);
     }
 
     /// Folio-wide total mapcount of a large folio (PTE maps + PMD maps).
     #[inline]
-    pub fn large_mapcount(&self, head: u64) -> i32 {
+    pub fn large_mapcount(&self, head: Pfn) -> i32 {
         self.w(head, W::LargeMapcount).load(Relaxed) as i32
     }
 
     /// `folio_mapcount()` of a large folio: the maintained total, or — for a folio allocated
     /// without one (the v6.7 design) — the PMD mappings plus every page's PTE mappings, a scan
     /// of the folio's memmap.
-    pub(crate) fn folio_mapcount(&self, head: u64) -> i32 {
+    pub(crate) fn folio_mapcount(&self, head: Pfn) -> i32 {
         if self.test(head, PageFlag::TotalMapcount) {
             return self.large_mapcount(head);
         }
-        let nr = 1u64 << self.order(head);
-        let ptes: i32 = (head..head + nr).map(|p| self.mapcount(p)).sum();
+        let ptes: i32 = head
+            .range(1u64 << self.order(head))
+            .map(|p| self.mapcount(p))
+            .sum();
         ptes + self.entire_mapcount(head)
     }
 
     /// Adds to the folio-wide mapcount and returns the new value.
     #[inline]
-    pub fn large_mapcount_add(&self, head: u64, n: i32) -> i32 {
+    pub fn large_mapcount_add(&self, head: Pfn, n: i32) -> i32 {
         (self.w(head, W::LargeMapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
     /// Number of PMD mappings of a large folio.
     #[inline]
-    pub(crate) fn entire_mapcount(&self, head: u64) -> i32 {
+    pub(crate) fn entire_mapcount(&self, head: Pfn) -> i32 {
         self.w(head, W::EntireMapcount).load(Relaxed) as i32
     }
 
     /// Adds to the PMD mapcount and returns the new value.
-    pub fn entire_mapcount_add(&self, head: u64, n: i32) -> i32 {
+    pub fn entire_mapcount_add(&self, head: Pfn, n: i32) -> i32 {
         (self.w(head, W::EntireMapcount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
     /// Long-term pins of a large folio.
-    pub(crate) fn pincount(&self, head: u64) -> i32 {
+    pub(crate) fn pincount(&self, head: Pfn) -> i32 {
         self.w(head, W::Pincount).load(Relaxed) as i32
     }
 
     /// Adds to the pincount and returns the new value.
-    pub(crate) fn pincount_add(&self, head: u64, n: i32) -> i32 {
+    pub(crate) fn pincount_add(&self, head: Pfn, n: i32) -> i32 {
         (self.w(head, W::Pincount).fetch_add(n as u32, Relaxed) as i32).wrapping_add(n)
     }
 
     /// Owner identifier (anon_vma root id for anon folios, shmem object id for shared ones).
-    pub(crate) fn mapping(&self, head: u64) -> u32 {
+    pub(crate) fn mapping(&self, head: Pfn) -> u32 {
         self.w(head, W::Mapping).load(Relaxed)
     }
 
     /// Sets the owner identifier.
-    pub(crate) fn set_mapping(&self, head: u64, v: u32) {
+    pub(crate) fn set_mapping(&self, head: Pfn, v: u32) {
         self.w(head, W::Mapping).store(v, Relaxed);
     }
 
     /// mlock_count of a folio (the current Linux design keeps it while the folio is unevictable).
-    pub(crate) fn mlock_count(&self, head: u64) -> u32 {
+    pub(crate) fn mlock_count(&self, head: Pfn) -> u32 {
         self.w(head, W::MlockCount).load(Relaxed)
     }
 
     /// Sets the mlock_count.
-    pub(crate) fn set_mlock_count(&self, head: u64, v: u32) {
+    pub(crate) fn set_mlock_count(&self, head: Pfn, v: u32) {
         self.w(head, W::MlockCount).store(v, Relaxed);
     }
 
     /// Free-list / LRU link: next.
-    pub(crate) fn next(&self, pfn: u64) -> u32 {
+    pub(crate) fn next(&self, pfn: Pfn) -> u32 {
         self.w(pfn, W::Next).load(Relaxed)
     }
 
     /// Free-list / LRU link: prev.
-    pub(crate) fn prev(&self, pfn: u64) -> u32 {
+    pub(crate) fn prev(&self, pfn: Pfn) -> u32 {
         self.w(pfn, W::Prev).load(Relaxed)
     }
 
     /// Sets the next link.
-    pub(crate) fn set_next(&self, pfn: u64, v: u32) {
+    pub(crate) fn set_next(&self, pfn: Pfn, v: u32) {
         self.w(pfn, W::Next).store(v, Relaxed);
     }
 
     /// Sets the prev link.
-    pub(crate) fn set_prev(&self, pfn: u64, v: u32) {
+    pub(crate) fn set_prev(&self, pfn: Pfn, v: u32) {
         self.w(pfn, W::Prev).store(v, Relaxed);
     }
 
     /// The page offset (`folio->index`) of a folio's first page in its mapping.
-    pub(crate) fn index(&self, head: u64) -> u64 {
+    pub(crate) fn index(&self, head: Pfn) -> u64 {
         u64::from(self.w(head, W::IndexLo).load(Relaxed))
             | u64::from(self.w(head, W::IndexHi).load(Relaxed)) << 32
     }
 
     /// Sets `folio->index`.
-    pub(crate) fn set_index(&self, head: u64, index: u64) {
+    pub(crate) fn set_index(&self, head: Pfn, index: u64) {
         self.w(head, W::IndexLo).store(index as u32, Relaxed);
         self.w(head, W::IndexHi)
             .store((index >> 32) as u32, Relaxed);
@@ -338,27 +341,27 @@ impl Memmap {
 
     /// Folio-wide auxiliary word `i` (0..5) of a large folio, kept in its first tail page
     /// (like Linux's `_mm_id`/`_mm_id_mapcount` in the folio's second `struct page`).
-    pub(crate) fn folio_aux(&self, head: u64, i: usize) -> u32 {
-        self.words[(head as usize + 1) * WORDS + 8 + i].load(Relaxed)
+    pub(crate) fn folio_aux(&self, head: Pfn, i: usize) -> u32 {
+        self.words[(head.as_index() + 1) * WORDS + 8 + i].load(Relaxed)
     }
 
     /// Sets auxiliary word `i` of a large folio.
-    pub(crate) fn set_folio_aux(&self, head: u64, i: usize, v: u32) {
-        self.words[(head as usize + 1) * WORDS + 8 + i].store(v, Relaxed);
+    pub(crate) fn set_folio_aux(&self, head: Pfn, i: usize, v: u32) {
+        self.words[(head.as_index() + 1) * WORDS + 8 + i].store(v, Relaxed);
     }
 
     /// The split PTE lock word of a page-table page.
-    pub(crate) fn ptl(&self, pfn: u64) -> &AtomicU32 {
+    pub(crate) fn ptl(&self, pfn: Pfn) -> &AtomicU32 {
         self.w(pfn, W::Ptl)
     }
 
     /// Number of used entries in a page-table page.
-    pub(crate) fn pt_entries(&self, pfn: u64) -> u32 {
+    pub(crate) fn pt_entries(&self, pfn: Pfn) -> u32 {
         self.w(pfn, W::PtEntries).load(Relaxed)
     }
 
     /// Adjusts the used-entry count of a page-table page.
-    pub(crate) fn pt_entries_add(&self, pfn: u64, n: i32) {
+    pub(crate) fn pt_entries_add(&self, pfn: Pfn, n: i32) {
         self.w(pfn, W::PtEntries).fetch_add(n as u32, Relaxed);
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod arena;
 pub(crate) mod buddy;
 pub(crate) mod lru;
 pub(crate) mod memmap;
+pub(crate) mod pfn;
 
 use crate::mlock::{FolioBatch, FOLIO_BATCH_SIZE};
 use crate::stats::{CpuCounters, Ev};
@@ -15,6 +16,7 @@ pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
 use lru::{Lists, Lruvec};
 pub use memmap::{Memmap, PageFlag};
+pub use pfn::Pfn;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
@@ -75,8 +77,8 @@ pub struct PhysMem {
     /// Frame metadata.
     pub memmap: Memmap,
     zones: Vec<Zone>,
-    zero_pfn: u64,
-    huge_zero: OnceLock<Option<u64>>,
+    zero_pfn: Pfn,
+    huge_zero: OnceLock<Option<Pfn>>,
     /// Frames currently allocated (excluding the zero pages).
     allocated: AtomicU64,
     /// Allocation failure injection for folios.
@@ -125,14 +127,14 @@ impl PhysMem {
                 } else {
                     start + per_node
                 };
-                Zone::new(&memmap, start, end)
+                Zone::new(&memmap, Pfn::new(start), Pfn::new(end))
             })
             .collect();
         let mut phys = PhysMem {
             arena,
             memmap,
             zones,
-            zero_pfn: 0,
+            zero_pfn: Pfn::new(0),
             huge_zero: OnceLock::new(),
             allocated: AtomicU64::new(0),
             fail_folio: FailPoint::default(),
@@ -145,17 +147,17 @@ impl PhysMem {
                 false,
             ),
         };
-        phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(0);
+        phys.zero_pfn = phys.alloc_reserved(0).unwrap_or(Pfn::new(0));
         phys
     }
 
-    fn alloc_reserved(&self, order: u32) -> Option<u64> {
+    fn alloc_reserved(&self, order: u32) -> Option<Pfn> {
         let pfn = self
             .zones
             .iter()
             .find_map(|z| z.alloc(&self.memmap, order))?;
         self.prep(pfn, order);
-        for p in pfn..pfn + (1 << order) {
+        for p in pfn.range(1 << order) {
             self.memmap.set(p, PageFlag::Zero);
             self.memmap.set(p, PageFlag::Reserved);
         }
@@ -173,7 +175,7 @@ impl PhysMem {
     }
 
     /// The node owning a frame.
-    pub(crate) fn node_of(&self, pfn: u64) -> usize {
+    pub(crate) fn node_of(&self, pfn: Pfn) -> usize {
         self.zones
             .iter()
             .position(|z| pfn >= z.start_pfn && pfn < z.end_pfn)
@@ -181,12 +183,12 @@ impl PhysMem {
     }
 
     /// The shared zero page.
-    pub(crate) fn zero_pfn(&self) -> u64 {
+    pub(crate) fn zero_pfn(&self) -> Pfn {
         self.zero_pfn
     }
 
     /// The huge zero folio (allocated on first use; `None` if memory is exhausted).
-    pub(crate) fn huge_zero_pfn(&self) -> Option<u64> {
+    pub(crate) fn huge_zero_pfn(&self) -> Option<Pfn> {
         *self
             .huge_zero
             .get_or_init(|| self.alloc_reserved(HPAGE_PMD_ORDER))
@@ -194,7 +196,7 @@ impl PhysMem {
 
     /// Whether `pfn` belongs to the zero page or the huge zero folio.
     #[inline]
-    pub(crate) fn is_zero_pfn(&self, pfn: u64) -> bool {
+    pub(crate) fn is_zero_pfn(&self, pfn: Pfn) -> bool {
         self.memmap.test(pfn, PageFlag::Zero)
     }
 
@@ -224,14 +226,14 @@ impl PhysMem {
         &self.zones
     }
 
-    fn prep(&self, pfn: u64, order: u32) {
+    fn prep(&self, pfn: Pfn, order: u32) {
         let mm = &self.memmap;
         mm.reset(pfn);
         mm.set_order(pfn, order);
         mm.set_refcount(pfn, 1);
         if order > 0 {
             mm.set(pfn, PageFlag::Head);
-            for p in pfn + 1..pfn + (1 << order) {
+            for p in pfn.add(1).range_to(pfn.add(1 << order)) {
                 mm.reset(p);
                 mm.set_tail(p, pfn);
             }
@@ -249,7 +251,7 @@ impl PhysMem {
         node: usize,
         kind: FolioKind,
         zero: Zeroing,
-    ) -> Option<u64> {
+    ) -> Option<Pfn> {
         let fail = match kind {
             FolioKind::Pgtable => &self.fail_pgtable,
             FolioKind::Anon | FolioKind::Shmem | FolioKind::File => &self.fail_folio,
@@ -304,7 +306,7 @@ impl PhysMem {
             }
         }
         if zero == Zeroing::Zero {
-            for p in pfn..pfn + nr {
+            for p in pfn.range(nr) {
                 self.arena.zero_frame(p);
             }
             c.add(Ev::PagesZeroed, nr);
@@ -319,7 +321,7 @@ impl PhysMem {
     ///
     /// # Context
     /// No mapping, pin or batch holds the folio: its refcount is its number of pages.
-    pub(crate) fn split_unmapped_folio(&self, c: &CpuCounters, head: u64, pieces: &[(u64, u32)]) {
+    pub(crate) fn split_unmapped_folio(&self, c: &CpuCounters, head: Pfn, pieces: &[(u64, u32)]) {
         let mm = &self.memmap;
         let nr = 1u64 << mm.order(head);
         let carried = [
@@ -339,7 +341,7 @@ impl PhysMem {
             lists.del(mm, head, nr);
         }
         for &(off, order) in pieces {
-            let p = head + off;
+            let p = head.add(off);
             self.prep(p, order);
             mm.set_refcount(p, 1 << order);
             for &f in &flags {
@@ -362,7 +364,7 @@ impl PhysMem {
     ///
     /// # Returns
     /// True if the folio was freed.
-    pub(crate) fn put_folio(&self, c: &CpuCounters, head: u64, n: i32) -> bool {
+    pub(crate) fn put_folio(&self, c: &CpuCounters, head: Pfn, n: i32) -> bool {
         if self.is_zero_pfn(head) {
             return false;
         }
@@ -378,7 +380,7 @@ impl PhysMem {
 
     /// Adds to `NR_MLOCK` of the folio's node through CPU `c`'s vmstat diff
     /// (`__mod_zone_page_state`).
-    pub(crate) fn mod_nr_mlock(&self, c: &CpuCounters, head: u64, pages: i64) {
+    pub(crate) fn mod_nr_mlock(&self, c: &CpuCounters, head: Pfn, pages: i64) {
         let node = self.node_of(head);
         c.mod_vmstat(node, pages, &self.nr_mlock[node]);
     }
@@ -390,7 +392,7 @@ impl PhysMem {
     }
 
     /// The lruvec of a folio.
-    pub(crate) fn lruvec_of(&self, head: u64) -> &Lruvec {
+    pub(crate) fn lruvec_of(&self, head: Pfn) -> &Lruvec {
         self.lruvec_of_node(self.node_of(head))
     }
 
@@ -407,9 +409,9 @@ impl PhysMem {
     ///
     /// # Context
     /// No lru_lock or zone lock held; takes the lru_lock of each freed folio's node.
-    pub(crate) fn folios_put_refs(&self, c: &CpuCounters, refs: &[(u64, i32)]) {
+    pub(crate) fn folios_put_refs(&self, c: &CpuCounters, refs: &[(Pfn, i32)]) {
         for batch in refs.chunks(FOLIO_BATCH_SIZE) {
-            let mut freed: FolioBatch<u64> = FolioBatch::new();
+            let mut freed: FolioBatch<Pfn> = FolioBatch::new();
             for &(head, n) in batch {
                 if self.is_zero_pfn(head) {
                     continue;
@@ -420,7 +422,7 @@ impl PhysMem {
                     freed.push(head);
                 }
             }
-            let listed: FolioBatch<u64> = freed
+            let listed: FolioBatch<Pfn> = freed
                 .iter()
                 .copied()
                 .filter(|&h| self.memmap.test(h, PageFlag::Lru))
@@ -443,7 +445,7 @@ impl PhysMem {
         &self,
         c: &CpuCounters,
         entries: &[T],
-        head: impl Fn(T) -> u64,
+        head: impl Fn(T) -> Pfn,
         mut f: impl FnMut(&mut Lists, T),
     ) {
         let mut i = 0;
@@ -459,7 +461,7 @@ impl PhysMem {
     }
 
     /// Takes a folio whose last reference went off its LRU (`__page_cache_release`).
-    fn lru_del_freed(&self, c: &CpuCounters, lists: &mut Lists, head: u64) {
+    fn lru_del_freed(&self, c: &CpuCounters, lists: &mut Lists, head: Pfn) {
         c.add(Ev::LruFreed, 1);
         lists.del(&self.memmap, head, 1u64 << self.memmap.order(head));
         self.memmap.clear(head, PageFlag::Lru);
@@ -467,7 +469,7 @@ impl PhysMem {
 
     /// Returns a folio whose refcount reached zero to its zone, taking it off its LRU and
     /// clearing its mlocked state first (`__folio_put`).
-    fn free_folio(&self, c: &CpuCounters, head: u64) {
+    fn free_folio(&self, c: &CpuCounters, head: Pfn) {
         if self.memmap.test(head, PageFlag::Lru) {
             c.add(Ev::LockLru, 1);
             let mut l = self.lruvec_of(head).lock();
@@ -477,7 +479,7 @@ impl PhysMem {
     }
 
     /// Frees a folio whose refcount reached zero and which is on no LRU.
-    fn free_unlisted(&self, c: &CpuCounters, head: u64) {
+    fn free_unlisted(&self, c: &CpuCounters, head: Pfn) {
         let order = self.memmap.order(head);
         let nr = 1u64 << order;
         if self.memmap.test_and_clear(head, PageFlag::Mlocked) {
@@ -486,7 +488,7 @@ impl PhysMem {
         if self.memmap.test(head, PageFlag::Pgtable) {
             c.add(Ev::PgtableFree, 1);
         }
-        for p in head + 1..head + nr {
+        for p in head.add(1).range_to(head.add(nr)) {
             self.memmap.reset(p);
         }
         self.memmap.reset(head);

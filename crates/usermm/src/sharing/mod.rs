@@ -43,7 +43,7 @@ pub mod subid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::phys::PhysMem;
+use crate::phys::{Pfn, PhysMem};
 pub(crate) use rmap_id::{FolioWords, Maintained, RmapIdAllocator, Snapshot};
 pub use seqcount::WriterMode;
 pub(crate) use subid::Sizing;
@@ -447,8 +447,8 @@ impl Sharing {
     }
 
     #[inline]
-    fn entry(&self, head: u64) -> Option<&[AtomicU64]> {
-        let i = (head >> 2) as usize * STRIDE;
+    fn entry(&self, head: Pfn) -> Option<&[AtomicU64]> {
+        let i = (head.val() >> 2) as usize * STRIDE;
         self.words.get(i..i + STRIDE)
     }
 
@@ -456,7 +456,7 @@ impl Sharing {
     #[inline]
     fn tracked(
         &self,
-        head: u64,
+        head: Pfn,
         order: u32,
     ) -> Option<(u64, Maintained, FolioWords<'_, AtomicU64>)> {
         let cfg = self.config.load(Ordering::Acquire);
@@ -477,7 +477,7 @@ impl Sharing {
 
     /// A fresh large anon folio is mapped `nr` times by the MM with `rmap_id`
     /// (`folio_add_new_anon_rmap`): records which state it maintains and initialises it.
-    pub fn on_new(&self, head: u64, order: u32, rmap_id: u32, nr: u64) {
+    pub fn on_new(&self, head: Pfn, order: u32, rmap_id: u32, nr: u64) {
         let cfg = self.config.load(Ordering::Acquire);
         let mut flags = cfg & FLAGS;
         let Some(e) = self.entry(head) else {
@@ -503,7 +503,7 @@ impl Sharing {
     /// tracker's atomic RMW operations (`pages` counts its own).
     pub fn update(
         &self,
-        head: u64,
+        head: Pfn,
         order: u32,
         rmap_id: u32,
         delta: i64,
@@ -542,24 +542,24 @@ impl Sharing {
     }
 
     /// `nr` more mappings by `rmap_id`, no per-page counts involved. Returns the atomics.
-    pub fn on_map(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+    pub fn on_map(&self, head: Pfn, order: u32, rmap_id: u32, nr: u64) -> u32 {
         self.update(head, order, rmap_id, nr as i64, |_| {})
     }
 
     /// `nr` fewer mappings by `rmap_id` (the counterpart of [`Sharing::on_map`]).
-    pub fn on_unmap(&self, head: u64, order: u32, rmap_id: u32, nr: u64) -> u32 {
+    pub fn on_unmap(&self, head: Pfn, order: u32, rmap_id: u32, nr: u64) -> u32 {
         self.update(head, order, rmap_id, -(nr as i64), |_| {})
     }
 
     /// A consistent snapshot of a tracked folio.
-    pub fn snapshot(&self, head: u64, order: u32) -> Option<(Maintained, Snapshot)> {
+    pub fn snapshot(&self, head: Pfn, order: u32) -> Option<(Maintained, Snapshot)> {
         let (_, what, f) = self.tracked(head, order)?;
         Some((what, f.snapshot(what, READ_TRIES)?))
     }
 
     /// The selected side-table tracker's answer: is the folio mapped only by `rmap_id`?
     /// `None` when the selected tracker keeps no side state or the folio is not tracked.
-    pub fn exclusive(&self, head: u64, order: u32, rmap_id: u32) -> Option<bool> {
+    pub fn exclusive(&self, head: Pfn, order: u32, rmap_id: u32) -> Option<bool> {
         let t = self.tracker();
         let (what, s) = self.snapshot(head, order)?;
         match t {
@@ -576,7 +576,7 @@ impl Sharing {
     /// seqcount moved meanwhile. `false` for untracked folios and other trackers.
     pub fn cow_reusable(
         &self,
-        head: u64,
+        head: Pfn,
         order: u32,
         rmap_id: u32,
         check: impl FnOnce(u64) -> bool,
@@ -604,7 +604,7 @@ impl Sharing {
 
     /// Every tracker's answer for the folio at `head` and the MM (`mm_id` for the owner
     /// tracker, `rmap_id` for the others).
-    pub fn answers(&self, phys: &PhysMem, head: u64, mm_id: u32, rmap_id: u32) -> SharingAnswers {
+    pub fn answers(&self, phys: &PhysMem, head: Pfn, mm_id: u32, rmap_id: u32) -> SharingAnswers {
         let mem = &phys.memmap;
         let order = mem.order(head);
         let snap = self.snapshot(head, order);
@@ -630,7 +630,7 @@ impl Sharing {
 
     /// Validation: the tracked state of a folio against the truth, `(rmap_id, mappings)` of
     /// every MM mapping it. Returns one message per disagreement (empty if untracked).
-    pub fn verify(&self, head: u64, order: u32, truth: &[(u32, u64)]) -> Vec<String> {
+    pub fn verify(&self, head: Pfn, order: u32, truth: &[(u32, u64)]) -> Vec<String> {
         let mut errs = Vec::new();
         let Some((what, s)) = self.snapshot(head, order) else {
             return errs;
@@ -665,7 +665,7 @@ impl Sharing {
 
     /// Takes the per-folio owner-tracking lock (`folio_lock_large_mapcount`), for wrapping the
     /// owner slot updates of [`crate::rmap::owner`] and the COW check that reads them.
-    pub fn lock_owner(&self, head: u64) -> Option<OwnerLock<'_>> {
+    pub fn lock_owner(&self, head: Pfn) -> Option<OwnerLock<'_>> {
         let w = &self.entry(head)?[E_LOCK];
         let mut spins = 0;
         while w
@@ -717,18 +717,19 @@ mod tests {
     #[test]
     fn switching_tracker_untracks_older_folios() {
         let s = Sharing::new(64, SharingTracker::RmapIdSq, false);
-        s.on_new(8, 2, 7, 4);
-        assert_eq!(s.exclusive(8, 2, 7), Some(true));
+        let head = Pfn::new(8);
+        s.on_new(head, 2, 7, 4);
+        assert_eq!(s.exclusive(head, 2, 7), Some(true));
         s.select(SharingTracker::RmapIdSq, false); // same state: same epoch
-        assert_eq!(s.exclusive(8, 2, 7), Some(true));
+        assert_eq!(s.exclusive(head, 2, 7), Some(true));
         s.select(SharingTracker::RmapId(RmapIdOptions::default()), false);
-        assert_eq!(s.exclusive(8, 2, 7), None);
-        assert_eq!(s.on_map(8, 2, 9, 1), 0);
-        assert!(!s.cow_reusable(8, 2, 7, |_| true));
-        s.on_new(8, 2, 7, 4);
-        assert_eq!(s.exclusive(8, 2, 7), Some(true));
-        assert!(s.cow_reusable(8, 2, 7, |m| m == 4));
-        s.on_map(8, 2, 9, 1);
-        assert_eq!(s.exclusive(8, 2, 7), Some(false));
+        assert_eq!(s.exclusive(head, 2, 7), None);
+        assert_eq!(s.on_map(head, 2, 9, 1), 0);
+        assert!(!s.cow_reusable(head, 2, 7, |_| true));
+        s.on_new(head, 2, 7, 4);
+        assert_eq!(s.exclusive(head, 2, 7), Some(true));
+        assert!(s.cow_reusable(head, 2, 7, |m| m == 4));
+        s.on_map(head, 2, 9, 1);
+        assert_eq!(s.exclusive(head, 2, 7), Some(false));
     }
 }
