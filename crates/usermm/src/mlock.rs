@@ -18,7 +18,7 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
-use crate::phys::{PageFlag, Pfn};
+use crate::phys::{Folio, PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
 
@@ -72,7 +72,7 @@ impl MlockQueue<'_, '_> {
         let cpu = self.cpu;
         crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
         self.batches.mlock.push((head, op));
-        if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.large(head) {
+        if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.folio(head).is_large() {
             // Processed in place under the batch lock, as `mlock_folio_batch` runs under the
             // local lock, then emptied (`folio_batch_reinit`): no copy of the batch.
             cpu.process_mlock(&self.batches.mlock);
@@ -107,12 +107,9 @@ pub(crate) fn vma_locked(vma: &Vma) -> bool {
 }
 
 impl<'m> Cpu<'m> {
-    fn nr_pages(&self, head: Pfn) -> u64 {
-        1 << self.m.phys.memmap.order(head)
-    }
-
-    fn large(&self, head: Pfn) -> bool {
-        self.m.phys.memmap.test(head, PageFlag::Head)
+    /// The folio headed by `head`.
+    fn folio(&self, head: Pfn) -> Folio<'m> {
+        self.m.phys.memmap.folio(head)
     }
 
     /// Queues a new folio for the LRU (`folio_add_lru`).
@@ -121,7 +118,7 @@ impl<'m> Cpu<'m> {
         let full = {
             let mut b = self.batches().lock();
             b.lru_add.push(head);
-            b.lru_add.len() >= FOLIO_BATCH_SIZE || self.large(head)
+            b.lru_add.len() >= FOLIO_BATCH_SIZE || self.folio(head).is_large()
         };
         if full {
             self.drain_lru_add();
@@ -146,11 +143,11 @@ impl<'m> Cpu<'m> {
     }
 
     fn set_mlocked(&self, head: Pfn) {
-        let mem = &self.m.phys.memmap;
-        if !mem.test_and_set(head, PageFlag::Mlocked) {
+        let folio = self.folio(head);
+        if !folio.test_and_set(PageFlag::Mlocked) {
             self.m
                 .phys
-                .mod_nr_mlock(self.c(), head, self.nr_pages(head) as i64);
+                .mod_nr_mlock(self.c(), head, folio.nr_pages() as i64);
             self.c().add(Ev::NrMlockUpdate, 1);
             self.c().add(Ev::Mlocked, 1);
         }
@@ -174,7 +171,7 @@ impl<'m> Cpu<'m> {
 
     /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
     pub(crate) fn mlock_vma_folio(&self, head: Pfn, vma: &Vma) {
-        if vma_locked(vma) && !self.large(head) {
+        if vma_locked(vma) && !self.folio(head).is_large() {
             self.mlock_folio(head);
         }
     }
@@ -184,7 +181,7 @@ impl<'m> Cpu<'m> {
     /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
     /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
     pub(crate) fn mlock_vma_file_folio(&self, head: Pfn, vma: &Vma, nr: u64) {
-        if vma_locked(vma) && nr == 1u64 << self.m.phys.memmap.order(head) {
+        if vma_locked(vma) && nr == self.folio(head).nr_pages() {
             self.mlock_folio(head);
         }
     }
@@ -252,14 +249,15 @@ impl<'m> Cpu<'m> {
             folios,
             |f| f,
             |lists, f| {
-                let nr = 1u64 << mem.order(f);
-                if mem.test(f, PageFlag::Mlocked) {
-                    mem.set(f, PageFlag::Unevictable);
-                    mem.set_mlock_count(f, 0);
+                let folio = mem.folio(f);
+                let nr = folio.nr_pages();
+                if folio.test(PageFlag::Mlocked) {
+                    folio.set(PageFlag::Unevictable);
+                    folio.set_mlock_count(0);
                     self.c().add(Ev::Culled, 1);
                 }
-                lists.add(mem, f, nr);
-                mem.set(f, PageFlag::Lru);
+                lists.add(folio, nr);
+                folio.set(PageFlag::Lru);
             },
         );
         self.release_batch(folios.iter().copied());
@@ -285,76 +283,76 @@ impl<'m> Cpu<'m> {
 
     /// `__mlock_new_folio`.
     fn mlock_new_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let mem = &self.m.phys.memmap;
-        let nr = self.nr_pages(f);
-        if mem.test(f, PageFlag::Mlocked) {
-            mem.set(f, PageFlag::Unevictable);
-            mem.set_mlock_count(f, 1);
+        let folio = self.folio(f);
+        let nr = folio.nr_pages();
+        if folio.test(PageFlag::Mlocked) {
+            folio.set(PageFlag::Unevictable);
+            folio.set_mlock_count(1);
             self.c().add(Ev::Culled, 1);
         }
-        lists.add(mem, f, nr);
-        mem.set(f, PageFlag::Lru);
+        lists.add(folio, nr);
+        folio.set(PageFlag::Lru);
     }
 
     /// `__mlock_folio`.
     fn mlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let mem = &self.m.phys.memmap;
-        let nr = self.nr_pages(f);
-        if !mem.test_and_clear(f, PageFlag::Lru) {
+        let folio = self.folio(f);
+        let nr = folio.nr_pages();
+        if !folio.test_and_clear(PageFlag::Lru) {
             return;
         }
-        let mlocked = mem.test(f, PageFlag::Mlocked);
-        let unevictable = mem.test(f, PageFlag::Unevictable);
+        let mlocked = folio.test(PageFlag::Mlocked);
+        let unevictable = folio.test(PageFlag::Unevictable);
         if !mlocked {
             if unevictable {
-                lists.del(mem, f, nr);
-                mem.clear(f, PageFlag::Unevictable);
-                lists.add(mem, f, nr);
+                lists.del(folio, nr);
+                folio.clear(PageFlag::Unevictable);
+                lists.add(folio, nr);
                 self.c().add(Ev::Rescued, 1);
             }
         } else if unevictable {
-            mem.set_mlock_count(f, mem.mlock_count(f) + 1);
+            folio.set_mlock_count(folio.mlock_count() + 1);
         } else {
-            lists.del(mem, f, nr);
-            mem.clear(f, PageFlag::Active);
-            mem.set(f, PageFlag::Unevictable);
-            mem.set_mlock_count(f, 1);
-            lists.add(mem, f, nr);
+            lists.del(folio, nr);
+            folio.clear(PageFlag::Active);
+            folio.set(PageFlag::Unevictable);
+            folio.set_mlock_count(1);
+            lists.add(folio, nr);
             self.c().add(Ev::Culled, 1);
         }
-        mem.set(f, PageFlag::Lru);
+        folio.set(PageFlag::Lru);
     }
 
     /// `__munlock_folio`.
     fn munlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let mem = &self.m.phys.memmap;
-        let nr = self.nr_pages(f);
-        let isolated = mem.test_and_clear(f, PageFlag::Lru);
-        let unevictable = mem.test(f, PageFlag::Unevictable);
+        let folio = self.folio(f);
+        let nr = folio.nr_pages();
+        let isolated = folio.test_and_clear(PageFlag::Lru);
+        let unevictable = folio.test(PageFlag::Unevictable);
         if isolated && unevictable {
-            let count = mem.mlock_count(f);
+            let count = folio.mlock_count();
             if count > 0 {
-                mem.set_mlock_count(f, count - 1);
+                folio.set_mlock_count(count - 1);
                 if count - 1 > 0 {
-                    mem.set(f, PageFlag::Lru);
+                    folio.set(PageFlag::Lru);
                     return;
                 }
             }
         }
-        if mem.test_and_clear(f, PageFlag::Mlocked) {
+        if folio.test_and_clear(PageFlag::Mlocked) {
             self.m.phys.mod_nr_mlock(self.c(), f, -(nr as i64));
             self.c().add(Ev::NrMlockUpdate, 1);
             self.c().add(Ev::Munlocked, 1);
         }
-        if isolated && unevictable && !mem.test(f, PageFlag::Mlocked) {
-            lists.del(mem, f, nr);
-            mem.clear(f, PageFlag::Unevictable);
-            mem.set_mlock_count(f, 0);
-            lists.add(mem, f, nr);
+        if isolated && unevictable && !folio.test(PageFlag::Mlocked) {
+            lists.del(folio, nr);
+            folio.clear(PageFlag::Unevictable);
+            folio.set_mlock_count(0);
+            lists.add(folio, nr);
             self.c().add(Ev::Rescued, 1);
         }
         if isolated {
-            mem.set(f, PageFlag::Lru);
+            folio.set(PageFlag::Lru);
         }
     }
 }

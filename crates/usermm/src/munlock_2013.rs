@@ -184,20 +184,20 @@ impl<'m> Cpu<'m> {
     /// `munlock_vma_page` (stages 0–2, and THPs at every stage): one page at a time.
     fn munlock_vma_page(&self, mm: &Mm, st: &MmState, head: Pfn, design: MunlockDesign) {
         let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        let nr = 1u64 << mem.order(head);
+        let folio = phys.memmap.folio(head);
+        let nr = folio.nr_pages();
         self.c().add(Ev::LockLru, 1);
         let mut lists = phys.lruvec_of(head).lock();
-        if !mem.test_and_clear(head, PageFlag::Mlocked) {
+        if !folio.test_and_clear(PageFlag::Mlocked) {
             return;
         }
         phys.mod_nr_mlock(self.c(), head, -(nr as i64));
         self.c().add(Ev::NrMlockUpdate, 1);
         self.c().add(Ev::Munlocked, 1);
-        if !mem.test_and_clear(head, PageFlag::Lru) {
+        if !folio.test_and_clear(PageFlag::Lru) {
             return;
         }
-        lists.del(mem, head, nr);
+        lists.del(folio, nr);
         crate::rmap::folio_ref_add(phys, self.c(), head, 1);
         self.c().add(Ev::Isolated, 1);
         drop(lists);
@@ -216,30 +216,30 @@ impl<'m> Cpu<'m> {
     /// per-CPU pagevec (and, before patch 2, a drain follows every page).
     fn putback_lru_page(&self, head: Pfn, design: MunlockDesign) {
         let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        let nr = 1u64 << mem.order(head);
+        let folio = phys.memmap.folio(head);
+        let nr = folio.nr_pages();
         if !design.has_patch(1) {
             // The LRU base type was computed even when unused.
-            let _ = crate::phys::lru::folio_lru_list(mem, head);
+            let _ = crate::phys::lru::folio_lru_list(folio);
             self.c().add(Ev::FolioAtomic, 1);
         }
-        if mem.test(head, PageFlag::Mlocked) {
+        if folio.test(PageFlag::Mlocked) {
             self.c().add(Ev::LockLru, 1);
             let mut lists = phys.lruvec_of(head).lock();
-            mem.set(head, PageFlag::Unevictable);
+            folio.set(PageFlag::Unevictable);
             // Re-mlocked by the rmap walk: at least one other locking mapping (the current
             // design's count may under-count, never over-count).
-            mem.set_mlock_count(head, 1);
-            lists.add(mem, head, nr);
-            mem.set(head, PageFlag::Lru);
+            folio.set_mlock_count(1);
+            lists.add(folio, nr);
+            folio.set(PageFlag::Lru);
             drop(lists);
             phys.put_folio(self.c(), head, 1);
             return;
         }
-        if mem.test_and_clear(head, PageFlag::Unevictable) {
+        if folio.test_and_clear(PageFlag::Unevictable) {
             self.c().add(Ev::Rescued, 1);
         }
-        mem.set_mlock_count(head, 0);
+        folio.set_mlock_count(0);
         // lru_cache_add: the per-CPU pagevec takes its own reference; ours is dropped.
         self.folio_add_lru(head);
         phys.put_folio(self.c(), head, 1);
@@ -269,7 +269,7 @@ impl<'m> Cpu<'m> {
                         self.c().add(Ev::NrMlockUpdate, 1);
                     }
                     if mem.test_and_clear(p, PageFlag::Lru) {
-                        lists.del(mem, p, nr as u64);
+                        lists.del(mem.folio(p), nr as u64);
                         self.c().add(Ev::Isolated, 1);
                         if !design.has_patch(6) {
                             crate::rmap::folio_ref_add(phys, self.c(), p, 1);
@@ -320,8 +320,9 @@ impl<'m> Cpu<'m> {
         {
             let mut lists = phys.lruvec_of(pages[0]).lock();
             for &p in &pages {
-                lists.add(mem, p, 1u64 << mem.order(p));
-                mem.set(p, PageFlag::Lru);
+                let folio = mem.folio(p);
+                lists.add(folio, folio.nr_pages());
+                folio.set(PageFlag::Lru);
             }
         }
         for p in pages {

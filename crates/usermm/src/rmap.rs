@@ -132,14 +132,14 @@ fn folio_rmap(
     delta: i32,
     pages: impl FnOnce(Plain),
 ) {
-    let mm = &phys.memmap;
-    if !mm.test(head, PageFlag::Head) {
+    let folio = phys.memmap.folio(head);
+    if !folio.is_large() {
         pages(Plain::No);
         return;
     }
-    if mm.test(head, PageFlag::OwnerTracked) {
+    if folio.test(PageFlag::OwnerTracked) {
         let guard = phys.sharing.lock_owner(head);
-        let total = mm.large_mapcount_add(head, delta);
+        let total = folio.large_mapcount_add(delta);
         if delta > 0 {
             owner::map(phys, head, mm_id, delta, total);
         } else {
@@ -148,14 +148,14 @@ fn folio_rmap(
         drop(guard);
         c.add(Ev::FolioAtomic, 1);
         count_map(c, 1);
-    } else if mm.test(head, PageFlag::TotalMapcount) {
-        mm.large_mapcount_add(head, delta);
+    } else if folio.test(PageFlag::TotalMapcount) {
+        folio.large_mapcount_add(delta);
         count_map(c, 1);
     }
-    if mm.test(head, PageFlag::Anon) {
+    if folio.is_anon() {
         let n = phys
             .sharing
-            .update(head, mm.order(head), mm_id, i64::from(delta), pages);
+            .update(head, folio.order(), mm_id, i64::from(delta), pages);
         c.add(Ev::FolioAtomic, u64::from(n));
     } else {
         pages(Plain::No);
@@ -193,10 +193,14 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
     if !cfg!(debug_assertions) {
         return;
     }
-    let mm = &phys.memmap;
-    debug_assert_eq!(mm.folio_of(head), head, "rmap on tail page {head:#x}");
-    let size = if mm.test(head, PageFlag::Head) {
-        1u64 << mm.order(head)
+    let folio = phys.memmap.folio(head);
+    debug_assert_eq!(
+        phys.memmap.folio_of(head),
+        head,
+        "rmap on tail page {head:#x}"
+    );
+    let size = if folio.is_large() {
+        folio.nr_pages()
     } else {
         1
     };
@@ -205,7 +209,7 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
         "rmap of pages {page:#x}+{nr} outside folio {head:#x} of {size} pages"
     );
     debug_assert!(
-        mm.refcount(head) > 0,
+        folio.refcount() > 0,
         "rmap on folio {head:#x} without a reference"
     );
 }
@@ -217,7 +221,7 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
 #[inline]
 pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: Pfn, n: i32) {
     count_ref(c);
-    phys.memmap.ref_add(head, n);
+    phys.memmap.folio(head).ref_add(n);
 }
 
 /// Maps a freshly allocated anon folio exclusively: its first `nr` pages by PTEs, or the
@@ -238,8 +242,9 @@ pub(crate) fn add_new_anon(
 ) {
     folio_rmap_sanity_checks(phys, head, head, nr);
     let mm = &phys.memmap;
-    mm.set_mapping(head, owner);
-    let large = mm.test(head, PageFlag::Head);
+    let folio = mm.folio(head);
+    folio.set_mapping(owner);
+    let large = folio.is_large();
     let maps = match level {
         Level::Pte => {
             for p in head.range(nr) {
@@ -250,23 +255,23 @@ pub(crate) fn add_new_anon(
             nr
         }
         Level::Pmd => {
-            mm.entire_mapcount_add(head, 1);
-            mm.set(head, PageFlag::AnonExclusive);
+            folio.entire_mapcount_add(1);
+            folio.set(PageFlag::AnonExclusive);
             count_map(c, 1);
             1
         }
     };
     if large {
         // `folio_set_large_mapcount`: the counter of a fresh folio is zero, so adding sets it.
-        if mm.test(head, PageFlag::TotalMapcount) {
-            mm.large_mapcount_add(head, maps as i32);
+        if folio.test(PageFlag::TotalMapcount) {
+            folio.large_mapcount_add(maps as i32);
             count_map(c, 1);
         }
-        if mm.test(head, PageFlag::OwnerTracked) {
+        if folio.test(PageFlag::OwnerTracked) {
             owner::reset(phys, head);
             owner::map(phys, head, mm_id, maps as i32, maps as i32);
         }
-        phys.sharing.on_new(head, mm.order(head), mm_id, maps);
+        phys.sharing.on_new(head, folio.order(), mm_id, maps);
     }
 }
 
@@ -288,10 +293,11 @@ pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: Pfn, page: Pfn, nr
 /// Any; the answer is a snapshot (a pin taken afterwards needs the mmap lock for writing
 /// in fork's case, which the caller holds).
 pub(crate) fn folio_maybe_dma_pinned(phys: &PhysMem, head: Pfn) -> bool {
-    if phys.memmap.test(head, PageFlag::Head) {
-        phys.memmap.pincount(head) > 0
+    let folio = phys.memmap.folio(head);
+    if folio.is_large() {
+        folio.pincount() > 0
     } else {
-        phys.memmap.refcount(head) >= GUP_PIN_COUNTING_BIAS
+        folio.refcount() >= GUP_PIN_COUNTING_BIAS
     }
 }
 
@@ -359,15 +365,15 @@ pub(crate) fn try_dup_anon_pmd(
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
     folio_rmap_sanity_checks(phys, head, head, 1);
-    let mm = &phys.memmap;
+    let folio = phys.memmap.folio(head);
     if needs_cow_for_dma
         && folio_maybe_dma_pinned(phys, head)
-        && mm.test(head, PageFlag::AnonExclusive)
+        && folio.test(PageFlag::AnonExclusive)
     {
         return Err(MaybePinned);
     }
-    mm.clear(head, PageFlag::AnonExclusive);
-    mm.entire_mapcount_add(head, 1);
+    folio.clear(PageFlag::AnonExclusive);
+    folio.entire_mapcount_add(1);
     count_map(c, 1);
     folio_rmap(phys, c, head, dst_mm, 1, |_| {});
     Ok(())
@@ -397,7 +403,7 @@ pub(crate) fn remove_ptes(
 /// # Context
 /// The PMD lock of the table the leaf is written to.
 pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
-    phys.memmap.entire_mapcount_add(head, 1);
+    phys.memmap.folio(head).entire_mapcount_add(1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, 1, |_| {});
 }
@@ -407,7 +413,7 @@ pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u3
 /// # Context
 /// The PMD lock of the table the leaf was cleared from.
 pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
-    phys.memmap.entire_mapcount_add(head, -1);
+    phys.memmap.folio(head).entire_mapcount_add(-1);
     count_map(c, 1);
     folio_rmap(phys, c, head, mm_id, -1, |_| {});
 }
@@ -418,9 +424,9 @@ pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32)
 /// Any; exact only when no CPU is changing the folio's mappings.
 pub(crate) fn page_mapcount(phys: &PhysMem, page: Pfn) -> i32 {
     let mm = &phys.memmap;
-    let head = mm.folio_of(page);
-    let entire = if mm.test(head, PageFlag::Head) {
-        mm.entire_mapcount(head)
+    let folio = mm.page_folio(page);
+    let entire = if folio.is_large() {
+        folio.entire_mapcount()
     } else {
         0
     };

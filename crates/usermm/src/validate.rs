@@ -398,9 +398,9 @@ impl Machine {
             for list in crate::phys::lru::LruList::ALL {
                 let mut pages = 0;
                 for f in lists.folios(mem, list) {
-                    pages += 1u64 << mem.order(f);
-                    if !mem.test(f, PageFlag::Lru)
-                        || crate::phys::lru::folio_lru_list(mem, f) != list
+                    let folio = mem.folio(f);
+                    pages += folio.nr_pages();
+                    if !folio.test(PageFlag::Lru) || crate::phys::lru::folio_lru_list(folio) != list
                     {
                         r.err(format!(
                             "folio {f:#x} on list {list:?} but flags say otherwise"

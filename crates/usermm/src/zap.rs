@@ -217,9 +217,7 @@ impl<'m> Cpu<'m> {
             }
             let run = ptes.run(i, e, i1 - i, batching, BatchFlags::default());
             let nr = run.nr;
-            let anon = run
-                .folio
-                .is_some_and(|h| phys.memmap.test(h, PageFlag::Anon));
+            let anon = run.folio.is_some_and(|h| phys.memmap.folio(h).is_anon());
             if details == ZapDetails::FilePagesOnly && (anon || run.folio.is_none()) {
                 i += nr;
                 continue;
@@ -235,7 +233,7 @@ impl<'m> Cpu<'m> {
                 // A page-cache folio keeps what its PTE knew: dirtiness (`folio_mark_dirty`)
                 // and a recent access (`folio_mark_accessed`).
                 if dirty {
-                    phys.memmap.set(head, PageFlag::Dirty);
+                    phys.memmap.folio(head).set(PageFlag::Dirty);
                 }
                 if arch.young(e) {
                     self.folio_mark_accessed(head);

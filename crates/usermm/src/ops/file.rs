@@ -450,20 +450,22 @@ impl<'m> Cpu<'m> {
                         let Some(f) = l.tail(LruList::ActiveFile) else {
                             break;
                         };
-                        let nr = 1u64 << mem.order(f);
-                        l.del(mem, f, nr);
-                        mem.clear(f, PageFlag::Active);
-                        l.add(mem, f, nr);
+                        let f = mem.folio(f);
+                        let nr = f.nr_pages();
+                        l.del(f, nr);
+                        f.clear(PageFlag::Active);
+                        l.add(f, nr);
                         scanned += nr;
                         self.c().add(Ev::PgDeactivate, nr);
                         continue;
                     };
-                    let nr = 1u64 << mem.order(folio);
+                    let f = mem.folio(folio);
+                    let nr = f.nr_pages();
                     scanned += nr;
                     self.c().add(Ev::PgScan, nr);
                     // Isolate it: off the list while it is judged.
-                    l.del(mem, folio, nr);
-                    mem.clear(folio, PageFlag::Lru);
+                    l.del(f, nr);
+                    f.clear(PageFlag::Lru);
                     folio
                 };
                 let nr = 1u64 << mem.order(folio);
@@ -494,7 +496,7 @@ impl<'m> Cpu<'m> {
                 self.c().add(Ev::LockLru, 1);
                 let mut l = lruvec.lock();
                 mem.set(folio, PageFlag::Lru);
-                l.add(mem, folio, nr);
+                l.add(mem.folio(folio), nr);
             }
         }
         freed

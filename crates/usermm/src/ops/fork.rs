@@ -19,7 +19,7 @@ use crate::mm::{Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{index, Arch, Pte};
-use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -236,7 +236,7 @@ impl<'m> Cpu<'m> {
         let (table, idx, haddr) = (step.table, step.idx, step.haddr());
         if spt
             .vm_normal_folio(spt.pmdp_get(table, idx))
-            .is_some_and(|h| !phys.memmap.test(h, PageFlag::Anon))
+            .is_some_and(|h| !phys.memmap.folio(h).is_anon())
         {
             // A page-cache folio: the child refaults it (`copy_huge_pmd` skips file VMAs).
             return Ok(true);
@@ -330,7 +330,7 @@ impl<'m> Cpu<'m> {
                 !e.is_none()
                     && pt
                         .vm_normal_folio(e)
-                        .is_some_and(|h| pt.phys.memmap.test(h, PageFlag::Anon))
+                        .is_some_and(|h| pt.phys.memmap.folio(h).is_anon())
             })
             .count() as i64
     }
@@ -356,7 +356,7 @@ impl<'m> Cpu<'m> {
             ..BatchFlags::default()
         };
         let run = cp.tables.src.run(i, e, max_nr, cp.ctx.batching, flags);
-        if let Some(head) = run.folio.filter(|&h| !phys.memmap.test(h, PageFlag::Anon)) {
+        if let Some(head) = run.folio.filter(|&h| !phys.memmap.folio(h).is_anon()) {
             // A page-cache folio of a private file mapping that has anon pages too
             // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
             let nr = run.nr as u64;

@@ -624,17 +624,17 @@ impl<'m> Cpu<'m> {
     pub(crate) fn lru_relist(&self, head: Pfn, change: impl FnOnce(bool)) {
         use crate::phys::PageFlag;
         let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        let nr = 1u64 << mem.order(head);
+        let folio = phys.memmap.folio(head);
+        let nr = folio.nr_pages();
         self.c().add(Ev::LockLru, 1);
         let mut lists = phys.lruvec_of(head).lock();
-        let on_lru = mem.test(head, PageFlag::Lru) && !mem.test(head, PageFlag::Unevictable);
+        let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
         if on_lru {
-            lists.del(mem, head, nr);
+            lists.del(folio, nr);
         }
         change(on_lru);
         if on_lru {
-            lists.add(mem, head, nr);
+            lists.add(folio, nr);
         }
     }
 

@@ -13,7 +13,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
 use crate::pgtable::cursor::{PmdKind, PmdStep, PteLock};
-use crate::phys::{PageFlag, Pfn};
+use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
@@ -322,14 +322,15 @@ impl<'m> Cpu<'m> {
                 i += 1;
                 continue;
             };
-            if !mem.test(head, PageFlag::Head) {
+            let folio = mem.folio(head);
+            if !folio.is_large() {
                 queue.mlock_or_munlock(head, lock);
                 i += 1;
                 continue;
             }
             let pfn = pt.arch.pfn(e);
-            let nr_pages = 1u64 << mem.order(head);
-            let last = head.add(nr_pages - 1);
+            let nr_pages = folio.nr_pages();
+            let last = folio.page(nr_pages - 1);
             let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
             let va = step.start + ((i - i0) as u64) * 4096;
             let folio_start = va - pfn.offset_from(head) * 4096;

@@ -29,7 +29,7 @@
 use super::batch::{folio_pte_batch, BatchFlags};
 use super::entry::LeafEntry;
 use super::{index, PageTables, Pmd, Pte, PtlGuard, PMD_SIZE, PUD_SIZE};
-use crate::phys::{PageFlag, Pfn};
+use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
 use crate::tunables::PteBatching;
 
@@ -317,9 +317,9 @@ impl<'a> PteLock<'a> {
         let Some(head) = folio else {
             return run;
         };
-        let mem = &self.pt.phys.memmap;
-        if batching == PteBatching::Batched && limit > 1 && mem.test(head, PageFlag::Head) {
-            let last = head.add((1u64 << mem.order(head)) - 1);
+        let folio = self.pt.phys.memmap.folio(head);
+        if batching == PteBatching::Batched && limit > 1 && folio.is_large() {
+            let last = folio.page(folio.nr_pages() - 1);
             let b = folio_pte_batch(self.pt, self.table, idx, e, last, limit, flags);
             self.c.add(Ev::PteRead, b.nr as u64 - 1);
             run.nr = b.nr;

@@ -11,7 +11,7 @@
 //! `lru_lock` of the folio's node; taken under the PTL, never the other way round.
 
 use super::memmap::{Memmap, PageFlag};
-use super::Pfn;
+use super::{Folio, Pfn};
 use parking_lot::{Mutex, MutexGuard};
 
 const NONE: u32 = u32::MAX;
@@ -77,12 +77,12 @@ impl Default for Lruvec {
 }
 
 /// Which list a folio belongs on, from its flags (`folio_lru_list`).
-pub(crate) fn folio_lru_list(mm: &Memmap, head: Pfn) -> LruList {
-    if mm.test(head, PageFlag::Unevictable) {
+pub(crate) fn folio_lru_list(folio: Folio<'_>) -> LruList {
+    if folio.test(PageFlag::Unevictable) {
         return LruList::Unevictable;
     }
-    let file = !mm.test(head, PageFlag::SwapBacked);
-    match (file, mm.test(head, PageFlag::Active)) {
+    let file = !folio.test(PageFlag::SwapBacked);
+    match (file, folio.test(PageFlag::Active)) {
         (false, false) => LruList::InactiveAnon,
         (false, true) => LruList::ActiveAnon,
         (true, false) => LruList::InactiveFile,
@@ -99,8 +99,9 @@ impl Lruvec {
 
 impl Lists {
     /// Adds a folio at the head of the list its flags select (`lruvec_add_folio`).
-    pub(crate) fn add(&mut self, mm: &Memmap, head: Pfn, nr_pages: u64) {
-        let l = &mut self.lists[folio_lru_list(mm, head) as usize];
+    pub(crate) fn add(&mut self, folio: Folio<'_>, nr_pages: u64) {
+        let (mm, head) = (folio.memmap(), folio.pfn());
+        let l = &mut self.lists[folio_lru_list(folio) as usize];
         mm.set_prev(head, NONE);
         mm.set_next(head, l.head);
         if l.head != NONE {
@@ -113,8 +114,9 @@ impl Lists {
     }
 
     /// Removes a folio from the list its flags select (`lruvec_del_folio`).
-    pub(crate) fn del(&mut self, mm: &Memmap, head: Pfn, nr_pages: u64) {
-        let l = &mut self.lists[folio_lru_list(mm, head) as usize];
+    pub(crate) fn del(&mut self, folio: Folio<'_>, nr_pages: u64) {
+        let (mm, head) = (folio.memmap(), folio.pfn());
+        let l = &mut self.lists[folio_lru_list(folio) as usize];
         let (next, prev) = (mm.next(head), mm.prev(head));
         if prev == NONE {
             l.head = next;

@@ -6,6 +6,7 @@
 
 pub(crate) mod arena;
 pub(crate) mod buddy;
+pub(crate) mod folio;
 pub(crate) mod lru;
 pub(crate) mod memmap;
 pub(crate) mod pfn;
@@ -14,6 +15,7 @@ use crate::mlock::{FolioBatch, FOLIO_BATCH_SIZE};
 use crate::stats::{CpuCounters, Ev};
 pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
+pub use folio::Folio;
 use lru::{Lists, Lruvec};
 pub use memmap::{Memmap, PageFlag};
 pub use pfn::Pfn;
@@ -323,7 +325,8 @@ impl PhysMem {
     /// No mapping, pin or batch holds the folio: its refcount is its number of pages.
     pub(crate) fn split_unmapped_folio(&self, c: &CpuCounters, head: Pfn, pieces: &[(u64, u32)]) {
         let mm = &self.memmap;
-        let nr = 1u64 << mm.order(head);
+        let folio = mm.folio(head);
+        let nr = folio.nr_pages();
         let carried = [
             PageFlag::Dirty,
             PageFlag::Uptodate,
@@ -332,29 +335,30 @@ impl PhysMem {
             PageFlag::Active,
             PageFlag::MappedToDisk,
         ];
-        let flags: Vec<PageFlag> = carried.into_iter().filter(|&f| mm.test(head, f)).collect();
-        let (mapping, index) = (mm.mapping(head), mm.index(head));
-        let on_lru = mm.test(head, PageFlag::Lru);
+        let flags: Vec<PageFlag> = carried.into_iter().filter(|&f| folio.test(f)).collect();
+        let (mapping, index) = (folio.mapping(), folio.index());
+        let on_lru = folio.test(PageFlag::Lru);
         c.add(Ev::LockLru, 1);
         let mut lists = self.lruvec_of(head).lock();
         if on_lru {
-            lists.del(mm, head, nr);
+            lists.del(folio, nr);
         }
         for &(off, order) in pieces {
             let p = head.add(off);
             self.prep(p, order);
             mm.set_refcount(p, 1 << order);
+            let piece = mm.folio(p);
             for &f in &flags {
-                mm.set(p, f);
+                piece.set(f);
             }
             if order > 0 {
-                mm.set(p, PageFlag::LargeRmappable);
+                piece.set(PageFlag::LargeRmappable);
             }
-            mm.set_mapping(p, mapping);
-            mm.set_index(p, index + off);
+            piece.set_mapping(mapping);
+            piece.set_index(index + off);
             if on_lru {
-                mm.set(p, PageFlag::Lru);
-                lists.add(mm, p, 1 << order);
+                piece.set(PageFlag::Lru);
+                lists.add(piece, 1 << order);
             }
         }
         c.add(Ev::ThpSplitFolio, 1);
@@ -370,7 +374,7 @@ impl PhysMem {
         }
         c.add(Ev::FolioAtomic, 1);
         c.add(Ev::RefcountAtomic, 1);
-        let left = self.memmap.ref_add(head, -n);
+        let left = self.memmap.folio(head).ref_sub(n);
         if left == 0 {
             self.free_folio(c, head);
             return true;
@@ -418,7 +422,7 @@ impl PhysMem {
                 }
                 c.add(Ev::FolioAtomic, 1);
                 c.add(Ev::RefcountAtomic, 1);
-                if self.memmap.ref_add(head, -n) == 0 {
+                if self.memmap.folio(head).ref_sub(n) == 0 {
                     freed.push(head);
                 }
             }
@@ -463,8 +467,9 @@ impl PhysMem {
     /// Takes a folio whose last reference went off its LRU (`__page_cache_release`).
     fn lru_del_freed(&self, c: &CpuCounters, lists: &mut Lists, head: Pfn) {
         c.add(Ev::LruFreed, 1);
-        lists.del(&self.memmap, head, 1u64 << self.memmap.order(head));
-        self.memmap.clear(head, PageFlag::Lru);
+        let folio = self.memmap.folio(head);
+        lists.del(folio, folio.nr_pages());
+        folio.clear(PageFlag::Lru);
     }
 
     /// Returns a folio whose refcount reached zero to its zone, taking it off its LRU and
@@ -480,12 +485,13 @@ impl PhysMem {
 
     /// Frees a folio whose refcount reached zero and which is on no LRU.
     fn free_unlisted(&self, c: &CpuCounters, head: Pfn) {
-        let order = self.memmap.order(head);
+        let folio = self.memmap.folio(head);
+        let order = folio.order();
         let nr = 1u64 << order;
-        if self.memmap.test_and_clear(head, PageFlag::Mlocked) {
+        if folio.test_and_clear(PageFlag::Mlocked) {
             self.mod_nr_mlock(c, head, -(nr as i64));
         }
-        if self.memmap.test(head, PageFlag::Pgtable) {
+        if folio.test(PageFlag::Pgtable) {
             c.add(Ev::PgtableFree, 1);
         }
         for p in head.add(1).range_to(head.add(nr)) {

@@ -10,7 +10,8 @@
 //! Deliberate differences from Linux:
 //! - there is no `struct page *` to convert to: the memmap is indexed by the frame number
 //!   itself ([`Memmap`](super::Memmap) takes a [`Pfn`] where Linux takes a page or folio
-//!   pointer), and a folio is named by its head frame;
+//!   pointer), and a folio is named by its head frame (a [`Folio`](super::Folio) pairs it
+//!   with the memmap);
 //! - the arithmetic Linux writes inline (`pfn + i`, `pfn - folio_pfn(folio)`,
 //!   `IS_ALIGNED(pfn, nr)`, `ALIGN_DOWN(pfn, nr)`) is a method each ([`Pfn::add`],
 //!   [`Pfn::offset_from`], [`Pfn::is_aligned`], [`Pfn::align_down`]), so the raw number is
