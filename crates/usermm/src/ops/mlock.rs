@@ -330,7 +330,7 @@ impl<'m> Cpu<'m> {
             }
             let pfn = pt.arch.pfn(e);
             let nr_pages = folio.nr_pages();
-            let last = folio.page(nr_pages - 1);
+            let last = folio.pfn().add(nr_pages).sub(1);
             let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
             let va = step.start + ((i - i0) as u64) * 4096;
             let folio_start = va - pfn.offset_from(head) * 4096;

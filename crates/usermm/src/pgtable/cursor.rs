@@ -319,7 +319,7 @@ impl<'a> PteLock<'a> {
         };
         let folio = self.pt.phys.memmap.folio(head);
         if batching == PteBatching::Batched && limit > 1 && folio.is_large() {
-            let last = folio.page(folio.nr_pages() - 1);
+            let last = folio.last_page();
             let b = folio_pte_batch(self.pt, self.table, idx, e, last, limit, flags);
             self.c.add(Ev::PteRead, b.nr as u64 - 1);
             run.nr = b.nr;

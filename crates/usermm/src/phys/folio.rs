@@ -63,10 +63,11 @@ impl<'a> Folio<'a> {
         self.head
     }
 
-    /// The `i`-th page of the folio (`folio_page`, as a frame).
+    /// The folio's last page (`folio_pfn + folio_nr_pages - 1`). Written as that sum, in that
+    /// order, which is how the batch callers computed it (the code stays the same).
     #[inline]
-    pub(crate) fn page(self, i: u64) -> Pfn {
-        self.head.add(i)
+    pub(crate) fn last_page(self) -> Pfn {
+        self.head.add(self.nr_pages()).sub(1)
     }
 
     /// The folio's order (`folio_order`; 0 for a small folio).
@@ -232,7 +233,7 @@ mod tests {
         let mem = &phys.memmap;
         let f = mem.page_folio(head.add(5));
         assert_eq!(f.pfn(), head);
-        assert_eq!(f.page(5), head.add(5));
+        assert_eq!(f.last_page(), head.add(15));
         assert_eq!((f.order(), f.nr_pages()), (4, 16));
         assert!(f.is_large() && f.is_anon());
         assert_eq!(f.ref_add(2), 3);
