@@ -545,10 +545,8 @@ pub(crate) fn stable_page_flags(phys: &PhysMem, pfn: Pfn) -> u64 {
 pub struct LeafEntry {
     /// Virtual address mapped.
     pub addr: u64,
-    /// Raw entry.
-    pub entry: u64,
-    /// A PMD leaf (2 MiB) rather than a PTE.
-    pub huge: bool,
+    /// The entry: a PTE, or a PMD leaf (2 MiB); [`AnyLeaf::val`] gives its raw bits.
+    pub entry: AnyLeaf,
 }
 
 impl<'m> Cpu<'m> {
@@ -557,13 +555,8 @@ impl<'m> Cpu<'m> {
         let task = self.mm_of(pid)?;
         let _st = task.mm.lock.read();
         let mut out = Vec::new();
-        // The public dump carries raw words: the entry types are private to the crate.
         crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
-            out.push(LeafEntry {
-                addr,
-                entry: entry.val(),
-                huge: entry.is_pmd(),
-            })
+            out.push(LeafEntry { addr, entry })
         });
         Ok(out)
     }

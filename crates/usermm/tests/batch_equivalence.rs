@@ -120,7 +120,7 @@ fn run(arch: Arch, folio: u64, batching: PteBatching, ops: &[Op]) -> (Vec<String
         cpu.page_table_dump(pid)
             .expect("dump")
             .iter()
-            .map(|l| (l.addr, l.entry & !cont, l.huge))
+            .map(|l| (l.addr, l.entry.val() & !cont, l.entry.is_pmd()))
             .collect()
     };
     for pid in [p, c] {

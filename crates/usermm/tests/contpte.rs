@@ -26,7 +26,7 @@ fn cont_entries(cpu: &usermm::Cpu<'_>, p: usermm::Pid) -> usize {
     cpu.page_table_dump(p)
         .expect("dump")
         .iter()
-        .filter(|l| l.entry & CONT != 0)
+        .filter(|l| l.entry.val() & CONT != 0)
         .count()
 }
 

@@ -15,17 +15,21 @@
 //! over [`TableEntry`]. [`AnyLeaf`] is a leaf of either level, for the few walkers that treat
 //! both alike.
 //!
+//! [`Pte`], [`Pmd`] and [`AnyLeaf`] are public so that the page-table dump
+//! ([`Cpu::page_table_dump`](crate::Cpu::page_table_dump)) hands out typed entries; outside
+//! the crate they can be read (raw bits, level, emptiness) but not built.
+//!
 //! [`Arch`]: super::Arch
 
 use std::fmt;
 
 /// Declares one entry type with its raw-bits constructors and a hex `Debug`.
 macro_rules! entry_type {
-    ($(#[$doc:meta])* $name:ident, $val:literal, $from:literal) => {
+    ($(#[$doc:meta])* $vis:vis $name:ident, $val:literal, $from:literal) => {
         $(#[$doc])*
         #[repr(transparent)]
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub(crate) struct $name(u64);
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+        $vis struct $name(u64);
 
         // Every type gets the whole set, as each Linux level has its `p?d_val`, `__p?d` and
         // `p?d_none`; [`Pud`] is built and read through the traits only (table pointers).
@@ -36,7 +40,7 @@ macro_rules! entry_type {
 
             #[doc = concat!("The raw bits (`", $val, "`).")]
             #[inline]
-            pub(crate) const fn val(self) -> u64 {
+            $vis const fn val(self) -> u64 {
                 self.0
             }
 
@@ -48,7 +52,7 @@ macro_rules! entry_type {
 
             /// Whether the entry is empty (`p?d_none`).
             #[inline]
-            pub(crate) const fn is_none(self) -> bool {
+            $vis const fn is_none(self) -> bool {
                 self.0 == 0
             }
         }
@@ -76,14 +80,14 @@ macro_rules! entry_type {
 entry_type!(
     /// A level-4 entry (`pte_t`): none, a present (possibly PROT_NONE) page, or an entry the
     /// engine never writes (swap entries are not modelled).
-    Pte,
+    pub Pte,
     "pte_val",
     "__pte"
 );
 
 entry_type!(
     /// A level-3 entry (`pmd_t`): none, a 2 MiB leaf, or a pointer to a PTE table.
-    Pmd,
+    pub Pmd,
     "pmd_val",
     "__pmd"
 );
@@ -93,17 +97,17 @@ entry_type!(
     /// both levels only with table pointers (there are no 1 GiB leaves and no folded levels),
     /// and the two have the same table-pointer format on both architectures, so one type
     /// serves both.
-    Pud,
+    pub(crate) Pud,
     "pud_val",
     "__pud"
 );
 
 /// A leaf of either level, for the walkers that treat both alike (the MMU model in
-/// `access.rs`, validation, the views): the codec reads and updates it like a [`Pte`] or a
-/// [`Pmd`] (the flag bits sit at the same positions at both levels), and an update keeps the
-/// level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum AnyLeaf {
+/// `access.rs`, validation, the views and their public page-table dump): the codec reads and
+/// updates it like a [`Pte`] or a [`Pmd`] (the flag bits sit at the same positions at both
+/// levels), and an update keeps the level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum AnyLeaf {
     /// A level-4 entry.
     Pte(Pte),
     /// A PMD leaf.
@@ -113,7 +117,7 @@ pub(crate) enum AnyLeaf {
 impl AnyLeaf {
     /// The raw bits.
     #[inline]
-    pub(crate) fn val(self) -> u64 {
+    pub fn val(self) -> u64 {
         match self {
             AnyLeaf::Pte(e) => e.0,
             AnyLeaf::Pmd(e) => e.0,
@@ -122,7 +126,7 @@ impl AnyLeaf {
 
     /// Whether this is a PMD leaf.
     #[inline]
-    pub(crate) fn is_pmd(self) -> bool {
+    pub fn is_pmd(self) -> bool {
         matches!(self, AnyLeaf::Pmd(_))
     }
 }

@@ -23,7 +23,8 @@ pub(crate) mod entry;
 use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 pub use arch::{Arch, Prot};
-pub(crate) use entry::{AnyLeaf, Pmd, Pte, Pud};
+pub(crate) use entry::Pud;
+pub use entry::{AnyLeaf, Pmd, Pte};
 use entry::{Entry, LeafEntry, TableEntry};
 use std::sync::atomic::{AtomicU32, Ordering};
 
