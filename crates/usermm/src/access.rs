@@ -308,21 +308,6 @@ impl<'m> Cpu<'m> {
         })
     }
 
-    /// Writes `data` at `addr` of process `pid`.
-    pub fn write_bytes(&self, pid: Pid, addr: u64, data: &[u8]) -> Result<(), Signal> {
-        let arena = &self.m.phys.arena;
-        self.with_mm(pid, |mm, st| {
-            self.for_each_piece(
-                mm,
-                st,
-                addr,
-                data.len() as u64,
-                Access::Write,
-                |pfn, off, n, done| arena.write(pfn, off, &data[done as usize..done as usize + n]),
-            )
-        })
-    }
-
     /// Reads `out.len()` bytes at `addr` of process `pid`.
     pub fn read_bytes(&self, pid: Pid, addr: u64, out: &mut [u8]) -> Result<(), Signal> {
         let arena = &self.m.phys.arena;

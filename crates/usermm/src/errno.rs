@@ -59,11 +59,6 @@ impl Errno {
         }
     }
 
-    /// Parses a symbolic name.
-    pub fn from_name(name: &str) -> Option<Errno> {
-        ALL.iter().copied().find(|e| e.name() == name)
-    }
-
     /// The numeric value.
     pub fn code(self) -> i32 {
         self as i32

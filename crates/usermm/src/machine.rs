@@ -209,7 +209,7 @@ impl Machine {
     }
 
     /// The NUMA policy in force.
-    pub fn mempolicy(&self) -> MemPolicy {
+    pub(crate) fn mempolicy(&self) -> MemPolicy {
         if self.interleave.load(Relaxed) {
             MemPolicy::Interleave
         } else {

@@ -431,11 +431,6 @@ impl KernelSpace {
         &self.layout
     }
 
-    /// Ranges added by [`KernelSpace::add_memory`].
-    pub fn hotplugged(&self) -> &[PhysRange] {
-        &self.hotplugged
-    }
-
     /// Cost counters since creation.
     pub fn stats(&self) -> &KmapStats {
         &self.stats
@@ -459,11 +454,6 @@ impl KernelSpace {
     /// Physical range of the table pool.
     pub fn pool_range(&self) -> PhysRange {
         PhysRange::new(self.pool.base(), self.pool.base() + self.pool.bytes())
-    }
-
-    /// Table pages allocated from the pool (image tables included).
-    pub fn pool_tables_in_use(&self) -> u64 {
-        self.pool.tables_in_use()
     }
 
     /// Tables that stand for kernel-image memory (`swapper_pg_dir`, `bm_*`).

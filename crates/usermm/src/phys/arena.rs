@@ -86,11 +86,6 @@ impl Arena {
         }
     }
 
-    /// Whether a frame is all zeroes.
-    pub fn frame_is_zero(&self, pfn: Pfn) -> bool {
-        self.frame(pfn).iter().all(|w| w.load(Relaxed) == 0)
-    }
-
     /// Fills `len` bytes at byte offset `off` of a frame with `byte`: partial words at either
     /// end by a masked update, whole words in between by plain relaxed stores (a tight loop,
     /// like `memset`).

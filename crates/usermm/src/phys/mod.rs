@@ -212,17 +212,6 @@ impl PhysMem {
         self.zones.iter().map(Zone::free_pages).sum()
     }
 
-    /// Free blocks per order summed over zones.
-    pub fn free_counts(&self) -> Vec<u64> {
-        let mut out = vec![0u64; buddy::MAX_ORDER as usize + 1];
-        for z in &self.zones {
-            for (o, n) in z.free_counts().iter().enumerate() {
-                out[o] += n;
-            }
-        }
-        out
-    }
-
     /// Every zone (for validation and views).
     pub(crate) fn zones(&self) -> &[Zone] {
         &self.zones

@@ -265,11 +265,6 @@ impl VmaSet {
         self.tree.find_after(addr).map(|(_, _, id)| id)
     }
 
-    /// The last VMA starting before `addr`.
-    pub fn find_before(&self, addr: u64) -> Option<VmaId> {
-        self.tree.find_before(addr).map(|(_, _, id)| id)
-    }
-
     /// `find_mergeable_anon_vma`: the anon_vma of an adjacent VMA that `id` could share,
     /// the next one first, then the previous one. Two VMAs are compatible when they touch,
     /// differ in flags only by access bits and soft-dirty, map the same object (anonymous)
