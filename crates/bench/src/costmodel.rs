@@ -70,6 +70,14 @@ pub struct Primitives {
     /// A dependent load of a random line of the buffer (a pointer chase: a tree node, a
     /// list link, a random `struct page`).
     pub line_rand: f64,
+    /// What a walk's first `struct page` line of a folio costs beyond a streamed one, on
+    /// average: `(1 - adjacency) x (line_rand - atomic_line)`, where `adjacency` is the
+    /// fraction of consecutive 4 KiB pages of freshly faulted anonymous memory whose frames
+    /// are adjacent (`/proc/self/pagemap`; 0 where it shows no frame numbers, as without
+    /// root). On this 6.18 guest 0.34: the per-CPU lists hand out order-0 pages in LIFO
+    /// order, so two folios in three that a walk meets sit on a `struct page` line that no
+    /// stream brought in. The engine's frames are sequential; the host's are not.
+    pub line_jump: f64,
     /// Zeroing a 4 KiB page, by the host kernel (`clear_page`): a `read` of `/dev/zero`
     /// into populated memory, per page (user-space `memset` if that fails). The kernel's
     /// string stores are slower than user space's vector stores: on this 6.18 guest 345 ns
@@ -158,6 +166,7 @@ primitives! {
     KCall => kcall,
     Call => call,
     LineRand => line_rand,
+    LineJump => line_jump,
     ZeroPage => zero_page,
     CopyPage => copy_page,
     LockPair => lock_pair,
@@ -332,6 +341,8 @@ impl Primitives {
             ns_per(t, n)
         });
         let trap = best(&mut || trap_ns().unwrap_or(f64::MAX));
+        let adjacency = frame_adjacency().unwrap_or(1.0);
+        let line_jump = (1.0 - adjacency) * (line_rand - atomic_line).max(0.0);
         let mut p = Primitives {
             load_seq,
             store_seq,
@@ -342,6 +353,7 @@ impl Primitives {
             kcall,
             call,
             line_rand,
+            line_jump,
             zero_page,
             copy_page,
             lock_pair,
@@ -420,6 +432,33 @@ fn kernel_pte_loop_ns() -> Option<f64> {
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
     Some(ns_per(t, (LEN >> 12) as usize))
+}
+
+/// The fraction of consecutive 4 KiB pages of 16 MiB of freshly written anonymous memory
+/// (`MADV_NOHUGEPAGE`) whose frames are adjacent (one apart, either way), from
+/// `/proc/self/pagemap`; `None` if the host refuses a step or shows no frame numbers
+/// (without `CAP_SYS_ADMIN` they read 0).
+fn frame_adjacency() -> Option<f64> {
+    const PAGES: u64 = 4096;
+    use crate::host::region::{Region, MADV_NOHUGEPAGE};
+    let r = Region::anon(PAGES << 12).ok()?;
+    oracle::sys::madvise(r.addr, PAGES << 12, MADV_NOHUGEPAGE).ok()?;
+    r.write_each_page().ok()?;
+    let f = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let mut prev: Option<u64> = None;
+    let (mut adjacent, mut pairs) = (0u64, 0u64);
+    let mut shown = false;
+    oracle::procfs::scan_pagemap(&f, r.addr >> 12, PAGES, |_, e| {
+        let pfn = e & oracle::procfs::PM_PFN;
+        shown |= pfn != 0;
+        if let Some(q) = prev {
+            pairs += 1;
+            adjacent += u64::from(pfn.abs_diff(q) == 1);
+        }
+        prev = Some(pfn);
+    })
+    .ok()?;
+    (shown && pairs > 0).then(|| adjacent as f64 / pairs as f64)
 }
 
 /// A page fault's round trip on this host: per 4 KiB page of 32 MiB of never-touched
@@ -563,13 +602,13 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "fork_batches",
-        work: &[(Prim::KCall, 1.0)],
-        kernel: "copy_present_ptes (inlined) per batch: vm_normal_page; folio_pte_batch_flags is inlined",
+        work: &[(Prim::KCall, 1.0), (Prim::LineJump, 1.0)],
+        kernel: "copy_present_ptes (inlined) per batch: vm_normal_page; folio_pte_batch_flags is inlined; the folio's first struct page line, off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
         counter: "zap_batches",
-        work: &[(Prim::KCall, 10.0)],
-        kernel: "zap_present_ptes (inlined) per batch: vm_normal_page, folio_remove_rmap_ptes, the NR_ANON_MAPPED stat chain (__lruvec_stat_mod_folio: rcu lock/unlock, __mod_lruvec_state, __mod_node_page_state, mod_memcg_lruvec_state, css_rstat_updated), __tlb_remove_folio_pages",
+        work: &[(Prim::KCall, 10.0), (Prim::LineJump, 1.0)],
+        kernel: "zap_present_ptes (inlined) per batch: vm_normal_page, folio_remove_rmap_ptes, the NR_ANON_MAPPED stat chain (__lruvec_stat_mod_folio: rcu lock/unlock, __mod_lruvec_state, __mod_node_page_state, mod_memcg_lruvec_state, css_rstat_updated), __tlb_remove_folio_pages; the folio's first struct page line, off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
         counter: "lock_ptl",
@@ -686,8 +725,8 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         counter: "folios_freed",
-        work: &[(Prim::KCall, 15.0), (Prim::LineRand, 1.0)],
-        kernel: "a folio freed after a TLB flush: free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
+        work: &[(Prim::KCall, 15.0)],
+        kernel: "a folio freed after a TLB flush (its struct page line is still cached: the rmap removal of the same batch touched it; zap_batches prices that first touch): free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
     },
     Recipe {
         counter: "frames_freed",
