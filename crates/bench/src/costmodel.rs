@@ -953,13 +953,18 @@ pub fn add_model_columns(
     table.cost_model = Some(*prims);
     if let Some(a) = accuracy(table) {
         table.notes.push(format!(
-            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives: the median of {processes} fresh processes' measurements, before the table and after each row; counters exact, nothing fitted to these rows",
+            "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}); primitives: {}; counters exact, nothing fitted to these rows",
             model_name(host_matches),
             a.within_20pct,
             a.rows,
             a.median_error_pct,
             a.worst_error_pct,
-            a.worst_row
+            a.worst_row,
+            if processes == 0 {
+                "measured in this process (no agent process could be started)".to_string()
+            } else {
+                format!("the median of {processes} fresh processes' measurements, before the table and after each row")
+            }
         ));
     }
 }
