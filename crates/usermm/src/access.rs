@@ -13,6 +13,7 @@ use crate::pgtable::{AnyLeaf, PageTables, Walk};
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
+use crate::vaddr::VirtAddr;
 
 /// A signal delivered to the accessing process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -180,7 +181,7 @@ impl<'m> Cpu<'m> {
 
     fn walk_leaf(&self, pt: PageTables<'m>, addr: u64) -> Option<Leaf> {
         let c = self.c();
-        match pt.walk(addr) {
+        match pt.walk(VirtAddr::new(addr)) {
             Walk::Pte { table, idx, entry } if !entry.is_none() => {
                 c.add(Ev::PteRead, 1);
                 Some(Leaf {

@@ -23,6 +23,7 @@ use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::tunables::PteBatching;
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
 /// The kind of access that faulted.
@@ -92,7 +93,7 @@ impl<'m> Cpu<'m> {
             return self.segv();
         }
         let pt = self.tables(mm);
-        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, VirtAddr::new(addr)) else {
             return self.oom();
         };
         let pmd_idx = index(addr, 21);
@@ -131,7 +132,7 @@ impl<'m> Cpu<'m> {
                 return FaultOutcome::Completed;
             }
         }
-        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, addr) {
+        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, VirtAddr::new(addr)) {
             Ok(Some(t)) => t,
             Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
             Err(_) => return self.oom(),
@@ -692,7 +693,7 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let pt = self.tables(mm);
-            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(VirtAddr::new(addr)) {
                 let haddr = addr & !(PMD_SIZE - 1);
                 if let Some(id) = st.vmas.find(haddr) {
                     self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);

@@ -21,6 +21,7 @@ use crate::pgtable::cursor::{PmdKind, PteLock};
 use crate::phys::{PageFlag, Pfn};
 use crate::rmap;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 
 impl<'m> Cpu<'m> {
@@ -50,17 +51,17 @@ impl<'m> Cpu<'m> {
             return false;
         }
         let pt = self.tables(mm);
-        for step in pt.pmd_walk(first, end) {
+        for step in pt.pmd_walk(VirtAddr::new(first), VirtAddr::new(end)) {
             if let PmdKind::Huge(e) = step.kind {
                 if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
                     return false;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
             }
         }
         // Every mapping of the folio must be one of its own PTEs here.
         let mut maps = Vec::new();
-        for step in pt.pmd_walk(first, end) {
+        for step in pt.pmd_walk(VirtAddr::new(first), VirtAddr::new(end)) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };

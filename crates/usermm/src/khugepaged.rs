@@ -51,6 +51,7 @@ use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use crate::zap::{GatherScope, MmuGather, ZapDetails};
 
@@ -251,7 +252,7 @@ impl<'m> Cpu<'m> {
             return;
         }
         let pt = self.tables(mm);
-        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, haddr) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, VirtAddr::new(haddr)) else {
             return;
         };
         let pmd_idx = ((haddr >> 21) & 511) as usize;
@@ -287,7 +288,7 @@ impl<'m> Cpu<'m> {
                 if vma.anon_vma() != 0 || !addr.is_multiple_of(PMD_SIZE) || end - addr != PMD_SIZE {
                     continue;
                 }
-                if let Some(step) = pt.pmd_walk(addr, end).next() {
+                if let Some(step) = pt.pmd_walk(VirtAddr::new(addr), VirtAddr::new(end)).next() {
                     self.free_empty_pte_table(&mut tlb, mm, &step);
                 }
             }
@@ -305,7 +306,10 @@ impl<'m> Cpu<'m> {
         let pt = self.tables(mm);
         let phys = &self.m.phys;
         let mem = &phys.memmap;
-        let Some(step) = pt.pmd_walk(haddr, haddr + PMD_SIZE).next() else {
+        let Some(step) = pt
+            .pmd_walk(VirtAddr::new(haddr), VirtAddr::new(haddr + PMD_SIZE))
+            .next()
+        else {
             return Scan::NoTable;
         };
         let table = match step.kind {

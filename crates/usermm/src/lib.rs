@@ -43,6 +43,7 @@ pub mod sharing;
 pub(crate) mod stats;
 pub(crate) mod tlb;
 pub mod tunables;
+pub(crate) mod vaddr;
 pub(crate) mod validate;
 pub mod views;
 pub mod vma;

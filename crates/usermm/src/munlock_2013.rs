@@ -30,6 +30,7 @@ use crate::pgtable::{index, PageTables, Walk, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
 /// Pages per pagevec in 3.12.
@@ -98,7 +99,7 @@ impl<'m> Cpu<'m> {
         let c = self.c();
         let phys = &self.m.phys;
         c.add(Ev::PteRead, 4);
-        match pt.walk(addr) {
+        match pt.walk(VirtAddr::new(addr)) {
             Walk::Pte { table, idx, .. } => {
                 let ptes = PteLock::lock(pt, c, table);
                 let e = ptes.peek_raw(idx);
@@ -143,7 +144,7 @@ impl<'m> Cpu<'m> {
             .min((addr.wrapping_sub(4096) & !(PMD_SIZE - 1)) + PMD_SIZE)
             .min(vma.end);
         if design.has_patch(7) {
-            let Some(table) = pt.pte_table(addr - 4096) else {
+            let Some(table) = pt.pte_table(VirtAddr::new(addr - 4096)) else {
                 return (addr, None);
             };
             let ptes = PteLock::lock(pt, self.c(), table);

@@ -15,6 +15,7 @@ use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
+use crate::vaddr::VirtAddr;
 use crate::vma::VmFlags;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -573,14 +574,14 @@ impl Machine {
 
 /// Calls `f(addr, entry)` for every non-empty leaf entry (as stored), in address order.
 pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, AnyLeaf)) {
-    for step in pt.pmd_walk(0, u64::MAX) {
+    for step in pt.pmd_walk(VirtAddr::new(0), VirtAddr::new(u64::MAX)) {
         match step.kind {
-            PmdKind::Huge(e) => f(step.start, AnyLeaf::Pmd(e)),
+            PmdKind::Huge(e) => f(step.start.val(), AnyLeaf::Pmd(e)),
             PmdKind::Table(table) => {
                 for i in 0..PTRS_PER_TABLE {
                     let e = pt.ptep_get_raw(table, i);
                     if !e.is_none() {
-                        f(step.start + ((i as u64) << 12), AnyLeaf::Pte(e));
+                        f(step.start.add((i as u64) << 12).val(), AnyLeaf::Pte(e));
                     }
                 }
             }

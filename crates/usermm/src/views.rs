@@ -14,6 +14,7 @@ use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{AnyLeaf, PageTables, Walk, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
 /// One line of `/proc/PID/maps`.
@@ -188,7 +189,7 @@ pub(crate) struct LeafInfo {
 }
 
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
-    match pt.walk(addr) {
+    match pt.walk(VirtAddr::new(addr)) {
         Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
             entry: AnyLeaf::Pte(entry),
             pfn: pt.arch.pfn(entry),
@@ -330,7 +331,7 @@ impl<'m> Cpu<'m> {
             size: v.len(),
             ..Smaps::default()
         };
-        for step in pt.pmd_walk(v.start, v.end) {
+        for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
             match step.kind {
                 PmdKind::Huge(entry) => {
                     let pfn = pt.arch.pfn(entry);
@@ -574,19 +575,19 @@ impl<'m> Cpu<'m> {
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let mut out = Vec::new();
-        for step in pt.pmd_walk(start & !4095, end) {
+        let (start, end) = (VirtAddr::new(start).page_align_down(), VirtAddr::new(end));
+        for step in pt.pmd_walk(start, end) {
             match step.kind {
                 PmdKind::Huge(pmd) => {
                     if pt.arch.present(pmd) {
-                        out.extend((step.start..step.end).step_by(4096));
+                        out.extend((step.start.val()..step.end.val()).step_by(4096));
                     }
                 }
                 PmdKind::Table(table) => {
                     let (i0, i1) = step.pte_indexes();
                     out.extend((i0..i1).filter_map(|i| {
                         let e = pt.ptep_get_raw(table, i);
-                        (!e.is_none() && pt.arch.present(e))
-                            .then(|| step.start + ((i - i0) as u64) * 4096)
+                        (!e.is_none() && pt.arch.present(e)).then(|| step.pte_addr(i).val())
                     }));
                 }
             }

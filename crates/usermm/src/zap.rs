@@ -15,6 +15,7 @@ use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 
 /// Pages gathered before a forced flush (Linux `MAX_GATHER_BATCH_COUNT` × batch size ≈ 10k).
@@ -150,13 +151,13 @@ impl<'m> Cpu<'m> {
             return;
         }
         let pt = self.tables(mm);
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             if let PmdKind::Huge(_) = step.kind {
                 if step.whole() {
                     self.zap_huge_pmd(tlb, mm, vma, &step);
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
             }
             if let Some(table) = pt.pte_table_at(step.table, step.idx) {
                 self.zap_pte_range(tlb, mm, vma, table, &step, details);
@@ -168,7 +169,7 @@ impl<'m> Cpu<'m> {
         let c = self.c();
         let phys = &self.m.phys;
         let pt = self.tables(mm);
-        let haddr = step.haddr();
+        let haddr = step.haddr().val();
         let mut pmdl = PmdLock::lock(pt, c, step.table);
         let pmd = pmdl.clear(step.idx);
         tlb.add_range(haddr, haddr + PMD_SIZE);
@@ -252,7 +253,7 @@ impl<'m> Cpu<'m> {
             c.add(Ev::ZapBatches, 1);
         }
         if cleared > 0 {
-            tlb.add_range(step.start, step.end);
+            tlb.add_range(step.start.val(), step.end.val());
         }
     }
 
@@ -276,7 +277,7 @@ impl<'m> Cpu<'m> {
         }
         self.tables(mm)
             .unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
-        tlb.add_range(step.haddr(), step.haddr() + PMD_SIZE);
+        tlb.add_range(step.haddr().val(), step.haddr().val() + PMD_SIZE);
         tlb.remove_table(table);
     }
 

@@ -24,6 +24,7 @@ use crate::pgtable::cursor::{PmdKind, PteLock};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use crate::zap::{GatherScope, MmuGather, ZapDetails};
 use std::sync::Arc;
@@ -517,7 +518,7 @@ impl<'m> Cpu<'m> {
                 let pt = self.tables(mm);
                 let arch = pt.arch;
                 let mut hit = false;
-                for step in pt.pmd_walk(start, end) {
+                for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
                     match step.kind {
                         PmdKind::Table(table) => {
                             let mut ptes = PteLock::lock(pt, self.c(), table);
@@ -1447,7 +1448,8 @@ impl<'m> Cpu<'m> {
     fn mkclean_one(&self, mm: &Mm, addr: u64) {
         let pt = self.tables(mm);
         let arch = pt.arch;
-        for step in pt.pmd_walk(addr, addr + PAGE_SIZE) {
+        let va = VirtAddr::new(addr);
+        for step in pt.pmd_walk(va, va.add(PAGE_SIZE)) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };

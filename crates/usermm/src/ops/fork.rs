@@ -24,6 +24,7 @@ use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::tunables::{PteBatching, VmaTreeCopy};
+use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -212,7 +213,7 @@ impl<'m> Cpu<'m> {
 
     fn copy_page_range(&self, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
         let spt = self.tables(ctx.src);
-        for step in spt.pmd_walk(vma.start, vma.end) {
+        for step in spt.pmd_walk(vma.vm_start(), vma.vm_end()) {
             if let PmdKind::Huge(_) = step.kind {
                 if self.copy_huge_pmd(ctx, vma, &step)? {
                     continue;
@@ -233,7 +234,7 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let spt = self.tables(ctx.src);
         let dpt = self.tables(ctx.dst);
-        let (table, idx, haddr) = (step.table, step.idx, step.haddr());
+        let (table, idx, haddr) = (step.table, step.idx, step.haddr().val());
         if spt
             .vm_normal_folio(spt.pmdp_get(table, idx))
             .is_some_and(|h| !phys.memmap.folio(h).is_anon())
@@ -242,7 +243,7 @@ impl<'m> Cpu<'m> {
             return Ok(true);
         }
         let dpmd = dpt
-            .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
+            .alloc_pmd_table(c, &ctx.dst.page_table_lock, VirtAddr::new(haddr))
             .map_err(|_| Errno::ENOMEM)?;
         let deposit = phys
             .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
@@ -303,7 +304,7 @@ impl<'m> Cpu<'m> {
                 i += 1;
                 continue;
             }
-            let at = step.start + ((i - i0) as u64) * 4096;
+            let at = step.start.val() + ((i - i0) as u64) * 4096;
             match self.copy_present_ptes(&mut cp, i, iend - i, e, at) {
                 Ok((nr, added)) => {
                     rss += added;

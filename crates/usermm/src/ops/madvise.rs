@@ -11,6 +11,7 @@ use crate::machine::Cpu;
 use crate::mm::{MmState, Pid};
 use crate::phys::Pfn;
 use crate::stats::Ev;
+use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, VmaId};
 use crate::zap::{GatherScope, MmuGather};
 
@@ -131,7 +132,10 @@ impl<'m> Cpu<'m> {
         start: u64,
         end: u64,
     ) {
-        for step in self.tables(mm).pmd_walk(start, end) {
+        for step in self
+            .tables(mm)
+            .pmd_walk(VirtAddr::new(start), VirtAddr::new(end))
+        {
             if step.whole() {
                 self.free_empty_pte_table(tlb, mm, &step);
             }
@@ -393,7 +397,7 @@ impl<'m> Cpu<'m> {
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
         let mut splits: Vec<(Pfn, u64, u64)> = Vec::new();
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             let table = match step.kind {
                 PmdKind::Huge(e) => {
                     let Some(head) = pt.vm_normal_folio(e) else {
@@ -403,7 +407,7 @@ impl<'m> Cpu<'m> {
                         continue; // `folio_maybe_mapped_shared`
                     }
                     if !step.whole() {
-                        splits.push((head, step.haddr(), 1 << mem.order(head)));
+                        splits.push((head, step.haddr().val(), 1 << mem.order(head)));
                         continue;
                     }
                     let mut pmdl = PmdLock::lock(pt, self.c(), step.table);
@@ -424,7 +428,7 @@ impl<'m> Cpu<'m> {
                 let Some(head) = pt.vm_normal_folio(entry) else {
                     continue;
                 };
-                let a = step.start + ((i - i0) as u64) * 4096;
+                let a = step.pte_addr(i).val();
                 let pfn = pt.arch.pfn(entry);
                 let nr = 1u64 << mem.order(head);
                 let folio_start = a - pfn.offset_from(head) * 4096;
@@ -512,12 +516,12 @@ impl<'m> Cpu<'m> {
         let mem = &self.m.phys.memmap;
         // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
         let mut seen: Vec<(Pfn, u64, u64, bool, bool)> = Vec::new();
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             match step.kind {
                 PmdKind::Huge(e) => {
                     if let Some(head) = pt.vm_normal_folio(e) {
                         let n = if step.whole() { 512 } else { 0 };
-                        seen.push((head, step.haddr(), n, pt.arch.dirty(e), true));
+                        seen.push((head, step.haddr().val(), n, pt.arch.dirty(e), true));
                     }
                 }
                 PmdKind::Table(table) => {
@@ -538,7 +542,7 @@ impl<'m> Cpu<'m> {
                                 f.3 |= dirty;
                             }
                             _ => {
-                                let a = step.start + (i - i0) as u64 * 4096;
+                                let a = step.pte_addr(i).val();
                                 let first = a - pt.arch.pfn(e).offset_from(head) * 4096;
                                 seen.push((head, first, 1, dirty, false));
                             }
@@ -659,7 +663,7 @@ impl<'m> Cpu<'m> {
         let mem = &phys.memmap;
         self.lru_add_drain();
         let mut found = Vec::new();
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             if let PmdKind::Huge(e) = step.kind {
                 // A PMD-mapped folio only partly advised and mapped by no one else is split
                 // (`split_folio`: unmapped everywhere, order-0 pages; shmem keeps them).
@@ -694,7 +698,7 @@ impl<'m> Cpu<'m> {
                     continue;
                 }
                 let nr = 1u64 << mem.order(head);
-                let addr = step.start + ((at - i0) as u64) * 4096;
+                let addr = step.pte_addr(at).val();
                 if nr > 1 {
                     // A large folio: the PTEs that map it in order from here (within the
                     // range and this table) must cover all of it, or it is split first

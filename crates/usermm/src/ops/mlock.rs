@@ -16,6 +16,7 @@ use crate::pgtable::cursor::{PmdKind, PmdStep, PteLock};
 use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
+use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
 
 /// `VM_LOCKED_MASK`.
@@ -279,7 +280,7 @@ impl<'m> Cpu<'m> {
     fn mlock_vma_pages_range(&self, mm: &Mm, vma: &Vma, start: u64, end: u64, lock: bool) {
         let pt = self.tables(mm);
         let phys = &self.m.phys;
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             match step.kind {
                 PmdKind::Huge(entry) => {
                     let pfn = pt.arch.pfn(entry);
@@ -332,7 +333,7 @@ impl<'m> Cpu<'m> {
             let nr_pages = folio.nr_pages();
             let last = folio.pfn().add(nr_pages).sub(1);
             let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
-            let va = step.start + ((i - i0) as u64) * 4096;
+            let va = step.pte_addr(i).val();
             let folio_start = va - pfn.offset_from(head) * 4096;
             let within = folio_start >= range.0.max(vma.start)
                 && folio_start + nr_pages * 4096 <= range.1.min(vma.end);

@@ -17,6 +17,7 @@ use crate::pgtable::Prot;
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, Vma};
 
 impl<'m> Cpu<'m> {
@@ -135,13 +136,13 @@ impl<'m> Cpu<'m> {
     pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: u64, end: u64) {
         let pt = self.tables(mm);
         let mut changed = false;
-        for step in pt.pmd_walk(start, end) {
+        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
             if let PmdKind::Huge(_) = step.kind {
                 if step.whole() {
                     changed |= self.change_huge_pmd(mm, vma, step.table, step.idx);
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
             }
             if let Some(table) = pt.pte_table_at(step.table, step.idx) {
                 changed |= self.change_pte_range(mm, vma, table, &step);

@@ -11,11 +11,12 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Task};
 use crate::ops::mmap::AreaRequest;
-use crate::pgtable::cursor::{pmd_addr_end, PmdKind, PmdLock, PmdStep, PteLock};
-use crate::pgtable::{index, PMD_SIZE, TASK_SIZE};
+use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::{PMD_SIZE, TASK_SIZE};
 use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
 
@@ -419,7 +420,8 @@ impl<'m> Cpu<'m> {
         if flags.has(VmFlags::ACCOUNT) && charge > 0 {
             self.vm_enough_memory(charge >> 12)?;
         }
-        self.prealloc_tables(mm, addr, dst, old_len.min(new_len))?;
+        let (src_va, dst_va) = (VirtAddr::new(addr), VirtAddr::new(dst));
+        self.prealloc_tables(mm, src_va, dst_va, old_len.min(new_len))?;
         let p = Proposal {
             start: dst,
             end: dst + new_len,
@@ -430,7 +432,7 @@ impl<'m> Cpu<'m> {
         };
         merge::insert_new(&mut st.vmas, self.c(), p)?;
         let src = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
-        self.move_page_tables(mm, st.vmas.get(src), addr, dst, old_len.min(new_len));
+        self.move_page_tables(mm, st.vmas.get(src), src_va, dst_va, old_len.min(new_len));
         // Folios left mlocked in an unlocked VMA (see `MmState::mlock_stale`) stay so where
         // they move to.
         if st
@@ -482,17 +484,17 @@ impl<'m> Cpu<'m> {
     /// failure leaves the mapping untouched (Linux moves back what it moved; nothing moved here).
     /// A destination PTE table is needed wherever the source has one, or a PMD leaf that will
     /// not move whole.
-    fn prealloc_tables(&self, mm: &Mm, src: u64, dst: u64, len: u64) -> SysResult<()> {
+    fn prealloc_tables(&self, mm: &Mm, src: VirtAddr, dst: VirtAddr, len: u64) -> SysResult<()> {
         let pt = self.tables(mm);
         let mut a = dst;
-        while a < dst + len {
-            let chunk_end = pmd_addr_end(a, dst + len);
-            let s = src + (a - dst);
+        while a < dst.add(len) {
+            let chunk_end = a.pmd_addr_end(dst.add(len));
+            let s = src.add(a.offset_from(dst));
             let needs_ptes = pt
-                .pmd_walk(s, s + (chunk_end - a))
+                .pmd_walk(s, s.add(chunk_end.offset_from(a)))
                 .any(|step| match step.kind {
                     PmdKind::Table(_) => true,
-                    PmdKind::Huge(_) => !(a.is_multiple_of(PMD_SIZE) && step.whole()),
+                    PmdKind::Huge(_) => !(a.is_pmd_aligned() && step.whole()),
                 });
             if needs_ptes {
                 pt.alloc_pte_table(self.c(), &mm.page_table_lock, a)
@@ -509,18 +511,24 @@ impl<'m> Cpu<'m> {
     /// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`):
     /// whole PMD leaves when both sides are PMD aligned, otherwise PTEs, one source table
     /// piece at a time with both tables locked (`move_ptes`).
-    fn move_page_tables(&self, mm: &Mm, vma: &crate::vma::Vma, src: u64, dst: u64, len: u64) {
+    fn move_page_tables(
+        &self,
+        mm: &Mm,
+        vma: &crate::vma::Vma,
+        src: VirtAddr,
+        dst: VirtAddr,
+        len: u64,
+    ) {
         let pt = self.tables(mm);
         let mut moved = false;
-        for step in pt.pmd_walk(src, src + len) {
-            let d0 = dst + (step.start - src);
+        for step in pt.pmd_walk(src, src.add(len)) {
+            let d0 = dst.add(step.start.offset_from(src));
             if let PmdKind::Huge(_) = step.kind {
-                if step.whole() && d0.is_multiple_of(PMD_SIZE) && self.move_huge_pmd(mm, &step, d0)
-                {
+                if step.whole() && d0.is_pmd_aligned() && self.move_huge_pmd(mm, &step, d0) {
                     moved = true;
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
             }
             let Some(table) = pt.pte_table_at(step.table, step.idx) else {
                 continue;
@@ -528,20 +536,23 @@ impl<'m> Cpu<'m> {
             // Pieces that stay inside one destination table.
             let mut s = step.start;
             while s < step.end {
-                let d = dst + (s - src);
-                let piece_end = step.end.min(s + (pmd_addr_end(d, u64::MAX) - d));
+                let d = dst.add(s.offset_from(src));
+                // The piece ends where the source step or the destination's table does.
+                let piece_end = step
+                    .end
+                    .min(s.add(d.next_boundary(PMD_SIZE).offset_from(d)));
                 moved |= self.move_ptes(mm, table, s, piece_end, d);
                 s = piece_end;
             }
         }
         if moved {
-            self.flush_tlb(mm, FlushScope::Range(src, src + len));
+            self.flush_tlb(mm, FlushScope::Range(src.val(), src.add(len).val()));
         }
     }
 
     /// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table; false if
     /// the destination PMD table cannot be had (the caller splits and moves PTEs instead).
-    fn move_huge_pmd(&self, mm: &Mm, step: &PmdStep, dst: u64) -> bool {
+    fn move_huge_pmd(&self, mm: &Mm, step: &PmdStep, dst: VirtAddr) -> bool {
         let c = self.c();
         let pt = self.tables(mm);
         let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, dst) else {
@@ -551,25 +562,29 @@ impl<'m> Cpu<'m> {
         let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
         let entry = from.clear(step.idx);
         match other.as_mut() {
-            Some(to) => to.install(index(dst, 21), entry),
-            None => from.install(index(dst, 21), entry),
+            Some(to) => to.install(dst.pmd_index(), entry),
+            None => from.install(dst.pmd_index(), entry),
         }
         let mut deposited = mm.deposited.lock();
-        if let Some(t) = deposited.remove(&step.start) {
-            deposited.insert(dst, t);
+        if let Some(t) = deposited.remove(&step.start.val()) {
+            deposited.insert(dst.val(), t);
         }
         true
     }
 
     /// `move_ptes`: moves the entries of `[s, e)` in PTE table `table` to `d`, which lies in
     /// one destination table; the source table is locked first, then the destination.
-    fn move_ptes(&self, mm: &Mm, table: Pfn, s: u64, e: u64, d: u64) -> bool {
+    fn move_ptes(&self, mm: &Mm, table: Pfn, s: VirtAddr, e: VirtAddr, d: VirtAddr) -> bool {
         let c = self.c();
         let pt = self.tables(mm);
         let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) else {
             return false;
         };
-        let (si, di, n) = (index(s, 12), index(d, 12), ((e - s) >> 12) as usize);
+        let (si, di, n) = (
+            s.pte_index(),
+            d.pte_index(),
+            (e.offset_from(s) >> 12) as usize,
+        );
         let mut from = PteLock::lock(pt, c, table);
         let mut to = (dt != table).then(|| PteLock::lock(pt, c, dt));
         let mut moved = false;

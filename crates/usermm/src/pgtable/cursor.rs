@@ -28,13 +28,14 @@
 
 use super::batch::{folio_pte_batch, BatchFlags};
 use super::entry::LeafEntry;
-use super::{index, PageTables, Pmd, Pte, PtlGuard, PMD_SIZE, PUD_SIZE};
+use super::{PageTables, Pmd, Pte, PtlGuard, PGD_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
 use crate::tunables::PteBatching;
+use crate::vaddr::VirtAddr;
 
 /// The addresses four table levels translate.
-const TABLE_SPAN: u64 = 1 << 48;
+const TABLE_SPAN: VirtAddr = VirtAddr::new(1 << 48);
 
 /// What a non-empty PMD entry holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,9 +50,9 @@ pub(crate) enum PmdKind {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PmdStep {
     /// First address of the range under this entry.
-    pub(crate) start: u64,
+    pub(crate) start: VirtAddr,
     /// End of the range under this entry (at most the next 2 MiB boundary).
-    pub(crate) end: u64,
+    pub(crate) end: VirtAddr,
     /// The PMD table holding the entry.
     pub(crate) table: Pfn,
     /// The entry's index in it.
@@ -62,42 +63,45 @@ pub(crate) struct PmdStep {
 
 impl PmdStep {
     /// The 2 MiB-aligned address the entry maps.
-    pub(crate) fn haddr(&self) -> u64 {
-        self.start & !(PMD_SIZE - 1)
+    #[inline]
+    pub(crate) fn haddr(&self) -> VirtAddr {
+        self.start.pmd_align_down()
     }
 
     /// Whether the range covers the entry's whole 2 MiB.
+    #[inline]
     pub(crate) fn whole(&self) -> bool {
-        self.start == self.haddr() && self.end - self.start == PMD_SIZE
+        self.start == self.haddr() && self.end.offset_from(self.start) == PMD_SIZE
     }
 
     /// PTE indexes of the range in its table.
+    #[inline]
     pub(crate) fn pte_indexes(&self) -> (usize, usize) {
-        let i0 = index(self.start, 12);
-        (i0, i0 + ((self.end - self.start) >> 12) as usize)
+        let i0 = self.start.pte_index();
+        (i0, i0 + (self.end.offset_from(self.start) >> 12) as usize)
     }
-}
 
-/// The end of the PMD entry's span containing `addr`, clipped to `end` (`pmd_addr_end`).
-#[inline]
-pub(crate) fn pmd_addr_end(addr: u64, end: u64) -> u64 {
-    ((addr & !(PMD_SIZE - 1)) + PMD_SIZE).min(end)
+    /// The address entry `i` of the PTE table maps (one of [`PmdStep::pte_indexes`]).
+    #[inline]
+    pub(crate) fn pte_addr(&self, i: usize) -> VirtAddr {
+        self.start.add(((i - self.start.pte_index()) as u64) << 12)
+    }
 }
 
 /// Iterates the non-empty PMD entries of `[start, end)`; see the module docs.
 #[derive(Debug)]
 pub(crate) struct PmdWalk<'a> {
     pt: PageTables<'a>,
-    addr: u64,
-    end: u64,
+    addr: VirtAddr,
+    end: VirtAddr,
     /// The PMD table of the current 1 GiB, with that span's start.
-    cached: Option<(u64, Pfn)>,
+    cached: Option<(VirtAddr, Pfn)>,
 }
 
 impl<'a> PmdWalk<'a> {
     /// A walk of `[start, end)` (clipped to the 48 bits four levels translate: higher
     /// addresses would alias lower table indexes).
-    pub(crate) fn new(pt: PageTables<'a>, start: u64, end: u64) -> Self {
+    pub(crate) fn new(pt: PageTables<'a>, start: VirtAddr, end: VirtAddr) -> Self {
         PmdWalk {
             pt,
             addr: start,
@@ -108,20 +112,19 @@ impl<'a> PmdWalk<'a> {
 
     /// The PMD table covering `addr`; `Err(next)` with the address where the empty upper
     /// level ends when there is none.
-    fn pmd_table(&mut self, addr: u64) -> Result<Pfn, u64> {
-        let span = addr & !(PUD_SIZE - 1);
+    fn pmd_table(&mut self, addr: VirtAddr) -> Result<Pfn, VirtAddr> {
+        let span = addr.align_down(PUD_SIZE);
         if let Some((s, t)) = self.cached {
             if s == span {
                 return Ok(t);
             }
         }
         let pt = self.pt;
-        let Some(pud_t) = pt.upper_table_at(pt.pgd, index(addr, 39)) else {
-            let pgd_size = PUD_SIZE << 9;
-            return Err((addr & !(pgd_size - 1)).saturating_add(pgd_size));
+        let Some(pud_t) = pt.upper_table_at(pt.pgd, addr.pgd_index()) else {
+            return Err(addr.next_boundary(PGD_SIZE));
         };
-        let Some(t) = pt.upper_table_at(pud_t, index(addr, 30)) else {
-            return Err(span.saturating_add(PUD_SIZE));
+        let Some(t) = pt.upper_table_at(pud_t, addr.pud_index()) else {
+            return Err(addr.next_boundary(PUD_SIZE));
         };
         self.cached = Some((span, t));
         Ok(t)
@@ -142,9 +145,9 @@ impl Iterator for PmdWalk<'_> {
                     continue;
                 }
             };
-            let next = pmd_addr_end(addr, self.end);
+            let next = addr.pmd_addr_end(self.end);
             self.addr = next;
-            let idx = index(addr, 21);
+            let idx = addr.pmd_index();
             let e = self.pt.pmdp_get(table, idx);
             if e.is_none() {
                 continue;
@@ -168,7 +171,7 @@ impl Iterator for PmdWalk<'_> {
 
 impl<'a> PageTables<'a> {
     /// A [`PmdWalk`] of `[start, end)`.
-    pub(crate) fn pmd_walk(self, start: u64, end: u64) -> PmdWalk<'a> {
+    pub(crate) fn pmd_walk(self, start: VirtAddr, end: VirtAddr) -> PmdWalk<'a> {
         PmdWalk::new(self, start, end)
     }
 

@@ -22,6 +22,7 @@ pub(crate) mod entry;
 
 use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
+use crate::vaddr::VirtAddr;
 pub use arch::{Arch, Prot};
 pub(crate) use entry::Pud;
 pub use entry::{AnyLeaf, Pmd, Pte};
@@ -204,18 +205,18 @@ impl<'a> PageTables<'a> {
 
     /// Walks to the PMD table covering `addr`.
     #[inline]
-    pub(crate) fn pmd_table(&self, addr: u64) -> Option<Pfn> {
-        let pud = self.upper_table_at(self.pgd, index(addr, 39))?;
-        self.upper_table_at(pud, index(addr, 30))
+    pub(crate) fn pmd_table(&self, addr: VirtAddr) -> Option<Pfn> {
+        let pud = self.upper_table_at(self.pgd, addr.pgd_index())?;
+        self.upper_table_at(pud, addr.pud_index())
     }
 
     /// Walks `addr` down to its leaf.
     #[inline]
-    pub(crate) fn walk(&self, addr: u64) -> Walk {
+    pub(crate) fn walk(&self, addr: VirtAddr) -> Walk {
         let Some(pmd_table) = self.pmd_table(addr) else {
             return Walk::NoPmd;
         };
-        let idx = index(addr, 21);
+        let idx = addr.pmd_index();
         let pmd = self.pmdp_get(pmd_table, idx);
         if pmd.is_none() {
             return Walk::PmdNone {
@@ -231,7 +232,7 @@ impl<'a> PageTables<'a> {
             };
         }
         let table = self.arch.table_pfn(pmd);
-        let idx = index(addr, 12);
+        let idx = addr.pte_index();
         Walk::Pte {
             table,
             idx,
@@ -241,9 +242,9 @@ impl<'a> PageTables<'a> {
 
     /// The PTE table covering `addr`, if the PMD points at one.
     #[inline]
-    pub(crate) fn pte_table(&self, addr: u64) -> Option<Pfn> {
+    pub(crate) fn pte_table(&self, addr: VirtAddr) -> Option<Pfn> {
         let pmd_table = self.pmd_table(addr)?;
-        self.pte_table_at(pmd_table, index(addr, 21))
+        self.pte_table_at(pmd_table, addr.pmd_index())
     }
 
     /// Allocates a zeroed table page.
@@ -312,12 +313,12 @@ impl<'a> PageTables<'a> {
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
-        addr: u64,
+        addr: VirtAddr,
     ) -> Result<Pfn, PgtableOom> {
         let pud = self
-            .ensure_table::<Pud>(c, lock, self.pgd, index(addr, 39))?
+            .ensure_table::<Pud>(c, lock, self.pgd, addr.pgd_index())?
             .ok_or(PgtableOom)?;
-        self.ensure_table::<Pud>(c, lock, pud, index(addr, 30))?
+        self.ensure_table::<Pud>(c, lock, pud, addr.pud_index())?
             .ok_or(PgtableOom)
     }
 
@@ -326,10 +327,10 @@ impl<'a> PageTables<'a> {
         &self,
         c: &CpuCounters,
         lock: &parking_lot::Mutex<()>,
-        addr: u64,
+        addr: VirtAddr,
     ) -> Result<Option<Pfn>, PgtableOom> {
         let pmd = self.alloc_pmd_table(c, lock, addr)?;
-        self.ensure_table::<Pmd>(c, lock, pmd, index(addr, 21))
+        self.ensure_table::<Pmd>(c, lock, pmd, addr.pmd_index())
     }
 
     /// Calls `f(level, table_pfn)` for every table page, children before parents.

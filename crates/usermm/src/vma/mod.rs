@@ -11,6 +11,7 @@ pub(crate) mod merge;
 
 use crate::filemap::Inode;
 use crate::pgtable::Prot;
+use crate::vaddr::VirtAddr;
 use maple::MapleTree;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -192,6 +193,19 @@ impl Vma {
     /// Whether writes copy on write (`is_cow_mapping`).
     pub(crate) fn is_cow(&self) -> bool {
         self.flags.0 & (VmFlags::SHARED | VmFlags::MAYWRITE) == VmFlags::MAYWRITE
+    }
+
+    /// The first address (`vm_start`), typed. The field stays a `u64`: the VMA tree (the
+    /// `maple` crate), the merge and split code and the views handle it as a number.
+    #[inline]
+    pub(crate) fn vm_start(&self) -> VirtAddr {
+        VirtAddr::new(self.start)
+    }
+
+    /// One past the last address (`vm_end`), typed; see [`Vma::vm_start`].
+    #[inline]
+    pub(crate) fn vm_end(&self) -> VirtAddr {
+        VirtAddr::new(self.end)
     }
 
     /// Size in bytes.
