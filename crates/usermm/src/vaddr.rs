@@ -55,6 +55,14 @@ impl VirtAddr {
         VirtAddr(self.0 + bytes)
     }
 
+    /// The address `bytes` before (`addr - size`).
+    #[inline]
+    #[must_use]
+    #[allow(clippy::should_implement_trait)] // see `add`
+    pub(crate) const fn sub(self, bytes: u64) -> VirtAddr {
+        VirtAddr(self.0 - bytes)
+    }
+
     /// How many bytes `self` lies after `base` (`end - start`, `addr - vma->vm_start`).
     /// `base` must not lie after `self`.
     #[inline]
@@ -165,6 +173,7 @@ mod tests {
             "VirtAddr(0x7f1234567abc) 0x7f1234567abc"
         );
         assert_eq!(a.add(4).offset_from(a), 4);
+        assert_eq!(a.add(4).sub(4), a);
         assert_eq!(a.page_align_down(), VirtAddr::new(0x7f12_3456_7000));
         assert_eq!(a.pmd_align_down(), VirtAddr::new(0x7f12_3440_0000));
         assert!(a.pmd_align_down().is_pmd_aligned() && !a.is_pmd_aligned());

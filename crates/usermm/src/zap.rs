@@ -39,7 +39,7 @@ pub(crate) struct MmuGather<'c, 'm> {
     scope: GatherScope,
     folios: Vec<(Pfn, i32)>,
     tables: Vec<Pfn>,
-    range: Option<(u64, u64)>,
+    range: Option<(VirtAddr, VirtAddr)>,
 }
 
 impl<'c, 'm> MmuGather<'c, 'm> {
@@ -56,7 +56,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
     }
 
     /// Records that translations in `[start, end)` were removed.
-    pub(crate) fn add_range(&mut self, start: u64, end: u64) {
+    pub(crate) fn add_range(&mut self, start: VirtAddr, end: VirtAddr) {
         self.range = Some(match self.range {
             None => (start, end),
             Some((s, e)) => (s.min(start), e.max(end)),
@@ -81,7 +81,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
         if let Some((s, e)) = self.range.take() {
             let scope = match self.scope {
                 GatherScope::FullMm => FlushScope::Mm,
-                GatherScope::Range => FlushScope::Range(s, e),
+                GatherScope::Range => FlushScope::Range(s.val(), e.val()),
             };
             self.cpu.flush_tlb(self.mm, scope);
         }
@@ -129,8 +129,8 @@ impl<'m> Cpu<'m> {
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         vma: &Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
     ) {
         self.zap_vma_range_details(tlb, mm, vma, start, end, ZapDetails::All);
     }
@@ -141,17 +141,17 @@ impl<'m> Cpu<'m> {
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         vma: &Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
         details: ZapDetails,
     ) {
-        let start = start.max(vma.start);
-        let end = end.min(vma.end);
+        let start = start.max(vma.vm_start());
+        let end = end.min(vma.vm_end());
         if start >= end {
             return;
         }
         let pt = self.tables(mm);
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(start, end) {
             if let PmdKind::Huge(_) = step.kind {
                 if step.whole() {
                     self.zap_huge_pmd(tlb, mm, vma, &step);
@@ -169,10 +169,10 @@ impl<'m> Cpu<'m> {
         let c = self.c();
         let phys = &self.m.phys;
         let pt = self.tables(mm);
-        let haddr = step.haddr().val();
+        let haddr = step.haddr();
         let mut pmdl = PmdLock::lock(pt, c, step.table);
         let pmd = pmdl.clear(step.idx);
-        tlb.add_range(haddr, haddr + PMD_SIZE);
+        tlb.add_range(haddr, haddr.add(PMD_SIZE));
         if let Some(pfn) = pt.vm_normal_folio(pmd) {
             let anon = phys.memmap.test(pfn, PageFlag::Anon);
             if !anon && pt.arch.dirty(pmd) {
@@ -185,7 +185,7 @@ impl<'m> Cpu<'m> {
             tlb.remove_folio(pfn, 1);
         }
         drop(pmdl);
-        self.zap_deposited_table(mm, haddr);
+        self.zap_deposited_table(mm, haddr.val());
         c.add(Ev::ZapBatches, 1);
     }
 
@@ -253,7 +253,7 @@ impl<'m> Cpu<'m> {
             c.add(Ev::ZapBatches, 1);
         }
         if cleared > 0 {
-            tlb.add_range(step.start.val(), step.end.val());
+            tlb.add_range(step.start, step.end);
         }
     }
 
@@ -277,7 +277,7 @@ impl<'m> Cpu<'m> {
         }
         self.tables(mm)
             .unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
-        tlb.add_range(step.haddr().val(), step.haddr().val() + PMD_SIZE);
+        tlb.add_range(step.haddr(), step.haddr().add(PMD_SIZE));
         tlb.remove_table(table);
     }
 
@@ -291,8 +291,8 @@ impl<'m> Cpu<'m> {
         tlb: &mut MmuGather<'_, 'm>,
         mm: &Mm,
         st: &MmState,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
     ) {
         let pt = self.tables(mm);
         let mut walk = FreeWalk {
@@ -302,29 +302,35 @@ impl<'m> Cpu<'m> {
             pt,
             range: (start, end),
         };
-        self.free_level(&mut walk, pt.pgd, 0, 0);
+        self.free_level(&mut walk, pt.pgd, 0, VirtAddr::new(0));
     }
 
     /// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
     /// the walk's range; frees each lower table whose span holds no VMA any more.
-    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: Pfn, level: usize, base: u64) {
+    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: Pfn, level: usize, base: VirtAddr) {
         let pt = w.pt;
         let (start, end) = w.range;
         let shift = crate::pgtable::LEVEL_SHIFTS[level];
         let size = 1u64 << shift;
-        let first = (start.max(base) - base) >> shift;
-        let last = ((end - 1).min(base + (size << 9) - 1) - base) >> shift;
+        // The entries of `table` the range overlaps: from `start` (or the table's first) to
+        // the range's last byte (or the table's).
+        let first = start.max(base).offset_from(base) >> shift;
+        let last = end.sub(1).min(base.add((size << 9) - 1)).offset_from(base) >> shift;
         for i in first..=last.min(511) {
             let Some(child) = pt.lower_table(level, table, i as usize) else {
                 continue;
             };
-            let cbase = base + (i << shift);
+            let cbase = base.add(i << shift);
             if level < 2 {
                 self.free_level(w, child, level + 1, cbase);
             }
-            let span_end = cbase.saturating_add(size);
+            let span_end = cbase.next_boundary(size);
             if self.m.phys.memmap.pt_entries(child) != 0
-                || !w.st.vmas.overlapping(cbase, span_end).is_empty()
+                || !w
+                    .st
+                    .vmas
+                    .overlapping(cbase.val(), span_end.val())
+                    .is_empty()
             {
                 continue;
             }
@@ -340,5 +346,5 @@ struct FreeWalk<'g, 'c, 'm> {
     mm: &'g Mm,
     st: &'g MmState,
     pt: PageTables<'m>,
-    range: (u64, u64),
+    range: (VirtAddr, VirtAddr),
 }

@@ -9,6 +9,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, Pid};
 use crate::pgtable::TASK_SIZE;
 use crate::stats::Ev;
+use crate::vaddr::VirtAddr;
 use crate::zap::{GatherScope, MmuGather};
 
 impl<'m> Cpu<'m> {
@@ -36,12 +37,13 @@ impl<'m> Cpu<'m> {
         let mut tlb = MmuGather::new(self, mm, GatherScope::FullMm);
         for &id in &ids {
             let v = st.vmas.get(id);
-            self.zap_vma_range(&mut tlb, mm, v, v.start, v.end);
+            self.zap_vma_range(&mut tlb, mm, v, v.vm_start(), v.vm_end());
         }
         for &id in &ids {
             self.release_vma(&mut st, id);
         }
-        self.free_pgtables(&mut tlb, mm, &st, 0, TASK_SIZE + 4096);
+        let (start, end) = (VirtAddr::new(0), VirtAddr::new(TASK_SIZE + 4096));
+        self.free_pgtables(&mut tlb, mm, &st, start, end);
         tlb.finish();
         self.lru_add_drain();
         for (_, t) in mm.deposited.lock().drain() {

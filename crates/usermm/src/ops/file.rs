@@ -1363,7 +1363,8 @@ impl<'m> Cpu<'m> {
                 let Some(range) = file_range_in(vma, inode, first, last) else {
                     continue;
                 };
-                self.zap_vma_range_details(&mut tlb, mm, vma, range.0, range.1, details);
+                let (s, e) = (VirtAddr::new(range.0), VirtAddr::new(range.1));
+                self.zap_vma_range_details(&mut tlb, mm, vma, s, e, details);
             }
             tlb.finish();
         }
@@ -1583,8 +1584,8 @@ impl<'m> Cpu<'m> {
             &mut tlb,
             mm,
             vma,
-            addr,
-            addr + nr * PAGE_SIZE,
+            VirtAddr::new(addr),
+            VirtAddr::new(addr + nr * PAGE_SIZE),
             ZapDetails::FilePagesOnly,
         );
         tlb.finish();

@@ -18,7 +18,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
-use crate::pgtable::{index, Arch, Pte};
+use crate::pgtable::{Arch, Pte};
 use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -234,7 +234,7 @@ impl<'m> Cpu<'m> {
         let arch = self.m.arch;
         let spt = self.tables(ctx.src);
         let dpt = self.tables(ctx.dst);
-        let (table, idx, haddr) = (step.table, step.idx, step.haddr().val());
+        let (table, idx, haddr) = (step.table, step.idx, step.haddr());
         if spt
             .vm_normal_folio(spt.pmdp_get(table, idx))
             .is_some_and(|h| !phys.memmap.folio(h).is_anon())
@@ -243,7 +243,7 @@ impl<'m> Cpu<'m> {
             return Ok(true);
         }
         let dpmd = dpt
-            .alloc_pmd_table(c, &ctx.dst.page_table_lock, VirtAddr::new(haddr))
+            .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
             .map_err(|_| Errno::ENOMEM)?;
         let deposit = phys
             .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
@@ -257,7 +257,7 @@ impl<'m> Cpu<'m> {
             if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
                 drop((src, dst));
                 phys.put_folio(c, deposit, 1);
-                self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
+                self.split_huge_pmd(ctx.src, vma, table, idx, haddr.val());
                 return Ok(false);
             }
             rmap::folio_ref_add(phys, c, pfn, 1);
@@ -270,8 +270,8 @@ impl<'m> Cpu<'m> {
         if vma.is_cow() {
             e = arch.wrprotect(e);
         }
-        dst.install(index(haddr, 21), arch.mkold(e));
-        ctx.dst.deposited.lock().insert(haddr, deposit);
+        dst.install(haddr.pmd_index(), arch.mkold(e));
+        ctx.dst.deposited.lock().insert(haddr.val(), deposit);
         Ok(true)
     }
 
@@ -304,7 +304,7 @@ impl<'m> Cpu<'m> {
                 i += 1;
                 continue;
             }
-            let at = step.start.val() + ((i - i0) as u64) * 4096;
+            let at = step.start.add(((i - i0) as u64) * 4096);
             match self.copy_present_ptes(&mut cp, i, iend - i, e, at) {
                 Ok((nr, added)) => {
                     rss += added;
@@ -344,7 +344,7 @@ impl<'m> Cpu<'m> {
         i: usize,
         max_nr: usize,
         e: Pte,
-        addr: u64,
+        addr: VirtAddr,
     ) -> SysResult<(usize, i64)> {
         let c = self.c();
         let phys = &self.m.phys;
@@ -383,7 +383,7 @@ impl<'m> Cpu<'m> {
             let mut rss = 0;
             for j in 0..run.nr {
                 let ej = cp.tables.src.peek(i + j);
-                rss += self.copy_present_pte(cp, i + j, ej, addr + j as u64 * 4096)?;
+                rss += self.copy_present_pte(cp, i + j, ej, addr.add(j as u64 * 4096))?;
             }
             return Ok((run.nr, rss));
         }
@@ -418,7 +418,7 @@ impl<'m> Cpu<'m> {
         cp: &mut CopyPtes<'_, '_>,
         i: usize,
         e: Pte,
-        addr: u64,
+        addr: VirtAddr,
     ) -> SysResult<i64> {
         let c = self.c();
         let phys = &self.m.phys;
@@ -443,7 +443,7 @@ impl<'m> Cpu<'m> {
     }
 
     /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: Pfn, addr: u64) -> SysResult<Pte> {
+    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: Pfn, addr: VirtAddr) -> SysResult<Pte> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
@@ -455,7 +455,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
-        phys.memmap.set_index(new, vma.pgoff_at(addr));
+        phys.memmap.set_index(new, vma.pgoff_at(addr.val()));
         self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {

@@ -200,7 +200,8 @@ impl<'m> Cpu<'m> {
                     return Err(Errno::EINVAL);
                 }
                 let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-                self.zap_vma_range(&mut tlb, mm, vma, start, end);
+                let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
+                self.zap_vma_range(&mut tlb, mm, vma, s, e);
                 self.reclaim_empty_pte_tables(&mut tlb, mm, start, end);
                 tlb.finish();
                 return Ok(());
@@ -494,7 +495,7 @@ impl<'m> Cpu<'m> {
         if !discard.is_empty() {
             let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
             for (s, e) in discard {
-                self.zap_vma_range(&mut tlb, mm, vma, s, e);
+                self.zap_vma_range(&mut tlb, mm, vma, VirtAddr::new(s), VirtAddr::new(e));
             }
             tlb.finish();
         }

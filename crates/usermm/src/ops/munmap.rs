@@ -8,6 +8,7 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::stats::Ev;
+use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags};
 use crate::zap::{GatherScope, MmuGather};
 
@@ -102,14 +103,15 @@ impl<'m> Cpu<'m> {
             .map_err(|_| Errno::ENOMEM)?;
         self.munlock_before_unmap(mm, st, &ids, start, end);
         self.lru_add_drain();
+        let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
         let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
         for &id in &ids {
-            self.zap_vma_range(&mut tlb, mm, st.vmas.get(id), start, end);
+            self.zap_vma_range(&mut tlb, mm, st.vmas.get(id), s, e);
         }
         for &id in &ids {
             self.release_vma(st, id);
         }
-        self.free_pgtables(&mut tlb, mm, st, start, end);
+        self.free_pgtables(&mut tlb, mm, st, s, e);
         tlb.finish();
         self.lru_add_drain();
         Ok(())
