@@ -116,7 +116,7 @@ impl<'m> Cpu<'m> {
             match self.walk_leaf(pt, addr).map_or(LeafUse::Fault, &mut judge) {
                 LeafUse::Take(pfn) => return Ok(pfn),
                 LeafUse::Rewalk => continue,
-                LeafUse::Fault => match self.handle_mm_fault(mm, st, addr, access) {
+                LeafUse::Fault => match self.handle_mm_fault(mm, st, VirtAddr::new(addr), access) {
                     FaultOutcome::Completed => {}
                     failed => return Err(failed),
                 },

@@ -17,7 +17,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
 use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
-use crate::pgtable::{index, PageTables, Pmd, Pte, PMD_SIZE};
+use crate::pgtable::{PageTables, Pmd, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -56,14 +56,15 @@ pub(crate) struct FaultCtx<'a, 'm> {
     pt: PageTables<'m>,
     /// The PTE table covering `addr`.
     table: Pfn,
-    addr: u64,
+    /// The faulting address (`vmf->real_address`: not rounded to its page).
+    addr: VirtAddr,
     access: Access,
 }
 
 impl FaultCtx<'_, '_> {
     /// The faulting entry's index in its table.
     fn idx(&self) -> usize {
-        index(self.addr, 12)
+        self.addr.pte_index()
     }
 }
 
@@ -76,12 +77,12 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         st: &MmState,
-        addr: u64,
+        addr: VirtAddr,
         access: Access,
     ) -> FaultOutcome {
         let c = self.c();
         c.add(Ev::Fault, 1);
-        let Some(id) = st.vmas.find(addr) else {
+        let Some(id) = st.vmas.find(addr.val()) else {
             return self.segv();
         };
         let vma = st.vmas.get(id);
@@ -93,10 +94,10 @@ impl<'m> Cpu<'m> {
             return self.segv();
         }
         let pt = self.tables(mm);
-        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, VirtAddr::new(addr)) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
             return self.oom();
         };
-        let pmd_idx = index(addr, 21);
+        let pmd_idx = addr.pmd_index();
         let huge = pt.pmdp_get(pmd_table, pmd_idx).is_none() && self.thp_pmd_eligible(vma, addr);
         if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
             // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
@@ -132,7 +133,7 @@ impl<'m> Cpu<'m> {
                 return FaultOutcome::Completed;
             }
         }
-        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, VirtAddr::new(addr)) {
+        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, addr) {
             Ok(Some(t)) => t,
             Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
             Err(_) => return self.oom(),
@@ -215,7 +216,7 @@ impl<'m> Cpu<'m> {
             return self.oom();
         };
         let nr = 1u64 << order;
-        let first_idx = index(start, 12);
+        let first_idx = start.pte_index();
         let mut ptes = PteLock::lock(pt, c, vmf.table);
         if (first_idx..first_idx + nr as usize).any(|i| !ptes.peek_raw(i).is_none()) {
             drop(ptes);
@@ -247,7 +248,7 @@ impl<'m> Cpu<'m> {
 
     /// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
     /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
-    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, u64)> {
+    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, VirtAddr)> {
         let c = self.c();
         let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table, vmf.addr);
         let thp = self.m.tunables().thp.clone();
@@ -257,11 +258,11 @@ impl<'m> Cpu<'m> {
                 continue;
             }
             let size = 4096u64 << order;
-            let start = addr & !(size - 1);
-            if start < vma.start || start + size > vma.end {
+            let start = addr.align_down(size);
+            if start < vma.vm_start() || start.add(size) > vma.vm_end() {
                 continue;
             }
-            let i0 = index(start, 12);
+            let i0 = start.pte_index();
             if (i0..i0 + (1 << order)).any(|i| !pt.ptep_get_raw(table, i).is_none()) {
                 continue;
             }
@@ -282,7 +283,7 @@ impl<'m> Cpu<'m> {
             FolioKind::Anon,
             Zeroing::Zero,
         )?;
-        Some((h, 0, addr & !4095))
+        Some((h, 0, addr.page_align_down()))
     }
 
     /// `do_fault`: an empty PTE in a file VMA (tmpfs, disk, or shared anonymous memory).
@@ -378,7 +379,8 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
-        phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
+        phys.memmap
+            .set_index(new, vma.pgoff_at(addr.page_align_down()));
         self.folio_add_lru_vma(new, vma);
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
         ptes.set_ptes(idx, entry, 1);
@@ -428,7 +430,7 @@ impl<'m> Cpu<'m> {
         // "try to map the entire file folio in finish_fault()"), shmem or not.
         if folio_pages > 1 && vma.file.is_some() {
             let in_folio = pfn.offset_from(head) as usize;
-            let vma_off = ((vmf.addr - vma.start) >> 12) as usize;
+            let vma_off = (vmf.addr.offset_from(vma.vm_start()) >> 12) as usize;
             let vma_pages = (vma.len() >> 12) as usize;
             let in_file = vma
                 .file
@@ -471,24 +473,27 @@ impl<'m> Cpu<'m> {
         let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
         let mem = &self.m.phys.memmap;
         let window = self.m.tunables().fault_around_bytes;
-        let pmd_start = addr & !(PMD_SIZE - 1);
+        let pmd_start = addr.pmd_align_down();
         let file_end = inode.size_pages();
         // The window starts at the aligned block or the VMA's start, whichever is later, and
         // runs `window` bytes from there (clipped to the VMA and the page table): a VMA that
         // begins inside the block shifts the window right (`do_fault_around`'s from_pte and
         // to_pte; measured on 6.18: a fault 2 pages into a 10-page VMA that starts 13 pages
         // into its 64K block maps all 10).
-        let start = (addr & !(window - 1)).max(vma.start).max(pmd_start);
-        let end = (start + window).min(vma.end).min(pmd_start + PMD_SIZE);
+        let start = addr.align_down(window).max(vma.vm_start()).max(pmd_start);
+        let end = start
+            .add(window)
+            .min(vma.vm_end())
+            .min(pmd_start.add(PMD_SIZE));
         let cache = inode.pages.lock();
         // The table is locked at the first page found to map, not before: a window with
         // nothing cached leaves the PTL to the fault proper (`filemap_map_pages` maps the
         // table only once `next_uptodate_folio` returned a folio).
         let mut ptes: Option<PteLock> = None;
         let mut mapped_fault = false;
-        let mut map_page = |ptes: &mut Option<_>, a: u64, pfn: Pfn| -> bool {
+        let mut map_page = |ptes: &mut Option<_>, a: VirtAddr, pfn: Pfn| -> bool {
             let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
-            let idx = index(a, 12);
+            let idx = a.pte_index();
             if !ptes.peek_raw(idx).is_none() {
                 return false;
             }
@@ -498,7 +503,7 @@ impl<'m> Cpu<'m> {
             self.mlock_vma_folio(head, vma);
             ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
             mm.rss_add(vma.file_rss(), 1);
-            if a == (addr & !4095) {
+            if a == addr.page_align_down() {
                 mapped_fault = true;
             } else {
                 c.add(Ev::FaultAroundPages, 1);
@@ -508,10 +513,10 @@ impl<'m> Cpu<'m> {
         // One ordered walk over the cached pages of the window (Linux: `next_uptodate_folio`
         // over the xarray), not a lookup per address: a sparse window costs one search.
         let first_pgoff = vma.pgoff_at(start);
-        let last_pgoff = vma.pgoff_at(end - 4096);
-        let mut whole_done: Option<(u64, u64)> = None;
+        let last_pgoff = vma.pgoff_at(end.sub(4096));
+        let mut whole_done: Option<(VirtAddr, VirtAddr)> = None;
         for (pgoff, pfn) in cache.range(first_pgoff..=last_pgoff) {
-            let a = start + (pgoff - first_pgoff) * 4096;
+            let a = start.add((pgoff - first_pgoff) * 4096);
             let head = mem.folio_of(pfn);
             if pgoff >= file_end
                 || !mem.test(head, PageFlag::Uptodate)
@@ -522,17 +527,17 @@ impl<'m> Cpu<'m> {
             }
             let nr = 1u64 << mem.order(head);
             if nr > 1 {
-                let first = a - pfn.offset_from(head) * 4096;
-                let last = first + nr * 4096;
+                let first = a.sub(pfn.offset_from(head) * 4096);
+                let last = first.add(nr * 4096);
                 let in_file = inode.may_map_whole(mem.index(head), nr);
-                if first >= vma.start
-                    && last <= vma.end
+                if first >= vma.vm_start()
+                    && last <= vma.vm_end()
                     && first >= pmd_start
-                    && last <= pmd_start + PMD_SIZE
+                    && last <= pmd_start.add(PMD_SIZE)
                     && in_file
                 {
                     let mapped = (0..nr)
-                        .filter(|&i| map_page(&mut ptes, first + i * 4096, head.add(i)))
+                        .filter(|&i| map_page(&mut ptes, first.add(i * 4096), head.add(i)))
                         .count() as u64;
                     // One rmap call covered the whole folio: it is mlocked in a locked VMA.
                     self.mlock_vma_file_folio(head, vma, mapped);
@@ -658,13 +663,14 @@ impl<'m> Cpu<'m> {
             return FaultOutcome::Completed;
         }
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
-        phys.memmap.set_index(new, vma.pgoff_at(addr & !4095));
+        phys.memmap
+            .set_index(new, vma.pgoff_at(addr.page_align_down()));
         self.folio_add_lru_vma(new, vma);
         let mut entry = arch.mk_pte(new, vma.page_prot());
         entry = arch.mkwrite(arch.mkdirty(entry));
         // ptep_clear_flush, then install the copy.
         ptes.clear(idx, 1);
-        self.flush_tlb(mm, FlushScope::Page(addr & !4095));
+        self.flush_tlb(mm, FlushScope::Page(addr.page_align_down()));
         ptes.set_ptes(idx, entry, 1);
         drop(ptes);
         if zero {
@@ -689,13 +695,14 @@ impl<'m> Cpu<'m> {
     /// (`vma_adjust_trans_huge`, called when a VMA is split).
     pub(crate) fn split_huge_pmd_boundaries(&self, mm: &Mm, st: &MmState, start: u64, end: u64) {
         for addr in [start, end] {
-            if addr % PMD_SIZE == 0 {
+            let addr = VirtAddr::new(addr);
+            if addr.is_pmd_aligned() {
                 continue;
             }
             let pt = self.tables(mm);
-            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(VirtAddr::new(addr)) {
-                let haddr = addr & !(PMD_SIZE - 1);
-                if let Some(id) = st.vmas.find(haddr) {
+            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+                let haddr = addr.pmd_align_down();
+                if let Some(id) = st.vmas.find(haddr.val()) {
                     self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);
                 }
             }
@@ -704,24 +711,24 @@ impl<'m> Cpu<'m> {
 
     /// The node a new folio for `addr` comes from: the CPU's node, or with the interleave
     /// policy the node chosen by the folio's offset (consecutive folios alternate nodes).
-    pub(crate) fn folio_node(&self, addr: u64, order: u32) -> usize {
+    pub(crate) fn folio_node(&self, addr: VirtAddr, order: u32) -> usize {
         let nodes = self.m.phys.nr_nodes().max(1);
         match self.m.mempolicy() {
             crate::machine::MemPolicy::Interleave => {
-                ((addr >> (12 + order)) % nodes as u64) as usize
+                ((addr.vpn() >> order) % nodes as u64) as usize
             }
             crate::machine::MemPolicy::Default => self.id % nodes,
         }
     }
 
     /// Whether a PMD-sized THP may back `addr` in `vma`.
-    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: u64) -> bool {
+    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: VirtAddr) -> bool {
         if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
             return false;
         }
-        let haddr = addr & !(PMD_SIZE - 1);
-        haddr >= vma.start
-            && haddr + PMD_SIZE <= vma.end
+        let haddr = addr.pmd_align_down();
+        haddr >= vma.vm_start()
+            && haddr.add(PMD_SIZE) <= vma.vm_end()
             && self
                 .m
                 .tunables()
@@ -732,13 +739,13 @@ impl<'m> Cpu<'m> {
     /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
     /// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
     /// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
-    fn shmem_pmd_suitable(&self, vma: &Vma, addr: u64, access: Access) -> bool {
-        let haddr = addr & !(PMD_SIZE - 1);
+    fn shmem_pmd_suitable(&self, vma: &Vma, addr: VirtAddr, access: Access) -> bool {
+        let haddr = addr.pmd_align_down();
         (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
             && !vma.flags.has(VmFlags::NOHUGEPAGE)
             && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
-            && haddr >= vma.start
-            && haddr + PMD_SIZE <= vma.end
+            && haddr >= vma.vm_start()
+            && haddr.add(PMD_SIZE) <= vma.vm_end()
             && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
     }
 
@@ -751,7 +758,7 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         pmd_table: Pfn,
         pmd_idx: usize,
-        addr: u64,
+        addr: VirtAddr,
         access: Access,
     ) -> Option<FaultOutcome> {
         let c = self.c();
@@ -822,18 +829,18 @@ impl<'m> Cpu<'m> {
     /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
     /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
     /// exist.
-    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: u64, table: Pfn) {
+    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: VirtAddr, table: Pfn) {
         self.c().add(Ev::LockPageTable, 1);
         mm.deposited.lock().insert(haddr, table);
     }
 
-    fn withdraw_table(&self, mm: &Mm, haddr: u64) -> Option<Pfn> {
+    fn withdraw_table(&self, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
         self.c().add(Ev::LockPageTable, 1);
         mm.deposited.lock().remove(&haddr)
     }
 
     /// Frees the table deposited for a PMD mapping that is going away.
-    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: u64) {
+    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: VirtAddr) {
         if let Some(t) = self.withdraw_table(mm, haddr) {
             self.m.phys.put_folio(self.c(), t, 1);
         }
@@ -845,13 +852,13 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         pmd_table: Pfn,
         pmd_idx: usize,
-        addr: u64,
+        addr: VirtAddr,
         access: Access,
     ) -> Option<FaultOutcome> {
         let c = self.c();
         let phys = &self.m.phys;
         let arch = self.m.arch;
-        let haddr = addr & !(PMD_SIZE - 1);
+        let haddr = addr.pmd_align_down();
         let pt = self.tables(mm);
         let use_zero = self.m.tunables().thp.use_zero_page;
         // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
@@ -903,7 +910,14 @@ impl<'m> Cpu<'m> {
     }
 
     /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
-    pub(crate) fn add_new_pmd_folio(&self, mm: &Mm, vma: &Vma, head: Pfn, haddr: u64, owner: u32) {
+    pub(crate) fn add_new_pmd_folio(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        head: Pfn,
+        haddr: VirtAddr,
+        owner: u32,
+    ) {
         let phys = &self.m.phys;
         rmap::add_new_anon(
             phys,
@@ -926,14 +940,14 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         pmd_table: Pfn,
         pmd_idx: usize,
-        addr: u64,
+        addr: VirtAddr,
     ) -> Option<FaultOutcome> {
         let c = self.c();
         c.add(Ev::FaultWp, 1);
         let phys = &self.m.phys;
         let arch = self.m.arch;
         let pt = self.tables(mm);
-        let haddr = addr & !(PMD_SIZE - 1);
+        let haddr = addr.pmd_align_down();
         let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         let pmd = pmdl.get(pmd_idx);
         if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
@@ -970,7 +984,7 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         pmd_table: Pfn,
         pmd_idx: usize,
-        haddr: u64,
+        haddr: VirtAddr,
         old: Pmd,
     ) -> Option<FaultOutcome> {
         let c = self.c();
@@ -998,7 +1012,7 @@ impl<'m> Cpu<'m> {
         let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
         // Break before make: the huge zero page leaves every TLB before the THP appears.
         pmdl.clear(pmd_idx);
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
         pmdl.install(pmd_idx, entry);
         c.add(Ev::FaultAnonPmd, 1);
         mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
@@ -1017,7 +1031,7 @@ impl<'m> Cpu<'m> {
         vma: &Vma,
         pmd_table: Pfn,
         pmd_idx: usize,
-        haddr: u64,
+        haddr: VirtAddr,
     ) {
         let c = self.c();
         let phys = &self.m.phys;
@@ -1035,7 +1049,7 @@ impl<'m> Cpu<'m> {
             // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
             // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
             pmdl.clear(pmd_idx);
-            self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+            self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
             drop(pmdl);
             let mem = &phys.memmap;
             if arch.dirty(pmd) {
@@ -1108,7 +1122,7 @@ impl<'m> Cpu<'m> {
             }
         }
         pmdl.replace(pmd_idx, arch.mk_table(table));
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
         drop(pmdl);
         c.add(Ev::ThpSplitPmd, 1);
     }

@@ -32,7 +32,13 @@ impl<'m> Cpu<'m> {
     ///
     /// # Context
     /// The mmap lock for writing; no page-table lock.
-    pub(crate) fn split_anon_folio(&self, mm: &Mm, vma: &Vma, head: Pfn, folio_start: u64) -> bool {
+    pub(crate) fn split_anon_folio(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        head: Pfn,
+        folio_start: VirtAddr,
+    ) -> bool {
         let c = self.c();
         let phys = &self.m.phys;
         let mem = &phys.memmap;
@@ -44,24 +50,24 @@ impl<'m> Cpu<'m> {
         // Where the folio's pages would be mapped in this VMA (part of it may have been
         // unmapped, or fall outside the VMA after a split of the VMA).
         let (first, end) = (
-            folio_start.max(vma.start),
-            (folio_start + nr * 4096).min(vma.end),
+            folio_start.max(vma.vm_start()),
+            folio_start.add(nr * 4096).min(vma.vm_end()),
         );
         if first >= end {
             return false;
         }
         let pt = self.tables(mm);
-        for step in pt.pmd_walk(VirtAddr::new(first), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(first, end) {
             if let PmdKind::Huge(e) = step.kind {
                 if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
                     return false;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
         }
         // Every mapping of the folio must be one of its own PTEs here.
         let mut maps = Vec::new();
-        for step in pt.pmd_walk(VirtAddr::new(first), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(first, end) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };

@@ -132,7 +132,7 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EINVAL);
         }
         Ok(pmd_blocks(start, end)
-            .map(|a| (a, vma.pgoff_at(a)))
+            .map(|a| (a, vma.pgoff_at(VirtAddr::new(a))))
             .collect())
     }
 
@@ -348,7 +348,7 @@ impl<'m> Cpu<'m> {
         let Some(head) = phys.alloc_folio(
             c,
             HPAGE_PMD_ORDER,
-            self.folio_node(haddr, HPAGE_PMD_ORDER),
+            self.folio_node(VirtAddr::new(haddr), HPAGE_PMD_ORDER),
             FolioKind::Anon,
             Zeroing::NoZero,
         ) else {
@@ -384,8 +384,9 @@ impl<'m> Cpu<'m> {
         }
         // The emptied table stays with the PMD mapping, for a later split
         // (`pgtable_trans_huge_deposit`).
-        self.deposit_table(mm, haddr, table);
-        self.add_new_pmd_folio(mm, vma, head, haddr, vma.anon_vma() as u32);
+        let hva = VirtAddr::new(haddr);
+        self.deposit_table(mm, hva, table);
+        self.add_new_pmd_folio(mm, vma, head, hva, vma.anon_vma() as u32);
         let arch = pt.arch;
         let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {
@@ -395,7 +396,7 @@ impl<'m> Cpu<'m> {
         drop(pmdl);
         mm.rss_add(RssKind::Anon, (1 << HPAGE_PMD_ORDER) - old.len() as i64);
         // `pmdp_collapse_flush`, then the old pages go.
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr + PMD_SIZE));
+        self.flush_tlb(mm, FlushScope::Range(hva, hva.add(PMD_SIZE)));
         for folio in old {
             phys.put_folio(c, folio, 1);
         }

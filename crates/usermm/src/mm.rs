@@ -34,6 +34,7 @@
 //! writing. Page-table pages are freed only with the mmap lock held for writing.
 
 use crate::phys::Pfn;
+use crate::vaddr::VirtAddr;
 use crate::vma::VmaSet;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -110,7 +111,7 @@ pub struct Mm {
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
     pub(crate) has_pinned: AtomicBool,
     /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
-    pub(crate) deposited: Mutex<HashMap<u64, Pfn>>,
+    pub(crate) deposited: Mutex<HashMap<VirtAddr, Pfn>>,
 }
 
 impl Mm {

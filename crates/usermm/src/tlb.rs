@@ -12,6 +12,7 @@
 
 use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
+use crate::vaddr::VirtAddr;
 use parking_lot::Mutex;
 
 /// Entries per CPU.
@@ -97,9 +98,9 @@ impl Tlb {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FlushScope {
     /// One page.
-    Page(u64),
+    Page(VirtAddr),
     /// `[start, end)`.
-    Range(u64, u64),
+    Range(VirtAddr, VirtAddr),
     /// The whole mm.
     Mm,
 }
@@ -107,8 +108,8 @@ pub(crate) enum FlushScope {
 /// Shoots down translations of `mm` on every CPU and counts one flush of the given kind.
 pub(crate) fn flush(tlbs: &[&Tlb], c: &CpuCounters, mm: u32, scope: FlushScope) {
     let (start, end, ev) = match scope {
-        FlushScope::Page(a) => (a >> 12, (a >> 12) + 1, Ev::TlbFlushPage),
-        FlushScope::Range(s, e) => (s >> 12, e.div_ceil(4096), Ev::TlbFlushRange),
+        FlushScope::Page(a) => (a.vpn(), a.vpn() + 1, Ev::TlbFlushPage),
+        FlushScope::Range(s, e) => (s.vpn(), e.val().div_ceil(4096), Ev::TlbFlushRange),
         FlushScope::Mm => (0, u64::MAX, Ev::TlbFlushMm),
     };
     c.add(ev, 1);

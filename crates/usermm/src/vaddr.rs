@@ -116,6 +116,13 @@ impl VirtAddr {
         VirtAddr((self.0 & !(size - 1)).saturating_add(size))
     }
 
+    /// The virtual page number (`addr >> PAGE_SHIFT`): the TLB's tag and the NUMA
+    /// interleave's index.
+    #[inline]
+    pub(crate) const fn vpn(self) -> u64 {
+        self.0 >> 12
+    }
+
     /// The address's index in the table at the level whose entries map `1 << shift` bytes.
     #[inline]
     const fn table_index(self, shift: u32) -> usize {
@@ -174,6 +181,7 @@ mod tests {
         );
         assert_eq!(a.add(4).offset_from(a), 4);
         assert_eq!(a.add(4).sub(4), a);
+        assert_eq!(a.vpn(), 0x0007_f123_4567);
         assert_eq!(a.page_align_down(), VirtAddr::new(0x7f12_3456_7000));
         assert_eq!(a.pmd_align_down(), VirtAddr::new(0x7f12_3440_0000));
         assert!(a.pmd_align_down().is_pmd_aligned() && !a.is_pmd_aligned());

@@ -81,7 +81,7 @@ impl<'c, 'm> MmuGather<'c, 'm> {
         if let Some((s, e)) = self.range.take() {
             let scope = match self.scope {
                 GatherScope::FullMm => FlushScope::Mm,
-                GatherScope::Range => FlushScope::Range(s.val(), e.val()),
+                GatherScope::Range => FlushScope::Range(s, e),
             };
             self.cpu.flush_tlb(self.mm, scope);
         }
@@ -157,7 +157,7 @@ impl<'m> Cpu<'m> {
                     self.zap_huge_pmd(tlb, mm, vma, &step);
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
             if let Some(table) = pt.pte_table_at(step.table, step.idx) {
                 self.zap_pte_range(tlb, mm, vma, table, &step, details);
@@ -185,7 +185,7 @@ impl<'m> Cpu<'m> {
             tlb.remove_folio(pfn, 1);
         }
         drop(pmdl);
-        self.zap_deposited_table(mm, haddr.val());
+        self.zap_deposited_table(mm, haddr);
         c.add(Ev::ZapBatches, 1);
     }
 

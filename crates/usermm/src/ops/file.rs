@@ -536,7 +536,10 @@ impl<'m> Cpu<'m> {
                 }
                 if hit {
                     young += 1;
-                    self.flush_tlb(mm, FlushScope::Range(start, end));
+                    self.flush_tlb(
+                        mm,
+                        FlushScope::Range(VirtAddr::new(start), VirtAddr::new(end)),
+                    );
                 }
             }
         }
@@ -602,7 +605,7 @@ impl<'m> Cpu<'m> {
         &self,
         inode: &Inode,
         vma: &Vma,
-        addr: u64,
+        addr: VirtAddr,
         pgoff: u64,
         cache: &XArray,
     ) -> u32 {
@@ -621,12 +624,12 @@ impl<'m> Cpu<'m> {
             }
             let nr = 1u64 << order;
             let size = nr * PAGE_SIZE;
-            let haddr = addr & !(size - 1);
+            let haddr = addr.align_down(size);
             let first = pgoff & !(nr - 1);
             let congruent = ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(nr);
             if congruent
-                && haddr >= vma.start
-                && haddr + size <= vma.end
+                && haddr >= vma.vm_start()
+                && haddr.add(size) <= vma.vm_end()
                 && cache.range(first..first + nr).next().is_none()
             {
                 return order;
@@ -964,7 +967,7 @@ impl<'m> Cpu<'m> {
         &self,
         inode: &Inode,
         vma: &Vma,
-        addr: u64,
+        addr: VirtAddr,
         pgoff: u64,
     ) -> Result<(Pfn, CacheLookup), crate::fault::FaultOutcome> {
         if pgoff >= inode.size_pages() {
@@ -1462,7 +1465,7 @@ impl<'m> Cpu<'m> {
             }
             ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));
             drop(ptes);
-            self.flush_tlb(mm, FlushScope::Page(addr));
+            self.flush_tlb(mm, FlushScope::Page(va));
         }
     }
 
@@ -1508,8 +1511,8 @@ impl<'m> Cpu<'m> {
                 if invalidate && vma.flags.has(VmFlags::LOCKED) {
                     return Err(Errno::EBUSY);
                 }
-                let fstart = vma.pgoff_at(start);
-                let fend = vma.pgoff_at(end.min(vma.end) - 1) + 1;
+                let fstart = vma.pgoff_at(VirtAddr::new(start));
+                let fend = vma.pgoff_at(VirtAddr::new(end.min(vma.end) - 1)) + 1;
                 if let (true, Some(file), true) = (sync, &vma.file, vma.flags.has(VmFlags::SHARED))
                 {
                     todo.push((file.clone(), fstart, fend));
@@ -1567,8 +1570,8 @@ impl<'m> Cpu<'m> {
         if inode.kind != InodeKind::Disk {
             return;
         }
-        let first = vma.pgoff_at(start);
-        let last = vma.pgoff_at(end - 1);
+        let first = vma.pgoff_at(VirtAddr::new(start));
+        let last = vma.pgoff_at(VirtAddr::new(end - 1));
         self.force_page_cache_ra(inode, first, last - first + 1);
     }
 

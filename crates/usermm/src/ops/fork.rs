@@ -257,7 +257,7 @@ impl<'m> Cpu<'m> {
             if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
                 drop((src, dst));
                 phys.put_folio(c, deposit, 1);
-                self.split_huge_pmd(ctx.src, vma, table, idx, haddr.val());
+                self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
                 return Ok(false);
             }
             rmap::folio_ref_add(phys, c, pfn, 1);
@@ -271,7 +271,7 @@ impl<'m> Cpu<'m> {
             e = arch.wrprotect(e);
         }
         dst.install(haddr.pmd_index(), arch.mkold(e));
-        ctx.dst.deposited.lock().insert(haddr.val(), deposit);
+        ctx.dst.deposited.lock().insert(haddr, deposit);
         Ok(true)
     }
 
@@ -455,7 +455,7 @@ impl<'m> Cpu<'m> {
         c.add(Ev::ForkPinnedCopies, 1);
         let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
         rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
-        phys.memmap.set_index(new, vma.pgoff_at(addr.val()));
+        phys.memmap.set_index(new, vma.pgoff_at(addr));
         self.folio_add_lru(new);
         let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {

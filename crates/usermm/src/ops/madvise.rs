@@ -259,7 +259,7 @@ impl<'m> Cpu<'m> {
                 // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
                 removes.push(Deferred::Punch(
                     file.clone(),
-                    vma.pgoff_at(start) << 12,
+                    vma.pgoff_at(VirtAddr::new(start)) << 12,
                     end - start,
                 ));
                 return Ok(());
@@ -363,7 +363,8 @@ impl<'m> Cpu<'m> {
         self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
             let _ = self.madvise_free_range(mm, vma, s, e);
         });
-        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+        let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
+        self.flush_tlb(mm, crate::tlb::FlushScope::Range(s, e));
     }
 
     /// Splits each large folio of `splits` (head, first address, pages) with
@@ -378,7 +379,7 @@ impl<'m> Cpu<'m> {
         mut revisit: impl FnMut(u64, u64),
     ) {
         for (head, first, nr) in splits {
-            if self.split_anon_folio(mm, vma, head, first) {
+            if self.split_anon_folio(mm, vma, head, VirtAddr::new(first)) {
                 revisit(first.max(start), (first + nr * 4096).min(end));
             }
         }
@@ -751,7 +752,8 @@ impl<'m> Cpu<'m> {
             }
         }
         if advice == Advice::Cold {
-            self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+            let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
+            self.flush_tlb(mm, crate::tlb::FlushScope::Range(s, e));
         }
         for (addr, head) in found {
             mem.clear(head, PageFlag::Referenced);

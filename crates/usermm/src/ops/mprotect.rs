@@ -142,14 +142,17 @@ impl<'m> Cpu<'m> {
                     changed |= self.change_huge_pmd(mm, vma, step.table, step.idx);
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
             if let Some(table) = pt.pte_table_at(step.table, step.idx) {
                 changed |= self.change_pte_range(mm, vma, table, &step);
             }
         }
         if changed {
-            self.flush_tlb(mm, FlushScope::Range(start, end));
+            self.flush_tlb(
+                mm,
+                FlushScope::Range(VirtAddr::new(start), VirtAddr::new(end)),
+            );
         }
     }
 

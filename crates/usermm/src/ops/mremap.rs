@@ -202,7 +202,7 @@ impl<'m> Cpu<'m> {
         if !flags.maymove {
             return Err(Errno::ENOMEM);
         }
-        let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(addr), v.file.clone());
+        let (vflags, pgoff, shmem) = (v.flags, v.pgoff_at(VirtAddr::new(addr)), v.file.clone());
         let dst = match flags.fixed {
             Some(na) => {
                 self.do_munmap(&task.mm, st, na, na + new_len)?;
@@ -268,7 +268,7 @@ impl<'m> Cpu<'m> {
             start: old_end,
             end: new_end,
             flags,
-            pgoff: vma.pgoff_at(old_end),
+            pgoff: vma.pgoff_at(VirtAddr::new(old_end)),
             // `vma_merge_extend` has no VMA it copies from: the fork-child test of
             // `is_mergeable_anon_vma` never applies to the growing VMA's own anon_vma
             // (measured: a forked, faulted VMA grown up to a fresh neighbour merges).
@@ -339,7 +339,7 @@ impl<'m> Cpu<'m> {
         if new_len == old_len {
             return Ok(());
         }
-        let pgoff = vma.pgoff_at(addr);
+        let pgoff = vma.pgoff_at(VirtAddr::new(addr));
         if pgoff.checked_add(new_len >> 12).is_none() {
             return Err(Errno::EINVAL);
         }
@@ -404,7 +404,7 @@ impl<'m> Cpu<'m> {
         let pgoff = if vma.is_anon_private() && vma.anon_vma() == 0 {
             dst >> 12
         } else {
-            vma.pgoff_at(addr)
+            vma.pgoff_at(VirtAddr::new(addr))
         };
         let (flags, anon) = (vma.flags, (vma.anon_vma(), vma.anon_vma_chain()));
         let shmem = vma.file.clone();
@@ -528,7 +528,7 @@ impl<'m> Cpu<'m> {
                     moved = true;
                     continue;
                 }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr().val());
+                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
             }
             let Some(table) = pt.pte_table_at(step.table, step.idx) else {
                 continue;
@@ -546,7 +546,7 @@ impl<'m> Cpu<'m> {
             }
         }
         if moved {
-            self.flush_tlb(mm, FlushScope::Range(src.val(), src.add(len).val()));
+            self.flush_tlb(mm, FlushScope::Range(src, src.add(len)));
         }
     }
 
@@ -566,8 +566,8 @@ impl<'m> Cpu<'m> {
             None => from.install(dst.pmd_index(), entry),
         }
         let mut deposited = mm.deposited.lock();
-        if let Some(t) = deposited.remove(&step.start.val()) {
-            deposited.insert(dst.val(), t);
+        if let Some(t) = deposited.remove(&step.start) {
+            deposited.insert(dst, t);
         }
         true
     }

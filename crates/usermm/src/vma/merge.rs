@@ -9,6 +9,7 @@
 use super::{VmFlags, Vma, VmaId, VmaSet};
 use crate::errno::{Errno, SysResult};
 use crate::stats::{CpuCounters, Ev};
+use crate::vaddr::VirtAddr;
 use std::sync::Arc;
 
 /// A proposed range with its attributes, used to test merges before anything changes.
@@ -35,7 +36,7 @@ impl<'a> Proposal<'a> {
             start,
             end,
             flags,
-            pgoff: vma.pgoff_at(start),
+            pgoff: vma.pgoff_at(VirtAddr::new(start)),
             anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
             file: vma.file.as_ref(),
         }
@@ -114,7 +115,7 @@ pub(crate) fn split(
         return Err(Errno::ENOMEM);
     }
     let mut upper = set.get(id).clone();
-    upper.pgoff = upper.pgoff_at(addr);
+    upper.pgoff = upper.pgoff_at(VirtAddr::new(addr));
     upper.start = addr;
     if let Some(s) = &upper.file {
         s.get();
@@ -198,7 +199,7 @@ pub(crate) fn modify_flags(
                 drop_absorbed(set, id);
             } else {
                 let v = set.get_mut(id);
-                v.pgoff = v.pgoff_at(end);
+                v.pgoff = v.pgoff_at(VirtAddr::new(end));
                 v.start = end;
             }
             c.add(Ev::VmaMerge, 1);

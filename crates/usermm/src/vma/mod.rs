@@ -213,9 +213,10 @@ impl Vma {
         self.end - self.start
     }
 
-    /// The page offset corresponding to `addr`.
-    pub(crate) fn pgoff_at(&self, addr: u64) -> u64 {
-        self.pgoff + ((addr - self.start) >> 12)
+    /// The page offset corresponding to `addr` (`linear_page_index`).
+    #[inline]
+    pub(crate) fn pgoff_at(&self, addr: VirtAddr) -> u64 {
+        self.pgoff + (addr.offset_from(self.vm_start()) >> 12)
     }
 }
 
