@@ -59,8 +59,10 @@ use crate::zap::{GatherScope, MmuGather, ZapDetails};
 /// VMA holds a PMD-aligned 2 MiB block at its end (for a file, at an address congruent with
 /// its file offset). The sysfs `enabled` policy does not matter to MADV_COLLAPSE.
 /// The PMD-aligned 2 MiB blocks wholly inside `[start, end)`, by address.
-fn pmd_blocks(start: u64, end: u64) -> impl Iterator<Item = u64> {
-    (start.next_multiple_of(PMD_SIZE)..end & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize)
+fn pmd_blocks(start: VirtAddr, end: VirtAddr) -> impl Iterator<Item = VirtAddr> {
+    (start.val().next_multiple_of(PMD_SIZE)..end.pmd_align_down().val())
+        .step_by(PMD_SIZE as usize)
+        .map(VirtAddr::new)
 }
 
 fn collapse_allowed(vma: &Vma) -> bool {
@@ -99,8 +101,8 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         vma: &Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
     ) -> SysResult<()> {
         if !collapse_allowed(vma) || !vma.is_anon_private() {
             return Err(Errno::EINVAL);
@@ -124,15 +126,15 @@ impl<'m> Cpu<'m> {
     pub(crate) fn shmem_collapse_blocks(
         &self,
         vma: &Vma,
-        start: u64,
-        end: u64,
-    ) -> SysResult<Vec<(u64, u64)>> {
+        start: VirtAddr,
+        end: VirtAddr,
+    ) -> SysResult<Vec<(VirtAddr, u64)>> {
         let deny = self.m.tunables().shmem.top == crate::tunables::ShmemHuge::Deny;
         if deny || !collapse_allowed(vma) || !vma.file.as_ref().is_some_and(|f| f.kind.is_shmem()) {
             return Err(Errno::EINVAL);
         }
         Ok(pmd_blocks(start, end)
-            .map(|a| (a, vma.pgoff_at(VirtAddr::new(a))))
+            .map(|a| (a, vma.pgoff_at(a)))
             .collect())
     }
 
@@ -148,7 +150,7 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &Mm,
         inode: &Inode,
-        haddr: u64,
+        haddr: VirtAddr,
         idx: u64,
     ) -> SysResult<()> {
         let c = self.c();
@@ -232,16 +234,16 @@ impl<'m> Cpu<'m> {
     /// by a PMD now, where its VMA covers the block and its PMD slot is empty (retracted, or
     /// never populated), past the end of the file too (measured on 6.18: a 1 MiB file
     /// collapsed through a 2 MiB mapping is PMD-mapped whole).
-    fn collapse_pte_mapped_thp(&self, mm: &Mm, inode: &Inode, haddr: u64, idx: u64) {
+    fn collapse_pte_mapped_thp(&self, mm: &Mm, inode: &Inode, haddr: VirtAddr, idx: u64) {
         let c = self.c();
         let phys = &self.m.phys;
         c.add(Ev::LockMmap, 1);
         let st = mm.lock.read_recursive();
-        let Some(id) = st.vmas.find(haddr) else {
+        let Some(id) = st.vmas.find(haddr.val()) else {
             return;
         };
         let vma = st.vmas.get(id);
-        if file_range_in(vma, inode, idx, idx + 512) != Some((haddr, haddr + PMD_SIZE)) {
+        if file_range_in(vma, inode, idx, idx + 512) != Some((haddr, haddr.add(PMD_SIZE))) {
             return;
         }
         let Some(page) = inode.pages.lock().get(idx) else {
@@ -252,10 +254,10 @@ impl<'m> Cpu<'m> {
             return;
         }
         let pt = self.tables(mm);
-        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, VirtAddr::new(haddr)) else {
+        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, haddr) else {
             return;
         };
-        let pmd_idx = ((haddr >> 21) & 511) as usize;
+        let pmd_idx = haddr.pmd_index();
         rmap::folio_ref_add(phys, c, head, 1);
         if !self.do_set_pmd(
             mm,
@@ -285,10 +287,13 @@ impl<'m> Cpu<'m> {
                 let Some((addr, end)) = file_range_in(vma, inode, idx, idx + 512) else {
                     continue;
                 };
-                if vma.anon_vma() != 0 || !addr.is_multiple_of(PMD_SIZE) || end - addr != PMD_SIZE {
+                if vma.anon_vma() != 0
+                    || !addr.is_pmd_aligned()
+                    || end.offset_from(addr) != PMD_SIZE
+                {
                     continue;
                 }
-                if let Some(step) = pt.pmd_walk(VirtAddr::new(addr), VirtAddr::new(end)).next() {
+                if let Some(step) = pt.pmd_walk(addr, end).next() {
                     self.free_empty_pte_table(&mut tlb, mm, &step);
                 }
             }
@@ -298,18 +303,15 @@ impl<'m> Cpu<'m> {
 
     /// Scans the block at `haddr` and collapses it (`hpage_collapse_scan_pmd`, then
     /// `collapse_huge_page`).
-    fn collapse_block(&self, mm: &Mm, vma: &Vma, haddr: u64) -> Scan {
-        if haddr < vma.start || haddr + PMD_SIZE > vma.end {
+    fn collapse_block(&self, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Scan {
+        if haddr < vma.vm_start() || haddr.add(PMD_SIZE) > vma.vm_end() {
             return Scan::Fail(Errno::EINVAL);
         }
         let c = self.c();
         let pt = self.tables(mm);
         let phys = &self.m.phys;
         let mem = &phys.memmap;
-        let Some(step) = pt
-            .pmd_walk(VirtAddr::new(haddr), VirtAddr::new(haddr + PMD_SIZE))
-            .next()
-        else {
+        let Some(step) = pt.pmd_walk(haddr, haddr.add(PMD_SIZE)).next() else {
             return Scan::NoTable;
         };
         let table = match step.kind {
@@ -348,7 +350,7 @@ impl<'m> Cpu<'m> {
         let Some(head) = phys.alloc_folio(
             c,
             HPAGE_PMD_ORDER,
-            self.folio_node(VirtAddr::new(haddr), HPAGE_PMD_ORDER),
+            self.folio_node(haddr, HPAGE_PMD_ORDER),
             FolioKind::Anon,
             Zeroing::NoZero,
         ) else {
@@ -384,9 +386,8 @@ impl<'m> Cpu<'m> {
         }
         // The emptied table stays with the PMD mapping, for a later split
         // (`pgtable_trans_huge_deposit`).
-        let hva = VirtAddr::new(haddr);
-        self.deposit_table(mm, hva, table);
-        self.add_new_pmd_folio(mm, vma, head, hva, vma.anon_vma() as u32);
+        self.deposit_table(mm, haddr, table);
+        self.add_new_pmd_folio(mm, vma, head, haddr, vma.anon_vma() as u32);
         let arch = pt.arch;
         let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));
         if vma.flags.has(VmFlags::WRITE) {
@@ -396,7 +397,7 @@ impl<'m> Cpu<'m> {
         drop(pmdl);
         mm.rss_add(RssKind::Anon, (1 << HPAGE_PMD_ORDER) - old.len() as i64);
         // `pmdp_collapse_flush`, then the old pages go.
-        self.flush_tlb(mm, FlushScope::Range(hva, hva.add(PMD_SIZE)));
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
         for folio in old {
             phys.put_folio(c, folio, 1);
         }

@@ -26,7 +26,7 @@
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState};
 use crate::pgtable::cursor::{PmdLock, PteLock};
-use crate::pgtable::{index, PageTables, Walk, PMD_SIZE};
+use crate::pgtable::{PageTables, Walk, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
@@ -56,8 +56,8 @@ impl<'m> Cpu<'m> {
         mm: &Mm,
         st: &MmState,
         vma: &Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
         design: MunlockDesign,
     ) {
         let pt = self.tables(mm);
@@ -67,25 +67,25 @@ impl<'m> Cpu<'m> {
         let mut carried: Option<Found> = None;
         while addr < end {
             let Some(found) = carried.take().or_else(|| self.follow_page(pt, addr)) else {
-                addr += 4096;
+                addr = addr.add(4096);
                 continue;
             };
             if found.thp {
                 self.munlock_vma_page(mm, st, found.head, design);
                 self.m.phys.put_folio(self.c(), found.head, 1);
-                addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
+                addr = addr.pmd_align_down().add(PMD_SIZE);
                 continue;
             }
             if !design.has_patch(3) {
                 self.munlock_vma_page(mm, st, found.head, design);
                 self.m.phys.put_folio(self.c(), found.head, 1);
-                addr += 4096;
+                addr = addr.add(4096);
                 continue;
             }
             let mut pvec = Pagevec::new();
             pvec.push(found.head);
             (addr, carried) =
-                self.munlock_pagevec_fill(pt, vma, &mut pvec, addr + 4096, end, design);
+                self.munlock_pagevec_fill(pt, vma, &mut pvec, addr.add(4096), end, design);
             self.munlock_pagevec(mm, st, pvec, design);
         }
         if !design.has_patch(2) {
@@ -95,11 +95,11 @@ impl<'m> Cpu<'m> {
 
     /// `follow_page_mask(FOLL_GET | FOLL_DUMP)`: a full walk from the top, under the PTL, and
     /// a reference on the page. The zero page and empty entries yield nothing.
-    fn follow_page(&self, pt: PageTables<'m>, addr: u64) -> Option<Found> {
+    fn follow_page(&self, pt: PageTables<'m>, addr: VirtAddr) -> Option<Found> {
         let c = self.c();
         let phys = &self.m.phys;
         c.add(Ev::PteRead, 4);
-        match pt.walk(VirtAddr::new(addr)) {
+        match pt.walk(addr) {
             Walk::Pte { table, idx, .. } => {
                 let ptes = PteLock::lock(pt, c, table);
                 let e = ptes.peek_raw(idx);
@@ -134,22 +134,22 @@ impl<'m> Cpu<'m> {
         pt: PageTables<'m>,
         vma: &Vma,
         pvec: &mut Pagevec,
-        mut addr: u64,
-        end: u64,
+        mut addr: VirtAddr,
+        end: VirtAddr,
         design: MunlockDesign,
-    ) -> (u64, Option<Found>) {
+    ) -> (VirtAddr, Option<Found>) {
         let phys = &self.m.phys;
         let node = phys.node_of(pvec[0]);
-        let end = end
-            .min((addr.wrapping_sub(4096) & !(PMD_SIZE - 1)) + PMD_SIZE)
-            .min(vma.end);
+        // The fill stays inside the PMD (and the VMA) of the page before `addr`, the one the
+        // pagevec was started with.
+        let end = addr.sub(4096).pmd_addr_end(end).min(vma.vm_end());
         if design.has_patch(7) {
-            let Some(table) = pt.pte_table(VirtAddr::new(addr - 4096)) else {
+            let Some(table) = pt.pte_table(addr.sub(4096)) else {
                 return (addr, None);
             };
             let ptes = PteLock::lock(pt, self.c(), table);
             while addr < end && pvec.len() < PAGEVEC_SIZE {
-                let e = ptes.get_raw(index(addr, 12));
+                let e = ptes.get_raw(addr.pte_index());
                 let pfn = pt.arch.pfn(e);
                 if e.is_none() || !pt.arch.present(e) || pt.arch.special(e) {
                     break;
@@ -165,7 +165,7 @@ impl<'m> Cpu<'m> {
                 }
                 crate::rmap::folio_ref_add(phys, self.c(), head, 1);
                 pvec.push(head);
-                addr += 4096;
+                addr = addr.add(4096);
             }
             return (addr, None);
         }
@@ -177,7 +177,7 @@ impl<'m> Cpu<'m> {
                 return (addr, Some(f));
             }
             pvec.push(f.head);
-            addr += 4096;
+            addr = addr.add(4096);
         }
         (addr, None)
     }

@@ -2,8 +2,8 @@
 //!
 //! Linux counterpart: the `unsigned long addr` (`address`, `start`, `end`, `haddr`) that
 //! `mm/` passes between the page-table walkers, zap, fork's copy, the fault handler and the
-//! THP code, with the macros that do its arithmetic: `PAGE_ALIGN` / `PAGE_ALIGN_DOWN`,
-//! `ALIGN_DOWN`, `pmd_addr_end`, `pte_index`, `pmd_index`, `pud_index`, `pgd_index` and
+//! THP code, with the macros that do its arithmetic: `PAGE_ALIGN_DOWN` (`PAGE_ALIGN` rounds
+//! the system calls' lengths, which stay `u64`), `ALIGN_DOWN`, `pmd_addr_end`, `pte_index`, `pmd_index`, `pud_index`, `pgd_index` and
 //! `linear_page_index` (here [`Vma::pgoff_at`](crate::vma::Vma::pgoff_at)). The engine used a
 //! bare `u64` for it, the same type as a frame number, a byte count, a page offset in a file
 //! and a page-table entry; a [`VirtAddr`] cannot be mixed up with any of them. It is a
@@ -11,17 +11,22 @@
 //! compiles to the same code as the `u64`.
 //!
 //! Deliberate differences from Linux:
-//! - the type is internal to the engine: the system calls ([`Cpu::mmap`](crate::Cpu::mmap)
-//!   and the others), their arguments and the views keep plain `u64` addresses, and convert
-//!   at the call's entry ([`VirtAddr::new`]); so do the VMA tree (the `maple` crate is keyed by
-//!   `u64`) and the VMA bodies' `start` / `end` fields, read as addresses through
-//!   [`Vma::vm_start`](crate::vma::Vma::vm_start) and [`Vma::vm_end`](crate::vma::Vma::vm_end);
+//! - the type is internal to the engine, used where an address crosses from one of its
+//!   modules to another (the page-table cursor and walkers, zap, fork's copy, the fault
+//!   context, the THP code, the TLB flush, the madvise/mprotect/mlock/mremap walkers). The
+//!   system calls ([`Cpu::mmap`](crate::Cpu::mmap) and the others), their arguments, the views
+//!   and the MMU model's accessors keep plain `u64` addresses, and so does the VMA layer: the
+//!   VMA tree (the `maple` crate is keyed by `u64`), the split and merge code and the VMA
+//!   bodies' `start` / `end` fields, read as addresses through
+//!   [`Vma::vm_start`](crate::vma::Vma::vm_start) and [`Vma::vm_end`](crate::vma::Vma::vm_end).
+//!   An address becomes a [`VirtAddr`] ([`VirtAddr::new`]) where VMA-level code hands a range
+//!   to a walker;
 //! - the arithmetic Linux writes inline (`addr + PAGE_SIZE`, `end - addr`,
 //!   `addr & HPAGE_PMD_MASK`, `(addr >> PAGE_SHIFT) & (PTRS_PER_PTE - 1)`) is a method each
 //!   ([`VirtAddr::add`], [`VirtAddr::offset_from`], [`VirtAddr::pmd_align_down`],
 //!   [`VirtAddr::pte_index`]), so the raw number is taken out ([`VirtAddr::val`]) only where an
-//!   address is really wanted as a number: the TLB's page numbers, the VMA tree, the public
-//!   results, and the NUMA interleave.
+//!   address is really wanted as a number: a VMA tree lookup, the views' and validation's
+//!   `u64` results, and the TLB's and the NUMA interleave's page numbers ([`VirtAddr::vpn`]).
 
 use crate::pgtable::PMD_SIZE;
 use std::fmt;

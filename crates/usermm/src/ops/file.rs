@@ -518,7 +518,7 @@ impl<'m> Cpu<'m> {
                 let pt = self.tables(mm);
                 let arch = pt.arch;
                 let mut hit = false;
-                for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+                for step in pt.pmd_walk(start, end) {
                     match step.kind {
                         PmdKind::Table(table) => {
                             let mut ptes = PteLock::lock(pt, self.c(), table);
@@ -536,10 +536,7 @@ impl<'m> Cpu<'m> {
                 }
                 if hit {
                     young += 1;
-                    self.flush_tlb(
-                        mm,
-                        FlushScope::Range(VirtAddr::new(start), VirtAddr::new(end)),
-                    );
+                    self.flush_tlb(mm, FlushScope::Range(start, end));
                 }
             }
         }
@@ -1366,8 +1363,7 @@ impl<'m> Cpu<'m> {
                 let Some(range) = file_range_in(vma, inode, first, last) else {
                     continue;
                 };
-                let (s, e) = (VirtAddr::new(range.0), VirtAddr::new(range.1));
-                self.zap_vma_range_details(&mut tlb, mm, vma, s, e, details);
+                self.zap_vma_range_details(&mut tlb, mm, vma, range.0, range.1, details);
             }
             tlb.finish();
         }
@@ -1449,11 +1445,10 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    fn mkclean_one(&self, mm: &Mm, addr: u64) {
+    fn mkclean_one(&self, mm: &Mm, addr: VirtAddr) {
         let pt = self.tables(mm);
         let arch = pt.arch;
-        let va = VirtAddr::new(addr);
-        for step in pt.pmd_walk(va, va.add(PAGE_SIZE)) {
+        for step in pt.pmd_walk(addr, addr.add(PAGE_SIZE)) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };
@@ -1465,7 +1460,7 @@ impl<'m> Cpu<'m> {
             }
             ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));
             drop(ptes);
-            self.flush_tlb(mm, FlushScope::Page(va));
+            self.flush_tlb(mm, FlushScope::Page(addr));
         }
     }
 
@@ -1565,20 +1560,20 @@ impl<'m> Cpu<'m> {
 
     /// `MADV_WILLNEED` on a file mapping: readahead of the range (disk files; tmpfs has
     /// nothing to read without swap).
-    pub(crate) fn madvise_willneed_file(&self, vma: &Vma, start: u64, end: u64) {
+    pub(crate) fn madvise_willneed_file(&self, vma: &Vma, start: VirtAddr, end: VirtAddr) {
         let Some(inode) = &vma.file else { return };
         if inode.kind != InodeKind::Disk {
             return;
         }
-        let first = vma.pgoff_at(VirtAddr::new(start));
-        let last = vma.pgoff_at(VirtAddr::new(end - 1));
+        let first = vma.pgoff_at(start);
+        let last = vma.pgoff_at(end.sub(1));
         self.force_page_cache_ra(inode, first, last - first + 1);
     }
 
     /// `MADV_PAGEOUT` of a page-cache folio mapped only here (`shrink_folio_list`): unmapped
     /// first, then dropped from the cache when it is a clean disk page; a dirty one (only
     /// kswapd writes back file pages) or a shmem one (no swap) stays and is activated.
-    pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: u64, head: Pfn) {
+    pub(crate) fn pageout_file_folio(&self, mm: &Mm, vma: &Vma, addr: VirtAddr, head: Pfn) {
         let Some(inode) = &vma.file else { return };
         let mem = &self.m.phys.memmap;
         let nr = 1u64 << mem.order(head);
@@ -1587,8 +1582,8 @@ impl<'m> Cpu<'m> {
             &mut tlb,
             mm,
             vma,
-            VirtAddr::new(addr),
-            VirtAddr::new(addr + nr * PAGE_SIZE),
+            addr,
+            addr.add(nr * PAGE_SIZE),
             ZapDetails::FilePagesOnly,
         );
         tlb.finish();
@@ -1646,7 +1641,12 @@ fn split_pieces(pieces: &[(u64, u32)], at: u64) -> Vec<(u64, u32)> {
 }
 
 /// The address range of `vma` that maps file pages `first..last` of `inode`, if any.
-pub(crate) fn file_range_in(vma: &Vma, inode: &Inode, first: u64, last: u64) -> Option<(u64, u64)> {
+pub(crate) fn file_range_in(
+    vma: &Vma,
+    inode: &Inode,
+    first: u64,
+    last: u64,
+) -> Option<(VirtAddr, VirtAddr)> {
     let file = vma.file.as_ref()?;
     if !std::ptr::eq(Arc::as_ptr(file), inode) {
         return None;
@@ -1656,8 +1656,8 @@ pub(crate) fn file_range_in(vma: &Vma, inode: &Inode, first: u64, last: u64) -> 
     let (a, b) = (first.max(vfirst), last.min(vlast));
     (a < b).then(|| {
         (
-            vma.start + (a - vfirst) * PAGE_SIZE,
-            vma.start + (b - vfirst) * PAGE_SIZE,
+            vma.vm_start().add((a - vfirst) * PAGE_SIZE),
+            vma.vm_start().add((b - vfirst) * PAGE_SIZE),
         )
     })
 }

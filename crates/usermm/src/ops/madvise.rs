@@ -74,7 +74,7 @@ enum Deferred {
     /// COLD/PAGEOUT of part of a large page-cache folio: `split_folio` (file, head).
     Split(std::sync::Arc<crate::filemap::Inode>, Pfn),
     /// MADV_COLLAPSE of a shmem block: `collapse_file` (file, address, file index).
-    Collapse(std::sync::Arc<crate::filemap::Inode>, u64, u64),
+    Collapse(std::sync::Arc<crate::filemap::Inode>, VirtAddr, u64),
 }
 
 impl<'m> Cpu<'m> {
@@ -129,13 +129,10 @@ impl<'m> Cpu<'m> {
         &self,
         tlb: &mut MmuGather<'_, 'm>,
         mm: &crate::mm::Mm,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
     ) {
-        for step in self
-            .tables(mm)
-            .pmd_walk(VirtAddr::new(start), VirtAddr::new(end))
-        {
+        for step in self.tables(mm).pmd_walk(start, end) {
             if step.whole() {
                 self.free_empty_pte_table(tlb, mm, &step);
             }
@@ -192,6 +189,8 @@ impl<'m> Cpu<'m> {
         removes: &mut Vec<Deferred>,
     ) -> SysResult<()> {
         let (start, end) = (range.start, range.end);
+        // The page-table walkers' view of the range.
+        let (va, va_end) = (VirtAddr::new(start), VirtAddr::new(end));
         let vma = st.vmas.get(id);
         let f = vma.flags.0;
         let newflags = match advice {
@@ -200,20 +199,19 @@ impl<'m> Cpu<'m> {
                     return Err(Errno::EINVAL);
                 }
                 let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-                let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
-                self.zap_vma_range(&mut tlb, mm, vma, s, e);
-                self.reclaim_empty_pte_tables(&mut tlb, mm, start, end);
+                self.zap_vma_range(&mut tlb, mm, vma, va, va_end);
+                self.reclaim_empty_pte_tables(&mut tlb, mm, va, va_end);
                 tlb.finish();
                 return Ok(());
             }
             Advice::WillNeed => {
-                self.madvise_willneed_file(vma, start, end);
+                self.madvise_willneed_file(vma, va, va_end);
                 return Ok(());
             }
             Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
             Advice::Collapse => {
                 let Some(file) = vma.file.as_ref() else {
-                    return self.madvise_collapse(mm, vma, start, end);
+                    return self.madvise_collapse(mm, vma, va, va_end);
                 };
                 if !file.kind.is_shmem() {
                     // `file_thp_enabled` wants a regular file nobody has open for writing;
@@ -221,7 +219,7 @@ impl<'m> Cpu<'m> {
                     // shared and private mappings of an ext4 file open O_RDWR).
                     return Err(Errno::EINVAL);
                 }
-                for (haddr, idx) in self.shmem_collapse_blocks(vma, start, end)? {
+                for (haddr, idx) in self.shmem_collapse_blocks(vma, va, va_end)? {
                     removes.push(Deferred::Collapse(file.clone(), haddr, idx));
                 }
                 return Ok(());
@@ -231,10 +229,10 @@ impl<'m> Cpu<'m> {
                     return Err(Errno::EINVAL);
                 }
                 if vma.is_anon_private() {
-                    self.madvise_cold_or_pageout_anon(mm, vma, start, end, advice);
+                    self.madvise_cold_or_pageout_anon(mm, vma, va, va_end, advice);
                 }
                 if vma.file.is_some() {
-                    self.madvise_cold_or_pageout_file(mm, vma, start, end, advice, removes);
+                    self.madvise_cold_or_pageout_file(mm, vma, va, va_end, advice, removes);
                 }
                 return Ok(());
             }
@@ -242,7 +240,7 @@ impl<'m> Cpu<'m> {
                 if vma.flags.has(VmFlags::LOCKED) || vma.file.is_some() {
                     return Err(Errno::EINVAL);
                 }
-                self.madvise_free(mm, vma, start, end);
+                self.madvise_free(mm, vma, va, va_end);
                 return Ok(());
             }
             Advice::Remove => {
@@ -259,7 +257,7 @@ impl<'m> Cpu<'m> {
                 // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
                 removes.push(Deferred::Punch(
                     file.clone(),
-                    vma.pgoff_at(VirtAddr::new(start)) << 12,
+                    vma.pgoff_at(va) << 12,
                     end - start,
                 ));
                 return Ok(());
@@ -357,14 +355,19 @@ impl<'m> Cpu<'m> {
     /// whole when the range covers it and only this mapping maps it; one the range covers in
     /// part is split first ([`Cpu::split_anon_folio`]) and its pages in the range then freed
     /// as small folios. Folios other processes map are left alone.
-    fn madvise_free(&self, mm: &crate::mm::Mm, vma: &crate::vma::Vma, start: u64, end: u64) {
+    fn madvise_free(
+        &self,
+        mm: &crate::mm::Mm,
+        vma: &crate::vma::Vma,
+        start: VirtAddr,
+        end: VirtAddr,
+    ) {
         self.lru_add_drain();
         let splits = self.madvise_free_range(mm, vma, start, end);
         self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
             let _ = self.madvise_free_range(mm, vma, s, e);
         });
-        let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
-        self.flush_tlb(mm, crate::tlb::FlushScope::Range(s, e));
+        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
     }
 
     /// Splits each large folio of `splits` (head, first address, pages) with
@@ -374,13 +377,13 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
-        splits: Vec<(Pfn, u64, u64)>,
-        (start, end): (u64, u64),
-        mut revisit: impl FnMut(u64, u64),
+        splits: Vec<(Pfn, VirtAddr, u64)>,
+        (start, end): (VirtAddr, VirtAddr),
+        mut revisit: impl FnMut(VirtAddr, VirtAddr),
     ) {
         for (head, first, nr) in splits {
-            if self.split_anon_folio(mm, vma, head, VirtAddr::new(first)) {
-                revisit(first.max(start), (first + nr * 4096).min(end));
+            if self.split_anon_folio(mm, vma, head, first) {
+                revisit(first.max(start), first.add(nr * 4096).min(end));
             }
         }
     }
@@ -391,15 +394,15 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
-        start: u64,
-        end: u64,
-    ) -> Vec<(Pfn, u64, u64)> {
+        start: VirtAddr,
+        end: VirtAddr,
+    ) -> Vec<(Pfn, VirtAddr, u64)> {
         use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
-        let mut splits: Vec<(Pfn, u64, u64)> = Vec::new();
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        let mut splits: Vec<(Pfn, VirtAddr, u64)> = Vec::new();
+        for step in pt.pmd_walk(start, end) {
             let table = match step.kind {
                 PmdKind::Huge(e) => {
                     let Some(head) = pt.vm_normal_folio(e) else {
@@ -409,7 +412,7 @@ impl<'m> Cpu<'m> {
                         continue; // `folio_maybe_mapped_shared`
                     }
                     if !step.whole() {
-                        splits.push((head, step.haddr().val(), 1 << mem.order(head)));
+                        splits.push((head, step.haddr(), 1 << mem.order(head)));
                         continue;
                     }
                     let mut pmdl = PmdLock::lock(pt, self.c(), step.table);
@@ -430,13 +433,13 @@ impl<'m> Cpu<'m> {
                 let Some(head) = pt.vm_normal_folio(entry) else {
                     continue;
                 };
-                let a = step.pte_addr(i).val();
+                let a = step.pte_addr(i);
                 let pfn = pt.arch.pfn(entry);
                 let nr = 1u64 << mem.order(head);
-                let folio_start = a - pfn.offset_from(head) * 4096;
+                let folio_start = a.sub(pfn.offset_from(head) * 4096);
                 let eligible = if nr > 1 {
-                    let covered =
-                        folio_start >= start.max(vma.start) && folio_start + nr * 4096 <= end;
+                    let covered = folio_start >= start.max(vma.vm_start())
+                        && folio_start.add(nr * 4096) <= end;
                     if !covered {
                         if splits.last().is_none_or(|s| s.0 != head) {
                             splits.push((head, folio_start, nr));
@@ -471,8 +474,8 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
         advice: Advice,
     ) {
         self.lru_add_drain();
@@ -487,7 +490,7 @@ impl<'m> Cpu<'m> {
                 Advice::PageOut => {
                     if self.anon_pageout_folio(head, dirty) {
                         let nr = 1u64 << self.m.phys.memmap.order(head);
-                        discard.push((addr, addr + nr * 4096));
+                        discard.push((addr, addr.add(nr * 4096)));
                     }
                 }
                 _ => self.anon_deactivate(head),
@@ -496,7 +499,7 @@ impl<'m> Cpu<'m> {
         if !discard.is_empty() {
             let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
             for (s, e) in discard {
-                self.zap_vma_range(&mut tlb, mm, vma, VirtAddr::new(s), VirtAddr::new(e));
+                self.zap_vma_range(&mut tlb, mm, vma, s, e);
             }
             tlb.finish();
         }
@@ -509,21 +512,21 @@ impl<'m> Cpu<'m> {
     fn anon_folios_in(
         &self,
         mm: &crate::mm::Mm,
-        start: u64,
-        end: u64,
-    ) -> (Vec<(Pfn, u64, bool)>, Vec<(Pfn, u64, u64)>) {
+        start: VirtAddr,
+        end: VirtAddr,
+    ) -> (Vec<(Pfn, VirtAddr, bool)>, Vec<(Pfn, VirtAddr, u64)>) {
         use crate::pgtable::cursor::{PmdKind, PteLock};
         use crate::phys::PageFlag;
         let pt = self.tables(mm);
         let mem = &self.m.phys.memmap;
         // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
-        let mut seen: Vec<(Pfn, u64, u64, bool, bool)> = Vec::new();
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        let mut seen: Vec<(Pfn, VirtAddr, u64, bool, bool)> = Vec::new();
+        for step in pt.pmd_walk(start, end) {
             match step.kind {
                 PmdKind::Huge(e) => {
                     if let Some(head) = pt.vm_normal_folio(e) {
                         let n = if step.whole() { 512 } else { 0 };
-                        seen.push((head, step.haddr().val(), n, pt.arch.dirty(e), true));
+                        seen.push((head, step.haddr(), n, pt.arch.dirty(e), true));
                     }
                 }
                 PmdKind::Table(table) => {
@@ -544,8 +547,8 @@ impl<'m> Cpu<'m> {
                                 f.3 |= dirty;
                             }
                             _ => {
-                                let a = step.pte_addr(i).val();
-                                let first = a - pt.arch.pfn(e).offset_from(head) * 4096;
+                                let a = step.pte_addr(i);
+                                let first = a.sub(pt.arch.pfn(e).offset_from(head) * 4096);
                                 seen.push((head, first, 1, dirty, false));
                             }
                         }
@@ -653,8 +656,8 @@ impl<'m> Cpu<'m> {
         &self,
         mm: &crate::mm::Mm,
         vma: &crate::vma::Vma,
-        start: u64,
-        end: u64,
+        start: VirtAddr,
+        end: VirtAddr,
         advice: Advice,
         deferred: &mut Vec<Deferred>,
     ) {
@@ -665,7 +668,7 @@ impl<'m> Cpu<'m> {
         let mem = &phys.memmap;
         self.lru_add_drain();
         let mut found = Vec::new();
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(start, end) {
             if let PmdKind::Huge(e) = step.kind {
                 // A PMD-mapped folio only partly advised and mapped by no one else is split
                 // (`split_folio`: unmapped everywhere, order-0 pages; shmem keeps them).
@@ -700,7 +703,7 @@ impl<'m> Cpu<'m> {
                     continue;
                 }
                 let nr = 1u64 << mem.order(head);
-                let addr = step.pte_addr(at).val();
+                let addr = step.pte_addr(at);
                 if nr > 1 {
                     // A large folio: the PTEs that map it in order from here (within the
                     // range and this table) must cover all of it, or it is split first
@@ -752,8 +755,7 @@ impl<'m> Cpu<'m> {
             }
         }
         if advice == Advice::Cold {
-            let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
-            self.flush_tlb(mm, crate::tlb::FlushScope::Range(s, e));
+            self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
         }
         for (addr, head) in found {
             mem.clear(head, PageFlag::Referenced);

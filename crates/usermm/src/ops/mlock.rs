@@ -264,11 +264,12 @@ impl<'m> Cpu<'m> {
         let vma = st.vmas.get(target);
         let design = self.m.tunables().munlock;
         self.lru_add_drain();
+        let (va, va_end) = (VirtAddr::new(start), VirtAddr::new(end));
         match design {
             MunlockDesign::Stage(_) if !now => {
-                self.munlock_vma_pages_range_2013(mm, st, vma, start, end, design)
+                self.munlock_vma_pages_range_2013(mm, st, vma, va, va_end, design)
             }
-            _ => self.mlock_vma_pages_range(mm, vma, start, end, now),
+            _ => self.mlock_vma_pages_range(mm, vma, va, va_end, now),
         }
         self.lru_add_drain();
         Ok(())
@@ -277,10 +278,17 @@ impl<'m> Cpu<'m> {
     /// Walks `[start, end)` of `vma` and mlocks (or munlocks) the folios mapped there
     /// (`mlock_pte_range`): a large PTE-mapped folio is mlocked only if it lies wholly inside
     /// the range and is mapped there entirely; munlock is always allowed.
-    fn mlock_vma_pages_range(&self, mm: &Mm, vma: &Vma, start: u64, end: u64, lock: bool) {
+    fn mlock_vma_pages_range(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        start: VirtAddr,
+        end: VirtAddr,
+        lock: bool,
+    ) {
         let pt = self.tables(mm);
         let phys = &self.m.phys;
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(start, end) {
             match step.kind {
                 PmdKind::Huge(entry) => {
                     let pfn = pt.arch.pfn(entry);
@@ -303,7 +311,7 @@ impl<'m> Cpu<'m> {
         pt: crate::pgtable::PageTables<'m>,
         table: Pfn,
         vma: &Vma,
-        range: (u64, u64),
+        range: (VirtAddr, VirtAddr),
         step: &PmdStep,
         lock: bool,
     ) {
@@ -333,10 +341,9 @@ impl<'m> Cpu<'m> {
             let nr_pages = folio.nr_pages();
             let last = folio.pfn().add(nr_pages).sub(1);
             let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
-            let va = step.pte_addr(i).val();
-            let folio_start = va - pfn.offset_from(head) * 4096;
-            let within = folio_start >= range.0.max(vma.start)
-                && folio_start + nr_pages * 4096 <= range.1.min(vma.end);
+            let folio_start = step.pte_addr(i).sub(pfn.offset_from(head) * 4096);
+            let within = folio_start >= range.0.max(vma.vm_start())
+                && folio_start.add(nr_pages * 4096) <= range.1.min(vma.vm_end());
             if !lock || (within && n as u64 == nr_pages) {
                 queue.mlock_or_munlock(head, lock);
             }

@@ -116,7 +116,7 @@ impl<'m> Cpu<'m> {
             self.vm_unacct(uncharged);
         }
         let vma = st.vmas.get(target);
-        self.change_protection(mm, vma, start, end);
+        self.change_protection(mm, vma, VirtAddr::new(start), VirtAddr::new(end));
         // A locked private VMA that becomes writable is populated for write, so that its
         // pages stay resident and private (`populate_vma_page_range`; not for LOCKONFAULT).
         let lock_bits = old.0 & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::LOCKED);
@@ -133,10 +133,10 @@ impl<'m> Cpu<'m> {
 
     /// Rewrites the PTEs of `[start, end)` in `vma` to the VMA's protection; private anon pages
     /// that are PageAnonExclusive stay (or become) writable when the VMA is writable.
-    pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: u64, end: u64) {
+    pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: VirtAddr, end: VirtAddr) {
         let pt = self.tables(mm);
         let mut changed = false;
-        for step in pt.pmd_walk(VirtAddr::new(start), VirtAddr::new(end)) {
+        for step in pt.pmd_walk(start, end) {
             if let PmdKind::Huge(_) = step.kind {
                 if step.whole() {
                     changed |= self.change_huge_pmd(mm, vma, step.table, step.idx);
@@ -149,10 +149,7 @@ impl<'m> Cpu<'m> {
             }
         }
         if changed {
-            self.flush_tlb(
-                mm,
-                FlushScope::Range(VirtAddr::new(start), VirtAddr::new(end)),
-            );
+            self.flush_tlb(mm, FlushScope::Range(start, end));
         }
     }
 

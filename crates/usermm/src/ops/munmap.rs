@@ -138,8 +138,8 @@ impl<'m> Cpu<'m> {
                     mm,
                     st,
                     v,
-                    start.max(v.start),
-                    end.min(v.end),
+                    VirtAddr::new(start).max(v.vm_start()),
+                    VirtAddr::new(end).min(v.vm_end()),
                     design,
                 );
             }

@@ -40,12 +40,6 @@ pub const PGD_SIZE: u64 = 1 << 39;
 /// Top of the user address space (47-bit, like x86-64 4-level and arm64 48-bit VA minus a page).
 pub const TASK_SIZE: u64 = (1 << 47) - 4096;
 
-/// Table index of `addr` at the level whose entries map `1 << shift` bytes.
-#[inline]
-pub(crate) fn index(addr: u64, shift: u32) -> usize {
-    ((addr >> shift) & 511) as usize
-}
-
 /// Shift of each level, top first.
 pub(crate) const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
 
