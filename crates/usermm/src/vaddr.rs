@@ -3,8 +3,8 @@
 //! Linux counterpart: the `unsigned long addr` (`address`, `start`, `end`, `haddr`) that
 //! `mm/` passes between the page-table walkers, zap, fork's copy, the fault handler and the
 //! THP code, with the macros that do its arithmetic: `PAGE_ALIGN_DOWN` (`PAGE_ALIGN` rounds
-//! the system calls' lengths, which stay `u64`), `ALIGN_DOWN`, `pmd_addr_end`, `pte_index`, `pmd_index`, `pud_index`, `pgd_index` and
-//! `linear_page_index` (here [`Vma::pgoff_at`](crate::vma::Vma::pgoff_at)). The engine used a
+//! the system calls' lengths, which stay `u64`), `ALIGN_DOWN`, `pmd_addr_end`, `pte_index`,
+//! `pmd_index`, `pud_index`, `pgd_index` and `linear_page_index` (here [`Vma::pgoff_at`](crate::vma::Vma::pgoff_at)). The engine used a
 //! bare `u64` for it, the same type as a frame number, a byte count, a page offset in a file
 //! and a page-table entry; a [`VirtAddr`] cannot be mixed up with any of them. It is a
 //! `#[repr(transparent)]` wrapper of the address and its methods are `#[inline]`, so it
