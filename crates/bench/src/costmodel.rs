@@ -6,9 +6,9 @@
 //! kernel's, and neither do its gains. This model does: each engine counter names a piece
 //! of kernel work (a PTE read, a locked bit clear on a PTE, an atomic on a `struct page`,
 //! a page zeroed, a lock taken, a VMA duplicated, …), whose cost on *this* machine is
-//! measured during each modelled benchmark by microbenchmarks in fresh processes ([`Primitives`]); the prediction is
-//! Σ counter × cost, plus the fixed work of the timed operation (a system call, a task
-//! created). Nothing is fitted to the benchmark rows: the primitives are measured, the
+//! measured during each modelled benchmark by microbenchmarks in fresh processes
+//! ([`Primitives`]); the prediction is Σ counter × cost, plus the fixed work of the timed
+//! operation (a system call, a task created). Nothing is fitted to the benchmark rows: the primitives are measured, the
 //! recipes ([`RECIPES`]) state what the kernel does per event, from reading Linux 6.18.
 //!
 //! Every table with engine variants gets one `model:<variant>` column per engine variant
@@ -73,8 +73,8 @@ pub struct Primitives {
     /// What a walk's first `struct page` line of a folio costs beyond a streamed one, on
     /// average: `(1 - adjacency) x (line_rand - atomic_line)`, where `adjacency` is the
     /// fraction of consecutive 4 KiB pages of freshly faulted anonymous memory whose frames
-    /// are adjacent (`/proc/self/pagemap`; 0 where it shows no frame numbers, as without
-    /// root). On this 6.18 guest 0.34: the per-CPU lists hand out order-0 pages in LIFO
+    /// are adjacent (`/proc/self/pagemap`; where it shows no frame numbers, as without root,
+    /// `line_jump` is 0). On this 6.18 guest 0.2-0.7 per process, 0.34 typically: the per-CPU lists hand out order-0 pages in LIFO
     /// order, so two folios in three that a walk meets sit on a `struct page` line that no
     /// stream brought in. The engine's frames are sequential; the host's are not.
     pub line_jump: f64,

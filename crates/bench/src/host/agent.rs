@@ -205,7 +205,7 @@ pub fn serve() -> anyhow::Result<()> {
         // The primitives allocate about 200 MiB (their buffers and the mprotect region):
         // prime as much, as the host cells do, so that they run on memory the hypervisor
         // backs. Measured between the rows of a bench run without it, right after cells that
-        // freed hundreds of MiB, kcall read 7 to 11 ns where the same binary read 2.8 to
+        // freed hundreds of MiB, kcall read 7 to 13 ns where the same binary read 2.8 to
         // 3.6 standalone a minute later.
         crate::host::prime(PRIMITIVES_PRIME);
         let p = crate::costmodel::Primitives::measure();
