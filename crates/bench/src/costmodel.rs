@@ -425,9 +425,7 @@ struct HotLine([AtomicU64; 8]);
 /// refuses a step. No benchmark row times mprotect.
 fn kernel_pte_loop_ns() -> Option<f64> {
     const LEN: u64 = 64 << 20;
-    use crate::host::region::MADV_NOHUGEPAGE;
-    let r = crate::host::region::Region::anon(LEN).ok()?;
-    oracle::sys::madvise(r.addr, LEN, MADV_NOHUGEPAGE).ok()?;
+    let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
     r.write_each_page().ok()?;
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
@@ -440,9 +438,7 @@ fn kernel_pte_loop_ns() -> Option<f64> {
 /// (without `CAP_SYS_ADMIN` they read 0).
 fn frame_adjacency() -> Option<f64> {
     const PAGES: u64 = 4096;
-    use crate::host::region::{Region, MADV_NOHUGEPAGE};
-    let r = Region::anon(PAGES << 12).ok()?;
-    oracle::sys::madvise(r.addr, PAGES << 12, MADV_NOHUGEPAGE).ok()?;
+    let r = crate::host::region::Region::anon_small_pages(PAGES << 12).ok()?;
     r.write_each_page().ok()?;
     let f = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut prev: Option<u64> = None;
@@ -468,10 +464,8 @@ fn frame_adjacency() -> Option<f64> {
 fn trap_ns() -> Option<f64> {
     const LEN: u64 = 32 << 20;
     const MADV_POPULATE_READ: i32 = 22;
-    use crate::host::region::{Region, MADV_NOHUGEPAGE};
     let per_page = |populate: bool| -> Option<f64> {
-        let r = Region::anon(LEN).ok()?;
-        oracle::sys::madvise(r.addr, LEN, MADV_NOHUGEPAGE).ok()?;
+        let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
         let t = Instant::now();
         if populate {
             oracle::sys::madvise(r.addr, LEN, MADV_POPULATE_READ).ok()?;

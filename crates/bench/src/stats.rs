@@ -150,16 +150,17 @@ fn mann_whitney_rank(n: usize, m: usize) -> usize {
     for row in &mut prev {
         row[0] = 1.0; // j = 0: one arrangement, U = 0
     }
+    // The layer before `prev` is reused: row i of layer j is written for every u up to i j,
+    // past everything an older layer left there, and row 0 is the same in every layer.
+    let mut cur = prev.clone();
     for j in 1..=m {
-        let mut cur = vec![vec![0.0f64; max_u + 1]; n + 1];
-        cur[0][0] = 1.0;
         for i in 1..=n {
             for u in 0..=i * j {
                 let largest_first = if u >= j { cur[i - 1][u - j] } else { 0.0 };
                 cur[i][u] = largest_first + prev[i][u];
             }
         }
-        prev = cur;
+        std::mem::swap(&mut prev, &mut cur);
     }
     let ways = &prev[n];
     let total: f64 = ways.iter().sum();

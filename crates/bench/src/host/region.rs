@@ -118,6 +118,15 @@ impl Region {
         Region::map_over(len, RW, 0)
     }
 
+    /// A read-write anonymous mapping kept to 4 KiB pages (`MADV_NOHUGEPAGE`: no THP, no
+    /// mTHP), for measurements per small page; an error if the host refuses the advice.
+    pub fn anon_small_pages(len: u64) -> Result<Region, String> {
+        let r = Region::anon(len)?;
+        sys::madvise(r.addr, r.len, MADV_NOHUGEPAGE)
+            .map_err(|e| errno_text("madvise(MADV_NOHUGEPAGE)", e))?;
+        Ok(r)
+    }
+
     /// A read-write mapping populated and mlocked at mmap (`MAP_LOCKED | MAP_POPULATE`).
     pub fn locked(len: u64) -> Result<Region, String> {
         Region::map_over(len, RW, libc_prot::LOCKED | libc_prot::POPULATE)
