@@ -625,7 +625,7 @@ impl<'m> Cpu<'m> {
                 if !quick {
                     return false;
                 }
-                let _g = phys.sharing.lock_owner(head);
+                let _g = mem.lock_large_mapcount(head);
                 !rmap::owner::maybe_mapped_shared(phys, head)
                     && mem.large_mapcount(head) == mem.refcount(head)
             }

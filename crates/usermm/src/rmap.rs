@@ -95,7 +95,7 @@ pub mod owner {
 
     /// Resets the tracking of a folio being allocated.
     pub fn reset(phys: &PhysMem, head: Pfn) {
-        for i in 0..5 {
+        for i in 0..crate::phys::memmap::AUX_WORDS {
             phys.memmap.set_folio_aux(head, i, 0);
         }
     }
@@ -138,8 +138,10 @@ fn folio_rmap(
         return;
     }
     if folio.test(PageFlag::OwnerTracked) {
-        let guard = phys.sharing.lock_owner(head);
-        let total = folio.large_mapcount_add(delta);
+        // `CONFIG_MM_ID`: one locked operation (the bit lock); the total and the owner slots
+        // are plain reads and sets under it, and the unlock is a plain store.
+        let guard = phys.memmap.lock_large_mapcount(head);
+        let total = phys.memmap.large_mapcount_add_locked(&guard, head, delta);
         if delta > 0 {
             owner::map(phys, head, mm_id, delta, total);
         } else {
@@ -147,12 +149,11 @@ fn folio_rmap(
         }
         drop(guard);
         c.add(Ev::FolioAtomic, 1);
-        count_map(c, 1);
     } else if folio.test(PageFlag::TotalMapcount) {
         folio.large_mapcount_add(delta);
         count_map(c, 1);
     }
-    if folio.is_anon() {
+    if folio.is_anon() && folio.test(PageFlag::SharingRecord) {
         let n = phys
             .sharing
             .update(head, folio.order(), mm_id, i64::from(delta), pages);
@@ -248,8 +249,7 @@ pub(crate) fn add_new_anon(
     let maps = match level {
         Level::Pte => {
             for p in head.range(nr) {
-                mm.mapcount_add(p, 1);
-                mm.set(p, PageFlag::AnonExclusive);
+                mm.new_anon_page(p);
             }
             count_map(c, nr);
             nr
@@ -271,7 +271,9 @@ pub(crate) fn add_new_anon(
             owner::reset(phys, head);
             owner::map(phys, head, mm_id, maps as i32, maps as i32);
         }
-        phys.sharing.on_new(head, folio.order(), mm_id, maps);
+        if phys.sharing.on_new(head, folio.order(), mm_id, maps) {
+            folio.set(PageFlag::SharingRecord);
+        }
     }
 }
 
@@ -331,20 +333,15 @@ pub(crate) fn try_dup_anon_ptes(
     }
     folio_rmap(phys, c, head, dst_mm, nr as i32, |plain| {
         // One pass over the pages' memmap entries, as `__folio_try_dup_anon_rmap`: each page
-        // loses PageAnonExclusive and gains a mapcount while its line is in the cache.
-        let mut cleared = 0;
-        for p in page.range(nr) {
-            if mm.test(p, PageFlag::AnonExclusive) {
-                mm.clear(p, PageFlag::AnonExclusive);
-                cleared += 1;
-            }
-            match plain {
-                Plain::Yes => mm.mapcount_add_plain(p, 1),
-                Plain::No => {
-                    mm.mapcount_add(p, 1);
-                }
-            }
-        }
+        // loses PageAnonExclusive and gains a mapcount, in one add on one word (the memmap's
+        // docs say why); the counters count Linux's two RMWs.
+        let cleared: u64 = match plain {
+            Plain::Yes => page
+                .range(nr)
+                .map(|p| u64::from(mm.dup_anon_page_plain(p)))
+                .sum(),
+            Plain::No => page.range(nr).map(|p| u64::from(mm.dup_anon_page(p))).sum(),
+        };
         c.add(Ev::FolioAtomic, cleared);
         if plain == Plain::No {
             count_map(c, nr);

@@ -786,8 +786,9 @@ fn tracker_cost() {
                             for (d, up) in [(1i32, true), (-1, false)] {
                                 match t {
                                     SharingTracker::Owner => {
-                                        let _g = s.lock_owner(HEAD);
-                                        let total = phys.memmap.large_mapcount_add(HEAD, d);
+                                        let g = phys.memmap.lock_large_mapcount(HEAD);
+                                        let total =
+                                            phys.memmap.large_mapcount_add_locked(&g, HEAD, d);
                                         if up {
                                             owner::map(&phys, HEAD, id, 1, total);
                                         } else {

@@ -17,7 +17,7 @@ pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
 pub use folio::Folio;
 use lru::{Lists, Lruvec};
-pub use memmap::{Memmap, PageFlag};
+pub use memmap::{LargeMapcountLock, Memmap, PageFlag};
 pub use pfn::Pfn;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;

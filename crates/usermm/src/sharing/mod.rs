@@ -20,8 +20,10 @@
 //! The memmap has no room left, so the rmap-ID and moment-sum state lives in a side table
 //! ([`Sharing`]): one 16-word entry per 4 frames (tracked folios have order ≥ 2), indexed by
 //! `head >> 2`, zero-allocated and lazily backed by the host. Each entry holds a tag (which
-//! state this folio maintains, and the configuration epoch it was created in), a lock word for
-//! the owner tracker, and the `rmap_id::FolioWords` record. Changing the tracker starts a new
+//! state this folio maintains, and the configuration epoch it was created in), a spare word,
+//! and the `rmap_id::FolioWords` record. Only folios whose head carries
+//! `PageFlag::SharingRecord` (a record was made when they were first mapped) look at the
+//! table; the owner tracker lives in the memmap, as Linux's does. Changing the tracker starts a new
 //! epoch: folios created before keep answering "shared" for the new tracker (never wrong),
 //! folios created after are tracked. With `shadow` on, every side-table tracker is maintained
 //! for every folio, so views and validation can compare all of them against the truth.
@@ -278,7 +280,6 @@ pub struct SharingAnswers {
 
 const STRIDE: usize = 16;
 const E_TAG: usize = 0;
-const E_LOCK: usize = 1;
 const E_REC: usize = 2;
 
 const F_RMAP: u64 = 1;
@@ -365,16 +366,6 @@ pub enum Plain {
     Yes,
     /// Atomic adds.
     No,
-}
-
-/// A held owner-tracking lock of one folio (the bit spinlock `folio_lock_large_mapcount`).
-#[derive(Debug)]
-pub struct OwnerLock<'a>(&'a AtomicU64);
-
-impl Drop for OwnerLock<'_> {
-    fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
-    }
 }
 
 impl Sharing {
@@ -477,11 +468,13 @@ impl Sharing {
 
     /// A fresh large anon folio is mapped `nr` times by the MM with `rmap_id`
     /// (`folio_add_new_anon_rmap`): records which state it maintains and initialises it.
-    pub fn on_new(&self, head: Pfn, order: u32, rmap_id: u32, nr: u64) {
+    /// Returns whether the folio has a record (the caller marks its head
+    /// `PageFlag::SharingRecord`).
+    pub fn on_new(&self, head: Pfn, order: u32, rmap_id: u32, nr: u64) -> bool {
         let cfg = self.config.load(Ordering::Acquire);
         let mut flags = cfg & FLAGS;
         let Some(e) = self.entry(head) else {
-            return;
+            return false;
         };
         if !(subid::MIN_ORDER..=subid::MAX_ORDER).contains(&order) {
             flags = 0;
@@ -494,6 +487,7 @@ impl Sharing {
                 nr,
             );
         }
+        flags != 0
     }
 
     /// `delta` mappings (negative: removed) of an anon folio by `rmap_id` (PTE batch, PMD = 1,
@@ -661,20 +655,6 @@ impl Sharing {
             }
         }
         errs
-    }
-
-    /// Takes the per-folio owner-tracking lock (`folio_lock_large_mapcount`), for wrapping the
-    /// owner slot updates of [`crate::rmap::owner`] and the COW check that reads them.
-    pub fn lock_owner(&self, head: Pfn) -> Option<OwnerLock<'_>> {
-        let w = &self.entry(head)?[E_LOCK];
-        let mut spins = 0;
-        while w
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            <AtomicU64 as seqcount::Word>::relax(&mut spins);
-        }
-        Some(OwnerLock(w))
     }
 }
 
