@@ -39,6 +39,9 @@ use std::time::Instant;
 /// LLC, like the page tables and `struct page`s of a layout the kernel just populated.
 const BUF: usize = 64 << 20;
 
+/// Bytes the `zero_page` primitive zeroes per run: more than this machine's caches keep.
+const ZERO_BUF: usize = 256 << 20;
+
 /// Costs of the machine's primitive operations, nanoseconds each, measured by
 /// [`Primitives::measure`] (the median of several runs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -62,8 +65,9 @@ pub struct Primitives {
     pub atomic_hot: f64,
     /// An out-of-line kernel function on a fast path (call, prologue, a few tests, return
     /// through this kernel's return thunk): the host's `mprotect` time per 4 KiB entry of
-    /// 64 MiB, less that entry's memory operations, over its four calls (falls back to
-    /// [`Primitives::call`] if the host refuses the mapping).
+    /// 64 MiB on scattered frames, less that entry's memory operations, over its four calls
+    /// (falls back to [`Primitives::call`] if the host refuses the mapping). Where the host
+    /// hides frame numbers the region's frames count as scattered already.
     pub kcall: f64,
     /// A user-space out-of-line call and return with a few instructions of work.
     pub call: f64,
@@ -78,10 +82,12 @@ pub struct Primitives {
     /// order, so two folios in three that a walk meets sit on a `struct page` line that no
     /// stream brought in. The engine's frames are sequential; the host's are not.
     pub line_jump: f64,
-    /// Zeroing a 4 KiB page, by the host kernel (`clear_page`): a `read` of `/dev/zero`
-    /// into populated memory, per page (user-space `memset` if that fails). The kernel's
-    /// string stores are slower than user space's vector stores: on this 6.18 guest 345 ns
-    /// against 250.
+    /// Zeroing a 4 KiB page that no cache holds, by the host kernel (`clear_page` of a
+    /// fault's fresh page): a `read` of `/dev/zero` into [`ZERO_BUF`] of populated memory,
+    /// per page (user-space `memset` if that fails). A layout's fresh pages are as large as
+    /// the layout, beyond the caches, so zeroing them runs at memory bandwidth: on this
+    /// guest `dd` from `/dev/zero` reads 24 GB/s into a 64 MiB buffer and 9 GB/s into a
+    /// 256 MiB one (170 against 455 ns per page).
     pub zero_page: f64,
     /// Copying a 4 KiB page, by the host kernel (`copy_mc_user_highpage` of a COW fault):
     /// a `pread` of a written memfd into populated memory, per page, lookup included
@@ -187,11 +193,7 @@ impl Primitives {
         // The median of the runs: on this 2-vCPU guest the minimum of nine, in processes a
         // few seconds apart, put kcall anywhere from 6.0 to 10.5 ns and the TLB flush from
         // 81 to 457 ns, a lucky run against an unlucky one.
-        let best = |f: &mut dyn FnMut() -> f64| {
-            let mut v: Vec<f64> = (0..RUNS).map(|_| f()).collect();
-            v.sort_by(f64::total_cmp);
-            v[RUNS / 2]
-        };
+        let best = |f: &mut dyn FnMut() -> f64| median((0..RUNS).map(|_| f())).unwrap_or(f64::MAX);
         let load_seq = best(&mut || {
             let t = Instant::now();
             let mut s = 0u64;
@@ -252,17 +254,6 @@ impl Primitives {
             black_box(acc);
             ns_per(t, n)
         });
-        // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
-        // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
-        // __ptep_modify_prot_start, __ptep_modify_prot_commit, native_set_pte under
-        // PARAVIRT_XXL) around one PTE load, one xchg, one store and one struct page line;
-        // what the entry costs beyond those is four calls' worth.
-        let kernel_entry = best(&mut || kernel_pte_loop_ns().unwrap_or(f64::MAX));
-        let kcall = if kernel_entry == f64::MAX {
-            call
-        } else {
-            ((kernel_entry - load_seq - rmw_seq - store_seq - line_seq) / 4.0).max(call)
-        };
         let line_rand = best(&mut || {
             // A random cyclic permutation of the buffer's lines, followed for 256 Ki steps.
             let lines = words / 8;
@@ -276,6 +267,30 @@ impl Primitives {
             black_box(at);
             ns_per(t, n)
         });
+        // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
+        // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
+        // __ptep_modify_prot_start, __ptep_modify_prot_commit, native_set_pte under
+        // PARAVIRT_XXL) around one PTE load, one xchg, one store and one struct page line
+        // (the folio's, read by vm_normal_folio); what the entry costs beyond those is four
+        // calls' worth. The struct page lines follow the region's frames, and how many of
+        // them sit next to each other varies: standalone on an idle guest most do and
+        // kcall read 2.2-2.5 ns, inside a bench run almost none do (line_jump: adjacency
+        // 0.01) and it read 6.2-7.2. The rows run on such scattered frames, so each entry
+        // is priced as if its frame were scattered too: the adjacent share of the region
+        // is charged the random line it would have cost. Priced with the hot loop's own
+        // price instead (the scattered share taken out: 0.8-1.3 ns), the model fell short
+        // of the host by 30-60 % on most rows (17 of 45 within 20 % in one full run): the
+        // calls on the rows' paths, after a trap or a system call, cost about as much as
+        // mprotect's whole per-entry remainder on scattered frames.
+        let entries: Vec<(f64, f64)> = (0..RUNS).filter_map(|_| kernel_pte_loop_ns()).collect();
+        let kcall = match median(entries.iter().map(|e| e.0)) {
+            None => call,
+            Some(entry) => {
+                let adjacency = median(entries.iter().map(|e| e.1)).unwrap_or_default();
+                let as_scattered = adjacency * (line_rand - line_seq).max(0.0);
+                ((entry + as_scattered - load_seq - rmw_seq - store_seq - line_seq) / 4.0).max(call)
+            }
+        };
         let pages = BUF / 4096;
         let user_zero = best(&mut || {
             let t = Instant::now();
@@ -295,8 +310,10 @@ impl Primitives {
             ns_per(t, pages)
         });
         drop(dst);
+        let mut cold = vec![1u8; ZERO_BUF];
+        let zero_page = best(&mut || kernel_zero_ns(&mut cold).unwrap_or(user_zero));
+        drop(cold);
         let mut bytes = vec![1u8; BUF];
-        let zero_page = best(&mut || kernel_zero_ns(&mut bytes).unwrap_or(user_zero));
         let copy_page = best(&mut || kernel_copy_ns(&mut bytes).unwrap_or(user_copy));
         drop(bytes);
         drop((buf, atoms));
@@ -378,9 +395,7 @@ impl Primitives {
     pub fn median_of(all: &[Primitives]) -> Option<Primitives> {
         let mut out = *all.first()?;
         for &p in Prim::ALL {
-            let mut v: Vec<f64> = all.iter().map(|x| x.get(p)).collect();
-            v.sort_by(f64::total_cmp);
-            *out.get_mut(p) = v[v.len() / 2];
+            *out.get_mut(p) = median(all.iter().map(|x| x.get(p)))?;
         }
         Some(out)
     }
@@ -421,30 +436,39 @@ fn dontneed_difference_ns() -> Option<f64> {
 struct HotLine([AtomicU64; 8]);
 
 /// The host kernel's time per entry of `change_pte_range`: `mprotect(PROT_READ)` of 64 MiB
-/// of written 4 KiB pages (`MADV_NOHUGEPAGE`), divided by the entries; `None` if the host
-/// refuses a step. No benchmark row times mprotect.
-fn kernel_pte_loop_ns() -> Option<f64> {
+/// of written 4 KiB pages (`MADV_NOHUGEPAGE`), divided by the entries, with the fraction of
+/// the region's consecutive pages whose frames are adjacent ([`adjacency`]; 0 where the
+/// host hides frame numbers); `None` if the host refuses a step. No benchmark row times
+/// mprotect.
+fn kernel_pte_loop_ns() -> Option<(f64, f64)> {
     const LEN: u64 = 64 << 20;
     let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
     r.write_each_page().ok()?;
+    let adjacent = adjacency(&r, LEN >> 12).unwrap_or(0.0);
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
-    Some(ns_per(t, (LEN >> 12) as usize))
+    Some((ns_per(t, (LEN >> 12) as usize), adjacent))
 }
 
 /// The fraction of consecutive 4 KiB pages of 16 MiB of freshly written anonymous memory
-/// (`MADV_NOHUGEPAGE`) whose frames are adjacent (one apart, either way), from
-/// `/proc/self/pagemap`; `None` if the host refuses a step or shows no frame numbers
-/// (without `CAP_SYS_ADMIN` they read 0).
+/// (`MADV_NOHUGEPAGE`) whose frames are adjacent; `None` if the host refuses a step or
+/// shows no frame numbers.
 fn frame_adjacency() -> Option<f64> {
     const PAGES: u64 = 4096;
     let r = crate::host::region::Region::anon_small_pages(PAGES << 12).ok()?;
     r.write_each_page().ok()?;
+    adjacency(&r, PAGES)
+}
+
+/// The fraction of the first `pages` consecutive 4 KiB pages of `r` (written) whose frames
+/// are adjacent (one apart, either way), from `/proc/self/pagemap`; `None` if it cannot be
+/// read or shows no frame numbers (without `CAP_SYS_ADMIN` they read 0).
+fn adjacency(r: &crate::host::region::Region, pages: u64) -> Option<f64> {
     let f = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut prev: Option<u64> = None;
     let (mut adjacent, mut pairs) = (0u64, 0u64);
     let mut shown = false;
-    oracle::procfs::scan_pagemap(&f, r.addr >> 12, PAGES, |_, e| {
+    oracle::procfs::scan_pagemap(&f, r.addr >> 12, pages, |_, e| {
         let pfn = e & oracle::procfs::PM_PFN;
         shown |= pfn != 0;
         if let Some(q) = prev {
@@ -514,6 +538,13 @@ fn out_of_line(acc: u64, i: u64) -> u64 {
 
 /// Runs per primitive; the median is kept.
 const RUNS: usize = 5;
+
+/// The median of `v` (the upper of the two middle values for an even count); `None` if empty.
+fn median(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
 
 /// `next[i]`: the line after line `i` in one random cycle through all `n` lines (Sattolo's
 /// shuffle with a fixed xorshift stream, so every run chases the same cycle).

@@ -183,9 +183,9 @@ fn agent_exe() -> Option<std::path::PathBuf> {
     (exe.file_stem()? == "usermm").then_some(exe)
 }
 
-/// Bytes the agent primes before measuring the primitives (their buffers, 2 x 64 MiB, and
-/// the 64 MiB mprotect region, with room to spare).
-const PRIMITIVES_PRIME: u64 = 256 << 20;
+/// Bytes the agent primes before measuring the primitives (their buffers, 2 x 64 MiB and
+/// the 256 MiB one `zero_page` clears, and the 64 MiB mprotect region, with room to spare).
+const PRIMITIVES_PRIME: u64 = 512 << 20;
 
 /// The request that asks the agent for the cost model's primitives instead of a cell.
 const PRIMITIVES_REQUEST: &str = "primitives";
@@ -202,7 +202,7 @@ pub fn serve() -> anyhow::Result<()> {
     let req = std::env::var(REQUEST_ENV)
         .map_err(|_| anyhow::anyhow!("{AGENT_ARG} is internal: it needs {REQUEST_ENV}"))?;
     if req == PRIMITIVES_REQUEST {
-        // The primitives allocate about 200 MiB (their buffers and the mprotect region):
+        // The primitives allocate about 450 MiB (their buffers and the mprotect region):
         // prime as much, as the host cells do, so that they run on memory the hypervisor
         // backs. Measured between the rows of a bench run without it, right after cells that
         // freed hundreds of MiB, kcall read 7 to 13 ns where the same binary read 2.8 to
