@@ -358,8 +358,6 @@ impl Primitives {
             ns_per(t, n)
         });
         let trap = best(&mut || trap_ns().unwrap_or(f64::MAX));
-        let adjacency = frame_adjacency().unwrap_or(1.0);
-        let line_jump = (1.0 - adjacency) * (line_rand - atomic_line).max(0.0);
         let mut p = Primitives {
             load_seq,
             store_seq,
@@ -370,7 +368,7 @@ impl Primitives {
             kcall,
             call,
             line_rand,
-            line_jump,
+            line_jump: 0.0,
             zero_page,
             copy_page,
             lock_pair,
@@ -380,6 +378,7 @@ impl Primitives {
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
         };
+        p = p.with_adjacency(frame_adjacency().unwrap_or(1.0));
         let zap_one = best(&mut || dontneed_difference_ns().unwrap_or(f64::MAX));
         p.tlb_flush = if zap_one == f64::MAX {
             0.0
@@ -388,6 +387,14 @@ impl Primitives {
             (zap_one - p.recipe_ns("zap_batches") - p.rmw_seq - p.atomic_hot).max(0.0)
         };
         p
+    }
+
+    /// These primitives with [`Primitives::line_jump`] priced for a layout whose folios sit
+    /// next to the previous folio's frames with frequency `adjacency` (0 to 1).
+    pub fn with_adjacency(mut self, adjacency: f64) -> Primitives {
+        let scattered = 1.0 - adjacency.clamp(0.0, 1.0);
+        self.line_jump = scattered * (self.line_rand - self.atomic_line).max(0.0);
+        self
     }
 
     /// Each primitive's median over `all` (`None` if `all` is empty; the upper of the two
@@ -464,18 +471,33 @@ fn frame_adjacency() -> Option<f64> {
 /// are adjacent (one apart, either way), from `/proc/self/pagemap`; `None` if it cannot be
 /// read or shows no frame numbers (without `CAP_SYS_ADMIN` they read 0).
 fn adjacency(r: &crate::host::region::Region, pages: u64) -> Option<f64> {
+    folio_adjacency(r.addr, pages, 1, 0)
+}
+
+/// Of the present pages of the `pages` from `addr` that begin a folio of `folio_pages`
+/// pages (their page number `phase` more than a multiple of it: 0 where the mapping is
+/// aligned to the folios) with the page before present,
+/// the fraction whose frame is next to that page's: how often a walk of the range steps
+/// from one folio's `struct page`s to the next folio's without leaving the stream (what
+/// [`Primitives::line_jump`] prices the complement of). `None` if `/proc/self/pagemap`
+/// cannot be read, shows no frame numbers, or no such pair exists.
+pub(crate) fn folio_adjacency(addr: u64, pages: u64, folio_pages: u64, phase: u64) -> Option<f64> {
     let f = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let step = folio_pages.max(1);
     let mut prev: Option<u64> = None;
     let (mut adjacent, mut pairs) = (0u64, 0u64);
     let mut shown = false;
-    oracle::procfs::scan_pagemap(&f, r.addr >> 12, pages, |_, e| {
+    oracle::procfs::scan_pagemap(&f, addr >> 12, pages, |vpn, e| {
+        let present = e & oracle::procfs::PM_PRESENT != 0;
         let pfn = e & oracle::procfs::PM_PFN;
         shown |= pfn != 0;
-        if let Some(q) = prev {
-            pairs += 1;
-            adjacent += u64::from(pfn.abs_diff(q) == 1);
+        if let (true, Some(q)) = (present, prev) {
+            if vpn % step == phase % step {
+                pairs += 1;
+                adjacent += u64::from(pfn.abs_diff(q) == 1);
+            }
         }
-        prev = Some(pfn);
+        prev = present.then_some(pfn);
     })
     .ok()?;
     (shown && pairs > 0).then(|| adjacent as f64 / pairs as f64)
@@ -954,7 +976,20 @@ pub fn add_model_columns(
             ),
         })
         .collect();
+    let host = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host);
+    let mut own_adjacency = 0;
     for row in &mut table.rows {
+        // The host layout's own frame adjacency, where its cell measured it: the walk the
+        // model prices is that layout's.
+        let adjacency = host
+            .and_then(|h| row.columns.get(h))
+            .and_then(|c| c.counters.get(crate::host::agent::FOLIO_ADJACENCY))
+            .map(|&permille| permille as f64 / 1000.0);
+        own_adjacency += usize::from(adjacency.is_some());
+        let prims = &adjacency.map_or(*prims, |a| prims.with_adjacency(a));
         let cells: Vec<Column> = engines
             .iter()
             .map(|(i, v)| {
@@ -990,6 +1025,13 @@ pub fn add_model_columns(
             } else {
                 format!("the median of {processes} fresh processes' measurements, before the table and after each row")
             }
+        ));
+    }
+    if own_adjacency > 0 {
+        table.notes.push(format!(
+            "model: line_jump priced with the host layout's own frame adjacency ({}) on {own_adjacency} of {} rows",
+            crate::host::agent::FOLIO_ADJACENCY,
+            table.rows.len()
         ));
     }
 }

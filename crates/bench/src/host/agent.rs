@@ -177,6 +177,11 @@ fn ask_agent(
     Ok((line, out))
 }
 
+/// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
+/// frame is next to the previous folio's last ([`crate::costmodel::folio_adjacency`]); the
+/// model prices that row's `line_jump` with it.
+pub const FOLIO_ADJACENCY: &str = "host_folio_adjacency_permille";
+
 /// The `usermm` executable, when this process is one.
 fn agent_exe() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -333,6 +338,12 @@ fn run(cell: &HostCell) -> CellResult {
                 }
             };
             shape(&mut c);
+            let (pages, phase) = (size >> 12, layout.skew(folio) >> 12);
+            if let Some(a) =
+                crate::costmodel::folio_adjacency(r.addr, pages, (folio >> 12).max(1), phase)
+            {
+                c.insert(FOLIO_ADJACENCY.into(), (a * 1000.0).round() as u64);
+            }
             let secs = if munmap {
                 r.unmap_timed()?
             } else {
