@@ -1150,6 +1150,88 @@ mod tests {
     }
 
     #[test]
+    fn line_jump_is_the_scattered_share_of_a_random_line() {
+        let p = Primitives {
+            line_rand: 22.0,
+            atomic_line: 6.0,
+            line_jump: 3.0,
+            ..Primitives::default()
+        };
+        assert_eq!(p.with_adjacency(1.0).line_jump, 0.0);
+        assert_eq!(p.with_adjacency(0.0).line_jump, 16.0);
+        assert_eq!(p.with_adjacency(0.25).line_jump, 12.0);
+        assert_eq!(p.with_adjacency(7.0).line_jump, 0.0, "clamped");
+        assert_eq!(p.with_adjacency(0.5).kcall, p.kcall, "nothing else moves");
+    }
+
+    #[test]
+    fn a_row_with_its_own_adjacency_prices_its_own_line_jump() {
+        use crate::model::{Better, Row, Stat};
+        let prims = Primitives {
+            line_rand: 22.0,
+            atomic_line: 6.0,
+            ..Primitives::default()
+        }
+        .with_adjacency(1.0);
+        let engine = |n: u64| {
+            Column::new(
+                "batched",
+                vec![1.0],
+                [("fork_batches".to_string(), n)].into_iter().collect(),
+            )
+        };
+        let host = |adjacency: Option<u64>| {
+            Column::new(
+                "host",
+                vec![1.0],
+                adjacency
+                    .map(|a| (crate::host::agent::FOLIO_ADJACENCY.to_string(), a))
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        let row = |label: &str, adjacency| Row {
+            label: label.into(),
+            columns: vec![engine(1000), host(adjacency)],
+            published: vec![],
+            layout: None,
+        };
+        let mut t = Table {
+            id: "fork".into(),
+            title: String::new(),
+            seed: None,
+            metric: String::new(),
+            unit: Unit::Seconds,
+            better: Better::Lower,
+            stats: vec![Stat::Median],
+            baseline: "batched".into(),
+            variants: vec![Variant::engine("batched", ""), Variant::host("")],
+            row_label: String::new(),
+            rows: vec![row("scattered", Some(250)), row("unmeasured", None)],
+            counters_shown: vec![],
+            published_source: None,
+            notes: vec![],
+            host_matches: None,
+            cost_model: None,
+        };
+        add_model_columns(&mut t, &prims, "batched", 3);
+        let jump = |r: usize| {
+            t.rows[r].columns[1]
+                .counters
+                .get("model_line_jump_ns")
+                .copied()
+        };
+        // 1000 batches x 0.75 x (22 - 6) ns; the other row keeps the agents' adjacency (1).
+        assert_eq!(jump(0), Some(12_000));
+        assert_eq!(jump(1), Some(0));
+        assert!(
+            t.notes.iter().any(|n| n.contains("on 1 of 2 rows")),
+            "{:?}",
+            t.notes
+        );
+    }
+
+    #[test]
     fn every_recipe_prices_a_real_counter_once() {
         let names: Vec<&str> = usermm::Ev::ALL.iter().map(|e| e.name()).collect();
         for (i, r) in RECIPES.iter().enumerate() {
