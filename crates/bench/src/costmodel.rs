@@ -83,7 +83,7 @@ pub struct Primitives {
     /// stream brought in. The engine's frames are sequential; the host's are not.
     pub line_jump: f64,
     /// Zeroing a 4 KiB page that no cache holds, by the host kernel (`clear_page` of a
-    /// fault's fresh page): a `read` of `/dev/zero` into [`ZERO_BUF`] of populated memory,
+    /// fault's fresh page): a `read` of `/dev/zero` into 256 MiB of populated memory,
     /// per page (user-space `memset` if that fails). A layout's fresh pages are as large as
     /// the layout, beyond the caches, so zeroing them runs at memory bandwidth: on this
     /// guest `dd` from `/dev/zero` reads 24 GB/s into a 64 MiB buffer and 9 GB/s into a

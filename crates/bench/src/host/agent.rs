@@ -178,8 +178,8 @@ fn ask_agent(
 }
 
 /// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
-/// frame is next to the previous folio's last ([`crate::costmodel::folio_adjacency`]); the
-/// model prices that row's `line_jump` with it.
+/// frame is next to the previous folio's last (read from the agent's `/proc/self/pagemap`
+/// at the layout's folio boundaries); the model prices that row's `line_jump` with it.
 pub const FOLIO_ADJACENCY: &str = "host_folio_adjacency_permille";
 
 /// The `usermm` executable, when this process is one.
