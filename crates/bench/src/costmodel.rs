@@ -742,6 +742,11 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "clear_page_erms of a new anonymous, shmem or page-table page",
     },
     Recipe {
+        counter: "user_bytes_cold",
+        work: &[(Prim::ZeroPage, 1.0 / 4096.0)],
+        kernel: "not kernel work: the user's own stores inside the timed operation (a memset of pages the write's fault neither zeroed nor copied, as after a COW reuse), a store stream to memory beyond the caches like clear_page's: zero_page per 4 KiB",
+    },
+    Recipe {
         counter: "pages_copied",
         work: &[(Prim::CopyPage, 1.0)],
         kernel: "copy_mc_user_highpage of a COW copy",

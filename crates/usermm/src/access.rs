@@ -289,10 +289,16 @@ impl<'m> Cpu<'m> {
         mut f: impl FnMut(Pfn, usize, usize, u64),
     ) -> Result<(), Signal> {
         let end = addr.checked_add(len).ok_or(Signal::Segv(addr))?;
+        let c = self.c();
+        let warmed = || c.read(Ev::PagesZeroed) + c.read(Ev::PagesCopied);
         let mut a = addr;
         while a < end {
             let n = (4096 - (a & 4095)).min(end - a);
+            let before = warmed();
             let pfn = self.translate(mm, st, a, access)?;
+            if access == Access::Write && warmed() == before {
+                c.add(Ev::UserBytesCold, n);
+            }
             f(pfn, (a & 4095) as usize, n as usize, a - addr);
             a += n;
         }

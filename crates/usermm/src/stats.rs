@@ -197,6 +197,10 @@ counters! {
     /// System calls entered (each public system call of `Cpu` once; `exit` counts as the
     /// task's `exit_group`).
     Syscall => "syscalls",
+    /// Bytes the user wrote through the access API to pages that the write's own fault did
+    /// not just zero or copy: the user's stores inside a timed operation to lines no cache
+    /// holds, for the cost model (a page the fault just zeroed or copied is in the cache).
+    UserBytesCold => "user_bytes_cold",
 }
 
 /// Number of counters.
@@ -254,6 +258,12 @@ impl CpuCounters {
     /// This CPU's unfolded diff of `node`.
     pub(crate) fn vmstat_diff(&self, node: usize) -> i64 {
         self.vmstat_diff.get(node).map_or(0, |d| d.load(Relaxed))
+    }
+
+    /// This CPU's count of `ev`.
+    #[inline]
+    pub(crate) fn read(&self, ev: Ev) -> u64 {
+        self.slots[ev as usize].load(Relaxed)
     }
 
     /// Adds `n` to a counter.
