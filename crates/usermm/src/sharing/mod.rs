@@ -22,8 +22,8 @@
 //! `head >> 2`, zero-allocated and lazily backed by the host. Each entry holds a tag (which
 //! state this folio maintains, and the configuration epoch it was created in), a spare word,
 //! and the `rmap_id::FolioWords` record. Only folios whose head carries
-//! `PageFlag::SharingRecord` (a record was made when they were first mapped) look at the
-//! table; the owner tracker lives in the memmap, as Linux's does. Changing the tracker starts a new
+//! `PageFlag::SharingRecord` (a record was made when they were first mapped) look at the table;
+//! the owner tracker lives in the memmap, as Linux's does. Changing the tracker starts a new
 //! epoch: folios created before keep answering "shared" for the new tracker (never wrong),
 //! folios created after are tracked. With `shadow` on, every side-table tracker is maintained
 //! for every folio, so views and validation can compare all of them against the truth.
