@@ -49,17 +49,22 @@ fn setup(extra: u64, mode: VmaTreeCopy) -> anyhow::Result<(usermm::Machine, user
     Ok((m, p))
 }
 
-/// The node statistics of a process's VMA tree.
-fn tree_stats(m: &usermm::Machine, p: usermm::Pid) -> anyhow::Result<maple::TreeStats> {
+/// The node statistics of a process's VMA tree and the work its bulk-load stores did.
+fn tree_stats(
+    m: &usermm::Machine,
+    p: usermm::Pid,
+) -> anyhow::Result<(maple::TreeStats, maple::StoreWork)> {
     let task = m.task(p)?;
     let st = task.mm.lock.read();
-    Ok(st.vmas.tree.stats())
+    Ok((st.vmas.tree.stats(), st.vmas.tree.store_work()))
 }
 
 /// Forks+exits per second for `secs`, and the exact counters of one fork+exit, with the
 /// child's VMA-tree nodes: allocated while it was built (`maple_nodes_allocated`; the
 /// inserted tree has a node cache of its own, the duplicated one shares the parent's) and
-/// in the finished tree (`maple_tree_nodes`).
+/// in the finished tree (`maple_tree_nodes`); and the work of the stores that built it
+/// (`maple_leaf_rewrites`, `maple_appends`, `maple_gap_updates`, `maple_splits`,
+/// `maple_pushes`, see `maple::StoreWork`; all 0 for `dup`, which stores nothing).
 fn engine_rate(
     extra: u64,
     mode: VmaTreeCopy,
@@ -68,9 +73,9 @@ fn engine_rate(
     let (m, p) = setup(extra, mode)?;
     let cpu = m.enter_cpu(0)?;
     let before = m.counters();
-    let parent = tree_stats(&m, p)?;
+    let (parent, _) = tree_stats(&m, p)?;
     let c = cpu.fork(p)?;
-    let child = tree_stats(&m, c)?;
+    let (child, work) = tree_stats(&m, c)?;
     cpu.exit(c)?;
     let mut one = counters(&m.counters().delta(&before));
     let allocated = match mode {
@@ -79,6 +84,11 @@ fn engine_rate(
     };
     one.insert("maple_nodes_allocated".into(), allocated);
     one.insert("maple_tree_nodes".into(), child.nodes as u64);
+    one.insert("maple_leaf_rewrites".into(), work.leaf_rewrites);
+    one.insert("maple_appends".into(), work.appends);
+    one.insert("maple_gap_updates".into(), work.gap_updates);
+    one.insert("maple_splits".into(), work.splits);
+    one.insert("maple_pushes".into(), work.pushes);
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed().as_secs_f64() < secs {
@@ -169,6 +179,11 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         counters_shown: vec![
             "maple_nodes_allocated".into(),
             "maple_tree_nodes".into(),
+            "maple_leaf_rewrites".into(),
+            "maple_appends".into(),
+            "maple_gap_updates".into(),
+            "maple_splits".into(),
+            "maple_pushes".into(),
             Ev::PteRead.name().into(),
             Ev::LockPtl.name().into(),
             "host_vmas".into(),

@@ -6,7 +6,7 @@ use core::fmt::Debug;
 use std::sync::Arc;
 
 use crate::node::{Node, NodeId, ARANGE_SLOTS};
-use crate::{MapleError, MapleTree};
+use crate::{MapleError, MapleTree, StoreWork};
 
 impl<T: Copy + Eq + Debug> MapleTree<T> {
     /// Duplicates the tree node by node.
@@ -30,6 +30,7 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
             len: self.len,
             live: 0,
             cache: Arc::clone(&self.cache),
+            work: StoreWork::default(),
         };
         new.root = new.alloc_node(self.nodes[self.root as usize])?;
         let mut stack: Vec<NodeId> = Vec::with_capacity(4 * self.height as usize);

@@ -60,7 +60,7 @@ mod validate;
 use core::fmt::{self, Debug};
 use std::sync::Arc;
 
-pub use bulk::bulk_prealloc_nodes;
+pub use bulk::{bulk_prealloc_nodes, StoreWork};
 pub use iter::Iter;
 use node::{Leaf, Node, NodeCache, NodeId};
 
@@ -111,6 +111,8 @@ pub struct MapleTree<T> {
     /// Number of live nodes.
     pub(crate) live: usize,
     pub(crate) cache: Arc<NodeCache>,
+    /// Work done by this tree's bulk-load stores so far.
+    pub(crate) work: StoreWork,
 }
 
 impl<T: Copy + Eq + Debug> MapleTree<T> {
@@ -124,6 +126,7 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
             len: 0,
             live: 0,
             cache: Arc::new(NodeCache::default()),
+            work: StoreWork::default(),
         };
         tree.root = tree
             .alloc_node(Node::Leaf(Leaf::empty()))
@@ -236,6 +239,14 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
             freed,
             nodes: self.live,
         }
+    }
+
+    /// The work this tree's bulk loads did store by store, see
+    /// [`StoreWork`] (kept apart from [`TreeStats`], whose fields are the
+    /// node accounting). Other updates leave it unchanged; a duplicated tree
+    /// starts at zero.
+    pub fn store_work(&self) -> StoreWork {
+        self.work
     }
 
     /// Arms a fail point: the `n`-th node allocation (1-based, counted from
