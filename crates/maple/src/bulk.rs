@@ -1,6 +1,7 @@
 //! Bulk loading in index order: the way `dup_mmap()` built a child's VMA tree
-//! before `__mt_dup` (Linux 6.1–6.5: `mas_expected_entries()`, stores with
-//! the maple state in bulk mode, `mas_destroy()`).
+//! before `__mt_dup` (Linux 6.1 until then, the seed's baseline
+//! next-20230829 among them: `mas_expected_entries()`, stores with the maple
+//! state in bulk mode, `mas_destroy()`).
 //!
 //! # What Linux does
 //!
@@ -17,41 +18,52 @@
 //! * Each VMA is stored in address order, so it always lands in the trailing
 //!   NULL range `[prev_end, ULONG_MAX]` of the rightmost leaf: it adds the
 //!   NULL gap before it (if any) and itself, 2 or 1 ranges. The leaf is
-//!   rewritten in place while it holds at most 16 ranges.
+//!   written in place while it holds at most 16 ranges.
 //!
-//! ## One store, step by step (6.5)
+//! ## One store, step by step (next-20230829)
 //!
-//! * The walk. 6.5's `dup_mmap()` stores each copy with
-//!   `vma_iter_bulk_store()` (`mm/internal.h`): it sets the maple state's
-//!   range to the VMA and calls `mas_store()`. `mas_wr_store_setup()` keeps
-//!   an active state whose range ends within the node it points to, and the
-//!   rightmost leaf ends at `ULONG_MAX`, so every store walks from the leaf
-//!   the previous one left (also after a split, which re-walks to the leaf of
-//!   the stored index): `mas_wr_walk()` scans the leaf's pivots from the
-//!   previous offset to the trailing NULL range, `mas_wr_end_piv()` and
-//!   `mas_wr_new_end()` size the result (`new_end`: the last offset after the
-//!   store, one or two more than now).
+//! The replay follows 6.5.0-next-20230829, the kernel seed 001 measured
+//! against. Its store path differs from 6.5's in one place for these loads:
+//! 6.5's `mas_wr_append()` adds one range only, so every VMA after a gap
+//! (two new ranges) went through `mas_wr_node_store()`, a rebuild of the
+//! leaf in a scratch node copied back; next-20230829 appends both in place.
+//!
+//! * The walk. `dup_mmap()` stores each copy with `vma_iter_bulk_store()`
+//!   (`mm/internal.h`): it sets the maple state's range to the VMA and calls
+//!   `mas_store()`. `mas_wr_store_setup()` keeps an active state whose range
+//!   ends within the node it points to, and the rightmost leaf ends at
+//!   `ULONG_MAX`, so every store walks from the leaf the previous one left
+//!   (also after a split, which re-walks to the leaf of the stored index):
+//!   `mas_wr_walk()` scans the leaf's pivots from the previous offset to the
+//!   trailing NULL range, `mas_wr_end_piv()` and `mas_wr_new_end()` size the
+//!   result (`new_end`: the last offset after the store: the current end,
+//!   plus one as the store starts past the range's start, plus one as it
+//!   ends before the range's end, less the offsets it overwrites).
 //! * `mas_wr_modify()` then picks, in this order: a direct replacement (the
 //!   range matches a slot exactly; never here), the slow path when
-//!   `new_end` reaches the node's 16 slots, `mas_wr_append()` when exactly
-//!   one range is added (`new_end == end + 1`) at the last offset, a slot
-//!   store when nothing is added (never here), otherwise
-//!   `mas_wr_node_store()`. So a VMA that starts where the previous one ended
-//!   is appended, and a VMA after a gap (two new ranges) is node-stored. (The
-//!   append of two ranges "without touching any boundaries" came after 6.5,
-//!   in the 6.6 cycle; linux-next of late August 2023, the seed's baseline,
-//!   already had it.)
-//! * `mas_wr_append()` works in place: the entry takes the trailing NULL
-//!   range's slot up to its end, the NULL range moves one slot right, the
-//!   new end goes into the node's metadata (`ma_set_meta`), and as the old
-//!   content was NULL the gaps are updated.
-//! * `mas_wr_node_store()` builds the new leaf in a zeroed node on the stack
-//!   (the tree is not in RCU mode, so no new node is taken): the slots and
-//!   pivots before the store are copied, the gap range and the entry written,
-//!   the rest of the old range copied after them, the metadata set
-//!   (`mas_leaf_set_meta`); the whole node is then copied back over the leaf,
-//!   and the gaps updated. (It also keeps the `MA_STATE_REBALANCE` flag
-//!   current, `mas_bulk_rebalance`.)
+//!   `new_end` reaches the node's 16 slots, `mas_wr_append(wr_mas, new_end)`,
+//!   a slot store when the end does not move (never here), otherwise
+//!   `mas_wr_node_store()`. The append gives up unless the store is in the
+//!   node's last range (`mas->offset == node_end`) and, where it has the
+//!   check that keeps RCU readers from seeing a moving end, when the tree is
+//!   in RCU mode (a fix of August 2023); `dup_mmap()` copies with RCU mode
+//!   off (`mt_clear_in_rcu()`), so the check changes nothing here. Every
+//!   store of this load is in the trailing NULL range of the rightmost leaf,
+//!   so every one that fits is an append; `mas_wr_node_store()` is never
+//!   reached.
+//! * `mas_wr_append()` works in place. When `new_end` is below the last
+//!   pivot's offset (15), it first copies the old end's pivot to offset
+//!   `new_end` and records `new_end` in the node's metadata (`ma_set_meta`;
+//!   a full leaf has none). Then, for one new range (`new_end == end + 1`, a
+//!   VMA that starts where the previous one ended: "append to start of
+//!   range") the entry takes the trailing NULL range's slot up to its end and
+//!   the NULL moves one slot right; for two (`new_end == end + 2`, a VMA
+//!   after a gap: "append to the range without touching any boundaries",
+//!   added in the 6.6 cycle by "maple_tree: optimize mas_wr_append(), also
+//!   improve duplicating VMAs") the NULL goes into slot `new_end`, the entry
+//!   into `end + 1` with its last index as pivot, and the old end's pivot
+//!   becomes the gap's last index. As the old content was NULL it then
+//!   updates the gaps (`mas_update_gap`), as 6.5's node store did.
 //! * `mas_update_gap()` computes the leaf's largest NULL range by scanning
 //!   it (`mas_leaf_max_gap`) and compares it with the gap the parent records
 //!   for this child; if they differ, `mas_parent_gap()` writes the slot and
@@ -61,7 +73,10 @@
 //!   parent's own parent, up to the root. In a tree of VMAs the trailing
 //!   NULL range is the largest gap of every node on the rightmost path and
 //!   every store shrinks it, so each store writes one gap slot per level
-//!   above the leaf.
+//!   above the leaf. (next-20230829 also has "maple_tree: don't use
+//!   MAPLE_ARANGE64_META_MAX to indicate no gap", which changes only the
+//!   offset a node without any gap records; the nodes of the rightmost path
+//!   always have one, so these updates are 6.5's.)
 //! * When `new_end` reaches 16 the store takes the slow path
 //!   (`mas_wr_bnode`): the leaf and the new ranges are copied into a big
 //!   node and `mas_split()` runs as described next, writing new nodes for
@@ -97,17 +112,17 @@
 //! The load first replays those rules on node *sizes* only (the [`Plan`]),
 //! which fixes the shape Linux would produce and so the number of nodes it
 //! needs; then it replays the stores one by one on pool nodes, doing for each
-//! the work listed above: the append or the node store (rebuilt in a scratch
-//! leaf and copied back) on the rightmost leaf, the metadata (the node's
-//! length), the gap update climbing while the recorded gaps change, and, on
+//! the work listed above: the append of one or two ranges on the rightmost
+//! leaf, the metadata (the node's length), the gap update climbing while the recorded gaps change, and, on
 //! overflow, the split or push, which writes both halves and the parent
 //! afresh and updates the gaps from there. [`StoreWork`] counts those steps.
 //! Deliberate differences: the walk is not modelled (a few comparisons in
 //! Linux); the first store, which in Linux expands the empty root
 //! (`mas_root_expand`), is done and counted like the later ones; nodes carry
 //! no metadata, so the load keeps the offset of each internal node's largest
-//! gap beside the tree it builds; a split or push rebuilds the nodes it changes from the plan's sizes rather
-//! than through a big node; `mas_destroy()`'s rebalance is not counted. The
+//! gap beside the tree it builds (and a leaf's length is kept even when it is
+//! full, where Linux writes no metadata); a split or push rebuilds the nodes
+//! it changes from the plan's sizes rather than through a big node; `mas_destroy()`'s rebalance is not counted. The
 //! preallocation is charged up front through the single node
 //! allocator (so the fail point can fire there, before any entry is
 //! consumed), the finished tree takes its nodes from that pool, a pool that
@@ -147,16 +162,16 @@ const DESTROY_REBALANCE_BELOW: usize = LEAF_MIN - 1;
 
 /// Work done by the stores of bulk loads ([`MapleTree::load_sorted_bulk`]),
 /// summed over a tree's life (see [`MapleTree::store_work`]). Each counter
-/// is named after the Linux 6.5 step it counts; the `bulk` module describes
-/// them.
+/// is named after the Linux step (next-20230829) it counts; the `bulk`
+/// module describes them. Every store is either an append or part of a
+/// split or push: next-20230829 never rebuilds the leaf through
+/// `mas_wr_node_store` for these loads (6.5 did, for every entry after a
+/// gap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreWork {
-    /// Node stores (`mas_wr_node_store`): the rightmost leaf rebuilt in a
-    /// zeroed scratch node and copied back, for an entry that leaves a gap
-    /// before it (two new ranges).
-    pub leaf_rewrites: u64,
-    /// In-place appends (`mas_wr_append`): an entry that starts where the
-    /// previous one ended (one new range) written into the leaf's next slot.
+    /// In-place appends (`mas_wr_append`) in the rightmost leaf: an entry
+    /// that starts where the previous one ended (one new range) or after a
+    /// gap (two new ranges, the gap and the entry).
     pub appends: u64,
     /// Gap slots of parents written while a changed largest gap climbs the
     /// tree (`mas_update_gap`, `mas_parent_gap`).
@@ -492,7 +507,7 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
     }
 
     /// Replays the stores of the load one entry at a time on pool nodes, doing
-    /// for each the work Linux 6.5 does (see the module doc); returns the
+    /// for each the work Linux next-20230829 does (see the module doc); returns the
     /// root and height. `ranges` ends with the trailing NULL range; `plan` is
     /// the shape the sizes-only pass found, which the replay reproduces.
     fn replay_stores(
@@ -542,7 +557,6 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         debug_assert_eq!(&shape, plan, "the replay builds the planned shape");
 
         let w = &mut self.work;
-        w.leaf_rewrites += work.leaf_rewrites;
         w.appends += work.appends;
         w.gap_updates += work.gap_updates;
         w.splits += work.splits;
@@ -551,9 +565,10 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         (root, tree.len() as u32)
     }
 
-    /// One store that fits in the rightmost leaf (`mas_wr_modify` there):
-    /// `new` is the one or two ranges it adds (the gap before the entry, if
-    /// any, and the entry), carved out of the leaf's trailing NULL range.
+    /// One store that fits in the rightmost leaf, appended in place
+    /// (`mas_wr_append`): `new` is the one or two ranges it adds (the gap
+    /// before the entry, if any, and the entry), carved out of the leaf's
+    /// trailing NULL range. The gap update is the caller's.
     ///
     /// The walk is not modelled: `dup_mmap()`'s maple state stays on this
     /// leaf between stores, so Linux's walk is a few pivot comparisons.
@@ -562,36 +577,28 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
             unreachable!("invariant: node {id} is a leaf");
         };
         // Offset of the trailing NULL range, whose upper bound (the node's
-        // maximum) is implied.
+        // maximum) is implied: mas_wr_append's `end`.
         let end = leaf.len() - 1;
         let (last, entry) = new[new.len() - 1];
+        let trailing = leaf.slots[end];
         if new.len() == 1 {
-            // mas_wr_append, "append to start of range": the entry takes the
-            // trailing range's slot up to `last`, the NULL moves one slot
-            // right; the new end goes into the metadata (ma_set_meta).
-            leaf.slots[end + 1] = leaf.slots[end];
+            // "Append to start of range": the entry takes the trailing
+            // range's slot up to `last`, the NULL moves one slot right.
+            leaf.slots[end + 1] = trailing;
             leaf.pivots[end] = last;
             leaf.slots[end] = entry;
-            leaf.len += 1;
-            work.appends += 1;
         } else {
-            // 6.5 appends a single range only, so two new ranges take
-            // mas_wr_node_store: the leaf is rebuilt in a zeroed scratch node
-            // (copy up to the store, the gap, the entry, the rest of the old
-            // NULL range, the metadata) and copied back in place, the tree
-            // not being in RCU mode.
-            let mut scratch = Leaf::empty();
-            scratch.pivots[..end].copy_from_slice(&leaf.pivots[..end]);
-            scratch.slots[..end].copy_from_slice(&leaf.slots[..end]);
-            scratch.slots[end] = leaf.slots[end];
-            scratch.pivots[end] = new[0].0;
-            scratch.slots[end + 1] = entry;
-            scratch.pivots[end + 1] = last;
-            scratch.slots[end + 2] = leaf.slots[end];
-            scratch.len = (end + 3) as u8;
-            *leaf = scratch;
-            work.leaf_rewrites += 1;
+            // "Append to the range without touching any boundaries": the NULL
+            // into slot `end + 2`, the entry into `end + 1` up to `last`, the
+            // old end's pivot lowered to the gap's last index.
+            leaf.slots[end + 2] = trailing;
+            leaf.pivots[end + 1] = last;
+            leaf.slots[end + 1] = entry;
+            leaf.pivots[end] = new[0].0;
         }
+        // The new end (ma_set_meta, below offset 15 only).
+        leaf.len += new.len() as u8;
+        work.appends += 1;
     }
 
     /// The slow path of a store that overfills the rightmost leaf
@@ -937,18 +944,21 @@ mod tests {
     }
 
     #[test]
-    fn gapped_stores_rewrite_the_leaf_split_twice_and_push_once() {
+    fn gapped_stores_append_two_ranges_split_twice_and_push_once() {
         let t = MapleTree::from_sorted_bulk(entries(20, true), 20).expect("bulk");
-        // Stores 1-7 grow the root leaf to 15 ranges by node stores, the 8th
-        // (17) splits it 10 + 7 under a new root. Stores 9-12 rewrite the
-        // right leaf (up to 15) and write its shrinking trailing gap into the
-        // root; the 13th pushes 27 ranges into 16 + 11; 14-15 rewrite (15),
-        // the 16th splits 10 + 7 again (the left leaf is full), 17-20 rewrite.
+        // Each store adds a gap and an entry: new_end = end + 2. Stores 1-7
+        // append to the root leaf (ends 2, 4, ... 14: 15 ranges; a root leaf
+        // has no gap to update); the 8th would end at 16, not below the 16
+        // slots, so it splits 17 ranges 10 + 7 under a new root. Stores 9-12
+        // append to the right leaf (ends 8 ... 14) and each writes its
+        // shrinking trailing gap into the root (4 gap slots); the 13th
+        // (end 16 again) pushes 27 ranges into 16 + 11; 14-15 append (ends
+        // 12, 14; 2 gap slots), the 16th splits 10 + 7 again (the left leaf
+        // is full), 17-20 append (4 gap slots). Appends: 7 + 4 + 2 + 4.
         assert_eq!(
             t.store_work(),
             StoreWork {
-                leaf_rewrites: 17,
-                appends: 0,
+                appends: 17,
                 gap_updates: 10,
                 splits: 2,
                 pushes: 1,
@@ -960,14 +970,15 @@ mod tests {
     #[test]
     fn contiguous_stores_append_in_place() {
         let t = MapleTree::from_sorted_bulk(entries(20, false), 20).expect("bulk");
-        // Store 1 adds the leading gap too (a node store), stores 2-14 append
-        // one range each (16), the 15th splits 11 + 6 under a new root and
-        // 16-20 append, each writing the leaf's gap into the root.
+        // Store 1 adds the leading gap too (two ranges, end 0 -> 2), stores
+        // 2-14 one range each (end + 1, up to end 15: 16 ranges), all
+        // appended; the 15th would end at 16: it splits 17 ranges 11 + 6
+        // under a new root, and 16-20 append, each writing the leaf's gap
+        // into the root. Appends: 14 + 5.
         assert_eq!(
             t.store_work(),
             StoreWork {
-                leaf_rewrites: 1,
-                appends: 18,
+                appends: 19,
                 gap_updates: 5,
                 splits: 1,
                 pushes: 0,
@@ -988,14 +999,14 @@ mod tests {
         let t = MapleTree::from_sorted_bulk(entries(6421, true), 6421).expect("bulk");
         let w = t.store_work();
         assert_eq!(t.height(), 4);
-        assert_eq!(w.appends, 0);
         // 803 leaves, 90 and 10 internal nodes and a root: each level but
         // the root's grew by splits from the one node a root split made.
         assert_eq!(w.splits, 802 + 89 + 9);
-        // The stores that overfill the leaf: 802 splits, a push of the
-        // refilled right leaf into its half-empty left sibling between two
-        // of them, and one after the last.
-        assert_eq!(6421 - w.leaf_rewrites, 802 + 802);
+        // Every other store is a two-range append; the stores that overfill
+        // the leaf: 802 splits, a push of the refilled right leaf into its
+        // half-empty left sibling between two of them, and one after the
+        // last.
+        assert_eq!(6421 - w.appends, 802 + 802);
         // Regression values: pushes at every level, and gap slots written
         // (three per store at the final height, more after reshapes).
         assert_eq!((w.pushes, w.gap_updates), (899, 16651));
