@@ -474,13 +474,12 @@ fn adjacency(r: &crate::host::region::Region, pages: u64) -> Option<f64> {
     folio_adjacency(r.addr, pages, 1, 0)
 }
 
-/// Of the present pages of the `pages` from `addr` that begin a folio of `folio_pages`
-/// pages (their page number `phase` more than a multiple of it: 0 where the mapping is
-/// aligned to the folios) with the page before present,
-/// the fraction whose frame is next to that page's: how often a walk of the range steps
-/// from one folio's `struct page`s to the next folio's without leaving the stream (what
-/// [`Primitives::line_jump`] prices the complement of). `None` if `/proc/self/pagemap`
-/// cannot be read, shows no frame numbers, or no such pair exists.
+/// Of the present pages of the `pages` from `addr` that begin a folio of `folio_pages` pages
+/// (their page number `phase` more than a multiple of it: 0 where the mapping is aligned to the
+/// folios) with the page before present, the fraction whose frame is next to that page's: how
+/// often a walk of the range steps from one folio's `struct page`s to the next folio's without
+/// leaving the stream (what [`Primitives::line_jump`] prices the complement of). `None` if
+/// `/proc/self/pagemap` cannot be read, shows no frame numbers, or no such pair exists.
 pub(crate) fn folio_adjacency(addr: u64, pages: u64, folio_pages: u64, phase: u64) -> Option<f64> {
     let f = std::fs::File::open("/proc/self/pagemap").ok()?;
     let step = folio_pages.max(1);

@@ -195,6 +195,16 @@ pub(crate) struct Reshape {
     pub(crate) new_root: bool,
 }
 
+/// What the replay's node writes read: the planned sizes so far and the
+/// ranges stored so far (`ranges[..known]`; the rest of the index space is
+/// the trailing NULL range).
+#[derive(Clone, Copy)]
+struct Loaded<'a, T> {
+    shape: &'a Plan,
+    ranges: &'a [(u64, Option<T>)],
+    known: usize,
+}
+
 /// A node of the tree being loaded, as its parent records it.
 #[derive(Debug, Clone, Copy)]
 struct Placed {
@@ -539,7 +549,12 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
                 self.store_in_leaf(leaf, &ranges[known - usize::from(added)..known], &mut work);
                 self.update_gap(&mut tree, 0, &mut work);
             } else {
-                self.split_or_push(&mut tree, &shape, reshape, ranges, known, pool, &mut work);
+                let src = Loaded {
+                    shape: &shape,
+                    ranges,
+                    known,
+                };
+                self.split_or_push(&mut tree, &src, reshape, pool, &mut work);
             }
         }
 
@@ -548,10 +563,15 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         let before = shape.levels[0][leaves.saturating_sub(2)..].to_vec();
         shape.destroy_rebalance(|g| ranges[g].1.is_none());
         if shape.levels[0][leaves.saturating_sub(2)..] != before[..] {
-            self.write_node(&mut tree, &shape, 0, leaves - 2, ranges, known);
-            self.write_node(&mut tree, &shape, 0, leaves - 1, ranges, known);
+            let src = Loaded {
+                shape: &shape,
+                ranges,
+                known,
+            };
+            self.write_node(&mut tree, &src, 0, leaves - 2);
+            self.write_node(&mut tree, &src, 0, leaves - 1);
             let parent = tree[1].len() - 1;
-            self.write_node(&mut tree, &shape, 1, parent, ranges, known);
+            self.write_node(&mut tree, &src, 1, parent);
             self.update_gap(&mut tree, 1, &mut work);
         }
         debug_assert_eq!(&shape, plan, "the replay builds the planned shape");
@@ -607,14 +627,11 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
     /// pool node takes the right one), then the level above takes the new
     /// child, or is pushed into its left sibling (`mas_push_data`), or is a
     /// new root; the gap change then climbs from the last node rewritten.
-    #[allow(clippy::too_many_arguments)]
     fn split_or_push(
         &mut self,
         tree: &mut Vec<Vec<Placed>>,
-        shape: &Plan,
+        src: &Loaded<'_, T>,
         reshape: Reshape,
-        ranges: &[(u64, Option<T>)],
-        known: usize,
         pool: &mut Vec<NodeId>,
         work: &mut StoreWork,
     ) {
@@ -627,25 +644,25 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
         for level in 0..reshape.split {
             tree[level].push(new_node(pool));
             let n = tree[level].len();
-            self.write_node(tree, shape, level, n - 2, ranges, known);
-            self.write_node(tree, shape, level, n - 1, ranges, known);
+            self.write_node(tree, src, level, n - 2);
+            self.write_node(tree, src, level, n - 1);
             work.splits += 1;
         }
         let level = reshape.split;
         if reshape.new_root {
             tree.push(vec![new_node(pool)]);
-            self.write_node(tree, shape, level, 0, ranges, known);
+            self.write_node(tree, src, level, 0);
         } else if reshape.pushed {
             let n = tree[level].len();
-            self.write_node(tree, shape, level, n - 2, ranges, known);
-            self.write_node(tree, shape, level, n - 1, ranges, known);
+            self.write_node(tree, src, level, n - 2);
+            self.write_node(tree, src, level, n - 1);
             let parent = tree[level + 1].len() - 1;
-            self.write_node(tree, shape, level + 1, parent, ranges, known);
+            self.write_node(tree, src, level + 1, parent);
             work.pushes += 1;
             self.update_gap(tree, level + 1, work);
         } else {
             let n = tree[level].len();
-            self.write_node(tree, shape, level, n - 1, ranges, known);
+            self.write_node(tree, src, level, n - 1);
             self.update_gap(tree, level, work);
         }
     }
@@ -657,12 +674,15 @@ impl<T: Copy + Eq + Debug> MapleTree<T> {
     fn write_node(
         &mut self,
         tree: &mut [Vec<Placed>],
-        shape: &Plan,
+        src: &Loaded<'_, T>,
         level: usize,
         i: usize,
-        ranges: &[(u64, Option<T>)],
-        known: usize,
     ) {
+        let Loaded {
+            shape,
+            ranges,
+            known,
+        } = *src;
         let sizes = &shape.levels[level];
         debug_assert_eq!(sizes.len(), tree[level].len());
         let size = usize::from(sizes[i]);
