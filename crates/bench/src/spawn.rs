@@ -149,6 +149,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
         for rep in 0..ctx.opts.reps {
+            // Untimed: the first engine cell after a host cell runs slow (see the rotation).
+            engine_rate(extra, VmaTreeCopy::Insert, secs)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
                 // The engine columns' settings, the A/A control's last.
                 match [VmaTreeCopy::Insert, VmaTreeCopy::Dup, VmaTreeCopy::Insert].get(i) {

@@ -57,10 +57,15 @@ pub fn rotation(rep: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (rep + k) % n)
 }
 
-/// [`rotation`] of the engine columns `0..n-1`, then the host column `n-1` last: the host
-/// cell (another process populating and freeing a whole layout) leaves the machine in a
-/// different state than an engine cell, and must precede every engine column equally often,
-/// which it does as the last of one repetition before the rotated first of the next.
+/// [`rotation`] of the engine columns `0..n-1`, then the host column `n-1` last. The host
+/// cell (another process populating and freeing a whole layout; after the last repetition,
+/// the cost model's agents) leaves the machine in a different state than an engine cell:
+/// over four full runs the first engine cell of a repetition ran 1.0-4.2 % slower on average
+/// than the others in fork and munmap (spawn: 0.5-1.1 % fewer forks). The rotation cannot
+/// share that place evenly (with 7 repetitions and 3 engine columns the first takes it 3
+/// times, the others twice, which biased the A/A control), so each table's repetition
+/// starts with one untimed engine cell of its first column, whose time and counters are
+/// dropped.
 pub fn rotation_host_last(rep: usize, n: usize) -> impl Iterator<Item = usize> {
     let engines = n.saturating_sub(1);
     rotation(rep, engines).chain((n > 0).then_some(n - 1))
