@@ -294,9 +294,9 @@ impl<'m> Cpu<'m> {
         let mut a = addr;
         while a < end {
             let n = (4096 - (a & 4095)).min(end - a);
-            let before = warmed();
+            let before = (access == Access::Write).then(warmed);
             let pfn = self.translate(mm, st, a, access)?;
-            if access == Access::Write && warmed() == before {
+            if before.is_some_and(|b| warmed() == b) {
                 c.add(Ev::UserBytesCold, n);
             }
             f(pfn, (a & 4095) as usize, n as usize, a - addr);

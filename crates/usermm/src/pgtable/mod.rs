@@ -55,18 +55,7 @@ impl<'a> PtlGuard<'a> {
     pub(crate) fn lock(phys: &'a PhysMem, pfn: Pfn, c: &CpuCounters) -> PtlGuard<'a> {
         c.add(Ev::LockPtl, 1);
         let word = phys.memmap.ptl(pfn);
-        let mut spins = 0u32;
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        crate::phys::memmap::spin_lock(word);
         PtlGuard { word }
     }
 }

@@ -143,6 +143,25 @@ fn dup_delta(exclusive: bool) -> u32 {
     }
 }
 
+/// Takes a spinlock word of the memmap (0 free, 1 held): a page-table page's split PTE lock,
+/// a large folio's large-mapcount lock. Spins, then yields (an engine thread may hold it
+/// while descheduled). The holder releases it with a release store of 0.
+#[inline]
+pub(crate) fn spin_lock(word: &AtomicU32) {
+    let mut spins = 0u32;
+    while word
+        .compare_exchange_weak(0, 1, Ordering::Acquire, Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// The per-page mapcount held in a mapcount word: its low 31 bits, sign-extended.
 #[inline]
 fn mapcount_of(word: u32) -> i32 {
@@ -502,18 +521,7 @@ impl Memmap {
     /// touches anyway.
     pub fn lock_large_mapcount(&self, head: Pfn) -> LargeMapcountLock<'_> {
         let w = self.aux(head, AUX_WORDS);
-        let mut spins = 0u32;
-        while w
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        spin_lock(w);
         LargeMapcountLock(w)
     }
 
