@@ -332,3 +332,38 @@ fn munlock_of_pages_not_yet_on_the_lru_keeps_nr_mlock_exact() {
         valid(&m);
     }
 }
+
+#[test]
+fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
+    // `mlock_pte_range` reads a huge PMD again under `pmd_trans_huge_lock` and mlocks or
+    // munlocks its folio there: one split PMD lock per THP, on every design.
+    for design in all_designs() {
+        let m = machine(64 * M);
+        m.update_tunables(|t| {
+            t.thp.top = usermm::ThpPolicy::Always;
+            t.munlock = design;
+        });
+        let cpu = m.enter_cpu(0).expect("cpu");
+        let p = cpu.spawn(Privilege::Privileged, u64::MAX).expect("spawn");
+        let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
+        assert_eq!(
+            a % (2 * M),
+            0,
+            "a THP-sized anonymous mapping is PMD-aligned"
+        );
+        cpu.mlock(p, a, 8 * M).expect("mlock");
+        valid(&m);
+        assert_eq!(m.nr_mlock(), 2048, "{design:?}: four THPs mlocked");
+        let before = m.counters();
+        cpu.munlock(p, a, 8 * M).expect("munlock");
+        let d = m.counters().delta(&before);
+        valid(&m);
+        assert_eq!(m.nr_mlock(), 0, "{design:?}");
+        assert_eq!(
+            d.get(usermm::Ev::LockPtl),
+            4,
+            "{design:?}: one PMD lock per THP"
+        );
+        assert!(!has(flags(&cpu, p, a + 2 * M), kpf::MLOCKED), "{design:?}");
+    }
+}

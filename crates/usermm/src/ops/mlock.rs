@@ -12,7 +12,7 @@ use crate::fault::Access;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
-use crate::pgtable::cursor::{PmdKind, PmdStep, PteLock};
+use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
@@ -290,11 +290,16 @@ impl<'m> Cpu<'m> {
         let phys = &self.m.phys;
         for step in pt.pmd_walk(start, end) {
             match step.kind {
-                PmdKind::Huge(entry) => {
+                PmdKind::Huge(_) => {
+                    // `pmd_trans_huge_lock`: the leaf is read again, and the folio queued,
+                    // under the PMD table's split lock.
+                    let pmdl = PmdLock::lock(pt, self.c(), step.table);
+                    let entry = pmdl.get(step.idx);
                     let pfn = pt.arch.pfn(entry);
-                    if !phys.is_zero_pfn(pfn) && pt.arch.present(entry) {
+                    if pt.arch.is_pmd_leaf(entry) && !phys.is_zero_pfn(pfn) {
                         self.mlock_queue().mlock_or_munlock(pfn, lock);
                     }
+                    drop(pmdl);
                 }
                 PmdKind::Table(table) => {
                     self.mlock_pte_table(pt, table, vma, (start, end), &step, lock)
