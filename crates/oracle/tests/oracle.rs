@@ -147,10 +147,26 @@ fn corpus_agrees_with_the_host() {
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap_or_default();
         let name = f.display().to_string();
-        let rep = match scenario::parse(&name, &text) {
-            Ok(s) => oracle::compare(&s, &[]),
+        let script = match scenario::parse(&name, &text) {
+            Ok(s) => s,
             Err(e) => panic!("{e}"),
         };
+        let mut rep = oracle::compare(&script, &[]);
+        // The host alone missing an expectation, with no difference, is the machine's state,
+        // not the engine's fidelity: a readahead window once came up one 64 KiB folio short
+        // (14272K cached for 14336K) while other tests held GiBs, a large folio the page
+        // cache could not allocate then. Such a file runs once more; only a repeat counts.
+        let host_only = |r: &oracle::OracleReport| {
+            r.differences.is_empty()
+                && r.failed.is_none()
+                && !r.expect_failures.is_empty()
+                && r.expect_failures.iter().all(|(_, side, _)| *side == "host")
+        };
+        if host_only(&rep) {
+            eprintln!("{name}: the host alone missed an expectation, run again:\n{rep}");
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            rep = oracle::compare(&script, &[]);
+        }
         // A v2 file (`files-*`) the engine cannot run yet is reported, not failed: there is
         // nothing to compare until the engine has files. Any other file must run.
         let v2 = f
