@@ -32,6 +32,14 @@ pub struct BenchArgs {
     /// Repetitions per measurement (each gain gets a 95% interval from them; at least 3).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
+    /// Most repetitions of a row with gains: after --reps, a row repeats while a gain's 95%
+    /// interval is wider than --tight, until this many or until the extra repetitions have
+    /// taken as long as the first (default 15; --max-reps equal to --reps turns it off).
+    #[arg(long, value_name = "N")]
+    pub max_reps: Option<usize>,
+    /// Percentage points: a gain's interval no wider than this is tight.
+    #[arg(long, default_value_t = 10.0, value_name = "PP")]
+    pub tight: f64,
     /// Seconds per point of the spawn benchmark.
     #[arg(long, default_value_t = 0.2)]
     pub seconds: f64,
@@ -84,6 +92,12 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
         "--scale must be a multiple of 2M"
     );
     o.reps = args.reps.max(1);
+    o.max_reps = args.max_reps.unwrap_or(o.max_reps).max(o.reps);
+    anyhow::ensure!(
+        args.tight.is_finite() && args.tight > 0.0,
+        "--tight must be a positive number of percentage points"
+    );
+    o.tight_pp = args.tight;
     o.spawn_seconds = args.seconds;
     if !args.ram.is_empty() {
         o.linear_map_gib = args.ram.clone();
@@ -141,12 +155,14 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
     let opts = options(args, &which)?;
     let host = HostSide::probe(!args.no_host);
     println!(
-        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, {} repetitions, spawn {} s per point; host kernel columns: {}",
+        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
         args.which,
         opts.scale >> 20,
         opts.munlock_scale >> 20,
         opts.anon_cow_scale >> 20,
         opts.reps,
+        opts.max_reps,
+        opts.tight_pp,
         opts.spawn_seconds,
         host.describe()
     );

@@ -306,7 +306,8 @@ fn row(
         .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
     let label = layout.label(folio);
-    for rep in 0..ctx.opts.reps {
+    let mut reps = ctx.repetitions(cols.len());
+    while let Some(rep) = reps.next(&cols, 0, cols.len() - 1, Better::Lower) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
         engine_once(size, folio, layout, PteBatching::PerPte, op)?;
         for i in rotation_host_last(rep, cols.len()) {

@@ -294,8 +294,15 @@ pub struct RunInfo {
     pub which: String,
     /// Size of the memory layouts, bytes.
     pub scale_bytes: u64,
-    /// Repetitions per measurement.
+    /// Repetitions per measurement (the least a row runs).
     pub reps: usize,
+    /// The most a row with gains runs while a gain's interval is wider than `tight_pp`
+    /// (absent in reports from before adaptive repetitions: read as `reps`).
+    #[serde(default)]
+    pub max_reps: usize,
+    /// Percentage points: the interval width below which a row stops repeating.
+    #[serde(default)]
+    pub tight_pp: f64,
     /// Seconds per point of the spawn benchmark.
     pub spawn_seconds: f64,
     /// RAM sizes of the linear-map benchmark, GiB.

@@ -191,7 +191,8 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .map(|d| Column::new(&d.name(), vec![], BTreeMap::new()))
         .collect();
     cols.push(Column::new("host", vec![], BTreeMap::new()));
-    for rep in 0..ctx.opts.reps {
+    let mut reps = ctx.repetitions(cols.len());
+    while let Some(rep) = reps.next(&cols, 0, MunlockDesign::ALL.len(), Better::Lower) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
         engine_once(size, setup, MunlockDesign::ALL[0])?;
         for i in crate::stats::rotation_host_last(rep, cols.len()) {

@@ -64,6 +64,11 @@ impl Progress {
 }
 
 impl Task {
+    /// `n` more measurements than planned (a row's extra repetitions).
+    pub fn extend(&self, n: u64) {
+        self.bar.inc_length(n);
+    }
+
     /// One measurement done; fails if the run was interrupted.
     pub fn step(&self, what: &str) -> anyhow::Result<()> {
         self.bar.set_message(what.to_string());

@@ -291,6 +291,8 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
                 which: "scenario".into(),
                 scale_bytes: 0,
                 reps: args.reps,
+                max_reps: args.reps,
+                tight_pp: 0.0,
                 spawn_seconds: 0.0,
                 linear_map_gib: Vec::new(),
             },

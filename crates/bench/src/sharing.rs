@@ -311,7 +311,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .collect();
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        for rep in 0..ctx.opts.reps {
+        let mut reps = ctx.repetitions(cols.len());
+        while let Some(rep) = reps.next(&cols, 0, STAGES.len(), Better::Lower) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
             engine_once(size, micro, &STAGES[0])?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {

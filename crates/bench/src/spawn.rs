@@ -148,7 +148,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .iter()
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        for rep in 0..ctx.opts.reps {
+        let mut reps = ctx.repetitions(cols.len());
+        while let Some(rep) = reps.next(&cols, 0, cols.len() - 1, Better::Higher) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
             engine_rate(extra, VmaTreeCopy::Insert, secs)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {

@@ -3,11 +3,11 @@
 
 use crate::costmodel::Primitives;
 use crate::host::{kernel_release, HostSide};
-use crate::model::{HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
+use crate::model::{Better, Column, HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
 use crate::progress::{Progress, Task};
 use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, sharing, spawn};
 use std::cell::RefCell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One benchmark of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,8 +109,13 @@ pub struct Options {
     pub munlock_scale: u64,
     /// The area every anon-cow instance copies (the parent's shared THPs), bytes.
     pub anon_cow_scale: u64,
-    /// Repetitions per measurement.
+    /// Repetitions per measurement: every row runs this many at least (see
+    /// [`Repetitions`]).
     pub reps: usize,
+    /// Repetitions a row may run at most while its gain intervals are wide.
+    pub max_reps: usize,
+    /// A row's gain intervals are tight when none is wider than this, percentage points.
+    pub tight_pp: f64,
     /// Seconds per point of the spawn benchmark.
     pub spawn_seconds: f64,
     /// Extra VMA counts of the spawn benchmark.
@@ -131,6 +136,8 @@ impl Default for Options {
             munlock_scale: 256 << 20,
             anon_cow_scale: 32 << 20,
             reps: 7,
+            max_reps: 15,
+            tight_pp: 10.0,
             spawn_seconds: 0.2,
             spawn_extra: spawn::EXTRA.to_vec(),
             folios: fork::FOLIOS.to_vec(),
@@ -170,6 +177,91 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// The repetitions of one row of a table with gains: [`Options::reps`] of them always; then,
+/// while some engine or control column's 95 % gain interval is wider than
+/// [`Options::tight_pp`], one more, up to [`Options::max_reps`] in all and until the extra
+/// repetitions have taken as long as the first ones did (the time budget: a row at most
+/// about doubles). The sign-test interval of 7 repetitions is their lowest and highest gain,
+/// so one outlier widens it; 9 leave the outermost out on each side, 12 two.
+#[must_use = "a row runs its repetitions by calling next until it returns None"]
+pub struct Repetitions<'a> {
+    opts: &'a Options,
+    task: &'a Task,
+    steps: u64,
+    started: Instant,
+    first: Option<Duration>,
+    done: usize,
+}
+
+impl Ctx<'_> {
+    /// The repetitions of a row whose repetition measures `cells` cells (progress steps).
+    pub fn repetitions(&self, cells: usize) -> Repetitions<'_> {
+        Repetitions {
+            opts: self.opts,
+            task: self.task,
+            steps: cells as u64,
+            started: Instant::now(),
+            first: None,
+            done: 0,
+        }
+    }
+}
+
+impl Repetitions<'_> {
+    /// The next repetition's number (for the rotation), or `None` when the row is done.
+    /// `cols` are the row's cells so far, `cols[base]` the baseline, `engines` the number of
+    /// leading engine and control columns whose gains get intervals.
+    pub fn next(
+        &mut self,
+        cols: &[Column],
+        base: usize,
+        engines: usize,
+        better: Better,
+    ) -> Option<usize> {
+        let n = self.done;
+        if n >= self.opts.reps {
+            let first = *self.first.get_or_insert_with(|| self.started.elapsed());
+            let widest = widest_gain_interval(cols, base, engines, better);
+            if !one_more(self.opts, n, widest, self.started.elapsed(), first) {
+                return None;
+            }
+            self.task.extend(self.steps);
+        }
+        self.done += 1;
+        Some(n)
+    }
+}
+
+/// Whether a row that has run `done` repetitions (at least [`Options::reps`]), the first of
+/// them in `first`, all in `elapsed`, with its widest gain interval `widest`, runs one more.
+fn one_more(
+    opts: &Options,
+    done: usize,
+    widest: Option<f64>,
+    elapsed: Duration,
+    first: Duration,
+) -> bool {
+    widest.is_some_and(|w| w > opts.tight_pp) && done < opts.max_reps && elapsed < first * 2
+}
+
+/// The widest 95 % gain interval, percentage points, of `cols[..engines]` other than
+/// `cols[base]` against it; `None` when none has one yet.
+fn widest_gain_interval(
+    cols: &[Column],
+    base: usize,
+    engines: usize,
+    better: Better,
+) -> Option<f64> {
+    let b = &cols.get(base)?.samples;
+    cols.iter()
+        .take(engines)
+        .enumerate()
+        .filter(|&(i, _)| i != base)
+        .filter_map(|(_, c)| crate::stats::gain_ci95(&c.samples, b, better))
+        .map(|[lo, hi]| hi - lo)
+        .reduce(f64::max)
 }
 
 /// Runs one benchmark.
@@ -271,6 +363,8 @@ pub fn run(
             which: which.iter().map(|b| b.name()).collect::<Vec<_>>().join(","),
             scale_bytes: opts.scale,
             reps: opts.reps,
+            max_reps: opts.max_reps,
+            tight_pp: opts.tight_pp,
             spawn_seconds: opts.spawn_seconds,
             linear_map_gib: opts.linear_map_gib.clone(),
         },
@@ -284,4 +378,44 @@ pub fn run(
         tables,
         cost_model: first_prims,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_row_repeats_while_an_interval_is_wide_up_to_the_limit_and_the_budget() {
+        let opts = Options::default();
+        let (first, early) = (Duration::from_secs(10), Duration::from_secs(12));
+        assert!(
+            one_more(&opts, 7, Some(10.5), early, first),
+            "wide: one more"
+        );
+        assert!(!one_more(&opts, 7, Some(9.5), early, first), "tight: done");
+        assert!(!one_more(&opts, 7, None, early, first), "no interval: done");
+        assert!(
+            !one_more(&opts, 15, Some(40.0), early, first),
+            "at max_reps"
+        );
+        assert!(
+            !one_more(&opts, 9, Some(40.0), Duration::from_secs(20), first),
+            "budget spent"
+        );
+    }
+
+    #[test]
+    fn the_widest_interval_leaves_out_the_baseline_and_the_columns_after_the_engines() {
+        let col = |samples: &[f64]| Column::new("c", samples.to_vec(), BTreeMap::new());
+        let base = col(&[1.0; 7]);
+        // Gains of 0 % and 10 %... 30 %, and a host column far off that must not count.
+        let engine = col(&[1.0, 0.9, 0.8, 0.7, 0.9, 0.8, 1.0]);
+        let control = col(&[1.0; 7]);
+        let host = col(&[5.0, 0.1, 5.0, 0.1, 5.0, 0.1, 5.0]);
+        let cols = [base, engine, control, host];
+        let w = widest_gain_interval(&cols, 0, 3, Better::Lower).expect("intervals");
+        assert!((w - 30.0).abs() < 1e-9, "{w}");
+        assert_eq!(widest_gain_interval(&cols[..1], 0, 1, Better::Lower), None);
+    }
 }

@@ -312,6 +312,8 @@ fn report(batched: &[f64]) -> Report {
             which: "fork".into(),
             scale_bytes: 4 << 20,
             reps: 5,
+            max_reps: 5,
+            tight_pp: 10.0,
             spawn_seconds: 0.0,
             linear_map_gib: Vec::new(),
         },

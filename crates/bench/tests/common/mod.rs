@@ -14,6 +14,8 @@ pub fn tiny() -> Options {
         munlock_scale: 4 << 20,
         anon_cow_scale: 4 << 20,
         reps: 1,
+        max_reps: 1,
+        tight_pp: 10.0,
         spawn_seconds: 0.01,
         spawn_extra: vec![0, 100],
         folios: vec![4 << 10, 64 << 10, 2 << 20],
