@@ -33,8 +33,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
     /// Most repetitions of a row with gains: after --reps, a row repeats while a gain's 95%
-    /// interval is wider than --tight, until this many or until the extra repetitions have
-    /// taken as long as the first (default 15; --max-reps equal to --reps turns it off).
+    /// interval is wider than --tight, to the next count where the interval can narrow (9,
+    /// then 12 after 7), up to this many and while the extra repetitions take no longer than
+    /// the first did (default 12; equal to --reps turns it off; below --reps it is raised to
+    /// --reps).
     #[arg(long, value_name = "N")]
     pub max_reps: Option<usize>,
     /// Percentage points: a gain's interval no wider than this is tight.

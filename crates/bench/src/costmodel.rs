@@ -64,11 +64,12 @@ pub struct Primitives {
     /// An atomic add to a line already in L1, three words of it in turn (further atomics on
     /// the same `struct page`: refcount, flags, mapcount).
     pub atomic_hot: f64,
-    /// An out-of-line kernel function on a fast path (call, prologue, a few tests, return
-    /// through this kernel's return thunk): the host's `mprotect` time per 4 KiB entry of
-    /// 64 MiB on scattered frames, less that entry's memory operations, over its four calls
-    /// (falls back to [`Primitives::call`] if the host refuses the mapping). Where the host
-    /// hides frame numbers the region's frames count as scattered already.
+    /// An out-of-line kernel function on a long path, entered once per trap, system call or
+    /// VMA (call, prologue, a few tests, return through this kernel's return thunk): the
+    /// host's `mprotect` time per 4 KiB entry of 64 MiB on scattered frames, less that entry's
+    /// memory operations, over its four calls (falls back to [`Primitives::call`] if the host
+    /// refuses the mapping). Where the host hides frame numbers the region's frames count as
+    /// scattered already. Tight per-page loops pay [`Primitives::kcall_loop`] instead.
     pub kcall: f64,
     /// An out-of-line kernel call of a tight loop that repeats a few functions per page or
     /// folio inside one kernel entry (the per-batch calls of fork's copy and of zap, `set_pte`,
@@ -290,12 +291,15 @@ impl Primitives {
         // kcall read 2.2-2.5 ns, inside a bench run almost none do (line_jump: adjacency
         // 0.01) and it read 6.2-7.2. The rows run on such scattered frames, so each entry
         // is priced as if its frame were scattered too: the adjacent share of the region
-        // is charged the random line it would have cost. Priced with the hot loop's own
-        // price instead (the scattered share taken out: 0.8-1.3 ns), the model fell short
-        // of the host by 30-60 % on most rows (17 of 45 within 20 % in one full run): the
-        // calls on the rows' paths, after a trap or a system call, cost about as much as
-        // mprotect's whole per-entry remainder on scattered frames.
-        let entries: Vec<(f64, f64)> = (0..RUNS).filter_map(|_| kernel_pte_loop_ns()).collect();
+        // is charged the random line it would have cost. With every call priced at this
+        // loop's own price instead (the scattered share taken out: 0.8-1.3 ns), the model
+        // fell short of the host by 30-60 % on most rows (17 of 45 within 20 % in one full
+        // run): the calls on the long paths, after a trap or a system call, cost about as
+        // much as mprotect's whole per-entry remainder on scattered frames. The tight loops'
+        // own price is kcall_loop, measured where no struct page is read at all.
+        let entries: Vec<(f64, f64)> = (0..RUNS)
+            .filter_map(|_| kernel_pte_loop_ns(LoopPages::Written))
+            .collect();
         let kcall = match median(entries.iter().map(|e| e.0)) {
             None => call,
             Some(entry) => {
@@ -304,10 +308,11 @@ impl Primitives {
                 ((entry + as_scattered - load_seq - rmw_seq - store_seq - line_seq) / 4.0).max(call)
             }
         };
-        let kcall_loop = median((0..RUNS).filter_map(|_| kernel_zero_page_loop_ns()))
-            .map_or(call, |entry| {
-                ((entry - load_seq - rmw_seq - store_seq) / 4.0).max(call)
-            });
+        let kcall_loop =
+            median((0..RUNS).filter_map(|_| kernel_pte_loop_ns(LoopPages::ZeroPage).map(|e| e.0)))
+                .map_or(call, |entry| {
+                    ((entry - load_seq - rmw_seq - store_seq) / 4.0).max(call)
+                });
         let pages = BUF / 4096;
         let user_zero = best(&mut || {
             let t = Instant::now();
@@ -460,32 +465,36 @@ fn dontneed_difference_ns() -> Option<f64> {
 #[repr(align(64))]
 struct HotLine([AtomicU64; 8]);
 
+/// What the pages of [`kernel_pte_loop_ns`]'s region hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LoopPages {
+    /// Written: each entry maps its own frame, whose `struct page` the loop reads.
+    Written,
+    /// Read-faulted: every entry maps the shared zero page, which has no `struct page` to read.
+    ZeroPage,
+}
+
 /// The host kernel's time per entry of `change_pte_range`: `mprotect(PROT_READ)` of 64 MiB
-/// of written 4 KiB pages (`MADV_NOHUGEPAGE`), divided by the entries, with the fraction of
-/// the region's consecutive pages whose frames are adjacent ([`adjacency`]; 0 where the
-/// host hides frame numbers); `None` if the host refuses a step. No benchmark row times
-/// mprotect.
-fn kernel_pte_loop_ns() -> Option<(f64, f64)> {
+/// of 4 KiB pages (`MADV_NOHUGEPAGE`) holding `pages`, divided by the entries, with the
+/// fraction of the region's consecutive pages whose frames are adjacent ([`adjacency`]; 0 for
+/// the zero page and where the host hides frame numbers); `None` if the host refuses a step.
+/// No benchmark row times mprotect.
+fn kernel_pte_loop_ns(pages: LoopPages) -> Option<(f64, f64)> {
     const LEN: u64 = 64 << 20;
     let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
-    r.write_each_page().ok()?;
-    let adjacent = adjacency(&r, LEN >> 12).unwrap_or(0.0);
+    let adjacent = match pages {
+        LoopPages::Written => {
+            r.write_each_page().ok()?;
+            adjacency(&r, LEN >> 12).unwrap_or(0.0)
+        }
+        LoopPages::ZeroPage => {
+            r.read_each_page().ok()?;
+            0.0
+        }
+    };
     let t = Instant::now();
     oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
     Some((ns_per(t, (LEN >> 12) as usize), adjacent))
-}
-
-/// The host kernel's time per entry of `change_pte_range` where no entry has a `struct
-/// page`: `mprotect(PROT_READ)` of 64 MiB of read-faulted 4 KiB pages (`MADV_NOHUGEPAGE`),
-/// which all map the shared zero page, divided by the entries; `None` if the host refuses a
-/// step.
-fn kernel_zero_page_loop_ns() -> Option<f64> {
-    const LEN: u64 = 64 << 20;
-    let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
-    r.read_each_page().ok()?;
-    let t = Instant::now();
-    oracle::sys::mprotect(r.addr, LEN, crate::host::region::RO).ok()?;
-    Some(ns_per(t, (LEN >> 12) as usize))
 }
 
 /// The fraction of consecutive 4 KiB pages of 16 MiB of freshly written anonymous memory

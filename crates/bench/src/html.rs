@@ -121,7 +121,17 @@ fn meta(r: &Report) -> String {
         ("load average at start", r.meta.loadavg.clone()),
         ("benchmarks", r.run.which.clone()),
         ("layout size", format!("{} MiB", r.run.scale_bytes >> 20)),
-        ("repetitions", r.run.reps.to_string()),
+        (
+            "repetitions",
+            if r.run.max_reps > r.run.reps {
+                format!(
+                    "{} to {} (more while a gain's interval is wider than {} points)",
+                    r.run.reps, r.run.max_reps, r.run.tight_pp
+                )
+            } else {
+                r.run.reps.to_string()
+            },
+        ),
         ("spawn seconds per point", r.run.spawn_seconds.to_string()),
         ("kernel", r.host.kernel.clone()),
         (

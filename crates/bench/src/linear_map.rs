@@ -70,7 +70,7 @@ fn row(ctx: &Ctx<'_>, gib: u64, gran: LinearGranularity, tlbi_ns: u64) -> anyhow
     let base = LinearMapVariant::ALL
         .iter()
         .position(|v| v.name() == BASELINE)
-        .unwrap_or(0);
+        .expect("the baseline is one of the variants");
     let mut reps = ctx.repetitions(cols.len());
     while let Some(rep) = reps.next(&cols, base, cols.len(), Better::Lower) {
         for i in crate::stats::rotation(rep, LinearMapVariant::ALL.len()) {

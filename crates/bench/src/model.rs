@@ -297,10 +297,11 @@ pub struct RunInfo {
     /// Repetitions per measurement (the least a row runs).
     pub reps: usize,
     /// The most a row with gains runs while a gain's interval is wider than `tight_pp`
-    /// (absent in reports from before adaptive repetitions: read as `reps`).
+    /// (0 in reports from before adaptive repetitions).
     #[serde(default)]
     pub max_reps: usize,
-    /// Percentage points: the interval width below which a row stops repeating.
+    /// Percentage points: the interval width below which a row stops repeating (0 where
+    /// rows do not adapt: reports from before, `bench scenario`).
     #[serde(default)]
     pub tight_pp: f64,
     /// Seconds per point of the spawn benchmark.

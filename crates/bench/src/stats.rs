@@ -98,7 +98,7 @@ pub fn gain_ci95(col: &[f64], base: &[f64], better: Better) -> Option<[f64; 2]> 
 }
 
 /// The largest `k >= 1` with `2 P(Binomial(n, 1/2) <= k - 1) <= 0.05` (1 when none is).
-fn sign_test_rank(n: usize) -> usize {
+pub(crate) fn sign_test_rank(n: usize) -> usize {
     // C(n, i) / 2^n summed in floating point: exact enough for the repetition counts used.
     let mut below = 0.0; // P(X <= k - 1)
     let mut choose = 1.0; // C(n, k - 1)

@@ -136,7 +136,7 @@ impl Default for Options {
             munlock_scale: 256 << 20,
             anon_cow_scale: 32 << 20,
             reps: 7,
-            max_reps: 15,
+            max_reps: 12,
             tight_pp: 10.0,
             spawn_seconds: 0.2,
             spawn_extra: spawn::EXTRA.to_vec(),
@@ -181,10 +181,11 @@ impl Ctx<'_> {
 
 /// The repetitions of one row of a table with gains: [`Options::reps`] of them always; then,
 /// while some engine or control column's 95 % gain interval is wider than
-/// [`Options::tight_pp`], one more, up to [`Options::max_reps`] in all and until the extra
-/// repetitions have taken as long as the first ones did (the time budget: a row at most
-/// about doubles). The sign-test interval of 7 repetitions is their lowest and highest gain,
-/// so one outlier widens it; 9 leave the outermost out on each side, 12 two.
+/// [`Options::tight_pp`], more, up to [`Options::max_reps`] in all and while the extra
+/// repetitions take no longer than the first ones did (the time budget: a row at most about
+/// doubles). More repetitions go straight to the next count at which the sign-test interval
+/// can narrow: 7 repetitions give their lowest and highest gain, so one outlier widens it; 8
+/// cannot do better, 9 leave the outermost out on each side, 12 two (so 9, then 12).
 #[must_use = "a row runs its repetitions by calling next until it returns None"]
 pub struct Repetitions<'a> {
     opts: &'a Options,
@@ -193,6 +194,7 @@ pub struct Repetitions<'a> {
     started: Instant,
     first: Option<Duration>,
     done: usize,
+    until: usize,
 }
 
 impl Ctx<'_> {
@@ -205,6 +207,7 @@ impl Ctx<'_> {
             started: Instant::now(),
             first: None,
             done: 0,
+            until: self.opts.reps,
         }
     }
 }
@@ -221,29 +224,37 @@ impl Repetitions<'_> {
         better: Better,
     ) -> Option<usize> {
         let n = self.done;
-        if n >= self.opts.reps {
+        if n >= self.until {
             let first = *self.first.get_or_insert_with(|| self.started.elapsed());
             let widest = widest_gain_interval(cols, base, engines, better);
-            if !one_more(self.opts, n, widest, self.started.elapsed(), first) {
-                return None;
-            }
-            self.task.extend(self.steps);
+            let more = more_repetitions(self.opts, n, widest, self.started.elapsed(), first)?;
+            self.task.extend(self.steps * (more - n) as u64);
+            self.until = more;
         }
         self.done += 1;
         Some(n)
     }
 }
 
-/// Whether a row that has run `done` repetitions (at least [`Options::reps`]), the first of
-/// them in `first`, all in `elapsed`, with its widest gain interval `widest`, runs one more.
-fn one_more(
+/// How many repetitions in all a row that has run `done` (at least [`Options::reps`]), the
+/// first [`Options::reps`] of them in `first`, all of them in `elapsed`, with its widest gain
+/// interval `widest`, goes on to: `None` when the interval is tight (or there is none), or the
+/// next count at which the interval can narrow is beyond [`Options::max_reps`] or would take
+/// the row past twice `first` at the first repetitions' pace.
+fn more_repetitions(
     opts: &Options,
     done: usize,
     widest: Option<f64>,
     elapsed: Duration,
     first: Duration,
-) -> bool {
-    widest.is_some_and(|w| w > opts.tight_pp) && done < opts.max_reps && elapsed < first * 2
+) -> Option<usize> {
+    if !widest.is_some_and(|w| w > opts.tight_pp) {
+        return None;
+    }
+    let rank = crate::stats::sign_test_rank(done);
+    let target = (done + 1..=opts.max_reps).find(|&n| crate::stats::sign_test_rank(n) > rank)?;
+    let pace = first.div_f64(opts.reps.max(1) as f64);
+    (elapsed + pace.mul_f64((target - done) as f64) <= first * 2).then_some(target)
 }
 
 /// The widest 95 % gain interval, percentage points, of `cols[..engines]` other than
@@ -386,23 +397,37 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[test]
-    fn a_row_repeats_while_an_interval_is_wide_up_to_the_limit_and_the_budget() {
+    fn a_row_repeats_to_where_a_wide_interval_can_narrow_within_the_limit_and_the_budget() {
+        let more = |opts: &Options, done, widest, elapsed| {
+            let (elapsed, first) = (Duration::from_secs(elapsed), Duration::from_secs(7));
+            more_repetitions(opts, done, widest, elapsed, first)
+        };
         let opts = Options::default();
-        let (first, early) = (Duration::from_secs(10), Duration::from_secs(12));
-        assert!(
-            one_more(&opts, 7, Some(10.5), early, first),
-            "wide: one more"
+        // 7 repetitions in 7 s: the interval narrows at 9 and at 12, not at 8, 10 or 11.
+        assert_eq!(more(&opts, 7, Some(10.5), 7), Some(9), "wide: on to 9");
+        assert_eq!(
+            more(&opts, 9, Some(10.5), 9),
+            Some(12),
+            "still wide: on to 12"
         );
-        assert!(!one_more(&opts, 7, Some(9.5), early, first), "tight: done");
-        assert!(!one_more(&opts, 7, None, early, first), "no interval: done");
-        assert!(
-            !one_more(&opts, 15, Some(40.0), early, first),
-            "at max_reps"
+        assert_eq!(more(&opts, 7, Some(9.5), 7), None, "tight: done");
+        assert_eq!(more(&opts, 7, None, 7), None, "no interval: done");
+        assert_eq!(more(&opts, 12, Some(40.0), 12), None, "at max_reps");
+        assert_eq!(
+            more(&opts, 9, Some(40.0), 12),
+            None,
+            "slow repetitions spent the budget"
         );
-        assert!(
-            !one_more(&opts, 9, Some(40.0), Duration::from_secs(20), first),
-            "budget spent"
+        let more_allowed = Options {
+            max_reps: 15,
+            ..Options::default()
+        };
+        assert_eq!(
+            more(&more_allowed, 12, Some(40.0), 12),
+            None,
+            "15 would take 15 s of a 14 s budget"
         );
+        assert_eq!(more(&more_allowed, 9, Some(40.0), 9), Some(12));
     }
 
     #[test]

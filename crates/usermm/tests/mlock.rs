@@ -336,7 +336,8 @@ fn munlock_of_pages_not_yet_on_the_lru_keeps_nr_mlock_exact() {
 #[test]
 fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
     // `mlock_pte_range` reads a huge PMD again under `pmd_trans_huge_lock` and mlocks or
-    // munlocks its folio there: one split PMD lock per THP, on every design.
+    // munlocks its folio there: one split PMD lock per THP (the stage designs' munlock goes
+    // through follow_page, which takes it too).
     for design in all_designs() {
         let m = machine(64 * M);
         m.update_tunables(|t| {
@@ -351,9 +352,18 @@ fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
             0,
             "a THP-sized anonymous mapping is PMD-aligned"
         );
+        cpu.write_fill(p, a, 8 * M, 1).expect("fill");
+        let before = m.counters();
         cpu.mlock(p, a, 8 * M).expect("mlock");
+        let d = m.counters().delta(&before);
         valid(&m);
         assert_eq!(m.nr_mlock(), 2048, "{design:?}: four THPs mlocked");
+        // mlock walks with mlock_pte_range on every design (the designs differ in munlock).
+        assert_eq!(
+            d.get(usermm::Ev::LockPtl),
+            4,
+            "{design:?}: mlock, one lock per THP"
+        );
         let before = m.counters();
         cpu.munlock(p, a, 8 * M).expect("munlock");
         let d = m.counters().delta(&before);

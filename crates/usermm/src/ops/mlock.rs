@@ -292,7 +292,9 @@ impl<'m> Cpu<'m> {
             match step.kind {
                 PmdKind::Huge(_) => {
                     // `pmd_trans_huge_lock`: the leaf is read again, and the folio queued,
-                    // under the PMD table's split lock.
+                    // under the PMD table's split lock. A leaf split meanwhile (reclaim
+                    // splits under the folio and PMD locks, not the mmap lock) is walked as
+                    // the table it became.
                     let pmdl = PmdLock::lock(pt, self.c(), step.table);
                     let entry = pmdl.get(step.idx);
                     let pfn = pt.arch.pfn(entry);
@@ -300,6 +302,10 @@ impl<'m> Cpu<'m> {
                         self.mlock_queue().mlock_or_munlock(pfn, lock);
                     }
                     drop(pmdl);
+                    if pt.arch.is_table(entry) {
+                        let table = pt.arch.table_pfn(entry);
+                        self.mlock_pte_table(pt, table, vma, (start, end), &step, lock);
+                    }
                 }
                 PmdKind::Table(table) => {
                     self.mlock_pte_table(pt, table, vma, (start, end), &step, lock)
