@@ -22,8 +22,9 @@
 //! 6.18 source and the running kernel's configuration: the recipes say which calls. A call
 //! has two prices, both calibrated on the host's own `mprotect`, which no benchmark row
 //! times: [`Primitives::kcall_loop`] in the tight per-page loops of one system call, and
-//! [`Primitives::kcall`] on the long paths (a fault, a system call's own work, a VMA). Traps, TLB flushes, page zeroing and copying are the host kernel's own, timed from
-//! user space by pairs of system calls that differ only in that work ([`Primitives::trap`],
+//! [`Primitives::kcall`] on the long paths (a fault, a system call's own work, a VMA).
+//! Traps, TLB flushes, page zeroing and copying are the host kernel's own, timed from user
+//! space by pairs of system calls that differ only in that work ([`Primitives::trap`],
 //! [`Primitives::tlb_flush`]). What the model leaves out: work no engine counter names (a
 //! task's first run in a new mm, the child's COW faults, RCU callbacks, the user's own
 //! stores in a timed loop) and cache state beyond what the streamed primitives see.
@@ -470,7 +471,8 @@ struct HotLine([AtomicU64; 8]);
 enum LoopPages {
     /// Written: each entry maps its own frame, whose `struct page` the loop reads.
     Written,
-    /// Read-faulted: every entry maps the shared zero page, which has no `struct page` to read.
+    /// Read-faulted: every entry maps the shared zero page, which has no `struct page` to
+    /// read.
     ZeroPage,
 }
 

@@ -177,6 +177,19 @@ impl Ctx<'_> {
             }
         }
     }
+
+    /// The repetitions of a row whose repetition measures `cells` cells (progress steps).
+    pub fn repetitions(&self, cells: usize) -> Repetitions<'_> {
+        Repetitions {
+            opts: self.opts,
+            task: self.task,
+            steps: cells as u64,
+            started: Instant::now(),
+            first: None,
+            done: 0,
+            until: self.opts.reps,
+        }
+    }
 }
 
 /// The repetitions of one row of a table with gains: [`Options::reps`] of them always; then,
@@ -195,21 +208,6 @@ pub struct Repetitions<'a> {
     first: Option<Duration>,
     done: usize,
     until: usize,
-}
-
-impl Ctx<'_> {
-    /// The repetitions of a row whose repetition measures `cells` cells (progress steps).
-    pub fn repetitions(&self, cells: usize) -> Repetitions<'_> {
-        Repetitions {
-            opts: self.opts,
-            task: self.task,
-            steps: cells as u64,
-            started: Instant::now(),
-            first: None,
-            done: 0,
-            until: self.opts.reps,
-        }
-    }
 }
 
 impl Repetitions<'_> {
