@@ -370,6 +370,9 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     );
     let n = instances();
     let host = ctx.host.session();
+    let variants = crate::sharing::stage_variants(
+        "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
+    );
     let mut rows = Vec::new();
     for order in ORDERS {
         let pages: Vec<Vec<u64>> = (0..n).map(|i| page_order(area, order, i)).collect();
@@ -379,8 +382,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .collect();
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        let mut reps = ctx.repetitions(cols.len());
-        while let Some(rep) = reps.next(&cols, 0, STAGES.len(), Better::Higher) {
+        let mut reps = ctx.repetitions(&variants, STAGES[0].name, Better::Higher);
+        while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
             engine_once(area, order, &STAGES[0], n, &pages)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
@@ -420,10 +423,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::BytesPerSecond,
         better: Better::Higher,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: "baseline".into(),
-        variants: crate::sharing::stage_variants(
-            "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
-        ),
+        baseline: STAGES[0].name.into(),
+        variants,
         row_label: "page order".into(),
         rows,
         counters_shown: counters_shown(),

@@ -277,6 +277,9 @@ fn host_once(
 }
 
 /// The columns of this table.
+/// The baseline variant.
+const BASELINE: &str = "per-pte";
+
 fn variants() -> Vec<Variant> {
     vec![
         Variant::engine(
@@ -306,8 +309,8 @@ fn row(
         .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
     let label = layout.label(folio);
-    let mut reps = ctx.repetitions(cols.len());
-    while let Some(rep) = reps.next(&cols, 0, cols.len() - 1, Better::Lower) {
+    let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Lower);
+    while let Some(rep) = reps.next(&cols) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
         engine_once(size, folio, layout, PteBatching::PerPte, op)?;
         for i in rotation_host_last(rep, cols.len()) {
@@ -501,7 +504,7 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: "per-pte".into(),
+        baseline: BASELINE.into(),
         variants: variants(),
         row_label: "folio size".into(),
         rows,

@@ -67,12 +67,8 @@ fn row(ctx: &Ctx<'_>, gib: u64, gran: LinearGranularity, tlbi_ns: u64) -> anyhow
         .map(|v| Column::new(v.name(), vec![], BTreeMap::new()))
         .collect();
     let label = format!("{gib}G {}", gran.name());
-    let base = LinearMapVariant::ALL
-        .iter()
-        .position(|v| v.name() == BASELINE)
-        .expect("the baseline is one of the variants");
-    let mut reps = ctx.repetitions(cols.len());
-    while let Some(rep) = reps.next(&cols, base, cols.len(), Better::Lower) {
+    let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Lower);
+    while let Some(rep) = reps.next(&cols) {
         for i in crate::stats::rotation(rep, LinearMapVariant::ALL.len()) {
             let v = LinearMapVariant::ALL[i];
             let (secs, st) = run_once(gib, gran, v, tlbi_ns)?;

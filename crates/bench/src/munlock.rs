@@ -148,6 +148,9 @@ fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> Result<f
     timed(|| sys::munlock(r.addr, r.len).map_err(|e| crate::host::errno_text("munlock", e)))
 }
 
+/// The baseline variant.
+const BASELINE: &str = "stage0";
+
 fn variants() -> Vec<Variant> {
     let mut v: Vec<Variant> = MunlockDesign::ALL
         .iter()
@@ -191,8 +194,8 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         .map(|d| Column::new(&d.name(), vec![], BTreeMap::new()))
         .collect();
     cols.push(Column::new("host", vec![], BTreeMap::new()));
-    let mut reps = ctx.repetitions(cols.len());
-    while let Some(rep) = reps.next(&cols, 0, MunlockDesign::ALL.len(), Better::Lower) {
+    let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Lower);
+    while let Some(rep) = reps.next(&cols) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
         engine_once(size, setup, MunlockDesign::ALL[0])?;
         for i in crate::stats::rotation_host_last(rep, cols.len()) {
@@ -232,7 +235,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Mean, Stat::Stddev, Stat::Max],
-        baseline: "stage0".into(),
+        baseline: BASELINE.into(),
         variants: variants(),
         row_label: "size".into(),
         rows: vec![Row {

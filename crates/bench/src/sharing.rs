@@ -303,6 +303,8 @@ pub fn stage_variants(host: &str) -> Vec<Variant> {
 pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let size = ctx.opts.scale;
     let host = ctx.host.session();
+    let variants =
+        stage_variants("the host kernel, same layout (PMD THP always; THP knobs restored)");
     let mut rows = Vec::new();
     for micro in MICROS {
         let mut cols: Vec<Column> = STAGES
@@ -311,8 +313,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .collect();
         cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        let mut reps = ctx.repetitions(cols.len());
-        while let Some(rep) = reps.next(&cols, 0, STAGES.len(), Better::Lower) {
+        let mut reps = ctx.repetitions(&variants, STAGES[0].name, Better::Lower);
+        while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
             engine_once(size, micro, &STAGES[0])?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
@@ -350,8 +352,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: "baseline".into(),
-        variants: stage_variants("the host kernel, same layout (PMD THP always; THP knobs restored)"),
+        baseline: STAGES[0].name.into(),
+        variants,
         row_label: "benchmark".into(),
         rows,
         counters_shown: [

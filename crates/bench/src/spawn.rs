@@ -121,6 +121,9 @@ pub fn steps(reps: usize, points: usize) -> u64 {
     (reps * points * variants().len()) as u64
 }
 
+/// The baseline variant.
+const BASELINE: &str = "insert";
+
 fn variants() -> Vec<Variant> {
     vec![
         Variant::engine("insert", "the child's VMA tree built in bulk mode, VMA by VMA into full leaves (dup_mmap of Linux 6.1 until seed 001, as in its baseline next-20230829)"),
@@ -148,8 +151,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             .iter()
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        let mut reps = ctx.repetitions(cols.len());
-        while let Some(rep) = reps.next(&cols, 0, cols.len() - 1, Better::Higher) {
+        let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Higher);
+        while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
             engine_rate(extra, VmaTreeCopy::Insert, secs)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
@@ -183,7 +186,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::PerSecond,
         better: Better::Higher,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: "insert".into(),
+        baseline: BASELINE.into(),
         variants: variants(),
         row_label: "VMAs".into(),
         rows,

@@ -3,7 +3,9 @@
 
 use crate::costmodel::Primitives;
 use crate::host::{kernel_release, HostSide};
-use crate::model::{Better, Column, HostInfo, Report, RunInfo, Table, SCHEMA_VERSION};
+use crate::model::{
+    Better, Column, HostInfo, Report, RunInfo, Table, Variant, VariantKind, SCHEMA_VERSION,
+};
 use crate::progress::{Progress, Task};
 use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, sharing, spawn};
 use std::cell::RefCell;
@@ -178,12 +180,26 @@ impl Ctx<'_> {
         }
     }
 
-    /// The repetitions of a row whose repetition measures `cells` cells (progress steps).
-    pub fn repetitions(&self, cells: usize) -> Repetitions<'_> {
+    /// The repetitions of a row of a table whose columns are `variants`, its gains taken
+    /// against the one named `baseline`, `better` their direction.
+    pub fn repetitions(
+        &self,
+        variants: &[Variant],
+        baseline: &str,
+        better: Better,
+    ) -> Repetitions<'_> {
+        let base = variants.iter().position(|v| v.name == baseline);
+        let gains = (0..variants.len())
+            .filter(|&i| Some(i) != base)
+            .filter(|&i| matches!(variants[i].kind, VariantKind::Engine | VariantKind::Control))
+            .collect();
         Repetitions {
             opts: self.opts,
             task: self.task,
-            steps: cells as u64,
+            steps: variants.len() as u64,
+            base,
+            gains,
+            better,
             started: Instant::now(),
             first: None,
             done: 0,
@@ -204,6 +220,11 @@ pub struct Repetitions<'a> {
     opts: &'a Options,
     task: &'a Task,
     steps: u64,
+    /// The baseline's column, if the table has it.
+    base: Option<usize>,
+    /// The engine and control columns whose gains get intervals.
+    gains: Vec<usize>,
+    better: Better,
     started: Instant,
     first: Option<Duration>,
     done: usize,
@@ -212,19 +233,14 @@ pub struct Repetitions<'a> {
 
 impl Repetitions<'_> {
     /// The next repetition's number (for the rotation), or `None` when the row is done.
-    /// `cols` are the row's cells so far, `cols[base]` the baseline, `engines` the number of
-    /// leading engine and control columns whose gains get intervals.
-    pub fn next(
-        &mut self,
-        cols: &[Column],
-        base: usize,
-        engines: usize,
-        better: Better,
-    ) -> Option<usize> {
+    /// `cols` are the row's cells so far, one per variant.
+    pub fn next(&mut self, cols: &[Column]) -> Option<usize> {
         let n = self.done;
         if n >= self.until {
             let first = *self.first.get_or_insert_with(|| self.started.elapsed());
-            let widest = widest_gain_interval(cols, base, engines, better);
+            let widest = self
+                .base
+                .and_then(|b| widest_gain_interval(cols, b, &self.gains, self.better));
             let more = more_repetitions(self.opts, n, widest, self.started.elapsed(), first)?;
             self.task.extend(self.steps * (more - n) as u64);
             self.until = more;
@@ -255,20 +271,19 @@ fn more_repetitions(
     (elapsed + pace.mul_f64((target - done) as f64) <= first * 2).then_some(target)
 }
 
-/// The widest 95 % gain interval, percentage points, of `cols[..engines]` other than
-/// `cols[base]` against it; `None` when none has one yet.
+/// The widest 95 % gain interval, percentage points, of the columns `gains` against
+/// `cols[base]`; `None` when none has one yet.
 fn widest_gain_interval(
     cols: &[Column],
     base: usize,
-    engines: usize,
+    gains: &[usize],
     better: Better,
 ) -> Option<f64> {
     let b = &cols.get(base)?.samples;
-    cols.iter()
-        .take(engines)
-        .enumerate()
-        .filter(|&(i, _)| i != base)
-        .filter_map(|(_, c)| crate::stats::gain_ci95(&c.samples, b, better))
+    gains
+        .iter()
+        .filter_map(|&i| cols.get(i))
+        .filter_map(|c| crate::stats::gain_ci95(&c.samples, b, better))
         .map(|[lo, hi]| hi - lo)
         .reduce(f64::max)
 }
@@ -429,7 +444,34 @@ mod tests {
     }
 
     #[test]
-    fn the_widest_interval_leaves_out_the_baseline_and_the_columns_after_the_engines() {
+    fn a_rows_gains_are_its_engine_and_control_columns_against_the_baseline() {
+        let opts = Options::default();
+        let host = HostSide::disabled("test");
+        let progress = Progress::new(1, false);
+        let task = progress.task("t", 0);
+        let ctx = Ctx {
+            opts: &opts,
+            host: &host,
+            task: &task,
+            primitives: None,
+        };
+        let variants = [
+            Variant::engine("a", ""),
+            Variant::engine("b", ""),
+            Variant::control("b"),
+            Variant::host(""),
+        ];
+        let reps = ctx.repetitions(&variants, "b", Better::Lower);
+        assert_eq!((reps.base, reps.gains.as_slice()), (Some(1), &[0, 2][..]));
+        let reps = ctx.repetitions(&variants, "none", Better::Lower);
+        assert_eq!(
+            reps.base, None,
+            "no baseline: no intervals, the least repetitions"
+        );
+    }
+
+    #[test]
+    fn the_widest_interval_is_of_the_gain_columns_only() {
         let col = |samples: &[f64]| Column::new("c", samples.to_vec(), BTreeMap::new());
         let base = col(&[1.0; 7]);
         // Gains of 0 % and 10 %... 30 %, and a host column far off that must not count.
@@ -437,8 +479,8 @@ mod tests {
         let control = col(&[1.0; 7]);
         let host = col(&[5.0, 0.1, 5.0, 0.1, 5.0, 0.1, 5.0]);
         let cols = [base, engine, control, host];
-        let w = widest_gain_interval(&cols, 0, 3, Better::Lower).expect("intervals");
+        let w = widest_gain_interval(&cols, 0, &[1, 2], Better::Lower).expect("intervals");
         assert!((w - 30.0).abs() < 1e-9, "{w}");
-        assert_eq!(widest_gain_interval(&cols[..1], 0, 1, Better::Lower), None);
+        assert_eq!(widest_gain_interval(&cols, 0, &[], Better::Lower), None);
     }
 }
