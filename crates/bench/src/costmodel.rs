@@ -602,11 +602,10 @@ fn out_of_line(acc: u64, i: u64) -> u64 {
 /// Runs per primitive; the median is kept.
 const RUNS: usize = 5;
 
-/// The median of `v` (the upper of the two middle values for an even count); `None` if empty.
+/// The median of `v` ([`summary`]'s: the upper of the two middle values for an even count);
+/// `None` if empty.
 fn median(v: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = v.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
+    summary(crate::model::Stat::Median, &v.collect::<Vec<f64>>())
 }
 
 /// `next[i]`: the line after line `i` in one random cycle through all `n` lines (Sattolo's
@@ -1033,11 +1032,11 @@ pub fn add_model_columns(
     if engines.is_empty() {
         return;
     }
-    let at = table
+    let host = table
         .variants
         .iter()
-        .position(|v| v.kind == VariantKind::Host)
-        .unwrap_or(table.variants.len());
+        .position(|v| v.kind == VariantKind::Host);
+    let at = host.unwrap_or(table.variants.len());
     let models: Vec<Variant> = engines
         .iter()
         .map(|(_, v)| Variant {
@@ -1049,10 +1048,6 @@ pub fn add_model_columns(
             ),
         })
         .collect();
-    let host = table
-        .variants
-        .iter()
-        .position(|v| v.kind == VariantKind::Host);
     let mut own_adjacency = 0;
     for row in &mut table.rows {
         // The host layout's own frame adjacency, where its cell measured it: the walk the

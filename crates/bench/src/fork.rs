@@ -276,10 +276,10 @@ fn host_once(
     })
 }
 
-/// The columns of this table.
 /// The baseline variant.
 const BASELINE: &str = "per-pte";
 
+/// The columns of this table.
 fn variants() -> Vec<Variant> {
     vec![
         Variant::engine(

@@ -190,18 +190,13 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         variants: variants(),
         row_label: "VMAs".into(),
         rows,
-        counters_shown: vec![
-            "maple_nodes_allocated".into(),
-            "maple_tree_nodes".into(),
-            STORE_WORK_COUNTERS[0].into(),
-            STORE_WORK_COUNTERS[1].into(),
-            STORE_WORK_COUNTERS[2].into(),
-            STORE_WORK_COUNTERS[3].into(),
-            Ev::PteRead.name().into(),
-            Ev::LockPtl.name().into(),
-            "host_vmas".into(),
-            "host_rss_anon_kb".into(),
-        ],
+        counters_shown: ["maple_nodes_allocated", "maple_tree_nodes"]
+            .into_iter()
+            .chain(STORE_WORK_COUNTERS)
+            .chain([Ev::PteRead.name(), Ev::LockPtl.name()])
+            .chain(["host_vmas", "host_rss_anon_kb"])
+            .map(String::from)
+            .collect(),
         published_source: Some(
             "6.5.0-next-20230829 vs the series, forks per 10 s of byte-unixbench spawn bound to one CPU".into(),
         ),
