@@ -4,12 +4,10 @@
 //! tables show min/mean/stddev/max as the seed's mmtests output does.
 
 use crate::engine::{counters, RW};
-use crate::host::measure::timed;
-use crate::host::region::{HostTmpfs, Region};
+use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
-use oracle::sys;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::machine::MemPolicy;
@@ -116,36 +114,19 @@ fn engine_once(
     Ok((secs, m.counters().delta(&before)))
 }
 
-/// Interleaves this thread's allocations over `nodes` nodes (0: back to the default).
-fn host_interleave(nodes: usize) -> Result<(), String> {
-    let (mode, mask) = if nodes >= 2 {
-        (3, (1u64 << nodes.min(63)) - 1)
-    } else {
-        (0, 0)
-    };
-    sys::set_mempolicy(mode, mask).map_err(|e| crate::host::errno_text("set_mempolicy", e))
-}
-
-/// One host repetition: `MAP_LOCKED | MAP_POPULATE`, drain the LRU batches, time munlock.
-fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> Result<f64, String> {
+/// One host repetition, in a fresh agent process: `MAP_LOCKED | MAP_POPULATE`, drain the LRU
+/// batches, time munlock. The THP knob is set here, under the session's machine-wide lock.
+fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> CellResult {
     s.thp(setup == Setup::Thp)?;
-    if setup == Setup::Interleaved {
-        host_interleave(nodes)?;
-    }
-    let tmpfs = match setup {
-        Setup::Tmpfs => Some(HostTmpfs::new(size)?),
-        _ => None,
-    };
-    let r = match &tmpfs {
-        Some(t) => Region::file_locked(size, t.fd()),
-        None => Region::locked(size),
-    };
-    if setup == Setup::Interleaved {
-        host_interleave(0)?;
-    }
-    let r = r?;
-    sys::drain_lru_batches();
-    timed(|| sys::munlock(r.addr, r.len).map_err(|e| crate::host::errno_text("munlock", e)))
+    agent::measure(&HostCell::Munlock {
+        size,
+        tmpfs: setup == Setup::Tmpfs,
+        interleave: if setup == Setup::Interleaved {
+            nodes
+        } else {
+            0
+        },
+    })
 }
 
 /// The baseline variant.
@@ -210,7 +191,7 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
                         .as_ref()
                         .map_err(Clone::clone)
                         .and_then(|s| host_once(s, size, setup, nodes));
-                    cols[i].record(res.map(|secs| (secs, BTreeMap::new())));
+                    cols[i].record(res);
                 }
             }
             ctx.task.step(&cols[i].variant.clone())?;

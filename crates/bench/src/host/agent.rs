@@ -58,6 +58,18 @@ pub enum HostCell {
         /// Whether the file was written (its pages cached) before the mapping.
         cached: bool,
     },
+    /// Map `size` bytes `MAP_LOCKED | MAP_POPULATE` (anonymous, or the first `size` bytes
+    /// of a tmpfs file `MAP_SHARED`), interleaved over `interleave` nodes (0 or 1: the
+    /// default policy), drain the LRU batches, then time `munlock()` of all of it. The THP
+    /// knob is the bench's.
+    Munlock {
+        /// Mapping size.
+        size: u64,
+        /// A tmpfs file instead of anonymous memory.
+        tmpfs: bool,
+        /// Nodes to interleave the mapping's pages over (fewer than 2: none).
+        interleave: usize,
+    },
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -223,24 +235,51 @@ pub fn serve() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the forked process looked like: its VMAs, anonymous RSS and PMD-mapped shmem.
+/// What the measured process looked like: its VMAs and anonymous RSS. Read from files
+/// that walk no page table (`/proc/self/maps`, `/proc/self/status`), so taking the shape
+/// before a timed call leaves the cache as the layout's population left it.
 fn shape(c: &mut BTreeMap<String, u64>) {
     c.insert("host_vmas".into(), vma_count());
-    let kb = |path: &str, field: &str| {
-        std::fs::read_to_string(path).ok().and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-    };
     c.insert(
         "host_rss_anon_kb".into(),
-        kb("/proc/self/status", "RssAnon:").unwrap_or(0),
+        status_kb("/proc/self/status", "RssAnon:").unwrap_or(0),
     );
-    c.insert(
-        "host_shmem_pmd_mapped_kb".into(),
-        kb("/proc/self/smaps_rollup", "ShmemPmdMapped:").unwrap_or(0),
-    );
+}
+
+/// How much of the process THPs map (`AnonHugePages`, `ShmemPmdMapped`): read from
+/// `/proc/self/smaps_rollup`, which walks every page table and reads each mapped folio's
+/// `struct page`, so only after the timed call (a `munmap` cell, whose layout is gone by
+/// then, has none; its `host_mthp_*` counters say what the layout's folios were).
+fn huge_mapped(c: &mut BTreeMap<String, u64>) {
+    for (field, key) in [
+        ("AnonHugePages:", "host_anon_huge_kb"),
+        ("ShmemPmdMapped:", "host_shmem_pmd_mapped_kb"),
+    ] {
+        c.insert(
+            key.into(),
+            status_kb("/proc/self/smaps_rollup", field).unwrap_or(0),
+        );
+    }
+}
+
+/// The kB figure of the line starting `field` in `path` (`/proc/self/status`-style).
+fn status_kb(path: &str, field: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    })
+}
+
+/// Interleaves this thread's allocations over `nodes` nodes (fewer than 2: back to the
+/// default policy).
+fn interleave_allocations(nodes: usize) -> Result<(), String> {
+    let (mode, mask) = if nodes >= 2 {
+        (3, (1u64 << nodes.min(63)) - 1)
+    } else {
+        (0, 0)
+    };
+    oracle::sys::set_mempolicy(mode, mask).map_err(|e| super::errno_text("set_mempolicy", e))
 }
 
 /// This process's minor faults so far (`getrusage`'s `ru_minflt`, from `/proc/self/stat`).
@@ -347,7 +386,9 @@ fn run(cell: &HostCell) -> CellResult {
             let secs = if munmap {
                 r.unmap_timed()?
             } else {
-                fork_time()?
+                let secs = fork_time()?;
+                huge_mapped(&mut c);
+                secs
             };
             Ok((secs, c))
         }
@@ -366,8 +407,45 @@ fn run(cell: &HostCell) -> CellResult {
             r.read_each_page()?;
             let secs = t.elapsed().as_secs_f64();
             c.insert("host_faults".into(), minor_faults().saturating_sub(flt0));
+            huge_mapped(&mut c);
             drop(r);
             drop(f);
+            Ok((secs, c))
+        }
+        HostCell::Munlock {
+            size,
+            tmpfs,
+            interleave,
+        } => {
+            if interleave >= 2 {
+                interleave_allocations(interleave)?;
+            }
+            let file = if tmpfs {
+                Some(HostTmpfs::new(size)?)
+            } else {
+                None
+            };
+            let r = match &file {
+                Some(f) => Region::file_locked(size, f.fd()),
+                None => Region::locked(size),
+            };
+            if interleave >= 2 {
+                interleave_allocations(0)?;
+            }
+            let r = r?;
+            oracle::sys::drain_lru_batches();
+            shape(&mut c);
+            c.insert(
+                "host_locked_kb".into(),
+                status_kb("/proc/self/status", "VmLck:").unwrap_or(0),
+            );
+            let secs = super::measure::timed(|| {
+                oracle::sys::munlock(r.addr, r.len).map_err(|e| super::errno_text("munlock", e))
+            })?;
+            // munlock splits nothing: the THP setup's check, after the timed call.
+            huge_mapped(&mut c);
+            drop(r);
+            drop(file);
             Ok((secs, c))
         }
         HostCell::Fault { size, folio } => {
@@ -378,6 +456,7 @@ fn run(cell: &HostCell) -> CellResult {
             let t = Instant::now();
             r.write_each_page()?;
             let secs = t.elapsed().as_secs_f64();
+            huge_mapped(&mut c);
             if folio > 4096 {
                 let n = mthp_stat(folio, "anon_fault_alloc")
                     .unwrap_or(0)
