@@ -85,16 +85,28 @@ pub struct Primitives {
     pub kcall_loop: f64,
     /// A user-space out-of-line call and return with a few instructions of work.
     pub call: f64,
-    /// A dependent load of a random line of the buffer (a pointer chase: a tree node, a
-    /// list link, a random `struct page`).
+    /// A dependent load of a random entry of a 4 MiB table (a pointer chase through a
+    /// working set the size of a 256 MiB layout's `struct page`s, about what L2 holds: a
+    /// tree node, a list link, a `struct page` a few frames from the last one).
     pub line_rand: f64,
+    /// A dependent load of a random 64-byte line of 64 MiB mapped by 2 MiB pages where the
+    /// host gives them, as the kernel's direct map and `vmemmap` are (a pointer chase
+    /// beyond what the caches keep: the `struct page` of a folio far from the last one in
+    /// a memmap no walk has just read). On this 6.18 guest 150-170 ns, against
+    /// [`Primitives::line_rand`]'s 22: a chase over 4 MiB reads 36 ns, over 16 MiB 73.
+    pub line_far: f64,
     /// What a walk's first `struct page` line of a folio costs beyond a streamed one, on
-    /// average: `(1 - adjacency) x (line_rand - atomic_line)`, where `adjacency` is the
-    /// fraction of consecutive 4 KiB pages of freshly faulted anonymous memory whose frames
-    /// are adjacent (`/proc/self/pagemap`; where it shows no frame numbers, as without root,
-    /// `line_jump` is 0). On this 6.18 guest 0.2-0.7 per process, 0.34 typically: the per-CPU lists hand out order-0 pages in LIFO
-    /// order, so two folios in three that a walk meets sit on a `struct page` line that no
-    /// stream brought in. The engine's frames are sequential; the host's are not.
+    /// average: `near x (line_rand - atomic_line) + far x (line_far - atomic_line)`. Of the
+    /// folio boundaries, `far` is the fraction whose frames are [`FAR_FRAMES`] or more apart
+    /// (the next folio's `struct page` in another 4 KiB of memmap, which no stream brought
+    /// in) and `near` the others that are not adjacent ([`FrameSteps`], from
+    /// `/proc/self/pagemap`; where it shows no frame numbers, as without root, `line_jump`
+    /// is 0). A row whose host cell read its own layout's steps is priced with them; the
+    /// default is from 16 MiB of freshly faulted 4 KiB pages. On this 6.18 guest the
+    /// adjacent share is 0.2-0.7 per process, 0.34 typically: the per-CPU lists hand out
+    /// order-0 pages in LIFO order, so two folios in three that a walk meets sit on a
+    /// `struct page` line that no stream brought in. The engine's frames are sequential; the
+    /// host's are not.
     pub line_jump: f64,
     /// Zeroing a 4 KiB page that no cache holds, by the host kernel (`clear_page` of a
     /// fault's fresh page): a `read` of `/dev/zero` into 256 MiB of populated memory,
@@ -187,6 +199,7 @@ primitives! {
     KCallLoop => kcall_loop,
     Call => call,
     LineRand => line_rand,
+    LineFar => line_far,
     LineJump => line_jump,
     ZeroPage => zero_page,
     CopyPage => copy_page,
@@ -282,6 +295,7 @@ impl Primitives {
             black_box(at);
             ns_per(t, n)
         });
+        let line_far = best(&mut far_line_ns);
         // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
         // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
         // __ptep_modify_prot_start, __ptep_modify_prot_commit, native_set_pte under
@@ -392,6 +406,7 @@ impl Primitives {
             kcall_loop,
             call,
             line_rand,
+            line_far,
             line_jump: 0.0,
             zero_page,
             copy_page,
@@ -402,7 +417,7 @@ impl Primitives {
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
         };
-        p = p.with_adjacency(frame_adjacency().unwrap_or(1.0));
+        p = p.with_frame_steps(frame_steps().unwrap_or(FrameSteps::ADJACENT));
         let zap_one = best(&mut || dontneed_difference_ns().unwrap_or(f64::MAX));
         p.tlb_flush = if zap_one == f64::MAX {
             0.0
@@ -414,10 +429,13 @@ impl Primitives {
     }
 
     /// These primitives with [`Primitives::line_jump`] priced for a layout whose folios sit
-    /// next to the previous folio's frames with frequency `adjacency` (0 to 1).
-    pub fn with_adjacency(mut self, adjacency: f64) -> Primitives {
-        let scattered = 1.0 - adjacency.clamp(0.0, 1.0);
-        self.line_jump = scattered * (self.line_rand - self.atomic_line).max(0.0);
+    /// next to the previous folio's frames, a few frames away or far away as `steps` says.
+    pub fn with_frame_steps(mut self, steps: FrameSteps) -> Primitives {
+        let adjacent = steps.adjacent.clamp(0.0, 1.0);
+        let far = steps.far.clamp(0.0, 1.0 - adjacent);
+        let near = 1.0 - adjacent - far;
+        self.line_jump = near * (self.line_rand - self.atomic_line).max(0.0)
+            + far * (self.line_far - self.atomic_line).max(0.0);
         self
     }
 
@@ -461,6 +479,33 @@ fn dontneed_difference_ns() -> Option<f64> {
     Some((with - without) * 1e9 / f64::from(N))
 }
 
+/// A dependent load of a random line of [`BUF`] bytes of fresh anonymous memory, asked for
+/// in 2 MiB pages (`MADV_HUGEPAGE` on the 2 MiB-aligned part before any page is touched; the
+/// host may refuse it): each line holds the number of the next line of one random cycle
+/// through all of them, followed for 64 Ki steps.
+fn far_line_ns() -> f64 {
+    const MADV_HUGEPAGE: i32 = 14;
+    const PMD: u64 = 2 << 20;
+    let lines = BUF / 64;
+    let mut words: Vec<u64> = Vec::with_capacity(BUF / 8 + (PMD / 8) as usize);
+    let start = (words.as_ptr() as u64).next_multiple_of(PMD);
+    let _ = oracle::sys::madvise(start, BUF as u64, MADV_HUGEPAGE);
+    words.resize(words.capacity(), 0);
+    let skip = ((start - words.as_ptr() as u64) / 8) as usize;
+    let words = &mut words[skip..skip + BUF / 8];
+    for (line, &next) in chase_cycle(lines).iter().enumerate() {
+        words[line * 8] = u64::from(next);
+    }
+    let n = 1 << 16;
+    let t = Instant::now();
+    let mut at = 0usize;
+    for _ in 0..n {
+        at = black_box(words[at * 8]) as usize;
+    }
+    black_box(at);
+    ns_per(t, n)
+}
+
 /// A 64-byte line of atomics.
 #[derive(Default)]
 #[repr(align(64))]
@@ -499,35 +544,78 @@ fn kernel_pte_loop_ns(pages: LoopPages) -> Option<(f64, f64)> {
     Some((ns_per(t, (LEN >> 12) as usize), adjacent))
 }
 
-/// The fraction of consecutive 4 KiB pages of 16 MiB of freshly written anonymous memory
-/// (`MADV_NOHUGEPAGE`) whose frames are adjacent; `None` if the host refuses a step or
-/// shows no frame numbers.
-fn frame_adjacency() -> Option<f64> {
+/// How the frames of consecutive 4 KiB pages of 16 MiB of freshly written anonymous memory
+/// (`MADV_NOHUGEPAGE`) follow each other; `None` if the host refuses a step or shows no
+/// frame numbers.
+fn frame_steps() -> Option<FrameSteps> {
     const PAGES: u64 = 4096;
     let r = crate::host::region::Region::anon_small_pages(PAGES << 12).ok()?;
     r.write_each_page().ok()?;
-    adjacency(&r, PAGES)
+    folio_steps(r.addr, PAGES, 1, 0, Samples::Spread)
 }
 
 /// The fraction of the first `pages` consecutive 4 KiB pages of `r` (written) whose frames
 /// are adjacent (one apart, either way), from `/proc/self/pagemap`; `None` if it cannot be
 /// read or shows no frame numbers (without `CAP_SYS_ADMIN` they read 0).
+///
+/// It reads every entry, and so every page's `struct page`: the calibration of
+/// [`Primitives::kcall`] times its `mprotect` right after, on a cache that holds them, so
+/// that what it subtracts for each entry's line (a streamed one) is what the line cost and
+/// the rest is the calls. Measured with a sampled read instead (a cold memmap), kcall read
+/// 7.4-9.2 ns against 5.5-6.0, and spawn's model, which is mostly calls, rose by half;
+/// cold `struct page`s are `line_jump`'s to price, per row, not the calls'.
 fn adjacency(r: &crate::host::region::Region, pages: u64) -> Option<f64> {
-    folio_adjacency(r.addr, pages, 1, 0)
+    folio_steps(r.addr, pages, 1, 0, Samples::All).map(|s| s.adjacent)
+}
+
+/// How many folio boundaries [`folio_steps`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Samples {
+    /// Every one.
+    All,
+    /// At most [`ADJACENCY_SAMPLES`], spread evenly.
+    Spread,
+}
+
+/// Frames this many or more apart count as far: their `struct page`s (64 bytes each) lie in
+/// different 4 KiB of memmap, where no stream of the last one's reaches.
+pub const FAR_FRAMES: u64 = 64;
+
+/// How a walk of a layout steps from one folio's frames to the next folio's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FrameSteps {
+    /// The fraction of folio boundaries whose frames are adjacent (one apart, either way).
+    pub adjacent: f64,
+    /// The fraction whose frames are [`FAR_FRAMES`] or more apart.
+    pub far: f64,
+}
+
+impl FrameSteps {
+    /// Every folio next to the last.
+    pub const ADJACENT: FrameSteps = FrameSteps {
+        adjacent: 1.0,
+        far: 0.0,
+    };
 }
 
 /// Of the present pages of the `pages` from `addr` that begin a folio of `folio_pages` pages
 /// (their page number `phase` more than a multiple of it: 0 where the mapping is aligned to the
-/// folios) with the page before present, the fraction whose frame is next to that page's: how
-/// often a walk of the range steps from one folio's `struct page`s to the next folio's without
+/// folios) with the page before present, how far each frame is from that page's: adjacent
+/// means a walk of the range steps from one folio's `struct page`s to the next folio's without
 /// leaving the stream (what [`Primitives::line_jump`] prices the complement of). `None` if
 /// `/proc/self/pagemap` cannot be read, shows no frame numbers, or no such pair exists.
 ///
-/// At most [`ADJACENCY_SAMPLES`] folio boundaries are read, spread evenly over the range,
-/// two entries each: reading `pagemap` walks the page table and reads each present page's
+/// With [`Samples::Spread`], at most [`ADJACENCY_SAMPLES`] folio boundaries are read, spread
+/// evenly over the range, two entries each: reading `pagemap` walks the page table and reads each present page's
 /// `struct page` (for `PM_MMAP_EXCLUSIVE`), so reading all of a layout right before a timed
 /// `fork` or `munmap` would hand that call a cache holding every line it is about to walk.
-pub(crate) fn folio_adjacency(addr: u64, pages: u64, folio_pages: u64, phase: u64) -> Option<f64> {
+pub(crate) fn folio_steps(
+    addr: u64,
+    pages: u64,
+    folio_pages: u64,
+    phase: u64,
+    samples: Samples,
+) -> Option<FrameSteps> {
     let f = std::fs::File::open("/proc/self/pagemap").ok()?;
     let step = folio_pages.max(1);
     let first_vpn = addr >> 12;
@@ -545,8 +633,11 @@ pub(crate) fn folio_adjacency(addr: u64, pages: u64, folio_pages: u64, phase: u6
         return None;
     }
     let boundaries = (end - 1 - first) / step + 1;
-    let stride = boundaries.div_ceil(ADJACENCY_SAMPLES).max(1);
-    let (mut adjacent, mut pairs) = (0u64, 0u64);
+    let stride = match samples {
+        Samples::All => 1,
+        Samples::Spread => boundaries.div_ceil(ADJACENCY_SAMPLES).max(1),
+    };
+    let (mut adjacent, mut far, mut pairs) = (0u64, 0u64, 0u64);
     let mut shown = false;
     for k in (0..boundaries).step_by(stride as usize) {
         let vpn = first + k * step;
@@ -556,15 +647,20 @@ pub(crate) fn folio_adjacency(addr: u64, pages: u64, folio_pages: u64, phase: u6
         let pfn = |w: u64| w & oracle::procfs::PM_PFN;
         shown |= pfn(e[0]) != 0 || pfn(e[1]) != 0;
         if present(e[0]) && present(e[1]) {
+            let apart = pfn(e[1]).abs_diff(pfn(e[0]));
             pairs += 1;
-            adjacent += u64::from(pfn(e[1]).abs_diff(pfn(e[0])) == 1);
+            adjacent += u64::from(apart == 1);
+            far += u64::from(apart >= FAR_FRAMES);
         }
     }
-    (shown && pairs > 0).then(|| adjacent as f64 / pairs as f64)
+    (shown && pairs > 0).then(|| FrameSteps {
+        adjacent: adjacent as f64 / pairs as f64,
+        far: far as f64 / pairs as f64,
+    })
 }
 
-/// The most folio boundaries [`folio_adjacency`] reads: enough for the fraction to within
-/// about 4 points (95 %), few enough to touch about 1 in 64 of a 256 MiB layout's 4 KiB
+/// The most folio boundaries [`folio_steps`] reads: enough for the fractions to within
+/// about 4 points (95 %), few enough to touch about 1 in 32 of a 256 MiB layout's 4 KiB
 /// pages' `struct page` lines.
 const ADJACENCY_SAMPLES: u64 = 1024;
 
@@ -1074,14 +1170,20 @@ pub fn add_model_columns(
         .collect();
     let mut own_adjacency = 0;
     for row in &mut table.rows {
-        // The host layout's own frame adjacency, where its cell measured it: the walk the
-        // model prices is that layout's.
-        let adjacency = host
-            .and_then(|h| row.columns.get(h))
-            .and_then(|c| c.counters.get(crate::host::agent::FOLIO_ADJACENCY))
-            .map(|&permille| permille as f64 / 1000.0);
-        own_adjacency += usize::from(adjacency.is_some());
-        let prims = &adjacency.map_or(*prims, |a| prims.with_adjacency(a));
+        // The host layout's own frame steps, where its cell measured them: the walk the
+        // model prices is that layout's (a report without the far share has all its
+        // non-adjacent steps near).
+        let host_counter = |name: &str| {
+            host.and_then(|h| row.columns.get(h))
+                .and_then(|c| c.counters.get(name))
+                .map(|&permille| permille as f64 / 1000.0)
+        };
+        let steps = host_counter(crate::host::agent::FOLIO_ADJACENCY).map(|adjacent| FrameSteps {
+            adjacent,
+            far: host_counter(crate::host::agent::FOLIO_FAR).unwrap_or(0.0),
+        });
+        own_adjacency += usize::from(steps.is_some());
+        let prims = &steps.map_or(*prims, |s| prims.with_frame_steps(s));
         let cells: Vec<Column> = engines
             .iter()
             .map(|(i, v)| {
@@ -1121,8 +1223,9 @@ pub fn add_model_columns(
     }
     if own_adjacency > 0 {
         table.notes.push(format!(
-            "model: line_jump priced with the host layout's own frame adjacency ({}) on {own_adjacency} of {} rows",
+            "model: line_jump priced with the host layout's own frame steps ({}, {}) on {own_adjacency} of {} rows",
             crate::host::agent::FOLIO_ADJACENCY,
+            crate::host::agent::FOLIO_FAR,
             table.rows.len()
         ));
     }
@@ -1264,15 +1367,32 @@ mod tests {
     fn line_jump_is_the_scattered_share_of_a_random_line() {
         let p = Primitives {
             line_rand: 22.0,
+            line_far: 162.0,
             atomic_line: 6.0,
             line_jump: 3.0,
             ..Primitives::default()
         };
-        assert_eq!(p.with_adjacency(1.0).line_jump, 0.0);
-        assert_eq!(p.with_adjacency(0.0).line_jump, 16.0);
-        assert_eq!(p.with_adjacency(0.25).line_jump, 12.0);
-        assert_eq!(p.with_adjacency(7.0).line_jump, 0.0, "clamped");
-        assert_eq!(p.with_adjacency(0.5).kcall, p.kcall, "nothing else moves");
+        let steps = |adjacent, far| p.with_frame_steps(FrameSteps { adjacent, far }).line_jump;
+        assert_eq!(steps(1.0, 0.0), 0.0);
+        assert_eq!(
+            steps(0.0, 0.0),
+            16.0,
+            "all near: a random line of the small table"
+        );
+        assert_eq!(steps(0.25, 0.0), 12.0);
+        assert_eq!(steps(0.0, 1.0), 156.0, "all far: a line beyond the caches");
+        assert_eq!(steps(0.5, 0.25), 0.25 * 16.0 + 0.25 * 156.0);
+        assert_eq!(steps(7.0, 0.0), 0.0, "clamped");
+        assert_eq!(
+            steps(0.5, 0.9),
+            0.5 * 156.0,
+            "no more far than not adjacent"
+        );
+        assert_eq!(
+            p.with_frame_steps(FrameSteps::ADJACENT).kcall,
+            p.kcall,
+            "nothing else moves"
+        );
     }
 
     #[test]
@@ -1283,7 +1403,7 @@ mod tests {
             atomic_line: 6.0,
             ..Primitives::default()
         }
-        .with_adjacency(1.0);
+        .with_frame_steps(FrameSteps::ADJACENT);
         let engine = |n: u64| {
             Column::new(
                 "batched",
@@ -1362,7 +1482,7 @@ mod tests {
         }
     }
 
-    /// Every boundary's pair read, as `folio_adjacency` did before it sampled.
+    /// Every boundary's pair read, as `folio_steps` did before it sampled: the adjacent share.
     fn adjacency_of_all(addr: u64, pages: u64, folio_pages: u64, phase: u64) -> Option<f64> {
         let f = std::fs::File::open("/proc/self/pagemap").ok()?;
         let step = folio_pages.max(1);
@@ -1385,11 +1505,17 @@ mod tests {
 
     #[test]
     fn sampled_adjacency_matches_every_boundary_read_when_all_fit() {
-        let r = crate::host::region::Region::anon_small_pages(4 << 20).unwrap();
+        let r = crate::host::region::Region::anon_small_pages(64 << 20).unwrap();
         r.write_each_page().unwrap();
         for (fp, ph) in [(1, 0), (4, 0), (8, 3), (16, 0)] {
-            let s = folio_adjacency(r.addr, 1024, fp, ph);
-            let f = adjacency_of_all(r.addr, 1024, fp, ph);
+            // 1023 boundaries: every one read.
+            let pages = ADJACENCY_SAMPLES * fp;
+            let s = folio_steps(r.addr, pages, fp, ph, Samples::Spread).map(|s| s.adjacent);
+            assert_eq!(
+                s,
+                folio_steps(r.addr, pages, fp, ph, Samples::All).map(|s| s.adjacent)
+            );
+            let f = adjacency_of_all(r.addr, pages, fp, ph);
             if f.is_some() && s.is_some() {
                 assert_eq!(s, f);
             }
@@ -1398,7 +1524,7 @@ mod tests {
         let r = crate::host::region::Region::anon_small_pages(32 << 20).unwrap();
         r.write_each_page().unwrap();
         if let (Some(s), Some(f)) = (
-            folio_adjacency(r.addr, 8192, 1, 0),
+            folio_steps(r.addr, 8192, 1, 0, Samples::Spread).map(|s| s.adjacent),
             adjacency_of_all(r.addr, 8192, 1, 0),
         ) {
             assert!((s - f).abs() < 0.1, "sampled {s}, all {f}");

@@ -194,6 +194,11 @@ fn ask_agent(
 /// at the layout's folio boundaries); the model prices that row's `line_jump` with it.
 pub const FOLIO_ADJACENCY: &str = "host_folio_adjacency_permille";
 
+/// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
+/// frame is [`crate::costmodel::FAR_FRAMES`] or more from the previous folio's last (its
+/// `struct page` in another 4 KiB of memmap); the model prices those steps at `line_far`.
+pub const FOLIO_FAR: &str = "host_folio_far_permille";
+
 /// The `usermm` executable, when this process is one.
 fn agent_exe() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -378,10 +383,15 @@ fn run(cell: &HostCell) -> CellResult {
             };
             shape(&mut c);
             let (pages, phase) = (size >> 12, layout.skew(folio) >> 12);
-            if let Some(a) =
-                crate::costmodel::folio_adjacency(r.addr, pages, (folio >> 12).max(1), phase)
-            {
-                c.insert(FOLIO_ADJACENCY.into(), (a * 1000.0).round() as u64);
+            if let Some(s) = crate::costmodel::folio_steps(
+                r.addr,
+                pages,
+                (folio >> 12).max(1),
+                phase,
+                crate::costmodel::Samples::Spread,
+            ) {
+                c.insert(FOLIO_ADJACENCY.into(), (s.adjacent * 1000.0).round() as u64);
+                c.insert(FOLIO_FAR.into(), (s.far * 1000.0).round() as u64);
             }
             let secs = if munmap {
                 r.unmap_timed()?
