@@ -639,7 +639,15 @@ pub(crate) fn folio_steps(
     };
     let (mut adjacent, mut far, mut pairs) = (0u64, 0u64, 0u64);
     let mut shown = false;
-    for k in (0..boundaries).step_by(stride as usize) {
+    // One boundary at a pseudo-random place in each window of `stride`: a fixed stride
+    // would meet the allocator's own period (frames come in runs of a power of two), and
+    // read 0.002 where every boundary reads 0.34.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for window in (0..boundaries).step_by(stride as usize) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let k = window + x % stride.min(boundaries - window);
         let vpn = first + k * step;
         let mut e = [0u64; 2];
         oracle::procfs::scan_pagemap(&f, vpn - 1, 2, |v, w| e[(v + 1 - vpn) as usize] = w).ok()?;
