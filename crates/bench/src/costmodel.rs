@@ -282,20 +282,11 @@ impl Primitives {
             black_box(acc);
             ns_per(t, n)
         });
-        let line_rand = best(&mut || {
-            // A random cyclic permutation of the buffer's lines, followed for 256 Ki steps.
-            let lines = words / 8;
-            let next = chase_cycle(lines);
-            let n = 1 << 18;
-            let t = Instant::now();
-            let mut at = 0usize;
-            for _ in 0..n {
-                at = black_box(next[at]) as usize;
-            }
-            black_box(at);
-            ns_per(t, n)
-        });
-        let line_far = best(&mut far_line_ns);
+        // One random cycle through the buffer's lines, for both chases.
+        let next = chase_cycle(words / 8);
+        // Its table of line numbers itself (4 MiB of u32), followed for 256 Ki steps.
+        let line_rand = best(&mut || chase_ns(1 << 18, |at| next[at] as usize));
+        let line_far = best(&mut || far_line_ns(&next));
         // A kernel call, calibrated on the host's own mprotect: per 4 KiB entry of
         // change_pte_range, 6.18 makes four out-of-line calls (vm_normal_page,
         // __ptep_modify_prot_start, __ptep_modify_prot_commit, native_set_pte under
@@ -481,29 +472,32 @@ fn dontneed_difference_ns() -> Option<f64> {
 
 /// A dependent load of a random line of [`BUF`] bytes of fresh anonymous memory, asked for
 /// in 2 MiB pages (`MADV_HUGEPAGE` on the 2 MiB-aligned part before any page is touched; the
-/// host may refuse it): each line holds the number of the next line of one random cycle
-/// through all of them, followed for 64 Ki steps.
-fn far_line_ns() -> f64 {
+/// host may refuse it): each line holds the number of its successor in the cycle `next`
+/// (one entry per line), followed for 64 Ki steps.
+fn far_line_ns(next: &[u32]) -> f64 {
     const MADV_HUGEPAGE: i32 = 14;
     const PMD: u64 = 2 << 20;
-    let lines = BUF / 64;
     let mut words: Vec<u64> = Vec::with_capacity(BUF / 8 + (PMD / 8) as usize);
     let start = (words.as_ptr() as u64).next_multiple_of(PMD);
     let _ = oracle::sys::madvise(start, BUF as u64, MADV_HUGEPAGE);
     words.resize(words.capacity(), 0);
     let skip = ((start - words.as_ptr() as u64) / 8) as usize;
     let words = &mut words[skip..skip + BUF / 8];
-    for (line, &next) in chase_cycle(lines).iter().enumerate() {
-        words[line * 8] = u64::from(next);
+    for (line, &n) in next.iter().enumerate() {
+        words[line * 8] = u64::from(n);
     }
-    let n = 1 << 16;
+    chase_ns(1 << 16, |at| words[at * 8] as usize)
+}
+
+/// ns per step of `steps` dependent steps `at = step(at)` from 0.
+fn chase_ns(steps: usize, step: impl Fn(usize) -> usize) -> f64 {
     let t = Instant::now();
     let mut at = 0usize;
-    for _ in 0..n {
-        at = black_box(words[at * 8]) as usize;
+    for _ in 0..steps {
+        at = black_box(step(at));
     }
     black_box(at);
-    ns_per(t, n)
+    ns_per(t, steps)
 }
 
 /// A 64-byte line of atomics.
@@ -637,6 +631,20 @@ pub(crate) fn folio_steps(
         Samples::All => 1,
         Samples::Spread => boundaries.div_ceil(ADJACENCY_SAMPLES).max(1),
     };
+    // Every entry at once where every boundary is read; otherwise two per boundary.
+    let all = match samples {
+        Samples::All => Some(oracle::procfs::pagemap(&f, first_vpn, pages as usize).ok()?),
+        Samples::Spread => None,
+    };
+    let pair = |vpn: u64| match &all {
+        Some(all) => {
+            let i = (vpn - first_vpn) as usize;
+            Some([all[i - 1], all[i]])
+        }
+        None => oracle::procfs::pagemap(&f, vpn - 1, 2)
+            .ok()
+            .map(|e| [e[0], e[1]]),
+    };
     let (mut adjacent, mut far, mut pairs) = (0u64, 0u64, 0u64);
     let mut shown = false;
     // One boundary at a pseudo-random place in each window of `stride`: a fixed stride
@@ -649,8 +657,7 @@ pub(crate) fn folio_steps(
         x ^= x << 17;
         let k = window + x % stride.min(boundaries - window);
         let vpn = first + k * step;
-        let mut e = [0u64; 2];
-        oracle::procfs::scan_pagemap(&f, vpn - 1, 2, |v, w| e[(v + 1 - vpn) as usize] = w).ok()?;
+        let e = pair(vpn)?;
         let present = |w: u64| w & oracle::procfs::PM_PRESENT != 0;
         let pfn = |w: u64| w & oracle::procfs::PM_PFN;
         shown |= pfn(e[0]) != 0 || pfn(e[1]) != 0;

@@ -191,7 +191,8 @@ fn ask_agent(
 
 /// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
 /// frame is next to the previous folio's last (read from the agent's `/proc/self/pagemap`
-/// at the layout's folio boundaries); the model prices that row's `line_jump` with it.
+/// at up to 1 024 of the layout's folio boundaries, `costmodel::folio_steps`); the model
+/// prices that row's `line_jump` with it and [`FOLIO_FAR`].
 pub const FOLIO_ADJACENCY: &str = "host_folio_adjacency_permille";
 
 /// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
@@ -245,10 +246,8 @@ pub fn serve() -> anyhow::Result<()> {
 /// before a timed call leaves the cache as the layout's population left it.
 fn shape(c: &mut BTreeMap<String, u64>) {
     c.insert("host_vmas".into(), vma_count());
-    c.insert(
-        "host_rss_anon_kb".into(),
-        status_kb("/proc/self/status", "RssAnon:").unwrap_or(0),
-    );
+    let status = proc_text("/proc/self/status");
+    c.insert("host_rss_anon_kb".into(), kb(&status, "RssAnon"));
 }
 
 /// How much of the process THPs map (`AnonHugePages`, `ShmemPmdMapped`): read from
@@ -256,24 +255,22 @@ fn shape(c: &mut BTreeMap<String, u64>) {
 /// `struct page`, so only after the timed call (a `munmap` cell, whose layout is gone by
 /// then, has none; its `host_mthp_*` counters say what the layout's folios were).
 fn huge_mapped(c: &mut BTreeMap<String, u64>) {
-    for (field, key) in [
-        ("AnonHugePages:", "host_anon_huge_kb"),
-        ("ShmemPmdMapped:", "host_shmem_pmd_mapped_kb"),
-    ] {
-        c.insert(
-            key.into(),
-            status_kb("/proc/self/smaps_rollup", field).unwrap_or(0),
-        );
-    }
+    let rollup = proc_text("/proc/self/smaps_rollup");
+    c.insert("host_anon_huge_kb".into(), kb(&rollup, "AnonHugePages"));
+    c.insert(
+        "host_shmem_pmd_mapped_kb".into(),
+        kb(&rollup, "ShmemPmdMapped"),
+    );
 }
 
-/// The kB figure of the line starting `field` in `path` (`/proc/self/status`-style).
-fn status_kb(path: &str, field: &str) -> Option<u64> {
-    std::fs::read_to_string(path).ok().and_then(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    })
+/// A `/proc` file's text (empty if it cannot be read).
+fn proc_text(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The `key: N kB` figure of a `/proc/self/status`-style text, in kB (0 if absent).
+fn kb(text: &str, key: &str) -> u64 {
+    oracle::procfs::status_field(text, key).map_or(0, |bytes| bytes >> 10)
 }
 
 /// Interleaves this thread's allocations over `nodes` nodes (fewer than 2: back to the
@@ -445,10 +442,8 @@ fn run(cell: &HostCell) -> CellResult {
             let r = r?;
             oracle::sys::drain_lru_batches();
             shape(&mut c);
-            c.insert(
-                "host_locked_kb".into(),
-                status_kb("/proc/self/status", "VmLck:").unwrap_or(0),
-            );
+            let status = proc_text("/proc/self/status");
+            c.insert("host_locked_kb".into(), kb(&status, "VmLck"));
             let secs = super::measure::timed(|| {
                 oracle::sys::munlock(r.addr, r.len).map_err(|e| super::errno_text("munlock", e))
             })?;
