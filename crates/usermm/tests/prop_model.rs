@@ -1774,3 +1774,44 @@ fn write_after_madvise_splits_a_huge_zero_pmd_gets_a_zeroed_page() {
     assert_eq!(cpu.find_mismatch(p, a + 4 * K + 1, 4 * K - 1, 0), Ok(None));
     valid(&m);
 }
+
+/// Regression (found by `random_sequences_match_the_model_with_thp_always`): the huge zero
+/// folio, allocated on its first use, kept the data of the folio its frames last held, so a
+/// read fault on a fresh mapping read another mapping's freed byte.
+#[test]
+fn the_huge_zero_folio_reads_zeroes_when_its_frames_held_data() {
+    let m = new_machine(Variant::Thp);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu
+        .spawn(Privilege::Ordinary, RLIMIT_MEMLOCK)
+        .expect("spawn");
+    // Not PMD-aligned: 64K folios, written, then freed.
+    let a = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                placement: usermm::Placement::Hint(WIN + 576 * PAGE),
+                populate: true,
+                ..MmapArgs::anon(2 * M, RW)
+            },
+        )
+        .expect("mmap");
+    assert_eq!(a, WIN + 576 * PAGE);
+    cpu.write_fill(p, a + 496 * PAGE, 1, 1).expect("write");
+    cpu.madvise(p, a, 2 * M, Advice::DontNeed)
+        .expect("dontneed");
+    valid(&m);
+    // A read of a fresh PMD-aligned mapping maps the huge zero folio, allocated now.
+    let c = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                placement: usermm::Placement::Fixed(WIN),
+                ..MmapArgs::anon(2 * M, RO)
+            },
+        )
+        .expect("fixed");
+    assert_eq!(cpu.find_mismatch(p, c, 2 * M, 0), Ok(None));
+    assert_eq!(cpu.folio_order(p, c), Ok(Some(9)), "the huge zero folio");
+    valid(&m);
+}

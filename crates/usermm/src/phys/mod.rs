@@ -153,6 +153,9 @@ impl PhysMem {
         phys
     }
 
+    /// A zero page or folio of `2^order` frames, zeroed: Linux allocates the huge zero folio
+    /// with `__GFP_ZERO` on first use, by which time its frames may have held another folio's
+    /// data (not counted in `pages_zeroed`, as the allocation is in no allocation counter).
     fn alloc_reserved(&self, order: u32) -> Option<Pfn> {
         let pfn = self
             .zones
@@ -160,6 +163,7 @@ impl PhysMem {
             .find_map(|z| z.alloc(&self.memmap, order))?;
         self.prep(pfn, order);
         for p in pfn.range(1 << order) {
+            self.arena.zero_frame(p);
             self.memmap.set(p, PageFlag::Zero);
             self.memmap.set(p, PageFlag::Reserved);
         }
