@@ -1022,6 +1022,20 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "vm_normal_folio and munlock_folio per PTE, __munlock_folio in the batch: NR_MLOCK stat, folio_evictable (rcu, folio_mapping), lruvec_del_folio/lruvec_add_folio with LRU-size stats; test-and-clear LRU and mlocked, clear unevictable, set LRU",
     },
     Recipe {
+        counter: "mlock_pte_folios",
+        work: &[
+            (Prim::AtomicLine, 1.0),
+            (Prim::AtomicHot, -1.0),
+            (Prim::LineJump, 1.0),
+        ],
+        kernel: "mlock_pte_range per small folio or large folio's batch: vm_normal_folio, then folio_test_large and the mlock or munlock test on the folio's first struct page line, its first touch (pgmlocked and pgmunlocked price the folio's atomics as hot; one of them is this touch): streamed, and off the stream when the folio is not physically next to the last (line_jump)",
+    },
+    Recipe {
+        counter: "pmd_folio_visits",
+        work: &[(Prim::LineFar, 1.0), (Prim::AtomicHot, -1.0)],
+        kernel: "a PMD-mapped folio reached by mlock_pte_range's huge arm or copy_huge_pmd: the head's struct page line, 32 KiB of memmap from the last head, which no stream brought in (line_far; one of the folio's atomics priced hot is this touch). Measured on this 6.18 guest: munlock of 128 locked THPs took 50-56 us as the bench times it and 26-28 us when smaps_rollup had read every head just before",
+    },
+    Recipe {
         counter: "lru_isolated",
         work: &[(Prim::KCallLoop, 7.0), (Prim::AtomicHot, 1.0)],
         kernel: "folio_isolate_lru: clear PG_lru, lruvec_del_folio (a list-debug call and the LRU-size stat chain)",

@@ -1,5 +1,8 @@
 //! Forks a populated layout many times (for `perf record`): `cargo run --release --example
-//! fork_profile -- [folio KiB] [MiB] [forks]`.
+//! fork_profile -- [folio KiB] [MiB] [forks]`. With `USERMM_PERF_CTL=<fifo>` it writes
+//! `enable` and `disable` to a `perf record -D -1 --control fifo:<fifo>,<ack fifo>` around
+//! each fork and waits for perf's ack (`USERMM_PERF_ACK=<ack fifo>`), so the profile holds
+//! the forks alone (the layout's population dominates otherwise).
 
 use std::time::Instant;
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege, Prot, ThpPolicy};
@@ -33,6 +36,24 @@ fn main() {
         exec: false,
     };
     let ro = Prot { write: false, ..rw };
+    let open = |var: &str, write: bool| {
+        std::env::var_os(var).map(|path| {
+            std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open(path)
+                .expect("perf control fifo")
+        })
+    };
+    let mut perf = open("USERMM_PERF_CTL", true).zip(open("USERMM_PERF_ACK", false));
+    let mut toggle = |cmd: &[u8]| {
+        use std::io::{Read, Write};
+        if let Some((ctl, ack)) = perf.as_mut() {
+            ctl.write_all(cmd).expect("perf control");
+            let mut answer = [0u8; 5];
+            ack.read_exact(&mut answer).expect("perf ack");
+        }
+    };
     let mut best = f64::MAX;
     let mut total = 0.0;
     for _ in 0..forks {
@@ -46,9 +67,11 @@ fn main() {
                 cpu.mprotect(p, blk, 4096, rw).expect("mprotect");
             }
         }
+        toggle(b"enable\n");
         let t = Instant::now();
         let c = cpu.fork(p).expect("fork");
         let s = t.elapsed().as_secs_f64();
+        toggle(b"disable\n");
         best = best.min(s);
         total += s;
         cpu.exit(c).expect("exit");

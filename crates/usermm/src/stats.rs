@@ -114,6 +114,15 @@ counters! {
     Mlocked => "pgmlocked",
     /// Folios munlocked (`UNEVICTABLE_PGMUNLOCKED`).
     Munlocked => "pgmunlocked",
+    /// Folios `mlock_pte_range`'s walk reached through PTEs (a small folio, or one batch of a
+    /// large one), mlocked or munlocked or not: each is a first touch of its folio's `struct
+    /// page` (not a Linux statistic).
+    MlockPteFolio => "mlock_pte_folios",
+    /// PMD-mapped folios reached by a page-table walk that reads their `struct page`
+    /// (`mlock_pte_range`'s huge arm, `copy_huge_pmd`): each head is 512 `struct page`s
+    /// (32 KiB of memmap) from the next, so no stream brings its line in (not a Linux
+    /// statistic).
+    PmdFolioVisit => "pmd_folio_visits",
     /// Folios moved to the unevictable list (`UNEVICTABLE_PGCULLED`).
     Culled => "pgculled",
     /// Folios moved back to an evictable list (`UNEVICTABLE_PGRESCUED`).

@@ -253,6 +253,7 @@ impl<'m> Cpu<'m> {
         let mut src = PmdLock::lock(spt, c, table);
         let pmd = src.get(idx);
         if let Some(pfn) = spt.vm_normal_folio(pmd) {
+            c.add(Ev::PmdFolioVisit, 1);
             let needs = ctx.needs_cow_for_dma && vma.is_cow();
             if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
                 drop((src, dst));

@@ -299,6 +299,7 @@ impl<'m> Cpu<'m> {
                     let entry = pmdl.get(step.idx);
                     let pfn = pt.arch.pfn(entry);
                     if pt.arch.is_pmd_leaf(entry) && !phys.is_zero_pfn(pfn) {
+                        self.c().add(Ev::PmdFolioVisit, 1);
                         self.mlock_queue().mlock_or_munlock(pfn, lock);
                     }
                     drop(pmdl);
@@ -342,6 +343,7 @@ impl<'m> Cpu<'m> {
                 i += 1;
                 continue;
             };
+            self.c().add(Ev::MlockPteFolio, 1);
             let folio = mem.folio(head);
             if !folio.is_large() {
                 queue.mlock_or_munlock(head, lock);
