@@ -5,17 +5,19 @@
 //! the host kernel with the same layout.
 
 use crate::engine::{counters, machine_with_cpus, populate, sig, PMD, RO};
+use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::measure::{fork_time, timed, LiveChild};
 use crate::host::region::{Region, RO as HOST_RO};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::suite::Ctx;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::{Access, Advice, Ev, Privilege};
 
 /// The micro benchmarks in the seed's order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Micro {
     /// mprotect of one subpage of each THP (PTE-remaps it).
     Remap,
@@ -62,7 +64,7 @@ impl Micro {
     }
 
     /// Whether the layout is PTE-remapped before the timed operation.
-    fn remapped(self) -> bool {
+    pub(crate) fn remapped(self) -> bool {
         // The seed PTE-maps every THP first in all benchmarks but `remap` (which times it).
         !matches!(self, Micro::Remap)
     }
@@ -195,17 +197,24 @@ fn engine_once(size: u64, micro: Micro, stage: &Stage) -> anyhow::Result<(f64, u
     Ok((secs, m.counters().delta(&before)))
 }
 
-/// One host repetition.
-fn host_once(s: &HostSession, size: u64, micro: Micro) -> Result<f64, String> {
+/// One host repetition, in a fresh agent process (see [`crate::host::agent`]); the THP knob
+/// is set here, under the session's machine-wide lock.
+fn host_once(s: &HostSession, size: u64, micro: Micro) -> CellResult {
     s.folio(PMD)?;
-    let r = Region::anon(size)?;
-    r.populate()?;
-    if micro.remapped() {
-        r.remap_ptes()?;
-    }
-    match micro {
+    agent::measure(&HostCell::Sharing { size, micro })
+}
+
+/// The timed part of `micro` on its layout `r`, in this process (the host agent's); `after`
+/// runs once the call is timed, while the layout is still mapped (munmap's is not).
+pub(crate) fn host_timed(
+    r: Region,
+    size: u64,
+    micro: Micro,
+    after: impl FnOnce(),
+) -> Result<f64, String> {
+    let secs = match micro {
         Micro::Remap => timed(|| r.protect_subpages(HOST_RO)),
-        Micro::Munmap => r.unmap_timed(),
+        Micro::Munmap => return r.unmap_timed(),
         Micro::Fork => fork_time(),
         Micro::Cow | Micro::CowByte => {
             // The copies are new pages: backed ones, as the engine's arena is.
@@ -220,7 +229,9 @@ fn host_once(s: &HostSession, size: u64, micro: Micro) -> Result<f64, String> {
             write(&r, micro)
         }
         Micro::PteDontneed => timed(|| r.dontneed_each_page()),
-    }
+    };
+    after();
+    secs
 }
 
 /// memset or one byte per page, timed.
@@ -327,7 +338,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                         .as_ref()
                         .map_err(Clone::clone)
                         .and_then(|s| host_once(s, size, micro));
-                    cols[host_col].record(res.map(|secs| (secs, BTreeMap::new())));
+                    cols[host_col].record(res);
                 }
                 ctx.task
                     .step(&format!("{} {}", micro.name(), cols[i].variant))?;

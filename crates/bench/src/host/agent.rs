@@ -50,6 +50,14 @@ pub enum HostCell {
         /// `true`: munmap; `false`: fork.
         munmap: bool,
     },
+    /// Populate `size` bytes of PMD THPs (the knob already set), PTE-map each first but for
+    /// `remap` (which times that step), then time `micro` (`crate::sharing`).
+    Sharing {
+        /// Layout size.
+        size: u64,
+        /// The micro benchmark.
+        micro: crate::sharing::Micro,
+    },
     /// Read one byte per page of a fresh `MAP_SHARED` mapping of a `size`-byte tmpfs file,
     /// sparse or written first (`cached`).
     TmpfsRead {
@@ -297,9 +305,10 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
-/// Seed 000's anonymous layout: populated with the mTHP size already set, 2M THPs
-/// PTE-mapped as the seed does.
-fn anon_layout(size: u64, folio: u64, c: &mut BTreeMap<String, u64>) -> Result<Region, String> {
+/// `size` bytes of anonymous memory populated with the mTHP size already set; how many
+/// folios of that size the faults allocated (`host_mthp_anon_fault_alloc`, machine-wide
+/// counts before and after: other processes' faults meanwhile would add to it).
+fn populated_anon(size: u64, folio: u64, c: &mut BTreeMap<String, u64>) -> Result<Region, String> {
     let r = Region::anon(size)?;
     let alloc0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
     r.populate()?;
@@ -309,6 +318,13 @@ fn anon_layout(size: u64, folio: u64, c: &mut BTreeMap<String, u64>) -> Result<R
             .saturating_sub(alloc0);
         c.insert("host_mthp_anon_fault_alloc".into(), n);
     }
+    Ok(r)
+}
+
+/// Seed 000's anonymous layout: populated with the mTHP size already set, 2M THPs
+/// PTE-mapped as the seed does.
+fn anon_layout(size: u64, folio: u64, c: &mut BTreeMap<String, u64>) -> Result<Region, String> {
+    let r = populated_anon(size, folio, c)?;
     if folio == 2 << 20 {
         let s0 = vmstat("thp_split_pmd").unwrap_or(0);
         r.remap_ptes()?;
@@ -397,6 +413,17 @@ fn run(cell: &HostCell) -> CellResult {
                 huge_mapped(&mut c);
                 secs
             };
+            Ok((secs, c))
+        }
+        HostCell::Sharing { size, micro } => {
+            let r = if micro.remapped() {
+                anon_layout(size, 2 << 20, &mut c)?
+            } else {
+                populated_anon(size, 2 << 20, &mut c)?
+            };
+            shape(&mut c);
+            // Read after the timed call: the walk would warm every struct page before it.
+            let secs = crate::sharing::host_timed(r, size, micro, || huge_mapped(&mut c))?;
             Ok((secs, c))
         }
         HostCell::TmpfsRead { size, cached } => {
