@@ -1059,10 +1059,12 @@ pub const RECIPES: &[Recipe] = &[
         counter: "fault_around_pages",
         work: &[
             (Prim::KCallLoop, 12.0),
-            (Prim::AtomicHot, 4.0),
+            (Prim::AtomicHot, 3.0),
+            (Prim::AtomicLine, 1.0),
+            (Prim::LineJump, 1.0),
             (Prim::LineSeq, 0.25),
         ],
-        kernel: "filemap_map_pages per extra page: next_uptodate_folio (xarray step, folio_try_get, trylock, checks), set_pte_range, folio_add_file_rmap_ptes and its stat chain, folio_unlock; the atomics beyond the two the engine counts (§8)",
+        kernel: "filemap_map_pages per extra page: next_uptodate_folio (xarray step, folio_try_get, trylock, checks), set_pte_range, folio_add_file_rmap_ptes and its stat chain, folio_unlock; the atomics beyond the two the engine counts (§8). folio_try_get is the first touch of the folio's struct page, written when the file was and since evicted by its data: streamed, and off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
         counter: "cow_copies",

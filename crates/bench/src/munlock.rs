@@ -120,6 +120,7 @@ fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> CellResu
     s.thp(setup == Setup::Thp)?;
     agent::measure(&HostCell::Munlock {
         size,
+        folio: if setup == Setup::Thp { 2 << 20 } else { 4096 },
         tmpfs: setup == Setup::Tmpfs,
         interleave: if setup == Setup::Interleaved {
             nodes

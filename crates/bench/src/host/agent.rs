@@ -73,6 +73,8 @@ pub enum HostCell {
     Munlock {
         /// Mapping size.
         size: u64,
+        /// Folio size the THP knob gives the mapping (4 KiB or 2 MiB).
+        folio: u64,
         /// A tmpfs file instead of anonymous memory.
         tmpfs: bool,
         /// Nodes to interleave the mapping's pages over (fewer than 2: none).
@@ -368,6 +370,23 @@ fn tmpfs_layout(
     Ok(r)
 }
 
+/// Samples the frame steps between the `folio_pages`-page folios of `[addr, addr + len)`
+/// into [`FOLIO_ADJACENCY`] and [`FOLIO_FAR`] (nothing where `pagemap` shows no frames).
+/// Each sampled boundary's two `struct page`s are read: before a timed call that walks the
+/// range, at most 2 048 of them.
+fn sample_steps(addr: u64, len: u64, folio_pages: u64, phase: u64, c: &mut BTreeMap<String, u64>) {
+    if let Some(s) = crate::costmodel::folio_steps(
+        addr,
+        len >> 12,
+        folio_pages.max(1),
+        phase,
+        crate::costmodel::Samples::Spread,
+    ) {
+        c.insert(FOLIO_ADJACENCY.into(), (s.adjacent * 1000.0).round() as u64);
+        c.insert(FOLIO_FAR.into(), (s.far * 1000.0).round() as u64);
+    }
+}
+
 /// Measures `cell` in this process.
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
@@ -395,17 +414,7 @@ fn run(cell: &HostCell) -> CellResult {
                 }
             };
             shape(&mut c);
-            let (pages, phase) = (size >> 12, layout.skew(folio) >> 12);
-            if let Some(s) = crate::costmodel::folio_steps(
-                r.addr,
-                pages,
-                (folio >> 12).max(1),
-                phase,
-                crate::costmodel::Samples::Spread,
-            ) {
-                c.insert(FOLIO_ADJACENCY.into(), (s.adjacent * 1000.0).round() as u64);
-                c.insert(FOLIO_FAR.into(), (s.far * 1000.0).round() as u64);
-            }
+            sample_steps(r.addr, size, folio >> 12, layout.skew(folio) >> 12, &mut c);
             let secs = if munmap {
                 r.unmap_timed()?
             } else {
@@ -442,12 +451,15 @@ fn run(cell: &HostCell) -> CellResult {
             let secs = t.elapsed().as_secs_f64();
             c.insert("host_faults".into(), minor_faults().saturating_sub(flt0));
             huge_mapped(&mut c);
+            // The page-cache folios' frames, mapped only now: read after the timed reads.
+            sample_steps(r.addr, size, 1, 0, &mut c);
             drop(r);
             drop(f);
             Ok((secs, c))
         }
         HostCell::Munlock {
             size,
+            folio,
             tmpfs,
             interleave,
         } => {
@@ -469,6 +481,11 @@ fn run(cell: &HostCell) -> CellResult {
             let r = r?;
             oracle::sys::drain_lru_batches();
             shape(&mut c);
+            // Small folios only: a sample of PMD-mapped THPs would read every head the timed
+            // munlock is about to (each boundary's second entry is one).
+            if folio < 2 << 20 {
+                sample_steps(r.addr, size, folio >> 12, 0, &mut c);
+            }
             let status = proc_text("/proc/self/status");
             c.insert("host_locked_kb".into(), kb(&status, "VmLck"));
             let secs = super::measure::timed(|| {
