@@ -370,3 +370,55 @@ fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
         assert!(!has(flags(&cpu, p, a + 2 * M), kpf::MLOCKED), "{design:?}");
     }
 }
+
+#[test]
+fn walks_count_each_folio_whose_struct_page_they_touch() {
+    // The cost model prices a walk's first touch of each folio's `struct page`:
+    // `mlock_pte_folios` per small folio or large folio's batch that mlock_pte_range reaches
+    // through PTEs, `pmd_folio_visits` per PMD-mapped folio reached by mlock_pte_range's huge
+    // arm or by copy_huge_pmd.
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Privileged, u64::MAX).expect("spawn");
+    let counted = |call: &dyn Fn() -> Result<(), Errno>| {
+        let before = m.counters();
+        call().expect("call");
+        valid(&m);
+        let d = m.counters().delta(&before);
+        (
+            d.get(usermm::Ev::MlockPteFolio),
+            d.get(usermm::Ev::PmdFolioVisit),
+        )
+    };
+    // Folios of 4 KiB, 64 KiB and 2 MiB in turn: 8 MiB of each.
+    for (folio, pte_folios, pmd_folios) in [(4 * K, 2048, 0), (64 * K, 128, 0), (2 * M, 0, 4)] {
+        m.update_tunables(|t| {
+            t.thp.top = if folio == 2 * M {
+                usermm::ThpPolicy::Always
+            } else {
+                usermm::ThpPolicy::Never
+            };
+            if folio == 64 * K {
+                t.thp
+                    .set_size(folio, usermm::ThpPolicy::Always)
+                    .expect("64K");
+            }
+        });
+        let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
+        cpu.write_fill(p, a, 8 * M, 1).expect("fill");
+        let walk = counted(&|| cpu.mlock(p, a, 8 * M));
+        assert_eq!(walk, (pte_folios, pmd_folios), "mlock of {folio} B folios");
+        let walk = counted(&|| cpu.munlock(p, a, 8 * M));
+        assert_eq!(
+            walk,
+            (pte_folios, pmd_folios),
+            "munlock of {folio} B folios"
+        );
+        let walk = counted(&|| cpu.fork(p).map(drop));
+        assert_eq!(walk, (0, pmd_folios), "fork of {folio} B folios");
+        cpu.munmap(p, a, 8 * M).expect("munmap");
+        m.update_tunables(|t| {
+            let _ = t.thp.set_size(64 * K, usermm::ThpPolicy::Never);
+        });
+    }
+}
