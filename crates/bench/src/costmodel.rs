@@ -1164,15 +1164,17 @@ pub fn model_name(variant: &str) -> String {
 
 /// Inserts a `model:<v>` column for every engine variant of `table`, before the host
 /// column, and notes the model's accuracy against the host column for `host_matches`
-/// (`prims`: the median of `processes` processes' measurements).
+/// (`prims`: the median of `all`, the measurements of fresh processes), and how far each
+/// process's primitives alone would move it ([`spread_note`]).
 /// The counters behind a prediction are the engine cell's; a sample is the prediction in
 /// the table's unit, repeated once per engine repetition (the model is deterministic).
 pub fn add_model_columns(
     table: &mut Table,
     prims: &Primitives,
     host_matches: &str,
-    processes: usize,
+    all: &[Primitives],
 ) {
+    let processes = all.len();
     let engines: Vec<(usize, Variant)> = table
         .variants
         .iter()
@@ -1200,6 +1202,9 @@ pub fn add_model_columns(
         })
         .collect();
     let mut own_adjacency = 0;
+    // Per row: the prediction for `host_matches` with the median primitives and the least
+    // and most with one process's own (ns).
+    let mut spreads: Vec<(f64, f64, f64)> = Vec::new();
     for row in &mut table.rows {
         // The host layout's own frame steps, where its cell measured them: the walk the
         // model prices is that layout's (a report without the far share has all its
@@ -1214,7 +1219,27 @@ pub fn add_model_columns(
             far: host_counter(crate::host::agent::FOLIO_FAR).unwrap_or(0.0),
         });
         own_adjacency += usize::from(steps.is_some());
-        let prims = &steps.map_or(*prims, |s| prims.with_frame_steps(s));
+        let priced = |p: &Primitives| steps.map_or(*p, |s| p.with_frame_steps(s));
+        let prims = &priced(prims);
+        let matched = engines
+            .iter()
+            .find(|(_, v)| v.name == host_matches)
+            .map(|(i, _)| &row.columns[*i])
+            .filter(|c| !c.samples.is_empty());
+        spreads.push(match matched {
+            Some(c) if !all.is_empty() => {
+                let each: Vec<f64> = all
+                    .iter()
+                    .map(|p| predict(&priced(p), &table.id, &c.counters).0)
+                    .collect();
+                (
+                    predict(prims, &table.id, &c.counters).0,
+                    each.iter().copied().fold(f64::INFINITY, f64::min),
+                    each.iter().copied().fold(0.0, f64::max),
+                )
+            }
+            _ => (f64::NAN, f64::NAN, f64::NAN),
+        });
         let cells: Vec<Column> = engines
             .iter()
             .map(|(i, v)| {
@@ -1252,6 +1277,9 @@ pub fn add_model_columns(
             }
         ));
     }
+    if let Some(note) = spread_note(table, &spreads, processes) {
+        table.notes.push(note);
+    }
     if own_adjacency > 0 {
         table.notes.push(format!(
             "model: line_jump priced with the host layout's own frame steps ({}, {}) on {own_adjacency} of {} rows",
@@ -1260,6 +1288,45 @@ pub fn add_model_columns(
             table.rows.len()
         ));
     }
+}
+
+/// How far the primitives' spread over the processes that measured them moves the model:
+/// per row, `(median, least, most)` predictions for `host_matches` (ns: [`add_model_columns`]).
+/// A row outside ±20 % of the host median under every process's primitives is a miss of the
+/// model's structure (recipes, what it leaves out), not of one process's measurement.
+fn spread_note(table: &Table, spreads: &[(f64, f64, f64)], processes: usize) -> Option<String> {
+    let h = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)?;
+    let (mut widest, mut widest_row) = (0.0f64, String::new());
+    let (mut misses, mut structural) = (0, 0);
+    for (row, &(mid, lo, hi)) in table.rows.iter().zip(spreads) {
+        if !(mid > 0.0 && lo.is_finite() && hi.is_finite()) {
+            continue;
+        }
+        let width = (hi - lo) / mid * 100.0;
+        if width > widest {
+            (widest, widest_row) = (width, row.label.clone());
+        }
+        let Some(host) = headline(table, &row.columns[h]).filter(|v| *v > 0.0) else {
+            continue;
+        };
+        let host_ns = match table.unit {
+            Unit::PerSecond => 1e9 / host,
+            _ => host * 1e9,
+        };
+        let err = |ns: f64| (ns - host_ns) / host_ns;
+        if err(mid).abs() > 0.2 {
+            misses += 1;
+            structural += usize::from(err(lo) > 0.2 || err(hi) < -0.2);
+        }
+    }
+    (processes > 1 && !widest_row.is_empty()).then(|| {
+        format!(
+            "model spread: with one process's primitives instead of the median of {processes}, a row's prediction moves within a band {widest:.0} % of it wide at most ({widest_row}); of the {misses} rows outside ±20 % of the host median, {structural} stay outside with every process's primitives"
+        )
+    })
 }
 
 /// How close `model:<host_matches>` comes to the host column.
@@ -1476,7 +1543,7 @@ mod tests {
             host_matches: None,
             cost_model: None,
         };
-        add_model_columns(&mut t, &prims, "batched", 3);
+        add_model_columns(&mut t, &prims, "batched", &[prims; 3]);
         let jump = |r: usize| {
             t.rows[r].columns[1]
                 .counters
@@ -1490,6 +1557,58 @@ mod tests {
             t.notes.iter().any(|n| n.contains("on 1 of 2 rows")),
             "{:?}",
             t.notes
+        );
+    }
+
+    #[test]
+    fn a_miss_under_every_process_primitives_is_structural() {
+        use crate::model::{Better, Row, Stat};
+        // 1000 syscalls: 100 us at 100 ns each, 150 us at 150 ns.
+        let at = |ns: f64| Primitives {
+            syscall: ns,
+            ..Primitives::default()
+        };
+        let row = |label: &str, host_us: f64| Row {
+            label: label.into(),
+            columns: vec![
+                Column::new(
+                    "engine",
+                    vec![1.0],
+                    [("syscalls".to_string(), 1000)].into_iter().collect(),
+                ),
+                Column::new("host", vec![host_us * 1e-6], BTreeMap::new()),
+            ],
+            published: vec![],
+            layout: None,
+        };
+        let mut t = Table {
+            id: "fault".into(),
+            title: String::new(),
+            seed: None,
+            metric: String::new(),
+            unit: Unit::Seconds,
+            better: Better::Lower,
+            stats: vec![Stat::Median],
+            baseline: "engine".into(),
+            variants: vec![Variant::engine("engine", ""), Variant::host("")],
+            row_label: String::new(),
+            // Predictions 100-150 us (median 120): within ±20 % of 110, outside it for 200
+            // with every process's (structural), outside for 90 with the median's only.
+            rows: vec![row("in", 110.0), row("far", 200.0), row("edge", 90.0)],
+            counters_shown: vec![],
+            published_source: None,
+            notes: vec![],
+            host_matches: None,
+            cost_model: None,
+        };
+        let all = [at(100.0), at(120.0), at(150.0)];
+        add_model_columns(&mut t, &at(120.0), "engine", &all);
+        let note = t.notes.iter().find(|n| n.starts_with("model spread"));
+        let note = note.expect("a spread note");
+        assert!(note.contains("band 42 % of it wide"), "{note}");
+        assert!(
+            note.contains("of the 2 rows outside ±20 % of the host median, 1 stay"),
+            "{note}"
         );
     }
 

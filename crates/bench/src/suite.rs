@@ -368,7 +368,7 @@ pub fn run(
             let samples = samples.into_inner();
             let p = Primitives::median_of(&samples).unwrap_or_else(Primitives::measure);
             for t in &mut ts {
-                crate::costmodel::add_model_columns(t, &p, v, samples.len());
+                crate::costmodel::add_model_columns(t, &p, v, &samples);
             }
             first_prims = first_prims.or(Some(p));
         }
