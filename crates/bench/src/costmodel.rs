@@ -1165,7 +1165,7 @@ pub fn model_name(variant: &str) -> String {
 /// Inserts a `model:<v>` column for every engine variant of `table`, before the host
 /// column, and notes the model's accuracy against the host column for `host_matches`
 /// (`prims`: the median of `all`, the measurements of fresh processes), and how far each
-/// process's primitives alone would move it ([`spread_note`]).
+/// process's primitives alone would move it (see `spread_note`).
 /// The counters behind a prediction are the engine cell's; a sample is the prediction in
 /// the table's unit, repeated once per engine repetition (the model is deterministic).
 pub fn add_model_columns(

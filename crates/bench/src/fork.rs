@@ -236,14 +236,16 @@ fn engine_once(
         Layout::Anon => machine(size, folio),
         _ => file_machine(size, folio),
     };
+    let cpu = m.enter_cpu(0)?;
+    let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
+    // Every column's layout is built alike, the warm-up's munmap zapping with the default
+    // batching: only the timed call runs the variant's.
+    warm_up(&cpu, p, size)?;
+    let a = populate_layout(&cpu, p, size, folio, layout)?;
     m.update_tunables(|t| {
         t.fork_pte_batch = batching;
         t.zap_pte_batch = batching;
     });
-    let cpu = m.enter_cpu(0)?;
-    let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
-    warm_up(&cpu, p, size)?;
-    let a = populate_layout(&cpu, p, size, folio, layout)?;
     let before = m.counters();
     let t = Instant::now();
     match op {
