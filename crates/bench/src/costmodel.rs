@@ -1493,9 +1493,32 @@ mod tests {
         );
     }
 
+    /// A table `id` of times, lower better, with one engine variant `engine` and a host
+    /// column, the rows' columns in that order.
+    fn timed_table(id: &str, engine: &str, rows: Vec<crate::model::Row>) -> Table {
+        Table {
+            id: id.into(),
+            title: String::new(),
+            seed: None,
+            metric: String::new(),
+            unit: Unit::Seconds,
+            better: Better::Lower,
+            stats: vec![crate::model::Stat::Median],
+            baseline: engine.into(),
+            variants: vec![Variant::engine(engine, ""), Variant::host("")],
+            row_label: String::new(),
+            rows,
+            counters_shown: vec![],
+            published_source: None,
+            notes: vec![],
+            host_matches: None,
+            cost_model: None,
+        }
+    }
+
     #[test]
     fn a_row_with_its_own_adjacency_prices_its_own_line_jump() {
-        use crate::model::{Better, Row, Stat};
+        use crate::model::Row;
         let prims = Primitives {
             line_rand: 22.0,
             atomic_line: 6.0,
@@ -1525,24 +1548,8 @@ mod tests {
             published: vec![],
             layout: None,
         };
-        let mut t = Table {
-            id: "fork".into(),
-            title: String::new(),
-            seed: None,
-            metric: String::new(),
-            unit: Unit::Seconds,
-            better: Better::Lower,
-            stats: vec![Stat::Median],
-            baseline: "batched".into(),
-            variants: vec![Variant::engine("batched", ""), Variant::host("")],
-            row_label: String::new(),
-            rows: vec![row("scattered", Some(250)), row("unmeasured", None)],
-            counters_shown: vec![],
-            published_source: None,
-            notes: vec![],
-            host_matches: None,
-            cost_model: None,
-        };
+        let rows = vec![row("scattered", Some(250)), row("unmeasured", None)];
+        let mut t = timed_table("fork", "batched", rows);
         add_model_columns(&mut t, &prims, "batched", &[prims; 3]);
         let jump = |r: usize| {
             t.rows[r].columns[1]
@@ -1562,7 +1569,7 @@ mod tests {
 
     #[test]
     fn a_miss_under_every_process_primitives_is_structural() {
-        use crate::model::{Better, Row, Stat};
+        use crate::model::Row;
         // 1000 syscalls: 100 us at 100 ns each, 150 us at 150 ns.
         let at = |ns: f64| Primitives {
             syscall: ns,
@@ -1581,26 +1588,10 @@ mod tests {
             published: vec![],
             layout: None,
         };
-        let mut t = Table {
-            id: "fault".into(),
-            title: String::new(),
-            seed: None,
-            metric: String::new(),
-            unit: Unit::Seconds,
-            better: Better::Lower,
-            stats: vec![Stat::Median],
-            baseline: "engine".into(),
-            variants: vec![Variant::engine("engine", ""), Variant::host("")],
-            row_label: String::new(),
-            // Predictions 100-150 us (median 120): within ±20 % of 110, outside it for 200
-            // with every process's (structural), outside for 90 with the median's only.
-            rows: vec![row("in", 110.0), row("far", 200.0), row("edge", 90.0)],
-            counters_shown: vec![],
-            published_source: None,
-            notes: vec![],
-            host_matches: None,
-            cost_model: None,
-        };
+        // Predictions 100-150 us (median 120): within ±20 % of 110, outside it for 200 with
+        // every process's (structural), outside for 90 with the median's only.
+        let rows = vec![row("in", 110.0), row("far", 200.0), row("edge", 90.0)];
+        let mut t = timed_table("fault", "engine", rows);
         let all = [at(100.0), at(120.0), at(150.0)];
         add_model_columns(&mut t, &at(120.0), "engine", &all);
         let note = t.notes.iter().find(|n| n.starts_with("model spread"));
