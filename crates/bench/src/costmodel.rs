@@ -1221,25 +1221,8 @@ pub fn add_model_columns(
         own_adjacency += usize::from(steps.is_some());
         let priced = |p: &Primitives| steps.map_or(*p, |s| p.with_frame_steps(s));
         let prims = &priced(prims);
-        let matched = engines
-            .iter()
-            .find(|(_, v)| v.name == host_matches)
-            .map(|(i, _)| &row.columns[*i])
-            .filter(|c| !c.samples.is_empty());
-        spreads.push(match matched {
-            Some(c) if !all.is_empty() => {
-                let each: Vec<f64> = all
-                    .iter()
-                    .map(|p| predict(&priced(p), &table.id, &c.counters).0)
-                    .collect();
-                (
-                    predict(prims, &table.id, &c.counters).0,
-                    each.iter().copied().fold(f64::INFINITY, f64::min),
-                    each.iter().copied().fold(0.0, f64::max),
-                )
-            }
-            _ => (f64::NAN, f64::NAN, f64::NAN),
-        });
+        // The prediction for `host_matches` with the median primitives (ns).
+        let mut mid = f64::NAN;
         let cells: Vec<Column> = engines
             .iter()
             .map(|(i, v)| {
@@ -1248,6 +1231,9 @@ pub fn add_model_columns(
                     return Column::unavailable(&model_name(&v.name), "no engine cell");
                 }
                 let (ns, parts) = predict(prims, &table.id, &c.counters);
+                if v.name == host_matches {
+                    mid = ns;
+                }
                 let value = match table.unit {
                     Unit::Seconds => ns * 1e-9,
                     Unit::PerSecond => 1e9 / ns.max(1e-3),
@@ -1256,6 +1242,16 @@ pub fn add_model_columns(
                 Column::new(&model_name(&v.name), vec![value; c.samples.len()], parts)
             })
             .collect();
+        // The least and most with one process's own.
+        let (mut lo, mut hi) = (f64::NAN, f64::NAN);
+        let matched = engines.iter().find(|(_, v)| v.name == host_matches);
+        if let Some((i, _)) = matched.filter(|_| mid.is_finite()) {
+            for p in all {
+                let ns = predict(&priced(p), &table.id, &row.columns[*i].counters).0;
+                (lo, hi) = (lo.min(ns), hi.max(ns));
+            }
+        }
+        spreads.push((mid, lo, hi));
         row.columns.splice(at..at, cells);
     }
     table.variants.splice(at..at, models);

@@ -353,18 +353,13 @@ fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
             "a THP-sized anonymous mapping is PMD-aligned"
         );
         cpu.write_fill(p, a, 8 * M, 1).expect("fill");
-        // The split page-table locks one call takes, the engine validated after it.
-        let ptl_locks = |call: &dyn Fn() -> Result<(), Errno>| {
-            let before = m.counters();
-            call().expect("call");
-            valid(&m);
-            m.counters().delta(&before).get(usermm::Ev::LockPtl)
-        };
+        // The split page-table locks one call takes.
+        let ptl_locks = |d: usermm::Snapshot| d.get(usermm::Ev::LockPtl);
         // mlock walks with mlock_pte_range on every design (the designs differ in munlock).
-        let locks = ptl_locks(&|| cpu.mlock(p, a, 8 * M));
+        let locks = ptl_locks(counted(&m, || cpu.mlock(p, a, 8 * M)));
         assert_eq!(m.nr_mlock(), 2048, "{design:?}: four THPs mlocked");
         assert_eq!(locks, 4, "{design:?}: mlock, one lock per THP");
-        let locks = ptl_locks(&|| cpu.munlock(p, a, 8 * M));
+        let locks = ptl_locks(counted(&m, || cpu.munlock(p, a, 8 * M)));
         assert_eq!(m.nr_mlock(), 0, "{design:?}");
         assert_eq!(locks, 4, "{design:?}: one PMD lock per THP");
         assert!(!has(flags(&cpu, p, a + 2 * M), kpf::MLOCKED), "{design:?}");
@@ -380,11 +375,7 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
     let m = machine(64 * M);
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = cpu.spawn(Privilege::Privileged, u64::MAX).expect("spawn");
-    let counted = |call: &dyn Fn() -> Result<(), Errno>| {
-        let before = m.counters();
-        call().expect("call");
-        valid(&m);
-        let d = m.counters().delta(&before);
+    let walk = |d: usermm::Snapshot| {
         (
             d.get(usermm::Ev::MlockPteFolio),
             d.get(usermm::Ev::PmdFolioVisit),
@@ -406,16 +397,20 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
         });
         let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
         cpu.write_fill(p, a, 8 * M, 1).expect("fill");
-        let walk = counted(&|| cpu.mlock(p, a, 8 * M));
-        assert_eq!(walk, (pte_folios, pmd_folios), "mlock of {folio} B folios");
-        let walk = counted(&|| cpu.munlock(p, a, 8 * M));
+        let mlocked = walk(counted(&m, || cpu.mlock(p, a, 8 * M)));
         assert_eq!(
-            walk,
+            mlocked,
+            (pte_folios, pmd_folios),
+            "mlock of {folio} B folios"
+        );
+        let munlocked = walk(counted(&m, || cpu.munlock(p, a, 8 * M)));
+        assert_eq!(
+            munlocked,
             (pte_folios, pmd_folios),
             "munlock of {folio} B folios"
         );
-        let walk = counted(&|| cpu.fork(p).map(drop));
-        assert_eq!(walk, (0, pmd_folios), "fork of {folio} B folios");
+        let forked = walk(counted(&m, || cpu.fork(p)));
+        assert_eq!(forked, (0, pmd_folios), "fork of {folio} B folios");
         cpu.munmap(p, a, 8 * M).expect("munmap");
         m.update_tunables(|t| {
             let _ = t.thp.set_size(64 * K, usermm::ThpPolicy::Never);

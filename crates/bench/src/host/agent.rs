@@ -253,11 +253,13 @@ pub fn serve() -> anyhow::Result<()> {
 
 /// What the measured process looked like: its VMAs and anonymous RSS. Read from files
 /// that walk no page table (`/proc/self/maps`, `/proc/self/status`), so taking the shape
-/// before a timed call leaves the cache as the layout's population left it.
-fn shape(c: &mut BTreeMap<String, u64>) {
+/// before a timed call leaves the cache as the layout's population left it. Returns the
+/// `status` text it read, for a cell that reports more of it.
+fn shape(c: &mut BTreeMap<String, u64>) -> String {
     c.insert("host_vmas".into(), vma_count());
     let status = proc_text("/proc/self/status");
     c.insert("host_rss_anon_kb".into(), kb(&status, "RssAnon"));
+    status
 }
 
 /// How much of the process THPs map (`AnonHugePages`, `ShmemPmdMapped`): read from
@@ -480,14 +482,13 @@ fn run(cell: &HostCell) -> CellResult {
             }
             let r = r?;
             oracle::sys::drain_lru_batches();
-            shape(&mut c);
+            let status = shape(&mut c);
+            c.insert("host_locked_kb".into(), kb(&status, "VmLck"));
             // Small folios only: a sample of PMD-mapped THPs would read every head the timed
             // munlock is about to (each boundary's second entry is one).
             if folio < 2 << 20 {
                 sample_steps(r.addr, size, folio >> 12, 0, &mut c);
             }
-            let status = proc_text("/proc/self/status");
-            c.insert("host_locked_kb".into(), kb(&status, "VmLck"));
             let secs = super::measure::timed(|| {
                 oracle::sys::munlock(r.addr, r.len).map_err(|e| super::errno_text("munlock", e))
             })?;

@@ -33,3 +33,15 @@ pub fn valid(m: &Machine) {
         panic!("validate failed:\n{}", e.join("\n"));
     }
 }
+
+/// The counters `call` moved, the machine validated after it (the call must succeed).
+#[track_caller]
+pub fn counted<T, E: std::fmt::Debug>(
+    m: &Machine,
+    call: impl FnOnce() -> Result<T, E>,
+) -> usermm::Snapshot {
+    let before = m.counters();
+    call().expect("call");
+    valid(m);
+    m.counters().delta(&before)
+}
