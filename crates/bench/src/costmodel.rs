@@ -21,8 +21,10 @@
 //! The kernel's instruction path is priced as out-of-line calls counted per event from the
 //! 6.18 source and the running kernel's configuration: the recipes say which calls. A call
 //! has two prices, both calibrated on the host's own `mprotect`, which no benchmark row
-//! times: [`Primitives::kcall_loop`] in the tight per-page loops of one system call, and
-//! [`Primitives::kcall`] on the long paths (a fault, a system call's own work, a VMA).
+//! times: [`Primitives::kcall_loop`] in the loops of one system call that repeat the same
+//! calls per page, folio or VMA, and [`Primitives::kcall`] on the long paths (a fault, a
+//! system call's own work). The slab objects one fork allocates past what their caches keep
+//! hot are priced cold ([`SlabCache`]).
 //! Traps, TLB flushes, page zeroing and copying are the host kernel's own, timed from user
 //! space by pairs of system calls that differ only in that work ([`Primitives::trap`],
 //! [`Primitives::tlb_flush`]). What the model leaves out: work no engine counter names (a
@@ -65,12 +67,13 @@ pub struct Primitives {
     /// An atomic add to a line already in L1, three words of it in turn (further atomics on
     /// the same `struct page`: refcount, flags, mapcount).
     pub atomic_hot: f64,
-    /// An out-of-line kernel function on a long path, entered once per trap, system call or
-    /// VMA (call, prologue, a few tests, return through this kernel's return thunk): the
+    /// An out-of-line kernel function on a long path, entered once per trap or system call
+    /// (call, prologue, a few tests, return through this kernel's return thunk): the
     /// host's `mprotect` time per 4 KiB entry of 64 MiB on scattered frames, less that entry's
     /// memory operations, over its four calls (falls back to [`Primitives::call`] if the host
     /// refuses the mapping). Where the host hides frame numbers the region's frames count as
-    /// scattered already. Tight per-page loops pay [`Primitives::kcall_loop`] instead.
+    /// scattered already. Loops that repeat their calls per page, folio or VMA pay
+    /// [`Primitives::kcall_loop`] instead.
     pub kcall: f64,
     /// An out-of-line kernel call of a tight loop that repeats a few functions per page or
     /// folio inside one kernel entry (the per-batch calls of fork's copy and of zap, `set_pte`,
@@ -80,8 +83,10 @@ pub struct Primitives {
     /// page` behind the zero page, so these entries read no page line and the price needs no
     /// correction for frame adjacency. On this 6.18 guest 15.5 ns per entry, about 2.5 ns per
     /// call, half of [`Primitives::kcall`]. Long paths keep `kcall` even where they repeat:
-    /// a fault, a system call, and `dup_mmap`'s and `exit_mmap`'s per-VMA work (some forty
-    /// different functions per VMA, against the four of this loop).
+    /// a fault, a system call. `dup_mmap`'s and `exit_mmap`'s per-VMA work is a loop too
+    /// (some forty functions per VMA, the same for every VMA of one fork): the host's
+    /// fork+exit costs 172-180 ns per added empty VMA up to 421 VMAs on this guest, less than
+    /// those calls would at `kcall` alone.
     pub kcall_loop: f64,
     /// A user-space out-of-line call and return with a few instructions of work.
     pub call: f64,
@@ -143,6 +148,13 @@ pub struct Primitives {
     /// (`clone(CLONE_VM | CLONE_VFORK)` + `exit` + `waitpid`): fork's and exit's work that
     /// is not the mm's.
     pub task: f64,
+    /// The host's `vm_area_struct` slab cache (`None` where `/sys/kernel/slab` cannot be
+    /// read, as without root): the VMAs one operation allocates beyond what it keeps hot
+    /// are priced cold ([`SlabCache::cold_work`]). A kernel fact, not a time: the same in
+    /// every process.
+    pub vma_slab: Option<SlabCache>,
+    /// The host's `maple_node` slab cache, as [`Primitives::vma_slab`].
+    pub node_slab: Option<SlabCache>,
 }
 
 /// Declares [`Prim`], one variant per field of [`Primitives`], with the table that maps
@@ -407,6 +419,8 @@ impl Primitives {
             tlb_flush: 0.0,
             slab_pair,
             task: if task == f64::MAX { 0.0 } else { task },
+            vma_slab: SlabCache::read("vm_area_struct"),
+            node_slab: SlabCache::read("maple_node"),
         };
         p = p.with_frame_steps(frame_steps().unwrap_or(FrameSteps::ADJACENT));
         let zap_one = best(&mut || dontneed_difference_ns().unwrap_or(f64::MAX));
@@ -569,6 +583,80 @@ pub(crate) enum Samples {
     All,
     /// At most [`ADJACENCY_SAMPLES`], spread evenly.
     Spread,
+}
+
+/// The most full sheaves a node's barn keeps for a slab cache before a free goes back to
+/// the slabs (`MAX_FULL_SHEAVES` of 6.18's SLUB).
+const BARN_FULL_SHEAVES: u64 = 10;
+
+/// A slab cache of the host's, as `/sys/kernel/slab/<name>` describes it: what decides how
+/// many objects a burst of allocations finds hot after a burst of frees.
+///
+/// A fork+exit allocates the child's VMAs and tree nodes and frees them all again. Up to
+/// [`SlabCache::hot_objects`] of them the next fork gets back from the per-CPU sheaves, the
+/// barn and the slabs kept on the per-CPU and node partial lists: objects written by the
+/// last exit, still cached. Beyond that the cache has let the emptied slabs go (through RCU
+/// for `vm_area_struct`, `SLAB_TYPESAFE_BY_RCU`) and takes new slabs or other partial
+/// slabs, whose lines no cache holds. Measured on this 6.18 guest with the static spawn
+/// agent (`kmem:mm_page_alloc` per fork+exit): 10.3 pages at 221 to 821 VMAs, 28.5 at 1 221,
+/// 63.6 at 1 621, 136 at 3 221; and the host's cost per added VMA rose from 172-180 ns below
+/// 421 VMAs to 360-390 above 1 600. Another process holding 5 600 free `vm_area_struct`s
+/// in its partial slabs (so no fork needed a new slab) changed no rate by more than 5 %:
+/// what costs is the cold line, not the new slab.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlabCache {
+    /// Bytes per object (`object_size`).
+    pub object_size: u64,
+    /// Objects per slab (`objs_per_slab`).
+    pub objs_per_slab: u64,
+    /// Objects per sheaf (`sheaf_capacity`; 0 where the cache has no sheaves).
+    pub sheaf_capacity: u64,
+    /// Free objects kept on the per-CPU partial slabs (`cpu_partial`).
+    pub cpu_partial: u64,
+    /// Empty slabs a node keeps before it frees one (`min_partial`).
+    pub min_partial: u64,
+}
+
+impl SlabCache {
+    /// The cache `name` as `/sys/kernel/slab` shows it (`None` if a file cannot be read).
+    pub fn read(name: &str) -> Option<SlabCache> {
+        let dir = std::path::Path::new("/sys/kernel/slab").join(name);
+        let field = |f: &str| -> Option<u64> {
+            let text = std::fs::read_to_string(dir.join(f)).ok()?;
+            text.split_whitespace().next()?.parse().ok()
+        };
+        Some(SlabCache {
+            object_size: field("object_size")?,
+            objs_per_slab: field("objs_per_slab")?.max(1),
+            sheaf_capacity: field("sheaf_capacity").unwrap_or(0),
+            cpu_partial: field("cpu_partial")?,
+            min_partial: field("min_partial")?,
+        })
+    }
+
+    /// The objects a burst of frees leaves where the next burst of allocations on the same
+    /// CPU finds them hot: the CPU's two sheaves and the barn's full ones, the per-CPU
+    /// partial slabs' objects, and the node's kept empty slabs with the CPU's own slab.
+    pub fn hot_objects(&self) -> u64 {
+        self.sheaf_capacity * (2 + BARN_FULL_SHEAVES)
+            + self.cpu_partial
+            + (self.min_partial + 1) * self.objs_per_slab
+    }
+
+    /// The work `allocated` objects of one operation do beyond their hot price: each object
+    /// past [`SlabCache::hot_objects`] has its first line far ([`Prim::LineFar`]), its other
+    /// lines streamed after it, and its share of a slab taken and later let go
+    /// (`allocate_slab` through the page allocator's per-CPU lists, the freelist shuffled,
+    /// the discard and `__free_pages`: about 30 calls).
+    pub fn cold_work(&self, allocated: u64) -> [(Prim, f64); 3] {
+        let cold = allocated.saturating_sub(self.hot_objects()) as f64;
+        let lines = self.object_size.div_ceil(64).max(1) as f64;
+        [
+            (Prim::LineFar, cold),
+            (Prim::LineSeq, cold * (lines - 1.0)),
+            (Prim::KCall, cold * 30.0 / self.objs_per_slab as f64),
+        ]
+    }
 }
 
 /// Frames this many or more apart count as far: their `struct page`s (64 bytes each) lie in
@@ -963,21 +1051,41 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "vmas_copied",
         work: &[
-            (Prim::KCall, 17.0),
+            (Prim::KCallLoop, 17.0),
             (Prim::AtomicHot, 3.0),
             (Prim::SlabPair, 0.5),
             (Prim::LineSeq, 3.0),
         ],
-        kernel: "dup_mmap per VMA: mas_find, vma_start_write on the parent (three locked RMWs), vm_area_dup (slab allocation with its memcg hook, a 184-byte copy), vma_dup_policy, dup_userfaultfd, anon_vma_fork, mas_store, copy_page_range",
+        kernel: "dup_mmap per VMA: mas_find, vma_start_write on the parent (three locked RMWs), vm_area_dup (slab allocation with its memcg hook, a 184-byte copy), vma_dup_policy, dup_userfaultfd, anon_vma_fork, mas_store, copy_page_range; the same calls for every VMA of one fork, so at the loop price (kcall_loop: on this 6.18 guest the host's fork+exit costs 172-180 ns per added empty VMA up to 421 VMAs, less than these and vmas_freed's 38 calls at kcall alone, 255 ns); a VMA past what the slab cache keeps hot is priced cold besides (SlabCache::cold_work)",
     },
     Recipe {
         counter: "vmas_freed",
         work: &[
-            (Prim::KCall, 21.0),
+            (Prim::KCallLoop, 21.0),
             (Prim::AtomicHot, 4.0),
             (Prim::SlabPair, 0.5),
         ],
-        kernel: "exit_mmap or munmap per VMA: unmap_single_vma, free_pgtables' share (vma_start_write, unlink_anon_vmas, unlink_file_vma_batch_add), vma_mark_detached, remove_vma -> vm_area_free (slab free with its memcg hook)",
+        kernel: "exit_mmap or munmap per VMA: unmap_single_vma, free_pgtables' share (vma_start_write, unlink_anon_vmas, unlink_file_vma_batch_add), vma_mark_detached, remove_vma -> vm_area_free (slab free with its memcg hook); the same calls for every VMA of one exit or munmap, at the loop price as vmas_copied's",
+    },
+    Recipe {
+        counter: "anon_vma_forks",
+        work: &[
+            (Prim::KCallLoop, 20.0),
+            (Prim::SlabPair, 3.0),
+            (Prim::LockPair, 2.0),
+            (Prim::AtomicHot, 1.0),
+            (Prim::LineSeq, 4.0),
+        ],
+        kernel: "anon_vma_fork past its early return, for a parent VMA on a chain of one anon_vma (its own, as a process's writes make it): anon_vma_clone (anon_vma_chain_alloc, the root's rwsem taken and dropped, anon_vma_chain_link with its interval-tree insert), anon_vma_alloc and its root reference (one locked RMW), the child's own chain link under its lock: about 20 calls of dup_mmap's per-VMA loop, two chain links (64 bytes each) and an anon_vma (104 bytes) allocated, written and, at exit, freed",
+    },
+    Recipe {
+        counter: "anon_vma_unlinks",
+        work: &[
+            (Prim::KCallLoop, 15.0),
+            (Prim::LockPair, 1.0),
+            (Prim::AtomicHot, 2.0),
+        ],
+        kernel: "unlink_anon_vmas of a VMA on a chain of one or two links (a process's own, or a fork child's): each link's interval-tree removal and list_del under the root's rwsem, the anon_vma's put (a locked RMW; the last frees it and drops the root's reference, another) and the links freed (their slab frees are anon_vma_forks'): about 15 calls",
     },
     Recipe {
         counter: "vma_nodes_allocated",
@@ -1148,6 +1256,19 @@ pub fn predict(
     }
     for &(p, k) in fixed_work(table_id) {
         charge(p, k);
+    }
+    // The VMAs and tree nodes of one fork past what their slab caches keep hot (a
+    // repetition is one fork in every table that copies VMAs).
+    let slabs = [
+        (prims.vma_slab, "vmas_copied"),
+        (prims.node_slab, "vma_nodes_allocated"),
+    ];
+    for (cache, counter) in slabs {
+        if let (Some(cache), Some(&n)) = (cache, counters.get(counter)) {
+            for (p, k) in cache.cold_work(n) {
+                charge(p, k);
+            }
+        }
     }
     let total = parts.values().sum::<f64>().max(0.0);
     let parts = parts
@@ -1439,9 +1560,64 @@ mod tests {
         // zap_present_ptes' ten calls per batch, free's fifteen per folio: a loop each.
         assert_eq!(one("zap_batches"), 10.0);
         assert_eq!(one("folios_freed"), 15.0);
-        // A fault's calls and a VMA's copy are long paths.
+        // A fault's calls are a long path; a VMA's copy and free repeat per VMA of a fork.
         assert_eq!(one("faults"), 2200.0);
-        assert_eq!(one("vmas_copied"), 1700.0);
+        assert_eq!(one("vmas_copied"), 17.0);
+        assert_eq!(one("vmas_freed"), 21.0);
+    }
+
+    #[test]
+    fn a_fork_pays_cold_lines_for_the_objects_its_slab_caches_do_not_keep_hot() {
+        // vm_area_struct and maple_node as this 6.18 guest's /sys/kernel/slab shows them.
+        let vma = SlabCache {
+            object_size: 192,
+            objs_per_slab: 21,
+            sheaf_capacity: 32,
+            cpu_partial: 120,
+            min_partial: 5,
+        };
+        let node = SlabCache {
+            object_size: 256,
+            objs_per_slab: 16,
+            sheaf_capacity: 32,
+            cpu_partial: 52,
+            min_partial: 5,
+        };
+        // Twelve sheaves, the per-CPU partial objects, six slabs.
+        assert_eq!(vma.hot_objects(), 384 + 120 + 6 * 21);
+        assert_eq!(node.hot_objects(), 384 + 52 + 6 * 16);
+        let prims = Primitives {
+            line_far: 100.0,
+            line_seq: 2.0,
+            kcall: 7.0,
+            vma_slab: Some(vma),
+            node_slab: Some(node),
+            ..Primitives::default()
+        };
+        let fork = |vmas: u64, nodes: u64| {
+            let c: BTreeMap<String, u64> = [
+                ("vmas_copied".to_string(), vmas),
+                ("vma_nodes_allocated".to_string(), nodes),
+            ]
+            .into_iter()
+            .collect();
+            predict(&prims, "spawn", &c).0
+                - predict(
+                    &Primitives {
+                        vma_slab: None,
+                        node_slab: None,
+                        ..prims
+                    },
+                    "spawn",
+                    &c,
+                )
+                .0
+        };
+        assert_eq!(fork(630, 532), 0.0, "every object hot");
+        // Ten VMAs past: a far line, two streamed ones and 30/21 of a slab's calls each.
+        assert!((fork(640, 0) - 10.0 * (100.0 + 4.0 + 10.0)).abs() < 1e-9);
+        // Four nodes past: a far line, three streamed ones and 30/16 of a slab's calls.
+        assert!((fork(0, 536) - 4.0 * (100.0 + 6.0 + 30.0 * 7.0 / 16.0)).abs() < 1e-9);
     }
 
     #[test]

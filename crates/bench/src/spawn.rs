@@ -193,7 +193,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         counters_shown: ["maple_nodes_allocated", "maple_tree_nodes"]
             .into_iter()
             .chain(STORE_WORK_COUNTERS)
-            .chain([Ev::PteRead.name(), Ev::LockPtl.name()])
+            .chain([Ev::AnonVmaFork.name(), Ev::PteRead.name(), Ev::LockPtl.name()])
             .chain(["host_vmas", "host_rss_anon_kb"])
             .map(String::from)
             .collect(),

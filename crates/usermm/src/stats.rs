@@ -185,6 +185,13 @@ counters! {
     VmaCopied => "vmas_copied",
     /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
     VmaFreed => "vmas_freed",
+    /// VMAs to which fork gave the child's copy an anon_vma of its own, chained to the
+    /// parent's (`anon_vma_fork` past its early return for a VMA that never had anonymous
+    /// pages: a new anon_vma and its chain links).
+    AnonVmaFork => "anon_vma_forks",
+    /// VMAs with an anon_vma freed (`unlink_anon_vmas` on the way out of `remove_vma`'s
+    /// callers: the chain links unlinked and freed, the anon_vma put).
+    AnonVmaUnlink => "anon_vma_unlinks",
     /// VMAs split in two (`__split_vma`: munmap, mprotect, mlock, madvise of part of a VMA).
     VmaSplit => "vma_splits",
     /// Ranges merged into a neighbouring VMA instead of making one (`vma_merge_new_range`

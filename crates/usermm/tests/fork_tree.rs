@@ -105,3 +105,44 @@ fn failure_at_every_node_allocation_tears_the_child_down(mode: VmaTreeCopy) {
     );
     valid(&m);
 }
+
+#[test]
+fn fork_and_teardown_count_each_vma_with_an_anon_vma() {
+    let m = machine(64 * M);
+    // 30 VMAs: 20 written (i % 3 != 0), five of them not copied (i % 7 == 0: 7, 14, 28
+    // written), and one more written VMA wiped on fork.
+    let p = setup(&m, 30);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let wiped = 0x1000_0000 + 8 * K;
+    cpu.madvise(p, wiped, 4 * K, Advice::WipeOnFork)
+        .expect("wipeonfork");
+    let mut child = None;
+    let fork = common::counted(&m, || cpu.fork(p).map(|c| child = Some(c)));
+    let c = child.expect("child");
+    assert_eq!(fork.get(usermm::Ev::VmaCopied), 25);
+    assert_eq!(
+        fork.get(usermm::Ev::AnonVmaFork),
+        16,
+        "the 17 written VMAs copied, less the wiped one"
+    );
+    let exit = common::counted(&m, || cpu.exit(c));
+    assert_eq!(exit.get(usermm::Ev::VmaFreed), 25);
+    assert_eq!(exit.get(usermm::Ev::AnonVmaUnlink), 16);
+    // In the parent: a written VMA has one, a read-only one never faulted has none.
+    let written = common::counted(&m, || cpu.munmap(p, 0x1000_0000 + 2 * 8 * K, 4 * K));
+    assert_eq!(
+        (
+            written.get(usermm::Ev::VmaFreed),
+            written.get(usermm::Ev::AnonVmaUnlink)
+        ),
+        (1, 1)
+    );
+    let untouched = common::counted(&m, || cpu.munmap(p, 0x1000_0000 + 3 * 8 * K, 4 * K));
+    assert_eq!(
+        (
+            untouched.get(usermm::Ev::VmaFreed),
+            untouched.get(usermm::Ev::AnonVmaUnlink)
+        ),
+        (1, 0)
+    );
+}

@@ -204,6 +204,7 @@ impl<'m> Cpu<'m> {
             child.set_anon_vma(0, 0);
         } else if vma.anon_vma() != 0 {
             child.set_anon_vma(self.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
+            self.c().add(Ev::AnonVmaFork, 1);
         }
         if let Some(s) = &child.file {
             s.get();

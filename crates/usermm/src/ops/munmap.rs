@@ -150,6 +150,9 @@ impl<'m> Cpu<'m> {
     pub(crate) fn release_vma(&self, st: &mut MmState, id: crate::vma::VmaId) {
         let v = st.vmas.release(id);
         self.c().add(Ev::VmaFreed, 1);
+        if v.anon_vma() != 0 {
+            self.c().add(Ev::AnonVmaUnlink, 1);
+        }
         let pages = v.len() >> 12;
         if v.flags.has(VmFlags::ACCOUNT) {
             self.vm_unacct(pages);
