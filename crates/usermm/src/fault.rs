@@ -1116,9 +1116,12 @@ impl<'m> Cpu<'m> {
             rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
             self.munlock_vma_folio(pfn, vma);
             if exclusive {
+                // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
+                // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
                 for p in pfn.range(nr) {
                     mem.set(p, PageFlag::AnonExclusive);
                 }
+                c.add(Ev::FolioAtomic, nr);
             }
         }
         pmdl.replace(pmd_idx, arch.mk_table(table));

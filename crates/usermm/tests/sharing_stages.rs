@@ -222,3 +222,14 @@ fn switching_trackers_mid_life_never_reuses_an_untracked_folio() {
     assert_eq!(m.counters().delta(&before).get(Ev::CowReuse), PAGES);
     valid(&m);
 }
+
+#[test]
+fn a_pmd_split_sets_page_anon_exclusive_on_every_page() {
+    // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets PageAnonExclusive page by page
+    // with a locked bit operation, beside each page's mapcount atomic; the other folio
+    // atomics are the PMD's entire mapcount (a mapcount atomic too) and the refcount add.
+    for remap in [PteBatching::PerPte, PteBatching::Batched] {
+        let (map, folio) = remap_atomics(SharingTracker::Estimate, remap);
+        assert_eq!(folio - map, THPS * (512 + 1), "{remap:?}");
+    }
+}
