@@ -1098,25 +1098,27 @@ pub const RECIPES: &[Recipe] = &[
     // vma_nodes_allocated's. Nodes the stores touch again are hot (the leaf the walk just
     // read, the rightmost path, the big node on the stack, pool nodes freed by the last
     // split and popped again: the tree is out of RCU mode), priced at one streamed word
-    // (load_seq, store_seq) per 64-byte line.
+    // (load_seq, store_seq) per 64-byte line. Their calls run inside dup_mmap's per-VMA
+    // loop, at the loop price as vmas_copied's (pricing the baseline's store work at kcall
+    // while the loop around it pays kcall_loop would inflate the seed's predicted gain).
     Recipe {
         counter: "maple_appends",
-        work: &[(Prim::KCall, 4.0), (Prim::LoadSeq, 4.0), (Prim::StoreSeq, 3.0)],
+        work: &[(Prim::KCallLoop, 4.0), (Prim::LoadSeq, 4.0), (Prim::StoreSeq, 3.0)],
         kernel: "a store appended in place in the rightmost leaf (next-20230829): mas_wr_modify -> mas_wr_new_end, mas_wr_append (the old end's pivot moved to new_end and new_end into the metadata below offset 15, then the entry's and the NULL's slots and pivots: one or two ranges, about 6 words on 3 of the leaf's lines), mas_update_gap -> mas_leaf_max_gap scanning the leaf's 4 lines and the parent's recorded gap compared (each slot the climb then writes is maple_gap_updates): about 4 calls",
     },
     Recipe {
         counter: "maple_gap_updates",
-        work: &[(Prim::KCall, 1.0), (Prim::LoadSeq, 2.0), (Prim::StoreSeq, 2.0)],
+        work: &[(Prim::KCallLoop, 1.0), (Prim::LoadSeq, 2.0), (Prim::StoreSeq, 2.0)],
         kernel: "one level of mas_parent_gap's climb: the parent's gap slot written; the trailing gap, the node's largest, shrank, so ma_max_gap rescans its up to 10 gaps (2 lines) and the offset goes back into the metadata (ma_set_meta_gap), then mte_parent, mas_parent_type and mte_parent_slot lead to the grandparent: about 1 call",
     },
     Recipe {
         counter: "maple_splits",
-        work: &[(Prim::KCall, 27.0), (Prim::StoreSeq, 45.0), (Prim::LoadSeq, 16.0)],
+        work: &[(Prim::KCallLoop, 27.0), (Prim::StoreSeq, 45.0), (Prim::LoadSeq, 16.0)],
         kernel: "one node split by mas_split in bulk mode, with the slow path's share of the store (charged to each split and push, though only the first level's store pays it: about 1 in 9 is over-charged 15 calls): per level mas_new_ma_node twice, mas_push_data left (mas_prev_sibling up and down, the sibling's end) and right (no sibling), mab_calc_split, mast_split_data (mab_mas_cp into both halves, mas_set_split_parent), mast_fill_bnode (the big node zeroed, the parent copied in around the halves, mab_set_b_end twice, mas_ascend): about 12 calls; per store mas_wr_bnode (the big node zeroed, mas_store_b_node), mas_commit_b_node, mas_split_final_node, mas_wmb_replace -> mas_replace_node, mas_adopt_children, mas_free of the replaced nodes into the pool, mtree_range_walk, mas_update_gap: about 15. Lines: the two halves and the parent written (12; hot pool nodes), about 6 children's parent pointers, the 9-line big node zeroed twice and filled (27); the overfull node and the parent copied in and the re-walk (16 read)",
     },
     Recipe {
         counter: "maple_pushes",
-        work: &[(Prim::KCall, 32.0), (Prim::StoreSeq, 45.0), (Prim::LoadSeq, 20.0)],
+        work: &[(Prim::KCallLoop, 32.0), (Prim::StoreSeq, 45.0), (Prim::LoadSeq, 20.0)],
         kernel: "an overfull node shared out with its left sibling (mas_push_data succeeding, in mas_split) with the slow path's share of the store as in maple_splits: mas_prev_sibling, the sibling's end and its 4 lines copied into the big node (mas_mab_cp, mab_shift_right), mab_calc_split, mast_split_data (mab_mas_cp into two new nodes, mas_set_split_parent), mast_fill_bnode, mas_split_final_node (the new parent): about 17 calls, and about 15 per store as for a split (three nodes freed into the pool); lines as a split's plus the sibling's 4 read",
     },
     Recipe {
