@@ -598,7 +598,7 @@ const BARN_FULL_SHEAVES: u64 = 10;
 /// last exit, still cached. Beyond that the cache has let the emptied slabs go (through RCU
 /// for `vm_area_struct`, `SLAB_TYPESAFE_BY_RCU`) and takes new slabs or other partial
 /// slabs, whose lines no cache holds. Measured on this 6.18 guest with the static spawn
-/// agent (`kmem:mm_page_alloc` per fork+exit): 10.3 pages at 221 to 821 VMAs, 28.5 at 1 221,
+/// agent (`kmem:mm_page_alloc` per fork+exit): 10.3-10.4 pages at 221 to 821 VMAs, 28.5 at 1 221,
 /// 63.6 at 1 621, 136 at 3 221; and the host's cost per added VMA rose from 172-180 ns below
 /// 421 VMAs to 360-390 above 1 600. Another process holding 5 600 free `vm_area_struct`s
 /// in its partial slabs (so no fork needed a new slab) changed no rate by more than 5 %:
@@ -1407,6 +1407,45 @@ pub fn add_model_columns(
             table.rows.len()
         ));
     }
+    if let Some(note) = slab_note(table, host_matches, prims) {
+        table.notes.push(note);
+    }
+}
+
+/// What the slab caches' hot objects did to `host_matches`'s predictions (`None` for a
+/// table whose forks copy fewer VMAs and nodes than the caches keep hot on every row, or
+/// that copies none): how many rows allocate past them, or that the caches could not be read.
+fn slab_note(table: &Table, host_matches: &str, prims: &Primitives) -> Option<String> {
+    let i = table.variants.iter().position(|v| v.name == host_matches)?;
+    let counts: Vec<(u64, u64)> = table
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let c = &row.columns.get(i)?.counters;
+            let vmas = *c.get("vmas_copied")?;
+            Some((vmas, c.get("vma_nodes_allocated").copied().unwrap_or(0)))
+        })
+        .collect();
+    if counts.is_empty() {
+        return None;
+    }
+    let (Some(vma), Some(node)) = (prims.vma_slab, prims.node_slab) else {
+        return Some(
+            "model: /sys/kernel/slab could not be read (it needs root): no fork is priced for VMAs and tree nodes past what the slab caches keep hot, so rows of many VMAs fall short".into(),
+        );
+    };
+    let past = counts
+        .iter()
+        .filter(|&&(vmas, nodes)| vmas > vma.hot_objects() || nodes > node.hot_objects())
+        .count();
+    (past > 0).then(|| {
+        format!(
+            "model: the slab caches keep {} vm_area_structs and {} maple_nodes hot (/sys/kernel/slab: sheaves, barn, partial slabs); on {past} of {} rows a fork allocates past them and pays a cold line per object beyond",
+            vma.hot_objects(),
+            node.hot_objects(),
+            counts.len()
+        )
+    })
 }
 
 /// How far the primitives' spread over the processes that measured them moves the model:
@@ -1620,6 +1659,47 @@ mod tests {
         assert!((fork(640, 0) - 10.0 * (100.0 + 4.0 + 10.0)).abs() < 1e-9);
         // Four nodes past: a far line, three streamed ones and 30/16 of a slab's calls.
         assert!((fork(0, 536) - 4.0 * (100.0 + 6.0 + 30.0 * 7.0 / 16.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_slab_note_counts_the_rows_past_the_hot_objects_or_says_it_could_not_read_them() {
+        use crate::model::Row;
+        let cache = SlabCache {
+            object_size: 192,
+            objs_per_slab: 21,
+            sheaf_capacity: 32,
+            cpu_partial: 120,
+            min_partial: 5,
+        };
+        let row = |vmas: u64| Row {
+            label: format!("{vmas}"),
+            columns: vec![
+                Column::new(
+                    "dup",
+                    vec![1.0],
+                    [("vmas_copied".to_string(), vmas)].into_iter().collect(),
+                ),
+                Column::new("host", vec![1.0], BTreeMap::new()),
+            ],
+            published: vec![],
+            layout: None,
+        };
+        let table = timed_table("spawn", "dup", vec![row(21), row(821), row(6421)]);
+        let known = Primitives {
+            vma_slab: Some(cache),
+            node_slab: Some(cache),
+            ..Primitives::default()
+        };
+        let note = slab_note(&table, "dup", &known).expect("note");
+        assert!(note.contains("keep 630 vm_area_structs"), "{note}");
+        assert!(note.contains("on 2 of 3 rows"), "{note}");
+        let unread = slab_note(&table, "dup", &Primitives::default()).expect("note");
+        assert!(unread.contains("could not be read"), "{unread}");
+        // Every fork within the hot objects, or no fork at all: nothing to say.
+        let small = timed_table("spawn", "dup", vec![row(21)]);
+        assert_eq!(slab_note(&small, "dup", &known), None);
+        let fault = timed_table("fault", "dup", vec![]);
+        assert_eq!(slab_note(&fault, "dup", &Primitives::default()), None);
     }
 
     #[test]
