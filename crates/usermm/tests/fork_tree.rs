@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use usermm::tunables::VmaTreeCopy;
-use usermm::{Advice, Errno, MmapArgs, Placement, Privilege};
+use usermm::{Advice, Errno, Ev, MmapArgs, Placement, Privilege};
 
 fn setup(m: &usermm::Machine, nr: u64) -> usermm::Pid {
     let cpu = m.enter_cpu(0).expect("cpu");
@@ -116,32 +116,27 @@ fn fork_and_teardown_count_each_vma_with_an_anon_vma() {
     let wiped = 0x1000_0000 + 8 * K;
     cpu.madvise(p, wiped, 4 * K, Advice::WipeOnFork)
         .expect("wipeonfork");
-    let mut child = None;
-    let fork = common::counted(&m, || cpu.fork(p).map(|c| child = Some(c)));
-    let c = child.expect("child");
-    assert_eq!(fork.get(usermm::Ev::VmaCopied), 25);
+    let (c, fork) = counted(&m, || cpu.fork(p));
+    assert_eq!(fork.get(Ev::VmaCopied), 25);
     assert_eq!(
-        fork.get(usermm::Ev::AnonVmaFork),
+        fork.get(Ev::AnonVmaFork),
         16,
         "the 17 written VMAs copied, less the wiped one"
     );
-    let exit = common::counted(&m, || cpu.exit(c));
-    assert_eq!(exit.get(usermm::Ev::VmaFreed), 25);
-    assert_eq!(exit.get(usermm::Ev::AnonVmaUnlink), 16);
+    let (_, exit) = counted(&m, || cpu.exit(c));
+    assert_eq!(exit.get(Ev::VmaFreed), 25);
+    assert_eq!(exit.get(Ev::AnonVmaUnlink), 16);
     // In the parent: a written VMA has one, a read-only one never faulted has none.
-    let written = common::counted(&m, || cpu.munmap(p, 0x1000_0000 + 2 * 8 * K, 4 * K));
+    let (_, written) = counted(&m, || cpu.munmap(p, 0x1000_0000 + 2 * 8 * K, 4 * K));
     assert_eq!(
-        (
-            written.get(usermm::Ev::VmaFreed),
-            written.get(usermm::Ev::AnonVmaUnlink)
-        ),
+        (written.get(Ev::VmaFreed), written.get(Ev::AnonVmaUnlink)),
         (1, 1)
     );
-    let untouched = common::counted(&m, || cpu.munmap(p, 0x1000_0000 + 3 * 8 * K, 4 * K));
+    let (_, untouched) = counted(&m, || cpu.munmap(p, 0x1000_0000 + 3 * 8 * K, 4 * K));
     assert_eq!(
         (
-            untouched.get(usermm::Ev::VmaFreed),
-            untouched.get(usermm::Ev::AnonVmaUnlink)
+            untouched.get(Ev::VmaFreed),
+            untouched.get(Ev::AnonVmaUnlink)
         ),
         (1, 0)
     );

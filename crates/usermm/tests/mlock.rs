@@ -356,10 +356,10 @@ fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
         // The split page-table locks one call takes.
         let ptl_locks = |d: usermm::Snapshot| d.get(usermm::Ev::LockPtl);
         // mlock walks with mlock_pte_range on every design (the designs differ in munlock).
-        let locks = ptl_locks(counted(&m, || cpu.mlock(p, a, 8 * M)));
+        let locks = ptl_locks(counted(&m, || cpu.mlock(p, a, 8 * M)).1);
         assert_eq!(m.nr_mlock(), 2048, "{design:?}: four THPs mlocked");
         assert_eq!(locks, 4, "{design:?}: mlock, one lock per THP");
-        let locks = ptl_locks(counted(&m, || cpu.munlock(p, a, 8 * M)));
+        let locks = ptl_locks(counted(&m, || cpu.munlock(p, a, 8 * M)).1);
         assert_eq!(m.nr_mlock(), 0, "{design:?}");
         assert_eq!(locks, 4, "{design:?}: one PMD lock per THP");
         assert!(!has(flags(&cpu, p, a + 2 * M), kpf::MLOCKED), "{design:?}");
@@ -397,19 +397,19 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
         });
         let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
         cpu.write_fill(p, a, 8 * M, 1).expect("fill");
-        let mlocked = walk(counted(&m, || cpu.mlock(p, a, 8 * M)));
+        let mlocked = walk(counted(&m, || cpu.mlock(p, a, 8 * M)).1);
         assert_eq!(
             mlocked,
             (pte_folios, pmd_folios),
             "mlock of {folio} B folios"
         );
-        let munlocked = walk(counted(&m, || cpu.munlock(p, a, 8 * M)));
+        let munlocked = walk(counted(&m, || cpu.munlock(p, a, 8 * M)).1);
         assert_eq!(
             munlocked,
             (pte_folios, pmd_folios),
             "munlock of {folio} B folios"
         );
-        let forked = walk(counted(&m, || cpu.fork(p)));
+        let forked = walk(counted(&m, || cpu.fork(p)).1);
         assert_eq!(forked, (0, pmd_folios), "fork of {folio} B folios");
         cpu.munmap(p, a, 8 * M).expect("munmap");
         m.update_tunables(|t| {

@@ -34,14 +34,15 @@ pub fn valid(m: &Machine) {
     }
 }
 
-/// The counters `call` moved, the machine validated after it (the call must succeed).
+/// What `call` returned and the counters it moved, the machine validated after it (the
+/// call must succeed).
 #[track_caller]
 pub fn counted<T, E: std::fmt::Debug>(
     m: &Machine,
     call: impl FnOnce() -> Result<T, E>,
-) -> usermm::Snapshot {
+) -> (T, usermm::Snapshot) {
     let before = m.counters();
-    call().expect("call");
+    let out = call().expect("call");
     valid(m);
-    m.counters().delta(&before)
+    (out, m.counters().delta(&before))
 }
