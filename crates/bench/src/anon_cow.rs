@@ -15,9 +15,13 @@
 //! THP PTE-remaps its PMD and every page is then copied, while the other instances (un)map
 //! pages of the same folios. The sample is the summed throughput `Σ area / tᵢ`, `tᵢ` from the
 //! barrier's release to instance `i`'s last write. The host column does the same with real
-//! `fork()`s of this process.
+//! `fork()`s of a fresh agent process (the `usermm` binary re-executed, as every host cell
+//! is), which holds nothing but its program and the area: `host_vmas` and `host_rss_anon_kb`
+//! describe it. Its writers run on whichever CPUs the scheduler gives them, as the engine's
+//! instance threads do.
 
 use crate::engine::{counters, populate, sig, warm_up, PMD};
+use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::measure::{fork_with_socket, Forked};
 use crate::host::region::Region;
 use crate::host::{errno_text, vmstat, HostSession};
@@ -43,7 +47,7 @@ pub const CONTENDED: [&str; 2] = ["folio_atomics", "mapcount_atomics"];
 const SEED: u64 = 0x5eed_0003_c0de_0073;
 
 /// The page order of the writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Order {
     /// Ascending (`case-anon-cow-seq`).
     Seq,
@@ -261,21 +265,35 @@ impl HostChild {
     }
 }
 
-/// One host repetition: the same with real `fork()`s of this process.
-fn host_once(
-    s: &HostSession,
-    area: u64,
-    orders: &[Vec<u64>],
-) -> Result<(f64, BTreeMap<String, u64>), String> {
+/// One host repetition, in a fresh agent process (see [`crate::host::agent`]): the THP knob
+/// is set here, under the session's machine-wide lock; the agent populates the area and forks
+/// the writers ([`host_writers`]).
+fn host_once(s: &HostSession, area: u64, order: Order, instances: usize) -> CellResult {
     s.folio(PMD)?;
-    let r = Region::anon(area)?;
-    r.populate()?;
+    agent::measure(&HostCell::AnonCow {
+        area,
+        order,
+        instances,
+    })
+}
+
+/// The host side of one repetition, in the process that populated `r` (the host agent's):
+/// forks `instances` writers of `r` (each in its [`page_order`]), starts them together and
+/// sums their throughput. Adds `host_thp_split_pmd` (machine-wide, over the writes) to `c`.
+pub(crate) fn host_writers(
+    r: &Region,
+    order: Order,
+    instances: usize,
+    c: &mut BTreeMap<String, u64>,
+) -> Result<f64, String> {
+    let area = r.len;
+    let orders: Vec<Vec<u64>> = (0..instances).map(|i| page_order(area, order, i)).collect();
     let (go_write, go_read) = sys::socketpair().map_err(|e| errno_text("socketpair", e))?;
     let split0 = vmstat("thp_split_pmd").unwrap_or(0);
     let mut kids = Vec::new();
     let mut err = None;
-    for pages in orders {
-        match HostChild::fork(&r, pages, go_read, go_write) {
+    for pages in &orders {
+        match HostChild::fork(r, pages, go_read, go_write) {
             Ok(k) => kids.push(k),
             Err(e) => {
                 err = Some(e);
@@ -306,9 +324,8 @@ fn host_once(
     if let Some(e) = err {
         return Err(e);
     }
-    let mut c = BTreeMap::new();
     c.insert("host_thp_split_pmd".to_string(), split);
-    Ok((throughput(area, &times), c))
+    Ok(throughput(area, &times))
 }
 
 /// Measurements (for the progress bar).
@@ -357,7 +374,15 @@ fn counters_shown() -> Vec<String> {
             .filter(|n| n.contains("seq") || n.contains("retr") || n.contains("contend"))
             .map(String::from),
     );
-    v.push("host_thp_split_pmd".into());
+    v.extend(
+        [
+            "host_thp_split_pmd",
+            "host_anon_huge_kb",
+            "host_vmas",
+            "host_rss_anon_kb",
+        ]
+        .map(String::from),
+    );
     v
 }
 
@@ -371,7 +396,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let n = instances();
     let host = ctx.host.session();
     let variants = crate::sharing::stage_variants(
-        "the host kernel: this process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
+        "the host kernel: a fresh agent process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
     );
     let mut rows = Vec::new();
     for order in ORDERS {
@@ -395,7 +420,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                     let res = host
                         .as_ref()
                         .map_err(Clone::clone)
-                        .and_then(|s| host_once(s, area, &pages));
+                        .and_then(|s| host_once(s, area, order, n));
                     cols[host_col].record(res);
                 }
                 ctx.task
@@ -410,6 +435,20 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         });
     }
     drop(host);
+    let mut notes = vec![
+        format!(
+            "follows vm-scalability's `usemem -n N --prealloc --prefault [--random]`: one parent populates {} MiB of PMD THPs, then forks N = {n} children (one per host CPU, each on an engine CPU slot of its own); the children start together and each writes the whole shared area once; sample = Σ area / tᵢ, tᵢ from the common start to child i's last write (usemem: bytes / elapsed per child, summed)",
+            area >> 20
+        ),
+        "differences from usemem: it writes every 8-byte word (--random: as many words at random offsets, with repetition) and times from before the parent's populate; here seq is one memset of the area, rand one 4 KiB memset per page in a fixed-seed random permutation (every page once), and only the COW phase is timed".into(),
+        "each child's first write to a THP PTE-remaps the PMD in that child, then every page is copied: no stage can reuse (the parent keeps every folio mapped), so cow_copies = pages x N and thp_split_pmd = THPs x N in every column".into(),
+        format!(
+            "counters: of the timed part, all instances; {} vary between runs in the stages with an exclusive seqcount writer (a writer that met another inside a folio's seqcount used atomic adds): the excess over the lowest value is the contention",
+            CONTENDED.join(" and ")
+        ),
+        "engine: one host thread per instance, each on its own engine CPU; the rand row calls the access API once per page (a process lookup and mmap_lock per call), so compare rows by their gains, not absolutely".into(),
+    ];
+    notes.extend(host_split_note(&rows, (area / PMD) * n as u64));
     Ok(Table {
         host_matches: None,
         cost_model: None,
@@ -431,19 +470,26 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         published_source: Some(
             "seed 003 cover letter 7.3, throughput change vs v6.7-rc1, one instance per core of a 2-socket Xeon Silver 4210R (20 cores), 1 GiB per instance".into(),
         ),
-        notes: vec![
-            format!(
-                "follows vm-scalability's `usemem -n N --prealloc --prefault [--random]`: one parent populates {} MiB of PMD THPs, then forks N = {n} children (one per host CPU, each on an engine CPU slot of its own); the children start together and each writes the whole shared area once; sample = Σ area / tᵢ, tᵢ from the common start to child i's last write (usemem: bytes / elapsed per child, summed)",
-                area >> 20
-            ),
-            "differences from usemem: it writes every 8-byte word (--random: as many words at random offsets, with repetition) and times from before the parent's populate; here seq is one memset of the area, rand one 4 KiB memset per page in a fixed-seed random permutation (every page once), and only the COW phase is timed".into(),
-            "each child's first write to a THP PTE-remaps the PMD in that child, then every page is copied: no stage can reuse (the parent keeps every folio mapped), so cow_copies = pages x N and thp_split_pmd = THPs x N in every column".into(),
-            format!(
-                "counters: of the timed part, all instances; {} vary between runs in the stages with an exclusive seqcount writer (a writer that met another inside a folio's seqcount used atomic adds): the excess over the lowest value is the contention",
-                CONTENDED.join(" and ")
-            ),
-            "engine: one host thread per instance, each on its own engine CPU; the rand row calls the access API once per page (a process lookup and mmap_lock per call), so compare rows by their gains, not absolutely".into(),
-        ],
+        notes,
+    })
+}
+
+/// A note where a host cell split fewer PMDs than the writers met THPs (`thps`): part of the
+/// host's area was not PMD-mapped (no THP to be had), so its writers copied pages without
+/// the remap the engine's did. `None` where every host cell split them all, or none ran.
+fn host_split_note(rows: &[Row], thps: u64) -> Option<String> {
+    let short: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let split = *r.columns.last()?.counters.get("host_thp_split_pmd")?;
+            (split < thps).then(|| format!("{} {split}", r.label))
+        })
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "host: fewer PMD splits than the writers met THPs ({thps}): {}; part of the host's area was not THP-backed, so its throughput is not this layout's",
+            short.join(", ")
+        )
     })
 }
 
@@ -464,6 +510,42 @@ mod tests {
         let mut sorted = r0.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, seq);
+    }
+
+    #[test]
+    fn host_writers_copy_the_area_and_leave_the_parents_alone() {
+        // In this process (the agent's part): two writers COW a small area; each child's
+        // writes must land in its own copy, so the parent's bytes stay what it populated.
+        let r = Region::anon(PMD).expect("mmap");
+        r.populate().expect("populate");
+        for order in ORDERS {
+            let mut c = BTreeMap::new();
+            let rate = host_writers(&r, order, 2, &mut c).expect("writers");
+            assert!(rate.is_finite() && rate > 0.0, "{rate}");
+            assert!(c.contains_key("host_thp_split_pmd"), "{c:?}");
+            assert_eq!(sys::check_bytes(r.addr, r.len, 0), Ok(None), "{order:?}");
+        }
+    }
+
+    #[test]
+    fn a_host_cell_short_of_splits_is_named() {
+        let row = |label: &str, split: u64| Row {
+            label: label.into(),
+            columns: vec![Column::new(
+                "host",
+                vec![1.0],
+                BTreeMap::from([("host_thp_split_pmd".to_string(), split)]),
+            )],
+            published: vec![],
+            layout: None,
+        };
+        assert_eq!(
+            host_split_note(&[row("seq", 32), row("rand", 32)], 32),
+            None
+        );
+        let note = host_split_note(&[row("seq", 17), row("rand", 32)], 32).expect("a note");
+        assert!(note.contains("(32): seq 17;"), "{note}");
+        assert!(!note.contains("rand"), "{note}");
     }
 
     #[test]

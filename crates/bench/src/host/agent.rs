@@ -80,6 +80,17 @@ pub enum HostCell {
         /// Nodes to interleave the mapping's pages over (fewer than 2: none).
         interleave: usize,
     },
+    /// Populate `area` bytes of PMD THPs (the knob already set), fork `instances` writers
+    /// that COW all of it together in `order` and report their summed throughput
+    /// (`crate::anon_cow`).
+    AnonCow {
+        /// Bytes every writer copies.
+        area: u64,
+        /// The writers' page order.
+        order: crate::anon_cow::Order,
+        /// Writers.
+        instances: usize,
+    },
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -498,6 +509,18 @@ fn run(cell: &HostCell) -> CellResult {
             drop(file);
             Ok((secs, c))
         }
+        HostCell::AnonCow {
+            area,
+            order,
+            instances,
+        } => {
+            let r = Region::anon(area)?;
+            r.populate()?;
+            shape(&mut c);
+            let rate = crate::anon_cow::host_writers(&r, order, instances, &mut c)?;
+            huge_mapped(&mut c);
+            Ok((rate, c))
+        }
         HostCell::Fault { size, folio } => {
             super::prime(size);
             let r = Region::anon(size)?;
@@ -563,6 +586,13 @@ mod tests {
             folio: 64 << 10,
             layout: Layout::TmpfsShared,
             munmap: true,
+        };
+        let text = serde_json::to_string(&cell).expect("json");
+        assert_eq!(serde_json::from_str::<HostCell>(&text).expect("back"), cell);
+        let cell = HostCell::AnonCow {
+            area: 4 << 20,
+            order: crate::anon_cow::Order::Rand,
+            instances: 2,
         };
         let text = serde_json::to_string(&cell).expect("json");
         assert_eq!(serde_json::from_str::<HostCell>(&text).expect("back"), cell);
