@@ -333,6 +333,8 @@ pub fn run(
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
     let mut first_prims = None;
+    // Read once: the running kernel's functions against the recipes' call counts.
+    let symbol_drift = crate::recipe_symbols::Drift::read().and_then(|d| d.note());
     for &b in which {
         // The primitives are measured again for each modelled benchmark, each time by a
         // fresh process (measured in the bench process after the sharing and anon-cow
@@ -369,6 +371,7 @@ pub fn run(
             let p = Primitives::median_of(&samples).unwrap_or_else(Primitives::measure);
             for t in &mut ts {
                 crate::costmodel::add_model_columns(t, &p, v, &samples);
+                t.notes.extend(symbol_drift.clone());
             }
             first_prims = first_prims.or(Some(p));
         }
