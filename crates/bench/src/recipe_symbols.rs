@@ -153,7 +153,7 @@ impl Drift {
             ));
             if !calib.is_empty() {
                 parts.push(format!(
-                    "{} in mprotect's per-entry loop, on which the call price is calibrated: that loop makes more than the four calls it is divided by, so every call is over-priced",
+                    "{} in mprotect's per-entry loop, on which the call price is calibrated: where that loop calls them it makes more than the four calls its time is divided by, and every call is over-priced (prot_commit_flush_ptes is, on 6.18.44-fc-v657)",
                     calib.join(", ")
                 ));
             }
