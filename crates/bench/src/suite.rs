@@ -333,8 +333,14 @@ pub fn run(
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
     let mut first_prims = None;
-    // Read once: the running kernel's functions against the recipes' call counts.
-    let symbol_drift = crate::recipe_symbols::Drift::read().and_then(|d| d.note());
+    // Read once, and only for a run with a modelled table: the running kernel's functions
+    // against the recipes' call counts.
+    let symbol_drift = which
+        .iter()
+        .any(|b| b.host_matches().is_some())
+        .then(crate::recipe_symbols::Drift::read)
+        .flatten()
+        .and_then(|d| d.note());
     for &b in which {
         // The primitives are measured again for each modelled benchmark, each time by a
         // fresh process (measured in the bench process after the sharing and anon-cow
