@@ -175,6 +175,8 @@ pub fn observables() -> Vec<Observable> {
             KpageFlag::Thp | KpageFlag::CompoundHead | KpageFlag::CompoundTail
         ) {
             format!("{sample}; not on disk-file pages (folio sizes follow readahead)")
+        } else if f == KpageFlag::Locked {
+            format!("{sample}; a host page read locked is read again, 1 ms apart, for up to 50 ms: no scenario process holds a folio lock at a statement boundary, but the host's reclaim, khugepaged, compaction and readahead reads take it for microseconds")
         } else if matches!(f, KpageFlag::Dirty | KpageFlag::Writeback) {
             format!("{sample}; not on disk-file pages (the host's flusher threads write them back on their own schedule)")
         } else {
