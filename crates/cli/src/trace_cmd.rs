@@ -1,22 +1,8 @@
-//! `usermm record`, `usermm trace show|stats|export`, `usermm replay` (crate `trace`).
+//! `usermm trace show|stats|export`, `usermm replay` (crate `trace`).
 
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// Arguments of `usermm record`.
-#[derive(clap::Args, Debug)]
-pub struct RecordArgs {
-    /// Output file.
-    #[arg(long, short, default_value = "trace.umt", value_name = "FILE")]
-    pub out: PathBuf,
-    /// Data pages of each per-CPU perf ring buffer (a power of two).
-    #[arg(long, default_value_t = 2048)]
-    pub ring_pages: usize,
-    /// The command and its arguments (after `--`).
-    #[arg(required = true, last = true, value_name = "CMD")]
-    pub cmd: Vec<String>,
-}
 
 /// Arguments of `usermm trace`.
 #[derive(clap::Args, Debug)]
@@ -71,31 +57,6 @@ pub struct ReplayArgs {
     /// JSON output.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `usermm record`.
-pub fn record_main(a: &RecordArgs) -> anyhow::Result<u8> {
-    let opts = trace::RecordOptions {
-        out: a.out.clone(),
-        ring_pages: a.ring_pages.next_power_of_two(),
-        progress: true,
-    };
-    let s = trace::record(&a.cmd, &opts)?;
-    println!(
-        "recorded {}: {} events, {} bytes ({:.2} bytes/event), {} processes, {:.2} s; command exit status {}",
-        a.out.display(),
-        s.events,
-        s.bytes,
-        s.bytes as f64 / s.events.max(1) as f64,
-        s.processes,
-        s.seconds,
-        s.exit_status
-    );
-    println!(
-        "lost records: {}; file mappings replayed as anonymous: {}; faults above user space left out: {}",
-        s.lost, s.file_as_anon, s.faults_outside_user
-    );
-    Ok(0)
 }
 
 fn read(p: &std::path::Path) -> anyhow::Result<trace::Trace> {
