@@ -66,6 +66,12 @@ pub struct Budget {
     /// also the engine's frames in use at any time (page cache read-ahead, page tables and
     /// large folios included).
     pub max_touch: u64,
+    /// Most bytes of ranges the replay's calls may walk over what is already mapped
+    /// (`--max-walk`): an mprotect, mremap, madvise, mlock, munlock or munmap, or an mmap
+    /// placed over a mapping, is charged its range when at most 2 MiB, else 4 KiB per
+    /// present page in the range and per VMA of the process. These cost time, not memory:
+    /// 200 MiB populated once and protected back and forth took 1 ms a call.
+    pub max_walk: u64,
     /// Most bytes of text `trace show` and `trace export` write (`--max-output`).
     pub max_output: u64,
 }
@@ -77,6 +83,7 @@ impl Budget {
         max_seconds: f64::INFINITY,
         max_image_pages: u64::MAX,
         max_touch: u64::MAX,
+        max_walk: u64::MAX,
         max_output: u64::MAX,
     };
 
@@ -93,14 +100,15 @@ impl Budget {
 
 impl Default for Budget {
     /// A million events (the shipped traces have 332 to 3 869; a replay runs 0.05 to 1.2 M
-    /// events/s), 60 s, 2²⁰ image pages (16 MiB of memory), 256 MiB touched, 64 MiB of
-    /// text.
+    /// events/s), 60 s, 2²⁰ image pages (16 MiB of memory), 256 MiB touched, 64 GiB walked
+    /// (16 M page-table entries, about a third of a second), 64 MiB of text.
     fn default() -> Self {
         Budget {
             max_events: 1 << 20,
             max_seconds: 60.0,
             max_image_pages: 1 << 20,
             max_touch: 256 << 20,
+            max_walk: 64 << 30,
             max_output: 64 << 20,
         }
     }
