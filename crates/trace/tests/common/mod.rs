@@ -173,9 +173,13 @@ pub fn hostile() -> Vec<(&'static str, Vec<u8>)> {
             .madvise(a, 3 << 30, 4);
     }
     v.push(("populate-loop", p.file_bytes()));
-    // Faults a page apart in a 1 GiB mapping: every one a new frame.
+    // Write faults a page apart in a 4 GiB mapping: every one a new frame (a read would map
+    // the zero page).
     let mut p = Payload::new(&["x"]);
-    p.spawn().exec(&[(a, 1 << 30, 3, 0)]).faults(1 << 20, 1);
+    p.spawn().exec(&[(a, 4 << 30, 3, 0)]);
+    for _ in 0..1 << 20 {
+        p.byte(17 | SAME).signed(1);
+    }
     v.push(("fresh-pages", p.file_bytes()));
     // 200 MiB populated once, then protected back and forth: no memory, 1 ms a call.
     let mut p = Payload::new(&["x"]);
