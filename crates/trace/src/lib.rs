@@ -7,6 +7,10 @@
 //! | [`replay`](mod@replay) | `usermm replay`: the trace's processes, calls and faults on a [`usermm::Machine`] |
 //! | [`export`] | a small trace as a scenario file (`usermm trace export --scenario`) |
 //! | [`sys`] | the raw system calls of the recorder (all `unsafe` of the crate) |
+//!
+//! Every reader of a trace streams it ([`Decoder`]) within a [`Budget`] of events, seconds,
+//! image pages, bytes made present, bytes walked and text written, so that a small hostile
+//! file cannot make a command amplify it; trace strings are printed through [`escape`].
 
 pub mod export;
 pub mod format;
@@ -32,7 +36,7 @@ pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         let hidden = matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}');
+            | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}' | '\u{180e}');
         if c == '\\' {
             out.push_str("\\\\");
         } else if c.is_control() || hidden {

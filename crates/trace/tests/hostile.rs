@@ -307,6 +307,11 @@ fn the_writer_never_writes_what_the_reader_refuses() {
     // 3977 arguments, one file event, 2 + 4464 VMAs, 65 536 file references, one mapping.
     assert_eq!(w.dropped(), 3977 + 1 + 2 + (70_000 - 65_536) + 65_536 + 1);
     let bytes = w.finish().unwrap();
+    let (same, dropped) = format::write_counted(&h, &events).unwrap();
+    assert_eq!(
+        (same.as_slice(), dropped),
+        (bytes.as_slice(), 3977 + 1 + 2 + 4464 + 65_536 + 1)
+    );
     let t = format::read_with(&bytes, &Budget::UNLIMITED).unwrap();
     assert_eq!(t.header.command.len(), 1024);
     assert_eq!(
