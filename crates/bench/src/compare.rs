@@ -305,7 +305,7 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
 /// The largest report read (a full suite at a large scale is a few MiB).
 const MAX_REPORT_BYTES: u64 = 256 << 20;
 
-/// Loads one report: at most [`MAX_REPORT_BYTES`], of the schema this build writes, and every
+/// Loads one report: at most 256 MiB, of the schema this build writes, and every
 /// sample a positive finite number (a time or a rate), so no median or interval is computed
 /// from a value no benchmark can produce.
 pub fn load(path: &Path) -> anyhow::Result<Report> {
