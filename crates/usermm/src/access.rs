@@ -6,9 +6,10 @@
 //! cached frame; a miss walks the tables, sets the accessed/dirty bits like the hardware does,
 //! and fills the TLB; a missing or insufficient entry raises a page fault.
 
-use crate::fault::{Access, FaultOutcome};
+use crate::fault::FaultOutcome;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
+use crate::pgtable::Access;
 use crate::pgtable::{AnyLeaf, PageTables, Walk};
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;

@@ -14,10 +14,10 @@
 
 use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, RssKind};
+use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
-use crate::pgtable::{PageTables, Pmd, Pte, PMD_SIZE};
+use crate::pgtable::{Access, PageTables, Pmd, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
@@ -25,15 +25,6 @@ use crate::tlb::FlushScope;
 use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
-
-/// The kind of access that faulted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// A load.
-    Read,
-    /// A store.
-    Write,
-}
 
 /// Result of a fault (`vm_fault_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -458,7 +449,7 @@ impl<'m> Cpu<'m> {
             entry = arch.mkwrite(arch.mkdirty(entry));
         }
         ptes.set_ptes(first_idx, entry, nr);
-        mm.rss_add(vma.file_rss(), nr as i64);
+        mm.rss_add(mm_counter_file(vma), nr as i64);
         FaultOutcome::Completed
     }
 
@@ -502,7 +493,7 @@ impl<'m> Cpu<'m> {
             rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
             self.mlock_vma_folio(head, vma);
             ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
-            mm.rss_add(vma.file_rss(), 1);
+            mm.rss_add(mm_counter_file(vma), 1);
             if a == addr.page_align_down() {
                 mapped_fault = true;
             } else {
@@ -679,7 +670,7 @@ impl<'m> Cpu<'m> {
             let head = phys.memmap.folio_of(old_pfn);
             if !phys.memmap.test(head, PageFlag::Anon) {
                 // A page-cache page of a private file mapping gives way to an anon copy.
-                mm.rss_add(vma.file_rss(), -1);
+                mm.rss_add(mm_counter_file(vma), -1);
                 mm.rss_add(RssKind::Anon, 1);
                 c.add(Ev::FaultFileCow, 1);
             }
@@ -812,7 +803,7 @@ impl<'m> Cpu<'m> {
         }
         pmdl.install(pmd_idx, entry);
         drop(pmdl);
-        mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
+        mm.rss_add(mm_counter_file(vma), 1 << HPAGE_PMD_ORDER);
         true
     }
 
@@ -1061,7 +1052,7 @@ impl<'m> Cpu<'m> {
             rmap::remove_pmd(phys, c, head, mm.id);
             self.munlock_vma_folio(head, vma);
             phys.put_folio(c, head, 1);
-            mm.rss_add(vma.file_rss(), -(1 << HPAGE_PMD_ORDER));
+            mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
             c.add(Ev::ThpSplitPmd, 1);
             return;
         }

@@ -265,7 +265,7 @@ impl<'m> Cpu<'m> {
             pmd_table,
             pmd_idx,
             head,
-            crate::fault::Access::Read,
+            crate::pgtable::Access::Read,
         ) {
             phys.put_folio(c, head, 1);
         }

@@ -51,7 +51,6 @@ pub(crate) mod zap;
 
 pub use access::Signal;
 pub use errno::{Errno, SysResult};
-pub use fault::Access;
 pub use filemap::InodeKind;
 pub use machine::{Cpu, FileId, Machine, MachineConfig};
 pub use mm::{Pid, Privilege};
@@ -60,7 +59,7 @@ pub use ops::madvise::Advice;
 pub use ops::mlock::MlockallFlags;
 pub use ops::mmap::{MmapArgs, Placement, Sharing};
 pub use ops::mremap::MremapFlags;
-pub use pgtable::{Arch, Prot};
+pub use pgtable::{Access, Arch, Prot};
 pub use phys::Pfn;
 pub use stats::{Ev, Snapshot};
 pub use tunables::{ShmemHuge, ThpPolicy, Tunables};

@@ -18,12 +18,10 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
+pub(crate) use crate::phys::lru::{FolioBatch, FOLIO_BATCH_SIZE};
 use crate::phys::{Folio, PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
-
-/// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
-pub(crate) const FOLIO_BATCH_SIZE: usize = 31;
 
 /// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,10 +33,6 @@ pub(crate) enum MlockOp {
     /// Munlock (untagged).
     Munlock,
 }
-
-/// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch` (no
-/// heap allocation on the paths being measured).
-pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
 
 /// One CPU's folio batches.
 #[derive(Debug, Default)]

@@ -10,7 +10,7 @@
 //! Call at a quiescent point (no operation in flight on any CPU).
 
 use crate::machine::Machine;
-use crate::mm::{Mm, RssKind};
+use crate::mm::{mm_counter_file, Mm, RssKind};
 use crate::pgtable::cursor::PmdKind;
 use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
@@ -323,7 +323,11 @@ impl Machine {
             let head = mem.folio_of(pfn);
             let f = folios.entry(head).or_default();
             let anon = mem.test(head, PageFlag::Anon);
-            let kind = if anon { 0 } else { vma.file_rss() as usize };
+            let kind = if anon {
+                0
+            } else {
+                mm_counter_file(vma) as usize
+            };
             if vma.flags.has(VmFlags::LOCKED) {
                 f.locked_maps += 1;
             } else if st.mlock_stale.iter().any(|&(s, e)| s <= addr && addr < e) {

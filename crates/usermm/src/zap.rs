@@ -7,7 +7,7 @@
 //! finished with [`MmuGather::finish`] (dropping it unfinished is a bug and is asserted).
 
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, RssKind};
+use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PageTables, PMD_SIZE};
@@ -180,7 +180,11 @@ impl<'m> Cpu<'m> {
             }
             rmap::remove_pmd(phys, c, pfn, mm.id);
             self.munlock_vma_folio(pfn, vma);
-            let kind = if anon { RssKind::Anon } else { vma.file_rss() };
+            let kind = if anon {
+                RssKind::Anon
+            } else {
+                mm_counter_file(vma)
+            };
             mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
             tlb.remove_folio(pfn, 1);
         }
@@ -246,7 +250,11 @@ impl<'m> Cpu<'m> {
                 self.munlock_folio(head);
             }
             mm.rss_add(
-                if anon { RssKind::Anon } else { vma.file_rss() },
+                if anon {
+                    RssKind::Anon
+                } else {
+                    mm_counter_file(vma)
+                },
                 -(nr as i64),
             );
             tlb.remove_folio(head, nr as i32);

@@ -15,7 +15,7 @@
 
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, Pid, RssKind, Task};
+use crate::mm::{mm_counter_file, Mm, MmState, Pid, RssKind, Task};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};
@@ -367,7 +367,7 @@ impl<'m> Cpu<'m> {
             rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
             c.add(Ev::ForkBatches, 1);
             c.add(Ev::ForkPtes, nr);
-            cp.ctx.dst.rss_add(vma.file_rss(), nr as i64);
+            cp.ctx.dst.rss_add(mm_counter_file(vma), nr as i64);
             let first = if run.any_writable { arch.mkwrite(e) } else { e };
             self.write_copied_ptes(cp, i, first, run.nr);
             return Ok((run.nr, 0));

@@ -315,9 +315,9 @@ impl<'m> Cpu<'m> {
         self.c().add(Ev::LockMmap, 1);
         let st = mm.lock.read();
         let access = if write {
-            crate::fault::Access::Write
+            crate::pgtable::Access::Write
         } else {
-            crate::fault::Access::Read
+            crate::pgtable::Access::Read
         };
         let mut a = start;
         while a < end {

@@ -8,11 +8,11 @@
 //! population errors map to `ENOMEM` (not mapped / not accessible) and `EAGAIN` (no memory).
 
 use crate::errno::{Errno, SysResult};
-use crate::fault::Access;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::batch::{folio_pte_batch, BatchFlags};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
+use crate::pgtable::Access;
 use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;

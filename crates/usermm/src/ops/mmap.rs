@@ -6,10 +6,10 @@
 
 use super::{aligned, page_align};
 use crate::errno::{Errno, SysResult};
-use crate::fault::Access;
 use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
+use crate::pgtable::Access;
 use crate::pgtable::{Prot, PMD_SIZE, TASK_SIZE};
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;

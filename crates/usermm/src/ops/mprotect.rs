@@ -125,7 +125,7 @@ impl<'m> Cpu<'m> {
             && !newflags.has(VmFlags::LOCKONFAULT)
         {
             for a in (start..end).step_by(4096) {
-                let _ = self.gup_touch_page(mm, st, a, crate::fault::Access::Write);
+                let _ = self.gup_touch_page(mm, st, a, crate::pgtable::Access::Write);
             }
         }
         Ok(())

@@ -7,9 +7,10 @@
 //! which is what makes a later fork copy these pages for the child.
 
 use crate::errno::{Errno, SysResult};
-use crate::fault::{Access, FaultOutcome};
+use crate::fault::FaultOutcome;
 use crate::machine::Cpu;
 use crate::mm::{Pid, PinRecord, Privilege};
+use crate::pgtable::Access;
 use crate::phys::PageFlag;
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::stats::Ev;

@@ -16,6 +16,13 @@ use parking_lot::{Mutex, MutexGuard};
 
 const NONE: u32 = u32::MAX;
 
+/// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
+pub(crate) const FOLIO_BATCH_SIZE: usize = 31;
+
+/// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch`
+/// (`include/linux/pagevec.h`; no heap allocation on the paths being measured).
+pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
+
 /// The LRU lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
