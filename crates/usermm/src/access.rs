@@ -76,6 +76,10 @@ impl<'m> Cpu<'m> {
         addr: u64,
         access: Access,
     ) -> Result<Pfn, FaultOutcome> {
+        // Checked before the TLB: an alias of a mapped address (a non-canonical x86-64
+        // address, arm64 bits 55:48) would otherwise get a TLB entry of its own that no
+        // flush of the real address reaches.
+        let addr = self.m.arch.user_va(addr).ok_or(FaultOutcome::Sigsegv)?;
         let c = self.c();
         let vpn = addr >> 12;
         if let Some(e) = self.tlb().lookup(mm.id, vpn) {
@@ -132,6 +136,7 @@ impl<'m> Cpu<'m> {
     /// `None`, and the caller goes on with the slow path ([`Cpu::gup_touch_page`]).
     pub(crate) fn gup_fast_page(&self, mm: &Mm, addr: u64, access: Access) -> Option<Pfn> {
         let pt = self.tables(mm);
+        let addr = pt.arch.user_va(addr)?;
         let leaf = self.walk_leaf(pt, addr)?;
         if !(self.hw_permits(leaf.entry, access) && pt.arch.present(leaf.entry)) {
             return None;
@@ -158,6 +163,7 @@ impl<'m> Cpu<'m> {
         access: Access,
     ) -> Result<Pfn, FaultOutcome> {
         let arch = self.tables(mm).arch;
+        let addr = arch.user_va(addr).ok_or(FaultOutcome::Sigsegv)?;
         let (mut clean, mut pmd) = (false, false);
         let pfn = self.walk_or_fault(mm, st, addr, access, |leaf| {
             if self.hw_permits(leaf.entry, access) && arch.present(leaf.entry) {

@@ -37,10 +37,19 @@ impl<'m> Cpu<'m> {
         if addr == 0 || len == 0 || len > PIN_MAX_LEN {
             return Err(Errno::EFAULT);
         }
-        let end = addr
-            .checked_add(len)
-            .and_then(|e| e.checked_add(4095))
-            .ok_or(Errno::EOVERFLOW)?;
+        // io_uring's own check (`io_buffer_validate`) sees the pointer as given.
+        if addr.checked_add(len).is_none() {
+            return Err(Errno::EOVERFLOW);
+        }
+        // `gup_fast_fallback` untags the start (arm64 drops a top-byte tag) and refuses a range
+        // ending past the user address space before it walks anything: `EFAULT`. Without it
+        // a non-canonical alias of a mapped page would be pinned.
+        let arch = self.m.arch;
+        let addr = arch.untagged_addr(addr);
+        let end = match addr.checked_add(len) {
+            Some(e) if e <= arch.user_va_limit() => e + 4095,
+            _ => return Err(Errno::EFAULT),
+        };
         let first = addr & !4095;
         let pages = (end >> 12) - (addr >> 12);
         let mm = &task.mm;

@@ -109,6 +109,46 @@ pub(crate) mod arm64 {
 }
 
 impl Arch {
+    /// The address a user-mode access to `addr` is translated at, or `None` when the CPU
+    /// faults before reading any table (the access is a SIGSEGV).
+    ///
+    /// x86-64 (4-level): the user half is `[0, 2^47)`; an address with bits 63:47 not all
+    /// clear is a kernel address (a page fault on a supervisor page) or non-canonical (a
+    /// general-protection fault): both are SIGSEGV for the process. arm64: Linux enables
+    /// top-byte-ignore for EL0 (`TCR_EL1.TBI0`), so bits 63:56 are a tag the MMU and its TLB
+    /// disregard; of the rest, bit 55 selects the kernel's table and bits 54:48 set are
+    /// outside the 48-bit input range: both fault. The result is what the TLB is keyed by,
+    /// so an alias can never outlive the flush of the address it stands for.
+    #[inline]
+    pub(crate) fn user_va(self, addr: u64) -> Option<u64> {
+        let va = match self {
+            Arch::X86_64 => addr,
+            Arch::Arm64 => addr & ((1 << 56) - 1),
+        };
+        (va < self.user_va_limit()).then_some(va)
+    }
+
+    /// `untagged_addr` as GUP applies it to a user pointer: arm64 sign-extends bit 55 over
+    /// the tag byte (a tagged user pointer becomes its untagged address, a pointer with bit 55
+    /// set a kernel one); x86-64 without LAM leaves the pointer as it is.
+    #[inline]
+    pub(crate) fn untagged_addr(self, addr: u64) -> u64 {
+        match self {
+            Arch::X86_64 => addr,
+            Arch::Arm64 => (((addr << 8) as i64) >> 8) as u64,
+        }
+    }
+
+    /// One past the highest user address the MMU translates (`2^47` on x86-64 4-level,
+    /// `2^48` with arm64's 48-bit VA).
+    #[inline]
+    pub(crate) fn user_va_limit(self) -> u64 {
+        match self {
+            Arch::X86_64 => 1 << 47,
+            Arch::Arm64 => 1 << 48,
+        }
+    }
+
     /// `pfn_pte`: a present PTE for page `pfn` with `prot`, clean and young (as Linux's
     /// `vm_page_prot` includes the accessed bit).
     #[inline]
