@@ -12,10 +12,10 @@
 //! page that is not PageAnonExclusive always copies; Linux 6.15+ may reuse it when the folio
 //! is mapped exclusively by this mm.
 
+use crate::filemap::CacheLookup;
 use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::Cpu;
 use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
-use crate::ops::file::CacheLookup;
 use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{Access, PageTables, Pmd, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};

@@ -41,10 +41,10 @@
 //! allocation, which no scenario can observe).
 
 use crate::errno::{Errno, SysResult};
+use crate::filemap::cache::file_range_in;
 use crate::filemap::Inode;
 use crate::machine::Cpu;
 use crate::mm::{Mm, RssKind};
-use crate::ops::file::file_range_in;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
 use crate::pgtable::PMD_SIZE;
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};

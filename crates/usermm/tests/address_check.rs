@@ -56,7 +56,11 @@ fn x86_non_canonical_and_kernel_addresses_are_sigsegv_and_efault() {
     let m = machine_for(Arch::X86_64);
     let (cpu, p) = mapped(&m);
     for alias in X86_ALIASES {
-        assert_eq!(read1(&cpu, p, alias), Err(Signal::Segv(alias)), "{alias:#x}");
+        assert_eq!(
+            read1(&cpu, p, alias),
+            Err(Signal::Segv(alias)),
+            "{alias:#x}"
+        );
         assert_eq!(
             cpu.write_fill(p, alias, 1, 0x11),
             Err(Signal::Segv(alias)),
@@ -73,7 +77,11 @@ fn x86_non_canonical_and_kernel_addresses_are_sigsegv_and_efault() {
     valid(&m);
     assert_eq!(read1(&cpu, p, A), Err(Signal::Segv(A)));
     for alias in X86_ALIASES {
-        assert_eq!(read1(&cpu, p, alias), Err(Signal::Segv(alias)), "{alias:#x}");
+        assert_eq!(
+            read1(&cpu, p, alias),
+            Err(Signal::Segv(alias)),
+            "{alias:#x}"
+        );
     }
 }
 
@@ -84,7 +92,8 @@ fn arm64_top_byte_is_ignored_and_flushed_with_its_address() {
     let tagged = 0x5a00_0000_0000_0000 | A;
     // TBI: the tagged pointer is the same page, through the same TLB entry.
     assert_eq!(read1(&cpu, p, tagged), Ok(0x5a));
-    cpu.write_fill(p, tagged + 4096, 1, 0x22).expect("tagged write");
+    cpu.write_fill(p, tagged + 4096, 1, 0x22)
+        .expect("tagged write");
     assert_eq!(read1(&cpu, p, A + 4096), Ok(0x22));
     // GUP untags: the pin is of the page at A, and releases as it was taken.
     cpu.pin(p, tagged, 4096).expect("tagged pin");
