@@ -1,7 +1,14 @@
-//! Splitting a mapped anonymous large folio into order-0 folios.
+//! PMD-mapped THP: the PMD faults, the deposited page table, splitting a huge PMD, and
+//! splitting a mapped anonymous large folio into order-0 folios.
 //!
-//! Linux counterpart: `mm/huge_memory.c` (`split_folio` → `__folio_split`: `unmap_folio`
-//! with migration entries, `__split_unmapped_folio`, `remap_page`), as MADV_FREE, MADV_COLD
+//! Linux counterpart: `mm/huge_memory.c`: `do_huge_pmd_anonymous_page` (with the huge zero
+//! page, `set_huge_zero_folio`), `do_huge_pmd_wp_page` (reuse, or fall back to PTEs),
+//! `do_set_pmd` and the shmem PMD fault (`finish_fault` of a PMD-sized shmem folio),
+//! `thp_vma_allowable_order` ([`Cpu::thp_pmd_eligible`]), `pgtable_trans_huge_deposit` /
+//! `_withdraw`, `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
+//! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf.
+//!
+//! Splitting a folio (`split_folio` → `__folio_split`: `unmap_folio` with migration entries, `__split_unmapped_folio`, `remap_page`), as MADV_FREE, MADV_COLD
 //! and MADV_PAGEOUT call it for a large folio their range covers only in part and that no
 //! other process maps (`madvise_free_huge_pmd`, `madvise_free_pte_range`,
 //! `madvise_cold_or_pageout_pte_range`). A PMD mapping is split into PTEs first
@@ -15,13 +22,18 @@
 //! of this mm out, and no other mm maps the folio); only splits to order 0 are made, which is
 //! all the madvise paths ask for.
 
+use crate::fault::FaultOutcome;
 use crate::machine::Cpu;
-use crate::mm::Mm;
-use crate::pgtable::cursor::{PmdKind, PteLock};
-use crate::phys::{PageFlag, Pfn};
-use crate::rmap;
+use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
+use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock, UnlinkedPtes};
+use crate::pgtable::{Access, Pmd, PMD_SIZE};
+use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
+use crate::rmap::{self, Level};
+use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
+use crate::vma::VmFlags;
 use crate::vma::Vma;
 
 impl<'m> Cpu<'m> {
@@ -120,5 +132,444 @@ impl<'m> Cpu<'m> {
             phys.put_folio(c, p, 1);
         }
         true
+    }
+}
+
+impl<'m> Cpu<'m> {
+    /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
+    /// (`vma_adjust_trans_huge`, called when a VMA is split).
+    pub(crate) fn split_huge_pmd_boundaries(&self, mm: &Mm, st: &MmState, start: u64, end: u64) {
+        for addr in [start, end] {
+            let addr = VirtAddr::new(addr);
+            if addr.is_pmd_aligned() {
+                continue;
+            }
+            let pt = self.tables(mm);
+            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+                let haddr = addr.pmd_align_down();
+                if let Some(id) = st.vmas.find(haddr.val()) {
+                    self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);
+                }
+            }
+        }
+    }
+
+    /// Whether a PMD-sized THP may back `addr` in `vma`.
+    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: VirtAddr) -> bool {
+        if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
+            return false;
+        }
+        let haddr = addr.pmd_align_down();
+        haddr >= vma.vm_start()
+            && haddr.add(PMD_SIZE) <= vma.vm_end()
+            && self
+                .m
+                .tunables()
+                .thp
+                .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
+    }
+
+    /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
+    /// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
+    /// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
+    pub(crate) fn shmem_pmd_suitable(&self, vma: &Vma, addr: VirtAddr, access: Access) -> bool {
+        let haddr = addr.pmd_align_down();
+        (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
+            && !vma.flags.has(VmFlags::NOHUGEPAGE)
+            && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
+            && haddr >= vma.vm_start()
+            && haddr.add(PMD_SIZE) <= vma.vm_end()
+            && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
+    }
+
+    /// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
+    /// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
+    /// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
+    pub(crate) fn do_shmem_pmd_fault(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        addr: VirtAddr,
+        access: Access,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let inode = vma.file.clone()?;
+        let (page, lookup) = match self.filemap_fault(&inode, vma, addr, vma.pgoff_at(addr)) {
+            Ok(r) => r,
+            Err(o) => return Some(o),
+        };
+        let head = phys.memmap.folio_of(page);
+        // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
+        // the end-of-file rule (`Inode::may_map_whole`).
+        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
+            // Mapped with PTEs by the normal path, which finds the page in the cache.
+            phys.put_folio(c, head, 1);
+            return None;
+        }
+        if !self.do_set_pmd(mm, vma, pmd_table, pmd_idx, head, access) {
+            phys.put_folio(c, head, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        self.count_file_fault(&inode, lookup);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
+    /// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
+    /// dirty for a write; false, with nothing done, when the entry is no longer empty.
+    pub(crate) fn do_set_pmd(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        head: Pfn,
+        access: Access,
+    ) -> bool {
+        let (c, phys) = (self.c(), &self.m.phys);
+        let pt = self.tables(mm);
+        let arch = pt.arch;
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+        if !pmdl.get(pmd_idx).is_none() {
+            return false;
+        }
+        rmap::add_file_pmd(phys, c, head, mm.id);
+        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
+        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
+        if access == Access::Write {
+            entry = arch.mkwrite(arch.mkdirty(entry));
+            phys.memmap.set(head, PageFlag::Dirty);
+        }
+        pmdl.install(pmd_idx, entry);
+        drop(pmdl);
+        mm.rss_add(mm_counter_file(vma), 1 << HPAGE_PMD_ORDER);
+        true
+    }
+
+    /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
+    pub(crate) fn alloc_deposit(&self) -> Option<Pfn> {
+        self.m
+            .phys
+            .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+    }
+
+    /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
+    ///
+    /// # Context
+    /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
+    /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
+    /// exist.
+    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: VirtAddr, table: Pfn) {
+        self.c().add(Ev::LockPageTable, 1);
+        mm.deposited.lock().insert(haddr, table);
+    }
+
+    pub(crate) fn withdraw_table(&self, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
+        self.c().add(Ev::LockPageTable, 1);
+        mm.deposited.lock().remove(&haddr)
+    }
+
+    /// Frees the table deposited for a PMD mapping that is going away.
+    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: VirtAddr) {
+        if let Some(t) = self.withdraw_table(mm, haddr) {
+            self.m.phys.put_folio(self.c(), t, 1);
+        }
+    }
+
+    pub(crate) fn do_huge_pmd_anonymous_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        addr: VirtAddr,
+        access: Access,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let haddr = addr.pmd_align_down();
+        let pt = self.tables(mm);
+        let use_zero = self.m.tunables().thp.use_zero_page;
+        // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
+        // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        if access == Access::Read && use_zero {
+            let hz = phys.huge_zero_pfn()?;
+            let deposit = self.alloc_deposit()?;
+            let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
+            let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+            if !pmdl.get(pmd_idx).is_none() {
+                drop(pmdl);
+                phys.put_folio(c, deposit, 1);
+                return Some(FaultOutcome::Completed);
+            }
+            self.deposit_table(mm, haddr, deposit);
+            pmdl.install(pmd_idx, entry);
+            c.add(Ev::FaultZeroPage, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        let head = phys.alloc_folio(
+            c,
+            HPAGE_PMD_ORDER,
+            self.folio_node(haddr, HPAGE_PMD_ORDER),
+            FolioKind::Anon,
+            Zeroing::Zero,
+        )?;
+        let Some(deposit) = self.alloc_deposit() else {
+            phys.put_folio(c, head, 1);
+            return None;
+        };
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+        if !pmdl.get(pmd_idx).is_none() {
+            drop(pmdl);
+            phys.put_folio(c, head, 1);
+            phys.put_folio(c, deposit, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        self.deposit_table(mm, haddr, deposit);
+        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
+        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
+        if vma.flags.has(VmFlags::WRITE) {
+            entry = arch.mkwrite(arch.mkdirty(entry));
+        }
+        pmdl.install(pmd_idx, entry);
+        c.add(Ev::FaultAnonPmd, 1);
+        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
+    pub(crate) fn add_new_pmd_folio(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        head: Pfn,
+        haddr: VirtAddr,
+        owner: u32,
+    ) {
+        let phys = &self.m.phys;
+        rmap::add_new_anon(
+            phys,
+            self.c(),
+            head,
+            1 << HPAGE_PMD_ORDER,
+            Level::Pmd,
+            owner,
+            mm.id,
+        );
+        phys.memmap.set_index(head, vma.pgoff_at(haddr));
+        self.folio_add_lru_vma(head, vma);
+    }
+
+    /// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
+    /// with a new THP, otherwise split and let the PTE path copy one page.
+    pub(crate) fn do_huge_pmd_wp_page(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        addr: VirtAddr,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        c.add(Ev::FaultWp, 1);
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let haddr = addr.pmd_align_down();
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+        let pmd = pmdl.get(pmd_idx);
+        if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
+            return Some(FaultOutcome::Completed);
+        }
+        let pfn = arch.pfn(pmd);
+        if phys.is_zero_pfn(pfn) {
+            drop(pmdl);
+            return self.huge_zero_wp(mm, vma, pmd_table, pmd_idx, haddr, pmd);
+        }
+        let mem = &phys.memmap;
+        if !mem.test(pfn, PageFlag::Anon) {
+            // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
+            // write fault again on PTEs (a shared mapping dirties the page, a private one
+            // copies it).
+            drop(pmdl);
+            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
+            return None;
+        }
+        if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
+            mem.set(pfn, PageFlag::AnonExclusive);
+            pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
+            c.add(Ev::CowReuse, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        drop(pmdl);
+        self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
+        None
+    }
+
+    pub(crate) fn huge_zero_wp(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        haddr: VirtAddr,
+        old: Pmd,
+    ) -> Option<FaultOutcome> {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let owner = self.anon_vma_prepare(mm, vma) as u32;
+        let Some(head) = phys.alloc_folio(
+            c,
+            HPAGE_PMD_ORDER,
+            self.folio_node(haddr, HPAGE_PMD_ORDER),
+            FolioKind::Anon,
+            Zeroing::Zero,
+        ) else {
+            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
+            return None;
+        };
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+        if pmdl.get(pmd_idx) != old {
+            drop(pmdl);
+            phys.put_folio(c, head, 1);
+            return Some(FaultOutcome::Completed);
+        }
+        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
+        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
+        // Break before make: the huge zero page leaves every TLB before the THP appears.
+        pmdl.clear(pmd_idx);
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+        pmdl.install(pmd_idx, entry);
+        c.add(Ev::FaultAnonPmd, 1);
+        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+        Some(FaultOutcome::Completed)
+    }
+
+    /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
+    /// The folio stays large; each PTE takes a reference and a mapcount; PageAnonExclusive of
+    /// the head spreads to every page.
+    ///
+    /// # Context
+    /// mmap lock held (read or write); takes the PMD table's lock.
+    pub(crate) fn split_huge_pmd(
+        &self,
+        mm: &Mm,
+        vma: &Vma,
+        pmd_table: Pfn,
+        pmd_idx: usize,
+        haddr: VirtAddr,
+    ) {
+        let c = self.c();
+        let phys = &self.m.phys;
+        let arch = self.m.arch;
+        let pt = self.tables(mm);
+        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+        let pmd = pmdl.get(pmd_idx);
+        if !arch.is_pmd_leaf(pmd) {
+            return;
+        }
+        if let Some(head) = pt
+            .vm_normal_folio(pmd)
+            .filter(|&h| !phys.memmap.test(h, PageFlag::Anon))
+        {
+            // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
+            // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
+            pmdl.clear(pmd_idx);
+            self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+            drop(pmdl);
+            let mem = &phys.memmap;
+            if arch.dirty(pmd) {
+                mem.set(head, PageFlag::Dirty);
+            }
+            if arch.young(pmd) {
+                mem.set(head, PageFlag::Referenced);
+            }
+            rmap::remove_pmd(phys, c, head, mm.id);
+            self.munlock_vma_folio(head, vma);
+            phys.put_folio(c, head, 1);
+            mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
+            c.add(Ev::ThpSplitPmd, 1);
+            return;
+        }
+        let Some(table) = self.withdraw_table(mm, haddr) else {
+            return;
+        };
+        let pfn = arch.pfn(pmd);
+        let nr = 1u64 << HPAGE_PMD_ORDER;
+        // Each PTE is the PMD's entry for its page, as a level-3 entry.
+        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd));
+        if arch.special(pmd) {
+            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd)));
+        }
+        if arch.dirty(pmd) {
+            base = arch.mkdirty(base);
+            if !arch.soft_dirty(pmd) {
+                base = arch.clear_soft_dirty(base);
+            }
+        }
+        if !arch.young(pmd) {
+            base = arch.mkold(base);
+        }
+        if arch.write(pmd) {
+            base = arch.mkwrite(base);
+        }
+        let zero = arch.special(pmd);
+        let batch = self.m.tunables().remap_rmap_batch;
+        // The withdrawn table is not linked yet: no walker can reach it until the PMD points
+        // at it, so it is filled without its lock (Linux fills it before `pmd_populate`).
+        let mut ptes = UnlinkedPtes::new(pt, c, table);
+        if zero {
+            ptes.fill_same(0, base, nr as usize);
+        } else if batch == PteBatching::PerPte {
+            // v6.7: one rmap call and one PTE store per page.
+            for i in 0..nr {
+                rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
+                ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
+            }
+        } else {
+            ptes.set_ptes(0, base, nr as usize);
+            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
+        }
+        drop(ptes);
+        if !zero {
+            let mem = &phys.memmap;
+            if arch.dirty(pmd) {
+                // `__split_huge_pmd_locked` moves a dirty PMD's state to the folio too.
+                mem.set(pfn, PageFlag::Dirty);
+            }
+            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
+            rmap::remove_pmd(phys, c, pfn, mm.id);
+            rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
+            self.munlock_vma_folio(pfn, vma);
+            if exclusive {
+                // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
+                // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
+                for p in pfn.range(nr) {
+                    mem.set(p, PageFlag::AnonExclusive);
+                }
+                c.add(Ev::FolioAtomic, nr);
+            }
+        }
+        pmdl.replace(pmd_idx, arch.mk_table(table));
+        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+        drop(pmdl);
+        c.add(Ev::ThpSplitPmd, 1);
+    }
+}
+
+/// The protection encoded in a PMD leaf.
+pub(crate) fn pmd_prot(arch: crate::pgtable::Arch, e: Pmd) -> crate::pgtable::Prot {
+    let accessible = arch.accessible(e);
+    crate::pgtable::Prot {
+        read: accessible,
+        write: false,
+        exec: accessible && arch.exec(e),
     }
 }
