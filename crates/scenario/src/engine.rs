@@ -23,6 +23,45 @@ pub struct EngineBackend {
     cpu: usize,
 }
 
+/// Refuses simulated RAM the host could not back. The arena and memmap are allocated zeroed
+/// (untouched host pages), so a machine costs the host what its scenario writes: RAM, 64
+/// bytes of memmap per frame, and the page tables and caches around them. A `set memory`
+/// close to the host's size would let one scenario push the shared host into its OOM killer;
+/// so the machine may be at most what `MemAvailable` says now, less an eighth of it (at least
+/// 256 MiB) left for everyone else. A host whose `/proc/meminfo` cannot be read is not
+/// checked (the arena's own allocation still fails cleanly past what can be mapped).
+fn host_can_back(memory: u64) -> Result<(), String> {
+    let Some(avail) = host_mem_available() else {
+        return Ok(());
+    };
+    let need = memory.saturating_add(memory / 32);
+    let limit = avail.saturating_sub((avail / 8).max(256 << 20));
+    if need > limit {
+        return Err(format!(
+            "set memory {memory}: the host has {} MiB available, so at most {} MiB of simulated \
+             RAM (with its memmap) can be backed without pressing on the shared host",
+            avail >> 20,
+            (limit / 33 * 32) >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes (the first 8 KiB read: the field is near
+/// the top).
+fn host_mem_available() -> Option<u64> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open("/proc/meminfo")
+        .ok()?
+        .take(8192)
+        .read_to_string(&mut text)
+        .ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 fn errno(e: usermm::Errno) -> Fail {
     Fail::Outcome(Outcome::Errno(
         Errno::from_keyword(e.name()).unwrap_or(Errno::EINVAL),
@@ -139,6 +178,7 @@ impl EngineBackend {
                 apply_shmem(&mut cfg.tunables, s);
             }
             let memory = cfg.memory;
+            host_can_back(memory).map_err(Fail::Unsupported)?;
             let m = Machine::new(cfg);
             if m.phys.nr_frames() == 0 && memory >= 4 << 20 {
                 return Err(Fail::Unsupported(format!(

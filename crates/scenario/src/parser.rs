@@ -68,6 +68,9 @@ fn parse_with(file_name: &str, text: &str, check_tunables: bool) -> Result<Scrip
     let mut stmts = Vec::new();
     let mut errors = Vec::new();
     let mut more = 0usize;
+    // A byte-order mark some editors put first is not part of the first statement (columns
+    // still count from the first character after it).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, raw) in text.split('\n').enumerate() {
         let line_no = u32::try_from(i).unwrap_or(u32::MAX - 1).saturating_add(1);
         let line = raw.strip_suffix('\r').unwrap_or(raw);

@@ -182,3 +182,43 @@ fn every_sabotage_switch_is_caught_by_the_corpus() {
         );
     }
 }
+
+#[test]
+fn a_utf8_byte_order_mark_starts_a_file_like_nothing() {
+    let text = "\u{feff}p0 = spawn\na = p0 mmap 64K rw private anon\nexpect p0 read a 4K bogus\n";
+    let e = scenario::parse("bom.scn", text).unwrap_err().to_string();
+    // The first line parses; the error of line 3 is where it is, columns unshifted.
+    assert!(e.starts_with("bom.scn:3:"), "{e}");
+    let ok = "\u{feff}p0 = spawn\na = p0 mmap 64K rw private anon\np0 write a 4K pattern=0x7\n\
+              expect p0 read a 4K pattern=0x7\n";
+    let r = run(
+        &scenario::parse("bom.scn", ok).expect("parses"),
+        &validated(&[]),
+    );
+    assert_eq!(r.exit_code(), 0, "{:?} {:?}", r.failures, r.abort);
+}
+
+/// `set memory` past what the host could back is refused before anything runs: the arena
+/// is host memory as the scenario writes it, and the host is shared. A machine under 4 MiB
+/// has no RAM at all, which `validate` knows (no zero page, no false buddy report).
+#[test]
+fn set_memory_is_bounded_by_the_host_and_tiny_machines_validate() {
+    let big = "set memory 0xffffffffffff000\np0 = spawn\n";
+    let r = run(
+        &scenario::parse("big.scn", big).expect("parses"),
+        &validated(&[]),
+    );
+    match &r.abort {
+        Some((_, scenario::run::Abort::CannotRun(m))) => {
+            assert!(m.contains("the host has"), "{m}")
+        }
+        other => panic!("expected the machine to be refused: {other:?}"),
+    }
+    assert_eq!(r.exit_code(), 2);
+    let tiny = "set memory 2M\ng = file 4K\n";
+    let r = run(
+        &scenario::parse("tiny.scn", tiny).expect("parses"),
+        &validated(&[]),
+    );
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+}

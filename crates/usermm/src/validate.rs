@@ -91,11 +91,14 @@ impl Machine {
         frames_used += self.check_folios(&folios, &mut r);
         self.check_lru(&folios, &mut r);
         self.check_buddy(&mut r);
-        let reserved = 1 + if self.phys.huge_zero_pfn_if_allocated() {
-            1 << HPAGE_PMD_ORDER
-        } else {
-            0
-        };
+        // The zero page is taken at boot from the first 4 MiB block; a machine of less RAM
+        // has no frames and no zero page.
+        let reserved = u64::from(self.phys.nr_frames() > 0)
+            + if self.phys.huge_zero_pfn_if_allocated() {
+                1 << HPAGE_PMD_ORDER
+            } else {
+                0
+            };
         if self.phys.allocated_frames() != frames_used {
             r.err(format!(
                 "frame leak: {} frames allocated, {} accounted for by tables and mapped/cached folios",

@@ -152,3 +152,35 @@ fn every_frame_of_every_kind_of_file_is_accounted_and_freed() {
     let cached = cpu.fincore(t, 0, M).unwrap() + cpu.fincore(d, 0, M).unwrap();
     assert_eq!(m.phys.allocated_frames() * 4096, cached);
 }
+
+/// `rw_verify_area`: a positioned read or write whose range ends past `LLONG_MAX` is `EINVAL`
+/// (before the count is clamped to `MAX_RW_COUNT`), not a short transfer; nothing changes.
+#[test]
+fn pread_and_pwrite_ending_past_llong_max_are_einval() {
+    let m = machine(16 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    for kind in [InodeKind::Disk, InodeKind::Tmpfs] {
+        let f = cpu.file_create(64 * K, kind, Some(0x33)).unwrap();
+        let max = i64::MAX as u64;
+        for (off, len) in [(max - 1, 4096), (max, 1), (0, max + 1), (4096, u64::MAX)] {
+            assert_eq!(
+                cpu.pread(f, off, len),
+                Err(Errno::EINVAL),
+                "{off:#x}+{len:#x}"
+            );
+            assert_eq!(
+                cpu.pwrite(f, off, len, 1),
+                Err(Errno::EINVAL),
+                "{off:#x}+{len:#x}"
+            );
+        }
+        // Ending exactly at LLONG_MAX is allowed: past the end of file it reads nothing,
+        // and a write there is too large for a disk file (ext4's s_maxbytes).
+        assert_eq!(cpu.pread(f, max - 4096, 4096).unwrap(), Vec::<u8>::new());
+        if kind == InodeKind::Disk {
+            assert_eq!(cpu.pwrite(f, max - 4096, 4096, 1), Err(Errno::EFBIG));
+        }
+        assert_eq!(cpu.pread(f, 0, 2).unwrap(), vec![0x33, 0x33]);
+        valid(&m);
+    }
+}

@@ -29,6 +29,18 @@ use std::sync::Arc;
 /// `MAX_LFS_FILESIZE` (tmpfs `s_maxbytes`).
 const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
 
+/// `rw_verify_area` for a regular file's positioned read or write: a negative position, a
+/// negative count (as `ssize_t`) and a range ending past `LLONG_MAX` are `EINVAL`. It sees
+/// the count as the caller gave it: `MAX_RW_COUNT` clamps only afterwards, so `pread` of
+/// 4 KiB at `LLONG_MAX - 1` is refused rather than read short.
+fn rw_verify_area(offset: u64, count: u64) -> SysResult<()> {
+    let limit = i64::MAX as u64;
+    if offset > limit || count > limit || count > limit - offset {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// ext4's `s_maxbytes` with 4 KiB blocks and extents: 2^32 - 1 blocks.
 const EXT4_MAX_BYTES: u64 = ((1u64 << 32) - 1) * PAGE_SIZE;
 
@@ -93,9 +105,7 @@ impl<'m> Cpu<'m> {
     pub fn pwrite(&self, f: FileId, offset: u64, len: u64, byte: u8) -> SysResult<u64> {
         self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
-        if offset > i64::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
+        rw_verify_area(offset, len)?;
         let len = len.min(MAX_RW_COUNT);
         if len == 0 {
             return Ok(0);
@@ -111,6 +121,7 @@ impl<'m> Cpu<'m> {
     pub fn pread(&self, f: FileId, offset: u64, len: u64) -> SysResult<Vec<u8>> {
         // Sized by what the file holds, not by what was asked (`len` may be huge).
         let avail = self.m.file(f)?.size().saturating_sub(offset);
+        rw_verify_area(offset, len)?;
         let mut out = vec![0u8; len.min(MAX_RW_COUNT).min(avail) as usize];
         let n = self.pread_into(f, offset, &mut out)?;
         out.truncate(n);
@@ -122,9 +133,7 @@ impl<'m> Cpu<'m> {
     pub fn pread_into(&self, f: FileId, offset: u64, buf: &mut [u8]) -> SysResult<usize> {
         self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
-        if offset > i64::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
+        rw_verify_area(offset, buf.len() as u64)?;
         let size = inode.size();
         let len = (buf.len() as u64).min(MAX_RW_COUNT);
         if offset >= size || len == 0 {
