@@ -4,7 +4,7 @@
 //! Linux counterpart: `mm/huge_memory.c`: `do_huge_pmd_anonymous_page` (with the huge zero
 //! page, `set_huge_zero_folio`), `do_huge_pmd_wp_page` (reuse, or fall back to PTEs),
 //! `do_set_pmd` and the shmem PMD fault (`finish_fault` of a PMD-sized shmem folio),
-//! `thp_vma_allowable_order` ([`Cpu::thp_pmd_eligible`]), `pgtable_trans_huge_deposit` /
+//! `thp_vma_allowable_order` ([`thp_pmd_eligible`]), `pgtable_trans_huge_deposit` /
 //! `_withdraw`, `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
 //! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf.
 //!
@@ -22,8 +22,10 @@
 //! of this mm out, and no other mm maps the folio); only splits to order 0 are made, which is
 //! all the madvise paths ask for.
 
-use crate::fault::FaultOutcome;
+use crate::fault::{anon_vma_prepare, count_file_fault, folio_node, FaultOutcome};
+use crate::filemap::cache::filemap_fault;
 use crate::machine::Cpu;
+use crate::mlock::{folio_add_lru_vma, mlock_vma_file_folio, munlock_vma_folio};
 use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{Access, Pmd, PMD_SIZE};
@@ -33,535 +35,536 @@ use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
-use crate::vma::VmFlags;
-use crate::vma::Vma;
+use crate::vma::{VmFlags, Vma};
 
-impl<'m> Cpu<'m> {
-    /// Splits the anonymous large folio `head`, mapped by this mm only and starting at
-    /// `folio_start` in `vma`, into order-0 folios (`split_folio`); returns whether it did.
-    /// Nothing happens to a folio that is mlocked, mapped elsewhere (another mm, or another
-    /// address: a partial mremap), or holds references beyond its mappings (a pin).
-    ///
-    /// # Context
-    /// The mmap lock for writing; no page-table lock.
-    pub(crate) fn split_anon_folio(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        head: Pfn,
-        folio_start: VirtAddr,
-    ) -> bool {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        let order = mem.order(head);
-        if order == 0 || !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Mlocked) {
-            return false;
+/// Splits the anonymous large folio `head`, mapped by this mm only and starting at
+/// `folio_start` in `vma`, into order-0 folios (`split_folio`); returns whether it did.
+/// Nothing happens to a folio that is mlocked, mapped elsewhere (another mm, or another
+/// address: a partial mremap), or holds references beyond its mappings (a pin).
+///
+/// # Context
+/// The mmap lock for writing; no page-table lock.
+pub(crate) fn split_anon_folio<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    head: Pfn,
+    folio_start: VirtAddr,
+) -> bool {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let mem = &phys.memmap;
+    let order = mem.order(head);
+    if order == 0 || !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Mlocked) {
+        return false;
+    }
+    let nr = 1u64 << order;
+    // Where the folio's pages would be mapped in this VMA (part of it may have been
+    // unmapped, or fall outside the VMA after a split of the VMA).
+    let (first, end) = (
+        folio_start.max(vma.vm_start()),
+        folio_start.add(nr * 4096).min(vma.vm_end()),
+    );
+    if first >= end {
+        return false;
+    }
+    let pt = cpu.tables(mm);
+    for step in pt.pmd_walk(first, end) {
+        if let PmdKind::Huge(e) = step.kind {
+            if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
+                return false;
+            }
+            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
-        let nr = 1u64 << order;
-        // Where the folio's pages would be mapped in this VMA (part of it may have been
-        // unmapped, or fall outside the VMA after a split of the VMA).
-        let (first, end) = (
-            folio_start.max(vma.vm_start()),
-            folio_start.add(nr * 4096).min(vma.vm_end()),
-        );
-        if first >= end {
-            return false;
-        }
-        let pt = self.tables(mm);
-        for step in pt.pmd_walk(first, end) {
-            if let PmdKind::Huge(e) = step.kind {
-                if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
-                    return false;
-                }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+    }
+    // Every mapping of the folio must be one of its own PTEs here.
+    let mut maps = Vec::new();
+    for step in pt.pmd_walk(first, end) {
+        let PmdKind::Table(table) = step.kind else {
+            continue;
+        };
+        let ptes = PteLock::lock(pt, c, table);
+        let (i0, i1) = step.pte_indexes();
+        for i in i0..i1 {
+            let e = ptes.get(i);
+            if !e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head) {
+                maps.push((table, i, e, pt.arch.pfn(e)));
             }
         }
-        // Every mapping of the folio must be one of its own PTEs here.
-        let mut maps = Vec::new();
-        for step in pt.pmd_walk(first, end) {
-            let PmdKind::Table(table) = step.kind else {
-                continue;
-            };
-            let ptes = PteLock::lock(pt, c, table);
-            let (i0, i1) = step.pte_indexes();
-            for i in i0..i1 {
-                let e = ptes.get(i);
-                if !e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head) {
-                    maps.push((table, i, e, pt.arch.pfn(e)));
-                }
+    }
+    let mapped = maps.len() as i32;
+    if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped {
+        return false;
+    }
+    let exclusive: Vec<bool> = maps
+        .iter()
+        .map(|&(.., pfn)| mem.test(pfn, PageFlag::AnonExclusive))
+        .collect();
+    // Unmap, holding one reference so the folio survives without mappings.
+    rmap::folio_ref_add(phys, c, head, 1);
+    for &(table, i, _, pfn) in &maps {
+        let mut ptes = PteLock::lock(pt, c, table);
+        // `try_to_migrate_one`: a dirty entry dirties the folio, so every piece is dirty.
+        if ptes.clear(i, 1) {
+            mem.set(head, PageFlag::Dirty);
+        }
+        rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
+    }
+    rmap::folio_ref_add(phys, c, head, -mapped);
+    cpu.flush_tlb(mm, FlushScope::Range(first, end));
+    let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
+    // Each piece starts with one reference: the one held above, now per page.
+    phys.split_unmapped_folio(c, head, &pieces);
+    for p in head.range(nr) {
+        mem.set(p, PageFlag::Anon);
+    }
+    for (&(table, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
+        let mut ptes = PteLock::lock(pt, c, table);
+        ptes.set_ptes(i, e, 1);
+        rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
+        rmap::folio_ref_add(phys, c, pfn, 1);
+        if excl {
+            mem.set(pfn, PageFlag::AnonExclusive);
+        }
+    }
+    // Dropping the held references frees the pages nothing maps any more.
+    for p in head.range(nr) {
+        phys.put_folio(c, p, 1);
+    }
+    true
+}
+
+/// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
+/// (`vma_adjust_trans_huge`, called when a VMA is split).
+pub(crate) fn split_huge_pmd_boundaries<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    st: &MmState,
+    start: u64,
+    end: u64,
+) {
+    for addr in [start, end] {
+        let addr = VirtAddr::new(addr);
+        if addr.is_pmd_aligned() {
+            continue;
+        }
+        let pt = cpu.tables(mm);
+        if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
+            let haddr = addr.pmd_align_down();
+            if let Some(id) = st.vmas.find(haddr.val()) {
+                split_huge_pmd(cpu, mm, st.vmas.get(id), table, idx, haddr);
             }
         }
-        let mapped = maps.len() as i32;
-        if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped {
-            return false;
-        }
-        let exclusive: Vec<bool> = maps
-            .iter()
-            .map(|&(.., pfn)| mem.test(pfn, PageFlag::AnonExclusive))
-            .collect();
-        // Unmap, holding one reference so the folio survives without mappings.
-        rmap::folio_ref_add(phys, c, head, 1);
-        for &(table, i, _, pfn) in &maps {
-            let mut ptes = PteLock::lock(pt, c, table);
-            // `try_to_migrate_one`: a dirty entry dirties the folio, so every piece is dirty.
-            if ptes.clear(i, 1) {
-                mem.set(head, PageFlag::Dirty);
-            }
-            rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
-        }
-        rmap::folio_ref_add(phys, c, head, -mapped);
-        self.flush_tlb(mm, FlushScope::Range(first, end));
-        let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
-        // Each piece starts with one reference: the one held above, now per page.
-        phys.split_unmapped_folio(c, head, &pieces);
-        for p in head.range(nr) {
-            mem.set(p, PageFlag::Anon);
-        }
-        for (&(table, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
-            let mut ptes = PteLock::lock(pt, c, table);
-            ptes.set_ptes(i, e, 1);
-            rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
-            rmap::folio_ref_add(phys, c, pfn, 1);
-            if excl {
-                mem.set(pfn, PageFlag::AnonExclusive);
-            }
-        }
-        // Dropping the held references frees the pages nothing maps any more.
-        for p in head.range(nr) {
-            phys.put_folio(c, p, 1);
-        }
-        true
     }
 }
 
-impl<'m> Cpu<'m> {
-    /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
-    /// (`vma_adjust_trans_huge`, called when a VMA is split).
-    pub(crate) fn split_huge_pmd_boundaries(&self, mm: &Mm, st: &MmState, start: u64, end: u64) {
-        for addr in [start, end] {
-            let addr = VirtAddr::new(addr);
-            if addr.is_pmd_aligned() {
-                continue;
-            }
-            let pt = self.tables(mm);
-            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
-                let haddr = addr.pmd_align_down();
-                if let Some(id) = st.vmas.find(haddr.val()) {
-                    self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);
-                }
-            }
-        }
+/// Whether a PMD-sized THP may back `addr` in `vma`.
+pub(crate) fn thp_pmd_eligible<'m>(cpu: &Cpu<'m>, vma: &Vma, addr: VirtAddr) -> bool {
+    if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
+        return false;
     }
+    let haddr = addr.pmd_align_down();
+    haddr >= vma.vm_start()
+        && haddr.add(PMD_SIZE) <= vma.vm_end()
+        && cpu
+            .m
+            .tunables()
+            .thp
+            .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
+}
 
-    /// Whether a PMD-sized THP may back `addr` in `vma`.
-    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: VirtAddr) -> bool {
-        if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
-            return false;
-        }
-        let haddr = addr.pmd_align_down();
-        haddr >= vma.vm_start()
-            && haddr.add(PMD_SIZE) <= vma.vm_end()
-            && self
-                .m
-                .tunables()
-                .thp
-                .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
+/// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
+/// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
+/// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
+pub(crate) fn shmem_pmd_suitable(vma: &Vma, addr: VirtAddr, access: Access) -> bool {
+    let haddr = addr.pmd_align_down();
+    (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
+        && !vma.flags.has(VmFlags::NOHUGEPAGE)
+        && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
+        && haddr >= vma.vm_start()
+        && haddr.add(PMD_SIZE) <= vma.vm_end()
+        && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
+}
+
+/// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
+/// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
+/// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
+pub(crate) fn do_shmem_pmd_fault<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    addr: VirtAddr,
+    access: Access,
+) -> Option<FaultOutcome> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let inode = vma.file.clone()?;
+    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vma.pgoff_at(addr)) {
+        Ok(r) => r,
+        Err(o) => return Some(o),
+    };
+    let head = phys.memmap.folio_of(page);
+    // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
+    // the end-of-file rule (`Inode::may_map_whole`).
+    if phys.memmap.order(head) != HPAGE_PMD_ORDER {
+        // Mapped with PTEs by the normal path, which finds the page in the cache.
+        phys.put_folio(c, head, 1);
+        return None;
     }
-
-    /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
-    /// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
-    /// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
-    pub(crate) fn shmem_pmd_suitable(&self, vma: &Vma, addr: VirtAddr, access: Access) -> bool {
-        let haddr = addr.pmd_align_down();
-        (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
-            && !vma.flags.has(VmFlags::NOHUGEPAGE)
-            && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
-            && haddr >= vma.vm_start()
-            && haddr.add(PMD_SIZE) <= vma.vm_end()
-            && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
+    if !do_set_pmd(cpu, mm, vma, pmd_table, pmd_idx, head, access) {
+        phys.put_folio(c, head, 1);
+        return Some(FaultOutcome::Completed);
     }
+    count_file_fault(cpu, &inode, lookup);
+    Some(FaultOutcome::Completed)
+}
 
-    /// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
-    /// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
-    /// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
-    pub(crate) fn do_shmem_pmd_fault(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-        access: Access,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let inode = vma.file.clone()?;
-        let (page, lookup) = match self.filemap_fault(&inode, vma, addr, vma.pgoff_at(addr)) {
-            Ok(r) => r,
-            Err(o) => return Some(o),
-        };
-        let head = phys.memmap.folio_of(page);
-        // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
-        // the end-of-file rule (`Inode::may_map_whole`).
-        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
-            // Mapped with PTEs by the normal path, which finds the page in the cache.
-            phys.put_folio(c, head, 1);
-            return None;
-        }
-        if !self.do_set_pmd(mm, vma, pmd_table, pmd_idx, head, access) {
-            phys.put_folio(c, head, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        self.count_file_fault(&inode, lookup);
-        Some(FaultOutcome::Completed)
+/// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
+/// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
+/// dirty for a write; false, with nothing done, when the entry is no longer empty.
+pub(crate) fn do_set_pmd<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    head: Pfn,
+    access: Access,
+) -> bool {
+    let (c, phys) = (cpu.c(), &cpu.m.phys);
+    let pt = cpu.tables(mm);
+    let arch = pt.arch;
+    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+    if !pmdl.get(pmd_idx).is_none() {
+        return false;
     }
-
-    /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
-    /// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
-    /// dirty for a write; false, with nothing done, when the entry is no longer empty.
-    pub(crate) fn do_set_pmd(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        head: Pfn,
-        access: Access,
-    ) -> bool {
-        let (c, phys) = (self.c(), &self.m.phys);
-        let pt = self.tables(mm);
-        let arch = pt.arch;
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if !pmdl.get(pmd_idx).is_none() {
-            return false;
-        }
-        rmap::add_file_pmd(phys, c, head, mm.id);
-        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
-        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
-        if access == Access::Write {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-            phys.memmap.set(head, PageFlag::Dirty);
-        }
-        pmdl.install(pmd_idx, entry);
-        drop(pmdl);
-        mm.rss_add(mm_counter_file(vma), 1 << HPAGE_PMD_ORDER);
-        true
+    rmap::add_file_pmd(phys, c, head, mm.id);
+    mlock_vma_file_folio(cpu, head, vma, 1 << HPAGE_PMD_ORDER);
+    let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
+    if access == Access::Write {
+        entry = arch.mkwrite(arch.mkdirty(entry));
+        phys.memmap.set(head, PageFlag::Dirty);
     }
+    pmdl.install(pmd_idx, entry);
+    drop(pmdl);
+    mm.rss_add(mm_counter_file(vma), 1 << HPAGE_PMD_ORDER);
+    true
+}
 
-    /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
-    pub(crate) fn alloc_deposit(&self) -> Option<Pfn> {
-        self.m
-            .phys
-            .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+/// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
+pub(crate) fn alloc_deposit<'m>(cpu: &Cpu<'m>) -> Option<Pfn> {
+    cpu.m
+        .phys
+        .alloc_folio(cpu.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+}
+
+/// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
+///
+/// # Context
+/// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
+/// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
+/// exist.
+pub(crate) fn deposit_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr, table: Pfn) {
+    cpu.c().add(Ev::LockPageTable, 1);
+    mm.deposited.lock().insert(haddr, table);
+}
+
+pub(crate) fn withdraw_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
+    cpu.c().add(Ev::LockPageTable, 1);
+    mm.deposited.lock().remove(&haddr)
+}
+
+/// Frees the table deposited for a PMD mapping that is going away.
+pub(crate) fn zap_deposited_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) {
+    if let Some(t) = withdraw_table(cpu, mm, haddr) {
+        cpu.m.phys.put_folio(cpu.c(), t, 1);
     }
+}
 
-    /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
-    ///
-    /// # Context
-    /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
-    /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
-    /// exist.
-    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: VirtAddr, table: Pfn) {
-        self.c().add(Ev::LockPageTable, 1);
-        mm.deposited.lock().insert(haddr, table);
-    }
-
-    pub(crate) fn withdraw_table(&self, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
-        self.c().add(Ev::LockPageTable, 1);
-        mm.deposited.lock().remove(&haddr)
-    }
-
-    /// Frees the table deposited for a PMD mapping that is going away.
-    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: VirtAddr) {
-        if let Some(t) = self.withdraw_table(mm, haddr) {
-            self.m.phys.put_folio(self.c(), t, 1);
-        }
-    }
-
-    pub(crate) fn do_huge_pmd_anonymous_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-        access: Access,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let haddr = addr.pmd_align_down();
-        let pt = self.tables(mm);
-        let use_zero = self.m.tunables().thp.use_zero_page;
-        // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
-        // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        if access == Access::Read && use_zero {
-            let hz = phys.huge_zero_pfn()?;
-            let deposit = self.alloc_deposit()?;
-            let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
-            let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-            if !pmdl.get(pmd_idx).is_none() {
-                drop(pmdl);
-                phys.put_folio(c, deposit, 1);
-                return Some(FaultOutcome::Completed);
-            }
-            self.deposit_table(mm, haddr, deposit);
-            pmdl.install(pmd_idx, entry);
-            c.add(Ev::FaultZeroPage, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        let head = phys.alloc_folio(
-            c,
-            HPAGE_PMD_ORDER,
-            self.folio_node(haddr, HPAGE_PMD_ORDER),
-            FolioKind::Anon,
-            Zeroing::Zero,
-        )?;
-        let Some(deposit) = self.alloc_deposit() else {
-            phys.put_folio(c, head, 1);
-            return None;
-        };
+pub(crate) fn do_huge_pmd_anonymous_page<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    addr: VirtAddr,
+    access: Access,
+) -> Option<FaultOutcome> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let haddr = addr.pmd_align_down();
+    let pt = cpu.tables(mm);
+    let use_zero = cpu.m.tunables().thp.use_zero_page;
+    // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
+    // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
+    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    if access == Access::Read && use_zero {
+        let hz = phys.huge_zero_pfn()?;
+        let deposit = alloc_deposit(cpu)?;
+        let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
         let mut pmdl = PmdLock::lock(pt, c, pmd_table);
         if !pmdl.get(pmd_idx).is_none() {
             drop(pmdl);
-            phys.put_folio(c, head, 1);
             phys.put_folio(c, deposit, 1);
             return Some(FaultOutcome::Completed);
         }
-        self.deposit_table(mm, haddr, deposit);
-        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
-        if vma.flags.has(VmFlags::WRITE) {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-        }
+        deposit_table(cpu, mm, haddr, deposit);
         pmdl.install(pmd_idx, entry);
-        c.add(Ev::FaultAnonPmd, 1);
-        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-        Some(FaultOutcome::Completed)
+        c.add(Ev::FaultZeroPage, 1);
+        return Some(FaultOutcome::Completed);
     }
-
-    /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
-    pub(crate) fn add_new_pmd_folio(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        head: Pfn,
-        haddr: VirtAddr,
-        owner: u32,
-    ) {
-        let phys = &self.m.phys;
-        rmap::add_new_anon(
-            phys,
-            self.c(),
-            head,
-            1 << HPAGE_PMD_ORDER,
-            Level::Pmd,
-            owner,
-            mm.id,
-        );
-        phys.memmap.set_index(head, vma.pgoff_at(haddr));
-        self.folio_add_lru_vma(head, vma);
-    }
-
-    /// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
-    /// with a new THP, otherwise split and let the PTE path copy one page.
-    pub(crate) fn do_huge_pmd_wp_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        c.add(Ev::FaultWp, 1);
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let haddr = addr.pmd_align_down();
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        let pmd = pmdl.get(pmd_idx);
-        if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
-            return Some(FaultOutcome::Completed);
-        }
-        let pfn = arch.pfn(pmd);
-        if phys.is_zero_pfn(pfn) {
-            drop(pmdl);
-            return self.huge_zero_wp(mm, vma, pmd_table, pmd_idx, haddr, pmd);
-        }
-        let mem = &phys.memmap;
-        if !mem.test(pfn, PageFlag::Anon) {
-            // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
-            // write fault again on PTEs (a shared mapping dirties the page, a private one
-            // copies it).
-            drop(pmdl);
-            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-            return None;
-        }
-        if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
-            mem.set(pfn, PageFlag::AnonExclusive);
-            pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
-            c.add(Ev::CowReuse, 1);
-            return Some(FaultOutcome::Completed);
-        }
+    let head = phys.alloc_folio(
+        c,
+        HPAGE_PMD_ORDER,
+        folio_node(cpu, haddr, HPAGE_PMD_ORDER),
+        FolioKind::Anon,
+        Zeroing::Zero,
+    )?;
+    let Some(deposit) = alloc_deposit(cpu) else {
+        phys.put_folio(c, head, 1);
+        return None;
+    };
+    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+    if !pmdl.get(pmd_idx).is_none() {
         drop(pmdl);
-        self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-        None
+        phys.put_folio(c, head, 1);
+        phys.put_folio(c, deposit, 1);
+        return Some(FaultOutcome::Completed);
     }
+    deposit_table(cpu, mm, haddr, deposit);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
+    if vma.flags.has(VmFlags::WRITE) {
+        entry = arch.mkwrite(arch.mkdirty(entry));
+    }
+    pmdl.install(pmd_idx, entry);
+    c.add(Ev::FaultAnonPmd, 1);
+    mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+    Some(FaultOutcome::Completed)
+}
 
-    pub(crate) fn huge_zero_wp(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        haddr: VirtAddr,
-        old: Pmd,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let Some(head) = phys.alloc_folio(
-            c,
-            HPAGE_PMD_ORDER,
-            self.folio_node(haddr, HPAGE_PMD_ORDER),
-            FolioKind::Anon,
-            Zeroing::Zero,
-        ) else {
-            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-            return None;
-        };
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if pmdl.get(pmd_idx) != old {
-            drop(pmdl);
-            phys.put_folio(c, head, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
-        // Break before make: the huge zero page leaves every TLB before the THP appears.
+/// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
+pub(crate) fn add_new_pmd_folio<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    head: Pfn,
+    haddr: VirtAddr,
+    owner: u32,
+) {
+    let phys = &cpu.m.phys;
+    rmap::add_new_anon(
+        phys,
+        cpu.c(),
+        head,
+        1 << HPAGE_PMD_ORDER,
+        Level::Pmd,
+        owner,
+        mm.id,
+    );
+    phys.memmap.set_index(head, vma.pgoff_at(haddr));
+    folio_add_lru_vma(cpu, head, vma);
+}
+
+/// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
+/// with a new THP, otherwise split and let the PTE path copy one page.
+pub(crate) fn do_huge_pmd_wp_page<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    addr: VirtAddr,
+) -> Option<FaultOutcome> {
+    let c = cpu.c();
+    c.add(Ev::FaultWp, 1);
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let pt = cpu.tables(mm);
+    let haddr = addr.pmd_align_down();
+    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+    let pmd = pmdl.get(pmd_idx);
+    if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
+        return Some(FaultOutcome::Completed);
+    }
+    let pfn = arch.pfn(pmd);
+    if phys.is_zero_pfn(pfn) {
+        drop(pmdl);
+        return huge_zero_wp(cpu, mm, vma, pmd_table, pmd_idx, haddr, pmd);
+    }
+    let mem = &phys.memmap;
+    if !mem.test(pfn, PageFlag::Anon) {
+        // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
+        // write fault again on PTEs (a shared mapping dirties the page, a private one
+        // copies it).
+        drop(pmdl);
+        split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
+        return None;
+    }
+    if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
+        mem.set(pfn, PageFlag::AnonExclusive);
+        pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
+        c.add(Ev::CowReuse, 1);
+        return Some(FaultOutcome::Completed);
+    }
+    drop(pmdl);
+    split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
+    None
+}
+
+pub(crate) fn huge_zero_wp<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    haddr: VirtAddr,
+    old: Pmd,
+) -> Option<FaultOutcome> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let pt = cpu.tables(mm);
+    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let Some(head) = phys.alloc_folio(
+        c,
+        HPAGE_PMD_ORDER,
+        folio_node(cpu, haddr, HPAGE_PMD_ORDER),
+        FolioKind::Anon,
+        Zeroing::Zero,
+    ) else {
+        split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
+        return None;
+    };
+    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+    if pmdl.get(pmd_idx) != old {
+        drop(pmdl);
+        phys.put_folio(c, head, 1);
+        return Some(FaultOutcome::Completed);
+    }
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
+    // Break before make: the huge zero page leaves every TLB before the THP appears.
+    pmdl.clear(pmd_idx);
+    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    pmdl.install(pmd_idx, entry);
+    c.add(Ev::FaultAnonPmd, 1);
+    mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+    Some(FaultOutcome::Completed)
+}
+
+/// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
+/// The folio stays large; each PTE takes a reference and a mapcount; PageAnonExclusive of
+/// the head spreads to every page.
+///
+/// # Context
+/// mmap lock held (read or write); takes the PMD table's lock.
+pub(crate) fn split_huge_pmd<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    pmd_table: Pfn,
+    pmd_idx: usize,
+    haddr: VirtAddr,
+) {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let pt = cpu.tables(mm);
+    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
+    let pmd = pmdl.get(pmd_idx);
+    if !arch.is_pmd_leaf(pmd) {
+        return;
+    }
+    if let Some(head) = pt
+        .vm_normal_folio(pmd)
+        .filter(|&h| !phys.memmap.test(h, PageFlag::Anon))
+    {
+        // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
+        // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
         pmdl.clear(pmd_idx);
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-        pmdl.install(pmd_idx, entry);
-        c.add(Ev::FaultAnonPmd, 1);
-        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-        Some(FaultOutcome::Completed)
-    }
-
-    /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
-    /// The folio stays large; each PTE takes a reference and a mapcount; PageAnonExclusive of
-    /// the head spreads to every page.
-    ///
-    /// # Context
-    /// mmap lock held (read or write); takes the PMD table's lock.
-    pub(crate) fn split_huge_pmd(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        haddr: VirtAddr,
-    ) {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        let pmd = pmdl.get(pmd_idx);
-        if !arch.is_pmd_leaf(pmd) {
-            return;
-        }
-        if let Some(head) = pt
-            .vm_normal_folio(pmd)
-            .filter(|&h| !phys.memmap.test(h, PageFlag::Anon))
-        {
-            // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
-            // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
-            pmdl.clear(pmd_idx);
-            self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-            drop(pmdl);
-            let mem = &phys.memmap;
-            if arch.dirty(pmd) {
-                mem.set(head, PageFlag::Dirty);
-            }
-            if arch.young(pmd) {
-                mem.set(head, PageFlag::Referenced);
-            }
-            rmap::remove_pmd(phys, c, head, mm.id);
-            self.munlock_vma_folio(head, vma);
-            phys.put_folio(c, head, 1);
-            mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
-            c.add(Ev::ThpSplitPmd, 1);
-            return;
-        }
-        let Some(table) = self.withdraw_table(mm, haddr) else {
-            return;
-        };
-        let pfn = arch.pfn(pmd);
-        let nr = 1u64 << HPAGE_PMD_ORDER;
-        // Each PTE is the PMD's entry for its page, as a level-3 entry.
-        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd));
-        if arch.special(pmd) {
-            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd)));
-        }
-        if arch.dirty(pmd) {
-            base = arch.mkdirty(base);
-            if !arch.soft_dirty(pmd) {
-                base = arch.clear_soft_dirty(base);
-            }
-        }
-        if !arch.young(pmd) {
-            base = arch.mkold(base);
-        }
-        if arch.write(pmd) {
-            base = arch.mkwrite(base);
-        }
-        let zero = arch.special(pmd);
-        let batch = self.m.tunables().remap_rmap_batch;
-        // The withdrawn table is not linked yet: no walker can reach it until the PMD points
-        // at it, so it is filled without its lock (Linux fills it before `pmd_populate`).
-        let mut ptes = UnlinkedPtes::new(pt, c, table);
-        if zero {
-            ptes.fill_same(0, base, nr as usize);
-        } else if batch == PteBatching::PerPte {
-            // v6.7: one rmap call and one PTE store per page.
-            for i in 0..nr {
-                rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
-                ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
-            }
-        } else {
-            ptes.set_ptes(0, base, nr as usize);
-            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
-        }
-        drop(ptes);
-        if !zero {
-            let mem = &phys.memmap;
-            if arch.dirty(pmd) {
-                // `__split_huge_pmd_locked` moves a dirty PMD's state to the folio too.
-                mem.set(pfn, PageFlag::Dirty);
-            }
-            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            rmap::remove_pmd(phys, c, pfn, mm.id);
-            rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
-            self.munlock_vma_folio(pfn, vma);
-            if exclusive {
-                // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
-                // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
-                for p in pfn.range(nr) {
-                    mem.set(p, PageFlag::AnonExclusive);
-                }
-                c.add(Ev::FolioAtomic, nr);
-            }
-        }
-        pmdl.replace(pmd_idx, arch.mk_table(table));
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+        cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
         drop(pmdl);
+        let mem = &phys.memmap;
+        if arch.dirty(pmd) {
+            mem.set(head, PageFlag::Dirty);
+        }
+        if arch.young(pmd) {
+            mem.set(head, PageFlag::Referenced);
+        }
+        rmap::remove_pmd(phys, c, head, mm.id);
+        munlock_vma_folio(cpu, head, vma);
+        phys.put_folio(c, head, 1);
+        mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
         c.add(Ev::ThpSplitPmd, 1);
+        return;
     }
+    let Some(table) = withdraw_table(cpu, mm, haddr) else {
+        return;
+    };
+    let pfn = arch.pfn(pmd);
+    let nr = 1u64 << HPAGE_PMD_ORDER;
+    // Each PTE is the PMD's entry for its page, as a level-3 entry.
+    let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd));
+    if arch.special(pmd) {
+        base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd)));
+    }
+    if arch.dirty(pmd) {
+        base = arch.mkdirty(base);
+        if !arch.soft_dirty(pmd) {
+            base = arch.clear_soft_dirty(base);
+        }
+    }
+    if !arch.young(pmd) {
+        base = arch.mkold(base);
+    }
+    if arch.write(pmd) {
+        base = arch.mkwrite(base);
+    }
+    let zero = arch.special(pmd);
+    let batch = cpu.m.tunables().remap_rmap_batch;
+    // The withdrawn table is not linked yet: no walker can reach it until the PMD points
+    // at it, so it is filled without its lock (Linux fills it before `pmd_populate`).
+    let mut ptes = UnlinkedPtes::new(pt, c, table);
+    if zero {
+        ptes.fill_same(0, base, nr as usize);
+    } else if batch == PteBatching::PerPte {
+        // v6.7: one rmap call and one PTE store per page.
+        for i in 0..nr {
+            rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
+            ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
+        }
+    } else {
+        ptes.set_ptes(0, base, nr as usize);
+        rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
+    }
+    drop(ptes);
+    if !zero {
+        let mem = &phys.memmap;
+        if arch.dirty(pmd) {
+            // `__split_huge_pmd_locked` moves a dirty PMD's state to the folio too.
+            mem.set(pfn, PageFlag::Dirty);
+        }
+        let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
+        rmap::remove_pmd(phys, c, pfn, mm.id);
+        rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
+        munlock_vma_folio(cpu, pfn, vma);
+        if exclusive {
+            // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
+            // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
+            for p in pfn.range(nr) {
+                mem.set(p, PageFlag::AnonExclusive);
+            }
+            c.add(Ev::FolioAtomic, nr);
+        }
+    }
+    pmdl.replace(pmd_idx, arch.mk_table(table));
+    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    drop(pmdl);
+    c.add(Ev::ThpSplitPmd, 1);
 }
 
 /// The protection encoded in a PMD leaf.

@@ -16,13 +16,21 @@
 //! open file (with its readahead state) is shared, as one descriptor passed around would be.
 
 use crate::errno::{Errno, SysResult};
+use crate::filemap::cache::{cache_alloc_order, filemap_read, write_iter};
 use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::{Cpu, FileId};
 use crate::mm::Pid;
+use crate::page_writeback::writeback_range;
 use crate::phys::{PageFlag, Pfn};
+use crate::shmem::{shmem_force, shmem_nofault_order, shmem_read};
 use crate::stats::Ev;
+use crate::truncate::{
+    block_truncate_page, drop_cache_pages, punch_hole, release_cache, split_partial_folios,
+    unmap_mapping_range, zero_partial,
+};
 use crate::vaddr::VirtAddr;
 use crate::vma::VmFlags;
+use crate::vmscan::reclaim_for;
 use crate::zap::ZapDetails;
 use std::sync::Arc;
 
@@ -91,8 +99,8 @@ impl<'m> Cpu<'m> {
             let mut off = 0;
             while off < size {
                 let n = (size - off).min(MAX_RW_COUNT);
-                if let Err(e) = self.write_iter(&inode, off, n, b) {
-                    self.release_cache(&inode, 0);
+                if let Err(e) = write_iter(self, &inode, off, n, b) {
+                    release_cache(self, &inode, 0);
                     return Err(e);
                 }
                 off += n;
@@ -114,7 +122,7 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EFBIG);
         }
         let len = len.min(inode.max_bytes() - offset);
-        self.write_iter(&inode, offset, len, byte)
+        write_iter(self, &inode, offset, len, byte)
     }
 
     /// `pread(2)` of up to `len` bytes at `offset`: the bytes read (fewer at the end of file).
@@ -142,8 +150,8 @@ impl<'m> Cpu<'m> {
         let end = size.min(offset + len);
         let out = &mut buf[..(end - offset) as usize];
         match inode.kind {
-            InodeKind::Disk => self.filemap_read(&inode, offset, end, out),
-            _ => self.shmem_read(&inode, offset, end, out),
+            InodeKind::Disk => filemap_read(self, &inode, offset, end, out),
+            _ => shmem_read(self, &inode, offset, end, out),
         }
         self.c().add(Ev::FileReadBytes, out.len() as u64);
         Ok(out.len())
@@ -162,14 +170,14 @@ impl<'m> Cpu<'m> {
         let old = inode.size();
         inode.set_size(size);
         if size > old && inode.kind == InodeKind::Disk && !old.is_multiple_of(PAGE_SIZE) {
-            self.block_truncate_page(&inode, old);
+            block_truncate_page(self, &inode, old);
         }
         if size < old {
             // truncate_pagecache: unmap (COW copies too) from the first whole page past the
             // new end, drop those pages, zero the tail of a partial last page.
-            self.split_partial_folios(&inode, size, u64::MAX);
+            split_partial_folios(self, &inode, size, u64::MAX);
             let hole = size.div_ceil(PAGE_SIZE);
-            self.unmap_mapping_range(&inode, hole, u64::MAX, ZapDetails::All);
+            unmap_mapping_range(self, &inode, hole, u64::MAX, ZapDetails::All);
             // A large folio across the new end that could not be split (pinned) stays whole
             // in the cache, zeroed past the end (`truncate_inode_partial_folio` fails and
             // `shmem_undo_range`/`truncate_inode_pages_range` move past it; measured on 6.18:
@@ -192,8 +200,8 @@ impl<'m> Cpu<'m> {
                 }
                 None => hole,
             };
-            self.release_cache(&inode, kept_to);
-            self.zero_partial(&inode, size, PAGE_SIZE - size % PAGE_SIZE, false);
+            release_cache(self, &inode, kept_to);
+            zero_partial(self, &inode, size, PAGE_SIZE - size % PAGE_SIZE, false);
             inode.disk.lock().truncate(size);
         }
         Ok(())
@@ -214,22 +222,22 @@ impl<'m> Cpu<'m> {
             return Err(Errno::EFBIG);
         }
         if punch {
-            self.punch_hole(&inode, offset, end);
+            punch_hole(self, &inode, offset, end);
             return Ok(());
         }
         if inode.kind.is_shmem() {
             let (first, last) = (offset / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
-            self.reclaim_for(last - first);
+            reclaim_for(self, last - first);
             let mut cache = inode.pages.lock();
             let mut added = Vec::new();
-            let shmem_force = self.shmem_force();
+            let shmem_force = shmem_force(self);
             for idx in first..last {
                 if cache.contains(idx) {
                     continue;
                 }
-                let order = self.shmem_nofault_order(&inode, idx, &cache, shmem_force);
+                let order = shmem_nofault_order(&inode, idx, &cache, shmem_force);
                 let aligned = idx & !((1u64 << order) - 1);
-                match self.cache_alloc_order(&inode, &mut cache, aligned, order) {
+                match cache_alloc_order(self, &inode, &mut cache, aligned, order) {
                     Some(p) => {
                         self.m.phys.memmap.clear(p, PageFlag::Uptodate);
                         self.m.phys.memmap.set(p, PageFlag::Dirty);
@@ -240,7 +248,7 @@ impl<'m> Cpu<'m> {
                         let pages: Vec<Pfn> =
                             added.iter().filter_map(|&i| cache.remove(i)).collect();
                         drop(cache);
-                        self.drop_cache_pages(pages);
+                        drop_cache_pages(self, pages);
                         return Err(Errno::ENOMEM);
                     }
                 }
@@ -256,7 +264,7 @@ impl<'m> Cpu<'m> {
     pub fn fsync(&self, f: FileId) -> SysResult<()> {
         self.c().add(crate::stats::Ev::Syscall, 1);
         let inode = self.m.file(f)?;
-        self.writeback_range(&inode, 0, u64::MAX);
+        writeback_range(self, &inode, 0, u64::MAX);
         Ok(())
     }
 
@@ -315,7 +323,7 @@ impl<'m> Cpu<'m> {
             }
         }
         for (inode, first, last) in todo {
-            self.writeback_range(&inode, first, last);
+            writeback_range(self, &inode, first, last);
         }
         if unmapped {
             Err(Errno::ENOMEM)
