@@ -6,7 +6,7 @@
 //! cached frame; a miss walks the tables, sets the accessed/dirty bits like the hardware does,
 //! and fills the TLB; a missing or insufficient entry raises a page fault.
 
-use crate::fault::{handle_mm_fault, FaultOutcome};
+use crate::fault::handle_mm_fault;
 use crate::filemap::cache::folio_mark_accessed;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
@@ -15,6 +15,7 @@ use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::FaultOutcome;
 
 /// A signal delivered to the accessing process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -15,57 +15,25 @@
 //! page that is not PageAnonExclusive always copies; Linux 6.15+ may reuse it when the folio
 //! is mapped exclusively by this mm.
 
-use crate::filemap::cache::filemap_fault;
+use crate::filemap::io::filemap_fault;
 use crate::filemap::{CacheLookup, Inode, InodeKind, PAGE_SIZE};
-use crate::huge_memory::{
+use crate::huge_memory::fault::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_shmem_pmd_fault, shmem_pmd_suitable,
-    thp_pmd_eligible,
 };
+use crate::huge_memory::thp_pmd_eligible;
 use crate::machine::Cpu;
 use crate::mlock::{folio_add_lru_vma, mlock_vma_file_folio, mlock_vma_folio, munlock_vma_folio};
 use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::cursor::PteLock;
-use crate::pgtable::{Access, PageTables, Pte, PMD_SIZE};
+use crate::pgtable::{Access, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
-use crate::vma::{VmFlags, Vma};
+use crate::vm_fault::{anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome};
+use crate::vma::VmFlags;
 use crate::vmscan::reclaim_for;
-
-/// Result of a fault (`vm_fault_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FaultOutcome {
-    /// The access can be retried and will succeed.
-    Completed,
-    /// No VMA, or the VMA forbids the access.
-    Sigsegv,
-    /// Memory could not be allocated (the engine's policy: SIGBUS, see README).
-    Oom,
-    /// The access is beyond the backing object (`VM_FAULT_SIGBUS`).
-    Sigbus,
-}
-
-/// One PTE-level fault (Linux's `struct vm_fault`): where it happened and what it asked.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FaultCtx<'a, 'm> {
-    mm: &'a Mm,
-    vma: &'a Vma,
-    pt: PageTables<'m>,
-    /// The PTE table covering `addr`.
-    table: Pfn,
-    /// The faulting address (`vmf->real_address`: not rounded to its page).
-    addr: VirtAddr,
-    access: Access,
-}
-
-impl FaultCtx<'_, '_> {
-    /// The faulting entry's index in its table.
-    fn idx(&self) -> usize {
-        self.addr.pte_index()
-    }
-}
 
 /// Handles a fault at `addr` in `mm`.
 ///
@@ -178,21 +146,6 @@ fn handle_pte_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
     FaultOutcome::Completed
 }
 
-/// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): a new one. A compatible
-/// neighbour's (`find_mergeable_anon_vma`) was already taken by `handle_mm_fault`, which
-/// has the VMA tree at hand.
-pub(crate) fn anon_vma_prepare<'m>(cpu: &Cpu<'m>, mm: &Mm, st_vma: &Vma) -> u64 {
-    if st_vma.anon_vma() != 0 {
-        return st_vma.anon_vma();
-    }
-    cpu.c().add(Ev::LockPageTable, 1);
-    let _g = mm.page_table_lock.lock();
-    if st_vma.anon_vma() == 0 {
-        st_vma.set_anon_vma(cpu.m.alloc_anon_vma(), 1);
-    }
-    st_vma.anon_vma()
-}
-
 fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
     let c = cpu.c();
     let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
@@ -294,18 +247,6 @@ fn do_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
         do_cow_fault(cpu, vmf, &inode)
     } else {
         do_shared_fault(cpu, vmf, &inode)
-    }
-}
-
-pub(crate) fn count_file_fault<'m>(cpu: &Cpu<'m>, inode: &Inode, lookup: CacheLookup) {
-    let c = cpu.c();
-    if inode.kind == InodeKind::ShmemAnon {
-        c.add(Ev::FaultShared, 1);
-    } else {
-        c.add(Ev::FaultFile, 1);
-        if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
-            c.add(Ev::FaultFileMajor, 1);
-        }
     }
 }
 
@@ -689,14 +630,4 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
     }
     c.add(Ev::CowCopy, 1);
     FaultOutcome::Completed
-}
-
-/// The node a new folio for `addr` comes from: the CPU's node, or with the interleave
-/// policy the node chosen by the folio's offset (consecutive folios alternate nodes).
-pub(crate) fn folio_node<'m>(cpu: &Cpu<'m>, addr: VirtAddr, order: u32) -> usize {
-    let nodes = cpu.m.phys.nr_nodes().max(1);
-    match cpu.m.mempolicy() {
-        crate::machine::MemPolicy::Interleave => ((addr.vpn() >> order) % nodes as u64) as usize,
-        crate::machine::MemPolicy::Default => cpu.id % nodes,
-    }
 }

@@ -41,7 +41,6 @@
 //! allocation, which no scenario can observe).
 
 use crate::errno::{Errno, SysResult};
-use crate::fault::folio_node;
 use crate::filemap::cache::{delete_from_page_cache, file_range_in};
 use crate::filemap::Inode;
 use crate::huge_memory::{add_new_pmd_folio, deposit_table, do_set_pmd};
@@ -56,6 +55,7 @@ use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::truncate::unmap_mapping_range;
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::folio_node;
 use crate::vma::{VmFlags, Vma};
 use crate::zap::{free_empty_pte_table, GatherScope, MmuGather, ZapDetails};
 

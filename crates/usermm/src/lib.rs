@@ -50,6 +50,7 @@ pub mod tunables;
 pub(crate) mod vaddr;
 pub(crate) mod validate;
 pub mod views;
+pub(crate) mod vm_fault;
 pub mod vma;
 pub(crate) mod vmscan;
 pub(crate) mod zap;

@@ -350,3 +350,22 @@ fn munlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn
         folio.set(PageFlag::Lru);
     }
 }
+
+/// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
+/// lock, taking it off its evictable list first and putting it back on the new one.
+pub(crate) fn lru_relist<'m>(cpu: &Cpu<'m>, head: Pfn, change: impl FnOnce(bool)) {
+    use crate::phys::PageFlag;
+    let phys = &cpu.m.phys;
+    let folio = phys.memmap.folio(head);
+    let nr = folio.nr_pages();
+    cpu.c().add(Ev::LockLru, 1);
+    let mut lists = phys.lruvec_of(head).lock();
+    let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
+    if on_lru {
+        lists.del(folio, nr);
+    }
+    change(on_lru);
+    if on_lru {
+        lists.add(folio, nr);
+    }
+}

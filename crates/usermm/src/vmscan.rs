@@ -8,8 +8,8 @@
 use crate::filemap::cache::{delete_from_page_cache, file_range_in};
 use crate::filemap::{Inode, PAGE_SIZE};
 use crate::machine::Cpu;
+use crate::mlock::lru_relist;
 use crate::mm::Mm;
-use crate::ops::madvise::lru_relist;
 use crate::page_writeback::writeback_range;
 use crate::pgtable::cursor::{PmdKind, PteLock};
 use crate::phys::{PageFlag, Pfn};

@@ -6,7 +6,7 @@
 //! `shmem_fallocate`, `shmem_setattr`), `mm/truncate.c`, `mm/readahead.c`,
 //! `mm/page-writeback.c`. This module holds the state: the size, the cache (page index to
 //! frame) and, for disk files, the device's blocks. The operations live in the files of
-//! Linux's map: [`cache`] (`filemap.c`), [`crate::readahead`], [`crate::truncate`],
+//! Linux's map: [`cache`] and [`io`] (`filemap.c`), [`crate::readahead`], [`crate::truncate`],
 //! [`crate::page_writeback`], [`crate::vmscan`], [`crate::shmem`], and the system calls in
 //! [`crate::ops::file`].
 //!
@@ -31,6 +31,7 @@
 //! holds it while taking a PTE lock; nothing takes it under a PTE lock.
 
 pub(crate) mod cache;
+pub(crate) mod io;
 pub(crate) mod xarray;
 
 use parking_lot::Mutex;

@@ -16,7 +16,8 @@
 //! open file (with its readahead state) is shared, as one descriptor passed around would be.
 
 use crate::errno::{Errno, SysResult};
-use crate::filemap::cache::{cache_alloc_order, filemap_read, write_iter};
+use crate::filemap::cache::cache_alloc_order;
+use crate::filemap::io::{filemap_read, write_iter};
 use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::{Cpu, FileId};
 use crate::mm::Pid;

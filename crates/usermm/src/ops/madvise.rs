@@ -11,6 +11,7 @@ use crate::errno::{Errno, SysResult};
 use crate::huge_memory::{split_anon_folio, split_huge_pmd_boundaries};
 use crate::khugepaged::{collapse_shmem, madvise_collapse, shmem_collapse_blocks};
 use crate::machine::Cpu;
+use crate::mlock::lru_relist;
 use crate::mm::{MmState, Pid};
 use crate::phys::Pfn;
 use crate::readahead::madvise_willneed_file;
@@ -345,7 +346,7 @@ fn madvise_populate<'m>(
             // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
             // object) and SIGSEGV are EFAULT.
             gup_touch_page(cpu, mm, &st, a, access).map_err(|o| match o {
-                crate::fault::FaultOutcome::Oom => Errno::ENOMEM,
+                crate::vm_fault::FaultOutcome::Oom => Errno::ENOMEM,
                 _ => Errno::EFAULT,
             })?;
             a += 4096;
@@ -632,25 +633,6 @@ fn folio_mark_lazyfree<'m>(cpu: &Cpu<'m>, head: Pfn) {
         mem.clear(head, PageFlag::Active);
         mem.clear(head, PageFlag::Referenced);
     });
-}
-
-/// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
-/// lock, taking it off its evictable list first and putting it back on the new one.
-pub(crate) fn lru_relist<'m>(cpu: &Cpu<'m>, head: Pfn, change: impl FnOnce(bool)) {
-    use crate::phys::PageFlag;
-    let phys = &cpu.m.phys;
-    let folio = phys.memmap.folio(head);
-    let nr = folio.nr_pages();
-    cpu.c().add(Ev::LockLru, 1);
-    let mut lists = phys.lruvec_of(head).lock();
-    let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
-    if on_lru {
-        lists.del(folio, nr);
-    }
-    change(on_lru);
-    if on_lru {
-        lists.add(folio, nr);
-    }
 }
 
 /// `madvise_cold_or_pageout_pte_range` for the page-cache pages of a file mapping that

@@ -428,7 +428,7 @@ fn populate_range<'m>(
         // only a real out-of-memory is EAGAIN (6.18).
         match gup_touch_page(cpu, mm, st, p, access) {
             Ok(_) => {}
-            Err(crate::fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
+            Err(crate::vm_fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
             Err(_) => return Err(Errno::ENOMEM),
         }
         p += 4096;

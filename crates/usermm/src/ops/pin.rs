@@ -8,13 +8,13 @@
 
 use crate::access::{gup_fast_page, gup_touch_page};
 use crate::errno::{Errno, SysResult};
-use crate::fault::FaultOutcome;
 use crate::machine::Cpu;
 use crate::mm::{Pid, PinRecord, Privilege};
 use crate::pgtable::Access;
 use crate::phys::PageFlag;
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::stats::Ev;
+use crate::vm_fault::FaultOutcome;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// io_uring's limit on one registered buffer (`SZ_1G` in `io_buffer_validate`): longer ones

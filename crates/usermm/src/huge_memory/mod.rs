@@ -22,11 +22,9 @@
 //! of this mm out, and no other mm maps the folio); only splits to order 0 are made, which is
 //! all the madvise paths ask for.
 
-use crate::fault::{anon_vma_prepare, count_file_fault, folio_node, FaultOutcome};
-use crate::filemap::cache::filemap_fault;
 use crate::machine::Cpu;
 use crate::mlock::{folio_add_lru_vma, mlock_vma_file_folio, munlock_vma_folio};
-use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
+use crate::mm::{mm_counter_file, Mm, MmState};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{Access, Pmd, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
@@ -36,6 +34,8 @@ use crate::tlb::FlushScope;
 use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
+
+pub(crate) mod fault;
 
 /// Splits the anonymous large folio `head`, mapped by this mm only and starting at
 /// `folio_start` in `vma`, into order-0 folios (`split_folio`); returns whether it did.
@@ -173,54 +173,6 @@ pub(crate) fn thp_pmd_eligible<'m>(cpu: &Cpu<'m>, vma: &Vma, addr: VirtAddr) -> 
             .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
 }
 
-/// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
-/// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
-/// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
-pub(crate) fn shmem_pmd_suitable(vma: &Vma, addr: VirtAddr, access: Access) -> bool {
-    let haddr = addr.pmd_align_down();
-    (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
-        && !vma.flags.has(VmFlags::NOHUGEPAGE)
-        && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
-        && haddr >= vma.vm_start()
-        && haddr.add(PMD_SIZE) <= vma.vm_end()
-        && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
-}
-
-/// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
-/// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
-/// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
-pub(crate) fn do_shmem_pmd_fault<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
-    access: Access,
-) -> Option<FaultOutcome> {
-    let c = cpu.c();
-    let phys = &cpu.m.phys;
-    let inode = vma.file.clone()?;
-    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vma.pgoff_at(addr)) {
-        Ok(r) => r,
-        Err(o) => return Some(o),
-    };
-    let head = phys.memmap.folio_of(page);
-    // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
-    // the end-of-file rule (`Inode::may_map_whole`).
-    if phys.memmap.order(head) != HPAGE_PMD_ORDER {
-        // Mapped with PTEs by the normal path, which finds the page in the cache.
-        phys.put_folio(c, head, 1);
-        return None;
-    }
-    if !do_set_pmd(cpu, mm, vma, pmd_table, pmd_idx, head, access) {
-        phys.put_folio(c, head, 1);
-        return Some(FaultOutcome::Completed);
-    }
-    count_file_fault(cpu, &inode, lookup);
-    Some(FaultOutcome::Completed)
-}
-
 /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
 /// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
 /// dirty for a write; false, with nothing done, when the entry is no longer empty.
@@ -283,69 +235,6 @@ pub(crate) fn zap_deposited_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) {
     }
 }
 
-pub(crate) fn do_huge_pmd_anonymous_page<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
-    access: Access,
-) -> Option<FaultOutcome> {
-    let c = cpu.c();
-    let phys = &cpu.m.phys;
-    let arch = cpu.m.arch;
-    let haddr = addr.pmd_align_down();
-    let pt = cpu.tables(mm);
-    let use_zero = cpu.m.tunables().thp.use_zero_page;
-    // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
-    // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
-    if access == Access::Read && use_zero {
-        let hz = phys.huge_zero_pfn()?;
-        let deposit = alloc_deposit(cpu)?;
-        let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if !pmdl.get(pmd_idx).is_none() {
-            drop(pmdl);
-            phys.put_folio(c, deposit, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        deposit_table(cpu, mm, haddr, deposit);
-        pmdl.install(pmd_idx, entry);
-        c.add(Ev::FaultZeroPage, 1);
-        return Some(FaultOutcome::Completed);
-    }
-    let head = phys.alloc_folio(
-        c,
-        HPAGE_PMD_ORDER,
-        folio_node(cpu, haddr, HPAGE_PMD_ORDER),
-        FolioKind::Anon,
-        Zeroing::Zero,
-    )?;
-    let Some(deposit) = alloc_deposit(cpu) else {
-        phys.put_folio(c, head, 1);
-        return None;
-    };
-    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-    if !pmdl.get(pmd_idx).is_none() {
-        drop(pmdl);
-        phys.put_folio(c, head, 1);
-        phys.put_folio(c, deposit, 1);
-        return Some(FaultOutcome::Completed);
-    }
-    deposit_table(cpu, mm, haddr, deposit);
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
-    let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
-    if vma.flags.has(VmFlags::WRITE) {
-        entry = arch.mkwrite(arch.mkdirty(entry));
-    }
-    pmdl.install(pmd_idx, entry);
-    c.add(Ev::FaultAnonPmd, 1);
-    mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-    Some(FaultOutcome::Completed)
-}
-
 /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
 pub(crate) fn add_new_pmd_folio<'m>(
     cpu: &Cpu<'m>,
@@ -367,93 +256,6 @@ pub(crate) fn add_new_pmd_folio<'m>(
     );
     phys.memmap.set_index(head, vma.pgoff_at(haddr));
     folio_add_lru_vma(cpu, head, vma);
-}
-
-/// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
-/// with a new THP, otherwise split and let the PTE path copy one page.
-pub(crate) fn do_huge_pmd_wp_page<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
-) -> Option<FaultOutcome> {
-    let c = cpu.c();
-    c.add(Ev::FaultWp, 1);
-    let phys = &cpu.m.phys;
-    let arch = cpu.m.arch;
-    let pt = cpu.tables(mm);
-    let haddr = addr.pmd_align_down();
-    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-    let pmd = pmdl.get(pmd_idx);
-    if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
-        return Some(FaultOutcome::Completed);
-    }
-    let pfn = arch.pfn(pmd);
-    if phys.is_zero_pfn(pfn) {
-        drop(pmdl);
-        return huge_zero_wp(cpu, mm, vma, pmd_table, pmd_idx, haddr, pmd);
-    }
-    let mem = &phys.memmap;
-    if !mem.test(pfn, PageFlag::Anon) {
-        // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
-        // write fault again on PTEs (a shared mapping dirties the page, a private one
-        // copies it).
-        drop(pmdl);
-        split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
-        return None;
-    }
-    if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
-        mem.set(pfn, PageFlag::AnonExclusive);
-        pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
-        c.add(Ev::CowReuse, 1);
-        return Some(FaultOutcome::Completed);
-    }
-    drop(pmdl);
-    split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
-    None
-}
-
-pub(crate) fn huge_zero_wp<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    haddr: VirtAddr,
-    old: Pmd,
-) -> Option<FaultOutcome> {
-    let c = cpu.c();
-    let phys = &cpu.m.phys;
-    let arch = cpu.m.arch;
-    let pt = cpu.tables(mm);
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
-    let Some(head) = phys.alloc_folio(
-        c,
-        HPAGE_PMD_ORDER,
-        folio_node(cpu, haddr, HPAGE_PMD_ORDER),
-        FolioKind::Anon,
-        Zeroing::Zero,
-    ) else {
-        split_huge_pmd(cpu, mm, vma, pmd_table, pmd_idx, haddr);
-        return None;
-    };
-    let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-    if pmdl.get(pmd_idx) != old {
-        drop(pmdl);
-        phys.put_folio(c, head, 1);
-        return Some(FaultOutcome::Completed);
-    }
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
-    let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
-    // Break before make: the huge zero page leaves every TLB before the THP appears.
-    pmdl.clear(pmd_idx);
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-    pmdl.install(pmd_idx, entry);
-    c.add(Ev::FaultAnonPmd, 1);
-    mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-    Some(FaultOutcome::Completed)
 }
 
 /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
