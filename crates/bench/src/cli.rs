@@ -155,6 +155,8 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
         )
     })?;
     let opts = options(args, &which)?;
+    let outs = outputs(args, args.which == "all");
+    output::check(&outs)?;
     let host = HostSide::probe(!args.no_host);
     println!(
         "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
@@ -172,7 +174,6 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
     let report = suite::run(&which, &opts, &host, &progress, |t| {
         print!("{}", text::render(t))
     })?;
-    let outs = outputs(args, args.which == "all");
     let written = output::write(&report, &outs)?;
     println!("\nsuite wall time: {:.1} s", report.wall_seconds);
     if let Some(h) = &outs.html {

@@ -27,28 +27,41 @@ impl Outputs {
     }
 }
 
-fn create_parent(p: &Path) -> anyhow::Result<()> {
-    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+/// Writes `bytes` to `p` without following a link or writing into a directory another user
+/// controls (see [`oracle::output`]); missing directories are created.
+fn write_file(p: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    oracle::output::write_file(p, bytes).with_context(|| format!("cannot write {}", p.display()))
+}
+
+/// Checks, before a benchmark runs, that every output can be written: each directory is
+/// reached safely (and created if missing). A path that would be refused at the end fails
+/// now instead of after the run.
+pub fn check(o: &Outputs) -> anyhow::Result<()> {
+    let parent = |p: &Path| match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dirs = [
+        o.json.as_deref().map(parent),
+        o.html.as_deref().map(parent),
+        o.plots.clone(),
+    ];
+    for d in dirs.into_iter().flatten() {
+        oracle::output::open_dir(&d, true)
+            .with_context(|| format!("cannot write into {}", d.display()))?;
     }
     Ok(())
 }
 
-fn write_file(p: &Path, text: &str) -> anyhow::Result<()> {
-    create_parent(p)?;
-    std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))
-}
-
 /// Writes every plot of the report into `dir` as `<id>.png` and `<id>.svg`.
 pub fn write_plots(r: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut out = Vec::new();
     for t in &r.tables {
         for (stem, data) in plot::plots(t) {
             let svg = dir.join(format!("{stem}.svg"));
-            write_file(&svg, &plot::svg(&data)?)?;
+            write_file(&svg, plot::svg(&data)?.as_bytes())?;
             let png = dir.join(format!("{stem}.png"));
-            plot::png(&data, &png).with_context(|| format!("cannot write {}", png.display()))?;
+            write_file(&png, &plot::png(&data)?)?;
             out.extend([png, svg]);
         }
     }
@@ -59,11 +72,11 @@ pub fn write_plots(r: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 pub fn write(r: &Report, o: &Outputs) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     if let Some(p) = &o.json {
-        write_file(p, &r.to_json()?)?;
+        write_file(p, r.to_json()?.as_bytes())?;
         written.push(p.clone());
     }
     if let Some(p) = &o.html {
-        write_file(p, &html::report_html(r)?)?;
+        write_file(p, html::report_html(r)?.as_bytes())?;
         written.push(p.clone());
     }
     if let Some(d) = &o.plots {

@@ -11,7 +11,6 @@ use crate::text::{display_scale, unit_text};
 use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::path::Path;
 use std::sync::Once;
 
 /// Pixel size of every plot.
@@ -523,12 +522,21 @@ pub fn svg(data: &PlotData) -> Result<String, Err> {
     Ok(out)
 }
 
-/// Writes the plot as a PNG file.
-pub fn png(data: &PlotData, path: &Path) -> Result<(), Err> {
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    draw(&root, data)?;
-    root.present().map_err(perr)?;
-    Ok(())
+/// The plot as PNG bytes (drawn in memory; the caller writes the file).
+pub fn png(data: &PlotData) -> Result<Vec<u8>, Err> {
+    use image::ImageEncoder;
+    let (w, h) = SIZE;
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
+        draw(&root, data)?;
+        root.present().map_err(perr)?;
+    }
+    let mut out = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(&rgb, w, h, image::ColorType::Rgb8)
+        .map_err(perr)?;
+    Ok(out)
 }
 
 /// The plots of a table: `(file stem, data)`.

@@ -5,6 +5,7 @@
 
 mod kmap_cmd;
 mod oracle_cmd;
+mod record_cmd;
 mod run_cmd;
 mod test_report;
 mod trace_cmd;
@@ -41,7 +42,7 @@ enum Cmd {
     Bench(usermm_bench::cli::BenchArgs),
     /// Record a command's memory activity into a trace (root): mm calls, page faults, forks,
     /// execs, and each process's RSS at exit.
-    Record(trace_cmd::RecordArgs),
+    Record(record_cmd::RecordArgs),
     /// Look into a trace: show, stats, export as a scenario.
     Trace(trace_cmd::TraceArgs),
     /// Replay a trace on the engine under chosen tunables and THP policies.
@@ -84,7 +85,7 @@ fn main() -> ExitCode {
         Cmd::Tunables { json } => cmd_tunables(json),
         Cmd::Bench(args) => usermm_bench::cli::main(&args),
         Cmd::Oracle(args) => oracle_cmd::oracle_main(&args),
-        Cmd::Record(args) => trace_cmd::record_main(&args),
+        Cmd::Record(args) => record_cmd::record_main(&args),
         Cmd::Trace(args) => trace_cmd::trace_main(&args),
         Cmd::Replay(args) => trace_cmd::replay_main(&args),
         Cmd::Kmap(args) => kmap_cmd::kmap_main(&args).map(|_| 0),

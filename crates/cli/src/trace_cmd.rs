@@ -1,21 +1,67 @@
-//! `usermm record`, `usermm trace show|stats|export`, `usermm replay` (crate `trace`).
+//! `usermm trace show|stats|export`, `usermm replay` (crate `trace`).
+//!
+//! Every command that reads a trace streams it (`trace::Decoder`): the file is never held
+//! whole, and each runs within a `trace::Budget` whose defaults a small hostile file cannot
+//! amplify past (`--max-events`, `--max-seconds`, `--max-image-pages`, `--max-touch`,
+//! `--max-output`). The trace's strings are printed escaped (`trace::escape`).
 
 use anyhow::Context;
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
+use trace::Budget;
 
-/// Arguments of `usermm record`.
-#[derive(clap::Args, Debug)]
-pub struct RecordArgs {
-    /// Output file.
-    #[arg(long, short, default_value = "trace.umt", value_name = "FILE")]
-    pub out: PathBuf,
-    /// Data pages of each per-CPU perf ring buffer (a power of two).
-    #[arg(long, default_value_t = 2048)]
-    pub ring_pages: usize,
-    /// The command and its arguments (after `--`).
-    #[arg(required = true, last = true, value_name = "CMD")]
-    pub cmd: Vec<String>,
+/// A byte count: digits with an optional K, M, G or T (powers of 1024).
+fn bytes(s: &str) -> Result<u64, String> {
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        Some(b'T' | b't') => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{s}`: expected a byte count such as 4096, 64K, 256M"))
+}
+
+/// What reading the trace may cost (defaults: `trace::Budget::default()`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BudgetArgs {
+    /// Stop with an error after this many events.
+    #[arg(long, value_name = "N", default_value_t = Budget::default().max_events)]
+    max_events: u64,
+    /// Stop with an error after this many seconds of reading or replaying.
+    #[arg(long, value_name = "SECONDS", default_value_t = Budget::default().max_seconds)]
+    max_seconds: f64,
+    /// Stop with an error past this many exec-image pages in all (16 bytes of memory each).
+    #[arg(long, value_name = "N", default_value_t = Budget::default().max_image_pages)]
+    max_image_pages: u64,
+    /// replay: the most memory the trace may make the engine populate, copy or hold
+    /// (faults, populating and locking calls, forks, frames in use).
+    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "256M")]
+    max_touch: u64,
+    /// show, export: the most text written.
+    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "64M")]
+    max_output: u64,
+}
+
+impl BudgetArgs {
+    fn budget(&self) -> anyhow::Result<Budget> {
+        anyhow::ensure!(
+            self.max_seconds >= 0.0 && !self.max_seconds.is_nan(),
+            "--max-seconds {}: expected a number of seconds, 0 or more",
+            self.max_seconds
+        );
+        Ok(Budget {
+            max_events: self.max_events,
+            max_seconds: self.max_seconds,
+            max_image_pages: self.max_image_pages,
+            max_touch: self.max_touch,
+            max_output: self.max_output,
+        })
+    }
 }
 
 /// Arguments of `usermm trace`.
@@ -34,6 +80,8 @@ enum TraceCmd {
         /// At most this many events.
         #[arg(long, default_value_t = usize::MAX)]
         limit: usize,
+        #[command(flatten)]
+        budget: BudgetArgs,
     },
     /// Print the header, event counts per kind, processes, bytes per event.
     Stats {
@@ -42,6 +90,8 @@ enum TraceCmd {
         /// JSON output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        budget: BudgetArgs,
     },
     /// Write a small trace as a scenario file (`../shared/SCENARIO.md`).
     Export {
@@ -50,6 +100,8 @@ enum TraceCmd {
         /// Scenario file to write (`-`: standard output).
         #[arg(long, value_name = "FILE")]
         scenario: String,
+        #[command(flatten)]
+        budget: BudgetArgs,
     },
 }
 
@@ -71,104 +123,167 @@ pub struct ReplayArgs {
     /// JSON output.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
-/// `usermm record`.
-pub fn record_main(a: &RecordArgs) -> anyhow::Result<u8> {
-    let opts = trace::RecordOptions {
-        out: a.out.clone(),
-        ring_pages: a.ring_pages.next_power_of_two(),
-        progress: true,
-    };
-    let s = trace::record(&a.cmd, &opts)?;
-    println!(
-        "recorded {}: {} events, {} bytes ({:.2} bytes/event), {} processes, {:.2} s; command exit status {}",
-        a.out.display(),
-        s.events,
-        s.bytes,
-        s.bytes as f64 / s.events.max(1) as f64,
-        s.processes,
-        s.seconds,
-        s.exit_status
-    );
-    println!(
-        "lost records: {}; file mappings replayed as anonymous: {}; faults above user space left out: {}",
-        s.lost, s.file_as_anon, s.faults_outside_user
-    );
-    Ok(0)
+fn open(
+    p: &std::path::Path,
+    b: &Budget,
+) -> anyhow::Result<trace::Decoder<Box<dyn std::io::BufRead>>> {
+    Ok(trace::Decoder::open(p, b)?)
 }
 
-fn read(p: &std::path::Path) -> anyhow::Result<trace::Trace> {
-    Ok(trace::read_file(p)?)
+/// A decoding error of `file`, with the file's name.
+fn named(file: &std::path::Path, e: trace::format::FormatError) -> anyhow::Error {
+    anyhow::anyhow!("{}: {e}", file.display())
+}
+
+/// Standard output within the output budget; a closed pipe ends the command quietly.
+struct Out {
+    w: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    written: u64,
+    max: u64,
+}
+
+impl Out {
+    fn new(max: u64) -> Out {
+        Out {
+            w: std::io::BufWriter::new(std::io::stdout().lock()),
+            written: 0,
+            max,
+        }
+    }
+
+    /// Writes `text`; `Ok(false)` when the reader went away (stop quietly).
+    fn put(&mut self, text: &str) -> anyhow::Result<bool> {
+        self.written = self.written.saturating_add(text.len() as u64);
+        anyhow::ensure!(
+            self.written <= self.max,
+            "output larger than {} bytes: over the budget (--max-output)",
+            self.max
+        );
+        match self.w.write_all(text.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+            r => r.map(|()| true).map_err(Into::into),
+        }
+    }
+
+    fn finish(mut self) -> anyhow::Result<()> {
+        match self.w.flush() {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// `usermm trace …`.
 pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
     match &a.cmd {
-        TraceCmd::Show { file, limit } => {
-            let t = read(file)?;
-            print_header(&t);
-            for (i, e) in t.events.iter().take(*limit).enumerate() {
-                println!("{i:>8} {e:x?}");
+        TraceCmd::Show {
+            file,
+            limit,
+            budget,
+        } => {
+            let b = budget.budget()?;
+            let mut d = open(file, &b)?;
+            let mut out = Out::new(b.max_output);
+            if !out.put(&header_line(d.header()))? {
+                return Ok(0);
             }
+            let mut i = 0usize;
+            while i < *limit {
+                let Some(e) = d.next_event().map_err(|e| named(file, e))? else {
+                    break;
+                };
+                // Debug output escapes every string (control and invisible characters
+                // included); the header is escaped by `header_line`.
+                if !out.put(&format!("{i:>8} {e:x?}\n"))? {
+                    return Ok(0);
+                }
+                i += 1;
+            }
+            out.finish()?;
         }
-        TraceCmd::Stats { file, json } => {
-            let t = read(file)?;
+        TraceCmd::Stats { file, json, budget } => {
+            let b = budget.budget()?;
+            let mut d = open(file, &b)?;
             let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
-            for e in &t.events {
+            let mut lost = 0u64;
+            while let Some(e) = d.next_event().map_err(|e| named(file, e))? {
+                if let trace::Event::Lost { count } = e {
+                    lost = lost.saturating_add(count);
+                }
                 *kinds.entry(e.kind()).or_default() += 1;
             }
-            let n = t.events.len().max(1) as f64;
+            let events = d.events();
+            let (file_bytes, payload_bytes) = (d.file_bytes(), d.payload_bytes());
+            let n = events.max(1) as f64;
+            let h = d.header();
             if *json {
                 let v = serde_json::json!({
-                    "command": t.header.command,
-                    "host": t.header.host,
-                    "kernel": t.header.kernel,
-                    "policy": t.header.policy,
-                    "events": t.events.len(),
-                    "file_bytes": t.file_bytes,
-                    "payload_bytes": t.payload_bytes,
-                    "bytes_per_event": t.file_bytes as f64 / n,
+                    "command": h.command,
+                    "host": h.host,
+                    "kernel": h.kernel,
+                    "policy": h.policy,
+                    "events": events,
+                    "lost_records": lost,
+                    "file_bytes": file_bytes,
+                    "payload_bytes": payload_bytes,
+                    "bytes_per_event": file_bytes as f64 / n,
                     "kinds": kinds,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                print_header(&t);
+                print!("{}", header_line(h));
                 println!(
-                    "events {}  file {} bytes ({:.2}/event)  payload {} bytes ({:.2}/event)",
-                    t.events.len(),
-                    t.file_bytes,
-                    t.file_bytes as f64 / n,
-                    t.payload_bytes,
-                    t.payload_bytes as f64 / n
+                    "events {events}  file {file_bytes} bytes ({:.2}/event)  payload {payload_bytes} bytes ({:.2}/event)  lost records {lost}",
+                    file_bytes as f64 / n,
+                    payload_bytes as f64 / n
                 );
                 for (k, v) in kinds {
                     println!("  {k:<20} {v:>10}");
                 }
             }
         }
-        TraceCmd::Export { file, scenario } => {
-            let t = read(file)?;
-            let text = trace::export::to_scenario(&t)?;
+        TraceCmd::Export {
+            file,
+            scenario,
+            budget,
+        } => {
+            let b = budget.budget()?;
+            let mut d = open(file, &b)?;
+            let mut x = trace::export::Exporter::new(d.header(), &b)?;
+            while let Some(e) = d.next_event().map_err(|e| named(file, e))? {
+                x.event(&e)
+                    .with_context(|| format!("{}: payload byte {}", file.display(), d.offset()))?;
+            }
+            let text = x.finish();
             if scenario == "-" {
-                print!("{text}");
+                let mut out = Out::new(b.max_output);
+                out.put(&text)?;
+                out.finish()?;
             } else {
-                std::fs::write(scenario, text).with_context(|| scenario.clone())?;
+                // Created safely on a shared host (no symlink followed, temporary name, rename).
+                oracle::output::write_file(std::path::Path::new(scenario), text.as_bytes())
+                    .with_context(|| scenario.clone())?;
             }
         }
     }
     Ok(0)
 }
 
-fn print_header(t: &trace::Trace) {
-    println!(
-        "trace of `{}` on {} (Linux {}), policy {}, recorded at {} (unix)",
-        t.header.command.join(" "),
-        t.header.host,
-        t.header.kernel,
-        t.header.policy,
-        t.header.recorded_at
-    );
+/// The header as one line, its strings escaped.
+fn header_line(h: &trace::Header) -> String {
+    let command: Vec<String> = h.command.iter().map(|a| trace::escape(a)).collect();
+    format!(
+        "trace of `{}` on {} (Linux {}), policy {}, recorded at {} (unix)\n",
+        command.join(" "),
+        trace::escape(&h.host),
+        trace::escape(&h.kernel),
+        trace::escape(&h.policy),
+        h.recorded_at
+    )
 }
 
 fn pairs(v: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
@@ -183,14 +298,19 @@ fn pairs(v: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
 
 /// `usermm replay`.
 pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
-    let t = read(&a.trace)?;
+    let budget = a.budget.budget()?;
     let opts = trace::ReplayOptions {
         tunables: pairs(&a.tunables, "--tunable")?,
         thp: pairs(&a.thp, "--thp")?,
         validate: a.validate,
+        budget: budget.clone(),
         ..Default::default()
     };
-    let r = trace::replay(&t, &opts)?;
+    // Settings are checked before the trace is opened (a bad one is an error, nothing runs).
+    trace::replay::machine_config(&opts)?;
+    let mut d = open(&a.trace, &budget)?;
+    let r = trace::replay::replay_decoder(&mut d, &opts)
+        .with_context(|| a.trace.display().to_string())?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(0);

@@ -13,7 +13,15 @@
 //!   planted at it, and the kernel frees it when its last descriptor and mapping go, even if
 //!   the oracle is killed.
 //!
-//! Dropping a [`ScratchDir`] removes the (always empty) directory.
+//! Dropping a [`ScratchDir`] removes the (always empty) directory. A SIGKILLed oracle cannot
+//! drop it, so the directory's name carries its creator's pid (`usermm-oracle-PID-HEX`) and
+//! the next [`ScratchDir::create`] in the same parent removes the empty directories of ours
+//! whose creator is gone.
+//!
+//! Before a file's bytes are written ([`check_room`]), the file system must have room for
+//! them with a reserve left for everyone else, and a tmpfs file (which is memory) must also
+//! fit in the host's `MemAvailable` with its reserve: a scenario's `file 1G` on a 64 MiB
+//! `/dev/shm` is refused instead of filling it.
 
 use crate::sys;
 use std::ffi::CString;
@@ -75,13 +83,101 @@ fn open_parent(path: &Path) -> Result<File, String> {
     Ok(f)
 }
 
+/// Removes the empty scratch directories in `parent` that an oracle left when it was killed:
+/// names of our pattern whose pid is no longer a process, directories (not links) of our
+/// euid with mode 0700. `rmdir` removes only an empty one, so a directory in use by a live
+/// run, or that someone filled, stays. Returns how many were removed.
+pub fn sweep_stale(parent: &Path) -> usize {
+    use rustix::fs::{statat, AtFlags, FileType};
+    let Ok(p) = open_parent(parent) else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let euid = sys::geteuid();
+    let mut removed = 0;
+    // A parent may hold many names; look at a bounded number of them.
+    for e in entries.filter_map(Result::ok).take(65_536) {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let alive = rustix::process::Pid::from_raw(pid)
+            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok());
+        if alive {
+            continue;
+        }
+        let Ok(st) = statat(&p, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let ours = FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && st.st_uid == euid
+            && st.st_mode & 0o7777 == 0o700;
+        let Ok(cname) = CString::new(name.as_bytes()) else {
+            continue;
+        };
+        if ours && sys::rmdir_at(&p, &cname).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Refuses to write `bytes` into the file system of `dir` when it would leave less than a
+/// sixteenth of that file system (at least 16 MiB) free, or, for a tmpfs (`memory`), when
+/// the bytes would not fit in the host's `MemAvailable` less an eighth of it (at least
+/// 256 MiB): the host is shared, and a full `/dev/shm` or `/var/tmp` hurts every user.
+pub fn check_room(dir: &ScratchDir, bytes: u64, memory: bool) -> Result<(), String> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let st = rustix::fs::fstatvfs(&dir.dir)
+        .map_err(|e| format!("{}: statvfs: {e}", dir.path.display()))?;
+    let unit = st.f_frsize.max(1);
+    let free = st.f_bavail.saturating_mul(unit);
+    let total = st.f_blocks.saturating_mul(unit);
+    let room = free.saturating_sub((total / 16).max(16 << 20));
+    let mib = |b: u64| b >> 20;
+    if bytes > room {
+        return Err(format!(
+            "{} MiB to write on {}, which has {} MiB free of {} MiB: refused, to keep a reserve \
+             for the host's other users",
+            mib(bytes),
+            dir.path.parent().unwrap_or(&dir.path).display(),
+            mib(free),
+            mib(total)
+        ));
+    }
+    if memory {
+        if let Some(avail) = scenario::engine::host_mem_available() {
+            let room = avail.saturating_sub((avail / 8).max(256 << 20));
+            if bytes > room {
+                return Err(format!(
+                    "{} MiB of tmpfs to write, and the host has {} MiB of memory available: \
+                     refused, to keep a reserve for the host's other users",
+                    mib(bytes),
+                    mib(avail)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl ScratchDir {
-    /// A new private directory with a random name in `parent`.
+    /// A new private directory with a random name in `parent`, after removing what killed
+    /// runs left there ([`sweep_stale`]).
     pub fn create(parent: &Path) -> Result<ScratchDir, String> {
+        sweep_stale(parent);
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
             let hex = sys::random_hex().map_err(|e| format!("getrandom: {}", errno_text(e)))?;
-            match ScratchDir::create_named(parent, &format!("{PREFIX}{hex}")) {
+            let name = format!("{PREFIX}{}-{hex}", std::process::id());
+            match ScratchDir::create_named(parent, &name) {
                 Ok(d) => return Ok(d),
                 Err((libc::EEXIST, m)) => last = m,
                 Err((_, m)) => return Err(m),

@@ -82,6 +82,7 @@ const WRITE_CHUNK: usize = 1 << 20;
 #[derive(Debug)]
 struct HostFile {
     file: File,
+    kind: FileKind,
 }
 
 /// Runs scenario statements in real processes on the host kernel.
@@ -408,6 +409,13 @@ impl HostBackend<'_> {
         }
         slot.as_ref()
             .ok_or_else(|| unsupported("files: no scratch directory"))
+    }
+
+    /// Whether `bytes` more may be written to a file of `kind` ([`files::check_room`]).
+    fn check_room(&mut self, kind: FileKind, bytes: u64) -> Res<()> {
+        let dir = self.scratch(kind)?;
+        files::check_room(dir, bytes, kind == FileKind::Tmpfs)
+            .map_err(|m| unsupported(format!("files: {m}")))
     }
 
     /// The descriptor of file `f`, after checking that process `p` runs (the statement is
@@ -786,6 +794,9 @@ impl Backend for HostBackend<'_> {
             .map_err(|e| unsupported(format!("files: fchmod: {e}")))?;
         self.undrained = true;
         let fd = file.as_raw_fd();
+        // Only a pattern writes the bytes; a file without one stays sparse.
+        let written = if pattern.is_some() { size } else { 0 };
+        self.check_room(kind, written)?;
         sys::ftruncate(fd, size).map_err(errno_fail)?;
         if let Some(b) = pattern {
             fill_file(fd, 0, size, b).map_err(errno_fail)?;
@@ -796,12 +807,19 @@ impl Backend for HostBackend<'_> {
             sys::drop_cache(fd).map_err(errno_fail)?;
         }
         let id = self.files.len() as FileId;
-        self.files.push(HostFile { file });
+        self.files.push(HostFile { file, kind });
         Ok(id)
     }
 
     fn pwrite(&mut self, p: ProcId, f: FileId, offset: u64, len: u64, byte: u8) -> Res<()> {
         let fd = self.file_fd(p, f)?;
+        // A range past LLONG_MAX is the kernel's EINVAL, not a question of room.
+        let valid = offset
+            .checked_add(len)
+            .is_some_and(|e| e <= i64::MAX as u64);
+        if let Some(kind) = self.files.get(f as usize).map(|h| h.kind).filter(|_| valid) {
+            self.check_room(kind, len)?;
+        }
         if len == 0 {
             // pwrite(2) of nothing still checks the offset.
             return sys::pwrite(fd, &[], offset).map(|_| ()).map_err(errno_fail);
@@ -811,24 +829,13 @@ impl Backend for HostBackend<'_> {
 
     fn pread(&mut self, p: ProcId, f: FileId, offset: u64, len: u64) -> Res<Vec<u8>> {
         let fd = self.file_fd(p, f)?;
-        let mut out = vec![0u8; len.min(isize::MAX as u64) as usize];
-        let mut got = 0usize;
-        loop {
-            match sys::pread(fd, &mut out[got..], offset.wrapping_add(got as u64)) {
-                Ok(0) => break,
-                Ok(n) => {
-                    got += n;
-                    if got == out.len() {
-                        break;
-                    }
-                }
-                Err(libc::EINTR) => {}
-                Err(e) if got == 0 => return Err(errno_fail(e)),
-                Err(_) => break,
-            }
-        }
-        out.truncate(got);
-        Ok(out)
+        // What the file can give is all the heap holds: `len` may be huge.
+        let size = self
+            .files
+            .get(f as usize)
+            .and_then(|h| h.file.metadata().ok())
+            .map_or(0, |m| m.len());
+        sys::pread_upto(fd, len, offset, size.saturating_sub(offset)).map_err(errno_fail)
     }
 
     fn ftruncate(&mut self, p: ProcId, f: FileId, size: u64) -> Res<()> {

@@ -18,6 +18,7 @@ pub mod files;
 pub mod host;
 pub mod knobs;
 pub mod layout;
+pub mod output;
 pub mod procfs;
 pub mod proto;
 pub mod report;

@@ -857,6 +857,53 @@ pub fn msync(addr: u64, len: u64, flags: i32) -> Result<(), Errno> {
     check(unsafe { libc::msync(addr as *mut c_void, len as usize, flags) })
 }
 
+/// `pread` of `len` bytes at `offset` as a program with a buffer of `len` bytes makes it,
+/// repeated after short reads until end of file or `len`: the bytes read. The kernel sees the
+/// real count (its checks of the range depend on it), but only `cap` bytes (what the file can
+/// give) are kept in the heap: a longer buffer is an untouched `MAP_NORESERVE` mapping, which
+/// costs nothing but the pages the file fills. An error before any byte is the errno.
+pub fn pread_upto(fd: i32, len: u64, offset: u64, cap: u64) -> Result<Vec<u8>, Errno> {
+    let read_into = |buf: &mut [u8]| -> Result<usize, Errno> {
+        let mut got = 0usize;
+        while got < buf.len() {
+            match pread(fd, &mut buf[got..], offset.wrapping_add(got as u64)) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(libc::EINTR) => {}
+                Err(e) if got == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(got)
+    };
+    let small = len.min(cap);
+    let sparse = (len > small)
+        .then(|| {
+            let bytes = len.checked_add(4095)? & !4095;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            let addr = mmap(0, bytes, libc::PROT_READ | libc::PROT_WRITE, flags).ok()?;
+            Some((addr, bytes))
+        })
+        .flatten();
+    match sparse {
+        Some((addr, bytes)) => {
+            // SAFETY: `addr` is a fresh private mapping of `bytes >= len` bytes, readable and
+            // writable, of ours alone until the munmap below; `len` fits in usize since it
+            // was mapped.
+            let buf = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len as usize) };
+            let res = read_into(buf).map(|got| buf[..got].to_vec());
+            let _ = munmap(addr, bytes);
+            res
+        }
+        None => {
+            let mut buf = vec![0u8; small as usize];
+            let got = read_into(&mut buf)?;
+            buf.truncate(got);
+            Ok(buf)
+        }
+    }
+}
+
 /// `pread64` into `buf` at `offset` (an offset above `i64::MAX` is passed on as the
 /// negative number the kernel refuses).
 pub fn pread(fd: i32, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {

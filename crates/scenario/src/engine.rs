@@ -48,8 +48,8 @@ fn host_can_back(memory: u64) -> Result<(), String> {
 }
 
 /// `MemAvailable` from `/proc/meminfo`, in bytes (the first 8 KiB read: the field is near
-/// the top).
-fn host_mem_available() -> Option<u64> {
+/// the top). The oracle bounds what it stages on tmpfs with it too.
+pub fn host_mem_available() -> Option<u64> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open("/proc/meminfo")

@@ -5,9 +5,17 @@
 //! (`fixed` at the returned address); a failed call becomes `expect … = ERRNO`; every fault is
 //! a `touch` of its page; `brk` becomes fixed anonymous mmap/munmap (as in the replay); the
 //! recorded RSS at each exit is a comment.
+//!
+//! The trace's strings (command, host, kernel, policy, file paths) appear only in comments,
+//! escaped ([`crate::escape`]): a newline or any control character in them can never end
+//! the comment and start a statement. The text is built event by event and stops at the
+//! budget's output size ([`Budget::max_output`]): an exec image of 2²⁴ pages is 2²⁴ `touch`
+//! lines. A file reference to a file the trace never defined is refused, as the reader
+//! refuses it.
 
-use crate::format::{Event, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
-use std::collections::HashMap;
+use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
+use crate::{escape, Budget};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Largest trace exported (events).
@@ -17,8 +25,19 @@ pub const MAX_EXPORT_EVENTS: usize = 50_000;
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     /// Too many events for a readable scenario.
-    #[error("the trace has {0} events; export is for traces of at most {MAX_EXPORT_EVENTS}")]
+    #[error(
+        "the trace has more than {0} events; export is for traces of at most {MAX_EXPORT_EVENTS}"
+    )]
     TooBig(usize),
+    /// The text would be larger than the budget.
+    #[error("event {0}: the scenario text would exceed {1} bytes (--max-output)")]
+    Output(usize, u64),
+    /// A mapping names a file the trace never defined.
+    #[error("event {0}: file id {1} is used before a FILE event defines it")]
+    UndefinedFile(usize, u32),
+    /// A file id defined twice.
+    #[error("event {0}: file id {1} defined twice")]
+    FileTwice(usize, u32),
 }
 
 fn prot_word(p: u32) -> &'static str {
@@ -32,7 +51,8 @@ fn prot_word(p: u32) -> &'static str {
 }
 
 fn errno_name(ret: i64) -> Option<&'static str> {
-    Some(match -ret {
+    // `checked_neg`: a recorded result of i64::MIN has no negation (the fuzzer's first find).
+    Some(match ret.checked_neg()? {
         1 => "EPERM",
         9 => "EBADF",
         11 => "EAGAIN",
@@ -70,69 +90,136 @@ fn advice_word(a: u32) -> Option<&'static str> {
     })
 }
 
-/// The scenario text of `trace`.
+/// The scenario text of `trace`, within the default [`Budget`].
 pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
-    if trace.events.len() > MAX_EXPORT_EVENTS {
-        return Err(ExportError::TooBig(trace.events.len()));
-    }
-    let mut s = String::new();
-    let h = &trace.header;
-    let _ = writeln!(s, "# usermm trace export: {}", h.command.join(" "));
-    let _ = writeln!(
-        s,
-        "# recorded on {} (Linux {}), host policy: {}",
-        h.host, h.kernel, h.policy
-    );
-    let _ = writeln!(s, "set thp top=never");
-    let _ = writeln!(s, "set rlimit memlock unlimited");
-    let mut names: HashMap<u32, String> = HashMap::new();
-    let mut brk: HashMap<String, u64> = HashMap::new();
-    let mut gen = 0u64;
-    let mut fresh = |base: &str| {
-        gen += 1;
-        format!("{base}_{gen}")
-    };
-    // A failed call: `expect STMT = ERRNO`, or a comment when the errno has no keyword.
-    let outcome = |s: &mut String, stmt: String, ret: i64| {
-        if ret >= 0 {
-            let _ = writeln!(s, "{stmt}");
-        } else if let Some(e) = errno_name(ret) {
-            let _ = writeln!(s, "expect {stmt} = {e}");
-        } else {
-            let _ = writeln!(s, "# host: errno {} for: {stmt}", -ret);
-        }
-    };
+    to_scenario_with(trace, &Budget::default())
+}
+
+/// The scenario text of `trace`, within `budget`.
+pub fn to_scenario_with(trace: &Trace, budget: &Budget) -> Result<String, ExportError> {
+    let mut x = Exporter::new(&trace.header, budget)?;
     for ev in &trace.events {
-        let name = ev.pid().and_then(|p| names.get(&p).cloned());
+        x.event(ev)?;
+    }
+    Ok(x.finish())
+}
+
+/// Builds the scenario text one event at a time (a trace is exported as it is decoded).
+#[derive(Debug)]
+pub struct Exporter {
+    s: String,
+    max_output: u64,
+    names: HashMap<u32, String>,
+    brk: HashMap<String, u64>,
+    files: HashSet<u32>,
+    gen: u64,
+    events: usize,
+}
+
+impl Exporter {
+    /// An exporter whose text starts with the header's comments and settings.
+    pub fn new(h: &Header, budget: &Budget) -> Result<Exporter, ExportError> {
+        let mut x = Exporter {
+            s: String::new(),
+            max_output: budget.max_output,
+            names: HashMap::new(),
+            brk: HashMap::new(),
+            files: HashSet::new(),
+            gen: 0,
+            events: 0,
+        };
+        let command: Vec<String> = h.command.iter().map(|a| escape(a)).collect();
+        x.line(format_args!("# usermm trace export: {}", command.join(" ")))?;
+        x.line(format_args!(
+            "# recorded on {} (Linux {}), host policy: {}",
+            escape(&h.host),
+            escape(&h.kernel),
+            escape(&h.policy)
+        ))?;
+        x.line(format_args!("set thp top=never"))?;
+        x.line(format_args!("set rlimit memlock unlimited"))?;
+        Ok(x)
+    }
+
+    /// The text so far.
+    pub fn finish(self) -> String {
+        self.s
+    }
+
+    /// Appends one line, within the output budget.
+    fn line(&mut self, args: std::fmt::Arguments<'_>) -> Result<(), ExportError> {
+        let at = self.s.len();
+        let _ = self.s.write_fmt(args);
+        self.s.push('\n');
+        if self.s.len() as u64 > self.max_output {
+            self.s.truncate(at);
+            return Err(ExportError::Output(self.events, self.max_output));
+        }
+        Ok(())
+    }
+
+    fn fresh(&mut self, base: &str) -> String {
+        self.gen += 1;
+        format!("{base}_{}", self.gen)
+    }
+
+    /// A failed call: `expect STMT = ERRNO`, or a comment when the errno has no keyword.
+    fn outcome(&mut self, stmt: String, ret: i64) -> Result<(), ExportError> {
+        if ret >= 0 {
+            self.line(format_args!("{stmt}"))
+        } else if let Some(e) = errno_name(ret) {
+            self.line(format_args!("expect {stmt} = {e}"))
+        } else {
+            self.line(format_args!(
+                "# host: errno {} for: {stmt}",
+                ret.unsigned_abs()
+            ))
+        }
+    }
+
+    /// Appends one event.
+    pub fn event(&mut self, ev: &Event) -> Result<(), ExportError> {
+        if self.events >= MAX_EXPORT_EVENTS {
+            return Err(ExportError::TooBig(MAX_EXPORT_EVENTS));
+        }
+        self.export(ev)?;
+        self.events += 1;
+        Ok(())
+    }
+
+    fn export(&mut self, ev: &Event) -> Result<(), ExportError> {
+        let name = ev.pid().and_then(|p| self.names.get(&p).cloned());
         match ev {
             Event::Spawn { pid } => {
-                let n = fresh(&format!("p{pid}"));
-                let _ = writeln!(s, "{n} = spawn privileged");
-                names.insert(*pid, n);
+                let n = self.fresh(&format!("p{pid}"));
+                self.line(format_args!("{n} = spawn privileged"))?;
+                self.names.insert(*pid, n);
             }
             Event::Fork { child, flags, .. } => {
-                let Some(p) = name else { continue };
+                let Some(p) = name else { return Ok(()) };
                 if flags & FORK_SHARES_VM != 0 {
-                    let _ = writeln!(s, "# p{child}: vfork child of {p}, shares its memory");
-                    names.insert(*child, p);
+                    self.line(format_args!(
+                        "# p{child}: vfork child of {p}, shares its memory"
+                    ))?;
+                    self.names.insert(*child, p);
                 } else {
-                    let n = fresh(&format!("p{child}"));
-                    let _ = writeln!(s, "{n} = {p} fork");
-                    if let Some(&b) = brk.get(&p) {
-                        brk.insert(n.clone(), b);
+                    let n = self.fresh(&format!("p{child}"));
+                    self.line(format_args!("{n} = {p} fork"))?;
+                    if let Some(&b) = self.brk.get(&p) {
+                        self.brk.insert(n.clone(), b);
                     }
-                    names.insert(*child, n);
+                    self.names.insert(*child, n);
                 }
             }
             Event::Exec { pid, image } => {
-                if let Some(old) = names.remove(pid) {
-                    if !names.values().any(|v| *v == old) {
-                        let _ = writeln!(s, "{old} exit");
+                if let Some(old) = self.names.remove(pid) {
+                    if !self.names.values().any(|v| *v == old) {
+                        self.line(format_args!("{old} exit"))?;
                     }
                 }
-                let n = fresh(&format!("p{pid}"));
-                let _ = writeln!(s, "# exec of trace pid {pid}");
-                let _ = writeln!(s, "{n} = spawn privileged");
+                let n = self.fresh(&format!("p{pid}"));
+                self.line(format_args!("# exec of trace pid {pid}"))?;
+                self.line(format_args!("{n} = spawn privileged"))?;
                 let mut prev_end = 0x10000u64;
                 for v in &image.vmas {
                     let mut start = v.start;
@@ -145,57 +232,62 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                         "private"
                     };
                     let backing = match v.file {
+                        Some(f) if !self.files.contains(&f) => {
+                            return Err(ExportError::UndefinedFile(self.events, f))
+                        }
                         Some(f) => format!("file f{f} offset {:#x}", v.offset),
                         None => "anon".into(),
                     };
-                    let m = fresh("m");
-                    let _ = writeln!(
-                        s,
+                    let m = self.fresh("m");
+                    self.line(format_args!(
                         "{m} = {n} mmap {:#x} {} {share} {backing} fixed {start:#x}",
-                        v.end - start,
+                        v.end.saturating_sub(start),
                         prot_word(v.prot as u32)
-                    );
+                    ))?;
                     prev_end = v.end;
                 }
                 for &(a, w) in &image.pages {
                     let acc = if w { "write" } else { "read" };
-                    let _ = writeln!(s, "{n} touch {a:#x} 4K {acc}");
+                    self.line(format_args!("{n} touch {a:#x} 4K {acc}"))?;
                 }
-                names.insert(*pid, n);
+                self.names.insert(*pid, n);
             }
             Event::Exit { pid } => {
-                let Some(n) = names.remove(pid) else { continue };
-                if names.values().any(|v| *v == n) {
-                    continue; // a vfork child leaving its parent's memory
+                let Some(n) = self.names.remove(pid) else {
+                    return Ok(());
+                };
+                if self.names.values().any(|v| *v == n) {
+                    return Ok(()); // a vfork child leaving its parent's memory
                 }
-                let _ = writeln!(s, "{n} exit");
+                self.line(format_args!("{n} exit"))?;
             }
             Event::File { id, size, path, .. } => {
-                let _ = writeln!(s, "# {path}");
-                let _ = writeln!(
-                    s,
+                if !self.files.insert(*id) {
+                    return Err(ExportError::FileTwice(self.events, *id));
+                }
+                self.line(format_args!("# {}", escape(path)))?;
+                self.line(format_args!(
                     "f{id} = file {:#x} disk",
                     (size.saturating_add(4095) & !4095).max(4096)
-                );
+                ))?;
             }
             Event::Validate {
                 rss_anon_kb,
                 rss_file_kb,
                 ..
             } => {
-                let _ = writeln!(
-                    s,
+                self.line(format_args!(
                     "# host at exit of {}: RssAnon {rss_anon_kb} kB, RssFile {rss_file_kb} kB",
                     name.unwrap_or_default()
-                );
+                ))?;
             }
             Event::Lost { count } => {
-                let _ = writeln!(s, "# {count} records lost while recording");
+                self.line(format_args!("# {count} records lost while recording"))?;
             }
             Event::Fault { addr, write, .. } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 let acc = if *write { "write" } else { "read" };
-                let _ = writeln!(s, "{n} touch {addr:#x} 4K {acc}");
+                self.line(format_args!("{n} touch {addr:#x} 4K {acc}"))?;
             }
             Event::Mmap {
                 addr,
@@ -207,9 +299,12 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 ret,
                 ..
             } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 let share = if flags & 3 == 2 { "private" } else { "shared" };
                 let backing = match (flags & 0x20 != 0, file) {
+                    (false, Some(f)) if !self.files.contains(f) => {
+                        return Err(ExportError::UndefinedFile(self.events, *f))
+                    }
                     (false, Some(f)) => format!("file f{f} offset {offset:#x}"),
                     _ => "anon".into(),
                 };
@@ -234,20 +329,20 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                         extra.push_str(w);
                     }
                 }
-                let m = fresh("m");
+                let m = self.fresh("m");
                 let stmt = format!(
                     "{n} mmap {len:#x} {} {share} {backing}{place}{extra}",
                     prot_word(*prot)
                 );
                 if *ret >= 0 {
-                    let _ = writeln!(s, "{m} = {stmt}");
+                    self.line(format_args!("{m} = {stmt}"))?;
                 } else {
-                    outcome(&mut s, stmt, *ret);
+                    self.outcome(stmt, *ret)?;
                 }
             }
             Event::Munmap { addr, len, ret, .. } => {
-                let Some(n) = name else { continue };
-                outcome(&mut s, format!("{n} munmap {addr:#x} {len:#x}"), *ret);
+                let Some(n) = name else { return Ok(()) };
+                self.outcome(format!("{n} munmap {addr:#x} {len:#x}"), *ret)?;
             }
             Event::Mprotect {
                 addr,
@@ -256,12 +351,11 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 ret,
                 ..
             } => {
-                let Some(n) = name else { continue };
-                outcome(
-                    &mut s,
+                let Some(n) = name else { return Ok(()) };
+                self.outcome(
                     format!("{n} mprotect {addr:#x} {len:#x} {}", prot_word(*prot)),
                     *ret,
-                );
+                )?;
             }
             Event::Mremap {
                 addr,
@@ -270,43 +364,42 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 ret,
                 ..
             } => {
-                let Some(n) = name else { continue };
-                let m = fresh("m");
+                let Some(n) = name else { return Ok(()) };
+                let m = self.fresh("m");
                 if *ret >= 0 && *ret as u64 != *addr {
-                    let _ = writeln!(
-                        s,
+                    self.line(format_args!(
                         "{m} = {n} mremap {addr:#x} {old_len:#x} {new_len:#x} maymove fixed {ret:#x}"
-                    );
+                    ))?;
                 } else if *ret >= 0 {
-                    let _ = writeln!(s, "{m} = {n} mremap {addr:#x} {old_len:#x} {new_len:#x}");
+                    self.line(format_args!(
+                        "{m} = {n} mremap {addr:#x} {old_len:#x} {new_len:#x}"
+                    ))?;
                 } else {
-                    outcome(
-                        &mut s,
+                    self.outcome(
                         format!("{n} mremap {addr:#x} {old_len:#x} {new_len:#x} maymove"),
                         *ret,
-                    );
+                    )?;
                 }
             }
             Event::Brk { ret, .. } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 if *ret < 0 {
-                    continue;
+                    return Ok(());
                 }
                 let new = *ret as u64;
-                if let Some(old) = brk.insert(n.clone(), new) {
+                if let Some(old) = self.brk.insert(n.clone(), new) {
                     let (o, w) = (
                         old.saturating_add(4095) & !4095,
                         new.saturating_add(4095) & !4095,
                     );
                     if w > o {
-                        let m = fresh("heap");
-                        let _ = writeln!(
-                            s,
+                        let m = self.fresh("heap");
+                        self.line(format_args!(
                             "{m} = {n} mmap {:#x} rw private anon fixed {o:#x}",
                             w - o
-                        );
+                        ))?;
                     } else if w < o {
-                        let _ = writeln!(s, "{n} munmap {w:#x} {:#x}", o - w);
+                        self.line(format_args!("{n} munmap {w:#x} {:#x}", o - w))?;
                     }
                 }
             }
@@ -317,11 +410,13 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 ret,
                 ..
             } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 match advice_word(*advice) {
-                    Some(a) => outcome(&mut s, format!("{n} madvise {addr:#x} {len:#x} {a}"), *ret),
+                    Some(a) => self.outcome(format!("{n} madvise {addr:#x} {len:#x} {a}"), *ret)?,
                     None => {
-                        let _ = writeln!(s, "# {n} madvise {addr:#x} {len:#x} advice {advice}");
+                        self.line(format_args!(
+                            "# {n} madvise {addr:#x} {len:#x} advice {advice}"
+                        ))?;
                     }
                 }
             }
@@ -332,33 +427,33 @@ pub fn to_scenario(trace: &Trace) -> Result<String, ExportError> {
                 ret,
                 ..
             } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 let stmt = if flags & 1 != 0 {
                     format!("{n} mlock2 {addr:#x} {len:#x} onfault")
                 } else {
                     format!("{n} mlock {addr:#x} {len:#x}")
                 };
-                outcome(&mut s, stmt, *ret);
+                self.outcome(stmt, *ret)?;
             }
             Event::Munlock { addr, len, ret, .. } => {
-                let Some(n) = name else { continue };
-                outcome(&mut s, format!("{n} munlock {addr:#x} {len:#x}"), *ret);
+                let Some(n) = name else { return Ok(()) };
+                self.outcome(format!("{n} munlock {addr:#x} {len:#x}"), *ret)?;
             }
             Event::Mlockall { flags, ret, .. } => {
-                let Some(n) = name else { continue };
+                let Some(n) = name else { return Ok(()) };
                 let mut w = Vec::new();
                 for (b, k) in [(1, "current"), (2, "future"), (4, "onfault")] {
                     if flags & b != 0 {
                         w.push(k);
                     }
                 }
-                outcome(&mut s, format!("{n} mlockall {}", w.join(" ")), *ret);
+                self.outcome(format!("{n} mlockall {}", w.join(" ")), *ret)?;
             }
             Event::Munlockall { ret, .. } => {
-                let Some(n) = name else { continue };
-                outcome(&mut s, format!("{n} munlockall"), *ret);
+                let Some(n) = name else { return Ok(()) };
+                self.outcome(format!("{n} munlockall"), *ret)?;
             }
         }
+        Ok(())
     }
-    Ok(s)
 }

@@ -10,7 +10,11 @@
 //! error names the byte offset, in the file (preamble, zstd frame) or in the decompressed
 //! payload.
 
-use std::io::Read;
+use crate::Budget;
+use std::collections::HashSet;
+use std::io::{BufRead, Read};
+use std::path::Path;
+use std::time::Instant;
 
 /// The first 8 bytes of a trace file.
 pub const MAGIC: &[u8; 8] = b"UMMTRACE";
@@ -48,6 +52,14 @@ pub enum FormatError {
         /// Byte offset in the decompressed payload.
         offset: u64,
         /// What is wrong.
+        what: String,
+    },
+    /// A valid trace that asks for more than the reader's [`Budget`] (offset in the payload).
+    #[error("payload byte {offset}: {what}")]
+    Budget {
+        /// Byte offset in the decompressed payload.
+        offset: u64,
+        /// Which budget, and how to raise it.
         what: String,
     },
 }
@@ -409,13 +421,29 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 /// Encodes events into a payload (then [`Writer::finish`] compresses it).
+///
+/// The writer never produces what the reader refuses: whatever the events hold, it writes
+/// only what decodes with the format's bounds (not the reader's work [`Budget`], which a
+/// user raises for a big trace). What does not fit is left out and counted
+/// ([`Writer::dropped`]): arguments past the 1023rd (the last argument written then says how
+/// many were dropped), VMAs past [`MAX_VMAS`] or with an empty or wrapping range, pages past
+/// [`MAX_PAGES`], a reference to a file no `File` event defined (written as none: replayed as
+/// anonymous), a second `File` event for an id, and every event that would take the payload
+/// past [`MAX_PAYLOAD`] (those are written as one `Lost` event at the end).
 #[derive(Debug, Default)]
 pub struct Writer {
     buf: Vec<u8>,
     last_pid: Option<u32>,
     last_fault: u64,
     events: u64,
+    files: std::collections::HashSet<u32>,
+    dropped: u64,
+    overflowed: u64,
 }
+
+/// Payload bytes kept free for the final `Lost` event and the end tag (tag, 10-byte varint,
+/// end tag).
+const PAYLOAD_RESERVE: u64 = 12;
 
 impl Writer {
     /// A writer that starts with `header`.
@@ -423,13 +451,43 @@ impl Writer {
         let mut w = Writer::default();
         w.string(&header.host);
         w.string(&header.kernel);
-        w.varint(header.command.len() as u64);
-        for a in &header.command {
-            w.string(a);
+        let max = MAX_ARGS as usize;
+        if header.command.len() > max {
+            // The reader takes at most MAX_ARGS strings: keep the first MAX_ARGS − 1 and say
+            // in the last how many were left out (a recording of `xargs`-sized command lines
+            // must still be readable; the trace never re-runs the command).
+            let extra = header.command.len() - (max - 1);
+            w.varint(MAX_ARGS);
+            for a in &header.command[..max - 1] {
+                w.string(a);
+            }
+            w.string(&format!("[{extra} more arguments not recorded]"));
+            w.dropped += extra as u64;
+        } else {
+            w.varint(header.command.len() as u64);
+            for a in &header.command {
+                w.string(a);
+            }
         }
         w.string(&header.policy);
         w.varint(header.recorded_at);
         w
+    }
+
+    /// Fields and events left out because the format could not hold them (see [`Writer`]).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.saturating_add(self.overflowed)
+    }
+
+    fn file_ref(&mut self, f: Option<u32>) {
+        match f {
+            Some(f) if self.files.contains(&f) => self.varint(f as u64 + 1),
+            Some(_) => {
+                self.dropped += 1;
+                self.varint(0);
+            }
+            None => self.varint(0),
+        }
     }
 
     fn varint(&mut self, mut v: u64) {
@@ -472,10 +530,35 @@ impl Writer {
         self.events
     }
 
-    /// Appends one event.
+    /// Appends one event (or counts it as dropped, see [`Writer`]).
     pub fn push(&mut self, e: &Event) {
-        use Event::*;
+        if self.overflowed > 0 {
+            // Once one event did not fit, later ones are lost too: a trace with a hole in
+            // the middle would replay wrongly.
+            self.overflowed += 1;
+            return;
+        }
+        let (len, pid, fault, dropped) =
+            (self.buf.len(), self.last_pid, self.last_fault, self.dropped);
+        let new_file = match e {
+            Event::File { id, .. } => Some(*id),
+            _ => None,
+        };
+        self.encode(e);
+        if self.buf.len() as u64 > MAX_PAYLOAD - PAYLOAD_RESERVE {
+            self.buf.truncate(len);
+            (self.last_pid, self.last_fault, self.dropped) = (pid, fault, dropped);
+            if let Some(id) = new_file {
+                self.files.remove(&id);
+            }
+            self.overflowed = 1;
+            return;
+        }
         self.events += 1;
+    }
+
+    fn encode(&mut self, e: &Event) {
+        use Event::*;
         match e {
             Spawn { pid } => self.tag(tag::SPAWN, Some(*pid)),
             Fork {
@@ -489,20 +572,29 @@ impl Writer {
             }
             Exec { pid, image } => {
                 self.tag(tag::EXEC, Some(*pid));
-                self.varint(image.vmas.len() as u64);
+                let vmas: Vec<&ImageVma> = image
+                    .vmas
+                    .iter()
+                    .filter(|v| v.end > v.start)
+                    .take(MAX_VMAS as usize)
+                    .collect();
+                self.dropped += (image.vmas.len() - vmas.len()) as u64;
+                self.varint(vmas.len() as u64);
                 let mut prev = 0u64;
-                for v in &image.vmas {
+                for v in vmas {
                     self.signed(v.start.wrapping_sub(prev) as i64);
-                    self.varint(v.end.wrapping_sub(v.start));
+                    self.varint(v.end - v.start);
                     self.varint(v.prot as u64);
                     self.varint(v.flags as u64);
-                    self.varint(v.file.map_or(0, |f| f as u64 + 1));
+                    self.file_ref(v.file);
                     self.varint(v.offset);
                     prev = v.end;
                 }
-                self.varint(image.pages.len() as u64);
+                let n = image.pages.len().min(MAX_PAGES as usize);
+                self.dropped += (image.pages.len() - n) as u64;
+                self.varint(n as u64);
                 let mut prev = 0u64;
-                for &(a, w) in &image.pages {
+                for &(a, w) in &image.pages[..n] {
                     let page = a >> 12;
                     self.varint(zigzag(page.wrapping_sub(prev) as i64) << 1 | w as u64);
                     prev = page;
@@ -516,6 +608,11 @@ impl Writer {
                 size,
                 path,
             } => {
+                if !self.files.insert(*id) {
+                    // The first definition stands (the reader refuses a second one).
+                    self.dropped += 1;
+                    return;
+                }
                 self.tag(tag::FILE, None);
                 self.varint(*id as u64);
                 self.varint(*dev);
@@ -541,7 +638,7 @@ impl Writer {
                 self.varint(*flags as u64);
                 self.signed(*fd as i64);
                 self.varint(*offset);
-                self.varint(file.map_or(0, |f| f as u64 + 1));
+                self.file_ref(*file);
                 self.signed(*ret);
             }
             Munmap {
@@ -678,15 +775,27 @@ impl Writer {
 
     /// Ends the stream and returns the file bytes (preamble + zstd frame).
     pub fn finish(mut self) -> std::io::Result<Vec<u8>> {
+        if self.overflowed > 0 {
+            // Room was kept for this (PAYLOAD_RESERVE): the trace says it is incomplete.
+            let n = self.overflowed;
+            self.tag(tag::LOST, None);
+            self.varint(n);
+        }
         self.buf.push(tag::END);
-        let mut out = Vec::with_capacity(self.buf.len() / 4 + PREAMBLE);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        let z = zstd::bulk::compress(&self.buf, ZSTD_LEVEL)?;
-        out.extend_from_slice(&z);
-        Ok(out)
+        seal(&self.buf)
     }
+}
+
+/// The file bytes (preamble and zstd frame) of a payload, as [`Writer::finish`] writes them.
+/// Public so that tests and tools can build a file from a payload of their own, valid or not.
+pub fn seal(payload: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(payload.len() / 4 + PREAMBLE);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    let z = zstd::bulk::compress(payload, ZSTD_LEVEL)?;
+    out.extend_from_slice(&z);
+    Ok(out)
 }
 
 /// A decoded trace.
@@ -702,24 +811,64 @@ pub struct Trace {
     pub payload_bytes: u64,
 }
 
-struct Cursor<'a> {
-    b: &'a [u8],
-    at: usize,
+/// Largest zstd window the reader accepts, log2 (16 MiB). The decoder's memory is about
+/// its window, which a frame header chooses; the writer's level 19 uses at most 2²³, and
+/// zstd's own reader default (2²⁷) would let a 100-byte file make every reader allocate
+/// 128 MiB.
+pub const MAX_WINDOW_LOG: u32 = 24;
+
+/// Payload bytes read through one buffer (the zstd decoder's output is read in chunks).
+const READ_BUFFER: usize = 64 << 10;
+
+/// Reads the decompressed payload byte by byte, knowing its offset.
+struct Cursor<R> {
+    r: R,
+    at: u64,
+    /// Size of the compressed file, when the payload comes out of one (errors of the zstd
+    /// frame name the file's bytes).
+    compressed: Option<u64>,
 }
 
-impl Cursor<'_> {
-    fn err(&self, at: usize, what: impl Into<String>) -> FormatError {
+impl<R: BufRead> Cursor<R> {
+    fn err(&self, at: u64, what: impl Into<String>) -> FormatError {
         FormatError::Payload {
-            offset: at as u64,
+            offset: at,
             what: what.into(),
         }
     }
 
+    fn io(&self, e: &std::io::Error) -> FormatError {
+        match self.compressed {
+            Some(n) => FormatError::File {
+                offset: PREAMBLE as u64,
+                what: format!("zstd frame (compressed bytes {PREAMBLE}..{n}): {e}"),
+            },
+            None => self.err(self.at, format!("read: {e}")),
+        }
+    }
+
+    /// The next byte, `None` at the end of the payload.
+    fn peek(&mut self) -> Result<Option<u8>, FormatError> {
+        loop {
+            match self.r.fill_buf() {
+                Ok(b) => return Ok(b.first().copied()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io(&e)),
+            }
+        }
+    }
+
     fn byte(&mut self) -> Result<u8, FormatError> {
-        let v = *self
-            .b
-            .get(self.at)
+        if self.at >= MAX_PAYLOAD {
+            return Err(FormatError::File {
+                offset: PREAMBLE as u64,
+                what: "decompressed payload larger than 1 GiB".into(),
+            });
+        }
+        let v = self
+            .peek()?
             .ok_or_else(|| self.err(self.at, "truncated: end of payload inside an event"))?;
+        self.r.consume(1);
         self.at += 1;
         Ok(v)
     }
@@ -764,105 +913,224 @@ impl Cursor<'_> {
     fn string(&mut self) -> Result<String, FormatError> {
         let n = self.bounded(MAX_STRING, "string length")? as usize;
         let at = self.at;
-        let end = at
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| self.err(at, format!("truncated: string of {n} bytes")))?;
-        let s = std::str::from_utf8(&self.b[at..end])
-            .map_err(|e| self.err(at + e.valid_up_to(), "string is not UTF-8"))?;
-        self.at = end;
-        Ok(s.to_string())
+        let mut b = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.byte() {
+                Ok(v) => b.push(v),
+                Err(FormatError::Payload { .. }) => {
+                    return Err(self.err(at, format!("truncated: string of {n} bytes")))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        String::from_utf8(b).map_err(|e| {
+            self.err(
+                at + e.utf8_error().valid_up_to() as u64,
+                "string is not UTF-8",
+            )
+        })
     }
 }
 
-/// Reads a trace file's bytes.
-pub fn read(bytes: &[u8]) -> Result<Trace, FormatError> {
-    let ferr = |offset: u64, what: &str| FormatError::File {
+/// A streaming reader of a trace: the header, then one event at a time, in bounded memory
+/// (a 16 MiB zstd window, one event, the set of defined file ids) and within a [`Budget`]
+/// of events, exec-image pages and seconds. Every command that reads a trace reads it
+/// through this; [`read`] collects it into a [`Trace`].
+///
+/// Besides the format's bounds it refuses what no recording can produce and no consumer
+/// could agree on: a file reference (exec image or mmap) to a file id no earlier `File`
+/// event defined, and a second `File` event for one id.
+pub struct Decoder<R> {
+    c: Cursor<R>,
+    header: Header,
+    budget: Budget,
+    deadline: Option<Instant>,
+    last_pid: Option<u32>,
+    last_fault: u64,
+    files: HashSet<u32>,
+    events: u64,
+    image_pages: u64,
+    event_at: u64,
+    file_bytes: u64,
+    done: bool,
+}
+
+fn ferr(offset: u64, what: impl Into<String>) -> FormatError {
+    FormatError::File {
         offset,
-        what: what.to_string(),
-    };
-    if bytes.len() < PREAMBLE {
-        return Err(ferr(
-            bytes.len() as u64,
-            "truncated: shorter than the 12-byte preamble",
-        ));
+        what: what.into(),
     }
-    if &bytes[..8] != MAGIC {
+}
+
+/// Checks the 12-byte preamble.
+fn preamble(r: &mut impl Read) -> Result<(), FormatError> {
+    let mut p = [0u8; PREAMBLE];
+    let mut n = 0;
+    while n < PREAMBLE {
+        match r.read(&mut p[n..]) {
+            Ok(0) => {
+                return Err(ferr(
+                    n as u64,
+                    "truncated: shorter than the 12-byte preamble",
+                ))
+            }
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ferr(n as u64, format!("read: {e}"))),
+        }
+    }
+    if &p[..8] != MAGIC {
         return Err(ferr(0, "not a usermm trace (bad magic)"));
     }
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let version = u16::from_le_bytes([p[8], p[9]]);
     if version != VERSION {
-        return Err(FormatError::File {
-            offset: 8,
-            what: format!("version {version} (this reader knows version {VERSION})"),
-        });
-    }
-    if bytes[10..12] != [0, 0] {
-        return Err(ferr(10, "reserved preamble bytes are not zero"));
-    }
-    let mut payload = Vec::new();
-    let dec = zstd::stream::read::Decoder::with_buffer(&bytes[PREAMBLE..])
-        .map_err(|e| ferr(PREAMBLE as u64, &format!("zstd: {e}")))?;
-    dec.take(MAX_PAYLOAD + 1)
-        .read_to_end(&mut payload)
-        .map_err(|e| FormatError::File {
-            offset: PREAMBLE as u64,
-            what: format!(
-                "zstd frame (compressed bytes {PREAMBLE}..{}): {e}",
-                bytes.len()
-            ),
-        })?;
-    if payload.len() as u64 > MAX_PAYLOAD {
         return Err(ferr(
-            PREAMBLE as u64,
-            "decompressed payload larger than 1 GiB",
+            8,
+            format!("version {version} (this reader knows version {VERSION})"),
         ));
     }
-    let mut t = decode(&payload)?;
-    t.file_bytes = bytes.len() as u64;
-    Ok(t)
-}
-
-/// An error opening a trace file.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    /// It could not be read.
-    #[error("{0}: {1}")]
-    Io(std::path::PathBuf, std::io::Error),
-    /// It is not a valid trace.
-    #[error("{0}: {1}")]
-    Format(std::path::PathBuf, FormatError),
-}
-
-/// Reads a trace file.
-pub fn read_file(path: &std::path::Path) -> Result<Trace, ReadError> {
-    let bytes = std::fs::read(path).map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
-    read(&bytes).map_err(|e| ReadError::Format(path.to_path_buf(), e))
-}
-
-/// Decodes a decompressed payload.
-pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
-    let mut c = Cursor { b: payload, at: 0 };
-    let host = c.string()?;
-    let kernel = c.string()?;
-    let n = c.bounded(MAX_ARGS, "argument count")?;
-    let mut command = Vec::new();
-    for _ in 0..n {
-        command.push(c.string()?);
+    if p[10..12] != [0, 0] {
+        return Err(ferr(10, "reserved preamble bytes are not zero"));
     }
-    let policy = c.string()?;
-    let recorded_at = c.varint()?;
-    let header = Header {
-        host,
-        kernel,
-        command,
-        policy,
-        recorded_at,
-    };
-    let mut events = Vec::new();
-    let mut last_pid: Option<u32> = None;
-    let mut last_fault = 0u64;
-    loop {
+    Ok(())
+}
+
+/// The payload of a compressed stream (after the preamble): a zstd decoder with the
+/// bounded window, read through a buffer.
+fn unzstd<'a, R: BufRead + 'a>(r: R) -> Result<impl BufRead + 'a, FormatError> {
+    let mut dec = zstd::stream::read::Decoder::with_buffer(r)
+        .map_err(|e| ferr(PREAMBLE as u64, format!("zstd: {e}")))?;
+    dec.window_log_max(MAX_WINDOW_LOG)
+        .map_err(|e| ferr(PREAMBLE as u64, format!("zstd: {e}")))?;
+    Ok(std::io::BufReader::with_capacity(READ_BUFFER, dec))
+}
+
+impl<'a> Decoder<Box<dyn BufRead + 'a>> {
+    /// A decoder of a trace file's bytes.
+    pub fn from_bytes(bytes: &'a [u8], budget: &Budget) -> Result<Self, FormatError> {
+        let mut r = bytes;
+        preamble(&mut r)?;
+        let payload: Box<dyn BufRead + 'a> = Box::new(unzstd(r)?);
+        let mut d = Decoder::start(payload, Some(bytes.len() as u64), budget)?;
+        d.file_bytes = bytes.len() as u64;
+        Ok(d)
+    }
+}
+
+impl Decoder<Box<dyn BufRead>> {
+    /// A decoder of the trace file at `path`, read as it is decoded (never whole).
+    pub fn open(path: &Path, budget: &Budget) -> Result<Self, ReadError> {
+        let io = |e| ReadError::Io(path.to_path_buf(), e);
+        let f = std::fs::File::open(path).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        let mut r = std::io::BufReader::with_capacity(READ_BUFFER, f);
+        let fmt = |e| ReadError::Format(path.to_path_buf(), e);
+        preamble(&mut r).map_err(fmt)?;
+        let payload: Box<dyn BufRead> = Box::new(unzstd(r).map_err(fmt)?);
+        let mut d = Decoder::start(payload, Some(len), budget).map_err(fmt)?;
+        d.file_bytes = len;
+        Ok(d)
+    }
+}
+
+impl<R: BufRead> Decoder<R> {
+    /// A decoder of a decompressed payload (`&[u8]` is one).
+    pub fn from_payload(payload: R, budget: &Budget) -> Result<Self, FormatError> {
+        Decoder::start(payload, None, budget)
+    }
+
+    fn start(r: R, compressed: Option<u64>, budget: &Budget) -> Result<Self, FormatError> {
+        let mut c = Cursor {
+            r,
+            at: 0,
+            compressed,
+        };
+        let host = c.string()?;
+        let kernel = c.string()?;
+        let n = c.bounded(MAX_ARGS, "argument count")?;
+        let mut command = Vec::new();
+        for _ in 0..n {
+            command.push(c.string()?);
+        }
+        let policy = c.string()?;
+        let recorded_at = c.varint()?;
+        Ok(Decoder {
+            c,
+            header: Header {
+                host,
+                kernel,
+                command,
+                policy,
+                recorded_at,
+            },
+            budget: budget.clone(),
+            deadline: budget.deadline(),
+            last_pid: None,
+            last_fault: 0,
+            files: HashSet::new(),
+            events: 0,
+            image_pages: 0,
+            event_at: 0,
+            file_bytes: 0,
+            done: false,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Payload offset of the last event returned (its tag byte).
+    pub fn offset(&self) -> u64 {
+        self.event_at
+    }
+
+    /// Payload bytes read so far (all of them once the end tag was read).
+    pub fn payload_bytes(&self) -> u64 {
+        self.c.at
+    }
+
+    /// Size of the file (0 for a payload given as such).
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    /// Events returned so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn over(&self, at: u64, what: String) -> FormatError {
+        FormatError::Budget { offset: at, what }
+    }
+
+    fn file_ref(&mut self) -> Result<Option<u32>, FormatError> {
+        let at = self.c.at;
+        match self.c.u32("file id")? {
+            0 => Ok(None),
+            f if self.files.contains(&(f - 1)) => Ok(Some(f - 1)),
+            f => Err(self.c.err(
+                at,
+                format!("file id {} is used before a FILE event defines it", f - 1),
+            )),
+        }
+    }
+
+    /// The next event; `None` after the end tag. An error ends the stream.
+    pub fn next_event(&mut self) -> Result<Option<Event>, FormatError> {
+        if self.done {
+            return Ok(None);
+        }
+        let r = self.decode_one();
+        if !matches!(r, Ok(Some(_))) {
+            self.done = true;
+        }
+        r
+    }
+
+    fn decode_one(&mut self) -> Result<Option<Event>, FormatError> {
+        let c = &mut self.c;
         let at = c.at;
         let t = c.byte()?;
         if t & tag::RESERVED != 0 {
@@ -873,11 +1141,30 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
             if t & tag::SAME_PID != 0 {
                 return Err(c.err(at, "end tag with the same-process bit"));
             }
-            if c.at != payload.len() {
+            if c.peek()?.is_some() {
                 return Err(c.err(c.at, "bytes after the end tag"));
             }
-            break;
+            return Ok(None);
         }
+        if self.events >= self.budget.max_events {
+            return Err(self.over(
+                at,
+                format!(
+                    "more than {} events: over the budget (--max-events)",
+                    self.budget.max_events
+                ),
+            ));
+        }
+        if self.events.is_multiple_of(1024) && self.deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(self.over(
+                at,
+                format!(
+                    "decoding took more than {} s: over the budget (--max-seconds)",
+                    self.budget.max_seconds
+                ),
+            ));
+        }
+        let c = &mut self.c;
         let has_pid = !matches!(kind, tag::FILE | tag::LOST);
         let pid = if !has_pid {
             if t & tag::SAME_PID != 0 {
@@ -885,10 +1172,11 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
             }
             0
         } else if t & tag::SAME_PID != 0 {
-            last_pid.ok_or_else(|| c.err(at, "same-process bit on the first event"))?
+            self.last_pid
+                .ok_or_else(|| c.err(at, "same-process bit on the first event"))?
         } else {
             let p = c.u32("pid")?;
-            last_pid = Some(p);
+            self.last_pid = Some(p);
             p
         };
         let e = match kind {
@@ -903,6 +1191,7 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
                 let mut vmas = Vec::new();
                 let mut prev = 0u64;
                 for _ in 0..n {
+                    let c = &mut self.c;
                     let vat = c.at;
                     let start = prev.wrapping_add(c.signed()? as u64);
                     let len = c.varint()?;
@@ -912,11 +1201,8 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
                         .ok_or_else(|| c.err(vat, "VMA with an empty or wrapping range"))?;
                     let prot = c.u8("prot")?;
                     let flags = c.u8("VMA flags")?;
-                    let file = match c.u32("file id")? {
-                        0 => None,
-                        f => Some(f - 1),
-                    };
-                    let offset = c.varint()?;
+                    let file = self.file_ref()?;
+                    let offset = self.c.varint()?;
                     vmas.push(ImageVma {
                         start,
                         end,
@@ -927,7 +1213,21 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
                     });
                     prev = end;
                 }
+                let c = &mut self.c;
+                let pat = c.at;
                 let n = c.bounded(MAX_PAGES, "page count")?;
+                let left = self.budget.max_image_pages.saturating_sub(self.image_pages);
+                if n > left {
+                    return Err(self.over(
+                        pat,
+                        format!(
+                            "{n} exec-image pages: over the budget of {} in all (--max-image-pages)",
+                            self.budget.max_image_pages
+                        ),
+                    ));
+                }
+                self.image_pages += n;
+                let c = &mut self.c;
                 let mut pages = Vec::new();
                 let mut prev = 0u64;
                 for _ in 0..n {
@@ -942,31 +1242,41 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
                 }
             }
             tag::EXIT => Event::Exit { pid },
-            tag::FILE => Event::File {
-                id: c.u32("file id")?,
-                dev: c.varint()?,
-                ino: c.varint()?,
-                size: c.varint()?,
-                path: c.string()?,
-            },
-            tag::MMAP => Event::Mmap {
-                pid,
-                addr: c.varint()?,
-                len: c.varint()?,
-                prot: c.u32("prot")?,
-                flags: c.u32("flags")?,
-                fd: {
-                    let at = c.at;
-                    let v = c.signed()?;
-                    i32::try_from(v).map_err(|_| c.err(at, format!("fd {v} out of range")))?
-                },
-                offset: c.varint()?,
-                file: match c.u32("file id")? {
-                    0 => None,
-                    f => Some(f - 1),
-                },
-                ret: c.signed()?,
-            },
+            tag::FILE => {
+                let iat = c.at;
+                let id = c.u32("file id")?;
+                if !self.files.insert(id) {
+                    return Err(c.err(iat, format!("file id {id} defined twice")));
+                }
+                Event::File {
+                    id,
+                    dev: c.varint()?,
+                    ino: c.varint()?,
+                    size: c.varint()?,
+                    path: c.string()?,
+                }
+            }
+            tag::MMAP => {
+                let (addr, len) = (c.varint()?, c.varint()?);
+                let (prot, flags) = (c.u32("prot")?, c.u32("flags")?);
+                let fat = c.at;
+                let v = c.signed()?;
+                let fd =
+                    i32::try_from(v).map_err(|_| c.err(fat, format!("fd {v} out of range")))?;
+                let offset = c.varint()?;
+                let file = self.file_ref()?;
+                Event::Mmap {
+                    pid,
+                    addr,
+                    len,
+                    prot,
+                    flags,
+                    fd,
+                    offset,
+                    file,
+                    ret: self.c.signed()?,
+                }
+            }
             tag::MUNMAP => Event::Munmap {
                 pid,
                 addr: c.varint()?,
@@ -1024,8 +1334,8 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
                 ret: c.signed()?,
             },
             tag::FAULT_RU | tag::FAULT_WU | tag::FAULT_RK | tag::FAULT_WK => {
-                let page = last_fault.wrapping_add(c.signed()? as u64);
-                last_fault = page;
+                let page = self.last_fault.wrapping_add(c.signed()? as u64);
+                self.last_fault = page;
                 Event::Fault {
                     pid,
                     addr: page.wrapping_shl(12),
@@ -1042,14 +1352,85 @@ pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
             tag::LOST => Event::Lost { count: c.varint()? },
             k => return Err(c.err(at, format!("unknown event tag {k}"))),
         };
-        events.push(e);
+        self.events += 1;
+        self.event_at = at;
+        Ok(Some(e))
     }
-    Ok(Trace {
-        header,
-        events,
-        file_bytes: 0,
-        payload_bytes: payload.len() as u64,
-    })
+
+    /// Every remaining event, collected (bounded by the budget's event count).
+    pub fn collect_trace(mut self) -> Result<Trace, FormatError> {
+        let mut events = Vec::new();
+        while let Some(e) = self.next_event()? {
+            events.push(e);
+        }
+        Ok(Trace {
+            payload_bytes: self.c.at,
+            file_bytes: self.file_bytes,
+            header: self.header,
+            events,
+        })
+    }
+}
+
+impl<R> std::fmt::Debug for Decoder<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("header", &self.header)
+            .field("at", &self.c.at)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: BufRead> Iterator for Decoder<R> {
+    type Item = Result<Event, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_event().transpose()
+    }
+}
+
+/// Reads a trace file's bytes, within the default [`Budget`].
+pub fn read(bytes: &[u8]) -> Result<Trace, FormatError> {
+    read_with(bytes, &Budget::default())
+}
+
+/// Reads a trace file's bytes within `budget`.
+pub fn read_with(bytes: &[u8], budget: &Budget) -> Result<Trace, FormatError> {
+    Decoder::from_bytes(bytes, budget)?.collect_trace()
+}
+
+/// An error opening a trace file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// It could not be read.
+    #[error("{0}: {1}")]
+    Io(std::path::PathBuf, std::io::Error),
+    /// It is not a valid trace.
+    #[error("{0}: {1}")]
+    Format(std::path::PathBuf, FormatError),
+}
+
+/// Reads a trace file within the default [`Budget`].
+pub fn read_file(path: &Path) -> Result<Trace, ReadError> {
+    read_file_with(path, &Budget::default())
+}
+
+/// Reads a trace file within `budget` (streamed: the file is never held whole).
+pub fn read_file_with(path: &Path, budget: &Budget) -> Result<Trace, ReadError> {
+    Decoder::open(path, budget)?
+        .collect_trace()
+        .map_err(|e| ReadError::Format(path.to_path_buf(), e))
+}
+
+/// Decodes a decompressed payload within the default [`Budget`].
+pub fn decode(payload: &[u8]) -> Result<Trace, FormatError> {
+    decode_with(payload, &Budget::default())
+}
+
+/// Decodes a decompressed payload within `budget`.
+pub fn decode_with(payload: &[u8], budget: &Budget) -> Result<Trace, FormatError> {
+    Decoder::from_payload(payload, budget)?.collect_trace()
 }
 
 /// Encodes a whole trace (header and events) into file bytes.

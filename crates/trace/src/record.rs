@@ -54,6 +54,12 @@ pub enum RecordError {
     /// An empty command.
     #[error("no command to record")]
     NoCommand,
+    /// The command is not an executable file (checked before anything is changed).
+    #[error("{0}: no such command (not an executable file, nor one in $PATH)")]
+    NoSuchCommand(String),
+    /// The output file cannot be created safely (checked before the command runs).
+    #[error("--out")]
+    Output(#[from] oracle::output::OutputError),
 }
 
 fn sys_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RecordError {
@@ -70,6 +76,9 @@ pub struct RecordOptions {
     pub ring_pages: usize,
     /// Print the progress line on stderr.
     pub progress: bool,
+    /// Run the command as this user instead of root (its groups too); the recorder itself
+    /// stays root for perf, ptrace and the knobs.
+    pub user: Option<sys::Identity>,
 }
 
 impl Default for RecordOptions {
@@ -78,6 +87,7 @@ impl Default for RecordOptions {
             out: PathBuf::from("trace.umt"),
             ring_pages: 2048,
             progress: true,
+            user: None,
         }
     }
 }
@@ -101,6 +111,9 @@ pub struct RecordSummary {
     pub exit_status: i32,
     /// Wall time of the recording.
     pub seconds: f64,
+    /// SIGINT, SIGTERM or SIGHUP ended the recording: the command's processes were killed
+    /// and the trace holds what happened until then.
+    pub interrupted: bool,
 }
 
 /// The syscalls recorded, in tracepoint-name order.
@@ -413,6 +426,23 @@ fn finest_policy() -> Result<(oracle::knobs::ThpKnobs, String), RecordError> {
     Ok((knobs, policy))
 }
 
+/// Whether `cmd` names an executable file as `execvp` finds it: a path with a slash as it
+/// is, a bare name in each directory of `$PATH` (or `/bin:/usr/bin` without one).
+fn command_exists(cmd: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.contains('/') {
+        return runnable(Path::new(cmd));
+    }
+    if cmd.is_empty() {
+        return false;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    std::env::split_paths(&path).any(|d| runnable(&d.join(cmd)))
+}
+
 /// One CPU's perf events.
 struct CpuEvents {
     _fds: Vec<OwnedFd>,
@@ -489,6 +519,17 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     if euid != 0 {
         return Err(RecordError::NotRoot(euid));
     }
+    // Everything that can be refused is refused before the host is changed or the command
+    // runs: the output's directory, the command.
+    let mut out = oracle::output::SafeOutput::create(&opts.out, false)?;
+    if !command_exists(&cmd[0]) {
+        return Err(RecordError::NoSuchCommand(cmd[0].clone()));
+    }
+    // SIGINT, SIGTERM and SIGHUP end the recording in order (the command is killed, the knobs
+    // restored, the trace written); a second one restores the knobs at once and exits.
+    oracle::sys::install_stop_handler().map_err(|e| {
+        RecordError::Sys("signal handlers".into(), std::io::Error::from_raw_os_error(e))
+    })?;
     let dir = tracefs_dir()?;
     let mut tps = Vec::new();
     for (i, s) in SYSCALLS.iter().enumerate() {
@@ -540,7 +581,7 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     let (knobs, policy) = finest_policy()?;
     let header = Header { policy, ..header };
     let t0 = Instant::now();
-    let root = sys::spawn_traced(&argv).map_err(sys_err("fork"))?;
+    let root = sys::spawn_traced(&argv, opts.user.as_ref()).map_err(sys_err("fork"))?;
     let res = trace_child(root, &tps, opts);
     let failed = knobs.restore();
     drop(knobs);
@@ -557,13 +598,15 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     let mut summary = RecordSummary {
         exit_status,
         seconds: t0.elapsed().as_secs_f64(),
+        interrupted: oracle::sys::stop_requested(),
         ..Default::default()
     };
     let events = build_events(root as u32, &cpus, &ids, &tps, side, files, &mut summary);
     let bytes = format::write(&header, &events).map_err(sys_err("zstd"))?;
-    std::fs::File::create(&opts.out)
-        .and_then(|mut f| f.write_all(&bytes))
+    out.file()
+        .write_all(&bytes)
         .map_err(sys_err(opts.out.display().to_string()))?;
+    out.commit()?;
     summary.events = events.len() as u64;
     summary.bytes = bytes.len() as u64;
     Ok(summary)
@@ -590,7 +633,15 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
     let mut exit_status = 0;
     let mut last_progress = Instant::now();
     let t0 = Instant::now();
+    let mut killed = false;
     loop {
+        if !killed && oracle::sys::stop_requested() {
+            // Asked to stop: end every traced process now; their exits drain the loop.
+            killed = true;
+            for &pid in &live {
+                sys::kill(pid);
+            }
+        }
         match sys::wait_any().map_err(sys_err("waitpid"))? {
             sys::Wait::NoChild => break,
             sys::Wait::Nothing => {
@@ -617,6 +668,10 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
             }
             sys::Wait::Stopped { pid, sig, event } => {
                 live.insert(pid);
+                if killed {
+                    // A task that appeared after the kill (a fork in flight).
+                    sys::kill(pid);
+                }
                 let mut inject = 0;
                 match event {
                     libc::PTRACE_EVENT_FORK

@@ -18,9 +18,21 @@
 //!   `mmap` (grow) or `munmap` (shrink) of the same pages: the same addresses, RSS and faults;
 //! - the main stack of an exec image is mapped 8 MiB deep (the default `RLIMIT_STACK`), since
 //!   the engine has no stack expansion on fault.
+//!
+//! A replay runs within a [`Budget`] (`ReplayOptions::budget`): events, seconds, and bytes
+//! made present. Each event is charged *before* it runs with what its arguments can make the
+//! engine populate or copy (see [`Budget::max_touch`]), so one `mmap(MAP_POPULATE)` of 3 GiB
+//! in a 100-byte file is refused instead of run; after it runs, the engine's frames in use
+//! are checked against the same bound (read-ahead, page tables and large folios are not
+//! known in advance). Running out is an error naming the event and its payload byte.
 
-use crate::format::{Event, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
-use std::collections::{BTreeMap, HashMap};
+use crate::format::{
+    Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
+};
+use crate::Budget;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::BufRead;
 use std::time::Instant;
 use usermm::{
     Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MlockallFlags, MmapArgs,
@@ -38,6 +50,8 @@ pub struct ReplayOptions {
     pub memory: u64,
     /// Run the engine's invariant checks at the end.
     pub validate: bool,
+    /// What the replay may cost (events, seconds, bytes made present).
+    pub budget: Budget,
 }
 
 impl Default for ReplayOptions {
@@ -47,6 +61,7 @@ impl Default for ReplayOptions {
             thp: Vec::new(),
             memory: 4 << 30,
             validate: false,
+            budget: Budget::default(),
         }
     }
 }
@@ -60,6 +75,19 @@ pub enum ReplayError {
     /// The machine could not be built.
     #[error("engine: {0}")]
     Engine(String),
+    /// The trace could not be read (a streamed replay stops at the first bad byte).
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The trace asks for more than the budget: the replay stopped before this event.
+    #[error("{}event {event}: {what}", .offset.map(|o| format!("payload byte {o}, ")).unwrap_or_default())]
+    Budget {
+        /// Index of the event in the trace.
+        event: u64,
+        /// Its payload offset, when the replay reads the file.
+        offset: Option<u64>,
+        /// Which budget, and how to raise it.
+        what: String,
+    },
 }
 
 /// One call whose engine result differs from the recorded one.
@@ -188,6 +216,23 @@ fn page_up(v: u64) -> u64 {
     v.saturating_add(4095) & !4095
 }
 
+/// A THP folio size, `NK` or `NM` (`k`, `m` too): `None` for anything else, including a
+/// non-ASCII unit (`64é` once split inside the `é` and panicked) and a product past 2⁶⁴ (it
+/// wrapped: 18014398509481984064K was taken as 64K).
+pub fn thp_size(size: &str) -> Option<u64> {
+    let (num, shift) = if let Some(n) = size.strip_suffix(['K', 'k']) {
+        (n, 10)
+    } else if let Some(n) = size.strip_suffix(['M', 'm']) {
+        (n, 20)
+    } else {
+        return None;
+    };
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
 /// Parses a THP setting `SIZE=POLICY` (`64K=always`, `top=never`).
 pub fn parse_thp(s: &str) -> Result<(String, String), ReplayError> {
     let (k, v) = s
@@ -212,13 +257,7 @@ fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), R
         t.thp.top = p;
         return Ok(());
     }
-    let (num, unit) = size.split_at(size.len().saturating_sub(1));
-    let mul = match unit {
-        "K" | "k" => 1 << 10,
-        "M" | "m" => 1 << 20,
-        _ => return Err(bad()),
-    };
-    let bytes = num.parse::<u64>().map_err(|_| bad())? * mul;
+    let bytes = thp_size(size).ok_or_else(bad)?;
     t.thp.set_size(bytes, p).map_err(|_| bad())
 }
 
@@ -246,7 +285,14 @@ pub fn machine_config(opts: &ReplayOptions) -> Result<MachineConfig, ReplayError
 }
 
 struct Replayer<'m, 'c> {
+    m: &'m Machine,
     cpu: &'c Cpu<'m>,
+    budget: Budget,
+    /// Bytes charged so far (see [`Budget::max_touch`]).
+    touched: u64,
+    /// Engine processes that locked memory (mlock, mlockall, `MAP_LOCKED`): their later
+    /// mappings, growths and protection changes may populate, and are charged.
+    locked: HashSet<Pid>,
     procs: HashMap<u32, Pid>,
     users: HashMap<Pid, u32>,
     brk: HashMap<Pid, u64>,
@@ -327,7 +373,8 @@ impl Replayer<'_, '_> {
                 .and_then(|f| self.files.get(&f).copied())
                 .map(|f| (f, v.offset));
             let args = MmapArgs {
-                len: v.end - start,
+                // Saturating: a trace built in memory (not decoded) may hold any range.
+                len: v.end.saturating_sub(start),
                 prot: prot(v.prot as u32),
                 sharing: if v.flags & IMG_SHARED != 0 {
                     Sharing::Shared
@@ -437,7 +484,8 @@ impl Replayer<'_, '_> {
                     });
                 }
             }
-            Event::Lost { count } => self.r.lost += count,
+            // Saturating: two `LOST 2^63` records once wrapped to 0 and passed the no-loss check.
+            Event::Lost { count } => self.r.lost = self.r.lost.saturating_add(*count),
             _ => self.syscall(ev),
         }
     }
@@ -507,6 +555,9 @@ impl Replayer<'_, '_> {
                     file,
                 };
                 let res = cpu.mmap(e, args);
+                if flags & MAP_LOCKED != 0 && res.is_ok() {
+                    self.locked.insert(e);
+                }
                 if let (Ok(a), true) = (res, ret < 0) {
                     // The host refused what the engine did: undo it to stay in step.
                     let _ = cpu.munmap(e, a, len);
@@ -599,6 +650,7 @@ impl Replayer<'_, '_> {
                 ..
             } => {
                 let r = unit(cpu.mlock2(e, addr, len, flags & 1 != 0));
+                self.locked.insert(e);
                 self.check("mlock", ret, r);
             }
             Event::Munlock { addr, len, ret, .. } => {
@@ -612,6 +664,7 @@ impl Replayer<'_, '_> {
                     onfault: flags & 4 != 0,
                 };
                 let r = unit(cpu.mlockall(e, f));
+                self.locked.insert(e);
                 self.check("mlockall", ret, r);
             }
             Event::Munlockall { ret, .. } => {
@@ -623,12 +676,120 @@ impl Replayer<'_, '_> {
     }
 }
 
+/// Bytes charged for a new engine process (its page-table root, mm and bookkeeping).
+const PROCESS_COST: u64 = 64 << 10;
+/// Bytes charged for a page (a fault, an exec-image page or mapping).
+const PAGE_COST: u64 = 4096;
+
+impl Replayer<'_, '_> {
+    /// What `ev` can make the engine populate or copy, charged before it runs (see
+    /// [`Budget::max_touch`]). Conservative where the engine's state decides: a process that
+    /// ever locked memory is charged the full length of its later mappings, growths and
+    /// protection changes (with `VM_LOCKED` or `MCL_FUTURE` each of them may populate).
+    fn cost(&self, ev: &Event) -> u64 {
+        const MAP_LOCKED: u32 = 0x2000;
+        const MAP_POPULATE: u32 = 0x8000;
+        let engine = |pid: u32| self.procs.get(&pid).copied();
+        let locked = |pid: u32| engine(pid).is_some_and(|e| self.locked.contains(&e));
+        let status = |pid: u32| engine(pid).and_then(|e| self.cpu.status(e).ok());
+        match *ev {
+            Event::Spawn { .. } => PROCESS_COST,
+            Event::Fork { parent, flags, .. } if flags & FORK_SHARES_VM == 0 => {
+                // The child's page tables copy every present entry of the parent's.
+                PROCESS_COST.saturating_add(status(parent).map_or(0, |s| s.vm_rss))
+            }
+            Event::Exec { ref image, .. } => PROCESS_COST.saturating_add(
+                (image.vmas.len() as u64)
+                    .saturating_add(image.pages.len() as u64)
+                    .saturating_mul(PAGE_COST),
+            ),
+            Event::Fault { .. } => PAGE_COST,
+            Event::Mmap {
+                pid, len, flags, ..
+            } if flags & (MAP_POPULATE | MAP_LOCKED) != 0 || locked(pid) => page_up(len),
+            Event::Mremap {
+                pid,
+                old_len,
+                new_len,
+                ..
+            } if locked(pid) => page_up(new_len).saturating_sub(page_up(old_len)),
+            Event::Mprotect { pid, len, .. } if locked(pid) => page_up(len),
+            Event::Brk { pid, ret, .. } if locked(pid) && ret >= 0 => {
+                let old = engine(pid).and_then(|e| self.brk.get(&e).copied());
+                old.map_or(0, |o| page_up(ret as u64).saturating_sub(page_up(o)))
+            }
+            // WILLNEED reads a file range ahead, POPULATE_(READ|WRITE) fault it in.
+            Event::Madvise {
+                len,
+                advice: 3 | 22 | 23,
+                ..
+            } => page_up(len),
+            Event::Mlock { len, flags, .. } if flags & 1 == 0 => page_up(len),
+            Event::Mlockall { pid, flags, .. } if flags & 1 != 0 && flags & 4 == 0 => {
+                status(pid).map_or(0, |s| s.vm_size)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Charges `ev`, or says why it is over the budget.
+    fn charge(&mut self, ev: &Event) -> Result<(), String> {
+        let cost = self.cost(ev);
+        let max = self.budget.max_touch;
+        if cost > max.saturating_sub(self.touched) {
+            return Err(format!(
+                "{} asks the engine to make {cost} bytes present; {} of the budget of {max} \
+                 are spent (--max-touch)",
+                ev.kind(),
+                self.touched
+            ));
+        }
+        self.touched += cost;
+        Ok(())
+    }
+
+    /// After an event: the engine's frames in use stay within the budget.
+    fn resident(&self, ev: &Event) -> Result<(), String> {
+        let used = self.m.phys.allocated_frames().saturating_mul(PAGE_COST);
+        let max = self.budget.max_touch;
+        if used > max {
+            return Err(format!(
+                "after this {} the engine holds {used} bytes of frames, over the budget of \
+                 {max} (--max-touch)",
+                ev.kind()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The next event of a replay, with its payload offset when it comes from a file.
+type Next<'e, 'f> = dyn FnMut() -> Result<Option<(Cow<'e, Event>, Option<u64>)>, FormatError> + 'f;
+
 /// Replays `trace` on a new machine built from `opts`.
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    let mut it = trace.events.iter();
+    on_machine(opts, &mut || {
+        Ok(it.next().map(|e| (Cow::Borrowed(e), None)))
+    })
+}
+
+/// Replays the events of `d` as they are decoded: the trace is never held whole, and a
+/// decoding error stops the replay at that byte.
+pub fn replay_decoder<R: BufRead>(
+    d: &mut Decoder<R>,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    on_machine(opts, &mut || {
+        Ok(d.next_event()?.map(|e| (Cow::Owned(e), Some(d.offset()))))
+    })
+}
+
+fn on_machine(opts: &ReplayOptions, next: &mut Next<'_, '_>) -> Result<ReplayReport, ReplayError> {
     let cfg = machine_config(opts)?;
     // The previous replay's RAM, already backed by the host (see `Machine::new_reusing`).
     let m = Machine::new_reusing(cfg, SPARE.with(|s| s.borrow_mut().take()));
-    let r = replay_on(&m, trace, opts);
+    let r = replay_on(&m, next, opts);
     SPARE.with(|s| *s.borrow_mut() = Some(m));
     r
 }
@@ -640,7 +801,7 @@ thread_local! {
 
 fn replay_on(
     m: &Machine,
-    trace: &Trace,
+    next: &mut Next<'_, '_>,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
     if m.phys.nr_frames() == 0 {
@@ -653,7 +814,11 @@ fn replay_on(
         .enter_cpu(0)
         .map_err(|e| ReplayError::Engine(e.to_string()))?;
     let mut rp = Replayer {
+        m,
         cpu: &cpu,
+        budget: opts.budget.clone(),
+        touched: 0,
+        locked: HashSet::new(),
         procs: HashMap::new(),
         users: HashMap::new(),
         brk: HashMap::new(),
@@ -662,13 +827,35 @@ fn replay_on(
         index: 0,
     };
     let t0 = Instant::now();
-    for (i, ev) in trace.events.iter().enumerate() {
-        rp.index = i as u64;
-        rp.event(ev);
+    let deadline = opts.budget.deadline();
+    let mut n = 0u64;
+    while let Some((ev, offset)) = next()? {
+        let stop = |what: String| ReplayError::Budget {
+            event: n,
+            offset,
+            what,
+        };
+        if n >= opts.budget.max_events {
+            return Err(stop(format!(
+                "more than {} events: over the budget (--max-events)",
+                opts.budget.max_events
+            )));
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(stop(format!(
+                "the replay took more than {} s: over the budget (--max-seconds)",
+                opts.budget.max_seconds
+            )));
+        }
+        rp.charge(&ev).map_err(stop)?;
+        rp.index = n;
+        rp.event(&ev);
+        rp.resident(&ev).map_err(stop)?;
+        n += 1;
     }
     let wall = t0.elapsed().as_secs_f64();
     let mut r = rp.r;
-    r.events = trace.events.len() as u64;
+    r.events = n;
     r.wall_seconds = wall;
     r.events_per_sec = if wall > 0.0 {
         r.events as f64 / wall

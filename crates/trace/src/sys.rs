@@ -231,14 +231,16 @@ impl Drop for Ring {
 /// Forks a child that asks to be traced, stops itself, and then runs `argv` (`execvp`).
 /// Returns the child's pid; the child is stopped (SIGSTOP) when this returns successfully
 /// and the caller has waited for it.
-pub fn spawn_traced(argv: &[CString]) -> io::Result<i32> {
+pub fn spawn_traced(argv: &[CString], user: Option<&Identity>) -> io::Result<i32> {
     if argv.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
     }
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // SAFETY: after fork the child only calls async-signal-safe functions (ptrace, raise,
-    // execvp, _exit) on memory prepared before the fork; the parent just gets the pid.
+    let groups: Vec<libc::gid_t> = user.map(|u| u.groups.clone()).unwrap_or_default();
+    // SAFETY: after fork the child only calls async-signal-safe functions (ptrace, setgroups,
+    // setgid, setuid, raise, execvp, _exit) on memory prepared before the fork; the parent
+    // just gets the pid.
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
@@ -246,12 +248,77 @@ pub fn spawn_traced(argv: &[CString]) -> io::Result<i32> {
         }
         if pid == 0 {
             libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            // Groups, then group, then user: once the uid is dropped the rest is refused.
+            if let Some(u) = user {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(u.gid) != 0
+                    || libc::setuid(u.uid) != 0
+                {
+                    libc::_exit(126);
+                }
+            }
             libc::raise(libc::SIGSTOP);
             libc::execvp(ptrs[0], ptrs.as_ptr());
             libc::_exit(127);
         }
         Ok(pid)
     }
+}
+
+/// A user the traced command runs as (`record --user`, or the invoking user under sudo).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Login name.
+    pub name: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Every group the user is in (`getgrouplist`), the primary one included.
+    pub groups: Vec<u32>,
+}
+
+/// Looks `spec` up in the user database: a login name, or a numeric uid.
+pub fn lookup_user(spec: &str) -> io::Result<Identity> {
+    let not_found = || io::Error::new(io::ErrorKind::NotFound, format!("no user `{spec}`"));
+    // SAFETY: `passwd` is plain data (zeroed is valid); getpw*_r write only into `pw`, `buf`
+    // (whose length is passed) and `found`, all of which outlive the call.
+    let (name, uid, gid) = unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 16 << 10];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let r = match spec.parse::<u32>() {
+            Ok(uid) => libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found),
+            Err(_) => {
+                let c = CString::new(spec).map_err(|_| not_found())?;
+                libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found)
+            }
+        };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        if found.is_null() || pw.pw_name.is_null() {
+            return Err(not_found());
+        }
+        let name = std::ffi::CStr::from_ptr(pw.pw_name).to_owned();
+        (name, pw.pw_uid, pw.pw_gid)
+    };
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let mut n = groups.len() as libc::c_int;
+    // SAFETY: `groups` holds `n` entries; getgrouplist writes at most `n` and sets `n` to the
+    // number it found (which may be more, then it returns -1 and we keep the first 256).
+    let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+    let n = if r < 0 { groups.len() } else { n.max(0) as usize };
+    groups.truncate(n);
+    if !groups.contains(&gid) {
+        groups.push(gid);
+    }
+    Ok(Identity {
+        name: name.to_string_lossy().into_owned(),
+        uid,
+        gid,
+        groups,
+    })
 }
 
 /// `PTRACE_O_*` options the recorder sets.

@@ -208,6 +208,29 @@ fn header() -> impl Strategy<Value = Header> {
         })
 }
 
+/// What the writer makes of `ev`: a file reference to an id no earlier `File` event defined
+/// is written as none, and a second `File` event for an id is left out (the reader refuses
+/// both).
+fn as_written(ev: &[Event]) -> Vec<Event> {
+    let mut files = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for e in ev {
+        let mut e = e.clone();
+        match &mut e {
+            Event::File { id, .. } if !files.insert(*id) => continue,
+            Event::Mmap { file, .. } => *file = file.filter(|f| files.contains(f)),
+            Event::Exec { image, .. } => {
+                for v in &mut image.vmas {
+                    v.file = v.file.filter(|f| files.contains(f));
+                }
+            }
+            _ => {}
+        }
+        out.push(e);
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -216,7 +239,7 @@ proptest! {
         let bytes = format::write(&h, &ev).unwrap();
         let t = format::read(&bytes).unwrap();
         prop_assert_eq!(t.header, h);
-        prop_assert_eq!(t.events, ev);
+        prop_assert_eq!(t.events, as_written(&ev));
     }
 
     #[test]

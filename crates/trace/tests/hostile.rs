@@ -1,0 +1,467 @@
+//! Hostile traces (issue 34, findings 4, 5 and 7): a small file may not make a reader use
+//! unbounded memory, time or output; counts saturate; strings cannot escape their comment or
+//! reach a terminal raw; the writer never writes what the reader refuses; a file reference
+//! to an undefined file is refused by every reader; `--thp` sizes neither panic nor wrap.
+
+mod common;
+
+use common::{Payload, EVIL, POPULATE_FIXED};
+use std::time::{Duration, Instant};
+use trace::format::{self, Decoder, Event, FormatError, Header, Image, ImageVma, Writer};
+use trace::replay::{machine_config, replay, replay_decoder, thp_size, ReplayError};
+use trace::{Budget, ReplayOptions, Trace};
+
+fn budget_err(r: Result<Trace, FormatError>) -> (u64, String) {
+    match r {
+        Err(FormatError::Budget { offset, what }) => (offset, what),
+        other => panic!(
+            "expected a budget error, got {:?}",
+            other.map(|t| t.events.len())
+        ),
+    }
+}
+
+#[test]
+fn a_small_file_of_millions_of_events_stops_at_the_event_budget() {
+    let mut p = Payload::new(&["x"]);
+    p.spawn().faults(3 << 20, 0);
+    let bytes = p.file_bytes();
+    assert!(bytes.len() < 1024, "{} bytes", bytes.len());
+    let t0 = Instant::now();
+    let (offset, what) = budget_err(format::read(&bytes));
+    assert!(what.contains("--max-events"), "{what}");
+    // The tag of event 2^20 + 1: header (10 bytes), spawn (2), then 2 bytes a fault.
+    assert_eq!(offset, 10 + 2 + 2 * ((1 << 20) - 1));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // Streamed with the budget raised, every event comes out one at a time.
+    let b = Budget {
+        max_events: u64::MAX,
+        ..Budget::default()
+    };
+    let mut d = Decoder::from_bytes(&bytes, &b).unwrap();
+    let mut n = 0u64;
+    while d.next_event().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 1 + (3 << 20));
+    assert_eq!(d.payload_bytes(), p.end().len() as u64);
+}
+
+#[test]
+fn an_exec_image_past_the_page_budget_is_refused_before_it_is_held() {
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec_pages(1 << 24);
+    let bytes = p.file_bytes();
+    assert!(bytes.len() < 2048, "{} bytes", bytes.len());
+    let (offset, what) = budget_err(format::read(&bytes));
+    // The page count's varint: header 10, spawn 2, exec tag 1, VMA count 1.
+    assert_eq!(offset, 14);
+    assert!(what.contains("--max-image-pages"), "{what}");
+    // The budget counts pages over the whole trace, not per image.
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec_pages(3 << 18).exec_pages(3 << 18);
+    let (_, what) = budget_err(format::read(&p.file_bytes()));
+    assert!(what.contains("in all"), "{what}");
+}
+
+#[test]
+fn a_zstd_window_past_16_mib_is_refused() {
+    // A frame compressed with a 128 MiB window (what zstd's reader accepted by default).
+    let payload = Payload::new(&["x"]).end();
+    let mut bytes = b"UMMTRACE\x01\x00\x00\x00".to_vec();
+    let mut z = Vec::new();
+    {
+        let mut enc = zstd::stream::write::Encoder::new(&mut z, 19).unwrap();
+        enc.set_parameter(zstd::zstd_safe::CParameter::WindowLog(27))
+            .unwrap();
+        std::io::Write::write_all(&mut enc, &payload).unwrap();
+        enc.finish().unwrap();
+    }
+    bytes.extend_from_slice(&z);
+    match format::read(&bytes) {
+        Err(FormatError::File { offset: 12, what }) => {
+            assert!(what.contains("too much memory"), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same payload as the writer compresses it reads.
+    assert!(format::read(&format::seal(&payload).unwrap()).is_ok());
+}
+
+#[test]
+fn export_text_stops_at_the_output_budget() {
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec_pages(1 << 16);
+    let t = format::read(&p.file_bytes()).unwrap();
+    let small = Budget {
+        max_output: 1 << 20,
+        ..Budget::default()
+    };
+    match trace::export::to_scenario_with(&t, &small) {
+        Err(trace::export::ExportError::Output(1, max)) => assert_eq!(max, 1 << 20),
+        other => panic!("{:?}", other.map(|s| s.len())),
+    }
+    // The default budget: the most image pages a trace may hold export within 64 MiB.
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec_pages(1 << 20);
+    let t = format::read(&p.file_bytes()).unwrap();
+    let text = trace::export::to_scenario(&t).unwrap();
+    assert!(text.len() as u64 <= Budget::default().max_output);
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" touch ")).count(),
+        1 << 20
+    );
+}
+
+fn populate_loop() -> Payload {
+    let a = 0x1000_0000u64;
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&[]);
+    for _ in 0..100 {
+        p.mmap(a, 3 << 30, POPULATE_FIXED, 0, a as i64)
+            .madvise(a, 3 << 30, 4);
+    }
+    p
+}
+
+#[test]
+fn a_populate_past_the_touch_budget_is_refused_before_it_runs() {
+    let p = populate_loop();
+    let bytes = p.file_bytes();
+    assert!(bytes.len() < 128, "{} bytes", bytes.len());
+    let t0 = Instant::now();
+    let mut d = Decoder::from_bytes(&bytes, &Budget::default()).unwrap();
+    match replay_decoder(&mut d, &ReplayOptions::default()) {
+        Err(ReplayError::Budget {
+            event: 2,
+            offset: Some(15),
+            what,
+        }) => assert!(
+            what.contains("--max-touch") && what.contains("3221225472"),
+            "{what}"
+        ),
+        other => panic!("{:?}", other.map(|r| r.events)),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // With the budget raised to 4 GiB of work, the first populate runs and the second is
+    // refused: the budget is a sum over the replay, not a per-event cap.
+    let opts = ReplayOptions {
+        memory: 4 << 30,
+        budget: Budget {
+            max_touch: 4 << 30,
+            ..Budget::default()
+        },
+        ..ReplayOptions::default()
+    };
+    let t = format::read(&bytes).unwrap();
+    match replay(&t, &opts) {
+        Err(ReplayError::Budget { event: 4, what, .. }) => {
+            assert!(what.contains("spent"), "{what}")
+        }
+        other => panic!("{:?}", other.map(|r| r.events)),
+    }
+}
+
+#[test]
+fn frames_in_use_past_the_budget_stop_the_replay() {
+    // Faults 2 MiB apart in an aligned 1 GiB mapping under 2M THP: each is charged 4 KiB
+    // but allocates a PMD folio; the check after each event sees the frames.
+    let a = 0x4000_0000u64;
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&[(a, 1 << 30, 3, 0)]);
+    p.byte(17 | common::SAME).signed((a >> 12) as i64);
+    for _ in 0..200 {
+        p.byte(17 | common::SAME).signed(512); // a write: a read would map the zero page
+    }
+    let t = format::read(&p.file_bytes()).unwrap();
+    let opts = ReplayOptions {
+        thp: vec![("2M".into(), "always".into())],
+        budget: Budget {
+            max_touch: 16 << 20,
+            ..Budget::default()
+        },
+        ..ReplayOptions::default()
+    };
+    match replay(&t, &opts) {
+        Err(ReplayError::Budget { event, what, .. }) => {
+            assert!(what.contains("holds"), "{what}");
+            assert!((3..20).contains(&event), "{event}");
+        }
+        other => panic!("{:?}", other.map(|r| r.counters)),
+    }
+}
+
+#[test]
+fn the_seconds_budget_stops_decoding_and_replay() {
+    let mut p = Payload::new(&["x"]);
+    p.spawn().faults(4096, 0);
+    let b = Budget {
+        max_seconds: 0.0,
+        ..Budget::default()
+    };
+    let (_, what) = budget_err(format::read_with(&p.file_bytes(), &b));
+    assert!(what.contains("--max-seconds"), "{what}");
+    let t = format::read(&p.file_bytes()).unwrap();
+    let opts = ReplayOptions {
+        budget: b,
+        ..ReplayOptions::default()
+    };
+    match replay(&t, &opts) {
+        Err(ReplayError::Budget { what, .. }) => assert!(what.contains("--max-seconds"), "{what}"),
+        other => panic!("{:?}", other.map(|r| r.events)),
+    }
+}
+
+#[test]
+fn lost_record_counts_saturate() {
+    let mut p = Payload::new(&["x"]);
+    p.lost(1 << 63).lost(1 << 63);
+    let t = format::read(&p.file_bytes()).unwrap();
+    let r = replay(&t, &ReplayOptions::default()).unwrap();
+    assert_eq!(r.lost, u64::MAX, "two LOST 2^63 once read as 0");
+}
+
+#[test]
+fn the_writer_never_writes_what_the_reader_refuses() {
+    // 5000 arguments of 5000 bytes: 1023 kept (cut to 4096 bytes), the last says the rest.
+    let arg = "é".repeat(2500);
+    let h = Header {
+        command: vec![arg.clone(); 5000],
+        ..Header::default()
+    };
+    let mut w = Writer::new(&h);
+    // An image with an empty VMA, a wrapping one, 70 000 good ones and a file reference to
+    // an undefined file; a mapping of an undefined file; a file defined twice.
+    let mut vmas = vec![
+        ImageVma {
+            start: 0x1000,
+            end: 0x1000,
+            prot: 3,
+            flags: 0,
+            file: None,
+            offset: 0,
+        },
+        ImageVma {
+            start: 0x3000,
+            end: 0x2000,
+            prot: 3,
+            flags: 0,
+            file: None,
+            offset: 0,
+        },
+    ];
+    for i in 0..70_000u64 {
+        vmas.push(ImageVma {
+            start: (i + 16) << 13,
+            end: ((i + 16) << 13) + 4096,
+            prot: 1,
+            flags: 0,
+            file: Some(9),
+            offset: 0,
+        });
+    }
+    let file = |id| Event::File {
+        id,
+        dev: 0,
+        ino: 0,
+        size: 1,
+        path: "f".into(),
+    };
+    let events = [
+        file(1),
+        file(1),
+        Event::Spawn { pid: 1 },
+        Event::Exec {
+            pid: 1,
+            image: Image {
+                vmas,
+                pages: vec![],
+            },
+        },
+        Event::Mmap {
+            pid: 1,
+            addr: 0,
+            len: 4096,
+            prot: 3,
+            flags: 2,
+            fd: 3,
+            offset: 0,
+            file: Some(7),
+            ret: 0x1000,
+        },
+        Event::Mmap {
+            pid: 1,
+            addr: 0,
+            len: 4096,
+            prot: 3,
+            flags: 2,
+            fd: 3,
+            offset: 0,
+            file: Some(1),
+            ret: 0x1000,
+        },
+    ];
+    for e in &events {
+        w.push(e);
+    }
+    // 3977 arguments, one file event, 2 + 4464 VMAs, 65 536 file references, one mapping.
+    assert_eq!(w.dropped(), 3977 + 1 + 2 + (70_000 - 65_536) + 65_536 + 1);
+    let bytes = w.finish().unwrap();
+    let t = format::read_with(&bytes, &Budget::UNLIMITED).unwrap();
+    assert_eq!(t.header.command.len(), 1024);
+    assert_eq!(
+        t.header.command[0].len(),
+        4096,
+        "cut at a character boundary"
+    );
+    assert_eq!(t.header.command[1023], "[3977 more arguments not recorded]");
+    let Event::Exec { image, .. } = &t.events[2] else {
+        panic!("{:?}", t.events[2]);
+    };
+    assert_eq!(image.vmas.len(), 65_536);
+    assert!(image.vmas.iter().all(|v| v.file.is_none()));
+    assert!(matches!(t.events[3], Event::Mmap { file: None, .. }));
+    assert!(matches!(t.events[4], Event::Mmap { file: Some(1), .. }));
+    assert_eq!(t.events.len(), 5);
+}
+
+#[test]
+fn an_undefined_or_redefined_file_is_refused_by_every_reader() {
+    // An exec image mapping file id 41 (ref 42), never defined.
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&[(0x40_0000, 4096, 5, 42)]);
+    match format::read(&p.file_bytes()) {
+        Err(FormatError::Payload { offset, what }) => {
+            // Header 10, spawn 2, exec tag and count 2, start 4, length 2, prot 1, flags 1.
+            assert_eq!(offset, 22);
+            assert!(what.contains("file id 41"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // An mmap of one.
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&[]).mmap(0, 4096, 2, 3, 0x1000);
+    assert!(format::read(&p.file_bytes()).is_err());
+    // A file defined twice.
+    let mut p = Payload::new(&["x"]);
+    p.file(3, 1, "a").file(3, 1, "b");
+    match format::read(&p.file_bytes()) {
+        Err(FormatError::Payload { what, .. }) => assert!(what.contains("twice"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    // A trace built in memory: export refuses it too (it would reference `f41`).
+    let t = Trace {
+        events: vec![
+            Event::Spawn { pid: 1 },
+            Event::Exec {
+                pid: 1,
+                image: Image {
+                    vmas: vec![ImageVma {
+                        start: 0x40_0000,
+                        end: 0x40_1000,
+                        prot: 5,
+                        flags: 0,
+                        file: Some(41),
+                        offset: 0,
+                    }],
+                    pages: vec![],
+                },
+            },
+        ],
+        ..Trace::default()
+    };
+    assert!(matches!(
+        trace::export::to_scenario(&t),
+        Err(trace::export::ExportError::UndefinedFile(1, 41))
+    ));
+}
+
+#[test]
+fn export_keeps_trace_strings_inside_their_comments() {
+    let t = format::read(&common::evil_strings().file_bytes()).unwrap();
+    assert_eq!(t.header.host, EVIL);
+    let text = trace::export::to_scenario(&t).unwrap();
+    // Every line the strings could have made is a comment or one the exporter writes.
+    let statements: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    assert_eq!(
+        statements,
+        [
+            "set thp top=never",
+            "set rlimit memlock unlimited",
+            "f0 = file 0x1000 disk",
+            "p1_1 = spawn privileged",
+            "p1_1 exit",
+            "p1_2 = spawn privileged",
+            "m_3 = p1_2 mmap 0x1000 rx private file f0 offset 0x0 fixed 0x400000",
+        ],
+        "{text}"
+    );
+    assert!(
+        !text
+            .chars()
+            .any(|c| c != '\n' && (c.is_control() || c == '\u{202e}')),
+        "{text:?}"
+    );
+    assert!(
+        text.contains(r"x\nset memory 1G\np9 = spawn\r\n\u{1b}[2J"),
+        "{text}"
+    );
+    // It parses, and runs.
+    let script = scenario::parse("evil", &text).unwrap();
+    let r = scenario::run::run(&script, &scenario::run::RunOptions::default());
+    assert_eq!(r.exit_code(), 0, "{:?}", r.abort);
+}
+
+#[test]
+fn escape_leaves_no_control_or_invisible_character() {
+    let e = trace::escape(EVIL);
+    assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+    assert!(!e.contains('\u{202e}'), "{e:?}");
+    assert_eq!(trace::escape("a\\b é"), "a\\\\b é");
+    assert_eq!(trace::escape("\u{1b}[2J"), "\\u{1b}[2J");
+    // `trace show` prints events with Debug, which escapes their strings the same way.
+    let t = format::read(&common::evil_strings().file_bytes()).unwrap();
+    for e in &t.events {
+        let line = format!("{e:x?}");
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+    }
+}
+
+#[test]
+fn thp_sizes_neither_panic_nor_wrap() {
+    assert_eq!(thp_size("64K"), Some(64 << 10));
+    assert_eq!(thp_size("2M"), Some(2 << 20));
+    assert_eq!(thp_size("16k"), Some(16 << 10));
+    for bad in [
+        "64é",
+        "é",
+        "",
+        "K",
+        "+64K",
+        "-64K",
+        "64",
+        "64G",
+        // 2^64 / 1024 + 64 kB: the product wraps to 64K.
+        "18014398509481984064K",
+        "99999999999999999999999K",
+    ] {
+        assert_eq!(thp_size(bad), None, "{bad}");
+        let opts = ReplayOptions {
+            thp: vec![(bad.into(), "always".into())],
+            ..ReplayOptions::default()
+        };
+        assert!(machine_config(&opts).is_err(), "{bad}");
+    }
+    // A well-formed size that is not a folio size is refused by the engine.
+    let opts = ReplayOptions {
+        thp: vec![("48K".into(), "always".into())],
+        ..ReplayOptions::default()
+    };
+    assert!(machine_config(&opts).is_err());
+}
