@@ -72,7 +72,7 @@ pub(crate) struct CpuSlot {
     /// This CPU's TLB.
     pub(crate) tlb: Tlb,
     /// This CPU's folio batches (lru_add, mlock).
-    pub(crate) batches: Mutex<crate::mlock::CpuBatches>,
+    pub(crate) batches: Mutex<crate::phys::lru::CpuBatches>,
 }
 
 /// RLIMIT_MEMLOCK default (8 MiB).
@@ -243,7 +243,7 @@ impl Machine {
     }
 
     /// The folio batches of CPU `cpu`.
-    pub fn cpu_batches(&self, cpu: usize) -> &Mutex<crate::mlock::CpuBatches> {
+    pub fn cpu_batches(&self, cpu: usize) -> &Mutex<crate::phys::lru::CpuBatches> {
         &self.cpus[cpu].batches
     }
 
@@ -328,7 +328,7 @@ impl<'m> Cpu<'m> {
 
     /// This CPU's folio batches.
     #[inline]
-    pub(crate) fn batches(&self) -> &'m Mutex<crate::mlock::CpuBatches> {
+    pub(crate) fn batches(&self) -> &'m Mutex<crate::phys::lru::CpuBatches> {
         &self.m.cpus[self.id].batches
     }
 

@@ -18,40 +18,10 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
-pub(crate) use crate::phys::lru::{FolioBatch, FOLIO_BATCH_SIZE};
+pub(crate) use crate::phys::lru::{CpuBatches, FolioBatch, MlockOp, FOLIO_BATCH_SIZE};
 use crate::phys::{Folio, PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
-
-/// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MlockOp {
-    /// Mlock a folio already on an LRU (`LRU_FOLIO`).
-    Mlock,
-    /// First LRU insertion of a new folio in a locked VMA (`NEW_FOLIO`).
-    New,
-    /// Munlock (untagged).
-    Munlock,
-}
-
-/// One CPU's folio batches.
-#[derive(Debug, Default)]
-pub struct CpuBatches {
-    /// `lru_add` batch: new folios waiting to join an LRU.
-    pub(crate) lru_add: FolioBatch<Pfn>,
-    /// `mlock_fbatch`.
-    pub(crate) mlock: FolioBatch<(Pfn, MlockOp)>,
-}
-
-impl CpuBatches {
-    /// Every folio referenced by a batch entry (for validation).
-    pub fn folios(&self) -> impl Iterator<Item = Pfn> + '_ {
-        self.lru_add
-            .iter()
-            .copied()
-            .chain(self.mlock.iter().map(|&(f, _)| f))
-    }
-}
 
 /// This CPU's mlock batch with its lock held (see the module's locking notes).
 pub(crate) struct MlockQueue<'a, 'm> {

@@ -379,7 +379,7 @@ fn locked_mapping_in<'m>(cpu: &Cpu<'m>, mm: &Mm, st: &MmState, head: Pfn, index:
             }
             let addr = v.start + (index - v.pgoff) * 4096;
             addr < v.end
-                && crate::views::leaf_at(pt, addr)
+                && crate::pgtable::leaf_at(pt, addr)
                     .is_some_and(|l| cpu.m.phys.memmap.folio_of(l.pfn) == head)
         })
 }

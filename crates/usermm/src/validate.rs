@@ -11,11 +11,10 @@
 
 use crate::machine::Machine;
 use crate::mm::{mm_counter_file, Mm, RssKind};
-use crate::pgtable::cursor::PmdKind;
+use crate::pgtable::cursor::walk_leaves;
 use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
-use crate::vaddr::VirtAddr;
 use crate::vma::VmFlags;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -378,7 +377,7 @@ impl Machine {
                     continue;
                 }
                 let addr = e.vpn << 12;
-                let ok = match crate::views::leaf_at(pt, addr) {
+                let ok = match crate::pgtable::leaf_at(pt, addr) {
                     Some(l) => {
                         l.pfn == e.pfn
                             && self.arch.accessible(l.entry)
@@ -576,22 +575,5 @@ impl Machine {
             }
         }
         frames
-    }
-}
-
-/// Calls `f(addr, entry)` for every non-empty leaf entry (as stored), in address order.
-pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, AnyLeaf)) {
-    for step in pt.pmd_walk(VirtAddr::new(0), VirtAddr::new(u64::MAX)) {
-        match step.kind {
-            PmdKind::Huge(e) => f(step.start.val(), AnyLeaf::Pmd(e)),
-            PmdKind::Table(table) => {
-                for i in 0..PTRS_PER_TABLE {
-                    let e = pt.ptep_get_raw(table, i);
-                    if !e.is_none() {
-                        f(step.start.add((i as u64) << 12).val(), AnyLeaf::Pte(e));
-                    }
-                }
-            }
-        }
     }
 }

@@ -11,7 +11,7 @@ use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::{Mm, Pid, RssKind};
 use crate::pgtable::cursor::PmdKind;
-use crate::pgtable::{AnyLeaf, PageTables, Walk, PMD_SIZE};
+use crate::pgtable::{leaf_at, AnyLeaf, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
 use crate::vaddr::VirtAddr;
@@ -178,28 +178,6 @@ pub mod kpf {
     pub const MLOCKED: u32 = 33;
     pub(crate) const MAPPEDTODISK: u32 = 34;
     pub(crate) const WRITEBACK: u32 = 8;
-}
-
-/// The leaf mapping one address: the entry (a PTE or a PMD leaf) and the frame of the
-/// address's page.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LeafInfo {
-    pub(crate) entry: AnyLeaf,
-    pub(crate) pfn: Pfn,
-}
-
-pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
-    match pt.walk(VirtAddr::new(addr)) {
-        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
-            entry: AnyLeaf::Pte(entry),
-            pfn: pt.arch.pfn(entry),
-        }),
-        Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
-            entry: AnyLeaf::Pmd(entry),
-            pfn: pt.arch.pfn(entry).add((addr >> 12) & 511),
-        }),
-        _ => None,
-    }
 }
 
 /// What one mapping of a folio adds to smaps.
@@ -556,7 +534,7 @@ impl<'m> Cpu<'m> {
         let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let mut out = Vec::new();
-        crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
+        crate::pgtable::cursor::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
             out.push(LeafEntry { addr, entry })
         });
         Ok(out)

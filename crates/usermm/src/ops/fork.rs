@@ -19,7 +19,7 @@ use crate::machine::Cpu;
 use crate::mlock::folio_add_lru;
 use crate::mm::{mm_counter_file, Mm, MmState, Pid, RssKind, Task};
 use crate::ops::exit::teardown_mm;
-use crate::ops::mmap::{vm_enough_memory, vm_unacct};
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};

@@ -11,6 +11,7 @@ use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::ops::munmap::{do_munmap, split_range_edges};
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::{Access, Prot, PMD_SIZE, TASK_SIZE};
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
@@ -316,39 +317,6 @@ pub(crate) fn populate<'m>(cpu: &Cpu<'m>, mm: &Mm, start: u64, end: u64, flags: 
         }
         a += 4096;
     }
-}
-
-/// Overcommit check and charge (`__vm_enough_memory`).
-pub(crate) fn vm_enough_memory<'m>(cpu: &Cpu<'m>, pages: u64) -> SysResult<()> {
-    let t = cpu.m.tunables();
-    let total = cpu.m.phys.nr_frames();
-    let ok = match t.overcommit_memory {
-        1 => true,
-        2 => {
-            let limit = total / 2;
-            let committed = cpu
-                .m
-                .committed
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .max(0) as u64;
-            committed + pages <= limit
-        }
-        _ => pages <= total,
-    };
-    if !ok {
-        return Err(Errno::ENOMEM);
-    }
-    cpu.m
-        .committed
-        .fetch_add(pages as i64, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
-}
-
-/// Returns an overcommit charge.
-pub(crate) fn vm_unacct<'m>(cpu: &Cpu<'m>, pages: u64) {
-    cpu.m
-        .committed
-        .fetch_sub(pages as i64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Chooses an address for `len` bytes (`__get_unmapped_area`).

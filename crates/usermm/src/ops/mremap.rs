@@ -11,10 +11,9 @@ use crate::errno::{Errno, SysResult};
 use crate::huge_memory::split_huge_pmd;
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid, Task};
-use crate::ops::mmap::{
-    get_unmapped_area, mlock_future_ok, populate, vm_enough_memory, vm_unacct, AreaRequest,
-};
+use crate::ops::mmap::{get_unmapped_area, mlock_future_ok, populate, AreaRequest};
 use crate::ops::munmap::do_munmap;
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PMD_SIZE, TASK_SIZE};
 use crate::phys::Pfn;

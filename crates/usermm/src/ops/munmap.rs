@@ -8,7 +8,7 @@ use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::munlock_2013::munlock_vma_pages_range_2013;
-use crate::ops::mmap::vm_unacct;
+use crate::ops::vm_unacct;
 use crate::stats::Ev;
 use crate::truncate::drop_cache_pages;
 use crate::vaddr::VirtAddr;

@@ -320,3 +320,26 @@ impl<'a> PageTables<'a> {
         f(level, table);
     }
 }
+
+/// The leaf mapping one address: the entry (a PTE or a PMD leaf) and the frame of the
+/// address's page.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeafInfo {
+    pub(crate) entry: AnyLeaf,
+    pub(crate) pfn: Pfn,
+}
+
+/// The leaf that maps `addr`, if any: a read-only walk for the views and validation.
+pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
+    match pt.walk(VirtAddr::new(addr)) {
+        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
+            entry: AnyLeaf::Pte(entry),
+            pfn: pt.arch.pfn(entry),
+        }),
+        Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
+            entry: AnyLeaf::Pmd(entry),
+            pfn: pt.arch.pfn(entry).add((addr >> 12) & 511),
+        }),
+        _ => None,
+    }
+}
