@@ -31,7 +31,9 @@ use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
-use crate::vm_fault::{anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome};
+use crate::vm_fault::{
+    anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome, FaultTunables,
+};
 use crate::vma::VmFlags;
 use crate::vmscan::reclaim_for;
 
@@ -64,7 +66,20 @@ pub(crate) fn handle_mm_fault<'m>(
         return oom(cpu);
     };
     let pmd_idx = addr.pmd_index();
-    let huge = pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(cpu, vma, addr);
+    let mut vmf = FaultCtx {
+        mm,
+        vma,
+        pt,
+        pmd_table,
+        pmd_idx,
+        pte_table: None,
+        addr,
+        access,
+        pgoff: vma.pgoff_at(addr),
+        tun: FaultTunables::snapshot(&cpu.m.tunables()),
+    };
+    let huge =
+        pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(&vmf.tun.thp, vma, addr);
     if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
         // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
         // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
@@ -78,20 +93,19 @@ pub(crate) fn handle_mm_fault<'m>(
     }
     if huge {
         // `None`: fall back to PTEs.
-        if let Some(o) = do_huge_pmd_anonymous_page(cpu, mm, vma, pmd_table, pmd_idx, addr, access)
-        {
+        if let Some(o) = do_huge_pmd_anonymous_page(cpu, &vmf) {
             return o;
         }
     }
     if pt.pmdp_get(pmd_table, pmd_idx).is_none() && shmem_pmd_suitable(vma, addr, access) {
-        if let Some(o) = do_shmem_pmd_fault(cpu, mm, vma, pmd_table, pmd_idx, addr, access) {
+        if let Some(o) = do_shmem_pmd_fault(cpu, &vmf) {
             return o;
         }
     }
     let pmd = pt.pmdp_get(pmd_table, pmd_idx);
     if !pmd.is_none() && !pt.arch.is_table(pmd) {
         if access == Access::Write && !pt.arch.write(pmd) {
-            if let Some(o) = do_huge_pmd_wp_page(cpu, mm, vma, pmd_table, pmd_idx, addr) {
+            if let Some(o) = do_huge_pmd_wp_page(cpu, &vmf) {
                 return o;
             }
         } else {
@@ -103,14 +117,7 @@ pub(crate) fn handle_mm_fault<'m>(
         Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
         Err(_) => return oom(cpu),
     };
-    let vmf = FaultCtx {
-        mm,
-        vma,
-        pt,
-        table,
-        addr,
-        access,
-    };
+    vmf.pte_table = Some(table);
     handle_pte_fault(cpu, &vmf)
 }
 
@@ -125,7 +132,7 @@ fn oom<'m>(cpu: &Cpu<'m>) -> FaultOutcome {
 }
 
 fn handle_pte_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
-    let mut ptes = PteLock::lock(vmf.pt, cpu.c(), vmf.table);
+    let mut ptes = PteLock::lock(vmf.pt, cpu.c(), vmf.table());
     let idx = vmf.idx();
     let pte = ptes.get_raw(idx);
     if pte.is_none() {
@@ -152,7 +159,7 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
     let arch = pt.arch;
     if vmf.access == Access::Read {
         let entry = arch.mkspecial(arch.mk_pte(cpu.m.phys.zero_pfn(), vma.page_prot()));
-        let mut ptes = PteLock::lock(pt, c, vmf.table);
+        let mut ptes = PteLock::lock(pt, c, vmf.table());
         let idx = vmf.idx();
         if ptes.peek_raw(idx).is_none() {
             ptes.set_ptes(idx, entry, 1);
@@ -167,7 +174,7 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
     };
     let nr = 1u64 << order;
     let first_idx = start.pte_index();
-    let mut ptes = PteLock::lock(pt, c, vmf.table);
+    let mut ptes = PteLock::lock(pt, c, vmf.table());
     if (first_idx..first_idx + nr as usize).any(|i| !ptes.peek_raw(i).is_none()) {
         drop(ptes);
         cpu.m.phys.put_folio(c, head, 1);
@@ -200,8 +207,8 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
 /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
 fn alloc_anon_folio<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, VirtAddr)> {
     let c = cpu.c();
-    let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table, vmf.addr);
-    let thp = cpu.m.tunables().thp.clone();
+    let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table(), vmf.addr);
+    let thp = &vmf.tun.thp;
     let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
     for order in (2..HPAGE_PMD_ORDER).rev() {
         if !huge_ok || !thp.order_allowed(order, vma.flags.has(VmFlags::HUGEPAGE)) {
@@ -254,11 +261,11 @@ fn do_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
 /// the page and map it read-only (or writable-clean in a shared mapping without dirty
 /// tracking, as `vm_page_prot` says).
 fn do_read_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-    if cpu.m.tunables().fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
+    if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
         count_file_fault(cpu, inode, CacheLookup::Hit);
         return FaultOutcome::Completed;
     }
-    let pgoff = vmf.vma.pgoff_at(vmf.addr);
+    let pgoff = vmf.pgoff;
     let (mut pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
         Ok(r) => r,
         Err(o) => return o,
@@ -271,7 +278,7 @@ fn do_read_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fa
         // the whole 64K window.
         let phys = &cpu.m.phys;
         phys.put_folio(cpu.c(), phys.memmap.folio_of(pfn), 1);
-        if cpu.m.tunables().fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
+        if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
             return FaultOutcome::Completed;
         }
         pfn = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
@@ -289,7 +296,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
     let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
     let phys = &cpu.m.phys;
     let owner = anon_vma_prepare(cpu, mm, vma) as u32;
-    let (old, lookup) = match filemap_fault(cpu, inode, vma, addr, vma.pgoff_at(addr)) {
+    let (old, lookup) = match filemap_fault(cpu, inode, vma, addr, vmf.pgoff) {
         Ok(r) => r,
         Err(o) => return o,
     };
@@ -309,7 +316,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
     phys.put_folio(c, phys.memmap.folio_of(old), 1);
     let idx = vmf.idx();
     let arch = vmf.pt.arch;
-    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
     if !ptes.peek_raw(idx).is_none() {
         drop(ptes);
         phys.put_folio(c, new, 1);
@@ -331,11 +338,10 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
 /// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
 /// `page_mkwrite` has nothing more to do here).
 fn do_shared_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-    let (pfn, lookup) =
-        match filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.vma.pgoff_at(vmf.addr)) {
-            Ok(r) => r,
-            Err(o) => return o,
-        };
+    let (pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.pgoff) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
     count_file_fault(cpu, inode, lookup);
     let mem = &cpu.m.phys.memmap;
     mem.set(mem.folio_of(pfn), PageFlag::Dirty);
@@ -354,7 +360,7 @@ fn finish_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool
     let head = phys.memmap.folio_of(pfn);
     let folio_pages = 1usize << phys.memmap.order(head);
     let idx = vmf.idx();
-    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
     if !ptes.peek_raw(idx).is_none() {
         drop(ptes);
         phys.put_folio(c, head, 1);
@@ -408,7 +414,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
     let c = cpu.c();
     let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
     let mem = &cpu.m.phys.memmap;
-    let window = cpu.m.tunables().fault_around_bytes;
+    let window = vmf.tun.fault_around_bytes;
     let pmd_start = addr.pmd_align_down();
     let file_end = inode.size_pages();
     // The window starts at the aligned block or the VMA's start, whichever is later, and
@@ -428,7 +434,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
     let mut ptes: Option<PteLock> = None;
     let mut mapped_fault = false;
     let mut map_page = |ptes: &mut Option<_>, a: VirtAddr, pfn: Pfn| -> bool {
-        let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
+        let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table()));
         let idx = a.pte_index();
         if !ptes.peek_raw(idx).is_none() {
             return false;
@@ -597,7 +603,7 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
         phys.arena.copy_frame(new, old_pfn);
         c.add(Ev::PagesCopied, 1);
     }
-    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
     if ptes.peek_raw(idx) != old {
         drop(ptes);
         phys.put_folio(c, new, 1);

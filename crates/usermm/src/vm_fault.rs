@@ -12,6 +12,7 @@ use crate::mm::Mm;
 use crate::pgtable::{Access, PageTables};
 use crate::phys::Pfn;
 use crate::stats::Ev;
+use crate::tunables::{ThpSettings, Tunables};
 use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 
@@ -28,17 +29,50 @@ pub(crate) enum FaultOutcome {
     Sigbus,
 }
 
-/// One PTE-level fault (Linux's `struct vm_fault`): where it happened and what it asked.
+/// One fault (Linux's `struct vm_fault`): where it happened, what it asked, the page-table
+/// slots found on the way down, and the tunables it reads. Built once by `handle_mm_fault`
+/// when the PMD table is there; the PMD-level handlers take it as it is, the PTE-level ones
+/// once the PTE table is there too ([`FaultCtx::table`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FaultCtx<'a, 'm> {
     pub(crate) mm: &'a Mm,
     pub(crate) vma: &'a Vma,
     pub(crate) pt: PageTables<'m>,
-    /// The PTE table covering `addr`.
-    pub(crate) table: Pfn,
+    /// The PMD table covering `addr` and the entry's index in it (`vmf->pmd`).
+    pub(crate) pmd_table: Pfn,
+    /// The faulting PMD entry's index in `pmd_table`.
+    pub(crate) pmd_idx: usize,
+    /// The PTE table covering `addr` (`vmf->pte`'s table), once allocated.
+    pub(crate) pte_table: Option<Pfn>,
     /// The faulting address (`vmf->real_address`: not rounded to its page).
     pub(crate) addr: VirtAddr,
+    /// `FAULT_FLAG_WRITE` or not.
     pub(crate) access: Access,
+    /// The page offset of `addr` in the VMA's file (`vmf->pgoff`, `linear_page_index`).
+    pub(crate) pgoff: u64,
+    /// The tunables this fault reads, taken once ([`FaultTunables::snapshot`]).
+    pub(crate) tun: FaultTunables,
+}
+
+/// The tunables a fault reads, copied under one acquisition of the tunables lock when the
+/// fault starts (Linux reads the sysfs knobs as it goes; a change racing with a fault may
+/// be seen by it or not, either way).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FaultTunables {
+    /// The THP policies (`transparent_hugepage/enabled`, per size, `use_zero_page`).
+    pub(crate) thp: ThpSettings,
+    /// `fault_around_bytes`.
+    pub(crate) fault_around_bytes: u64,
+}
+
+impl FaultTunables {
+    /// Copies what a fault reads out of the tunables.
+    pub(crate) fn snapshot(t: &Tunables) -> FaultTunables {
+        FaultTunables {
+            thp: t.thp,
+            fault_around_bytes: t.fault_around_bytes,
+        }
+    }
 }
 
 /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): a new one. A compatible
@@ -82,5 +116,14 @@ impl FaultCtx<'_, '_> {
     /// The faulting entry's index in its table.
     pub(crate) fn idx(&self) -> usize {
         self.addr.pte_index()
+    }
+
+    /// The PTE table covering the faulting address.
+    ///
+    /// # Panics
+    /// Before `handle_mm_fault` allocated it: only the PTE-level handlers call this.
+    pub(crate) fn table(&self) -> Pfn {
+        self.pte_table
+            .expect("invariant: PTE-level handlers run once the PTE table is allocated")
     }
 }

@@ -10,14 +10,14 @@ use crate::huge_memory::{
     add_new_pmd_folio, alloc_deposit, deposit_table, do_set_pmd, split_huge_pmd,
 };
 use crate::machine::Cpu;
-use crate::mm::{Mm, RssKind};
+use crate::mm::RssKind;
 use crate::pgtable::cursor::PmdLock;
 use crate::pgtable::{Access, Pmd, PMD_SIZE};
-use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
+use crate::phys::{FolioKind, PageFlag, Zeroing, HPAGE_PMD_ORDER};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
-use crate::vm_fault::{anon_vma_prepare, count_file_fault, folio_node, FaultOutcome};
+use crate::vm_fault::{anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome};
 use crate::vma::{VmFlags, Vma};
 
 /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
@@ -38,17 +38,20 @@ pub(crate) fn shmem_pmd_suitable(vma: &Vma, addr: VirtAddr, access: Access) -> b
 /// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
 pub(crate) fn do_shmem_pmd_fault<'m>(
     cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
-    access: Access,
+    vmf: &FaultCtx<'_, 'm>,
 ) -> Option<FaultOutcome> {
+    let (mm, vma, pmd_table, pmd_idx, addr, access) = (
+        vmf.mm,
+        vmf.vma,
+        vmf.pmd_table,
+        vmf.pmd_idx,
+        vmf.addr,
+        vmf.access,
+    );
     let c = cpu.c();
     let phys = &cpu.m.phys;
     let inode = vma.file.clone()?;
-    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vma.pgoff_at(addr)) {
+    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vmf.pgoff) {
         Ok(r) => r,
         Err(o) => return Some(o),
     };
@@ -68,21 +71,28 @@ pub(crate) fn do_shmem_pmd_fault<'m>(
     Some(FaultOutcome::Completed)
 }
 
+/// A first touch of an empty PMD in a VMA where a PMD-sized THP may go
+/// (`do_huge_pmd_anonymous_page`): the huge zero page for a read (with `use_zero_page`), else
+/// a new THP mapped by one PMD, with a page table deposited for a later split. `None`: no
+/// memory for it, fall back to PTEs.
 pub(crate) fn do_huge_pmd_anonymous_page<'m>(
     cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
-    access: Access,
+    vmf: &FaultCtx<'_, 'm>,
 ) -> Option<FaultOutcome> {
+    let (mm, vma, pmd_table, pmd_idx, addr, access) = (
+        vmf.mm,
+        vmf.vma,
+        vmf.pmd_table,
+        vmf.pmd_idx,
+        vmf.addr,
+        vmf.access,
+    );
     let c = cpu.c();
     let phys = &cpu.m.phys;
     let arch = cpu.m.arch;
     let haddr = addr.pmd_align_down();
-    let pt = cpu.tables(mm);
-    let use_zero = cpu.m.tunables().thp.use_zero_page;
+    let pt = vmf.pt;
+    let use_zero = vmf.tun.thp.use_zero_page;
     // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
     // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
     let owner = anon_vma_prepare(cpu, mm, vma) as u32;
@@ -135,17 +145,15 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
 /// with a new THP, otherwise split and let the PTE path copy one page.
 pub(crate) fn do_huge_pmd_wp_page<'m>(
     cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
-    addr: VirtAddr,
+    vmf: &FaultCtx<'_, 'm>,
 ) -> Option<FaultOutcome> {
+    let (mm, vma, pmd_table, pmd_idx, addr) =
+        (vmf.mm, vmf.vma, vmf.pmd_table, vmf.pmd_idx, vmf.addr);
     let c = cpu.c();
     c.add(Ev::FaultWp, 1);
     let phys = &cpu.m.phys;
     let arch = cpu.m.arch;
-    let pt = cpu.tables(mm);
+    let pt = vmf.pt;
     let haddr = addr.pmd_align_down();
     let mut pmdl = PmdLock::lock(pt, c, pmd_table);
     let pmd = pmdl.get(pmd_idx);
@@ -155,7 +163,7 @@ pub(crate) fn do_huge_pmd_wp_page<'m>(
     let pfn = arch.pfn(pmd);
     if phys.is_zero_pfn(pfn) {
         drop(pmdl);
-        return huge_zero_wp(cpu, mm, vma, pmd_table, pmd_idx, haddr, pmd);
+        return huge_zero_wp(cpu, vmf, haddr, pmd);
     }
     let mem = &phys.memmap;
     if !mem.test(pfn, PageFlag::Anon) {
@@ -177,19 +185,20 @@ pub(crate) fn do_huge_pmd_wp_page<'m>(
     None
 }
 
-pub(crate) fn huge_zero_wp<'m>(
+/// A write to the huge zero page mapped at `haddr` by the PMD `old`: a new zeroed THP
+/// replaces it, break before make (`do_huge_zero_wp_pmd`); without memory, the PMD is split
+/// and the PTE path copies one page.
+fn huge_zero_wp<'m>(
     cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    pmd_table: Pfn,
-    pmd_idx: usize,
+    vmf: &FaultCtx<'_, 'm>,
     haddr: VirtAddr,
     old: Pmd,
 ) -> Option<FaultOutcome> {
+    let (mm, vma, pmd_table, pmd_idx) = (vmf.mm, vmf.vma, vmf.pmd_table, vmf.pmd_idx);
     let c = cpu.c();
     let phys = &cpu.m.phys;
     let arch = cpu.m.arch;
-    let pt = cpu.tables(mm);
+    let pt = vmf.pt;
     let owner = anon_vma_prepare(cpu, mm, vma) as u32;
     let Some(head) = phys.alloc_folio(
         c,

@@ -31,7 +31,7 @@ use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
-use crate::tunables::PteBatching;
+use crate::tunables::{PteBatching, ThpSettings};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
@@ -158,19 +158,15 @@ pub(crate) fn split_huge_pmd_boundaries<'m>(
     }
 }
 
-/// Whether a PMD-sized THP may back `addr` in `vma`.
-pub(crate) fn thp_pmd_eligible<'m>(cpu: &Cpu<'m>, vma: &Vma, addr: VirtAddr) -> bool {
+/// Whether a PMD-sized THP may back `addr` in `vma` under the THP policies `thp`.
+pub(crate) fn thp_pmd_eligible(thp: &ThpSettings, vma: &Vma, addr: VirtAddr) -> bool {
     if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
         return false;
     }
     let haddr = addr.pmd_align_down();
     haddr >= vma.vm_start()
         && haddr.add(PMD_SIZE) <= vma.vm_end()
-        && cpu
-            .m
-            .tunables()
-            .thp
-            .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
+        && thp.order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
 }
 
 /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
