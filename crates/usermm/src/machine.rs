@@ -299,6 +299,12 @@ impl Machine {
 }
 
 /// A CPU held by the calling thread: the entry point of every operation.
+///
+/// Its methods are the system-call table (`mmap`, `fork`, `madvise`, the accesses, the
+/// `/proc` views…) and the CPU's own state (its counters, TLB and folio batches). Everything
+/// below a system call is a free function taking the CPU it runs on (`cpu: &Cpu<'m>`) in the
+/// engine file of its Linux file: `fault::handle_mm_fault`, `huge_memory::split_huge_pmd`,
+/// `filemap::io::filemap_fault` (see `docs/architecture.md`).
 #[derive(Debug)]
 pub struct Cpu<'m> {
     /// The machine.

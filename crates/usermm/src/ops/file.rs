@@ -1,14 +1,12 @@
 //! The file system calls: creating a file, `pread`/`pwrite` through the page cache,
 //! `ftruncate`, `fallocate`, `fsync`, `msync`, `fincore`.
 //!
-//! Linux counterparts: `mm/filemap.c` (`filemap_read`, `filemap_get_pages`,
-//! `generic_perform_write`, `filemap_fault`'s readahead helpers), `mm/shmem.c`
-//! (`shmem_file_read_iter`, `shmem_write_begin/end`, `shmem_fallocate`, `shmem_setattr`,
-//! `shmem_undo_range`), `mm/truncate.c` (`truncate_pagecache`, `truncate_pagecache_range`),
-//! `mm/memory.c` (`unmap_mapping_range`), `mm/readahead.c` (`page_cache_sync_ra`,
-//! `page_cache_async_ra`, `force_page_cache_ra`, `page_cache_ra_unbounded`),
-//! `mm/page-writeback.c` (`write_cache_pages`, `folio_clear_dirty_for_io`), `mm/rmap.c`
-//! (`folio_mkclean`), `mm/msync.c`, `mm/swap.c` (`folio_mark_accessed`), `mm/mincore.c`.
+//! Linux counterparts: `fs/read_write.c` (`ksys_pread64`, `ksys_pwrite64`,
+//! `rw_verify_area`), `fs/open.c` (`do_truncate`, `vfs_fallocate`), `fs/sync.c` (`vfs_fsync`),
+//! `mm/msync.c`, `mm/mincore.c` (`fincore` reads the same state). Below them, in the files of
+//! Linux's map: [`crate::filemap::io`] (`filemap_read`, `generic_perform_write`),
+//! [`crate::readahead`], [`crate::truncate`] (`truncate_pagecache`, `shmem_undo_range`,
+//! hole punching), [`crate::page_writeback`] (`write_cache_pages`, `folio_mkclean`).
 //!
 //! The state lives in [`crate::filemap`]; see there for what is deliberately simpler than
 //! Linux (order-0 cache folios, synchronous writeback). Every entry point takes the
