@@ -302,11 +302,75 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
     out
 }
 
-/// Loads one report.
+/// The largest report read (a full suite at a large scale is a few MiB).
+const MAX_REPORT_BYTES: u64 = 256 << 20;
+
+/// Loads one report: at most [`MAX_REPORT_BYTES`], of the schema this build writes, and every
+/// sample a positive finite number (a time or a rate), so no median or interval is computed
+/// from a value no benchmark can produce.
 pub fn load(path: &Path) -> anyhow::Result<Report> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Report::from_json(&text).with_context(|| format!("{}: not a bench report", path.display()))
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_REPORT_BYTES + 1).read_to_string(&mut text))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    anyhow::ensure!(
+        text.len() as u64 <= MAX_REPORT_BYTES,
+        "{}: larger than {} MiB: not a bench report",
+        path.display(),
+        MAX_REPORT_BYTES >> 20
+    );
+    let r = Report::from_json(&text)
+        .with_context(|| format!("{}: not a bench report", path.display()))?;
+    for t in &r.tables {
+        for row in &t.rows {
+            for c in &row.columns {
+                if let Some(bad) = c.samples.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    anyhow::bail!(
+                        "{}: table {}, row {}, column {}: sample {bad} is not a positive finite \
+                         {}",
+                        path.display(),
+                        t.id,
+                        row.label,
+                        c.variant,
+                        if t.unit == crate::model::Unit::Seconds {
+                            "time"
+                        } else {
+                            "rate"
+                        }
+                    );
+                }
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// What makes the runs' numbers incomparable, one line each: a different scale, kernel or
+/// CPU count than the first report's.
+fn mismatches(reports: &[Report], names: &[RunRef]) -> Vec<String> {
+    let Some(base) = reports.first() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (r, n) in reports.iter().zip(names).skip(1) {
+        let base_name = names.first().map_or("the first", |b| b.name.as_str());
+        if r.run.scale_bytes != base.run.scale_bytes {
+            out.push(format!(
+                "{} ran at {} MiB, {base_name} at {} MiB: layouts differ, so do the times",
+                n.name,
+                r.run.scale_bytes >> 20,
+                base.run.scale_bytes >> 20
+            ));
+        }
+        if r.host.kernel != base.host.kernel || r.host.cpus != base.host.cpus {
+            out.push(format!(
+                "{} ran on kernel {} with {} CPUs, {base_name} on {} with {}",
+                n.name, r.host.kernel, r.host.cpus, base.host.kernel, base.host.cpus
+            ));
+        }
+    }
+    out
 }
 
 /// Runs `usermm bench compare`.
@@ -316,7 +380,11 @@ pub fn main(args: &CompareArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|p| load(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let c = compare(&reports, run_names(&args.reports, &reports));
+    let names = run_names(&args.reports, &reports);
+    for m in mismatches(&reports, &names) {
+        eprintln!("warning: {m}");
+    }
+    let c = compare(&reports, names);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {

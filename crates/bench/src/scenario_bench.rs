@@ -169,7 +169,12 @@ pub fn measure(
                 };
                 let t = Instant::now();
                 let report = run(script, &opts);
-                let secs = t.elapsed().as_secs_f64();
+                // With `bench begin`/`bench end` only what lies between them is timed (and
+                // counted): the setup around a change no longer swamps it.
+                let (secs, counted) = match &report.timed {
+                    Some((d, c)) => (d.as_secs_f64(), c),
+                    None => (t.elapsed().as_secs_f64(), &report.counters),
+                };
                 let cell = &mut cells[k];
                 let code = u8::try_from(report.exit_code()).unwrap_or(2);
                 let first = report
@@ -184,7 +189,7 @@ pub fn measure(
                 worst = worst.max(code);
                 cell.samples.push(secs);
                 cell.counters
-                    .get_or_insert_with(|| crate::engine::counters(&report.counters));
+                    .get_or_insert_with(|| crate::engine::counters(counted));
                 task.step(&variants[k].name)?;
             }
         }

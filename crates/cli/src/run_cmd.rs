@@ -94,6 +94,17 @@ pub struct FileResult {
     pub wall_seconds: f64,
     /// Every engine counter at the end of the run, zeros included (all zero when nothing ran).
     pub counters: Counters,
+    /// What each `dump` statement printed, by line.
+    pub dumps: Vec<Dump>,
+}
+
+/// The text one `dump` statement printed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Dump {
+    /// Its line.
+    pub line: u32,
+    /// The VMAs, page-table entries and folios of the range, one a line.
+    pub text: String,
 }
 
 /// Every counter by name, in the engine's order (a JSON object).
@@ -138,6 +149,7 @@ impl FileResult {
             abort: None,
             wall_seconds: 0.0,
             counters: Counters::of(&usermm::Snapshot::default()),
+            dumps: Vec::new(),
         }
     }
 }
@@ -209,6 +221,14 @@ pub fn run_file(file: &str, opts: &RunOptions) -> FileResult {
         }),
         wall_seconds: report.wall.as_secs_f64(),
         counters: Counters::of(&report.counters),
+        dumps: report
+            .dumps
+            .iter()
+            .map(|(line, text)| Dump {
+                line: *line,
+                text: text.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -246,6 +266,11 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
     for file in &args.files {
         let r = run_file(file, &opts);
         diagnostics(&r);
+        if format == Format::Text {
+            for d in &r.dumps {
+                print!("{}:{}: dump\n{}", r.file, d.line, d.text);
+            }
+        }
         if format == Format::Text && r.read_error.is_none() && r.parse_errors.is_empty() {
             let status = match r.exit_code {
                 0 => "ok",

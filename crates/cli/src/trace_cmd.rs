@@ -42,6 +42,10 @@ pub struct BudgetArgs {
     /// (faults, populating and locking calls, forks, frames in use).
     #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "256M")]
     max_touch: u64,
+    /// replay: the most bytes of already-mapped ranges the calls may walk (mprotect,
+    /// mremap, madvise, munlock, munmap, mmap over a mapping).
+    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "64G")]
+    max_walk: u64,
     /// show, export: the most text written.
     #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "64M")]
     max_output: u64,
@@ -59,6 +63,7 @@ impl BudgetArgs {
             max_seconds: self.max_seconds,
             max_image_pages: self.max_image_pages,
             max_touch: self.max_touch,
+            max_walk: self.max_walk,
             max_output: self.max_output,
         })
     }

@@ -419,6 +419,46 @@ fn bench_compare_marks_noise_and_real_changes() {
 }
 
 #[test]
+fn bench_compare_refuses_impossible_samples_and_warns_of_other_scales() {
+    let d = dir("bench_compare_hostile");
+    let a = d.join("a.json");
+    std::fs::write(
+        &a,
+        report(&[0.5, 0.51, 0.49, 0.5, 0.52])
+            .to_json()
+            .expect("json"),
+    )
+    .expect("write");
+    let good = report(&[0.25, 0.26, 0.24, 0.25, 0.25])
+        .to_json()
+        .expect("json");
+    let a = a.to_str().expect("path");
+    for bad in ["1e999", "0.0", "-0.25", "-1e999"] {
+        let b = d.join("b.json");
+        std::fs::write(&b, good.replacen("0.26", bad, 1)).expect("write");
+        let o = usermm(&["bench", "compare", a, b.to_str().expect("path")]);
+        assert_ne!(o.status.code(), Some(0), "{bad}: {}", stdout(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("is not a positive finite time") || e.contains("not a bench report"),
+            "{bad}: {e}"
+        );
+    }
+    // Another scale compares, with a warning that the layouts differ.
+    let mut other = report(&[0.25, 0.26, 0.24, 0.25, 0.25]);
+    other.run.scale_bytes = 16 << 20;
+    let b = d.join("c.json");
+    std::fs::write(&b, other.to_json().expect("json")).expect("write");
+    let o = usermm(&["bench", "compare", a, b.to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("c ran at 16 MiB, a at 4 MiB"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn completions_and_man_page() {
     for shell in ["bash", "zsh", "fish"] {
         let o = usermm(&["completions", shell]);

@@ -808,7 +808,9 @@ impl Session {
 /// An observation `expect` the host cannot evaluate (a `/proc` file unreadable) skips that
 /// check, reported as skipped, instead of stopping the file.
 fn unobservable_expect(kind: &StmtKind, mut h: Step, line: u32, rep: &mut OracleReport) -> Step {
-    let observation = matches!(kind, StmtKind::Expect(x) if !matches!(x, Expect::Outcome { .. } | Expect::Read { .. }));
+    // `dump` is an observation too: of the engine's structures, which the host does not have.
+    let observation = matches!(kind, StmtKind::Dump { .. })
+        || matches!(kind, StmtKind::Expect(x) if !matches!(x, Expect::Outcome { .. } | Expect::Read { .. }));
     if let (true, Some(Abort::CannotRun(m))) = (observation, &h.abort) {
         rep.skip(line, format!("host cannot evaluate this expect: {m}"));
         h.abort = None;

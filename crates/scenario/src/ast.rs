@@ -38,9 +38,10 @@ impl StmtKind {
     /// The process the statement acts on or observes, if any.
     pub fn task(&self) -> Option<&Name> {
         match self {
-            StmtKind::Set(_) => None,
+            StmtKind::Set(_) | StmtKind::Bench(_) => None,
             StmtKind::Action { action, .. } => action.task(),
             StmtKind::Expect(e) => e.task(),
+            StmtKind::Dump { task, .. } => Some(task),
         }
     }
 }
@@ -62,6 +63,18 @@ pub enum StmtKind {
     },
     /// `expect ...`: a check.
     Expect(Expect),
+    /// `dump TASK ADDR SIZE`: print the VMAs, page-table entries and folios of a range
+    /// (engine only; the oracle lists it as skipped on the host).
+    Dump {
+        /// The process.
+        task: Name,
+        /// Start of the range.
+        addr: AddrExpr,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `bench begin` / `bench end`: what `usermm bench scenario` times (a no-op when run).
+    Bench(BenchMark),
 }
 
 /// An identifier naming a process or an address (`p0`, `child`, `a`).
@@ -1145,6 +1158,12 @@ pub enum Expect {
         /// The expected byte.
         pattern: u8,
     },
+    /// `expect counters NAME=N...`: engine counter deltas since the previous `expect
+    /// counters` (or the start of the run); engine only, skipped on the host.
+    Counters {
+        /// The counters (names of [`usermm::Ev`], at least one, no repeats), in file order.
+        values: Vec<(String, u64)>,
+    },
     /// `expect TASK fincore FILE OFFSET SIZE BYTES`: bytes of the range in the page cache.
     Fincore {
         /// The process.
@@ -1175,6 +1194,7 @@ impl Expect {
             | Expect::Folio { task, .. }
             | Expect::Pread { task, .. }
             | Expect::Fincore { task, .. } => Some(task),
+            Expect::Counters { .. } => None,
         }
     }
 }
@@ -1299,6 +1319,16 @@ impl Errno {
     /// The errno with this number, if it is one of the listed ones.
     pub fn from_number(n: i32) -> Option<Errno> {
         Errno::ALL.iter().copied().find(|e| e.number() == n)
+    }
+}
+
+keyword_enum! {
+    /// Which end of the timed part of a scenario.
+    pub enum BenchMark {
+        /// Timing starts after this statement.
+        Begin = "begin",
+        /// Timing stops before this statement.
+        End = "end",
     }
 }
 

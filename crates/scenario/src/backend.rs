@@ -286,4 +286,17 @@ pub trait Backend {
     fn status(&mut self, p: ProcId) -> Res<StatusView>;
     /// pagemap / kpageflags / folio order of one page.
     fn page(&mut self, p: ProcId, addr: u64) -> Res<PageView>;
+    /// Every engine counter by name, since the machine was made (`expect counters`; the host
+    /// has none of the engine's counters).
+    fn counters(&mut self) -> Res<Vec<(&'static str, u64)>> {
+        Err(Fail::Unsupported(
+            "engine counters exist on the engine only".into(),
+        ))
+    }
+    /// The text of `dump`: VMAs, page-table entries and folios of a range (engine only).
+    fn dump(&mut self, _p: ProcId, _addr: u64, _len: u64) -> Res<String> {
+        Err(Fail::Unsupported(
+            "dump shows the engine's structures only".into(),
+        ))
+    }
 }

@@ -391,6 +391,13 @@ impl Display for Expect {
                 }
                 Ok(())
             }
+            Expect::Counters { values } => {
+                f.write_str("counters")?;
+                for (k, v) in values {
+                    write!(f, " {k}={v}")?;
+                }
+                Ok(())
+            }
             Expect::Status { task, fields } => {
                 write!(f, "{task} status")?;
                 for (k, v) in fields {
@@ -462,6 +469,8 @@ impl Display for StmtKind {
                 action.fmt(f)
             }
             StmtKind::Expect(e) => e.fmt(f),
+            StmtKind::Dump { task, addr, len } => write!(f, "dump {task} {addr} {}", Bytes(*len)),
+            StmtKind::Bench(m) => write!(f, "bench {m}"),
         }
     }
 }

@@ -512,6 +512,14 @@ impl Backend for EngineBackend {
         })
     }
 
+    fn counters(&mut self) -> Res<Vec<(&'static str, u64)>> {
+        Ok(self.machine()?.counters().all())
+    }
+
+    fn dump(&mut self, p: ProcId, addr: u64, len: u64) -> Res<String> {
+        self.with(|cpu| usermm::dump::dump_range(cpu, p, addr, len).map_err(errno))
+    }
+
     fn page(&mut self, p: ProcId, addr: u64) -> Res<PageView> {
         self.with(|cpu| {
             let pm = cpu.pagemap(p, addr).map_err(errno)?;

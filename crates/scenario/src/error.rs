@@ -160,6 +160,14 @@ pub enum ErrorKind {
         /// The closest known name, if one is close.
         suggestion: Option<String>,
     },
+    /// `expect counters NAME=N` with a NAME that is not an engine counter.
+    #[error("unknown counter `{name}`{} (the counter names `usermm run` prints)", did_you_mean(.suggestion))]
+    UnknownCounter {
+        /// The name.
+        name: String,
+        /// The closest known name, if one is close.
+        suggestion: Option<String>,
+    },
     /// `set tunable NAME=VALUE` with a VALUE the tunable does not accept
     /// ([`crate::Script::parse_checked`]).
     #[error("bad value `{value}` for tunable `{name}` (accepted: {accepted}){}", did_you_mean(.suggestion))]
@@ -227,7 +235,9 @@ impl ErrorKind {
             | E::Unexpected { found: a, .. }
             | E::Absurd { text: a, .. }
             | E::BadOutcome { verb: a, .. } => clip(a),
-            E::WrongKind { name: a, .. } | E::UnknownTunable { name: a, .. } => clip(a),
+            E::WrongKind { name: a, .. }
+            | E::UnknownTunable { name: a, .. }
+            | E::UnknownCounter { name: a, .. } => clip(a),
             E::BadTunableValue {
                 name: a, value: b, ..
             } => {

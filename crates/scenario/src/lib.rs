@@ -113,9 +113,9 @@ pub mod run;
 mod source;
 
 pub use ast::{
-    Access, Action, AddrExpr, Advice, Arch, BrkDelta, Delta, Errno, Expect, FlagCheck, Keyword,
-    KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap, Name, NameKind, Outcome,
-    PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
+    Access, Action, AddrExpr, Advice, Arch, BenchMark, BrkDelta, Delta, Errno, Expect, FlagCheck,
+    Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap, Name, NameKind,
+    Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource, Script, Setting, Sharing, Signal,
     SmapsField, StatusField, Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
 pub use ast::{Backing, FileKind, MsyncMode, ShmemPolicy, ShmemSetting, ShmemTop};

@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 
 use crate::ast::{
-    is_ident, Access, Action, AddrExpr, Advice, Arch, Backing, BrkDelta, Delta, Errno, Expect,
-    FileKind, FlagCheck, Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags, Mmap,
-    MsyncMode, Name, NameKind, Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource,
+    is_ident, Access, Action, AddrExpr, Advice, Arch, Backing, BenchMark, BrkDelta, Delta, Errno,
+    Expect, FileKind, FlagCheck, Keyword, KpageFlag, Limit, Mempolicy, MlockallFlag, MlockallFlags,
+    Mmap, MsyncMode, Name, NameKind, Outcome, PagemapState, Perms, Placement, Pos, Prot, Resource,
     Script, Setting, Sharing, ShmemPolicy, ShmemSetting, ShmemTop, Signal, SmapsField, StatusField,
     Stmt, StmtKind, ThpPolicy, ThpSetting, ThpSize, ThpTop,
 };
@@ -176,6 +176,8 @@ struct Parser {
     cpus: Option<u32>,
     /// Check `set tunable` against the engine's tunables ([`Script::parse_checked`]).
     check_tunables: bool,
+    /// A `bench begin` is waiting for its `bench end`.
+    bench_open: bool,
 }
 
 /// The tokens of one line and a position among them.
@@ -685,6 +687,37 @@ impl Parser {
                     let thp = self.thp(c)?;
                     c.finish()?;
                     return Ok(StmtKind::Set(Setting::Thp(thp)));
+                }
+                "dump" if !self.env.contains_key("dump") => {
+                    c.bump();
+                    let t = c.word("a process")?;
+                    let task = self.use_name(t, NameKind::Process)?;
+                    let addr = self.addr(c, "an address")?;
+                    let len = c.size("a length")?;
+                    c.finish()?;
+                    return Ok(StmtKind::Dump { task, addr, len });
+                }
+                "bench" if !self.env.contains_key("bench") => {
+                    c.bump();
+                    let (m, tok) = c.keyword::<BenchMark>("`begin` or `end`")?;
+                    c.finish()?;
+                    let open = m == BenchMark::Begin;
+                    if self.bench_open == open {
+                        let why = if open {
+                            "a `bench begin` is already open (close it with `bench end` first)"
+                        } else {
+                            "`bench end` without a `bench begin` before it"
+                        };
+                        return fail(
+                            tok.col,
+                            ErrorKind::Absurd {
+                                text: tok.text.into(),
+                                why: why.into(),
+                            },
+                        );
+                    }
+                    self.bench_open = open;
+                    return Ok(StmtKind::Bench(m));
                 }
                 "expect" => {
                     c.bump();
@@ -1312,6 +1345,11 @@ impl Parser {
                 },
             );
         }
+        if t.kind == TokKind::Word && t.text == "counters" && !self.env.contains_key("counters") {
+            c.bump();
+            let values = counters(c)?;
+            return Ok(Expect::Counters { values });
+        }
         if let Some(v) = c.peek_at(1).filter(|v| v.kind == TokKind::Word) {
             if OBSERVATIONS.contains(&v.text) && t.text != "spawn" {
                 let task = self.use_name(t, NameKind::Process)?;
@@ -1626,6 +1664,39 @@ fn fields<K: Keyword + PartialEq>(c: &mut Cursor<'_, '_>, what: &str) -> PResult
         c.eq(tok.text)?;
         let v = c.size("a size")?;
         out.push((k, v));
+        if c.peek().is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// `NAME=N...` of `expect counters`: engine counter names (checked, with a suggestion for a
+/// misspelt one), each at most once, values as sizes (a count of bytes may say `64K`).
+fn counters(c: &mut Cursor<'_, '_>) -> PResult<Vec<(String, u64)>> {
+    let names: Vec<&str> = usermm::Ev::ALL.iter().map(|e| e.name()).collect();
+    let mut out: Vec<(String, u64)> = Vec::new();
+    loop {
+        let tok = c.word("a counter name")?;
+        if !names.contains(&tok.text) {
+            return fail(
+                tok.col,
+                ErrorKind::UnknownCounter {
+                    name: tok.text.into(),
+                    suggestion: closest(tok.text, &names),
+                },
+            );
+        }
+        if out.iter().any(|(n, _)| n == tok.text) {
+            return fail(
+                tok.col,
+                ErrorKind::Duplicate {
+                    option: tok.text.into(),
+                },
+            );
+        }
+        c.eq(tok.text)?;
+        let v = c.size("a count")?;
+        out.push((tok.text.to_owned(), v));
         if c.peek().is_none() {
             return Ok(out);
         }

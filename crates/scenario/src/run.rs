@@ -5,8 +5,8 @@
 //! whole-state checker runs after every statement and any violation is a failure.
 
 use crate::ast::{
-    Action, AddrExpr, Backing, BrkDelta, Expect, Keyword, Limit, Name, Outcome, PagemapState,
-    Placement, Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
+    Action, AddrExpr, Backing, BenchMark, BrkDelta, Expect, Keyword, Limit, Name, Outcome,
+    PagemapState, Placement, Script, Setting, SmapsField, StatusField, Stmt, StmtKind,
 };
 use crate::backend::{
     Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, Place, ProcId, Res, SmapsView, VmaKind,
@@ -62,6 +62,8 @@ pub struct Step {
     pub abort: Option<Abort>,
     /// Whether the statement may have changed an address space.
     pub changes_space: bool,
+    /// Text the statement prints (`dump`).
+    pub output: Option<String>,
 }
 
 /// Result of a run.
@@ -77,6 +79,11 @@ pub struct RunReport {
     pub wall: Duration,
     /// Statements executed.
     pub statements: usize,
+    /// What `dump` statements printed, with their line numbers.
+    pub dumps: Vec<(u32, String)>,
+    /// With `bench begin`/`bench end`: the time spent between them (every pair summed; a
+    /// `begin` left open runs to the end of the file) and the counters that moved there.
+    pub timed: Option<(Duration, Snapshot)>,
 }
 
 impl RunReport {
@@ -100,13 +107,32 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
     let mut failures = Vec::new();
     let mut abort = None;
     let mut statements = 0;
+    let mut dumps = Vec::new();
+    // Within `bench begin` … `bench end`: since when, and the counters then.
+    let mut timing: Option<(Instant, Snapshot)> = None;
+    let mut timed: Option<(Duration, Snapshot)> = None;
+    let snapshot =
+        |r: &Runner<EngineBackend>| r.backend.built().map(|m| m.counters()).unwrap_or_default();
     for stmt in &script.stmts {
         let (line, col) = (stmt.pos.line, stmt.pos.col);
         if opts.verbose {
             eprintln!("{}:{line}: {stmt}", script.file);
         }
         statements += 1;
+        if stmt.kind == StmtKind::Bench(BenchMark::End) {
+            if let Some((t0, c0)) = timing.take() {
+                let (d, c) = timed.get_or_insert_with(Default::default);
+                *d += t0.elapsed();
+                c.accumulate(&snapshot(&r).delta(&c0));
+            }
+        }
         let step = r.run_stmt(stmt);
+        if let StmtKind::Bench(BenchMark::Begin) = &stmt.kind {
+            timing = Some((Instant::now(), snapshot(&r)));
+        }
+        if let Some(text) = step.output {
+            dumps.push((line, text));
+        }
         if let Some(m) = step.expect_failure {
             failures.push(Failure {
                 line,
@@ -149,13 +175,20 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
             }
         }
     }
-    let counters = r.backend.built().map(|m| m.counters()).unwrap_or_default();
+    if let Some((t0, c0)) = timing.take() {
+        let (d, c) = timed.get_or_insert_with(Default::default);
+        *d += t0.elapsed();
+        c.accumulate(&snapshot(&r).delta(&c0));
+    }
+    let counters = snapshot(&r);
     RunReport {
         failures,
         abort,
         counters,
         wall: start.elapsed(),
         statements,
+        dumps,
+        timed,
     }
 }
 
@@ -180,6 +213,8 @@ pub struct Runner<B> {
     /// Files by name (v2).
     files: HashMap<Name, FileId>,
     rlimit: Option<u64>,
+    /// The counters at the previous `expect counters` (none yet: the run's start, all zero).
+    counter_base: HashMap<&'static str, u64>,
 }
 
 fn outcome_name(o: &Outcome) -> String {
@@ -236,6 +271,7 @@ impl<B: Backend> Runner<B> {
             ranges: HashMap::new(),
             files: HashMap::new(),
             rlimit: Some(usermm::machine::DEFAULT_RLIMIT_MEMLOCK),
+            counter_base: HashMap::new(),
         }
     }
 
@@ -428,6 +464,31 @@ impl<B: Backend> Runner<B> {
                     }
                 }
                 step
+            }
+            StmtKind::Bench(_) => Step::default(),
+            StmtKind::Dump { task, addr, len } => {
+                let dumped = self.pid(task).and_then(|p| {
+                    let a = self.addr(addr)?;
+                    Ok(self.backend.dump(p, a, *len))
+                });
+                match dumped {
+                    Err(a) => Step {
+                        abort: Some(a),
+                        ..Step::default()
+                    },
+                    Ok(Ok(text)) => Step {
+                        output: Some(text),
+                        ..Step::default()
+                    },
+                    Ok(Err(Fail::Unsupported(m))) => Step {
+                        abort: Some(Abort::CannotRun(format!("dump: {m}"))),
+                        ..Step::default()
+                    },
+                    Ok(Err(f)) => Step {
+                        abort: Some(Abort::Failed(format!("dump failed: {}", fail_name(&f)))),
+                        ..Step::default()
+                    },
+                }
             }
             StmtKind::Expect(x) => match self.expect(x) {
                 Ok(msg) => Step {
@@ -717,6 +778,25 @@ impl<B: Backend> Runner<B> {
         let cannot = |f: Fail| Abort::CannotRun(fail_name(&f));
         match x {
             Expect::Outcome { .. } => Ok(None),
+            Expect::Counters { values } => {
+                let now: HashMap<&'static str, u64> = self
+                    .backend
+                    .counters()
+                    .map_err(cannot)?
+                    .into_iter()
+                    .collect();
+                let wrong: Vec<String> = values
+                    .iter()
+                    .filter_map(|(name, want)| {
+                        let cur = now.get(name.as_str()).copied().unwrap_or(0);
+                        let base = self.counter_base.get(name.as_str()).copied().unwrap_or(0);
+                        let got = cur.wrapping_sub(base);
+                        (got != *want).then(|| format!("{name}={got} (expected {want})"))
+                    })
+                    .collect();
+                self.counter_base = now;
+                Ok((!wrong.is_empty()).then(|| format!("counters: {}", wrong.join(", "))))
+            }
             Expect::Read {
                 addr, len, pattern, ..
             } => {

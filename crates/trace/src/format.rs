@@ -1435,11 +1435,19 @@ pub fn decode_with(payload: &[u8], budget: &Budget) -> Result<Trace, FormatError
 
 /// Encodes a whole trace (header and events) into file bytes.
 pub fn write(header: &Header, events: &[Event]) -> std::io::Result<Vec<u8>> {
+    write_counted(header, events).map(|(bytes, _)| bytes)
+}
+
+/// Encodes a whole trace, and says how much the writer had to leave out
+/// ([`Writer::dropped`]: arguments, VMAs, pages, file references, events), for a recorder to
+/// report.
+pub fn write_counted(header: &Header, events: &[Event]) -> std::io::Result<(Vec<u8>, u64)> {
     let mut w = Writer::new(header);
     for e in events {
         w.push(e);
     }
-    w.finish()
+    let dropped = w.dropped();
+    Ok((w.finish()?, dropped))
 }
 
 #[cfg(test)]

@@ -7,6 +7,10 @@
 //! | [`replay`](mod@replay) | `usermm replay`: the trace's processes, calls and faults on a [`usermm::Machine`] |
 //! | [`export`] | a small trace as a scenario file (`usermm trace export --scenario`) |
 //! | [`sys`] | the raw system calls of the recorder (all `unsafe` of the crate) |
+//!
+//! Every reader of a trace streams it ([`Decoder`]) within a [`Budget`] of events, seconds,
+//! image pages, bytes made present, bytes walked and text written, so that a small hostile
+//! file cannot make a command amplify it; trace strings are printed through [`escape`].
 
 pub mod export;
 pub mod format;
@@ -32,7 +36,7 @@ pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         let hidden = matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}');
+            | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}' | '\u{180e}');
         if c == '\\' {
             out.push_str("\\\\");
         } else if c.is_control() || hidden {
@@ -66,6 +70,12 @@ pub struct Budget {
     /// also the engine's frames in use at any time (page cache read-ahead, page tables and
     /// large folios included).
     pub max_touch: u64,
+    /// Most bytes of ranges the replay's calls may walk over what is already mapped
+    /// (`--max-walk`): an mprotect, mremap, madvise, mlock, munlock or munmap, or an mmap
+    /// placed over a mapping, is charged its range when at most 2 MiB, else 4 KiB per
+    /// present page in the range and per VMA of the process. These cost time, not memory:
+    /// 200 MiB populated once and protected back and forth took 1 ms a call.
+    pub max_walk: u64,
     /// Most bytes of text `trace show` and `trace export` write (`--max-output`).
     pub max_output: u64,
 }
@@ -77,6 +87,7 @@ impl Budget {
         max_seconds: f64::INFINITY,
         max_image_pages: u64::MAX,
         max_touch: u64::MAX,
+        max_walk: u64::MAX,
         max_output: u64::MAX,
     };
 
@@ -93,14 +104,15 @@ impl Budget {
 
 impl Default for Budget {
     /// A million events (the shipped traces have 332 to 3 869; a replay runs 0.05 to 1.2 M
-    /// events/s), 60 s, 2²⁰ image pages (16 MiB of memory), 256 MiB touched, 64 MiB of
-    /// text.
+    /// events/s), 60 s, 2²⁰ image pages (16 MiB of memory), 256 MiB touched, 64 GiB walked
+    /// (16 M page-table entries, about a third of a second), 64 MiB of text.
     fn default() -> Self {
         Budget {
             max_events: 1 << 20,
             max_seconds: 60.0,
             max_image_pages: 1 << 20,
             max_touch: 256 << 20,
+            max_walk: 64 << 30,
             max_output: 64 << 20,
         }
     }

@@ -24,7 +24,11 @@
 //! engine populate or copy (see [`Budget::max_touch`]), so one `mmap(MAP_POPULATE)` of 3 GiB
 //! in a 100-byte file is refused instead of run; after it runs, the engine's frames in use
 //! are checked against the same bound (read-ahead, page tables and large folios are not
-//! known in advance). Running out is an error naming the event and its payload byte.
+//! known in advance). Calls that walk what is already there (mprotect, mremap, madvise,
+//! munlock, munmap, an mmap over a mapping) are charged what they may walk against a second
+//! sum ([`Budget::max_walk`]): a populated range protected back and forth a million times
+//! costs no memory but took minutes. Running out is an error naming the event and its
+//! payload byte.
 
 use crate::format::{
     Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
@@ -143,16 +147,24 @@ pub struct ReplayReport {
     pub unsupported: u64,
     /// Events of processes the replay does not know.
     pub unknown_process: u64,
-    /// Records the kernel lost while recording.
+    /// Records the kernel lost while recording (saturating).
     pub lost: u64,
+    /// Bytes charged against [`Budget::max_touch`].
+    pub touched: u64,
+    /// Bytes charged against [`Budget::max_walk`].
+    pub walked: u64,
     /// Exec-image pages made present, and those that failed.
     pub image_pages: u64,
     /// Exec-image mappings or pages the engine refused.
     pub image_errors: u64,
     /// `brk` changes replayed as fixed anonymous mmap/munmap.
     pub brk_as_mmap: u64,
-    /// RSS at every recorded exit.
+    /// RSS at the recorded exits (the first [`MAX_RSS_LISTED`]).
     pub rss: Vec<RssCheck>,
+    /// Recorded exits whose RSS was compared (all of them, listed or not).
+    pub rss_compared: u64,
+    /// The largest relative RssAnon difference over every compared exit.
+    pub rss_max_anon_err: f64,
     /// The engine's counters.
     pub counters: BTreeMap<String, u64>,
     /// Wall time of the replay (seconds, machine creation excluded).
@@ -169,11 +181,13 @@ pub struct ReplayReport {
 impl ReplayReport {
     /// The largest relative RssAnon error over exits with at least `min_kb` recorded.
     pub fn max_anon_err(&self) -> f64 {
-        self.rss.iter().map(|r| r.anon_rel_err).fold(0.0, f64::max)
+        self.rss_max_anon_err
     }
 }
 
 const MAX_LISTED: usize = 20;
+/// Most RSS checks listed in a report.
+pub const MAX_RSS_LISTED: usize = 4096;
 const STACK_DEPTH: u64 = 8 << 20;
 
 fn prot(p: u32) -> Prot {
@@ -290,6 +304,8 @@ struct Replayer<'m, 'c> {
     budget: Budget,
     /// Bytes charged so far (see [`Budget::max_touch`]).
     touched: u64,
+    /// Bytes of ranges walked so far (see [`Budget::max_walk`]).
+    walked: u64,
     /// Engine processes that locked memory (mlock, mlockall, `MAP_LOCKED`): their later
     /// mappings, growths and protection changes may populate, and are charged.
     locked: HashSet<Pid>,
@@ -474,14 +490,20 @@ impl Replayer<'_, '_> {
                     } else {
                         (engine as f64 - *rss_anon_kb as f64).abs() / *rss_anon_kb as f64
                     };
-                    self.r.rss.push(RssCheck {
-                        pid: *pid,
-                        host_anon_kb: *rss_anon_kb,
-                        engine_anon_kb: engine,
-                        host_file_kb: *rss_file_kb,
-                        engine_file_kb: s.rss_file / 1024,
-                        anon_rel_err: err,
-                    });
+                    self.r.rss_compared += 1;
+                    self.r.rss_max_anon_err = self.r.rss_max_anon_err.max(err);
+                    // Listed up to a bound: one check a VALIDATE event, and a trace may hold
+                    // a million of them.
+                    if self.r.rss.len() < MAX_RSS_LISTED {
+                        self.r.rss.push(RssCheck {
+                            pid: *pid,
+                            host_anon_kb: *rss_anon_kb,
+                            engine_anon_kb: engine,
+                            host_file_kb: *rss_file_kb,
+                            engine_file_kb: s.rss_file / 1024,
+                            anon_rel_err: err,
+                        });
+                    }
                 }
             }
             // Saturating: two `LOST 2^63` records once wrapped to 0 and passed the no-loss check.
@@ -676,6 +698,8 @@ impl Replayer<'_, '_> {
     }
 }
 
+/// End of the user address space the replay's machine has (x86-64, 47 bits).
+const USER_END: u64 = 1 << 47;
 /// Bytes charged for a new engine process (its page-table root, mm and bookkeeping).
 const PROCESS_COST: u64 = 64 << 10;
 /// Bytes charged for a page (a fault, an exec-image page or mapping).
@@ -695,9 +719,14 @@ impl Replayer<'_, '_> {
         match *ev {
             Event::Spawn { .. } => PROCESS_COST,
             Event::Fork { parent, flags, .. } if flags & FORK_SHARES_VM == 0 => {
-                // The child's page tables copy every present entry of the parent's.
-                PROCESS_COST.saturating_add(status(parent).map_or(0, |s| s.vm_rss))
+                // The child's page tables copy every present entry of the parent's, and its
+                // VMA tree every VMA.
+                PROCESS_COST.saturating_add(status(parent).map_or(0, |s| {
+                    s.vm_rss
+                        .saturating_add(s.map_count.saturating_mul(PAGE_COST))
+                }))
             }
+            Event::File { .. } => PAGE_COST,
             Event::Exec { ref image, .. } => PROCESS_COST.saturating_add(
                 (image.vmas.len() as u64)
                     .saturating_add(image.pages.len() as u64)
@@ -732,8 +761,99 @@ impl Replayer<'_, '_> {
         }
     }
 
+    /// The bytes of present memory and VMAs a call that works on a range may walk, charged
+    /// before it runs (see [`Budget::max_walk`]): the range itself when it is at most 2 MiB,
+    /// otherwise a page per present page in it (the engine's page-table walk, which skips
+    /// empty tables as the call does) and a page per VMA of the process (`status`, which
+    /// counts them, walks them all).
+    fn walk_cost(&self, ev: &Event) -> u64 {
+        const SMALL: u64 = 2 << 20;
+        let engine = |pid: u32| self.procs.get(&pid).copied();
+        let whole = |pid: u32| {
+            engine(pid)
+                .and_then(|e| self.cpu.status(e).ok())
+                .map_or(0, |s| {
+                    s.vm_rss
+                        .saturating_add(s.map_count.saturating_mul(PAGE_COST))
+                })
+        };
+        let range = |pid: u32, addr: u64, len: u64| {
+            let len = page_up(len);
+            if len <= SMALL {
+                return len;
+            }
+            let Some(e) = engine(pid) else { return 0 };
+            let vmas = self.cpu.status(e).map_or(0, |s| s.map_count);
+            // Only user addresses have page tables to walk.
+            let (start, end) = (addr.min(USER_END), addr.saturating_add(len).min(USER_END));
+            let present = if start < end {
+                self.cpu
+                    .present_pages(e, start, end)
+                    .map_or(0, |p| p.len() as u64)
+            } else {
+                0
+            };
+            present.saturating_add(vmas).saturating_mul(PAGE_COST)
+        };
+        match *ev {
+            // An mmap is placed MAP_FIXED at the host's address: it unmaps what was there.
+            Event::Mmap {
+                pid,
+                addr,
+                len,
+                ret,
+                ..
+            } => range(pid, if ret >= 0 { ret as u64 } else { addr }, len),
+            Event::Munmap { pid, addr, len, .. }
+            | Event::Mprotect { pid, addr, len, .. }
+            | Event::Madvise { pid, addr, len, .. }
+            | Event::Mlock { pid, addr, len, .. }
+            | Event::Munlock { pid, addr, len, .. } => range(pid, addr, len),
+            Event::Mremap {
+                pid,
+                addr,
+                old_len,
+                new_len,
+                ret,
+                ..
+            } => {
+                // The pages moved, and whatever a move to a new place unmaps there.
+                let to = if ret >= 0 && ret as u64 != addr {
+                    range(pid, ret as u64, new_len)
+                } else {
+                    0
+                };
+                range(pid, addr, old_len).saturating_add(to)
+            }
+            Event::Brk { pid, ret, .. } if ret >= 0 => {
+                let old = engine(pid).and_then(|e| self.brk.get(&e).copied());
+                old.map_or(0, |o| {
+                    let (o, n) = (page_up(o), page_up(ret as u64));
+                    range(pid, o.min(n), o.abs_diff(n))
+                })
+            }
+            Event::Mlockall { pid, .. } | Event::Munlockall { pid, .. } => whole(pid),
+            // Reading `status` walks every VMA.
+            Event::Validate { pid, .. } => engine(pid)
+                .and_then(|e| self.cpu.status(e).ok())
+                .map_or(0, |s| s.map_count.saturating_mul(PAGE_COST)),
+            _ => 0,
+        }
+    }
+
     /// Charges `ev`, or says why it is over the budget.
     fn charge(&mut self, ev: &Event) -> Result<(), String> {
+        let walk = self.walk_cost(ev);
+        let max = self.budget.max_walk;
+        if walk > max.saturating_sub(self.walked) {
+            return Err(format!(
+                "{} may walk {walk} bytes of present memory and VMAs; {} of the budget of \
+                 {max} are spent (--max-walk)",
+                ev.kind(),
+                self.walked
+            ));
+        }
+        self.walked += walk;
         let cost = self.cost(ev);
         let max = self.budget.max_touch;
         if cost > max.saturating_sub(self.touched) {
@@ -818,6 +938,7 @@ fn replay_on(
         cpu: &cpu,
         budget: opts.budget.clone(),
         touched: 0,
+        walked: 0,
         locked: HashSet::new(),
         procs: HashMap::new(),
         users: HashMap::new(),
@@ -856,6 +977,8 @@ fn replay_on(
     let wall = t0.elapsed().as_secs_f64();
     let mut r = rp.r;
     r.events = n;
+    r.touched = rp.touched;
+    r.walked = rp.walked;
     r.wall_seconds = wall;
     r.events_per_sec = if wall > 0.0 {
         r.events as f64 / wall

@@ -374,11 +374,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (at, 1u8..=255).prop_map(|(a, x)| Mutation::Flip(a, x)),
         (at, any::<u8>()).prop_map(|(a, x)| Mutation::Insert(a, x)),
         at.prop_map(Mutation::Delete),
-        (
-            at,
-            1usize..24,
-            prop_oneof![1usize..16, 100usize..5000]
-        )
+        (at, 1usize..24, prop_oneof![1usize..16, 100usize..5000])
             .prop_map(|(a, l, n)| Mutation::Repeat(a, l, n)),
         (
             at,
@@ -444,6 +440,7 @@ fn budget() -> Budget {
         max_seconds: 5.0,
         max_image_pages: 50_000,
         max_touch: 16 << 20,
+        max_walk: 1 << 30,
         max_output: 1 << 20,
     }
 }

@@ -307,6 +307,11 @@ fn the_writer_never_writes_what_the_reader_refuses() {
     // 3977 arguments, one file event, 2 + 4464 VMAs, 65 536 file references, one mapping.
     assert_eq!(w.dropped(), 3977 + 1 + 2 + (70_000 - 65_536) + 65_536 + 1);
     let bytes = w.finish().unwrap();
+    let (same, dropped) = format::write_counted(&h, &events).unwrap();
+    assert_eq!(
+        (same.as_slice(), dropped),
+        (bytes.as_slice(), 3977 + 1 + 2 + 4464 + 65_536 + 1)
+    );
     let t = format::read_with(&bytes, &Budget::UNLIMITED).unwrap();
     assert_eq!(t.header.command.len(), 1024);
     assert_eq!(
@@ -464,4 +469,56 @@ fn thp_sizes_neither_panic_nor_wrap() {
         ..ReplayOptions::default()
     };
     assert!(machine_config(&opts).is_err());
+}
+
+#[test]
+fn calls_that_walk_populated_memory_stop_at_the_walk_budget() {
+    // 200 MiB populated once, then protected back and forth: 1 ms a call, no memory.
+    let a = 0x1000_0000u64;
+    let mut p = Payload::new(&["x"]);
+    p.spawn()
+        .exec(&[])
+        .mmap(a, 200 << 20, POPULATE_FIXED, 0, a as i64);
+    for _ in 0..100_000 {
+        p.mprotect(a, 200 << 20, 1).mprotect(a, 200 << 20, 3);
+    }
+    let bytes = p.file_bytes();
+    assert!(bytes.len() < 400, "{} bytes", bytes.len());
+    let t0 = Instant::now();
+    let mut d = Decoder::from_bytes(&bytes, &Budget::default()).unwrap();
+    match replay_decoder(&mut d, &ReplayOptions::default()) {
+        Err(ReplayError::Budget { event, what, .. }) => {
+            assert!(what.contains("--max-walk"), "{what}");
+            // 64 GiB at 200 MiB (and a page a VMA) a call.
+            assert!((300..340).contains(&event), "{event}");
+        }
+        other => panic!("{:?}", other.map(|r| r.events)),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // A call over at most 2 MiB is charged its length, without a walk.
+    let mut p = Payload::new(&["x"]);
+    p.spawn()
+        .exec(&[(a, 1 << 20, 3, 0)])
+        .mprotect(a, 1 << 20, 1)
+        .mprotect(a, 4096, 3);
+    let r = replay(
+        &format::read(&p.file_bytes()).unwrap(),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(r.walked, (1 << 20) + 4096);
+    // A status read per VALIDATE walks every VMA: charged a page a VMA.
+    let vmas: Vec<_> = (0..1000u64).map(|i| (a + i * 8192, 4096, 1, 0)).collect();
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&vmas);
+    for _ in 0..10 {
+        p.byte(20 | common::SAME).varint(0).varint(0).varint(0);
+    }
+    let r = replay(
+        &format::read(&p.file_bytes()).unwrap(),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(r.walked, 10 * 1000 * 4096);
+    assert_eq!(r.rss_compared, 10);
 }

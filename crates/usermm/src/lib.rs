@@ -25,6 +25,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod access;
+pub mod dump;
 pub(crate) mod errno;
 pub(crate) mod fault;
 pub(crate) mod filemap;

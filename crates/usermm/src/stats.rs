@@ -324,6 +324,14 @@ impl Snapshot {
         Snapshot { values }
     }
 
+    /// Adds `other` counter by counter (the counters of several timed regions of a run).
+    pub fn accumulate(&mut self, other: &Snapshot) {
+        self.values.resize(NR_EVENTS, 0);
+        for (i, v) in self.values.iter_mut().enumerate() {
+            *v = v.wrapping_add(other.get_idx(i));
+        }
+    }
+
     fn get_idx(&self, i: usize) -> u64 {
         self.values.get(i).copied().unwrap_or(0)
     }

@@ -109,6 +109,15 @@ impl Payload {
             .signed(ret)
     }
 
+    /// mprotect of the previous process.
+    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u64) -> &mut Self {
+        self.byte(8 | SAME)
+            .varint(addr)
+            .varint(len)
+            .varint(prot)
+            .signed(0)
+    }
+
     /// madvise of the previous process.
     pub fn madvise(&mut self, addr: u64, len: u64, advice: u64) -> &mut Self {
         self.byte(11 | SAME)
@@ -164,10 +173,44 @@ pub fn hostile() -> Vec<(&'static str, Vec<u8>)> {
             .madvise(a, 3 << 30, 4);
     }
     v.push(("populate-loop", p.file_bytes()));
-    // Faults a page apart in a 1 GiB mapping: every one a new frame.
+    // Write faults a page apart in a 4 GiB mapping: every one a new frame (a read would map
+    // the zero page).
     let mut p = Payload::new(&["x"]);
-    p.spawn().exec(&[(a, 1 << 30, 3, 0)]).faults(1 << 20, 1);
+    p.spawn().exec(&[(a, 4 << 30, 3, 0)]);
+    for _ in 0..1 << 20 {
+        p.byte(17 | SAME).signed(1);
+    }
     v.push(("fresh-pages", p.file_bytes()));
+    // 200 MiB populated once, then protected back and forth: no memory, 1 ms a call.
+    let mut p = Payload::new(&["x"]);
+    p.spawn()
+        .exec(&[])
+        .mmap(a, 200 << 20, POPULATE_FIXED, 0, a as i64);
+    for _ in 0..100_000 {
+        p.mprotect(a, 200 << 20, 1).mprotect(a, 200 << 20, 3);
+    }
+    v.push(("protect-loop", p.file_bytes()));
+    // 60 000 one-page VMAs, then calls over all of them, and status reads walking them.
+    let vmas: Vec<_> = (0..60_000u64).map(|i| (a + i * 8192, 4096, 1, 0)).collect();
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&vmas);
+    for _ in 0..100_000 {
+        p.mprotect(a, 60_000 * 8192, 3);
+    }
+    v.push(("vma-walk", p.file_bytes()));
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&vmas);
+    for _ in 0..1_000_000 {
+        p.byte(20 | SAME).varint(0).varint(0).varint(0);
+    }
+    v.push(("validate-loop", p.file_bytes()));
+    // Fork and exit a million times.
+    let mut p = Payload::new(&["x"]);
+    p.spawn().exec(&[(a, 1 << 20, 3, 0)]);
+    for _ in 0..500_000 {
+        p.byte(2).varint(1).varint(2).varint(0).byte(4).varint(2);
+    }
+    v.push(("fork-loop", p.file_bytes()));
     // Two LOST 2^63: a wrapping sum reads 0.
     let mut p = Payload::new(&["x"]);
     p.lost(1 << 63).lost(1 << 63);
