@@ -65,6 +65,12 @@ pub fn record_main(a: &RecordArgs) -> anyhow::Result<u8> {
         "lost records: {}; file mappings replayed as anonymous: {}; faults above user space left out: {}",
         s.lost, s.file_as_anon, s.faults_outside_user
     );
+    if s.left_out > 0 {
+        eprintln!(
+            "usermm record: {} items were left out of the trace to keep it within the format's bounds (see docs/trace-format.md)",
+            s.left_out
+        );
+    }
     if s.interrupted {
         eprintln!("usermm record: interrupted; the command was killed, the THP knobs restored, the trace holds what ran until then");
         return Ok(130);

@@ -1,4 +1,5 @@
-//! Output files of `bench` (`--json`, `--report`) on a shared host: never written through a
+//! Output files of `bench` (`--json`, `--report`) and `trace export --scenario` on a shared
+//! host: never written through a
 //! link planted at the final name, never into a directory another user controls, and such a
 //! directory is refused before the benchmark runs. Runs the built binary.
 
@@ -84,4 +85,45 @@ fn bench_refuses_a_directory_others_can_write_before_it_runs() {
     );
     assert!(t0.elapsed().as_secs() < 20, "refused only after running");
     assert!(!json.exists());
+}
+
+#[test]
+fn trace_export_replaces_a_planted_link_and_refuses_a_foreign_directory() {
+    let d = scratch("export");
+    let victim = d.join("victim");
+    fs::write(&victim, "precious\n").expect("victim");
+    let out = d.join("t.scn");
+    std::os::unix::fs::symlink(&victim, &out).expect("symlink");
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/sh-pipeline.umt");
+    let trace = trace.to_str().expect("utf-8");
+    let o = usermm(&[
+        "trace",
+        "export",
+        "--scenario",
+        out.to_str().expect("utf-8"),
+        trace,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(fs::read_to_string(&victim).expect("victim"), "precious\n");
+    assert!(fs::symlink_metadata(&out)
+        .expect("out")
+        .file_type()
+        .is_file());
+    scenario::parse("t.scn", &fs::read_to_string(&out).expect("scenario")).expect("it parses");
+    let open = d.join("open");
+    fs::create_dir(&open).expect("mkdir");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let o = usermm(&[
+        "trace",
+        "export",
+        "--scenario",
+        open.join("t.scn").to_str().expect("utf-8"),
+        trace,
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("writable by its group or others"),
+        "{}",
+        text(&o)
+    );
 }

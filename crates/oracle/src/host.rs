@@ -770,6 +770,8 @@ impl Backend for HostBackend<'_> {
             .into_iter()
             .map(|(mut v, name)| {
                 v.kind = self.vma_kind(&name);
+                let shared = v.perms.ends_with('s');
+                v.smaps.split_pss_by_kind(v.kind, shared);
                 v
             })
             .collect())
@@ -898,6 +900,7 @@ impl Backend for HostBackend<'_> {
         Ok(PageView {
             present: entry & procfs::PM_PRESENT != 0,
             exclusive: entry & procfs::PM_EXCLUSIVE != 0,
+            swapped: entry & procfs::PM_SWAP != 0,
             kpageflags,
             folio_order,
         })

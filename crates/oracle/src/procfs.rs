@@ -13,6 +13,8 @@ use std::os::unix::fs::FileExt;
 pub const PM_PRESENT: u64 = 1 << 63;
 /// pagemap: exclusively mapped.
 pub const PM_EXCLUSIVE: u64 = 1 << 56;
+/// pagemap bit 62: the entry is a swap entry.
+pub const PM_SWAP: u64 = 1 << 62;
 /// pagemap: the PFN bits.
 pub const PM_PFN: u64 = (1 << 55) - 1;
 /// kpageflags: the head page of a compound page (a large folio).
@@ -106,6 +108,16 @@ fn set_field(s: &mut SmapsView, key: &str, v: u64) {
         "ShmemPmdMapped" => s.shmem_pmd_mapped = v,
         "FilePmdMapped" => s.file_pmd_mapped = v,
         "Locked" => s.locked = v,
+        "Referenced" => s.referenced = v,
+        "Pss_Dirty" => s.pss_dirty = v,
+        "LazyFree" => s.lazyfree = v,
+        "KSM" => s.ksm = v,
+        "Swap" => s.swap = v,
+        "SwapPss" => s.swap_pss = v,
+        "Shared_Hugetlb" => s.shared_hugetlb = v,
+        "Private_Hugetlb" => s.private_hugetlb = v,
+        "KernelPageSize" => s.kernel_page_size = v,
+        "MMUPageSize" => s.mmu_page_size = v,
         _ => {}
     }
 }

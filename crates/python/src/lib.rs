@@ -16,15 +16,32 @@
 //! assert m.status(p)["RssAnon"] == 8 << 20
 //! ```
 //!
+//! A [`Session`] runs the scenario language (`docs/scenario-language.md`) on one engine
+//! machine, a few statements at a time, and reads the names it bound: every statement and
+//! observable of the language is there (THP and shmem policy, madvise, mremap, mlock, files,
+//! smaps, pagemap, kpageflags, `dump`, `expect counters`):
+//!
+//! ```python
+//! s = usermm.Session()
+//! s.run("set thp 64K=always\np0 = spawn\na = p0 mmap 1M rw private anon")
+//! s.run("p0 write a 1M pattern=0x5a\np1 = p0 fork\np1 write a 4K pattern=0x1")
+//! assert s.smaps("p0", "a")["Pss"] == 1024 * 1024 - 32 * 1024
+//! print(s.dump("p1", "a", "64K"))
+//! assert usermm.run_scenario(open("f.scn").read())["exit_code"] == 0
+//! ```
+//!
 //! Errors are Python exceptions: `OSError` with Linux's errno for a failed system call,
 //! `RuntimeError` for a fatal signal (`SIGSEGV at 0x…`) or a broken invariant (`validate`),
-//! `ValueError` for a bad size, protection or tunable. Build: `cargo build --release -p
-//! usermm-python`, then copy `target/release/libusermm_python.so` to `usermm.so` on Python's
-//! path (no maturin needed; the module uses the stable ABI, Python ≥ 3.8).
+//! `ValueError` for a bad size, protection or tunable. Install: `pip install crates/python`
+//! (maturin builds the module; `pyproject.toml`), or `cargo build --release -p
+//! usermm-python` and copy `target/release/libusermm_python.so` to `usermm.so` on Python's
+//! path. The module uses the stable ABI: one build serves every CPython ≥ 3.8.
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use scenario::engine::EngineBackend;
+use scenario::run::{Abort, RunOptions, Runner};
 use std::collections::HashMap;
 use usermm::{Access, Errno, MachineConfig, MmapArgs, Privilege, Prot, Sharing};
 
@@ -230,11 +247,256 @@ impl Machine {
     }
 }
 
+/// Scenario statements run on one engine machine, a few at a time
+/// (`usermm.Session(tunables={...}, validate=True)`).
+#[pyclass(unsendable, module = "usermm")]
+pub struct Session {
+    runner: Runner<EngineBackend>,
+    /// Every statement accepted so far (a later chunk is parsed after them, so the names
+    /// they bound stay known).
+    text: String,
+    /// Statements of `text` already run.
+    done: usize,
+    validate: bool,
+}
+
+/// The most text one session accumulates (the scenario files' own bound).
+const SESSION_MAX_TEXT: usize = 64 << 20;
+
+#[pymethods]
+impl Session {
+    /// A session on a fresh machine; `validate` checks every invariant after each statement.
+    #[new]
+    #[pyo3(signature = (tunables = None, validate = true))]
+    fn new(tunables: Option<HashMap<String, String>>, validate: bool) -> PyResult<Self> {
+        let tunables: Vec<(String, String)> = tunables.unwrap_or_default().into_iter().collect();
+        let mut check = usermm::Tunables::default();
+        for (k, v) in &tunables {
+            check
+                .set(k, v)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
+        Ok(Session {
+            runner: Runner::new(EngineBackend::new(tunables)),
+            text: String::new(),
+            done: 0,
+            validate,
+        })
+    }
+
+    /// Runs statements (one a line). Returns `{"failures": [...], "dumps": [...]}` (failed
+    /// expectations and what `dump` printed); raises `ValueError` for a parse error (nothing
+    /// of the chunk runs) and `RuntimeError` when a statement fails without `expect` or
+    /// cannot run (the statements before it have run).
+    fn run<'py>(&mut self, py: Python<'py>, statements: &str) -> PyResult<Bound<'py, PyDict>> {
+        let mut text = self.text.clone();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(statements);
+        if text.len() > SESSION_MAX_TEXT {
+            return Err(PyValueError::new_err(
+                "a session holds at most 64 MiB of statements",
+            ));
+        }
+        let script = scenario::Script::parse_checked("<session>", &text)
+            .map_err(|e| PyValueError::new_err(e.to_string().trim_end().to_string()))?;
+        self.text = text;
+        let (failures, dumps) = (
+            pyo3::types::PyList::empty(py),
+            pyo3::types::PyList::empty(py),
+        );
+        let new = script.stmts.get(self.done..).unwrap_or_default().to_vec();
+        for stmt in &new {
+            self.done += 1;
+            let step = self.runner.run_stmt(stmt);
+            if let Some(out) = step.output {
+                dumps.append(out)?;
+            }
+            if let Some(m) = step.expect_failure {
+                failures.append(format!("line {}: {m}", stmt.pos.line))?;
+            }
+            if let Some(a) = step.abort {
+                let (Abort::Failed(m) | Abort::CannotRun(m)) = a;
+                return Err(PyRuntimeError::new_err(format!(
+                    "line {}: {m}",
+                    stmt.pos.line
+                )));
+            }
+            if self.validate {
+                if let Some(m) = self.runner.backend.built() {
+                    m.validate()
+                        .map_err(|v| PyRuntimeError::new_err(v.join("\n")))?;
+                }
+            }
+        }
+        let d = PyDict::new(py);
+        d.set_item("failures", failures)?;
+        d.set_item("dumps", dumps)?;
+        Ok(d)
+    }
+
+    /// The address a name was bound to (`a = p0 mmap …`).
+    fn addr(&self, name: &str) -> PyResult<u64> {
+        self.runner
+            .bindings()
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, b)| b.addr)
+            .ok_or_else(|| PyValueError::new_err(format!("no mapping named `{name}`")))
+    }
+
+    /// Every smaps field (as `/proc/PID/smaps` names them, in bytes) summed over the VMAs
+    /// of process `task` that overlap mapping `name`.
+    fn smaps<'py>(
+        &mut self,
+        py: Python<'py>,
+        task: &str,
+        name: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (start, len) = self
+            .runner
+            .bindings()
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, b)| (b.addr, b.len))
+            .ok_or_else(|| PyValueError::new_err(format!("no mapping named `{name}`")))?;
+        let p = self.pid(task)?;
+        let end = start.saturating_add(len);
+        let mut total = scenario::backend::SmapsView::default();
+        let vmas = scenario::backend::Backend::vmas(&mut self.runner.backend, p)
+            .map_err(|f| PyRuntimeError::new_err(scenario::run::fail_name(&f)))?;
+        for v in vmas.iter().filter(|v| v.start < end && start < v.end) {
+            total.add(&v.smaps);
+            total.size -= v.smaps.size;
+            total.size += v.end.min(end) - v.start.max(start);
+        }
+        let d = PyDict::new(py);
+        for f in <scenario::SmapsField as scenario::Keyword>::ALL {
+            if let Some(v) = scenario::run::smaps_field(&total, *f) {
+                d.set_item(scenario::Keyword::as_str(*f), v)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// pagemap and kpageflags of the page at `addr` (an address expression: `a+4K`) of
+    /// process `task`: `present`, `exclusive`, `swapped`, `kpageflags`, `folio_order`.
+    fn page<'py>(
+        &mut self,
+        py: Python<'py>,
+        task: &str,
+        addr: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.pid(task)?;
+        let a = self.resolve(addr)?;
+        let v = scenario::backend::Backend::page(&mut self.runner.backend, p, a)
+            .map_err(|f| PyRuntimeError::new_err(scenario::run::fail_name(&f)))?;
+        let d = PyDict::new(py);
+        d.set_item("present", v.present)?;
+        d.set_item("exclusive", v.exclusive)?;
+        d.set_item("swapped", v.swapped)?;
+        d.set_item("kpageflags", v.kpageflags)?;
+        d.set_item("folio_order", v.folio_order)?;
+        Ok(d)
+    }
+
+    /// The text of `dump task addr length`: the range's VMAs, entries and folios.
+    fn dump(&mut self, task: &str, addr: &str, length: Size) -> PyResult<String> {
+        let p = self.pid(task)?;
+        let a = self.resolve(addr)?;
+        scenario::backend::Backend::dump(&mut self.runner.backend, p, a, length.bytes()?)
+            .map_err(|f| PyRuntimeError::new_err(scenario::run::fail_name(&f)))
+    }
+
+    /// Every engine counter since the machine was made (name → count, the non-zero ones).
+    fn counters<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        if let Some(m) = self.runner.backend.built() {
+            for (k, v) in m.counters().nonzero() {
+                d.set_item(k, v)?;
+            }
+        }
+        Ok(d)
+    }
+}
+
+impl Session {
+    fn pid(&self, task: &str) -> PyResult<u32> {
+        self.runner
+            .processes()
+            .into_iter()
+            .find(|(n, _)| n.as_str() == task)
+            .map(|(_, p)| p)
+            .ok_or_else(|| PyValueError::new_err(format!("no process named `{task}`")))
+    }
+
+    /// An address expression of the language (`a`, `a+4K`, `0x7f0000000000`).
+    fn resolve(&self, expr: &str) -> PyResult<u64> {
+        let bad =
+            || PyValueError::new_err(format!("bad address {expr:?} (NAME, NAME+SIZE or 0x…)"));
+        let mut parts = expr.split('+').map(str::trim);
+        let base = parts.next().ok_or_else(bad)?;
+        let mut a = match base.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).map_err(|_| bad())?,
+            None => self.addr(base)?,
+        };
+        for p in parts {
+            a = a.checked_add(parse_size(p)?).ok_or_else(bad)?;
+        }
+        Ok(a)
+    }
+}
+
+/// Runs a whole scenario file's text on a fresh engine, as `usermm run` does:
+/// `{"exit_code", "failures", "abort", "counters", "dumps"}`.
+#[pyfunction]
+#[pyo3(signature = (text, validate = true, tunables = None))]
+fn run_scenario<'py>(
+    py: Python<'py>,
+    text: &str,
+    validate: bool,
+    tunables: Option<HashMap<String, String>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let script = scenario::Script::parse_checked("<text>", text)
+        .map_err(|e| PyValueError::new_err(e.to_string().trim_end().to_string()))?;
+    let opts = RunOptions {
+        validate,
+        tunables: tunables.unwrap_or_default().into_iter().collect(),
+        ..RunOptions::default()
+    };
+    let r = scenario::run::run(&script, &opts);
+    let d = PyDict::new(py);
+    d.set_item("exit_code", r.exit_code())?;
+    let failures: Vec<String> = r
+        .failures
+        .iter()
+        .map(|f| format!("line {}: {}", f.line, f.message))
+        .collect();
+    d.set_item("failures", failures)?;
+    d.set_item(
+        "abort",
+        r.abort
+            .as_ref()
+            .map(|(f, _)| format!("line {}: {}", f.line, f.message)),
+    )?;
+    let counters = PyDict::new(py);
+    for (k, v) in r.counters.nonzero() {
+        counters.set_item(k, v)?;
+    }
+    d.set_item("counters", counters)?;
+    let dumps: Vec<String> = r.dumps.into_iter().map(|(_, t)| t).collect();
+    d.set_item("dumps", dumps)?;
+    Ok(d)
+}
+
 /// The `usermm` Python module.
 #[pymodule]
 #[pyo3(name = "usermm")]
 fn usermm_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Machine>()?;
+    m.add_class::<Session>()?;
+    m.add_function(wrap_pyfunction!(run_scenario, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -81,3 +81,61 @@ fn the_readme_python_example_runs() {
     // fork of 8 MiB of 4K pages with batching: one batch per PTE (order-0 folios).
     assert_eq!(stdout.trim(), "cow_copies 1 fork_batches 2048");
 }
+
+/// `usermm.Session` runs the scenario language statement by statement and reads its views;
+/// `usermm.run_scenario` runs a whole file's text.
+#[test]
+fn a_session_runs_the_language_and_reads_its_views() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 is not installed: the Python session cannot run here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("usermm-python-session-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::copy(built_module(), dir.join("usermm.so")).expect("copy the module");
+    let script = r#"
+import usermm
+s = usermm.Session()
+s.run("set thp 64K=always\np0 = spawn\na = p0 mmap 1M rw private anon fixed 0x10000000")
+s.run("p0 write a 1M pattern=0x5a\np1 = p0 fork\np1 write a 4K pattern=0x1")
+assert s.addr("a") == 0x10000000
+sm = s.smaps("p0", "a")
+# 16 64K folios shared by fork, one page of one of them copied (mTHP COW copies a page).
+assert sm["Rss"] == 1 << 20 and sm["Private_Dirty"] == 4096, sm
+assert sm["Pss"] == (1 << 20) // 2 + 2048 and sm["Pss_Anon"] == sm["Pss"], sm
+pg = s.page("p1", "a+64K")
+assert pg["present"] and not pg["exclusive"] and pg["folio_order"] == 4, pg
+assert "refcount" in s.dump("p1", "a", "8K")
+r = s.run("expect counters cow_copies=1\nexpect p1 read a 4K pattern=0x2")
+assert r["failures"] == ["line 8: read: expected pattern=0x02, found 0x01 at offset 0x0"], r
+try:
+    s.run("p0 mmap 4K rw private anon fixed 0x0")
+    raise SystemExit("no error")
+except RuntimeError as e:
+    assert "EPERM" in str(e), e
+try:
+    s.run("p0 bogus")
+    raise SystemExit("no error")
+except ValueError as e:
+    assert "unknown statement" in str(e), e
+r = usermm.run_scenario("p0 = spawn\na = p0 mmap 64K rw private anon\n"
+                        "p0 write a 64K pattern=0x5a\nexpect p0 smaps a Rss=32K")
+assert r["exit_code"] == 1 and r["counters"]["faults"] == 16, r
+print("session ok")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("PYTHONPATH", &dir)
+        .output()
+        .expect("python3 runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the session script failed:\n{}{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "session ok");
+}

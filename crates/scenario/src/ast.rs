@@ -1363,6 +1363,28 @@ keyword_enum! {
         Swap = "Swap",
         /// Locked.
         Locked = "Locked",
+        /// KernelPageSize (the page size backing the VMA: 4 kB here, no hugetlb).
+        KernelPageSize = "KernelPageSize",
+        /// MMUPageSize.
+        MmuPageSize = "MMUPageSize",
+        /// Pss_Dirty: the proportional share of dirty pages.
+        PssDirty = "Pss_Dirty",
+        /// Pss_Anon (printed by `smaps_rollup`; here of the VMAs summed).
+        PssAnon = "Pss_Anon",
+        /// Pss_File (as Pss_Anon).
+        PssFile = "Pss_File",
+        /// Pss_Shmem (as Pss_Anon).
+        PssShmem = "Pss_Shmem",
+        /// KSM: pages merged by KSM.
+        Ksm = "KSM",
+        /// LazyFree: clean anonymous pages MADV_FREE made droppable.
+        LazyFree = "LazyFree",
+        /// Shared_Hugetlb.
+        SharedHugetlb = "Shared_Hugetlb",
+        /// Private_Hugetlb.
+        PrivateHugetlb = "Private_Hugetlb",
+        /// SwapPss: the proportional share of swapped-out pages.
+        SwapPss = "SwapPss",
     }
 }
 
@@ -1407,6 +1429,8 @@ keyword_enum! {
         Present = "present",
         /// Bit 63 clear.
         Absent = "absent",
+        /// Bit 62 set: swapped out (the entry is a swap entry).
+        Swapped = "swapped",
     }
 }
 

@@ -498,6 +498,18 @@ impl Backend for EngineBackend {
                         shmem_pmd_mapped: s.shmem_pmd_mapped,
                         file_pmd_mapped: s.file_pmd_mapped,
                         locked: s.locked() & !1023,
+                        referenced: s.referenced(),
+                        pss_dirty: s.pss_dirty() & !1023,
+                        pss_by_kind: Some(s.pss_by_kind().map(|b| b & !1023)),
+                        lazyfree: s.lazyfree,
+                        // No KSM, no swap device, no hugetlb in the engine; 4 KiB pages.
+                        ksm: 0,
+                        swap: 0,
+                        swap_pss: 0,
+                        shared_hugetlb: 0,
+                        private_hugetlb: 0,
+                        kernel_page_size: 4096,
+                        mmu_page_size: 4096,
                     },
                 })
                 .collect())
@@ -526,6 +538,7 @@ impl Backend for EngineBackend {
             Ok(PageView {
                 present: pm.present,
                 exclusive: pm.exclusive,
+                swapped: false,
                 kpageflags: cpu.kpageflags(p, addr).map_err(errno)?,
                 folio_order: cpu.folio_order(p, addr).map_err(errno)?,
             })

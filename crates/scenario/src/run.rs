@@ -832,15 +832,23 @@ impl<B: Backend> Runner<B> {
                     total.size -= v.smaps.size;
                     total.size += v.end.min(e) - v.start.max(s);
                 }
-                let bad: Vec<String> = fields
-                    .iter()
-                    .filter_map(|(f, want)| {
-                        let got = smaps_field(&total, *f);
-                        (got / 1024 != want / 1024).then(|| {
-                            format!("{}: expected {}, found {}", f.as_str(), kb(*want), kb(got))
-                        })
-                    })
-                    .collect();
+                let mut bad = Vec::new();
+                for (f, want) in fields {
+                    let Some(got) = smaps_field(&total, *f) else {
+                        return Err(Abort::CannotRun(format!(
+                            "smaps {}: not told apart per mapping here",
+                            f.as_str()
+                        )));
+                    };
+                    if got / 1024 != want / 1024 {
+                        bad.push(format!(
+                            "{}: expected {}, found {}",
+                            f.as_str(),
+                            kb(*want),
+                            kb(got)
+                        ));
+                    }
+                }
                 Ok((!bad.is_empty()).then(|| format!("smaps {}", bad.join(", "))))
             }
             Expect::Status { fields, .. } => {
@@ -898,15 +906,17 @@ impl<B: Backend> Runner<B> {
                         PagemapState::Shared => pv.present && !pv.exclusive,
                         PagemapState::Present => pv.present,
                         PagemapState::Absent => !pv.present,
+                        PagemapState::Swapped => pv.swapped,
                     })
                     .map(|s| s.as_str())
                     .collect();
                 Ok((!bad.is_empty()).then(|| {
                     format!(
-                        "pagemap: expected {}, found present={} exclusive={}",
+                        "pagemap: expected {}, found present={} exclusive={} swapped={}",
                         bad.join(" "),
                         pv.present,
-                        pv.exclusive
+                        pv.exclusive,
+                        pv.swapped
                     )
                 }))
             }
@@ -983,11 +993,13 @@ impl<B: Backend> Runner<B> {
     }
 }
 
-/// One smaps field of a sum.
-pub fn smaps_field(t: &SmapsView, f: SmapsField) -> u64 {
-    match f {
+/// One smaps field of a sum (`None`: this side cannot tell it).
+pub fn smaps_field(t: &SmapsView, f: SmapsField) -> Option<u64> {
+    let kind = |i: usize| t.pss_by_kind.map(|k| k[i]);
+    Some(match f {
         SmapsField::Size => t.size,
-        SmapsField::Rss | SmapsField::Referenced => t.rss,
+        SmapsField::Rss => t.rss,
+        SmapsField::Referenced => t.referenced,
         SmapsField::Pss => t.pss,
         SmapsField::SharedClean => t.shared_clean,
         SmapsField::SharedDirty => t.shared_dirty,
@@ -998,6 +1010,17 @@ pub fn smaps_field(t: &SmapsView, f: SmapsField) -> u64 {
         SmapsField::ShmemPmdMapped => t.shmem_pmd_mapped,
         SmapsField::FilePmdMapped => t.file_pmd_mapped,
         SmapsField::Locked => t.locked,
-        SmapsField::Swap => 0,
-    }
+        SmapsField::Swap => t.swap,
+        SmapsField::KernelPageSize => t.kernel_page_size,
+        SmapsField::MmuPageSize => t.mmu_page_size,
+        SmapsField::PssDirty => t.pss_dirty,
+        SmapsField::PssAnon => return kind(0),
+        SmapsField::PssFile => return kind(1),
+        SmapsField::PssShmem => return kind(2),
+        SmapsField::Ksm => t.ksm,
+        SmapsField::LazyFree => t.lazyfree,
+        SmapsField::SharedHugetlb => t.shared_hugetlb,
+        SmapsField::PrivateHugetlb => t.private_hugetlb,
+        SmapsField::SwapPss => t.swap_pss,
+    })
 }

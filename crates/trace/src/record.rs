@@ -114,6 +114,10 @@ pub struct RecordSummary {
     /// SIGINT, SIGTERM or SIGHUP ended the recording: the command's processes were killed
     /// and the trace holds what happened until then.
     pub interrupted: bool,
+    /// What the trace writer left out to stay within what every reader accepts (arguments
+    /// past the 1023rd, VMAs, pages, events past the payload limit; see
+    /// [`format::write_counted`]).
+    pub left_out: u64,
 }
 
 /// The syscalls recorded, in tracepoint-name order.
@@ -602,7 +606,8 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
         ..Default::default()
     };
     let events = build_events(root as u32, &cpus, &ids, &tps, side, files, &mut summary);
-    let bytes = format::write(&header, &events).map_err(sys_err("zstd"))?;
+    let (bytes, dropped) = format::write_counted(&header, &events).map_err(sys_err("zstd"))?;
+    summary.left_out = dropped;
     out.file()
         .write_all(&bytes)
         .map_err(sys_err(opts.out.display().to_string()))?;
@@ -886,7 +891,7 @@ fn build_events(
     for (_, rec) in recs {
         match rec {
             Rec::Lost(n) => {
-                summary.lost += n;
+                summary.lost = summary.lost.saturating_add(n);
                 out.push(Event::Lost { count: n });
             }
             Rec::Comm { pid, exec: true } => {

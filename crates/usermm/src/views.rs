@@ -88,6 +88,17 @@ pub struct Smaps {
     pub file_pmd_mapped: u64,
     /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
     pub(crate) locked_fixed: u64,
+    /// Pss_Dirty: the Pss of dirty pages (fixed point).
+    pub(crate) pss_dirty_fixed: u64,
+    /// The Pss of anonymous folios (`smaps_rollup`'s Pss_Anon, here per VMA; fixed point).
+    pub(crate) pss_anon_fixed: u64,
+    /// The Pss of page-cache folios that are not shmem (Pss_File; fixed point).
+    pub(crate) pss_file_fixed: u64,
+    /// The Pss of shmem folios (Pss_Shmem; fixed point).
+    pub(crate) pss_shmem_fixed: u64,
+    /// LazyFree: anonymous folios MADV_FREE made clean and not swap-backed, whose entry is
+    /// clean too (reclaim may drop them without writing them anywhere).
+    pub lazyfree: u64,
 }
 
 impl Smaps {
@@ -99,6 +110,26 @@ impl Smaps {
     /// Locked in bytes.
     pub fn locked(&self) -> u64 {
         self.locked_fixed >> 12
+    }
+
+    /// Referenced in bytes: pages whose entry is young or whose folio is referenced.
+    pub fn referenced(&self) -> u64 {
+        self.referenced
+    }
+
+    /// Pss_Dirty in bytes.
+    pub fn pss_dirty(&self) -> u64 {
+        self.pss_dirty_fixed >> 12
+    }
+
+    /// Pss of anonymous, file and shmem folios in bytes (the rollup's Pss_Anon, Pss_File,
+    /// Pss_Shmem for this VMA).
+    pub fn pss_by_kind(&self) -> [u64; 3] {
+        [
+            self.pss_anon_fixed >> 12,
+            self.pss_file_fixed >> 12,
+            self.pss_shmem_fixed >> 12,
+        ]
     }
 
     /// Adds another VMA's fields.
@@ -116,6 +147,11 @@ impl Smaps {
         self.shmem_pmd_mapped += o.shmem_pmd_mapped;
         self.file_pmd_mapped += o.file_pmd_mapped;
         self.locked_fixed += o.locked_fixed;
+        self.pss_dirty_fixed += o.pss_dirty_fixed;
+        self.pss_anon_fixed += o.pss_anon_fixed;
+        self.pss_file_fixed += o.pss_file_fixed;
+        self.pss_shmem_fixed += o.pss_shmem_fixed;
+        self.lazyfree += o.lazyfree;
     }
 }
 
@@ -197,10 +233,20 @@ struct Charge {
 
 fn accumulate(s: &mut Smaps, phys: &PhysMem, head: Pfn, ch: Charge) {
     s.pss_fixed += ch.pss;
+    if phys.memmap.test(head, PageFlag::Anon) {
+        s.pss_anon_fixed += ch.pss;
+    } else if phys.memmap.test(head, PageFlag::SwapBacked) {
+        s.pss_shmem_fixed += ch.pss;
+    } else {
+        s.pss_file_fixed += ch.pss;
+    }
     if ch.locked {
         s.locked_fixed += ch.pss;
     }
     let dirty = ch.dirty || phys.memmap.test(head, PageFlag::Dirty);
+    if dirty {
+        s.pss_dirty_fixed += ch.pss;
+    }
     match (dirty, ch.private) {
         (true, true) => s.private_dirty += ch.size,
         (true, false) => s.shared_dirty += ch.size,
@@ -226,6 +272,10 @@ fn smaps_account(
     }
     if phys.memmap.test(head, PageFlag::Anon) {
         s.anonymous += size;
+        let clean = !dirty && !phys.memmap.test(head, PageFlag::Dirty);
+        if clean && !phys.memmap.test(head, PageFlag::SwapBacked) {
+            s.lazyfree += size;
+        }
     }
     s.rss += size;
     if phys.memmap.refcount(head) == 1 {
