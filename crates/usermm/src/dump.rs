@@ -11,9 +11,9 @@
 use crate::errno::{Errno, SysResult};
 use crate::machine::Cpu;
 use crate::mm::Pid;
+use crate::pgtable::leaf_at;
 use crate::pgtable::AnyLeaf;
 use crate::phys::{PageFlag, Pfn};
-use crate::views::leaf_at;
 use std::fmt::Write as _;
 
 /// Most pages one dump walks (1 GiB of 4 KiB pages): the text stays readable and bounded.

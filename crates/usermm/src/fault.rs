@@ -1,9 +1,12 @@
-//! Page faults: anonymous, shared (shmem), write-protect (COW) and PMD THP.
+//! Page faults: anonymous, file (read, COW, shared), write-protect (COW).
 //!
-//! Linux counterpart: `mm/memory.c` (`handle_mm_fault`, `__handle_mm_fault`,
-//! `handle_pte_fault`, `do_anonymous_page`, `alloc_anon_folio`, `do_wp_page`,
-//! `wp_page_copy`, `wp_page_reuse`) and `mm/huge_memory.c` (`do_huge_pmd_anonymous_page`,
-//! `do_huge_pmd_wp_page`). A fault is not an error: it returns a [`FaultOutcome`].
+//! Linux counterpart: the fault half of `mm/memory.c` (`handle_mm_fault`, `__handle_mm_fault`,
+//! `handle_pte_fault`, `do_anonymous_page`, `alloc_anon_folio`, `do_fault`, `do_read_fault`,
+//! `do_cow_fault`, `do_shared_fault`, `finish_fault`, `do_fault_around`, `do_wp_page`,
+//! `wp_page_copy`, `wp_page_reuse`). The PMD level (`do_huge_pmd_anonymous_page`,
+//! `do_huge_pmd_wp_page`, the shmem PMD fault, `split_huge_pmd`) is in
+//! [`crate::huge_memory`], as in Linux; `filemap_fault` in [`crate::filemap::cache`]. A fault
+//! is not an error: it returns a [`FaultOutcome`].
 //!
 //! # Context
 //! The mmap lock is held for reading; PTEs are changed under the table's split PTL.
@@ -12,1131 +15,625 @@
 //! page that is not PageAnonExclusive always copies; Linux 6.15+ may reuse it when the folio
 //! is mapped exclusively by this mm.
 
-use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
+use crate::filemap::io::filemap_fault;
+use crate::filemap::{CacheLookup, Inode, InodeKind, PAGE_SIZE};
+use crate::huge_memory::fault::{
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_shmem_pmd_fault, shmem_pmd_suitable,
+};
+use crate::huge_memory::thp_pmd_eligible;
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, RssKind};
-use crate::ops::file::CacheLookup;
-use crate::pgtable::cursor::{PmdLock, PteLock, UnlinkedPtes};
-use crate::pgtable::{PageTables, Pmd, Pte, PMD_SIZE};
+use crate::mlock::{folio_add_lru_vma, mlock_vma_file_folio, mlock_vma_folio, munlock_vma_folio};
+use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
+use crate::pgtable::cursor::PteLock;
+use crate::pgtable::{Access, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
-use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
-use crate::vma::{VmFlags, Vma};
+use crate::vm_fault::{
+    anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome, FaultTunables,
+};
+use crate::vma::VmFlags;
+use crate::vmscan::reclaim_for;
 
-/// The kind of access that faulted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// A load.
-    Read,
-    /// A store.
-    Write,
-}
-
-/// Result of a fault (`vm_fault_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FaultOutcome {
-    /// The access can be retried and will succeed.
-    Completed,
-    /// No VMA, or the VMA forbids the access.
-    Sigsegv,
-    /// Memory could not be allocated (the engine's policy: SIGBUS, see README).
-    Oom,
-    /// The access is beyond the backing object (`VM_FAULT_SIGBUS`).
-    Sigbus,
-}
-
-/// One PTE-level fault (Linux's `struct vm_fault`): where it happened and what it asked.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FaultCtx<'a, 'm> {
-    mm: &'a Mm,
-    vma: &'a Vma,
-    pt: PageTables<'m>,
-    /// The PTE table covering `addr`.
-    table: Pfn,
-    /// The faulting address (`vmf->real_address`: not rounded to its page).
+/// Handles a fault at `addr` in `mm`.
+///
+/// # Context
+/// `st` is the mm's state under the mmap lock (read).
+pub(crate) fn handle_mm_fault<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    st: &MmState,
     addr: VirtAddr,
     access: Access,
-}
-
-impl FaultCtx<'_, '_> {
-    /// The faulting entry's index in its table.
-    fn idx(&self) -> usize {
-        self.addr.pte_index()
+) -> FaultOutcome {
+    let c = cpu.c();
+    c.add(Ev::Fault, 1);
+    let Some(id) = st.vmas.find(addr.val()) else {
+        return segv(cpu);
+    };
+    let vma = st.vmas.get(id);
+    let allowed = match access {
+        Access::Read => vma.flags.has(VmFlags::READ),
+        Access::Write => vma.flags.has(VmFlags::WRITE),
+    };
+    if !allowed {
+        return segv(cpu);
     }
-}
-
-impl<'m> Cpu<'m> {
-    /// Handles a fault at `addr` in `mm`.
-    ///
-    /// # Context
-    /// `st` is the mm's state under the mmap lock (read).
-    pub(crate) fn handle_mm_fault(
-        &self,
-        mm: &Mm,
-        st: &MmState,
-        addr: VirtAddr,
-        access: Access,
-    ) -> FaultOutcome {
-        let c = self.c();
-        c.add(Ev::Fault, 1);
-        let Some(id) = st.vmas.find(addr.val()) else {
-            return self.segv();
-        };
-        let vma = st.vmas.get(id);
-        let allowed = match access {
-            Access::Read => vma.flags.has(VmFlags::READ),
-            Access::Write => vma.flags.has(VmFlags::WRITE),
-        };
-        if !allowed {
-            return self.segv();
-        }
-        let pt = self.tables(mm);
-        let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
-            return self.oom();
-        };
-        let pmd_idx = addr.pmd_index();
-        let huge = pt.pmdp_get(pmd_table, pmd_idx).is_none() && self.thp_pmd_eligible(vma, addr);
-        if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
-            // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
-            // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
-            if let Some(av) = st.vmas.mergeable_anon_vma(id) {
-                c.add(Ev::LockPageTable, 1);
-                let _g = mm.page_table_lock.lock();
-                if vma.anon_vma() == 0 {
-                    vma.set_anon_vma(av, 1);
-                }
+    let pt = cpu.tables(mm);
+    let Ok(pmd_table) = pt.alloc_pmd_table(c, &mm.page_table_lock, addr) else {
+        return oom(cpu);
+    };
+    let pmd_idx = addr.pmd_index();
+    let mut vmf = FaultCtx {
+        mm,
+        vma,
+        pt,
+        pmd_table,
+        pmd_idx,
+        pte_table: None,
+        addr,
+        access,
+        pgoff: vma.pgoff_at(addr),
+        tun: FaultTunables::snapshot(&cpu.m.tunables()),
+    };
+    let huge =
+        pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(&vmf.tun.thp, vma, addr);
+    if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
+        // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
+        // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
+        if let Some(av) = st.vmas.mergeable_anon_vma(id) {
+            c.add(Ev::LockPageTable, 1);
+            let _g = mm.page_table_lock.lock();
+            if vma.anon_vma() == 0 {
+                vma.set_anon_vma(av, 1);
             }
         }
-        if huge {
-            // `None`: fall back to PTEs.
-            if let Some(o) =
-                self.do_huge_pmd_anonymous_page(mm, vma, pmd_table, pmd_idx, addr, access)
-            {
+    }
+    if huge {
+        // `None`: fall back to PTEs.
+        if let Some(o) = do_huge_pmd_anonymous_page(cpu, &vmf) {
+            return o;
+        }
+    }
+    if pt.pmdp_get(pmd_table, pmd_idx).is_none() && shmem_pmd_suitable(vma, addr, access) {
+        if let Some(o) = do_shmem_pmd_fault(cpu, &vmf) {
+            return o;
+        }
+    }
+    let pmd = pt.pmdp_get(pmd_table, pmd_idx);
+    if !pmd.is_none() && !pt.arch.is_table(pmd) {
+        if access == Access::Write && !pt.arch.write(pmd) {
+            if let Some(o) = do_huge_pmd_wp_page(cpu, &vmf) {
                 return o;
             }
-        }
-        if pt.pmdp_get(pmd_table, pmd_idx).is_none() && self.shmem_pmd_suitable(vma, addr, access) {
-            if let Some(o) = self.do_shmem_pmd_fault(mm, vma, pmd_table, pmd_idx, addr, access) {
-                return o;
-            }
-        }
-        let pmd = pt.pmdp_get(pmd_table, pmd_idx);
-        if !pmd.is_none() && !pt.arch.is_table(pmd) {
-            if access == Access::Write && !pt.arch.write(pmd) {
-                if let Some(o) = self.do_huge_pmd_wp_page(mm, vma, pmd_table, pmd_idx, addr) {
-                    return o;
-                }
-            } else {
-                return FaultOutcome::Completed;
-            }
-        }
-        let table = match pt.alloc_pte_table(c, &mm.page_table_lock, addr) {
-            Ok(Some(t)) => t,
-            Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
-            Err(_) => return self.oom(),
-        };
-        let vmf = FaultCtx {
-            mm,
-            vma,
-            pt,
-            table,
-            addr,
-            access,
-        };
-        self.handle_pte_fault(&vmf)
-    }
-
-    fn segv(&self) -> FaultOutcome {
-        self.c().add(Ev::FaultSigsegv, 1);
-        FaultOutcome::Sigsegv
-    }
-
-    fn oom(&self) -> FaultOutcome {
-        self.c().add(Ev::FaultSigbus, 1);
-        FaultOutcome::Oom
-    }
-
-    fn handle_pte_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
-        let mut ptes = PteLock::lock(vmf.pt, self.c(), vmf.table);
-        let idx = vmf.idx();
-        let pte = ptes.get_raw(idx);
-        if pte.is_none() {
-            drop(ptes);
-            return match &vmf.vma.file {
-                Some(_) => self.do_fault(vmf),
-                None => self.do_anonymous_page(vmf),
-            };
-        }
-        if vmf.access == Access::Write && !vmf.pt.arch.write(pte) {
-            return self.do_wp_page(vmf, ptes, pte);
-        }
-        // Spurious: only the accessed/dirty bits were missing.
-        let new = vmf.pt.arch.hw_access(pte, vmf.access);
-        if new != pte {
-            ptes.set_access_flags(idx, new);
-        }
-        FaultOutcome::Completed
-    }
-
-    /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): a new one. A compatible
-    /// neighbour's (`find_mergeable_anon_vma`) was already taken by `handle_mm_fault`, which
-    /// has the VMA tree at hand.
-    fn anon_vma_prepare(&self, mm: &Mm, st_vma: &Vma) -> u64 {
-        if st_vma.anon_vma() != 0 {
-            return st_vma.anon_vma();
-        }
-        self.c().add(Ev::LockPageTable, 1);
-        let _g = mm.page_table_lock.lock();
-        if st_vma.anon_vma() == 0 {
-            st_vma.set_anon_vma(self.m.alloc_anon_vma(), 1);
-        }
-        st_vma.anon_vma()
-    }
-
-    fn do_anonymous_page(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
-        let c = self.c();
-        let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
-        let arch = pt.arch;
-        if vmf.access == Access::Read {
-            let entry = arch.mkspecial(arch.mk_pte(self.m.phys.zero_pfn(), vma.page_prot()));
-            let mut ptes = PteLock::lock(pt, c, vmf.table);
-            let idx = vmf.idx();
-            if ptes.peek_raw(idx).is_none() {
-                ptes.set_ptes(idx, entry, 1);
-                c.add(Ev::FaultZeroPage, 1);
-            }
+        } else {
             return FaultOutcome::Completed;
         }
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        self.reclaim_for(1);
-        let Some((head, order, start)) = self.alloc_anon_folio(vmf) else {
-            return self.oom();
-        };
-        let nr = 1u64 << order;
-        let first_idx = start.pte_index();
-        let mut ptes = PteLock::lock(pt, c, vmf.table);
-        if (first_idx..first_idx + nr as usize).any(|i| !ptes.peek_raw(i).is_none()) {
-            drop(ptes);
-            self.m.phys.put_folio(c, head, 1);
-            return FaultOutcome::Completed; // raced with another fault: retry
-        }
-        if nr > 1 {
-            rmap::folio_ref_add(&self.m.phys, c, head, nr as i32 - 1);
-        }
-        rmap::add_new_anon(&self.m.phys, c, head, nr, Level::Pte, owner, mm.id);
-        self.m.phys.memmap.set_index(head, vma.pgoff_at(start));
-        self.folio_add_lru_vma(head, vma);
-        let mut entry = arch.mk_pte(head, vma.page_prot());
-        if vma.flags.has(VmFlags::WRITE) {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-        }
-        ptes.set_ptes(first_idx, entry, nr as usize);
-        mm.rss_add(RssKind::Anon, nr as i64);
-        c.add(
-            if order > 0 {
-                Ev::FaultAnonMthp
-            } else {
-                Ev::FaultAnon
-            },
-            1,
-        );
-        FaultOutcome::Completed
     }
+    let table = match pt.alloc_pte_table(c, &mm.page_table_lock, addr) {
+        Ok(Some(t)) => t,
+        Ok(None) => return FaultOutcome::Completed, // a PMD leaf appeared meanwhile: retry
+        Err(_) => return oom(cpu),
+    };
+    vmf.pte_table = Some(table);
+    handle_pte_fault(cpu, &vmf)
+}
 
-    /// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
-    /// only empty PTEs, and allocates it (falling back order by order); order 0 last.
-    fn alloc_anon_folio(&self, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, VirtAddr)> {
-        let c = self.c();
-        let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table, vmf.addr);
-        let thp = self.m.tunables().thp.clone();
-        let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
-        for order in (2..HPAGE_PMD_ORDER).rev() {
-            if !huge_ok || !thp.order_allowed(order, vma.flags.has(VmFlags::HUGEPAGE)) {
-                continue;
-            }
-            let size = 4096u64 << order;
-            let start = addr.align_down(size);
-            if start < vma.vm_start() || start.add(size) > vma.vm_end() {
-                continue;
-            }
-            let i0 = start.pte_index();
-            if (i0..i0 + (1 << order)).any(|i| !pt.ptep_get_raw(table, i).is_none()) {
-                continue;
-            }
-            if let Some(h) = self.m.phys.alloc_folio(
-                c,
-                order,
-                self.folio_node(addr, order),
-                FolioKind::Anon,
-                Zeroing::Zero,
-            ) {
-                return Some((h, order, start));
-            }
+fn segv<'m>(cpu: &Cpu<'m>) -> FaultOutcome {
+    cpu.c().add(Ev::FaultSigsegv, 1);
+    FaultOutcome::Sigsegv
+}
+
+fn oom<'m>(cpu: &Cpu<'m>) -> FaultOutcome {
+    cpu.c().add(Ev::FaultSigbus, 1);
+    FaultOutcome::Oom
+}
+
+fn handle_pte_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
+    let mut ptes = PteLock::lock(vmf.pt, cpu.c(), vmf.table());
+    let idx = vmf.idx();
+    let pte = ptes.get_raw(idx);
+    if pte.is_none() {
+        drop(ptes);
+        return match &vmf.vma.file {
+            Some(_) => do_fault(cpu, vmf),
+            None => do_anonymous_page(cpu, vmf),
+        };
+    }
+    if vmf.access == Access::Write && !vmf.pt.arch.write(pte) {
+        return do_wp_page(cpu, vmf, ptes, pte);
+    }
+    // Spurious: only the accessed/dirty bits were missing.
+    let new = vmf.pt.arch.hw_access(pte, vmf.access);
+    if new != pte {
+        ptes.set_access_flags(idx, new);
+    }
+    FaultOutcome::Completed
+}
+
+fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
+    let c = cpu.c();
+    let (mm, vma, pt) = (vmf.mm, vmf.vma, vmf.pt);
+    let arch = pt.arch;
+    if vmf.access == Access::Read {
+        let entry = arch.mkspecial(arch.mk_pte(cpu.m.phys.zero_pfn(), vma.page_prot()));
+        let mut ptes = PteLock::lock(pt, c, vmf.table());
+        let idx = vmf.idx();
+        if ptes.peek_raw(idx).is_none() {
+            ptes.set_ptes(idx, entry, 1);
+            c.add(Ev::FaultZeroPage, 1);
         }
-        let h = self.m.phys.alloc_folio(
+        return FaultOutcome::Completed;
+    }
+    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    reclaim_for(cpu, 1);
+    let Some((head, order, start)) = alloc_anon_folio(cpu, vmf) else {
+        return oom(cpu);
+    };
+    let nr = 1u64 << order;
+    let first_idx = start.pte_index();
+    let mut ptes = PteLock::lock(pt, c, vmf.table());
+    if (first_idx..first_idx + nr as usize).any(|i| !ptes.peek_raw(i).is_none()) {
+        drop(ptes);
+        cpu.m.phys.put_folio(c, head, 1);
+        return FaultOutcome::Completed; // raced with another fault: retry
+    }
+    if nr > 1 {
+        rmap::folio_ref_add(&cpu.m.phys, c, head, nr as i32 - 1);
+    }
+    rmap::add_new_anon(&cpu.m.phys, c, head, nr, Level::Pte, owner, mm.id);
+    cpu.m.phys.memmap.set_index(head, vma.pgoff_at(start));
+    folio_add_lru_vma(cpu, head, vma);
+    let mut entry = arch.mk_pte(head, vma.page_prot());
+    if vma.flags.has(VmFlags::WRITE) {
+        entry = arch.mkwrite(arch.mkdirty(entry));
+    }
+    ptes.set_ptes(first_idx, entry, nr as usize);
+    mm.rss_add(RssKind::Anon, nr as i64);
+    c.add(
+        if order > 0 {
+            Ev::FaultAnonMthp
+        } else {
+            Ev::FaultAnon
+        },
+        1,
+    );
+    FaultOutcome::Completed
+}
+
+/// Picks the largest enabled mTHP order whose aligned range lies inside the VMA and has
+/// only empty PTEs, and allocates it (falling back order by order); order 0 last.
+fn alloc_anon_folio<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> Option<(Pfn, u32, VirtAddr)> {
+    let c = cpu.c();
+    let (vma, pt, table, addr) = (vmf.vma, vmf.pt, vmf.table(), vmf.addr);
+    let thp = &vmf.tun.thp;
+    let huge_ok = !vma.flags.has(VmFlags::NOHUGEPAGE);
+    for order in (2..HPAGE_PMD_ORDER).rev() {
+        if !huge_ok || !thp.order_allowed(order, vma.flags.has(VmFlags::HUGEPAGE)) {
+            continue;
+        }
+        let size = 4096u64 << order;
+        let start = addr.align_down(size);
+        if start < vma.vm_start() || start.add(size) > vma.vm_end() {
+            continue;
+        }
+        let i0 = start.pte_index();
+        if (i0..i0 + (1 << order)).any(|i| !pt.ptep_get_raw(table, i).is_none()) {
+            continue;
+        }
+        if let Some(h) = cpu.m.phys.alloc_folio(
             c,
-            0,
-            self.folio_node(addr, 0),
+            order,
+            folio_node(cpu, addr, order),
             FolioKind::Anon,
             Zeroing::Zero,
-        )?;
-        Some((h, 0, addr.page_align_down()))
-    }
-
-    /// `do_fault`: an empty PTE in a file VMA (tmpfs, disk, or shared anonymous memory).
-    fn do_fault(&self, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
-        let Some(inode) = vmf.vma.file.clone() else {
-            return self.segv();
-        };
-        if vmf.access == Access::Read {
-            self.do_read_fault(vmf, &inode)
-        } else if !vmf.vma.flags.has(VmFlags::SHARED) {
-            self.do_cow_fault(vmf, &inode)
-        } else {
-            self.do_shared_fault(vmf, &inode)
+        ) {
+            return Some((h, order, start));
         }
     }
+    let h = cpu.m.phys.alloc_folio(
+        c,
+        0,
+        folio_node(cpu, addr, 0),
+        FolioKind::Anon,
+        Zeroing::Zero,
+    )?;
+    Some((h, 0, addr.page_align_down()))
+}
 
-    fn count_file_fault(&self, inode: &Inode, lookup: CacheLookup) {
-        let c = self.c();
-        if inode.kind == InodeKind::ShmemAnon {
-            c.add(Ev::FaultShared, 1);
-        } else {
-            c.add(Ev::FaultFile, 1);
-            if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
-                c.add(Ev::FaultFileMajor, 1);
-            }
-        }
+/// `do_fault`: an empty PTE in a file VMA (tmpfs, disk, or shared anonymous memory).
+fn do_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
+    let Some(inode) = vmf.vma.file.clone() else {
+        return segv(cpu);
+    };
+    if vmf.access == Access::Read {
+        do_read_fault(cpu, vmf, &inode)
+    } else if !vmf.vma.flags.has(VmFlags::SHARED) {
+        do_cow_fault(cpu, vmf, &inode)
+    } else {
+        do_shared_fault(cpu, vmf, &inode)
     }
+}
 
-    /// `do_read_fault`: fault-around first; if it did not map the faulting page, find or read
-    /// the page and map it read-only (or writable-clean in a shared mapping without dirty
-    /// tracking, as `vm_page_prot` says).
-    fn do_read_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-        if self.m.tunables().fault_around_bytes > PAGE_SIZE && self.do_fault_around(vmf, inode) {
-            self.count_file_fault(inode, CacheLookup::Hit);
+/// `do_read_fault`: fault-around first; if it did not map the faulting page, find or read
+/// the page and map it read-only (or writable-clean in a shared mapping without dirty
+/// tracking, as `vm_page_prot` says).
+fn do_read_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+    if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
+        count_file_fault(cpu, inode, CacheLookup::Hit);
+        return FaultOutcome::Completed;
+    }
+    let pgoff = vmf.pgoff;
+    let (mut pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    count_file_fault(cpu, inode, lookup);
+    if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
+        // The read dropped the mmap lock (`maybe_unlock_mmap_for_io`), so the fault
+        // returns VM_FAULT_RETRY and is taken again: fault-around now finds the pages
+        // readahead brought in. Measured on 6.18: a cold read fault in a 512K file maps
+        // the whole 64K window.
+        let phys = &cpu.m.phys;
+        phys.put_folio(cpu.c(), phys.memmap.folio_of(pfn), 1);
+        if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
             return FaultOutcome::Completed;
         }
-        let pgoff = vmf.vma.pgoff_at(vmf.addr);
-        let (mut pfn, lookup) = match self.filemap_fault(inode, vmf.vma, vmf.addr, pgoff) {
-            Ok(r) => r,
+        pfn = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
+            Ok((p, _)) => p,
             Err(o) => return o,
         };
-        self.count_file_fault(inode, lookup);
-        if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
-            // The read dropped the mmap lock (`maybe_unlock_mmap_for_io`), so the fault
-            // returns VM_FAULT_RETRY and is taken again: fault-around now finds the pages
-            // readahead brought in. Measured on 6.18: a cold read fault in a 512K file maps
-            // the whole 64K window.
-            let phys = &self.m.phys;
-            phys.put_folio(self.c(), phys.memmap.folio_of(pfn), 1);
-            if self.m.tunables().fault_around_bytes > PAGE_SIZE && self.do_fault_around(vmf, inode)
-            {
-                return FaultOutcome::Completed;
-            }
-            pfn = match self.filemap_fault(inode, vmf.vma, vmf.addr, pgoff) {
-                Ok((p, _)) => p,
-                Err(o) => return o,
-            };
-        }
-        self.finish_fault(vmf, pfn, false)
     }
+    finish_fault(cpu, vmf, pfn, false)
+}
 
-    /// `do_cow_fault`: a write to an empty PTE of a private file mapping copies the file's
-    /// page into a new anonymous page; the page-cache page is not mapped.
-    fn do_cow_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-        let c = self.c();
-        let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
-        let phys = &self.m.phys;
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let (old, lookup) = match self.filemap_fault(inode, vma, addr, vma.pgoff_at(addr)) {
-            Ok(r) => r,
-            Err(o) => return o,
-        };
-        let new = phys.alloc_folio(
-            c,
-            0,
-            self.folio_node(addr, 0),
-            FolioKind::Anon,
-            Zeroing::NoZero,
-        );
-        let Some(new) = new else {
-            phys.put_folio(c, phys.memmap.folio_of(old), 1);
-            return self.oom();
-        };
-        phys.arena.copy_frame(new, old);
-        c.add(Ev::PagesCopied, 1);
+/// `do_cow_fault`: a write to an empty PTE of a private file mapping copies the file's
+/// page into a new anonymous page; the page-cache page is not mapped.
+fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+    let c = cpu.c();
+    let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
+    let phys = &cpu.m.phys;
+    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let (old, lookup) = match filemap_fault(cpu, inode, vma, addr, vmf.pgoff) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let new = phys.alloc_folio(
+        c,
+        0,
+        folio_node(cpu, addr, 0),
+        FolioKind::Anon,
+        Zeroing::NoZero,
+    );
+    let Some(new) = new else {
         phys.put_folio(c, phys.memmap.folio_of(old), 1);
-        let idx = vmf.idx();
-        let arch = vmf.pt.arch;
-        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
+        return oom(cpu);
+    };
+    phys.arena.copy_frame(new, old);
+    c.add(Ev::PagesCopied, 1);
+    phys.put_folio(c, phys.memmap.folio_of(old), 1);
+    let idx = vmf.idx();
+    let arch = vmf.pt.arch;
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
+    if !ptes.peek_raw(idx).is_none() {
+        drop(ptes);
+        phys.put_folio(c, new, 1);
+        return FaultOutcome::Completed;
+    }
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    phys.memmap
+        .set_index(new, vma.pgoff_at(addr.page_align_down()));
+    folio_add_lru_vma(cpu, new, vma);
+    let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
+    ptes.set_ptes(idx, entry, 1);
+    mm.rss_add(RssKind::Anon, 1);
+    count_file_fault(cpu, inode, lookup);
+    c.add(Ev::FaultFileCow, 1);
+    FaultOutcome::Completed
+}
+
+/// `do_shared_fault`: a write to an empty PTE of a shared file mapping maps the page
+/// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
+/// `page_mkwrite` has nothing more to do here).
+fn do_shared_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
+    let (pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.pgoff) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    count_file_fault(cpu, inode, lookup);
+    let mem = &cpu.m.phys.memmap;
+    mem.set(mem.folio_of(pfn), PageFlag::Dirty);
+    finish_fault(cpu, vmf, pfn, true)
+}
+
+/// `finish_fault` / `set_pte_range`: maps page-cache page `pfn` (whose folio reference
+/// the lookup took) at the fault address; a large shmem folio is mapped whole when it lies
+/// inside the VMA and the PTE table and its entries are all empty (6.18 maps whole folios
+/// for shmem only; other files fault page by page).
+fn finish_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool) -> FaultOutcome {
+    let c = cpu.c();
+    let (mm, vma) = (vmf.mm, vmf.vma);
+    let phys = &cpu.m.phys;
+    let arch = vmf.pt.arch;
+    let head = phys.memmap.folio_of(pfn);
+    let folio_pages = 1usize << phys.memmap.order(head);
+    let idx = vmf.idx();
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
+    if !ptes.peek_raw(idx).is_none() {
+        drop(ptes);
+        phys.put_folio(c, head, 1);
+        return FaultOutcome::Completed;
+    }
+    let mut first_page = pfn;
+    let mut first_idx = idx;
+    let mut nr = 1usize;
+    // 6.18 maps the whole file folio when it fits the VMA and the page table (commit
+    // "try to map the entire file folio in finish_fault()"), shmem or not.
+    if folio_pages > 1 && vma.file.is_some() {
+        let in_folio = pfn.offset_from(head) as usize;
+        let vma_off = (vmf.addr.offset_from(vma.vm_start()) >> 12) as usize;
+        let vma_pages = (vma.len() >> 12) as usize;
+        let in_file = vma
+            .file
+            .as_ref()
+            .is_some_and(|f| f.may_map_whole(phys.memmap.index(head), folio_pages as u64));
+        let fits = vma_off >= in_folio
+            && vma_off + (folio_pages - in_folio) <= vma_pages
+            && idx >= in_folio
+            && idx + (folio_pages - in_folio) <= 512
+            && in_file;
+        if fits
+            && (idx - in_folio..idx - in_folio + folio_pages).all(|i| ptes.peek_raw(i).is_none())
+        {
+            first_page = head;
+            first_idx = idx - in_folio;
+            nr = folio_pages;
+            rmap::folio_ref_add(phys, c, head, nr as i32 - 1);
+        }
+    }
+    rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
+    mlock_vma_file_folio(cpu, head, vma, nr as u64);
+    let mut entry = arch.mk_pte(first_page, vma.page_prot());
+    if write {
+        entry = arch.mkwrite(arch.mkdirty(entry));
+    }
+    ptes.set_ptes(first_idx, entry, nr);
+    mm.rss_add(mm_counter_file(vma), nr as i64);
+    FaultOutcome::Completed
+}
+
+/// `do_fault_around` with `filemap_map_pages`: a read fault maps the pages of the
+/// surrounding `fault_around_bytes` window (inside the VMA, the PMD and the file) that are
+/// already in the page cache, uptodate and not a readahead marker. A large folio met in the
+/// window is mapped whole when all of it lies inside the VMA, the PTE table and the file
+/// (6.18 maps entire large folios on fault-around). Returns whether the faulting page
+/// itself got mapped.
+fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> bool {
+    let c = cpu.c();
+    let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
+    let mem = &cpu.m.phys.memmap;
+    let window = vmf.tun.fault_around_bytes;
+    let pmd_start = addr.pmd_align_down();
+    let file_end = inode.size_pages();
+    // The window starts at the aligned block or the VMA's start, whichever is later, and
+    // runs `window` bytes from there (clipped to the VMA and the page table): a VMA that
+    // begins inside the block shifts the window right (`do_fault_around`'s from_pte and
+    // to_pte; measured on 6.18: a fault 2 pages into a 10-page VMA that starts 13 pages
+    // into its 64K block maps all 10).
+    let start = addr.align_down(window).max(vma.vm_start()).max(pmd_start);
+    let end = start
+        .add(window)
+        .min(vma.vm_end())
+        .min(pmd_start.add(PMD_SIZE));
+    let cache = inode.pages.lock();
+    // The table is locked at the first page found to map, not before: a window with
+    // nothing cached leaves the PTL to the fault proper (`filemap_map_pages` maps the
+    // table only once `next_uptodate_folio` returned a folio).
+    let mut ptes: Option<PteLock> = None;
+    let mut mapped_fault = false;
+    let mut map_page = |ptes: &mut Option<_>, a: VirtAddr, pfn: Pfn| -> bool {
+        let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table()));
+        let idx = a.pte_index();
         if !ptes.peek_raw(idx).is_none() {
-            drop(ptes);
-            phys.put_folio(c, new, 1);
-            return FaultOutcome::Completed;
+            return false;
         }
-        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
-        phys.memmap
-            .set_index(new, vma.pgoff_at(addr.page_align_down()));
-        self.folio_add_lru_vma(new, vma);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
-        ptes.set_ptes(idx, entry, 1);
-        mm.rss_add(RssKind::Anon, 1);
-        self.count_file_fault(inode, lookup);
-        c.add(Ev::FaultFileCow, 1);
-        FaultOutcome::Completed
-    }
-
-    /// `do_shared_fault`: a write to an empty PTE of a shared file mapping maps the page
-    /// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
-    /// `page_mkwrite` has nothing more to do here).
-    fn do_shared_fault(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-        let (pfn, lookup) =
-            match self.filemap_fault(inode, vmf.vma, vmf.addr, vmf.vma.pgoff_at(vmf.addr)) {
-                Ok(r) => r,
-                Err(o) => return o,
-            };
-        self.count_file_fault(inode, lookup);
-        let mem = &self.m.phys.memmap;
-        mem.set(mem.folio_of(pfn), PageFlag::Dirty);
-        self.finish_fault(vmf, pfn, true)
-    }
-
-    /// `finish_fault` / `set_pte_range`: maps page-cache page `pfn` (whose folio reference
-    /// the lookup took) at the fault address; a large shmem folio is mapped whole when it lies
-    /// inside the VMA and the PTE table and its entries are all empty (6.18 maps whole folios
-    /// for shmem only; other files fault page by page).
-    fn finish_fault(&self, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool) -> FaultOutcome {
-        let c = self.c();
-        let (mm, vma) = (vmf.mm, vmf.vma);
-        let phys = &self.m.phys;
-        let arch = vmf.pt.arch;
-        let head = phys.memmap.folio_of(pfn);
-        let folio_pages = 1usize << phys.memmap.order(head);
-        let idx = vmf.idx();
-        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
-        if !ptes.peek_raw(idx).is_none() {
-            drop(ptes);
-            phys.put_folio(c, head, 1);
-            return FaultOutcome::Completed;
+        let head = mem.folio_of(pfn);
+        rmap::folio_ref_add(&cpu.m.phys, c, head, 1);
+        rmap::add_ptes(&cpu.m.phys, c, head, pfn, 1, mm.id);
+        mlock_vma_folio(cpu, head, vma);
+        ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
+        mm.rss_add(mm_counter_file(vma), 1);
+        if a == addr.page_align_down() {
+            mapped_fault = true;
+        } else {
+            c.add(Ev::FaultAroundPages, 1);
         }
-        let mut first_page = pfn;
-        let mut first_idx = idx;
-        let mut nr = 1usize;
-        // 6.18 maps the whole file folio when it fits the VMA and the page table (commit
-        // "try to map the entire file folio in finish_fault()"), shmem or not.
-        if folio_pages > 1 && vma.file.is_some() {
-            let in_folio = pfn.offset_from(head) as usize;
-            let vma_off = (vmf.addr.offset_from(vma.vm_start()) >> 12) as usize;
-            let vma_pages = (vma.len() >> 12) as usize;
-            let in_file = vma
-                .file
-                .as_ref()
-                .is_some_and(|f| f.may_map_whole(phys.memmap.index(head), folio_pages as u64));
-            let fits = vma_off >= in_folio
-                && vma_off + (folio_pages - in_folio) <= vma_pages
-                && idx >= in_folio
-                && idx + (folio_pages - in_folio) <= 512
-                && in_file;
-            if fits
-                && (idx - in_folio..idx - in_folio + folio_pages)
-                    .all(|i| ptes.peek_raw(i).is_none())
+        true
+    };
+    // One ordered walk over the cached pages of the window (Linux: `next_uptodate_folio`
+    // over the xarray), not a lookup per address: a sparse window costs one search.
+    let first_pgoff = vma.pgoff_at(start);
+    let last_pgoff = vma.pgoff_at(end.sub(4096));
+    let mut whole_done: Option<(VirtAddr, VirtAddr)> = None;
+    for (pgoff, pfn) in cache.range(first_pgoff..=last_pgoff) {
+        let a = start.add((pgoff - first_pgoff) * 4096);
+        let head = mem.folio_of(pfn);
+        if pgoff >= file_end
+            || !mem.test(head, PageFlag::Uptodate)
+            || mem.test(head, PageFlag::Readahead)
+            || whole_done.is_some_and(|(s, e)| s <= a && a < e)
+        {
+            continue;
+        }
+        let nr = 1u64 << mem.order(head);
+        if nr > 1 {
+            let first = a.sub(pfn.offset_from(head) * 4096);
+            let last = first.add(nr * 4096);
+            let in_file = inode.may_map_whole(mem.index(head), nr);
+            if first >= vma.vm_start()
+                && last <= vma.vm_end()
+                && first >= pmd_start
+                && last <= pmd_start.add(PMD_SIZE)
+                && in_file
             {
-                first_page = head;
-                first_idx = idx - in_folio;
-                nr = folio_pages;
-                rmap::folio_ref_add(phys, c, head, nr as i32 - 1);
-            }
-        }
-        rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
-        self.mlock_vma_file_folio(head, vma, nr as u64);
-        let mut entry = arch.mk_pte(first_page, vma.page_prot());
-        if write {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-        }
-        ptes.set_ptes(first_idx, entry, nr);
-        mm.rss_add(vma.file_rss(), nr as i64);
-        FaultOutcome::Completed
-    }
-
-    /// `do_fault_around` with `filemap_map_pages`: a read fault maps the pages of the
-    /// surrounding `fault_around_bytes` window (inside the VMA, the PMD and the file) that are
-    /// already in the page cache, uptodate and not a readahead marker. A large folio met in the
-    /// window is mapped whole when all of it lies inside the VMA, the PTE table and the file
-    /// (6.18 maps entire large folios on fault-around). Returns whether the faulting page
-    /// itself got mapped.
-    fn do_fault_around(&self, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> bool {
-        let c = self.c();
-        let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
-        let mem = &self.m.phys.memmap;
-        let window = self.m.tunables().fault_around_bytes;
-        let pmd_start = addr.pmd_align_down();
-        let file_end = inode.size_pages();
-        // The window starts at the aligned block or the VMA's start, whichever is later, and
-        // runs `window` bytes from there (clipped to the VMA and the page table): a VMA that
-        // begins inside the block shifts the window right (`do_fault_around`'s from_pte and
-        // to_pte; measured on 6.18: a fault 2 pages into a 10-page VMA that starts 13 pages
-        // into its 64K block maps all 10).
-        let start = addr.align_down(window).max(vma.vm_start()).max(pmd_start);
-        let end = start
-            .add(window)
-            .min(vma.vm_end())
-            .min(pmd_start.add(PMD_SIZE));
-        let cache = inode.pages.lock();
-        // The table is locked at the first page found to map, not before: a window with
-        // nothing cached leaves the PTL to the fault proper (`filemap_map_pages` maps the
-        // table only once `next_uptodate_folio` returned a folio).
-        let mut ptes: Option<PteLock> = None;
-        let mut mapped_fault = false;
-        let mut map_page = |ptes: &mut Option<_>, a: VirtAddr, pfn: Pfn| -> bool {
-            let ptes = ptes.get_or_insert_with(|| PteLock::lock(pt, c, vmf.table));
-            let idx = a.pte_index();
-            if !ptes.peek_raw(idx).is_none() {
-                return false;
-            }
-            let head = mem.folio_of(pfn);
-            rmap::folio_ref_add(&self.m.phys, c, head, 1);
-            rmap::add_ptes(&self.m.phys, c, head, pfn, 1, mm.id);
-            self.mlock_vma_folio(head, vma);
-            ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
-            mm.rss_add(vma.file_rss(), 1);
-            if a == addr.page_align_down() {
-                mapped_fault = true;
-            } else {
-                c.add(Ev::FaultAroundPages, 1);
-            }
-            true
-        };
-        // One ordered walk over the cached pages of the window (Linux: `next_uptodate_folio`
-        // over the xarray), not a lookup per address: a sparse window costs one search.
-        let first_pgoff = vma.pgoff_at(start);
-        let last_pgoff = vma.pgoff_at(end.sub(4096));
-        let mut whole_done: Option<(VirtAddr, VirtAddr)> = None;
-        for (pgoff, pfn) in cache.range(first_pgoff..=last_pgoff) {
-            let a = start.add((pgoff - first_pgoff) * 4096);
-            let head = mem.folio_of(pfn);
-            if pgoff >= file_end
-                || !mem.test(head, PageFlag::Uptodate)
-                || mem.test(head, PageFlag::Readahead)
-                || whole_done.is_some_and(|(s, e)| s <= a && a < e)
-            {
+                let mapped = (0..nr)
+                    .filter(|&i| map_page(&mut ptes, first.add(i * 4096), head.add(i)))
+                    .count() as u64;
+                // One rmap call covered the whole folio: it is mlocked in a locked VMA.
+                mlock_vma_file_folio(cpu, head, vma, mapped);
+                whole_done = Some((first, last));
                 continue;
             }
-            let nr = 1u64 << mem.order(head);
-            if nr > 1 {
-                let first = a.sub(pfn.offset_from(head) * 4096);
-                let last = first.add(nr * 4096);
-                let in_file = inode.may_map_whole(mem.index(head), nr);
-                if first >= vma.vm_start()
-                    && last <= vma.vm_end()
-                    && first >= pmd_start
-                    && last <= pmd_start.add(PMD_SIZE)
-                    && in_file
-                {
-                    let mapped = (0..nr)
-                        .filter(|&i| map_page(&mut ptes, first.add(i * 4096), head.add(i)))
-                        .count() as u64;
-                    // One rmap call covered the whole folio: it is mlocked in a locked VMA.
-                    self.mlock_vma_file_folio(head, vma, mapped);
-                    whole_done = Some((first, last));
-                    continue;
-                }
-            }
-            map_page(&mut ptes, a, pfn);
         }
-        drop(ptes);
-        mapped_fault
+        map_page(&mut ptes, a, pfn);
     }
+    drop(ptes);
+    mapped_fault
+}
 
-    fn do_wp_page(&self, vmf: &FaultCtx<'_, 'm>, mut ptes: PteLock<'_>, pte: Pte) -> FaultOutcome {
-        let c = self.c();
-        c.add(Ev::FaultWp, 1);
-        let (mm, vma) = (vmf.mm, vmf.vma);
-        let arch = vmf.pt.arch;
-        let idx = vmf.idx();
-        let mem = &self.m.phys.memmap;
-        let pfn = arch.pfn(pte);
-        let zero = vmf.pt.vm_normal_folio(pte).is_none();
-        if !zero && vma.flags.has(VmFlags::SHARED) {
-            // wp_page_shared: a page-cache page written through a shared mapping that tracks
-            // dirtying (or one made read-only by mprotect) becomes writable and dirty.
+fn do_wp_page<'m>(
+    cpu: &Cpu<'m>,
+    vmf: &FaultCtx<'_, 'm>,
+    mut ptes: PteLock<'_>,
+    pte: Pte,
+) -> FaultOutcome {
+    let c = cpu.c();
+    c.add(Ev::FaultWp, 1);
+    let (mm, vma) = (vmf.mm, vmf.vma);
+    let arch = vmf.pt.arch;
+    let idx = vmf.idx();
+    let mem = &cpu.m.phys.memmap;
+    let pfn = arch.pfn(pte);
+    let zero = vmf.pt.vm_normal_folio(pte).is_none();
+    if !zero && vma.flags.has(VmFlags::SHARED) {
+        // wp_page_shared: a page-cache page written through a shared mapping that tracks
+        // dirtying (or one made read-only by mprotect) becomes writable and dirty.
+        let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
+        ptes.replace(idx, new);
+        mem.set(mem.folio_of(pfn), PageFlag::Dirty);
+        return FaultOutcome::Completed;
+    }
+    if !zero && mem.test(mem.folio_of(pfn), PageFlag::Anon) {
+        let head = mem.folio_of(pfn);
+        let large = mem.test(head, PageFlag::Head);
+        let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
+        let reusable = if large {
+            can_reuse_large_anon_folio(cpu, mm, head)
+        } else {
+            can_reuse_small_anon_folio(cpu, head)
+        };
+        if exclusive || reusable {
+            if !exclusive {
+                mem.set(pfn, PageFlag::AnonExclusive);
+                c.add(Ev::FolioAtomic, 1);
+            }
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
             ptes.replace(idx, new);
-            mem.set(mem.folio_of(pfn), PageFlag::Dirty);
-            return FaultOutcome::Completed;
-        }
-        if !zero && mem.test(mem.folio_of(pfn), PageFlag::Anon) {
-            let head = mem.folio_of(pfn);
-            let large = mem.test(head, PageFlag::Head);
-            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            let reusable = if large {
-                self.can_reuse_large_anon_folio(mm, head)
-            } else {
-                self.can_reuse_small_anon_folio(head)
-            };
-            if exclusive || reusable {
-                if !exclusive {
-                    mem.set(pfn, PageFlag::AnonExclusive);
-                    c.add(Ev::FolioAtomic, 1);
-                }
-                let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-                ptes.replace(idx, new);
-                c.add(Ev::CowReuse, 1);
-                return FaultOutcome::Completed;
-            }
-        }
-        drop(ptes);
-        self.wp_page_copy(vmf, pte, zero)
-    }
-
-    /// `wp_can_reuse_anon_folio` for a small folio: no other reference (a reference held by this
-    /// CPU's LRU batch is drained away first).
-    fn can_reuse_small_anon_folio(&self, head: Pfn) -> bool {
-        let mem = &self.m.phys.memmap;
-        if mem.refcount(head) > 3 {
-            return false;
-        }
-        if !mem.test(head, PageFlag::Lru) {
-            self.lru_add_drain();
-        }
-        mem.refcount(head) == 1
-    }
-
-    /// `__wp_can_reuse_large_anon_folio` (Linux 6.15+, MM owner tracking): reuse when this mm
-    /// provably holds every mapping and every reference of the PTE-mapped folio.
-    fn can_reuse_large_anon_folio(&self, mm: &Mm, head: Pfn) -> bool {
-        use crate::sharing::SharingTracker;
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        match phys.sharing.tracker() {
-            // Before 6.15 (and with the first-page estimates) large folios were always copied.
-            SharingTracker::Estimate | SharingTracker::Mapcount => false,
-            // Owner slots exist only on folios allocated while owner tracking was on.
-            SharingTracker::Owner if !mem.test(head, PageFlag::OwnerTracked) => false,
-            SharingTracker::Owner => {
-                let mapcount = mem.large_mapcount(head);
-                let quick = mapcount > 1
-                    && !rmap::owner::maybe_mapped_shared(phys, head)
-                    && mem.entire_mapcount(head) == 0
-                    && mapcount == mem.refcount(head);
-                if !quick {
-                    return false;
-                }
-                let _g = mem.lock_large_mapcount(head);
-                !rmap::owner::maybe_mapped_shared(phys, head)
-                    && mem.large_mapcount(head) == mem.refcount(head)
-            }
-            SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
-                phys.sharing
-                    .cow_reusable(head, mem.order(head), mm.id, |m| {
-                        mem.entire_mapcount(head) == 0 && mem.refcount(head) as u64 == m
-                    })
-            }
-        }
-    }
-
-    /// `wp_page_copy`: a private copy of the page `old` maps (a zeroed page for the zero
-    /// page) replaces it, with a flush in between (`ptep_clear_flush`).
-    fn wp_page_copy(&self, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool) -> FaultOutcome {
-        let c = self.c();
-        let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
-        let arch = vmf.pt.arch;
-        let phys = &self.m.phys;
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
-        let Some(new) = phys.alloc_folio(c, 0, self.folio_node(addr, 0), FolioKind::Anon, zeroing)
-        else {
-            return self.oom();
-        };
-        let old_pfn = arch.pfn(old);
-        if !zero {
-            phys.arena.copy_frame(new, old_pfn);
-            c.add(Ev::PagesCopied, 1);
-        }
-        let mut ptes = PteLock::lock(vmf.pt, c, vmf.table);
-        if ptes.peek_raw(idx) != old {
-            drop(ptes);
-            phys.put_folio(c, new, 1);
-            return FaultOutcome::Completed;
-        }
-        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
-        phys.memmap
-            .set_index(new, vma.pgoff_at(addr.page_align_down()));
-        self.folio_add_lru_vma(new, vma);
-        let mut entry = arch.mk_pte(new, vma.page_prot());
-        entry = arch.mkwrite(arch.mkdirty(entry));
-        // ptep_clear_flush, then install the copy.
-        ptes.clear(idx, 1);
-        self.flush_tlb(mm, FlushScope::Page(addr.page_align_down()));
-        ptes.set_ptes(idx, entry, 1);
-        drop(ptes);
-        if zero {
-            mm.rss_add(RssKind::Anon, 1);
-        } else {
-            let head = phys.memmap.folio_of(old_pfn);
-            if !phys.memmap.test(head, PageFlag::Anon) {
-                // A page-cache page of a private file mapping gives way to an anon copy.
-                mm.rss_add(vma.file_rss(), -1);
-                mm.rss_add(RssKind::Anon, 1);
-                c.add(Ev::FaultFileCow, 1);
-            }
-            rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
-            self.munlock_vma_folio(head, vma);
-            phys.put_folio(c, head, 1);
-        }
-        c.add(Ev::CowCopy, 1);
-        FaultOutcome::Completed
-    }
-
-    /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
-    /// (`vma_adjust_trans_huge`, called when a VMA is split).
-    pub(crate) fn split_huge_pmd_boundaries(&self, mm: &Mm, st: &MmState, start: u64, end: u64) {
-        for addr in [start, end] {
-            let addr = VirtAddr::new(addr);
-            if addr.is_pmd_aligned() {
-                continue;
-            }
-            let pt = self.tables(mm);
-            if let crate::pgtable::Walk::PmdLeaf { table, idx, .. } = pt.walk(addr) {
-                let haddr = addr.pmd_align_down();
-                if let Some(id) = st.vmas.find(haddr.val()) {
-                    self.split_huge_pmd(mm, st.vmas.get(id), table, idx, haddr);
-                }
-            }
-        }
-    }
-
-    /// The node a new folio for `addr` comes from: the CPU's node, or with the interleave
-    /// policy the node chosen by the folio's offset (consecutive folios alternate nodes).
-    pub(crate) fn folio_node(&self, addr: VirtAddr, order: u32) -> usize {
-        let nodes = self.m.phys.nr_nodes().max(1);
-        match self.m.mempolicy() {
-            crate::machine::MemPolicy::Interleave => {
-                ((addr.vpn() >> order) % nodes as u64) as usize
-            }
-            crate::machine::MemPolicy::Default => self.id % nodes,
-        }
-    }
-
-    /// Whether a PMD-sized THP may back `addr` in `vma`.
-    pub(crate) fn thp_pmd_eligible(&self, vma: &Vma, addr: VirtAddr) -> bool {
-        if vma.file.is_some() || vma.flags.has(VmFlags::NOHUGEPAGE) {
-            return false;
-        }
-        let haddr = addr.pmd_align_down();
-        haddr >= vma.vm_start()
-            && haddr.add(PMD_SIZE) <= vma.vm_end()
-            && self
-                .m
-                .tunables()
-                .thp
-                .order_allowed(HPAGE_PMD_ORDER, vma.flags.has(VmFlags::HUGEPAGE))
-    }
-
-    /// Whether a fault at `addr` may map a PMD-sized shmem folio with a PMD (`do_set_pmd`'s
-    /// `thp_vma_suitable_order`): a shmem VMA covering the aligned 2 MiB, with file and
-    /// address congruent. A write to a private mapping copies a page instead (`do_cow_fault`).
-    fn shmem_pmd_suitable(&self, vma: &Vma, addr: VirtAddr, access: Access) -> bool {
-        let haddr = addr.pmd_align_down();
-        (vma.flags.has(VmFlags::SHARED) || access == Access::Read)
-            && !vma.flags.has(VmFlags::NOHUGEPAGE)
-            && vma.file.as_ref().is_some_and(|f| f.kind.is_shmem())
-            && haddr >= vma.vm_start()
-            && haddr.add(PMD_SIZE) <= vma.vm_end()
-            && ((vma.start >> 12).wrapping_sub(vma.pgoff)).is_multiple_of(1 << HPAGE_PMD_ORDER)
-    }
-
-    /// A fault on an empty PMD of a shared shmem mapping: when the page it needs is (or
-    /// becomes) part of a PMD-sized folio, map that folio with one PMD (`do_set_pmd`, reached
-    /// from `finish_fault` or from fault-around's `filemap_map_pmd`). `None`: map with PTEs.
-    fn do_shmem_pmd_fault(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-        access: Access,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let inode = vma.file.clone()?;
-        let (page, lookup) = match self.filemap_fault(&inode, vma, addr, vma.pgoff_at(addr)) {
-            Ok(r) => r,
-            Err(o) => return Some(o),
-        };
-        let head = phys.memmap.folio_of(page);
-        // Even a folio reaching past the end of the file is PMD-mapped: shmem is exempt from
-        // the end-of-file rule (`Inode::may_map_whole`).
-        if phys.memmap.order(head) != HPAGE_PMD_ORDER {
-            // Mapped with PTEs by the normal path, which finds the page in the cache.
-            phys.put_folio(c, head, 1);
-            return None;
-        }
-        if !self.do_set_pmd(mm, vma, pmd_table, pmd_idx, head, access) {
-            phys.put_folio(c, head, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        self.count_file_fault(&inode, lookup);
-        Some(FaultOutcome::Completed)
-    }
-
-    /// `do_set_pmd`: maps the PMD-sized page-cache folio `head` at the empty entry `pmd_idx`
-    /// of PMD table `pmd_table` (the mapping keeps a reference the caller took), writable and
-    /// dirty for a write; false, with nothing done, when the entry is no longer empty.
-    pub(crate) fn do_set_pmd(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        head: Pfn,
-        access: Access,
-    ) -> bool {
-        let (c, phys) = (self.c(), &self.m.phys);
-        let pt = self.tables(mm);
-        let arch = pt.arch;
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if !pmdl.get(pmd_idx).is_none() {
-            return false;
-        }
-        rmap::add_file_pmd(phys, c, head, mm.id);
-        self.mlock_vma_file_folio(head, vma, 1 << HPAGE_PMD_ORDER);
-        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
-        if access == Access::Write {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-            phys.memmap.set(head, PageFlag::Dirty);
-        }
-        pmdl.install(pmd_idx, entry);
-        drop(pmdl);
-        mm.rss_add(vma.file_rss(), 1 << HPAGE_PMD_ORDER);
-        true
-    }
-
-    /// A page table to deposit with a new PMD mapping (allocated before taking the PMD lock).
-    fn alloc_deposit(&self) -> Option<Pfn> {
-        self.m
-            .phys
-            .alloc_folio(self.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
-    }
-
-    /// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
-    ///
-    /// # Context
-    /// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
-    /// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
-    /// exist.
-    pub(crate) fn deposit_table(&self, mm: &Mm, haddr: VirtAddr, table: Pfn) {
-        self.c().add(Ev::LockPageTable, 1);
-        mm.deposited.lock().insert(haddr, table);
-    }
-
-    fn withdraw_table(&self, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
-        self.c().add(Ev::LockPageTable, 1);
-        mm.deposited.lock().remove(&haddr)
-    }
-
-    /// Frees the table deposited for a PMD mapping that is going away.
-    pub(crate) fn zap_deposited_table(&self, mm: &Mm, haddr: VirtAddr) {
-        if let Some(t) = self.withdraw_table(mm, haddr) {
-            self.m.phys.put_folio(self.c(), t, 1);
-        }
-    }
-
-    fn do_huge_pmd_anonymous_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-        access: Access,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let haddr = addr.pmd_align_down();
-        let pt = self.tables(mm);
-        let use_zero = self.m.tunables().thp.use_zero_page;
-        // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
-        // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        if access == Access::Read && use_zero {
-            let hz = phys.huge_zero_pfn()?;
-            let deposit = self.alloc_deposit()?;
-            let entry = arch.mkspecial(arch.mk_pmd_leaf(hz, vma.page_prot()));
-            let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-            if !pmdl.get(pmd_idx).is_none() {
-                drop(pmdl);
-                phys.put_folio(c, deposit, 1);
-                return Some(FaultOutcome::Completed);
-            }
-            self.deposit_table(mm, haddr, deposit);
-            pmdl.install(pmd_idx, entry);
-            c.add(Ev::FaultZeroPage, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        let head = phys.alloc_folio(
-            c,
-            HPAGE_PMD_ORDER,
-            self.folio_node(haddr, HPAGE_PMD_ORDER),
-            FolioKind::Anon,
-            Zeroing::Zero,
-        )?;
-        let Some(deposit) = self.alloc_deposit() else {
-            phys.put_folio(c, head, 1);
-            return None;
-        };
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if !pmdl.get(pmd_idx).is_none() {
-            drop(pmdl);
-            phys.put_folio(c, head, 1);
-            phys.put_folio(c, deposit, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        self.deposit_table(mm, haddr, deposit);
-        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
-        if vma.flags.has(VmFlags::WRITE) {
-            entry = arch.mkwrite(arch.mkdirty(entry));
-        }
-        pmdl.install(pmd_idx, entry);
-        c.add(Ev::FaultAnonPmd, 1);
-        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-        Some(FaultOutcome::Completed)
-    }
-
-    /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
-    pub(crate) fn add_new_pmd_folio(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        head: Pfn,
-        haddr: VirtAddr,
-        owner: u32,
-    ) {
-        let phys = &self.m.phys;
-        rmap::add_new_anon(
-            phys,
-            self.c(),
-            head,
-            1 << HPAGE_PMD_ORDER,
-            Level::Pmd,
-            owner,
-            mm.id,
-        );
-        phys.memmap.set_index(head, vma.pgoff_at(haddr));
-        self.folio_add_lru_vma(head, vma);
-    }
-
-    /// Write fault on a read-only huge PMD: reuse when exclusive, replace the huge zero page
-    /// with a new THP, otherwise split and let the PTE path copy one page.
-    fn do_huge_pmd_wp_page(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        addr: VirtAddr,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        c.add(Ev::FaultWp, 1);
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let haddr = addr.pmd_align_down();
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        let pmd = pmdl.get(pmd_idx);
-        if !arch.is_pmd_leaf(pmd) || arch.write(pmd) {
-            return Some(FaultOutcome::Completed);
-        }
-        let pfn = arch.pfn(pmd);
-        if phys.is_zero_pfn(pfn) {
-            drop(pmdl);
-            return self.huge_zero_wp(mm, vma, pmd_table, pmd_idx, haddr, pmd);
-        }
-        let mem = &phys.memmap;
-        if !mem.test(pfn, PageFlag::Anon) {
-            // A page-cache folio (`wp_huge_pmd` for file VMAs): drop the PMD and let the
-            // write fault again on PTEs (a shared mapping dirties the page, a private one
-            // copies it).
-            drop(pmdl);
-            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-            return None;
-        }
-        if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
-            mem.set(pfn, PageFlag::AnonExclusive);
-            pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
             c.add(Ev::CowReuse, 1);
-            return Some(FaultOutcome::Completed);
+            return FaultOutcome::Completed;
         }
-        drop(pmdl);
-        self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-        None
     }
+    drop(ptes);
+    wp_page_copy(cpu, vmf, pte, zero)
+}
 
-    fn huge_zero_wp(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        haddr: VirtAddr,
-        old: Pmd,
-    ) -> Option<FaultOutcome> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let owner = self.anon_vma_prepare(mm, vma) as u32;
-        let Some(head) = phys.alloc_folio(
-            c,
-            HPAGE_PMD_ORDER,
-            self.folio_node(haddr, HPAGE_PMD_ORDER),
-            FolioKind::Anon,
-            Zeroing::Zero,
-        ) else {
-            self.split_huge_pmd(mm, vma, pmd_table, pmd_idx, haddr);
-            return None;
-        };
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        if pmdl.get(pmd_idx) != old {
-            drop(pmdl);
-            phys.put_folio(c, head, 1);
-            return Some(FaultOutcome::Completed);
-        }
-        self.add_new_pmd_folio(mm, vma, head, haddr, owner);
-        let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
-        // Break before make: the huge zero page leaves every TLB before the THP appears.
-        pmdl.clear(pmd_idx);
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-        pmdl.install(pmd_idx, entry);
-        c.add(Ev::FaultAnonPmd, 1);
-        mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-        Some(FaultOutcome::Completed)
+/// `wp_can_reuse_anon_folio` for a small folio: no other reference (a reference held by this
+/// CPU's LRU batch is drained away first).
+fn can_reuse_small_anon_folio<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
+    let mem = &cpu.m.phys.memmap;
+    if mem.refcount(head) > 3 {
+        return false;
     }
+    if !mem.test(head, PageFlag::Lru) {
+        cpu.lru_add_drain();
+    }
+    mem.refcount(head) == 1
+}
 
-    /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
-    /// The folio stays large; each PTE takes a reference and a mapcount; PageAnonExclusive of
-    /// the head spreads to every page.
-    ///
-    /// # Context
-    /// mmap lock held (read or write); takes the PMD table's lock.
-    pub(crate) fn split_huge_pmd(
-        &self,
-        mm: &Mm,
-        vma: &Vma,
-        pmd_table: Pfn,
-        pmd_idx: usize,
-        haddr: VirtAddr,
-    ) {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pt = self.tables(mm);
-        let mut pmdl = PmdLock::lock(pt, c, pmd_table);
-        let pmd = pmdl.get(pmd_idx);
-        if !arch.is_pmd_leaf(pmd) {
-            return;
-        }
-        if let Some(head) = pt
-            .vm_normal_folio(pmd)
-            .filter(|&h| !phys.memmap.test(h, PageFlag::Anon))
-        {
-            // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
-            // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
-            pmdl.clear(pmd_idx);
-            self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-            drop(pmdl);
-            let mem = &phys.memmap;
-            if arch.dirty(pmd) {
-                mem.set(head, PageFlag::Dirty);
+/// `__wp_can_reuse_large_anon_folio` (Linux 6.15+, MM owner tracking): reuse when this mm
+/// provably holds every mapping and every reference of the PTE-mapped folio.
+fn can_reuse_large_anon_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, head: Pfn) -> bool {
+    use crate::sharing::SharingTracker;
+    let phys = &cpu.m.phys;
+    let mem = &phys.memmap;
+    match phys.sharing.tracker() {
+        // Before 6.15 (and with the first-page estimates) large folios were always copied.
+        SharingTracker::Estimate | SharingTracker::Mapcount => false,
+        // Owner slots exist only on folios allocated while owner tracking was on.
+        SharingTracker::Owner if !mem.test(head, PageFlag::OwnerTracked) => false,
+        SharingTracker::Owner => {
+            let mapcount = mem.large_mapcount(head);
+            let quick = mapcount > 1
+                && !rmap::owner::maybe_mapped_shared(phys, head)
+                && mem.entire_mapcount(head) == 0
+                && mapcount == mem.refcount(head);
+            if !quick {
+                return false;
             }
-            if arch.young(pmd) {
-                mem.set(head, PageFlag::Referenced);
-            }
-            rmap::remove_pmd(phys, c, head, mm.id);
-            self.munlock_vma_folio(head, vma);
-            phys.put_folio(c, head, 1);
-            mm.rss_add(vma.file_rss(), -(1 << HPAGE_PMD_ORDER));
-            c.add(Ev::ThpSplitPmd, 1);
-            return;
+            let _g = mem.lock_large_mapcount(head);
+            !rmap::owner::maybe_mapped_shared(phys, head)
+                && mem.large_mapcount(head) == mem.refcount(head)
         }
-        let Some(table) = self.withdraw_table(mm, haddr) else {
-            return;
-        };
-        let pfn = arch.pfn(pmd);
-        let nr = 1u64 << HPAGE_PMD_ORDER;
-        // Each PTE is the PMD's entry for its page, as a level-3 entry.
-        let mut base = arch.mk_pte(pfn, pmd_prot(arch, pmd));
-        if arch.special(pmd) {
-            base = arch.mkspecial(arch.mk_pte(phys.zero_pfn(), pmd_prot(arch, pmd)));
+        SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
+            phys.sharing
+                .cow_reusable(head, mem.order(head), mm.id, |m| {
+                    mem.entire_mapcount(head) == 0 && mem.refcount(head) as u64 == m
+                })
         }
-        if arch.dirty(pmd) {
-            base = arch.mkdirty(base);
-            if !arch.soft_dirty(pmd) {
-                base = arch.clear_soft_dirty(base);
-            }
-        }
-        if !arch.young(pmd) {
-            base = arch.mkold(base);
-        }
-        if arch.write(pmd) {
-            base = arch.mkwrite(base);
-        }
-        let zero = arch.special(pmd);
-        let batch = self.m.tunables().remap_rmap_batch;
-        // The withdrawn table is not linked yet: no walker can reach it until the PMD points
-        // at it, so it is filled without its lock (Linux fills it before `pmd_populate`).
-        let mut ptes = UnlinkedPtes::new(pt, c, table);
-        if zero {
-            ptes.fill_same(0, base, nr as usize);
-        } else if batch == PteBatching::PerPte {
-            // v6.7: one rmap call and one PTE store per page.
-            for i in 0..nr {
-                rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
-                ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
-            }
-        } else {
-            ptes.set_ptes(0, base, nr as usize);
-            rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
-        }
-        drop(ptes);
-        if !zero {
-            let mem = &phys.memmap;
-            if arch.dirty(pmd) {
-                // `__split_huge_pmd_locked` moves a dirty PMD's state to the folio too.
-                mem.set(pfn, PageFlag::Dirty);
-            }
-            let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-            rmap::remove_pmd(phys, c, pfn, mm.id);
-            rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
-            self.munlock_vma_folio(pfn, vma);
-            if exclusive {
-                // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
-                // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
-                for p in pfn.range(nr) {
-                    mem.set(p, PageFlag::AnonExclusive);
-                }
-                c.add(Ev::FolioAtomic, nr);
-            }
-        }
-        pmdl.replace(pmd_idx, arch.mk_table(table));
-        self.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
-        drop(pmdl);
-        c.add(Ev::ThpSplitPmd, 1);
     }
 }
 
-/// The protection encoded in a PMD leaf.
-pub(crate) fn pmd_prot(arch: crate::pgtable::Arch, e: Pmd) -> crate::pgtable::Prot {
-    let accessible = arch.accessible(e);
-    crate::pgtable::Prot {
-        read: accessible,
-        write: false,
-        exec: accessible && arch.exec(e),
+/// `wp_page_copy`: a private copy of the page `old` maps (a zeroed page for the zero
+/// page) replaces it, with a flush in between (`ptep_clear_flush`).
+fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool) -> FaultOutcome {
+    let c = cpu.c();
+    let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
+    let arch = vmf.pt.arch;
+    let phys = &cpu.m.phys;
+    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
+    let Some(new) = phys.alloc_folio(c, 0, folio_node(cpu, addr, 0), FolioKind::Anon, zeroing)
+    else {
+        return oom(cpu);
+    };
+    let old_pfn = arch.pfn(old);
+    if !zero {
+        phys.arena.copy_frame(new, old_pfn);
+        c.add(Ev::PagesCopied, 1);
     }
+    let mut ptes = PteLock::lock(vmf.pt, c, vmf.table());
+    if ptes.peek_raw(idx) != old {
+        drop(ptes);
+        phys.put_folio(c, new, 1);
+        return FaultOutcome::Completed;
+    }
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    phys.memmap
+        .set_index(new, vma.pgoff_at(addr.page_align_down()));
+    folio_add_lru_vma(cpu, new, vma);
+    let mut entry = arch.mk_pte(new, vma.page_prot());
+    entry = arch.mkwrite(arch.mkdirty(entry));
+    // ptep_clear_flush, then install the copy.
+    ptes.clear(idx, 1);
+    cpu.flush_tlb(mm, FlushScope::Page(addr.page_align_down()));
+    ptes.set_ptes(idx, entry, 1);
+    drop(ptes);
+    if zero {
+        mm.rss_add(RssKind::Anon, 1);
+    } else {
+        let head = phys.memmap.folio_of(old_pfn);
+        if !phys.memmap.test(head, PageFlag::Anon) {
+            // A page-cache page of a private file mapping gives way to an anon copy.
+            mm.rss_add(mm_counter_file(vma), -1);
+            mm.rss_add(RssKind::Anon, 1);
+            c.add(Ev::FaultFileCow, 1);
+        }
+        rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
+        munlock_vma_folio(cpu, head, vma);
+        phys.put_folio(c, head, 1);
+    }
+    c.add(Ev::CowCopy, 1);
+    FaultOutcome::Completed
 }

@@ -72,7 +72,7 @@ pub(crate) struct CpuSlot {
     /// This CPU's TLB.
     pub(crate) tlb: Tlb,
     /// This CPU's folio batches (lru_add, mlock).
-    pub(crate) batches: Mutex<crate::mlock::CpuBatches>,
+    pub(crate) batches: Mutex<crate::phys::lru::CpuBatches>,
 }
 
 /// RLIMIT_MEMLOCK default (8 MiB).
@@ -243,7 +243,7 @@ impl Machine {
     }
 
     /// The folio batches of CPU `cpu`.
-    pub fn cpu_batches(&self, cpu: usize) -> &Mutex<crate::mlock::CpuBatches> {
+    pub fn cpu_batches(&self, cpu: usize) -> &Mutex<crate::phys::lru::CpuBatches> {
         &self.cpus[cpu].batches
     }
 
@@ -299,6 +299,12 @@ impl Machine {
 }
 
 /// A CPU held by the calling thread: the entry point of every operation.
+///
+/// Its methods are the system-call table (`mmap`, `fork`, `madvise`, the accesses, the
+/// `/proc` views…) and the CPU's own state (its counters, TLB and folio batches). Everything
+/// below a system call is a free function taking the CPU it runs on (`cpu: &Cpu<'m>`) in the
+/// engine file of its Linux file: `fault::handle_mm_fault`, `huge_memory::split_huge_pmd`,
+/// `filemap::io::filemap_fault` (see `docs/architecture.md`).
 #[derive(Debug)]
 pub struct Cpu<'m> {
     /// The machine.
@@ -328,7 +334,7 @@ impl<'m> Cpu<'m> {
 
     /// This CPU's folio batches.
     #[inline]
-    pub(crate) fn batches(&self) -> &'m Mutex<crate::mlock::CpuBatches> {
+    pub(crate) fn batches(&self) -> &'m Mutex<crate::phys::lru::CpuBatches> {
         &self.m.cpus[self.id].batches
     }
 

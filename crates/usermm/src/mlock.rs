@@ -18,46 +18,10 @@
 //! table instead of taking it per folio, the one cost of the engine's lock Linux does not pay.
 
 use crate::machine::Cpu;
+pub(crate) use crate::phys::lru::{CpuBatches, FolioBatch, MlockOp, FOLIO_BATCH_SIZE};
 use crate::phys::{Folio, PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::vma::{VmFlags, Vma};
-
-/// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
-pub(crate) const FOLIO_BATCH_SIZE: usize = 31;
-
-/// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MlockOp {
-    /// Mlock a folio already on an LRU (`LRU_FOLIO`).
-    Mlock,
-    /// First LRU insertion of a new folio in a locked VMA (`NEW_FOLIO`).
-    New,
-    /// Munlock (untagged).
-    Munlock,
-}
-
-/// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch` (no
-/// heap allocation on the paths being measured).
-pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
-
-/// One CPU's folio batches.
-#[derive(Debug, Default)]
-pub struct CpuBatches {
-    /// `lru_add` batch: new folios waiting to join an LRU.
-    pub(crate) lru_add: FolioBatch<Pfn>,
-    /// `mlock_fbatch`.
-    pub(crate) mlock: FolioBatch<(Pfn, MlockOp)>,
-}
-
-impl CpuBatches {
-    /// Every folio referenced by a batch entry (for validation).
-    pub fn folios(&self) -> impl Iterator<Item = Pfn> + '_ {
-        self.lru_add
-            .iter()
-            .copied()
-            .chain(self.mlock.iter().map(|&(f, _)| f))
-    }
-}
 
 /// This CPU's mlock batch with its lock held (see the module's locking notes).
 pub(crate) struct MlockQueue<'a, 'm> {
@@ -75,14 +39,14 @@ impl MlockQueue<'_, '_> {
         if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.folio(head).is_large() {
             // Processed in place under the batch lock, as `mlock_folio_batch` runs under the
             // local lock, then emptied (`folio_batch_reinit`): no copy of the batch.
-            cpu.process_mlock(&self.batches.mlock);
+            process_mlock(cpu, &self.batches.mlock);
             self.batches.mlock.clear();
         }
     }
 
     /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
     pub(crate) fn mlock(&mut self, head: Pfn) {
-        self.cpu.set_mlocked(head);
+        set_mlocked(self.cpu, head);
         self.push(head, MlockOp::Mlock);
     }
 
@@ -112,247 +76,266 @@ impl<'m> Cpu<'m> {
         self.m.phys.memmap.folio(head)
     }
 
-    /// Queues a new folio for the LRU (`folio_add_lru`).
-    pub(crate) fn folio_add_lru(&self, head: Pfn) {
-        crate::rmap::folio_ref_add(&self.m.phys, self.c(), head, 1);
-        let full = {
-            let mut b = self.batches().lock();
-            b.lru_add.push(head);
-            b.lru_add.len() >= FOLIO_BATCH_SIZE || self.folio(head).is_large()
-        };
-        if full {
-            self.drain_lru_add();
-        }
-    }
-
-    /// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
-    pub(crate) fn folio_add_lru_vma(&self, head: Pfn, vma: &Vma) {
-        if vma_locked(vma) {
-            self.mlock_new_folio(head);
-        } else {
-            self.folio_add_lru(head);
-        }
-    }
-
-    /// This CPU's mlock batch, held for queueing several folios.
-    pub(crate) fn mlock_queue(&self) -> MlockQueue<'_, 'm> {
-        MlockQueue {
-            cpu: self,
-            batches: self.batches().lock(),
-        }
-    }
-
-    fn set_mlocked(&self, head: Pfn) {
-        let folio = self.folio(head);
-        if !folio.test_and_set(PageFlag::Mlocked) {
-            self.m
-                .phys
-                .mod_nr_mlock(self.c(), head, folio.nr_pages() as i64);
-            self.c().add(Ev::NrMlockUpdate, 1);
-            self.c().add(Ev::Mlocked, 1);
-        }
-    }
-
-    /// `mlock_new_folio`.
-    pub(crate) fn mlock_new_folio(&self, head: Pfn) {
-        self.set_mlocked(head);
-        self.mlock_queue().push(head, MlockOp::New);
-    }
-
-    /// `mlock_folio` of one folio.
-    pub(crate) fn mlock_folio(&self, head: Pfn) {
-        self.mlock_queue().mlock(head);
-    }
-
-    /// `munlock_folio` of one folio.
-    pub(crate) fn munlock_folio(&self, head: Pfn) {
-        self.mlock_queue().munlock(head);
-    }
-
-    /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
-    pub(crate) fn mlock_vma_folio(&self, head: Pfn, vma: &Vma) {
-        if vma_locked(vma) && !self.folio(head).is_large() {
-            self.mlock_folio(head);
-        }
-    }
-
-    /// `__folio_add_file_rmap`'s mlock (6.18): a page-cache folio newly mapped into a locked
-    /// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
-    /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
-    /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
-    pub(crate) fn mlock_vma_file_folio(&self, head: Pfn, vma: &Vma, nr: u64) {
-        if vma_locked(vma) && nr == self.folio(head).nr_pages() {
-            self.mlock_folio(head);
-        }
-    }
-
-    /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
-    ///
-    /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
-    pub(crate) fn munlock_vma_folio(&self, head: Pfn, vma: &Vma) {
-        if vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
-            self.munlock_folio(head);
-        }
-    }
-
-    /// Whether [`Cpu::munlock_vma_folio`] acts in `vma`: read once by walkers that unmap
-    /// many folios of one VMA, instead of taking the tunables lock per folio.
-    pub(crate) fn munlocks_at_unmap(&self, vma: &Vma) -> bool {
-        vma_locked(vma) && self.m.tunables().munlock == crate::tunables::MunlockDesign::Modern
-    }
-
     /// Drains this CPU's batches (`lru_add_drain`).
     pub fn lru_add_drain(&self) {
-        self.drain_lru_add();
-        self.drain_mlock();
+        drain_lru_add(self);
+        drain_mlock(self);
     }
 
     /// Drains every CPU's batches (`lru_add_drain_all`).
     pub fn lru_add_drain_all(&self) {
         for cpu in 0..self.m.nr_cpus() {
             let mut b = self.m.cpu_batches(cpu).lock();
-            self.process_lru_add(&b.lru_add);
+            process_lru_add(self, &b.lru_add);
             b.lru_add.clear();
-            self.process_mlock(&b.mlock);
+            process_mlock(self, &b.mlock);
             b.mlock.clear();
         }
     }
+}
 
-    /// Drains the lru_add batch in place under its lock (`folio_batch_move_lru`).
-    fn drain_lru_add(&self) {
-        let mut b = self.batches().lock();
-        self.process_lru_add(&b.lru_add);
-        b.lru_add.clear();
+/// Queues a new folio for the LRU (`folio_add_lru`).
+pub(crate) fn folio_add_lru<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
+    let full = {
+        let mut b = cpu.batches().lock();
+        b.lru_add.push(head);
+        b.lru_add.len() >= FOLIO_BATCH_SIZE || cpu.folio(head).is_large()
+    };
+    if full {
+        drain_lru_add(cpu);
     }
+}
 
-    /// Drains the mlock batch in place under its lock (`mlock_folio_batch`).
-    fn drain_mlock(&self) {
-        let mut b = self.batches().lock();
-        self.process_mlock(&b.mlock);
-        b.mlock.clear();
+/// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
+pub(crate) fn folio_add_lru_vma<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
+    if vma_locked(vma) {
+        mlock_new_folio(cpu, head);
+    } else {
+        folio_add_lru(cpu, head);
     }
+}
 
-    /// Drops the batch's folio references (`folios_put`).
-    fn release_batch(&self, folios: impl Iterator<Item = Pfn>) {
-        let refs: FolioBatch<(Pfn, i32)> = folios.map(|f| (f, 1)).collect();
-        self.m.phys.folios_put_refs(self.c(), &refs);
+/// This CPU's mlock batch, held for queueing several folios.
+pub(crate) fn mlock_queue<'a, 'm>(cpu: &'a Cpu<'m>) -> MlockQueue<'a, 'm> {
+    MlockQueue {
+        cpu,
+        batches: cpu.batches().lock(),
     }
+}
 
-    fn process_lru_add(&self, folios: &[Pfn]) {
-        if folios.is_empty() {
-            return;
-        }
-        self.c().add(Ev::BatchDrain, 1);
-        let mem = &self.m.phys.memmap;
-        self.m.phys.with_lru_locks(
-            self.c(),
-            folios,
-            |f| f,
-            |lists, f| {
-                let folio = mem.folio(f);
-                let nr = folio.nr_pages();
-                if folio.test(PageFlag::Mlocked) {
-                    folio.set(PageFlag::Unevictable);
-                    folio.set_mlock_count(0);
-                    self.c().add(Ev::Culled, 1);
-                }
-                lists.add(folio, nr);
-                folio.set(PageFlag::Lru);
-            },
-        );
-        self.release_batch(folios.iter().copied());
+fn set_mlocked<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    let folio = cpu.folio(head);
+    if !folio.test_and_set(PageFlag::Mlocked) {
+        cpu.m
+            .phys
+            .mod_nr_mlock(cpu.c(), head, folio.nr_pages() as i64);
+        cpu.c().add(Ev::NrMlockUpdate, 1);
+        cpu.c().add(Ev::Mlocked, 1);
     }
+}
 
-    fn process_mlock(&self, entries: &[(Pfn, MlockOp)]) {
-        if entries.is_empty() {
-            return;
-        }
-        self.c().add(Ev::BatchDrain, 1);
-        self.m.phys.with_lru_locks(
-            self.c(),
-            entries,
-            |(f, _)| f,
-            |lists, (f, op)| match op {
-                MlockOp::New => self.mlock_new_locked(lists, f),
-                MlockOp::Mlock => self.mlock_locked(lists, f),
-                MlockOp::Munlock => self.munlock_locked(lists, f),
-            },
-        );
-        self.release_batch(entries.iter().map(|&(f, _)| f));
+/// `mlock_new_folio`.
+pub(crate) fn mlock_new_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    set_mlocked(cpu, head);
+    mlock_queue(cpu).push(head, MlockOp::New);
+}
+
+/// `mlock_folio` of one folio.
+pub(crate) fn mlock_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    mlock_queue(cpu).mlock(head);
+}
+
+/// `munlock_folio` of one folio.
+pub(crate) fn munlock_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    mlock_queue(cpu).munlock(head);
+}
+
+/// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
+pub(crate) fn mlock_vma_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
+    if vma_locked(vma) && !cpu.folio(head).is_large() {
+        mlock_folio(cpu, head);
     }
+}
 
-    /// `__mlock_new_folio`.
-    fn mlock_new_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let folio = self.folio(f);
-        let nr = folio.nr_pages();
-        if folio.test(PageFlag::Mlocked) {
-            folio.set(PageFlag::Unevictable);
-            folio.set_mlock_count(1);
-            self.c().add(Ev::Culled, 1);
-        }
-        lists.add(folio, nr);
-        folio.set(PageFlag::Lru);
+/// `__folio_add_file_rmap`'s mlock (6.18): a page-cache folio newly mapped into a locked
+/// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
+/// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
+/// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
+pub(crate) fn mlock_vma_file_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma, nr: u64) {
+    if vma_locked(vma) && nr == cpu.folio(head).nr_pages() {
+        mlock_folio(cpu, head);
     }
+}
 
-    /// `__mlock_folio`.
-    fn mlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let folio = self.folio(f);
-        let nr = folio.nr_pages();
-        if !folio.test_and_clear(PageFlag::Lru) {
-            return;
-        }
-        let mlocked = folio.test(PageFlag::Mlocked);
-        let unevictable = folio.test(PageFlag::Unevictable);
-        if !mlocked {
-            if unevictable {
-                lists.del(folio, nr);
-                folio.clear(PageFlag::Unevictable);
-                lists.add(folio, nr);
-                self.c().add(Ev::Rescued, 1);
+/// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
+///
+/// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
+pub(crate) fn munlock_vma_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
+    if vma_locked(vma) && cpu.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
+        munlock_folio(cpu, head);
+    }
+}
+
+/// Whether [`munlock_vma_folio`] acts in `vma`: read once by walkers that unmap
+/// many folios of one VMA, instead of taking the tunables lock per folio.
+pub(crate) fn munlocks_at_unmap<'m>(cpu: &Cpu<'m>, vma: &Vma) -> bool {
+    vma_locked(vma) && cpu.m.tunables().munlock == crate::tunables::MunlockDesign::Modern
+}
+
+/// Drains the lru_add batch in place under its lock (`folio_batch_move_lru`).
+fn drain_lru_add<'m>(cpu: &Cpu<'m>) {
+    let mut b = cpu.batches().lock();
+    process_lru_add(cpu, &b.lru_add);
+    b.lru_add.clear();
+}
+
+/// Drains the mlock batch in place under its lock (`mlock_folio_batch`).
+fn drain_mlock<'m>(cpu: &Cpu<'m>) {
+    let mut b = cpu.batches().lock();
+    process_mlock(cpu, &b.mlock);
+    b.mlock.clear();
+}
+
+/// Drops the batch's folio references (`folios_put`).
+fn release_batch<'m>(cpu: &Cpu<'m>, folios: impl Iterator<Item = Pfn>) {
+    let refs: FolioBatch<(Pfn, i32)> = folios.map(|f| (f, 1)).collect();
+    cpu.m.phys.folios_put_refs(cpu.c(), &refs);
+}
+
+fn process_lru_add<'m>(cpu: &Cpu<'m>, folios: &[Pfn]) {
+    if folios.is_empty() {
+        return;
+    }
+    cpu.c().add(Ev::BatchDrain, 1);
+    let mem = &cpu.m.phys.memmap;
+    cpu.m.phys.with_lru_locks(
+        cpu.c(),
+        folios,
+        |f| f,
+        |lists, f| {
+            let folio = mem.folio(f);
+            let nr = folio.nr_pages();
+            if folio.test(PageFlag::Mlocked) {
+                folio.set(PageFlag::Unevictable);
+                folio.set_mlock_count(0);
+                cpu.c().add(Ev::Culled, 1);
             }
-        } else if unevictable {
-            folio.set_mlock_count(folio.mlock_count() + 1);
-        } else {
-            lists.del(folio, nr);
-            folio.clear(PageFlag::Active);
-            folio.set(PageFlag::Unevictable);
-            folio.set_mlock_count(1);
             lists.add(folio, nr);
-            self.c().add(Ev::Culled, 1);
-        }
-        folio.set(PageFlag::Lru);
-    }
+            folio.set(PageFlag::Lru);
+        },
+    );
+    release_batch(cpu, folios.iter().copied());
+}
 
-    /// `__munlock_folio`.
-    fn munlock_locked(&self, lists: &mut crate::phys::lru::Lists, f: Pfn) {
-        let folio = self.folio(f);
-        let nr = folio.nr_pages();
-        let isolated = folio.test_and_clear(PageFlag::Lru);
-        let unevictable = folio.test(PageFlag::Unevictable);
-        if isolated && unevictable {
-            let count = folio.mlock_count();
-            if count > 0 {
-                folio.set_mlock_count(count - 1);
-                if count - 1 > 0 {
-                    folio.set(PageFlag::Lru);
-                    return;
-                }
-            }
-        }
-        if folio.test_and_clear(PageFlag::Mlocked) {
-            self.m.phys.mod_nr_mlock(self.c(), f, -(nr as i64));
-            self.c().add(Ev::NrMlockUpdate, 1);
-            self.c().add(Ev::Munlocked, 1);
-        }
-        if isolated && unevictable && !folio.test(PageFlag::Mlocked) {
+fn process_mlock<'m>(cpu: &Cpu<'m>, entries: &[(Pfn, MlockOp)]) {
+    if entries.is_empty() {
+        return;
+    }
+    cpu.c().add(Ev::BatchDrain, 1);
+    cpu.m.phys.with_lru_locks(
+        cpu.c(),
+        entries,
+        |(f, _)| f,
+        |lists, (f, op)| match op {
+            MlockOp::New => mlock_new_locked(cpu, lists, f),
+            MlockOp::Mlock => mlock_locked(cpu, lists, f),
+            MlockOp::Munlock => munlock_locked(cpu, lists, f),
+        },
+    );
+    release_batch(cpu, entries.iter().map(|&(f, _)| f));
+}
+
+/// `__mlock_new_folio`.
+fn mlock_new_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn) {
+    let folio = cpu.folio(f);
+    let nr = folio.nr_pages();
+    if folio.test(PageFlag::Mlocked) {
+        folio.set(PageFlag::Unevictable);
+        folio.set_mlock_count(1);
+        cpu.c().add(Ev::Culled, 1);
+    }
+    lists.add(folio, nr);
+    folio.set(PageFlag::Lru);
+}
+
+/// `__mlock_folio`.
+fn mlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn) {
+    let folio = cpu.folio(f);
+    let nr = folio.nr_pages();
+    if !folio.test_and_clear(PageFlag::Lru) {
+        return;
+    }
+    let mlocked = folio.test(PageFlag::Mlocked);
+    let unevictable = folio.test(PageFlag::Unevictable);
+    if !mlocked {
+        if unevictable {
             lists.del(folio, nr);
             folio.clear(PageFlag::Unevictable);
-            folio.set_mlock_count(0);
             lists.add(folio, nr);
-            self.c().add(Ev::Rescued, 1);
+            cpu.c().add(Ev::Rescued, 1);
         }
-        if isolated {
-            folio.set(PageFlag::Lru);
+    } else if unevictable {
+        folio.set_mlock_count(folio.mlock_count() + 1);
+    } else {
+        lists.del(folio, nr);
+        folio.clear(PageFlag::Active);
+        folio.set(PageFlag::Unevictable);
+        folio.set_mlock_count(1);
+        lists.add(folio, nr);
+        cpu.c().add(Ev::Culled, 1);
+    }
+    folio.set(PageFlag::Lru);
+}
+
+/// `__munlock_folio`.
+fn munlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn) {
+    let folio = cpu.folio(f);
+    let nr = folio.nr_pages();
+    let isolated = folio.test_and_clear(PageFlag::Lru);
+    let unevictable = folio.test(PageFlag::Unevictable);
+    if isolated && unevictable {
+        let count = folio.mlock_count();
+        if count > 0 {
+            folio.set_mlock_count(count - 1);
+            if count - 1 > 0 {
+                folio.set(PageFlag::Lru);
+                return;
+            }
         }
+    }
+    if folio.test_and_clear(PageFlag::Mlocked) {
+        cpu.m.phys.mod_nr_mlock(cpu.c(), f, -(nr as i64));
+        cpu.c().add(Ev::NrMlockUpdate, 1);
+        cpu.c().add(Ev::Munlocked, 1);
+    }
+    if isolated && unevictable && !folio.test(PageFlag::Mlocked) {
+        lists.del(folio, nr);
+        folio.clear(PageFlag::Unevictable);
+        folio.set_mlock_count(0);
+        lists.add(folio, nr);
+        cpu.c().add(Ev::Rescued, 1);
+    }
+    if isolated {
+        folio.set(PageFlag::Lru);
+    }
+}
+
+/// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
+/// lock, taking it off its evictable list first and putting it back on the new one.
+pub(crate) fn lru_relist<'m>(cpu: &Cpu<'m>, head: Pfn, change: impl FnOnce(bool)) {
+    use crate::phys::PageFlag;
+    let phys = &cpu.m.phys;
+    let folio = phys.memmap.folio(head);
+    let nr = folio.nr_pages();
+    cpu.c().add(Ev::LockLru, 1);
+    let mut lists = phys.lruvec_of(head).lock();
+    let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
+    if on_lru {
+        lists.del(folio, nr);
+    }
+    change(on_lru);
+    if on_lru {
+        lists.add(folio, nr);
     }
 }

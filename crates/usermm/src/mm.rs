@@ -35,7 +35,7 @@
 
 use crate::phys::Pfn;
 use crate::vaddr::VirtAddr;
-use crate::vma::VmaSet;
+use crate::vma::{Vma, VmaSet};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
@@ -53,6 +53,15 @@ pub(crate) enum RssKind {
     Shmem = 1,
     /// Pages of other files (`MM_FILEPAGES`).
     File = 2,
+}
+
+/// The RSS counter of the file pages `vma` maps (`mm_counter_file`): shmem for shared
+/// anonymous memory and tmpfs, file otherwise. Anonymous pages count as [`RssKind::Anon`].
+pub(crate) fn mm_counter_file(vma: &Vma) -> RssKind {
+    match &vma.file {
+        Some(f) if !f.kind.is_shmem() => RssKind::File,
+        _ => RssKind::Shmem,
+    }
 }
 
 /// A long-term pin taken by `pin` (an io_uring fixed buffer).

@@ -47,7 +47,7 @@ impl ThpPolicy {
 pub const PMD_ORDER: u32 = 9;
 
 /// THP settings: the top-level policy and one per anonymous folio order 2..=9.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThpSettings {
     /// `/sys/kernel/mm/transparent_hugepage/enabled` (never `Inherit`).
     pub top: ThpPolicy,

@@ -28,11 +28,27 @@
 //!   address is really wanted as a number: a VMA tree lookup, the views' and validation's
 //!   `u64` results, and the TLB's and the NUMA interleave's page numbers ([`VirtAddr::vpn`]).
 
-use crate::pgtable::PMD_SIZE;
 use std::fmt;
 
 /// Bytes in a page (`PAGE_SIZE`).
 const PAGE_SIZE: u64 = 4096;
+
+// The geometry of the 4-level address space (`asm/pgtable_64_types.h`); the page tables
+// re-export it (`crate::pgtable::PMD_SIZE`), an address computes with it.
+
+/// Entries per table.
+pub(crate) const PTRS_PER_TABLE: usize = 512;
+/// Bytes mapped by one PMD entry.
+pub(crate) const PMD_SIZE: u64 = 1 << 21;
+/// Bytes mapped by one PUD entry.
+pub(crate) const PUD_SIZE: u64 = 1 << 30;
+/// Bytes mapped by one PGD entry.
+pub const PGD_SIZE: u64 = 1 << 39;
+/// Top of the user address space (47-bit, like x86-64 4-level and arm64 48-bit VA minus a page).
+pub const TASK_SIZE: u64 = (1 << 47) - 4096;
+
+/// Shift of each level, top first.
+pub(crate) const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
 
 /// A user virtual address (Linux's `unsigned long addr` of a user mapping).
 #[repr(transparent)]

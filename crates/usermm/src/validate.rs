@@ -10,12 +10,11 @@
 //! Call at a quiescent point (no operation in flight on any CPU).
 
 use crate::machine::Machine;
-use crate::mm::{Mm, RssKind};
-use crate::pgtable::cursor::PmdKind;
+use crate::mm::{mm_counter_file, Mm, RssKind};
+use crate::pgtable::cursor::walk_leaves;
 use crate::pgtable::{AnyLeaf, PageTables, PTRS_PER_TABLE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
-use crate::vaddr::VirtAddr;
 use crate::vma::VmFlags;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -326,7 +325,11 @@ impl Machine {
             let head = mem.folio_of(pfn);
             let f = folios.entry(head).or_default();
             let anon = mem.test(head, PageFlag::Anon);
-            let kind = if anon { 0 } else { vma.file_rss() as usize };
+            let kind = if anon {
+                0
+            } else {
+                mm_counter_file(vma) as usize
+            };
             if vma.flags.has(VmFlags::LOCKED) {
                 f.locked_maps += 1;
             } else if st.mlock_stale.iter().any(|&(s, e)| s <= addr && addr < e) {
@@ -374,7 +377,7 @@ impl Machine {
                     continue;
                 }
                 let addr = e.vpn << 12;
-                let ok = match crate::views::leaf_at(pt, addr) {
+                let ok = match crate::pgtable::leaf_at(pt, addr) {
                     Some(l) => {
                         l.pfn == e.pfn
                             && self.arch.accessible(l.entry)
@@ -572,22 +575,5 @@ impl Machine {
             }
         }
         frames
-    }
-}
-
-/// Calls `f(addr, entry)` for every non-empty leaf entry (as stored), in address order.
-pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, AnyLeaf)) {
-    for step in pt.pmd_walk(VirtAddr::new(0), VirtAddr::new(u64::MAX)) {
-        match step.kind {
-            PmdKind::Huge(e) => f(step.start.val(), AnyLeaf::Pmd(e)),
-            PmdKind::Table(table) => {
-                for i in 0..PTRS_PER_TABLE {
-                    let e = pt.ptep_get_raw(table, i);
-                    if !e.is_none() {
-                        f(step.start.add((i as u64) << 12).val(), AnyLeaf::Pte(e));
-                    }
-                }
-            }
-        }
     }
 }

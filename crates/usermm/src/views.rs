@@ -11,7 +11,7 @@ use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::{Mm, Pid, RssKind};
 use crate::pgtable::cursor::PmdKind;
-use crate::pgtable::{AnyLeaf, PageTables, Walk, PMD_SIZE};
+use crate::pgtable::{leaf_at, AnyLeaf, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn, PhysMem, HPAGE_PMD_ORDER};
 use crate::rmap::page_mapcount;
 use crate::vaddr::VirtAddr;
@@ -216,28 +216,6 @@ pub mod kpf {
     pub(crate) const WRITEBACK: u32 = 8;
 }
 
-/// The leaf mapping one address: the entry (a PTE or a PMD leaf) and the frame of the
-/// address's page.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LeafInfo {
-    pub(crate) entry: AnyLeaf,
-    pub(crate) pfn: Pfn,
-}
-
-pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
-    match pt.walk(VirtAddr::new(addr)) {
-        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
-            entry: AnyLeaf::Pte(entry),
-            pfn: pt.arch.pfn(entry),
-        }),
-        Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
-            entry: AnyLeaf::Pmd(entry),
-            pfn: pt.arch.pfn(entry).add((addr >> 12) & 511),
-        }),
-        _ => None,
-    }
-}
-
 /// What one mapping of a folio adds to smaps.
 #[derive(Clone, Copy, Debug)]
 struct Charge {
@@ -326,13 +304,9 @@ fn smaps_account(
 }
 
 impl<'m> Cpu<'m> {
-    fn mm_of(&self, pid: Pid) -> SysResult<std::sync::Arc<crate::mm::Task>> {
-        self.m.task(pid)
-    }
-
     /// `/proc/PID/maps`.
     pub fn maps(&self, pid: Pid) -> SysResult<Vec<MapsEntry>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let st = task.mm.lock.read();
         Ok(st
             .vmas
@@ -355,7 +329,7 @@ impl<'m> Cpu<'m> {
 
     /// `/proc/PID/smaps`: one entry per VMA overlapping `[start, end)`, each for the whole VMA.
     pub fn smaps(&self, pid: Pid, start: u64, end: u64) -> SysResult<Vec<(MapsEntry, Smaps)>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let st = task.mm.lock.read();
         let mut out = Vec::new();
         for id in st.vmas.overlapping(start, end) {
@@ -368,70 +342,14 @@ impl<'m> Cpu<'m> {
                 flags: v.flags.0,
                 backing: Backing::of(v),
             };
-            out.push((e, self.smaps_vma(&task.mm, v)));
+            out.push((e, smaps_vma(self, &task.mm, v)));
         }
         Ok(out)
     }
 
-    fn smaps_vma(&self, mm: &Mm, v: &Vma) -> Smaps {
-        let phys = &self.m.phys;
-        let pt = self.tables(mm);
-        let locked = v.flags.has(VmFlags::LOCKED);
-        let mut s = Smaps {
-            size: v.len(),
-            ..Smaps::default()
-        };
-        for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
-            match step.kind {
-                PmdKind::Huge(entry) => {
-                    let pfn = pt.arch.pfn(entry);
-                    if !phys.is_zero_pfn(pfn) {
-                        smaps_account(
-                            &mut s,
-                            phys,
-                            pfn,
-                            1 << HPAGE_PMD_ORDER,
-                            pt.arch.dirty(entry),
-                            pt.arch.young(entry),
-                            locked,
-                        );
-                        if phys.memmap.test(pfn, PageFlag::Anon) {
-                            s.anon_huge_pages += PMD_SIZE;
-                        } else if phys.memmap.test(pfn, PageFlag::SwapBacked) {
-                            s.shmem_pmd_mapped += PMD_SIZE;
-                        } else {
-                            s.file_pmd_mapped += PMD_SIZE;
-                        }
-                    }
-                }
-                PmdKind::Table(table) => {
-                    let (i0, i1) = step.pte_indexes();
-                    for i in i0..i1 {
-                        let e = pt.ptep_get_raw(table, i);
-                        if e.is_none() || !pt.arch.present(e) {
-                            continue;
-                        }
-                        if pt.vm_normal_folio(e).is_some() {
-                            smaps_account(
-                                &mut s,
-                                phys,
-                                pt.arch.pfn(e),
-                                1,
-                                pt.arch.dirty(e),
-                                pt.arch.young(e),
-                                locked,
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        s
-    }
-
     /// `/proc/PID/status` memory lines.
     pub fn status(&self, pid: Pid) -> SysResult<Status> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let mm = &task.mm;
         let st = mm.lock.read();
         let mut s = Status {
@@ -457,7 +375,7 @@ impl<'m> Cpu<'m> {
 
     /// `/proc/PID/pagemap` for the page containing `addr`.
     pub fn pagemap(&self, pid: Pid, addr: u64) -> SysResult<Pagemap> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let phys = &self.m.phys;
@@ -490,7 +408,7 @@ impl<'m> Cpu<'m> {
     /// `/proc/kpageflags` of the page mapped at `addr`, after draining every CPU's batches
     /// (the scenario language defines page flags that way).
     pub fn kpageflags(&self, pid: Pid, addr: u64) -> SysResult<Option<u64>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         self.lru_add_drain_all();
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
@@ -506,7 +424,7 @@ impl<'m> Cpu<'m> {
         pid: Pid,
         addr: u64,
     ) -> SysResult<Option<crate::sharing::SharingAnswers>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let Some(leaf) = leaf_at(pt, addr) else {
@@ -527,7 +445,7 @@ impl<'m> Cpu<'m> {
 
     /// Order of the folio mapping `addr`.
     pub fn folio_order(&self, pid: Pid, addr: u64) -> SysResult<Option<u32>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let Some(leaf) = leaf_at(pt, addr) else {
@@ -536,6 +454,66 @@ impl<'m> Cpu<'m> {
         let head = self.m.phys.memmap.folio_of(leaf.pfn);
         Ok(Some(self.m.phys.memmap.order(head)))
     }
+}
+
+fn mm_of<'m>(cpu: &Cpu<'m>, pid: Pid) -> SysResult<std::sync::Arc<crate::mm::Task>> {
+    cpu.m.task(pid)
+}
+
+fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
+    let phys = &cpu.m.phys;
+    let pt = cpu.tables(mm);
+    let locked = v.flags.has(VmFlags::LOCKED);
+    let mut s = Smaps {
+        size: v.len(),
+        ..Smaps::default()
+    };
+    for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
+        match step.kind {
+            PmdKind::Huge(entry) => {
+                let pfn = pt.arch.pfn(entry);
+                if !phys.is_zero_pfn(pfn) {
+                    smaps_account(
+                        &mut s,
+                        phys,
+                        pfn,
+                        1 << HPAGE_PMD_ORDER,
+                        pt.arch.dirty(entry),
+                        pt.arch.young(entry),
+                        locked,
+                    );
+                    if phys.memmap.test(pfn, PageFlag::Anon) {
+                        s.anon_huge_pages += PMD_SIZE;
+                    } else if phys.memmap.test(pfn, PageFlag::SwapBacked) {
+                        s.shmem_pmd_mapped += PMD_SIZE;
+                    } else {
+                        s.file_pmd_mapped += PMD_SIZE;
+                    }
+                }
+            }
+            PmdKind::Table(table) => {
+                let (i0, i1) = step.pte_indexes();
+                for i in i0..i1 {
+                    let e = pt.ptep_get_raw(table, i);
+                    if e.is_none() || !pt.arch.present(e) {
+                        continue;
+                    }
+                    if pt.vm_normal_folio(e).is_some() {
+                        smaps_account(
+                            &mut s,
+                            phys,
+                            pt.arch.pfn(e),
+                            1,
+                            pt.arch.dirty(e),
+                            pt.arch.young(e),
+                            locked,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    s
 }
 
 /// The kpageflags word of a frame (`stable_page_flags`).
@@ -603,10 +581,10 @@ pub struct LeafEntry {
 impl<'m> Cpu<'m> {
     /// Every non-empty leaf entry of process `pid`, in address order (a raw page-table dump).
     pub fn page_table_dump(&self, pid: Pid) -> SysResult<Vec<LeafEntry>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let mut out = Vec::new();
-        crate::validate::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
+        crate::pgtable::cursor::walk_leaves(self.tables(&task.mm), &mut |addr, entry| {
             out.push(LeafEntry { addr, entry })
         });
         Ok(out)
@@ -621,7 +599,7 @@ impl<'m> Cpu<'m> {
     /// reservation with one written page this way. A PMD leaf yields each of its pages that
     /// lie in the range. Present means what [`Cpu::pagemap`] reports as present.
     pub fn present_pages(&self, pid: Pid, start: u64, end: u64) -> SysResult<Vec<u64>> {
-        let task = self.mm_of(pid)?;
+        let task = mm_of(self, pid)?;
         let _st = task.mm.lock.read();
         let pt = self.tables(&task.mm);
         let mut out = Vec::new();

@@ -6,8 +6,11 @@
 //! page tables.** A [`MmuGather`] collects the folios and the flushed range; it must be
 //! finished with [`MmuGather::finish`] (dropping it unfinished is a bug and is asserted).
 
+use crate::filemap::cache::folio_mark_accessed;
+use crate::huge_memory::{split_huge_pmd, zap_deposited_table};
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, RssKind};
+use crate::mlock::{munlock_folio, munlock_vma_folio, munlocks_at_unmap};
+use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PageTables, PMD_SIZE};
@@ -122,221 +125,239 @@ pub(crate) enum ZapDetails {
     FilePagesOnly,
 }
 
-impl<'m> Cpu<'m> {
-    /// Zaps every mapping of `[start, end)` inside `vma` (`unmap_page_range`).
-    pub(crate) fn zap_vma_range(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        vma: &Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) {
-        self.zap_vma_range_details(tlb, mm, vma, start, end, ZapDetails::All);
-    }
+/// Zaps every mapping of `[start, end)` inside `vma` (`unmap_page_range`).
+pub(crate) fn zap_vma_range<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    vma: &Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+) {
+    zap_vma_range_details(cpu, tlb, mm, vma, start, end, ZapDetails::All);
+}
 
-    /// [`Cpu::zap_vma_range`] restricted by `details` (`zap_page_range_single` with details).
-    pub(crate) fn zap_vma_range_details(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        vma: &Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-        details: ZapDetails,
-    ) {
-        let start = start.max(vma.vm_start());
-        let end = end.min(vma.vm_end());
-        if start >= end {
-            return;
+/// [`zap_vma_range`] restricted by `details` (`zap_page_range_single` with details).
+pub(crate) fn zap_vma_range_details<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    vma: &Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+    details: ZapDetails,
+) {
+    let start = start.max(vma.vm_start());
+    let end = end.min(vma.vm_end());
+    if start >= end {
+        return;
+    }
+    let pt = cpu.tables(mm);
+    for step in pt.pmd_walk(start, end) {
+        if let PmdKind::Huge(_) = step.kind {
+            if step.whole() {
+                zap_huge_pmd(cpu, tlb, mm, vma, &step);
+                continue;
+            }
+            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
-        let pt = self.tables(mm);
-        for step in pt.pmd_walk(start, end) {
-            if let PmdKind::Huge(_) = step.kind {
-                if step.whole() {
-                    self.zap_huge_pmd(tlb, mm, vma, &step);
-                    continue;
-                }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
-            }
-            if let Some(table) = pt.pte_table_at(step.table, step.idx) {
-                self.zap_pte_range(tlb, mm, vma, table, &step, details);
-            }
+        if let Some(table) = pt.pte_table_at(step.table, step.idx) {
+            zap_pte_range(cpu, tlb, mm, vma, table, &step, details);
         }
     }
+}
 
-    fn zap_huge_pmd(&self, tlb: &mut MmuGather<'_, 'm>, mm: &Mm, vma: &Vma, step: &PmdStep) {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let pt = self.tables(mm);
-        let haddr = step.haddr();
-        let mut pmdl = PmdLock::lock(pt, c, step.table);
-        let pmd = pmdl.clear(step.idx);
-        tlb.add_range(haddr, haddr.add(PMD_SIZE));
-        if let Some(pfn) = pt.vm_normal_folio(pmd) {
-            let anon = phys.memmap.test(pfn, PageFlag::Anon);
-            if !anon && pt.arch.dirty(pmd) {
-                phys.memmap.set(pfn, PageFlag::Dirty);
-            }
-            rmap::remove_pmd(phys, c, pfn, mm.id);
-            self.munlock_vma_folio(pfn, vma);
-            let kind = if anon { RssKind::Anon } else { vma.file_rss() };
-            mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
-            tlb.remove_folio(pfn, 1);
+fn zap_huge_pmd<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    vma: &Vma,
+    step: &PmdStep,
+) {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let pt = cpu.tables(mm);
+    let haddr = step.haddr();
+    let mut pmdl = PmdLock::lock(pt, c, step.table);
+    let pmd = pmdl.clear(step.idx);
+    tlb.add_range(haddr, haddr.add(PMD_SIZE));
+    if let Some(pfn) = pt.vm_normal_folio(pmd) {
+        let anon = phys.memmap.test(pfn, PageFlag::Anon);
+        if !anon && pt.arch.dirty(pmd) {
+            phys.memmap.set(pfn, PageFlag::Dirty);
         }
-        drop(pmdl);
-        self.zap_deposited_table(mm, haddr);
+        rmap::remove_pmd(phys, c, pfn, mm.id);
+        munlock_vma_folio(cpu, pfn, vma);
+        let kind = if anon {
+            RssKind::Anon
+        } else {
+            mm_counter_file(vma)
+        };
+        mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
+        tlb.remove_folio(pfn, 1);
+    }
+    drop(pmdl);
+    zap_deposited_table(cpu, mm, haddr);
+    c.add(Ev::ZapBatches, 1);
+}
+
+/// `zap_pte_range` over the part of `step` in PTE table `table`: one batch per folio run
+/// (`zap_present_ptes`).
+fn zap_pte_range<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    step: &PmdStep,
+    details: ZapDetails,
+) {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let mut ptes = PteLock::lock(cpu.tables(mm), c, table);
+    let (i0, i1) = step.pte_indexes();
+    let arch = cpu.m.arch;
+    // One read of the tunables for the whole table, not one per folio.
+    let batching = cpu.m.tunables().zap_pte_batch;
+    let munlock = munlocks_at_unmap(cpu, vma);
+    let mut cleared = 0usize;
+    let mut i = i0;
+    while i < i1 {
+        let e = ptes.get(i);
+        if e.is_none() {
+            i += 1;
+            continue;
+        }
+        let run = ptes.run(i, e, i1 - i, batching, BatchFlags::default());
+        let nr = run.nr;
+        let anon = run.folio.is_some_and(|h| phys.memmap.folio(h).is_anon());
+        if details == ZapDetails::FilePagesOnly && (anon || run.folio.is_none()) {
+            i += nr;
+            continue;
+        }
+        let dirty = ptes.clear(i, nr);
+        c.add(Ev::ZapPtes, nr as u64);
+        cleared += nr;
+        i += nr;
+        let Some(head) = run.folio else {
+            continue;
+        };
+        if !anon {
+            // A page-cache folio keeps what its PTE knew: dirtiness (`folio_mark_dirty`)
+            // and a recent access (`folio_mark_accessed`).
+            if dirty {
+                phys.memmap.folio(head).set(PageFlag::Dirty);
+            }
+            if arch.young(e) {
+                folio_mark_accessed(cpu, head);
+            }
+        }
+        rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
+        if munlock {
+            // `munlock_vma_folio`.
+            munlock_folio(cpu, head);
+        }
+        mm.rss_add(
+            if anon {
+                RssKind::Anon
+            } else {
+                mm_counter_file(vma)
+            },
+            -(nr as i64),
+        );
+        tlb.remove_folio(head, nr as i32);
         c.add(Ev::ZapBatches, 1);
     }
-
-    /// `zap_pte_range` over the part of `step` in PTE table `table`: one batch per folio run
-    /// (`zap_present_ptes`).
-    fn zap_pte_range(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        vma: &Vma,
-        table: Pfn,
-        step: &PmdStep,
-        details: ZapDetails,
-    ) {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let mut ptes = PteLock::lock(self.tables(mm), c, table);
-        let (i0, i1) = step.pte_indexes();
-        let arch = self.m.arch;
-        // One read of the tunables for the whole table, not one per folio.
-        let batching = self.m.tunables().zap_pte_batch;
-        let munlock = self.munlocks_at_unmap(vma);
-        let mut cleared = 0usize;
-        let mut i = i0;
-        while i < i1 {
-            let e = ptes.get(i);
-            if e.is_none() {
-                i += 1;
-                continue;
-            }
-            let run = ptes.run(i, e, i1 - i, batching, BatchFlags::default());
-            let nr = run.nr;
-            let anon = run.folio.is_some_and(|h| phys.memmap.folio(h).is_anon());
-            if details == ZapDetails::FilePagesOnly && (anon || run.folio.is_none()) {
-                i += nr;
-                continue;
-            }
-            let dirty = ptes.clear(i, nr);
-            c.add(Ev::ZapPtes, nr as u64);
-            cleared += nr;
-            i += nr;
-            let Some(head) = run.folio else {
-                continue;
-            };
-            if !anon {
-                // A page-cache folio keeps what its PTE knew: dirtiness (`folio_mark_dirty`)
-                // and a recent access (`folio_mark_accessed`).
-                if dirty {
-                    phys.memmap.folio(head).set(PageFlag::Dirty);
-                }
-                if arch.young(e) {
-                    self.folio_mark_accessed(head);
-                }
-            }
-            rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
-            if munlock {
-                // `munlock_vma_folio`.
-                self.munlock_folio(head);
-            }
-            mm.rss_add(
-                if anon { RssKind::Anon } else { vma.file_rss() },
-                -(nr as i64),
-            );
-            tlb.remove_folio(head, nr as i32);
-            c.add(Ev::ZapBatches, 1);
-        }
-        if cleared > 0 {
-            tlb.add_range(step.start, step.end);
-        }
+    if cleared > 0 {
+        tlb.add_range(step.start, step.end);
     }
+}
 
-    /// Frees the PTE table under PMD entry `step` if it maps nothing (MADV_DONTNEED's
-    /// page-table reclaim, `try_get_and_clear_pmd` and `free_pte`; `retract_page_tables`
-    /// after a collapse), so a later fault may map a PMD there.
-    ///
-    /// # Context
-    /// The mmap lock; no page-table lock.
-    pub(crate) fn free_empty_pte_table(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        step: &PmdStep,
-    ) {
-        let PmdKind::Table(table) = step.kind else {
-            return;
+/// Frees the PTE table under PMD entry `step` if it maps nothing (MADV_DONTNEED's
+/// page-table reclaim, `try_get_and_clear_pmd` and `free_pte`; `retract_page_tables`
+/// after a collapse), so a later fault may map a PMD there.
+///
+/// # Context
+/// The mmap lock; no page-table lock.
+pub(crate) fn free_empty_pte_table<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    step: &PmdStep,
+) {
+    let PmdKind::Table(table) = step.kind else {
+        return;
+    };
+    if cpu.m.phys.memmap.pt_entries(table) != 0 {
+        return;
+    }
+    cpu.tables(mm)
+        .unlink_table(cpu.c(), &mm.page_table_lock, step.table, step.idx);
+    tlb.add_range(step.haddr(), step.haddr().add(PMD_SIZE));
+    tlb.remove_table(table);
+}
+
+/// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
+/// Only tables that exist are visited, lowest level first.
+///
+/// # Context
+/// mmap lock held for writing; the range's VMAs are already gone from the tree.
+pub(crate) fn free_pgtables<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &Mm,
+    st: &MmState,
+    start: VirtAddr,
+    end: VirtAddr,
+) {
+    let pt = cpu.tables(mm);
+    let mut walk = FreeWalk {
+        tlb,
+        mm,
+        st,
+        pt,
+        range: (start, end),
+    };
+    free_level(cpu, &mut walk, pt.pgd, 0, VirtAddr::new(0));
+}
+
+/// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
+/// the walk's range; frees each lower table whose span holds no VMA any more.
+fn free_level<'m>(
+    cpu: &Cpu<'m>,
+    w: &mut FreeWalk<'_, '_, 'm>,
+    table: Pfn,
+    level: usize,
+    base: VirtAddr,
+) {
+    let pt = w.pt;
+    let (start, end) = w.range;
+    let shift = crate::pgtable::LEVEL_SHIFTS[level];
+    let size = 1u64 << shift;
+    // The entries of `table` the range overlaps: from `start` (or the table's first) to
+    // the range's last byte (or the table's).
+    let first = start.max(base).offset_from(base) >> shift;
+    let last = end.sub(1).min(base.add((size << 9) - 1)).offset_from(base) >> shift;
+    for i in first..=last.min(511) {
+        let Some(child) = pt.lower_table(level, table, i as usize) else {
+            continue;
         };
-        if self.m.phys.memmap.pt_entries(table) != 0 {
-            return;
+        let cbase = base.add(i << shift);
+        if level < 2 {
+            free_level(cpu, w, child, level + 1, cbase);
         }
-        self.tables(mm)
-            .unlink_table(self.c(), &mm.page_table_lock, step.table, step.idx);
-        tlb.add_range(step.haddr(), step.haddr().add(PMD_SIZE));
-        tlb.remove_table(table);
-    }
-
-    /// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
-    /// Only tables that exist are visited, lowest level first.
-    ///
-    /// # Context
-    /// mmap lock held for writing; the range's VMAs are already gone from the tree.
-    pub(crate) fn free_pgtables(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &Mm,
-        st: &MmState,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) {
-        let pt = self.tables(mm);
-        let mut walk = FreeWalk {
-            tlb,
-            mm,
-            st,
-            pt,
-            range: (start, end),
-        };
-        self.free_level(&mut walk, pt.pgd, 0, VirtAddr::new(0));
-    }
-
-    /// Visits the entries of `table` (at `level`, 0 = PGD, mapping from `base`) that overlap
-    /// the walk's range; frees each lower table whose span holds no VMA any more.
-    fn free_level(&self, w: &mut FreeWalk<'_, '_, 'm>, table: Pfn, level: usize, base: VirtAddr) {
-        let pt = w.pt;
-        let (start, end) = w.range;
-        let shift = crate::pgtable::LEVEL_SHIFTS[level];
-        let size = 1u64 << shift;
-        // The entries of `table` the range overlaps: from `start` (or the table's first) to
-        // the range's last byte (or the table's).
-        let first = start.max(base).offset_from(base) >> shift;
-        let last = end.sub(1).min(base.add((size << 9) - 1)).offset_from(base) >> shift;
-        for i in first..=last.min(511) {
-            let Some(child) = pt.lower_table(level, table, i as usize) else {
-                continue;
-            };
-            let cbase = base.add(i << shift);
-            if level < 2 {
-                self.free_level(w, child, level + 1, cbase);
-            }
-            let span_end = cbase.next_boundary(size);
-            if self.m.phys.memmap.pt_entries(child) != 0
-                || !w
-                    .st
-                    .vmas
-                    .overlapping(cbase.val(), span_end.val())
-                    .is_empty()
-            {
-                continue;
-            }
-            pt.unlink_table(self.c(), &w.mm.page_table_lock, table, i as usize);
-            w.tlb.remove_table(child);
+        let span_end = cbase.next_boundary(size);
+        if cpu.m.phys.memmap.pt_entries(child) != 0
+            || !w
+                .st
+                .vmas
+                .overlapping(cbase.val(), span_end.val())
+                .is_empty()
+        {
+            continue;
         }
+        pt.unlink_table(cpu.c(), &w.mm.page_table_lock, table, i as usize);
+        w.tlb.remove_table(child);
     }
 }
 

@@ -4,8 +4,11 @@
 //! `mm/filemap.c` (the page cache, `filemap_fault`, `filemap_map_pages`, `filemap_read`),
 //! `mm/shmem.c` (tmpfs and shared anonymous memory: `shmem_fault`, `shmem_get_folio`,
 //! `shmem_fallocate`, `shmem_setattr`), `mm/truncate.c`, `mm/readahead.c`,
-//! `mm/page-writeback.c`. The operations live in [`crate::ops::file`]; this module holds the
-//! state: the size, the cache (page index to frame) and, for disk files, the device's blocks.
+//! `mm/page-writeback.c`. This module holds the state: the size, the cache (page index to
+//! frame) and, for disk files, the device's blocks. The operations live in the files of
+//! Linux's map: [`cache`] and [`io`] (`filemap.c`), [`crate::readahead`], [`crate::truncate`],
+//! [`crate::page_writeback`], [`crate::vmscan`], [`crate::shmem`], and the system calls in
+//! [`crate::ops::file`].
 //!
 //! Three kinds of [`Inode`] exist, as in Linux:
 //! - [`InodeKind::ShmemAnon`]: the object `shmem_zero_setup` creates for a
@@ -27,6 +30,8 @@
 //! `pages` is the cache's lock (Linux: the xarray lock plus the folio locks). Fault-around
 //! holds it while taking a PTE lock; nothing takes it under a PTE lock.
 
+pub(crate) mod cache;
+pub(crate) mod io;
 pub(crate) mod xarray;
 
 use parking_lot::Mutex;
@@ -36,6 +41,15 @@ use xarray::XArray;
 
 /// Bytes in a page.
 pub(crate) const PAGE_SIZE: u64 = 4096;
+
+/// Whether a fault found its page in the cache or had to create or read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CacheLookup {
+    /// Found (a minor fault).
+    Hit,
+    /// Created or read from the device (a major fault for disk files).
+    Miss,
+}
 
 /// What kind of file an `Inode` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,53 +11,10 @@
 //! ISB — the TLBI the seed counts.
 
 use super::desc::{mk_page, mk_table, Pgprot, TableExec};
-use super::geom::Granule;
+use super::geom::{FixSlot, Granule, FIXADDR_TOP};
 use super::pool::TablePool;
 use super::walk::View;
 use super::{KernelSpace, KmapError};
-
-/// Top of the fixmap region (slots grow down from here); far from the linear map.
-pub(crate) const FIXADDR_TOP: u64 = 0xffff_ffff_c000_0000;
-
-/// The fixmap slots used to reach page-table pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FixSlot {
-    /// `FIX_PTE`: level-3 tables (and, in the old allocator, any table being zeroed).
-    Pte,
-    /// `FIX_PMD`: level-2 tables.
-    Pmd,
-    /// `FIX_PUD`: level-1 tables (4 KiB and 16 KiB granules).
-    Pud,
-}
-
-impl FixSlot {
-    /// Every slot.
-    pub(crate) const ALL: [FixSlot; 3] = [FixSlot::Pte, FixSlot::Pmd, FixSlot::Pud];
-
-    /// The slot used for a table at hardware `level` (none for the PGD, which is in the image).
-    pub(crate) fn for_level(level: u32) -> Option<FixSlot> {
-        match level {
-            3 => Some(FixSlot::Pte),
-            2 => Some(FixSlot::Pmd),
-            1 => Some(FixSlot::Pud),
-            _ => None,
-        }
-    }
-
-    /// Position in the slot array.
-    pub(crate) fn pos(self) -> usize {
-        match self {
-            FixSlot::Pte => 0,
-            FixSlot::Pmd => 1,
-            FixSlot::Pud => 2,
-        }
-    }
-
-    /// `fix_to_virt`: the VA of the slot.
-    pub(crate) fn va(self, granule: Granule) -> u64 {
-        FIXADDR_TOP - ((self.pos() as u64 + 1) << granule.page_shift())
-    }
-}
 
 /// What a slot currently maps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

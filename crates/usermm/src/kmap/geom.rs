@@ -4,7 +4,9 @@
 //! `CONT_PTES`, `CONT_PMDS`), `arch/arm64/include/asm/memory.h` (`PAGE_OFFSET`, `VA_BITS`)
 //! and `pud_sect_supported()`. The kernel half of a 48-bit address space is modelled with
 //! hardware level numbers 0 (top, 4 KiB and 16 KiB granules) or 1 (top, 64 KiB granule) to 3
-//! (pages). A table is one granule-sized page of 8-byte descriptors.
+//! (pages). A table is one granule-sized page of 8-byte descriptors. The fixmap's place in
+//! that space (`FIXADDR_TOP` and the slots below it, `asm/fixmap.h`) is here too: the
+//! errors name a slot, and the slots are used by [`super::fixmap`] and [`super::walk`].
 
 /// Virtual address bits (`CONFIG_ARM64_VA_BITS_48`).
 pub(crate) const VA_BITS: u32 = 48;
@@ -174,6 +176,49 @@ pub(crate) fn addr_end(addr: u64, end: u64, size: u64) -> u64 {
         boundary
     } else {
         end
+    }
+}
+
+/// Top of the fixmap region (slots grow down from here); far from the linear map.
+pub(crate) const FIXADDR_TOP: u64 = 0xffff_ffff_c000_0000;
+
+/// The fixmap slots used to reach page-table pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FixSlot {
+    /// `FIX_PTE`: level-3 tables (and, in the old allocator, any table being zeroed).
+    Pte,
+    /// `FIX_PMD`: level-2 tables.
+    Pmd,
+    /// `FIX_PUD`: level-1 tables (4 KiB and 16 KiB granules).
+    Pud,
+}
+
+impl FixSlot {
+    /// Every slot.
+    pub(crate) const ALL: [FixSlot; 3] = [FixSlot::Pte, FixSlot::Pmd, FixSlot::Pud];
+
+    /// The slot used for a table at hardware `level` (none for the PGD, which is in the image).
+    pub(crate) fn for_level(level: u32) -> Option<FixSlot> {
+        match level {
+            3 => Some(FixSlot::Pte),
+            2 => Some(FixSlot::Pmd),
+            1 => Some(FixSlot::Pud),
+            _ => None,
+        }
+    }
+
+    /// Position in the slot array.
+    pub(crate) fn pos(self) -> usize {
+        match self {
+            FixSlot::Pte => 0,
+            FixSlot::Pmd => 1,
+            FixSlot::Pud => 2,
+        }
+    }
+
+    /// `fix_to_virt`: the VA of the slot.
+    pub(crate) fn va(self, granule: Granule) -> u64 {
+        FIXADDR_TOP - ((self.pos() as u64 + 1) << granule.page_shift())
     }
 }
 

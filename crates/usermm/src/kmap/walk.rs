@@ -12,8 +12,9 @@ use super::desc::{
     classify, desc_pa, mk_block, mk_page, mk_table, DescKind, MapFlags, Pgprot, TableExec, CONT,
     VALID,
 };
-use super::fixmap::{zero_direct, FixSlot};
+use super::fixmap::zero_direct;
 use super::geom::addr_end;
+use super::geom::FixSlot;
 use super::safe::pgattr_change_is_safe;
 use super::variant::{
     AllocZero, LeafBarriers, LinearMapVariant, Phase, RemapScope, Strategy, TableAccess,

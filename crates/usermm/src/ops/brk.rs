@@ -8,6 +8,9 @@ use super::page_align;
 use crate::errno::SysResult;
 use crate::machine::Cpu;
 use crate::mm::Pid;
+use crate::ops::mmap::{mlock_future_ok, populate};
+use crate::ops::munmap::do_munmap;
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::stats::Ev;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
@@ -47,7 +50,7 @@ impl<'m> Cpu<'m> {
             {
                 return Ok(orig);
             }
-            return match self.do_munmap(mm, &mut st, newbrk, oldbrk) {
+            return match do_munmap(self, mm, &mut st, newbrk, oldbrk) {
                 Ok(()) => {
                     st.brk = brk;
                     Ok(brk)
@@ -65,11 +68,11 @@ impl<'m> Cpu<'m> {
             | VmFlags::MAYWRITE
             | VmFlags::MAYEXEC
             | st.def_flags;
-        if flags & VmFlags::LOCKED != 0 && self.mlock_future_ok(&task, &st, len).is_err() {
+        if flags & VmFlags::LOCKED != 0 && mlock_future_ok(&task, &st, len).is_err() {
             return Ok(orig);
         }
         if st.vmas.count() as u64 > self.m.tunables().max_map_count
-            || self.vm_enough_memory(len >> 12).is_err()
+            || vm_enough_memory(self, len >> 12).is_err()
         {
             return Ok(orig);
         }
@@ -84,7 +87,7 @@ impl<'m> Cpu<'m> {
         };
         let heap = merge::MergeWith::HeapFrom(st.start_brk);
         if merge::insert_new_with(&mut st.vmas, self.c(), p, heap).is_err() {
-            self.vm_unacct(len >> 12);
+            vm_unacct(self, len >> 12);
             return Ok(orig);
         }
         if flags.has(VmFlags::LOCKED) {
@@ -93,7 +96,7 @@ impl<'m> Cpu<'m> {
         st.brk = brk;
         drop(st);
         if flags.has(VmFlags::LOCKED) {
-            self.populate(mm, oldbrk, newbrk, flags);
+            populate(self, mm, oldbrk, newbrk, flags);
         }
         Ok(brk)
     }

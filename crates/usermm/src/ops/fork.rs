@@ -14,8 +14,12 @@
 //! child at fork instead. The parent's TLB is flushed once at the end.
 
 use crate::errno::{Errno, SysResult};
+use crate::huge_memory::split_huge_pmd;
 use crate::machine::Cpu;
-use crate::mm::{Mm, MmState, Pid, RssKind, Task};
+use crate::mlock::folio_add_lru;
+use crate::mm::{mm_counter_file, Mm, MmState, Pid, RssKind, Task};
+use crate::ops::exit::teardown_mm;
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};
@@ -64,13 +68,13 @@ impl<'m> Cpu<'m> {
             cst.brk = pst.brk;
             cst.mmap_base = pst.mmap_base;
             cst.def_flags = pst.def_flags & VmFlags::NOHUGEPAGE;
-            let r = self.dup_mmap(&parent.mm, &mut pst, &child_mm, &mut cst);
+            let r = dup_mmap(self, &parent.mm, &mut pst, &child_mm, &mut cst);
             self.flush_tlb(&parent.mm, FlushScope::Mm);
             r
         };
         drop(pst);
         if let Err(e) = res {
-            self.fork_failed(&child_mm);
+            fork_failed(self, &child_mm);
             return Err(e);
         }
         let cpid = self.m.alloc_pid();
@@ -82,387 +86,403 @@ impl<'m> Cpu<'m> {
         }));
         Ok(cpid)
     }
+}
 
-    fn dup_mmap(&self, src: &Mm, pst: &mut MmState, dst: &Mm, cst: &mut MmState) -> SysResult<()> {
-        let (skip_wrprotect, batching, mode) = {
-            let t = self.m.tunables();
-            (t.test_skip_fork_wrprotect, t.fork_pte_batch, t.vma_tree_dup)
-        };
-        let fail_nth = self.m.take_vma_tree_fail_point();
-        cst.fork_charge = self.charge_child(pst)?;
-        let ctx = ForkCtx {
-            src,
-            dst,
-            needs_cow_for_dma: src.has_pinned.load(Relaxed),
-            skip_wrprotect,
-            batching,
-        };
-        let nodes_before = pst.vmas.tree.stats().allocated;
-        let res = match mode {
-            VmaTreeCopy::Insert => self.dup_tree_insert(pst, cst, fail_nth),
-            VmaTreeCopy::Dup => self.dup_tree_structure(pst, cst, fail_nth),
-        };
-        // The child's tree allocates from the parent's node cache (shared counters); in the
-        // insert baseline it has its own.
-        let nodes = match mode {
-            VmaTreeCopy::Dup => pst.vmas.tree.stats().allocated - nodes_before,
-            VmaTreeCopy::Insert => cst.vmas.tree.stats().allocated,
-        };
-        self.c().add(Ev::VmaNodeAlloc, nodes);
-        res?;
-        self.c().add(Ev::VmaCopied, cst.vmas.count() as u64);
-        for id in pst.vmas.all() {
-            let vma = pst.vmas.get(id);
-            let copy =
-                !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
-            if copy {
-                self.copy_page_range(&ctx, vma)?;
-            }
+fn dup_mmap<'m>(
+    cpu: &Cpu<'m>,
+    src: &Mm,
+    pst: &mut MmState,
+    dst: &Mm,
+    cst: &mut MmState,
+) -> SysResult<()> {
+    let (skip_wrprotect, batching, mode) = {
+        let t = cpu.m.tunables();
+        (t.test_skip_fork_wrprotect, t.fork_pte_batch, t.vma_tree_dup)
+    };
+    let fail_nth = cpu.m.take_vma_tree_fail_point();
+    cst.fork_charge = charge_child(cpu, pst)?;
+    let ctx = ForkCtx {
+        src,
+        dst,
+        needs_cow_for_dma: src.has_pinned.load(Relaxed),
+        skip_wrprotect,
+        batching,
+    };
+    let nodes_before = pst.vmas.tree.stats().allocated;
+    let res = match mode {
+        VmaTreeCopy::Insert => dup_tree_insert(cpu, pst, cst, fail_nth),
+        VmaTreeCopy::Dup => dup_tree_structure(cpu, pst, cst, fail_nth),
+    };
+    // The child's tree allocates from the parent's node cache (shared counters); in the
+    // insert baseline it has its own.
+    let nodes = match mode {
+        VmaTreeCopy::Dup => pst.vmas.tree.stats().allocated - nodes_before,
+        VmaTreeCopy::Insert => cst.vmas.tree.stats().allocated,
+    };
+    cpu.c().add(Ev::VmaNodeAlloc, nodes);
+    res?;
+    cpu.c().add(Ev::VmaCopied, cst.vmas.count() as u64);
+    for id in pst.vmas.all() {
+        let vma = pst.vmas.get(id);
+        let copy = !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
+        if copy {
+            copy_page_range(cpu, &ctx, vma)?;
         }
-        Ok(())
     }
+    Ok(())
+}
 
-    /// Undoes a failed fork: the child's VMAs uncharge themselves when torn down; the part of
-    /// the up-front charge for VMAs that were never created is returned here.
-    fn fork_failed(&self, child: &Mm) {
-        let (charged, created) = {
-            let st = child.lock.read();
-            let created: u64 = st
-                .vmas
-                .all()
-                .into_iter()
-                .map(|id| st.vmas.get(id))
-                .filter(|v| v.flags.has(VmFlags::ACCOUNT))
-                .map(|v| v.len() >> 12)
-                .sum();
-            (st.fork_charge, created)
-        };
-        self.vm_unacct(charged.saturating_sub(created));
-        self.teardown_mm(child);
-    }
-
-    /// Charges the overcommit of every VMA the child will get.
-    fn charge_child(&self, pst: &MmState) -> SysResult<u64> {
-        let pages: u64 = pst
+/// Undoes a failed fork: the child's VMAs uncharge themselves when torn down; the part of
+/// the up-front charge for VMAs that were never created is returned here.
+fn fork_failed<'m>(cpu: &Cpu<'m>, child: &Mm) {
+    let (charged, created) = {
+        let st = child.lock.read();
+        let created: u64 = st
             .vmas
             .all()
             .into_iter()
-            .map(|id| pst.vmas.get(id))
-            .filter(|v| v.flags.has(VmFlags::ACCOUNT) && !v.flags.has(VmFlags::DONTCOPY))
+            .map(|id| st.vmas.get(id))
+            .filter(|v| v.flags.has(VmFlags::ACCOUNT))
             .map(|v| v.len() >> 12)
             .sum();
-        self.vm_enough_memory(pages)?;
-        Ok(pages)
-    }
+        (st.fork_charge, created)
+    };
+    vm_unacct(cpu, charged.saturating_sub(created));
+    teardown_mm(cpu, child);
+}
 
-    /// The baseline (Linux 6.1–6.5 `dup_mmap`): build the child's tree from scratch in bulk
-    /// mode. `mas_expected_entries(map_count)` preallocates the nodes a tree of that many
-    /// entries (and a gap after each) needs, every copied VMA is then stored in address
-    /// order, appended to the rightmost leaf (leaves are kept full, not split evenly), and
-    /// `mas_destroy()` frees the unused preallocation (`VmaSet::bulk_from`,
-    /// `MapleTree::load_sorted_bulk`). The child's tree counts the preallocation as
-    /// allocated and the unused part as freed, so `allocated - freed` is its node count.
-    ///
-    /// On ENOMEM no child VMA is left behind: those already made are dropped without
-    /// touching the overcommit accounting (none is in the child's tree, so `fork_failed`
-    /// returns the whole up-front charge).
-    fn dup_tree_insert(
-        &self,
-        pst: &MmState,
-        cst: &mut MmState,
-        fail_nth: Option<u64>,
-    ) -> SysResult<()> {
-        cst.vmas.set_fail_point(fail_nth);
-        let res = cst.vmas.bulk_from(&pst.vmas, |v| {
-            (!v.flags.has(VmFlags::DONTCOPY)).then(|| self.dup_vma(v))
-        });
-        cst.vmas.set_fail_point(None);
-        res.map_err(|_| Errno::ENOMEM)
-    }
+/// Charges the overcommit of every VMA the child will get.
+fn charge_child<'m>(cpu: &Cpu<'m>, pst: &MmState) -> SysResult<u64> {
+    let pages: u64 = pst
+        .vmas
+        .all()
+        .into_iter()
+        .map(|id| pst.vmas.get(id))
+        .filter(|v| v.flags.has(VmFlags::ACCOUNT) && !v.flags.has(VmFlags::DONTCOPY))
+        .map(|v| v.len() >> 12)
+        .sum();
+    vm_enough_memory(cpu, pages)?;
+    Ok(pages)
+}
 
-    /// Seed 001: copy the tree's structure, then swap each entry for the child's VMA.
-    fn dup_tree_structure(
-        &self,
-        pst: &mut MmState,
-        cst: &mut MmState,
-        fail_nth: Option<u64>,
-    ) -> SysResult<()> {
-        pst.vmas.set_fail_point(fail_nth);
-        let res = cst.vmas.dup_from(&pst.vmas, |v| {
-            (!v.flags.has(VmFlags::DONTCOPY)).then(|| self.dup_vma(v))
-        });
-        pst.vmas.set_fail_point(None);
-        res.map_err(|_| Errno::ENOMEM)
-    }
+/// The baseline (Linux 6.1–6.5 `dup_mmap`): build the child's tree from scratch in bulk
+/// mode. `mas_expected_entries(map_count)` preallocates the nodes a tree of that many
+/// entries (and a gap after each) needs, every copied VMA is then stored in address
+/// order, appended to the rightmost leaf (leaves are kept full, not split evenly), and
+/// `mas_destroy()` frees the unused preallocation (`VmaSet::bulk_from`,
+/// `MapleTree::load_sorted_bulk`). The child's tree counts the preallocation as
+/// allocated and the unused part as freed, so `allocated - freed` is its node count.
+///
+/// On ENOMEM no child VMA is left behind: those already made are dropped without
+/// touching the overcommit accounting (none is in the child's tree, so `fork_failed`
+/// returns the whole up-front charge).
+fn dup_tree_insert<'m>(
+    cpu: &Cpu<'m>,
+    pst: &MmState,
+    cst: &mut MmState,
+    fail_nth: Option<u64>,
+) -> SysResult<()> {
+    cst.vmas.set_fail_point(fail_nth);
+    let res = cst.vmas.bulk_from(&pst.vmas, |v| {
+        (!v.flags.has(VmFlags::DONTCOPY)).then(|| dup_vma(cpu, v))
+    });
+    cst.vmas.set_fail_point(None);
+    res.map_err(|_| Errno::ENOMEM)
+}
 
-    /// `vm_area_dup` + `anon_vma_fork`: the child's VMA, unlocked, with its own anon_vma
-    /// chained to the parent's (or none after `MADV_WIPEONFORK`).
-    fn dup_vma(&self, vma: &Vma) -> Vma {
-        let mut child = vma.clone();
-        child.flags = VmFlags(child.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT));
-        if vma.flags.has(VmFlags::WIPEONFORK) {
-            child.set_anon_vma(0, 0);
-        } else if vma.anon_vma() != 0 {
-            child.set_anon_vma(self.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
-            self.c().add(Ev::AnonVmaFork, 1);
-        }
-        if let Some(s) = &child.file {
-            s.get();
-        }
-        child
-    }
+/// Seed 001: copy the tree's structure, then swap each entry for the child's VMA.
+fn dup_tree_structure<'m>(
+    cpu: &Cpu<'m>,
+    pst: &mut MmState,
+    cst: &mut MmState,
+    fail_nth: Option<u64>,
+) -> SysResult<()> {
+    pst.vmas.set_fail_point(fail_nth);
+    let res = cst.vmas.dup_from(&pst.vmas, |v| {
+        (!v.flags.has(VmFlags::DONTCOPY)).then(|| dup_vma(cpu, v))
+    });
+    pst.vmas.set_fail_point(None);
+    res.map_err(|_| Errno::ENOMEM)
+}
 
-    fn copy_page_range(&self, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
-        let spt = self.tables(ctx.src);
-        for step in spt.pmd_walk(vma.vm_start(), vma.vm_end()) {
-            if let PmdKind::Huge(_) = step.kind {
-                if self.copy_huge_pmd(ctx, vma, &step)? {
-                    continue;
-                }
-                // Split (maybe pinned): copy its PTEs below.
-            }
-            if let Some(table) = spt.pte_table_at(step.table, step.idx) {
-                self.copy_pte_range(ctx, vma, table, &step)?;
-            }
-        }
-        Ok(())
+/// `vm_area_dup` + `anon_vma_fork`: the child's VMA, unlocked, with its own anon_vma
+/// chained to the parent's (or none after `MADV_WIPEONFORK`).
+fn dup_vma<'m>(cpu: &Cpu<'m>, vma: &Vma) -> Vma {
+    let mut child = vma.clone();
+    child.flags = VmFlags(child.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT));
+    if vma.flags.has(VmFlags::WIPEONFORK) {
+        child.set_anon_vma(0, 0);
+    } else if vma.anon_vma() != 0 {
+        child.set_anon_vma(cpu.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
+        cpu.c().add(Ev::AnonVmaFork, 1);
     }
-
-    /// Copies one huge PMD; `Ok(false)` if it had to be split (maybe pinned) instead.
-    fn copy_huge_pmd(&self, ctx: &ForkCtx<'_>, vma: &Vma, step: &PmdStep) -> SysResult<bool> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let spt = self.tables(ctx.src);
-        let dpt = self.tables(ctx.dst);
-        let (table, idx, haddr) = (step.table, step.idx, step.haddr());
-        if spt
-            .vm_normal_folio(spt.pmdp_get(table, idx))
-            .is_some_and(|h| !phys.memmap.folio(h).is_anon())
-        {
-            // A page-cache folio: the child refaults it (`copy_huge_pmd` skips file VMAs).
-            return Ok(true);
-        }
-        let dpmd = dpt
-            .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
-            .map_err(|_| Errno::ENOMEM)?;
-        let deposit = phys
-            .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
-            .ok_or(Errno::ENOMEM)?;
-        // The child's PMD lock, then the parent's, as `copy_huge_pmd`.
-        let mut dst = PmdLock::lock(dpt, c, dpmd);
-        let mut src = PmdLock::lock(spt, c, table);
-        let pmd = src.get(idx);
-        if let Some(pfn) = spt.vm_normal_folio(pmd) {
-            c.add(Ev::PmdFolioVisit, 1);
-            let needs = ctx.needs_cow_for_dma && vma.is_cow();
-            if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
-                drop((src, dst));
-                phys.put_folio(c, deposit, 1);
-                self.split_huge_pmd(ctx.src, vma, table, idx, haddr);
-                return Ok(false);
-            }
-            rmap::folio_ref_add(phys, c, pfn, 1);
-            ctx.dst.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
-        }
-        let mut e = pmd;
-        if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
-            src.replace(idx, arch.wrprotect(e));
-        }
-        if vma.is_cow() {
-            e = arch.wrprotect(e);
-        }
-        dst.install(haddr.pmd_index(), arch.mkold(e));
-        ctx.dst.deposited.lock().insert(haddr, deposit);
-        Ok(true)
+    if let Some(s) = &child.file {
+        s.get();
     }
+    child
+}
 
-    /// `copy_pte_range`: the part of `step` in source PTE table `src_t`, one folio run at a
-    /// time, with the child's table and then the parent's locked.
-    fn copy_pte_range(
-        &self,
-        ctx: &ForkCtx<'_>,
-        vma: &Vma,
-        src_t: Pfn,
-        step: &PmdStep,
-    ) -> SysResult<()> {
-        let c = self.c();
-        let dpt = self.tables(ctx.dst);
-        let dst_t = dpt
-            .alloc_pte_table(c, &ctx.dst.page_table_lock, step.start)
-            .map_err(|_| Errno::ENOMEM)?
-            .ok_or(Errno::ENOMEM)?;
-        let mut cp = CopyPtes {
-            ctx,
-            vma,
-            tables: PteCopy::lock(self.tables(ctx.src), dpt, c, src_t, dst_t),
-        };
-        let (i0, iend) = step.pte_indexes();
-        let mut rss = 0i64;
-        let mut i = i0;
-        while i < iend {
-            let e = cp.tables.src.get(i);
-            if e.is_none() {
-                i += 1;
+fn copy_page_range<'m>(cpu: &Cpu<'m>, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
+    let spt = cpu.tables(ctx.src);
+    for step in spt.pmd_walk(vma.vm_start(), vma.vm_end()) {
+        if let PmdKind::Huge(_) = step.kind {
+            if copy_huge_pmd(cpu, ctx, vma, &step)? {
                 continue;
             }
-            let at = step.start.add(((i - i0) as u64) * 4096);
-            match self.copy_present_ptes(&mut cp, i, iend - i, e, at) {
-                Ok((nr, added)) => {
-                    rss += added;
-                    i += nr;
-                }
-                Err(err) => {
-                    // Account what was already copied so the failed child tears down cleanly.
-                    ctx.dst
-                        .rss_add(RssKind::Anon, self.copied_rss(&cp.tables.dst, i0, iend));
-                    return Err(err);
-                }
+            // Split (maybe pinned): copy its PTEs below.
+        }
+        if let Some(table) = spt.pte_table_at(step.table, step.idx) {
+            copy_pte_range(cpu, ctx, vma, table, &step)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies one huge PMD; `Ok(false)` if it had to be split (maybe pinned) instead.
+fn copy_huge_pmd<'m>(
+    cpu: &Cpu<'m>,
+    ctx: &ForkCtx<'_>,
+    vma: &Vma,
+    step: &PmdStep,
+) -> SysResult<bool> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let spt = cpu.tables(ctx.src);
+    let dpt = cpu.tables(ctx.dst);
+    let (table, idx, haddr) = (step.table, step.idx, step.haddr());
+    if spt
+        .vm_normal_folio(spt.pmdp_get(table, idx))
+        .is_some_and(|h| !phys.memmap.folio(h).is_anon())
+    {
+        // A page-cache folio: the child refaults it (`copy_huge_pmd` skips file VMAs).
+        return Ok(true);
+    }
+    let dpmd = dpt
+        .alloc_pmd_table(c, &ctx.dst.page_table_lock, haddr)
+        .map_err(|_| Errno::ENOMEM)?;
+    let deposit = phys
+        .alloc_folio(c, 0, 0, FolioKind::Pgtable, Zeroing::Zero)
+        .ok_or(Errno::ENOMEM)?;
+    // The child's PMD lock, then the parent's, as `copy_huge_pmd`.
+    let mut dst = PmdLock::lock(dpt, c, dpmd);
+    let mut src = PmdLock::lock(spt, c, table);
+    let pmd = src.get(idx);
+    if let Some(pfn) = spt.vm_normal_folio(pmd) {
+        c.add(Ev::PmdFolioVisit, 1);
+        let needs = ctx.needs_cow_for_dma && vma.is_cow();
+        if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
+            drop((src, dst));
+            phys.put_folio(c, deposit, 1);
+            split_huge_pmd(cpu, ctx.src, vma, table, idx, haddr);
+            return Ok(false);
+        }
+        rmap::folio_ref_add(phys, c, pfn, 1);
+        ctx.dst.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
+    }
+    let mut e = pmd;
+    if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
+        src.replace(idx, arch.wrprotect(e));
+    }
+    if vma.is_cow() {
+        e = arch.wrprotect(e);
+    }
+    dst.install(haddr.pmd_index(), arch.mkold(e));
+    ctx.dst.deposited.lock().insert(haddr, deposit);
+    Ok(true)
+}
+
+/// `copy_pte_range`: the part of `step` in source PTE table `src_t`, one folio run at a
+/// time, with the child's table and then the parent's locked.
+fn copy_pte_range<'m>(
+    cpu: &Cpu<'m>,
+    ctx: &ForkCtx<'_>,
+    vma: &Vma,
+    src_t: Pfn,
+    step: &PmdStep,
+) -> SysResult<()> {
+    let c = cpu.c();
+    let dpt = cpu.tables(ctx.dst);
+    let dst_t = dpt
+        .alloc_pte_table(c, &ctx.dst.page_table_lock, step.start)
+        .map_err(|_| Errno::ENOMEM)?
+        .ok_or(Errno::ENOMEM)?;
+    let mut cp = CopyPtes {
+        ctx,
+        vma,
+        tables: PteCopy::lock(cpu.tables(ctx.src), dpt, c, src_t, dst_t),
+    };
+    let (i0, iend) = step.pte_indexes();
+    let mut rss = 0i64;
+    let mut i = i0;
+    while i < iend {
+        let e = cp.tables.src.get(i);
+        if e.is_none() {
+            i += 1;
+            continue;
+        }
+        let at = step.start.add(((i - i0) as u64) * 4096);
+        match copy_present_ptes(cpu, &mut cp, i, iend - i, e, at) {
+            Ok((nr, added)) => {
+                rss += added;
+                i += nr;
+            }
+            Err(err) => {
+                // Account what was already copied so the failed child tears down cleanly.
+                ctx.dst
+                    .rss_add(RssKind::Anon, copied_rss(&cp.tables.dst, i0, iend));
+                return Err(err);
             }
         }
-        ctx.dst.rss_add(RssKind::Anon, rss);
-        Ok(())
     }
+    ctx.dst.rss_add(RssKind::Anon, rss);
+    Ok(())
+}
 
-    /// The anon RSS of the child's entries `[i0, iend)` after a failed copy.
-    fn copied_rss(&self, dst: &PteLock<'_>, i0: usize, iend: usize) -> i64 {
-        let pt = dst.tables();
-        (i0..iend)
-            .filter(|&i| {
-                let e = dst.peek_raw(i);
-                !e.is_none()
-                    && pt
-                        .vm_normal_folio(e)
-                        .is_some_and(|h| pt.phys.memmap.folio(h).is_anon())
-            })
-            .count() as i64
-    }
+/// The anon RSS of the child's entries `[i0, iend)` after a failed copy.
+fn copied_rss(dst: &PteLock<'_>, i0: usize, iend: usize) -> i64 {
+    let pt = dst.tables();
+    (i0..iend)
+        .filter(|&i| {
+            let e = dst.peek_raw(i);
+            !e.is_none()
+                && pt
+                    .vm_normal_folio(e)
+                    .is_some_and(|h| pt.phys.memmap.folio(h).is_anon())
+        })
+        .count() as i64
+}
 
-    /// Copies the present entry at `i` and, when batching, the rest of its folio run
-    /// (`copy_present_ptes`). Returns (entries copied, anon RSS added to the child).
-    fn copy_present_ptes(
-        &self,
-        cp: &mut CopyPtes<'_, '_>,
-        i: usize,
-        max_nr: usize,
-        e: Pte,
-        addr: VirtAddr,
-    ) -> SysResult<(usize, i64)> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let vma = cp.vma;
-        let flags = BatchFlags {
-            respect_dirty: !vma.flags.has(VmFlags::SHARED),
-            respect_soft_dirty: arch == Arch::X86_64 && !vma.flags.has(VmFlags::SOFTDIRTY),
-            merge_write: true,
-            ..BatchFlags::default()
-        };
-        let run = cp.tables.src.run(i, e, max_nr, cp.ctx.batching, flags);
-        if let Some(head) = run.folio.filter(|&h| !phys.memmap.folio(h).is_anon()) {
-            // A page-cache folio of a private file mapping that has anon pages too
-            // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
-            let nr = run.nr as u64;
-            rmap::folio_ref_add(phys, c, head, nr as i32);
-            rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
-            c.add(Ev::ForkBatches, 1);
-            c.add(Ev::ForkPtes, nr);
-            cp.ctx.dst.rss_add(vma.file_rss(), nr as i64);
-            let first = if run.any_writable { arch.mkwrite(e) } else { e };
-            self.write_copied_ptes(cp, i, first, run.nr);
-            return Ok((run.nr, 0));
-        }
-        let (Some(head), true) = (run.folio, run.batched) else {
-            return Ok((1, self.copy_present_pte(cp, i, e, addr)?));
-        };
+/// Copies the present entry at `i` and, when batching, the rest of its folio run
+/// (`copy_present_ptes`). Returns (entries copied, anon RSS added to the child).
+fn copy_present_ptes<'m>(
+    cpu: &Cpu<'m>,
+    cp: &mut CopyPtes<'_, '_>,
+    i: usize,
+    max_nr: usize,
+    e: Pte,
+    addr: VirtAddr,
+) -> SysResult<(usize, i64)> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let vma = cp.vma;
+    let flags = BatchFlags {
+        respect_dirty: !vma.flags.has(VmFlags::SHARED),
+        respect_soft_dirty: arch == Arch::X86_64 && !vma.flags.has(VmFlags::SOFTDIRTY),
+        merge_write: true,
+        ..BatchFlags::default()
+    };
+    let run = cp.tables.src.run(i, e, max_nr, cp.ctx.batching, flags);
+    if let Some(head) = run.folio.filter(|&h| !phys.memmap.folio(h).is_anon()) {
+        // A page-cache folio of a private file mapping that has anon pages too
+        // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
         let nr = run.nr as u64;
         rmap::folio_ref_add(phys, c, head, nr as i32);
-        let needs = cp.ctx.needs_cow_for_dma && vma.is_cow();
-        if rmap::try_dup_anon_ptes(phys, c, head, run.pfn, nr, needs, cp.ctx.dst.id).is_err() {
-            // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
-            // the exclusive ones; the result is the same as the per-PTE path.
-            rmap::folio_ref_add(phys, c, head, -(nr as i32));
-            let mut rss = 0;
-            for j in 0..run.nr {
-                let ej = cp.tables.src.peek(i + j);
-                rss += self.copy_present_pte(cp, i + j, ej, addr.add(j as u64 * 4096))?;
-            }
-            return Ok((run.nr, rss));
-        }
+        rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
         c.add(Ev::ForkBatches, 1);
         c.add(Ev::ForkPtes, nr);
+        cp.ctx.dst.rss_add(mm_counter_file(vma), nr as i64);
         let first = if run.any_writable { arch.mkwrite(e) } else { e };
-        self.write_copied_ptes(cp, i, first, run.nr);
-        Ok((run.nr, nr as i64))
+        write_copied_ptes(cpu, cp, i, first, run.nr);
+        return Ok((run.nr, 0));
     }
-
-    /// `__copy_present_ptes`: write-protects `nr` parent entries of a COW mapping and writes the
-    /// child's entries (old, clean for shared mappings, without uffd-wp), `e` first.
-    fn write_copied_ptes(&self, cp: &mut CopyPtes<'_, '_>, i: usize, e: Pte, nr: usize) {
-        let arch = self.m.arch;
-        let vma = cp.vma;
-        let mut child = e;
-        let mut wrprotect_parent = false;
-        if vma.is_cow() && arch.write(child) {
-            wrprotect_parent = !cp.ctx.skip_wrprotect;
-            child = arch.wrprotect(child);
-        }
-        if vma.flags.has(VmFlags::SHARED) {
-            child = arch.mkclean(child);
-        }
-        child = arch.clear_uffd_wp(arch.mkold(child));
-        cp.tables.copy_run(i, child, nr, wrprotect_parent);
-    }
-
-    /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
-    fn copy_present_pte(
-        &self,
-        cp: &mut CopyPtes<'_, '_>,
-        i: usize,
-        e: Pte,
-        addr: VirtAddr,
-    ) -> SysResult<i64> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let pfn = arch.pfn(e);
+    let (Some(head), true) = (run.folio, run.batched) else {
+        return Ok((1, copy_present_pte(cpu, cp, i, e, addr)?));
+    };
+    let nr = run.nr as u64;
+    rmap::folio_ref_add(phys, c, head, nr as i32);
+    let needs = cp.ctx.needs_cow_for_dma && vma.is_cow();
+    if rmap::try_dup_anon_ptes(phys, c, head, run.pfn, nr, needs, cp.ctx.dst.id).is_err() {
+        // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
+        // the exclusive ones; the result is the same as the per-PTE path.
+        rmap::folio_ref_add(phys, c, head, -(nr as i32));
         let mut rss = 0;
-        c.add(Ev::ForkPtes, 1);
-        if let Some(head) = cp.tables.src.tables().vm_normal_folio(e) {
-            rmap::folio_ref_add(phys, c, head, 1);
-            c.add(Ev::ForkBatches, 1);
-            let needs = cp.ctx.needs_cow_for_dma && cp.vma.is_cow();
-            if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, cp.ctx.dst.id).is_err() {
-                rmap::folio_ref_add(phys, c, head, -1);
-                let copy = self.copy_present_page(cp.ctx.dst, cp.vma, pfn, addr)?;
-                cp.tables.dst.set_ptes(i, copy, 1);
-                return Ok(1);
-            }
-            rss = 1;
+        for j in 0..run.nr {
+            let ej = cp.tables.src.peek(i + j);
+            rss += copy_present_pte(cpu, cp, i + j, ej, addr.add(j as u64 * 4096))?;
         }
-        self.write_copied_ptes(cp, i, e, 1);
-        Ok(rss)
+        return Ok((run.nr, rss));
     }
+    c.add(Ev::ForkBatches, 1);
+    c.add(Ev::ForkPtes, nr);
+    let first = if run.any_writable { arch.mkwrite(e) } else { e };
+    write_copied_ptes(cpu, cp, i, first, run.nr);
+    Ok((run.nr, nr as i64))
+}
 
-    /// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
-    fn copy_present_page(&self, dst: &Mm, vma: &Vma, pfn: Pfn, addr: VirtAddr) -> SysResult<Pte> {
-        let c = self.c();
-        let phys = &self.m.phys;
-        let arch = self.m.arch;
-        let new = phys
-            .alloc_folio(c, 0, 0, FolioKind::Anon, Zeroing::NoZero)
-            .ok_or(Errno::ENOMEM)?;
-        phys.arena.copy_frame(new, pfn);
-        c.add(Ev::PagesCopied, 1);
-        c.add(Ev::ForkPinnedCopies, 1);
-        let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
-        rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
-        phys.memmap.set_index(new, vma.pgoff_at(addr));
-        self.folio_add_lru(new);
-        let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
-        if vma.flags.has(VmFlags::WRITE) {
-            e = arch.mkwrite(e);
-        }
-        Ok(e)
+/// `__copy_present_ptes`: write-protects `nr` parent entries of a COW mapping and writes the
+/// child's entries (old, clean for shared mappings, without uffd-wp), `e` first.
+fn write_copied_ptes<'m>(cpu: &Cpu<'m>, cp: &mut CopyPtes<'_, '_>, i: usize, e: Pte, nr: usize) {
+    let arch = cpu.m.arch;
+    let vma = cp.vma;
+    let mut child = e;
+    let mut wrprotect_parent = false;
+    if vma.is_cow() && arch.write(child) {
+        wrprotect_parent = !cp.ctx.skip_wrprotect;
+        child = arch.wrprotect(child);
     }
+    if vma.flags.has(VmFlags::SHARED) {
+        child = arch.mkclean(child);
+    }
+    child = arch.clear_uffd_wp(arch.mkold(child));
+    cp.tables.copy_run(i, child, nr, wrprotect_parent);
+}
+
+/// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
+fn copy_present_pte<'m>(
+    cpu: &Cpu<'m>,
+    cp: &mut CopyPtes<'_, '_>,
+    i: usize,
+    e: Pte,
+    addr: VirtAddr,
+) -> SysResult<i64> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let pfn = arch.pfn(e);
+    let mut rss = 0;
+    c.add(Ev::ForkPtes, 1);
+    if let Some(head) = cp.tables.src.tables().vm_normal_folio(e) {
+        rmap::folio_ref_add(phys, c, head, 1);
+        c.add(Ev::ForkBatches, 1);
+        let needs = cp.ctx.needs_cow_for_dma && cp.vma.is_cow();
+        if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, cp.ctx.dst.id).is_err() {
+            rmap::folio_ref_add(phys, c, head, -1);
+            let copy = copy_present_page(cpu, cp.ctx.dst, cp.vma, pfn, addr)?;
+            cp.tables.dst.set_ptes(i, copy, 1);
+            return Ok(1);
+        }
+        rss = 1;
+    }
+    write_copied_ptes(cpu, cp, i, e, 1);
+    Ok(rss)
+}
+
+/// The child's private copy of a maybe-pinned exclusive page (`copy_present_page`).
+fn copy_present_page<'m>(
+    cpu: &Cpu<'m>,
+    dst: &Mm,
+    vma: &Vma,
+    pfn: Pfn,
+    addr: VirtAddr,
+) -> SysResult<Pte> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let arch = cpu.m.arch;
+    let new = phys
+        .alloc_folio(c, 0, 0, FolioKind::Anon, Zeroing::NoZero)
+        .ok_or(Errno::ENOMEM)?;
+    phys.arena.copy_frame(new, pfn);
+    c.add(Ev::PagesCopied, 1);
+    c.add(Ev::ForkPinnedCopies, 1);
+    let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
+    phys.memmap.set_index(new, vma.pgoff_at(addr));
+    folio_add_lru(cpu, new);
+    let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
+    if vma.flags.has(VmFlags::WRITE) {
+        e = arch.mkwrite(e);
+    }
+    Ok(e)
 }

@@ -6,14 +6,21 @@
 //! the holes at the end.
 
 use super::{aligned, page_align};
+use crate::access::gup_touch_page;
 use crate::errno::{Errno, SysResult};
+use crate::huge_memory::{split_anon_folio, split_huge_pmd_boundaries};
+use crate::khugepaged::{collapse_shmem, madvise_collapse, shmem_collapse_blocks};
 use crate::machine::Cpu;
+use crate::mlock::lru_relist;
 use crate::mm::{MmState, Pid};
 use crate::phys::Pfn;
+use crate::readahead::madvise_willneed_file;
 use crate::stats::Ev;
+use crate::truncate::{punch_hole, split_folio_to_order0};
 use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, VmaId};
-use crate::zap::{GatherScope, MmuGather};
+use crate::vmscan::pageout_file_folio;
+use crate::zap::{free_empty_pte_table, zap_vma_range, GatherScope, MmuGather};
 
 /// Advice values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,21 +105,21 @@ impl<'m> Cpu<'m> {
             return Ok(());
         }
         if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
-            return self.madvise_populate(&task.mm, addr, end, advice == Advice::PopulateWrite);
+            return madvise_populate(self, &task.mm, addr, end, advice == Advice::PopulateWrite);
         }
         self.c().add(Ev::LockMmap, 1);
         let mut st = task.mm.lock.write();
         let mut removes = Vec::new();
-        let mut res = self.madvise_walk(&task.mm, &mut st, addr, end, advice, &mut removes);
+        let mut res = madvise_walk(self, &task.mm, &mut st, addr, end, advice, &mut removes);
         drop(st);
         for d in removes {
             match d {
                 Deferred::Punch(inode, offset, len) => {
-                    self.punch_hole(&inode, offset, offset + len)
+                    punch_hole(self, &inode, offset, offset + len)
                 }
-                Deferred::Split(inode, head) => self.split_folio_to_order0(&inode, head),
+                Deferred::Split(inode, head) => split_folio_to_order0(self, &inode, head),
                 Deferred::Collapse(inode, haddr, idx) => {
-                    if let Err(e) = self.collapse_shmem(&task.mm, &inode, haddr, idx) {
+                    if let Err(e) = collapse_shmem(self, &task.mm, &inode, haddr, idx) {
                         res = res.and(Err(e));
                     }
                 }
@@ -120,650 +127,630 @@ impl<'m> Cpu<'m> {
         }
         res
     }
+}
 
-    /// `zap_pte_range` with `reclaim_pt` (MADV_DONTNEED; `CONFIG_PT_RECLAIM`, set on this
-    /// host's 6.18): a PTE table whose whole 2 MiB the range covers and that the zap left
-    /// empty is freed (`try_get_and_clear_pmd`, `free_pte`), so a later fault may map a PMD
-    /// there (measured: DONTNEED of a PTE-mapped 2M block, then a write fault, gives a THP).
-    fn reclaim_empty_pte_tables(
-        &self,
-        tlb: &mut MmuGather<'_, 'm>,
-        mm: &crate::mm::Mm,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) {
-        for step in self.tables(mm).pmd_walk(start, end) {
-            if step.whole() {
-                self.free_empty_pte_table(tlb, mm, &step);
-            }
+/// `zap_pte_range` with `reclaim_pt` (MADV_DONTNEED; `CONFIG_PT_RECLAIM`, set on this
+/// host's 6.18): a PTE table whose whole 2 MiB the range covers and that the zap left
+/// empty is freed (`try_get_and_clear_pmd`, `free_pte`), so a later fault may map a PMD
+/// there (measured: DONTNEED of a PTE-mapped 2M block, then a write fault, gives a THP).
+fn reclaim_empty_pte_tables<'m>(
+    cpu: &Cpu<'m>,
+    tlb: &mut MmuGather<'_, 'm>,
+    mm: &crate::mm::Mm,
+    start: VirtAddr,
+    end: VirtAddr,
+) {
+    for step in cpu.tables(mm).pmd_walk(start, end) {
+        if step.whole() {
+            free_empty_pte_table(cpu, tlb, mm, &step);
         }
     }
+}
 
-    /// `madvise_walk_vmas`: every VMA of `[addr, end)`, `ENOMEM` for holes.
-    fn madvise_walk(
-        &self,
-        mm: &crate::mm::Mm,
-        st: &mut MmState,
-        addr: u64,
-        end: u64,
-        advice: Advice,
-        removes: &mut Vec<Deferred>,
-    ) -> SysResult<()> {
-        let mut start = addr;
-        let mut unmapped = false;
-        loop {
-            let Some(id) = st.vmas.find_after(start) else {
-                return Err(Errno::ENOMEM);
-            };
-            let (vs, ve) = (st.vmas.get(id).start, st.vmas.get(id).end);
-            if vs >= end {
-                unmapped = true;
-                break;
-            }
-            if start < vs {
-                unmapped = true;
-                start = vs;
-            }
-            let tmp = ve.min(end);
-            self.madvise_vma(mm, st, id, start..tmp, advice, removes)?;
-            start = tmp;
-            if start >= end {
-                break;
-            }
-        }
-        if unmapped {
-            Err(Errno::ENOMEM)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// `madvise_vma_behavior`: applies `advice` to `range` of the VMA `id`.
-    fn madvise_vma(
-        &self,
-        mm: &crate::mm::Mm,
-        st: &mut MmState,
-        id: VmaId,
-        range: std::ops::Range<u64>,
-        advice: Advice,
-        removes: &mut Vec<Deferred>,
-    ) -> SysResult<()> {
-        let (start, end) = (range.start, range.end);
-        // The page-table walkers' view of the range.
-        let (va, va_end) = (VirtAddr::new(start), VirtAddr::new(end));
-        let vma = st.vmas.get(id);
-        let f = vma.flags.0;
-        let newflags = match advice {
-            Advice::DontNeed | Advice::DontNeedLocked => {
-                if advice == Advice::DontNeed && vma.flags.has(VmFlags::LOCKED) {
-                    return Err(Errno::EINVAL);
-                }
-                let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-                self.zap_vma_range(&mut tlb, mm, vma, va, va_end);
-                self.reclaim_empty_pte_tables(&mut tlb, mm, va, va_end);
-                tlb.finish();
-                return Ok(());
-            }
-            Advice::WillNeed => {
-                self.madvise_willneed_file(vma, va, va_end);
-                return Ok(());
-            }
-            Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
-            Advice::Collapse => {
-                let Some(file) = vma.file.as_ref() else {
-                    return self.madvise_collapse(mm, vma, va, va_end);
-                };
-                if !file.kind.is_shmem() {
-                    // `file_thp_enabled` wants a regular file nobody has open for writing;
-                    // a scenario's files are open read-write (measured on 6.18: EINVAL for
-                    // shared and private mappings of an ext4 file open O_RDWR).
-                    return Err(Errno::EINVAL);
-                }
-                for (haddr, idx) in self.shmem_collapse_blocks(vma, va, va_end)? {
-                    removes.push(Deferred::Collapse(file.clone(), haddr, idx));
-                }
-                return Ok(());
-            }
-            Advice::Cold | Advice::PageOut => {
-                if vma.flags.has(VmFlags::LOCKED) {
-                    return Err(Errno::EINVAL);
-                }
-                if vma.is_anon_private() {
-                    self.madvise_cold_or_pageout_anon(mm, vma, va, va_end, advice);
-                }
-                if vma.file.is_some() {
-                    self.madvise_cold_or_pageout_file(mm, vma, va, va_end, advice, removes);
-                }
-                return Ok(());
-            }
-            Advice::Free => {
-                if vma.flags.has(VmFlags::LOCKED) || vma.file.is_some() {
-                    return Err(Errno::EINVAL);
-                }
-                self.madvise_free(mm, vma, va, va_end);
-                return Ok(());
-            }
-            Advice::Remove => {
-                let Some(file) = vma
-                    .file
-                    .as_ref()
-                    .filter(|_| !vma.flags.has(VmFlags::LOCKED))
-                else {
-                    return Err(Errno::EINVAL);
-                };
-                if !vma.flags.has(VmFlags::SHARED) || !vma.flags.has(VmFlags::MAYWRITE) {
-                    return Err(Errno::EACCES);
-                }
-                // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
-                removes.push(Deferred::Punch(
-                    file.clone(),
-                    vma.pgoff_at(va) << 12,
-                    end - start,
-                ));
-                return Ok(());
-            }
-            Advice::Normal => f & !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
-            Advice::Random => (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
-            Advice::Sequential => (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
-            Advice::DontDump => f | VmFlags::DONTDUMP,
-            Advice::DoDump => f & !VmFlags::DONTDUMP,
-            // KSM cannot handle shared memory: `ksm_madvise` leaves such a VMA alone.
-            Advice::Mergeable if f & (VmFlags::SHARED | VmFlags::MAYSHARE) != 0 => return Ok(()),
-            Advice::Mergeable => f | VmFlags::MERGEABLE,
-            Advice::Unmergeable => f & !VmFlags::MERGEABLE,
-            Advice::HugePage => (f | VmFlags::HUGEPAGE) & !VmFlags::NOHUGEPAGE,
-            Advice::NoHugePage => (f | VmFlags::NOHUGEPAGE) & !VmFlags::HUGEPAGE,
-            Advice::DontFork => f | VmFlags::DONTCOPY,
-            Advice::DoFork => f & !VmFlags::DONTCOPY,
-            Advice::WipeOnFork => {
-                if vma.file.is_some() || vma.flags.has(VmFlags::SHARED) {
-                    return Err(Errno::EINVAL);
-                }
-                f | VmFlags::WIPEONFORK
-            }
-            Advice::KeepOnFork => f & !VmFlags::WIPEONFORK,
+/// `madvise_walk_vmas`: every VMA of `[addr, end)`, `ENOMEM` for holes.
+fn madvise_walk<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    st: &mut MmState,
+    addr: u64,
+    end: u64,
+    advice: Advice,
+    removes: &mut Vec<Deferred>,
+) -> SysResult<()> {
+    let mut start = addr;
+    let mut unmapped = false;
+    loop {
+        let Some(id) = st.vmas.find_after(start) else {
+            return Err(Errno::ENOMEM);
         };
-        if newflags == f {
-            return Ok(());
+        let (vs, ve) = (st.vmas.get(id).start, st.vmas.get(id).end);
+        if vs >= end {
+            unmapped = true;
+            break;
         }
-        let max = self.m.tunables().max_map_count;
-        self.split_huge_pmd_boundaries(mm, st, start, end);
-        match merge::modify_flags(
-            &mut st.vmas,
-            self.c(),
-            id,
-            start,
-            end,
-            VmFlags(newflags),
-            max,
-        ) {
-            Ok(_) => Ok(()),
-            Err(Errno::ENOMEM) => Err(Errno::EAGAIN),
-            Err(e) => Err(e),
+        if start < vs {
+            unmapped = true;
+            start = vs;
+        }
+        let tmp = ve.min(end);
+        madvise_vma(cpu, mm, st, id, start..tmp, advice, removes)?;
+        start = tmp;
+        if start >= end {
+            break;
         }
     }
-
-    /// `MADV_POPULATE_(READ|WRITE)`: fault every page in; a hole gives `ENOMEM`, a VMA that
-    /// does not allow the access `EINVAL`, a fault that would signal `EFAULT`.
-    fn madvise_populate(
-        &self,
-        mm: &crate::mm::Mm,
-        start: u64,
-        end: u64,
-        write: bool,
-    ) -> SysResult<()> {
-        self.c().add(Ev::LockMmap, 1);
-        let st = mm.lock.read();
-        let access = if write {
-            crate::fault::Access::Write
-        } else {
-            crate::fault::Access::Read
-        };
-        let mut a = start;
-        while a < end {
-            let Some(id) = st.vmas.find(a) else {
-                return Err(Errno::ENOMEM);
-            };
-            let v = st.vmas.get(id);
-            let allowed = if write {
-                v.flags.has(VmFlags::WRITE)
-            } else {
-                v.flags.has(VmFlags::READ)
-            };
-            if !allowed {
-                return Err(Errno::EINVAL);
-            }
-            let stop = v.end.min(end);
-            while a < stop {
-                // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
-                // object) and SIGSEGV are EFAULT.
-                self.gup_touch_page(mm, &st, a, access)
-                    .map_err(|o| match o {
-                        crate::fault::FaultOutcome::Oom => Errno::ENOMEM,
-                        _ => Errno::EFAULT,
-                    })?;
-                a += 4096;
-            }
-        }
+    if unmapped {
+        Err(Errno::ENOMEM)
+    } else {
         Ok(())
     }
+}
 
-    /// `MADV_FREE` on private anonymous memory (`madvise_free_huge_pmd`,
-    /// `madvise_free_pte_range`): the entries become clean and old and the folios lazily
-    /// freeable (no longer swap-backed); their data stays until reclaim. A small folio already
-    /// marked dirty is only freed when this mapping is its only one. A large folio is freed
-    /// whole when the range covers it and only this mapping maps it; one the range covers in
-    /// part is split first ([`Cpu::split_anon_folio`]) and its pages in the range then freed
-    /// as small folios. Folios other processes map are left alone.
-    fn madvise_free(
-        &self,
-        mm: &crate::mm::Mm,
-        vma: &crate::vma::Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) {
-        self.lru_add_drain();
-        let splits = self.madvise_free_range(mm, vma, start, end);
-        self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
-            let _ = self.madvise_free_range(mm, vma, s, e);
-        });
-        self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
-    }
-
-    /// Splits each large folio of `splits` (head, first address, pages) with
-    /// [`Cpu::split_anon_folio`] and hands the part of `range` it covered back to `revisit`:
-    /// the PTE walks of MADV_FREE/COLD/PAGEOUT go back over the pages of a folio they split.
-    fn split_and_revisit(
-        &self,
-        mm: &crate::mm::Mm,
-        vma: &crate::vma::Vma,
-        splits: Vec<(Pfn, VirtAddr, u64)>,
-        (start, end): (VirtAddr, VirtAddr),
-        mut revisit: impl FnMut(VirtAddr, VirtAddr),
-    ) {
-        for (head, first, nr) in splits {
-            if self.split_anon_folio(mm, vma, head, first) {
-                revisit(first.max(start), first.add(nr * 4096).min(end));
+/// `madvise_vma_behavior`: applies `advice` to `range` of the VMA `id`.
+fn madvise_vma<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    st: &mut MmState,
+    id: VmaId,
+    range: std::ops::Range<u64>,
+    advice: Advice,
+    removes: &mut Vec<Deferred>,
+) -> SysResult<()> {
+    let (start, end) = (range.start, range.end);
+    // The page-table walkers' view of the range.
+    let (va, va_end) = (VirtAddr::new(start), VirtAddr::new(end));
+    let vma = st.vmas.get(id);
+    let f = vma.flags.0;
+    let newflags = match advice {
+        Advice::DontNeed | Advice::DontNeedLocked => {
+            if advice == Advice::DontNeed && vma.flags.has(VmFlags::LOCKED) {
+                return Err(Errno::EINVAL);
             }
-        }
-    }
-
-    /// One pass of [`Cpu::madvise_free`]; returns the large folios to split (head, first
-    /// address, pages).
-    fn madvise_free_range(
-        &self,
-        mm: &crate::mm::Mm,
-        vma: &crate::vma::Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) -> Vec<(Pfn, VirtAddr, u64)> {
-        use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
-        use crate::phys::PageFlag;
-        let pt = self.tables(mm);
-        let mem = &self.m.phys.memmap;
-        let mut splits: Vec<(Pfn, VirtAddr, u64)> = Vec::new();
-        for step in pt.pmd_walk(start, end) {
-            let table = match step.kind {
-                PmdKind::Huge(e) => {
-                    let Some(head) = pt.vm_normal_folio(e) else {
-                        continue; // the huge zero page
-                    };
-                    if !mem.test(head, PageFlag::Anon) || mem.folio_mapcount(head) != 1 {
-                        continue; // `folio_maybe_mapped_shared`
-                    }
-                    if !step.whole() {
-                        splits.push((head, step.haddr(), 1 << mem.order(head)));
-                        continue;
-                    }
-                    let mut pmdl = PmdLock::lock(pt, self.c(), step.table);
-                    pmdl.replace(step.idx, pt.arch.mkclean(pt.arch.mkold(e)));
-                    drop(pmdl);
-                    self.folio_mark_lazyfree(head);
-                    continue;
-                }
-                PmdKind::Table(table) => table,
-            };
-            let mut ptes = PteLock::lock(pt, self.c(), table);
-            let (i0, i1) = step.pte_indexes();
-            for i in i0..i1 {
-                let entry = ptes.get(i);
-                if entry.is_none() || !pt.arch.present(entry) {
-                    continue;
-                }
-                let Some(head) = pt.vm_normal_folio(entry) else {
-                    continue;
-                };
-                let a = step.pte_addr(i);
-                let pfn = pt.arch.pfn(entry);
-                let nr = 1u64 << mem.order(head);
-                let folio_start = a.sub(pfn.offset_from(head) * 4096);
-                let eligible = if nr > 1 {
-                    let covered = folio_start >= start.max(vma.vm_start())
-                        && folio_start.add(nr * 4096) <= end;
-                    if !covered {
-                        if splits.last().is_none_or(|s| s.0 != head) {
-                            splits.push((head, folio_start, nr));
-                        }
-                        continue;
-                    }
-                    mem.folio_mapcount(head) == nr as i32
-                } else {
-                    !mem.test(head, PageFlag::Dirty) || mem.mapcount(head) == 1
-                };
-                if eligible {
-                    ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry)));
-                    self.folio_mark_lazyfree(head);
-                }
-            }
-        }
-        splits
-    }
-
-    /// `MADV_COLD` and `MADV_PAGEOUT` of private anonymous memory
-    /// (`madvise_cold_or_pageout_pte_range`): only folios on the LRU that this mapping alone
-    /// maps, wholly, are handled; a large folio the range covers in part is split first
-    /// ([`Cpu::split_anon_folio`]) and its pages in the range handled as small folios. COLD
-    /// clears PG_referenced and deactivates. PAGEOUT, with no swap device, reclaims as
-    /// `shrink_folio_list` does: a swap-backed folio cannot be written out and goes back on
-    /// the active list (checked on 6.18: `active lru swapbacked`, Rss unchanged); a lazily
-    /// freed (MADV_FREE, not swap-backed) folio needs no swap: `try_to_unmap_one` discards it
-    /// when it is still clean and nothing else holds it, and when it was written again (a
-    /// dirty entry or PG_dirty) it is remapped, made dirty and swap-backed again, and
-    /// activated.
-    fn madvise_cold_or_pageout_anon(
-        &self,
-        mm: &crate::mm::Mm,
-        vma: &crate::vma::Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-        advice: Advice,
-    ) {
-        self.lru_add_drain();
-        let (folios, splits) = self.anon_folios_in(mm, start, end);
-        let mut todo = vec![folios];
-        self.split_and_revisit(mm, vma, splits, (start, end), |s, e| {
-            todo.push(self.anon_folios_in(mm, s, e).0)
-        });
-        let mut discard = Vec::new();
-        for (head, addr, dirty) in todo.into_iter().flatten() {
-            match advice {
-                Advice::PageOut => {
-                    if self.anon_pageout_folio(head, dirty) {
-                        let nr = 1u64 << self.m.phys.memmap.order(head);
-                        discard.push((addr, addr.add(nr * 4096)));
-                    }
-                }
-                _ => self.anon_deactivate(head),
-            }
-        }
-        if !discard.is_empty() {
-            let mut tlb = MmuGather::new(self, mm, GatherScope::Range);
-            for (s, e) in discard {
-                self.zap_vma_range(&mut tlb, mm, vma, s, e);
-            }
+            let mut tlb = MmuGather::new(cpu, mm, GatherScope::Range);
+            zap_vma_range(cpu, &mut tlb, mm, vma, va, va_end);
+            reclaim_empty_pte_tables(cpu, &mut tlb, mm, va, va_end);
             tlb.finish();
+            return Ok(());
+        }
+        Advice::WillNeed => {
+            madvise_willneed_file(cpu, vma, va, va_end);
+            return Ok(());
+        }
+        Advice::PopulateRead | Advice::PopulateWrite => return Ok(()),
+        Advice::Collapse => {
+            let Some(file) = vma.file.as_ref() else {
+                return madvise_collapse(cpu, mm, vma, va, va_end);
+            };
+            if !file.kind.is_shmem() {
+                // `file_thp_enabled` wants a regular file nobody has open for writing;
+                // a scenario's files are open read-write (measured on 6.18: EINVAL for
+                // shared and private mappings of an ext4 file open O_RDWR).
+                return Err(Errno::EINVAL);
+            }
+            for (haddr, idx) in shmem_collapse_blocks(cpu, vma, va, va_end)? {
+                removes.push(Deferred::Collapse(file.clone(), haddr, idx));
+            }
+            return Ok(());
+        }
+        Advice::Cold | Advice::PageOut => {
+            if vma.flags.has(VmFlags::LOCKED) {
+                return Err(Errno::EINVAL);
+            }
+            if vma.is_anon_private() {
+                madvise_cold_or_pageout_anon(cpu, mm, vma, va, va_end, advice);
+            }
+            if vma.file.is_some() {
+                madvise_cold_or_pageout_file(cpu, mm, vma, va, va_end, advice, removes);
+            }
+            return Ok(());
+        }
+        Advice::Free => {
+            if vma.flags.has(VmFlags::LOCKED) || vma.file.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            madvise_free(cpu, mm, vma, va, va_end);
+            return Ok(());
+        }
+        Advice::Remove => {
+            let Some(file) = vma
+                .file
+                .as_ref()
+                .filter(|_| !vma.flags.has(VmFlags::LOCKED))
+            else {
+                return Err(Errno::EINVAL);
+            };
+            if !vma.flags.has(VmFlags::SHARED) || !vma.flags.has(VmFlags::MAYWRITE) {
+                return Err(Errno::EACCES);
+            }
+            // `vfs_fallocate(PUNCH_HOLE)` runs after the mmap lock is dropped.
+            removes.push(Deferred::Punch(
+                file.clone(),
+                vma.pgoff_at(va) << 12,
+                end - start,
+            ));
+            return Ok(());
+        }
+        Advice::Normal => f & !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
+        Advice::Random => (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
+        Advice::Sequential => (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
+        Advice::DontDump => f | VmFlags::DONTDUMP,
+        Advice::DoDump => f & !VmFlags::DONTDUMP,
+        // KSM cannot handle shared memory: `ksm_madvise` leaves such a VMA alone.
+        Advice::Mergeable if f & (VmFlags::SHARED | VmFlags::MAYSHARE) != 0 => return Ok(()),
+        Advice::Mergeable => f | VmFlags::MERGEABLE,
+        Advice::Unmergeable => f & !VmFlags::MERGEABLE,
+        Advice::HugePage => (f | VmFlags::HUGEPAGE) & !VmFlags::NOHUGEPAGE,
+        Advice::NoHugePage => (f | VmFlags::NOHUGEPAGE) & !VmFlags::HUGEPAGE,
+        Advice::DontFork => f | VmFlags::DONTCOPY,
+        Advice::DoFork => f & !VmFlags::DONTCOPY,
+        Advice::WipeOnFork => {
+            if vma.file.is_some() || vma.flags.has(VmFlags::SHARED) {
+                return Err(Errno::EINVAL);
+            }
+            f | VmFlags::WIPEONFORK
+        }
+        Advice::KeepOnFork => f & !VmFlags::WIPEONFORK,
+    };
+    if newflags == f {
+        return Ok(());
+    }
+    let max = cpu.m.tunables().max_map_count;
+    split_huge_pmd_boundaries(cpu, mm, st, start, end);
+    match merge::modify_flags(
+        &mut st.vmas,
+        cpu.c(),
+        id,
+        start,
+        end,
+        VmFlags(newflags),
+        max,
+    ) {
+        Ok(_) => Ok(()),
+        Err(Errno::ENOMEM) => Err(Errno::EAGAIN),
+        Err(e) => Err(e),
+    }
+}
+
+/// `MADV_POPULATE_(READ|WRITE)`: fault every page in; a hole gives `ENOMEM`, a VMA that
+/// does not allow the access `EINVAL`, a fault that would signal `EFAULT`.
+fn madvise_populate<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    start: u64,
+    end: u64,
+    write: bool,
+) -> SysResult<()> {
+    cpu.c().add(Ev::LockMmap, 1);
+    let st = mm.lock.read();
+    let access = if write {
+        crate::pgtable::Access::Write
+    } else {
+        crate::pgtable::Access::Read
+    };
+    let mut a = start;
+    while a < end {
+        let Some(id) = st.vmas.find(a) else {
+            return Err(Errno::ENOMEM);
+        };
+        let v = st.vmas.get(id);
+        let allowed = if write {
+            v.flags.has(VmFlags::WRITE)
+        } else {
+            v.flags.has(VmFlags::READ)
+        };
+        if !allowed {
+            return Err(Errno::EINVAL);
+        }
+        let stop = v.end.min(end);
+        while a < stop {
+            // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
+            // object) and SIGSEGV are EFAULT.
+            gup_touch_page(cpu, mm, &st, a, access).map_err(|o| match o {
+                crate::vm_fault::FaultOutcome::Oom => Errno::ENOMEM,
+                _ => Errno::EFAULT,
+            })?;
+            a += 4096;
         }
     }
+    Ok(())
+}
 
-    /// The anonymous folios of `[start, end)` that this mapping alone maps wholly and that are
-    /// on the LRU, as (head, first address, any entry dirty), and the large ones it covers in
-    /// part and maps alone, to split, as (head, first address, pages).
-    #[allow(clippy::type_complexity)]
-    fn anon_folios_in(
-        &self,
-        mm: &crate::mm::Mm,
-        start: VirtAddr,
-        end: VirtAddr,
-    ) -> (Vec<(Pfn, VirtAddr, bool)>, Vec<(Pfn, VirtAddr, u64)>) {
-        use crate::pgtable::cursor::{PmdKind, PteLock};
-        use crate::phys::PageFlag;
-        let pt = self.tables(mm);
-        let mem = &self.m.phys.memmap;
-        // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
-        let mut seen: Vec<(Pfn, VirtAddr, u64, bool, bool)> = Vec::new();
-        for step in pt.pmd_walk(start, end) {
-            match step.kind {
-                PmdKind::Huge(e) => {
-                    if let Some(head) = pt.vm_normal_folio(e) {
-                        let n = if step.whole() { 512 } else { 0 };
-                        seen.push((head, step.haddr(), n, pt.arch.dirty(e), true));
-                    }
+/// `MADV_FREE` on private anonymous memory (`madvise_free_huge_pmd`,
+/// `madvise_free_pte_range`): the entries become clean and old and the folios lazily
+/// freeable (no longer swap-backed); their data stays until reclaim. A small folio already
+/// marked dirty is only freed when this mapping is its only one. A large folio is freed
+/// whole when the range covers it and only this mapping maps it; one the range covers in
+/// part is split first ([`crate::huge_memory::split_anon_folio`]) and its pages in the range then freed
+/// as small folios. Folios other processes map are left alone.
+fn madvise_free<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    vma: &crate::vma::Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+) {
+    cpu.lru_add_drain();
+    let splits = madvise_free_range(cpu, mm, vma, start, end);
+    split_and_revisit(cpu, mm, vma, splits, (start, end), |s, e| {
+        let _ = madvise_free_range(cpu, mm, vma, s, e);
+    });
+    cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+}
+
+/// Splits each large folio of `splits` (head, first address, pages) with
+/// [`crate::huge_memory::split_anon_folio`] and hands the part of `range` it covered back to `revisit`:
+/// the PTE walks of MADV_FREE/COLD/PAGEOUT go back over the pages of a folio they split.
+fn split_and_revisit<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    vma: &crate::vma::Vma,
+    splits: Vec<(Pfn, VirtAddr, u64)>,
+    (start, end): (VirtAddr, VirtAddr),
+    mut revisit: impl FnMut(VirtAddr, VirtAddr),
+) {
+    for (head, first, nr) in splits {
+        if split_anon_folio(cpu, mm, vma, head, first) {
+            revisit(first.max(start), first.add(nr * 4096).min(end));
+        }
+    }
+}
+
+/// One pass of [`madvise_free`]; returns the large folios to split (head, first
+/// address, pages).
+fn madvise_free_range<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    vma: &crate::vma::Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+) -> Vec<(Pfn, VirtAddr, u64)> {
+    use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
+    use crate::phys::PageFlag;
+    let pt = cpu.tables(mm);
+    let mem = &cpu.m.phys.memmap;
+    let mut splits: Vec<(Pfn, VirtAddr, u64)> = Vec::new();
+    for step in pt.pmd_walk(start, end) {
+        let table = match step.kind {
+            PmdKind::Huge(e) => {
+                let Some(head) = pt.vm_normal_folio(e) else {
+                    continue; // the huge zero page
+                };
+                if !mem.test(head, PageFlag::Anon) || mem.folio_mapcount(head) != 1 {
+                    continue; // `folio_maybe_mapped_shared`
                 }
-                PmdKind::Table(table) => {
-                    let ptes = PteLock::lock(pt, self.c(), table);
-                    let (i0, i1) = step.pte_indexes();
-                    for i in i0..i1 {
-                        let e = ptes.get(i);
-                        if e.is_none() || !pt.arch.present(e) {
-                            continue;
+                if !step.whole() {
+                    splits.push((head, step.haddr(), 1 << mem.order(head)));
+                    continue;
+                }
+                let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
+                pmdl.replace(step.idx, pt.arch.mkclean(pt.arch.mkold(e)));
+                drop(pmdl);
+                folio_mark_lazyfree(cpu, head);
+                continue;
+            }
+            PmdKind::Table(table) => table,
+        };
+        let mut ptes = PteLock::lock(pt, cpu.c(), table);
+        let (i0, i1) = step.pte_indexes();
+        for i in i0..i1 {
+            let entry = ptes.get(i);
+            if entry.is_none() || !pt.arch.present(entry) {
+                continue;
+            }
+            let Some(head) = pt.vm_normal_folio(entry) else {
+                continue;
+            };
+            let a = step.pte_addr(i);
+            let pfn = pt.arch.pfn(entry);
+            let nr = 1u64 << mem.order(head);
+            let folio_start = a.sub(pfn.offset_from(head) * 4096);
+            let eligible = if nr > 1 {
+                let covered =
+                    folio_start >= start.max(vma.vm_start()) && folio_start.add(nr * 4096) <= end;
+                if !covered {
+                    if splits.last().is_none_or(|s| s.0 != head) {
+                        splits.push((head, folio_start, nr));
+                    }
+                    continue;
+                }
+                mem.folio_mapcount(head) == nr as i32
+            } else {
+                !mem.test(head, PageFlag::Dirty) || mem.mapcount(head) == 1
+            };
+            if eligible {
+                ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry)));
+                folio_mark_lazyfree(cpu, head);
+            }
+        }
+    }
+    splits
+}
+
+/// `MADV_COLD` and `MADV_PAGEOUT` of private anonymous memory
+/// (`madvise_cold_or_pageout_pte_range`): only folios on the LRU that this mapping alone
+/// maps, wholly, are handled; a large folio the range covers in part is split first
+/// ([`crate::huge_memory::split_anon_folio`]) and its pages in the range handled as small folios. COLD
+/// clears PG_referenced and deactivates. PAGEOUT, with no swap device, reclaims as
+/// `shrink_folio_list` does: a swap-backed folio cannot be written out and goes back on
+/// the active list (checked on 6.18: `active lru swapbacked`, Rss unchanged); a lazily
+/// freed (MADV_FREE, not swap-backed) folio needs no swap: `try_to_unmap_one` discards it
+/// when it is still clean and nothing else holds it, and when it was written again (a
+/// dirty entry or PG_dirty) it is remapped, made dirty and swap-backed again, and
+/// activated.
+fn madvise_cold_or_pageout_anon<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    vma: &crate::vma::Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+    advice: Advice,
+) {
+    cpu.lru_add_drain();
+    let (folios, splits) = anon_folios_in(cpu, mm, start, end);
+    let mut todo = vec![folios];
+    split_and_revisit(cpu, mm, vma, splits, (start, end), |s, e| {
+        todo.push(anon_folios_in(cpu, mm, s, e).0)
+    });
+    let mut discard = Vec::new();
+    for (head, addr, dirty) in todo.into_iter().flatten() {
+        match advice {
+            Advice::PageOut => {
+                if anon_pageout_folio(cpu, head, dirty) {
+                    let nr = 1u64 << cpu.m.phys.memmap.order(head);
+                    discard.push((addr, addr.add(nr * 4096)));
+                }
+            }
+            _ => anon_deactivate(cpu, head),
+        }
+    }
+    if !discard.is_empty() {
+        let mut tlb = MmuGather::new(cpu, mm, GatherScope::Range);
+        for (s, e) in discard {
+            zap_vma_range(cpu, &mut tlb, mm, vma, s, e);
+        }
+        tlb.finish();
+    }
+}
+
+/// The anonymous folios of `[start, end)` that this mapping alone maps wholly and that are
+/// on the LRU, as (head, first address, any entry dirty), and the large ones it covers in
+/// part and maps alone, to split, as (head, first address, pages).
+#[allow(clippy::type_complexity)]
+fn anon_folios_in<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    start: VirtAddr,
+    end: VirtAddr,
+) -> (Vec<(Pfn, VirtAddr, bool)>, Vec<(Pfn, VirtAddr, u64)>) {
+    use crate::pgtable::cursor::{PmdKind, PteLock};
+    use crate::phys::PageFlag;
+    let pt = cpu.tables(mm);
+    let mem = &cpu.m.phys.memmap;
+    // (head, first address seen, pages seen in the range, any entry dirty, whole PMD)
+    let mut seen: Vec<(Pfn, VirtAddr, u64, bool, bool)> = Vec::new();
+    for step in pt.pmd_walk(start, end) {
+        match step.kind {
+            PmdKind::Huge(e) => {
+                if let Some(head) = pt.vm_normal_folio(e) {
+                    let n = if step.whole() { 512 } else { 0 };
+                    seen.push((head, step.haddr(), n, pt.arch.dirty(e), true));
+                }
+            }
+            PmdKind::Table(table) => {
+                let ptes = PteLock::lock(pt, cpu.c(), table);
+                let (i0, i1) = step.pte_indexes();
+                for i in i0..i1 {
+                    let e = ptes.get(i);
+                    if e.is_none() || !pt.arch.present(e) {
+                        continue;
+                    }
+                    let Some(head) = pt.vm_normal_folio(e) else {
+                        continue;
+                    };
+                    let dirty = pt.arch.dirty(e);
+                    match seen.last_mut() {
+                        Some(f) if f.0 == head => {
+                            f.2 += 1;
+                            f.3 |= dirty;
                         }
-                        let Some(head) = pt.vm_normal_folio(e) else {
-                            continue;
-                        };
-                        let dirty = pt.arch.dirty(e);
-                        match seen.last_mut() {
-                            Some(f) if f.0 == head => {
-                                f.2 += 1;
-                                f.3 |= dirty;
-                            }
-                            _ => {
-                                let a = step.pte_addr(i);
-                                let first = a.sub(pt.arch.pfn(e).offset_from(head) * 4096);
-                                seen.push((head, first, 1, dirty, false));
-                            }
+                        _ => {
+                            let a = step.pte_addr(i);
+                            let first = a.sub(pt.arch.pfn(e).offset_from(head) * 4096);
+                            seen.push((head, first, 1, dirty, false));
                         }
                     }
                 }
             }
         }
-        let (mut whole, mut split) = (Vec::new(), Vec::new());
-        for (head, first, n, dirty, pmd) in seen {
-            if !mem.test(head, PageFlag::Anon) || !mem.test(head, PageFlag::Lru) {
+    }
+    let (mut whole, mut split) = (Vec::new(), Vec::new());
+    for (head, first, n, dirty, pmd) in seen {
+        if !mem.test(head, PageFlag::Anon) || !mem.test(head, PageFlag::Lru) {
+            continue;
+        }
+        let nr = 1u64 << mem.order(head);
+        // A PMD mapping counts once in the folio's mapcount, each PTE once.
+        let own = if pmd { 1 } else { nr as i32 };
+        if mem.folio_mapcount(head) != own {
+            continue; // mapped elsewhere too: `folio_maybe_mapped_shared`
+        }
+        if n == nr {
+            whole.push((head, first, dirty));
+        } else if nr > 1 {
+            split.push((head, first, nr));
+        }
+    }
+    (whole, split)
+}
+
+/// COLD of one folio: PG_referenced cleared, moved to the inactive list
+/// (`folio_deactivate`).
+fn anon_deactivate<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    use crate::phys::PageFlag;
+    let mem = &cpu.m.phys.memmap;
+    mem.clear(head, PageFlag::Referenced);
+    if mem.test(head, PageFlag::Active) {
+        lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+    }
+}
+
+/// PAGEOUT of one folio without swap (see [`madvise_cold_or_pageout_anon`]); returns
+/// whether it is to be discarded.
+fn anon_pageout_folio<'m>(cpu: &Cpu<'m>, head: Pfn, dirty: bool) -> bool {
+    use crate::phys::PageFlag;
+    let mem = &cpu.m.phys.memmap;
+    mem.clear(head, PageFlag::Referenced);
+    if !mem.test(head, PageFlag::SwapBacked) {
+        let clean = !dirty && !mem.test(head, PageFlag::Dirty);
+        if clean && mem.refcount(head) == mem.folio_mapcount(head) {
+            return true;
+        }
+        if !clean {
+            mem.set(head, PageFlag::Dirty);
+        }
+        lru_relist(cpu, head, |_| mem.set(head, PageFlag::SwapBacked));
+    }
+    if !mem.test(head, PageFlag::Active) {
+        lru_relist(cpu, head, |on_lru| {
+            if on_lru {
+                mem.set(head, PageFlag::Active);
+            }
+        });
+    }
+    false
+}
+
+fn folio_mark_lazyfree<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    use crate::phys::PageFlag;
+    let phys = &cpu.m.phys;
+    let mem = &phys.memmap;
+    mem.clear(head, PageFlag::Dirty);
+    if !mem.test(head, PageFlag::SwapBacked) {
+        return;
+    }
+    lru_relist(cpu, head, |_| {
+        mem.clear(head, PageFlag::SwapBacked);
+        mem.clear(head, PageFlag::Active);
+        mem.clear(head, PageFlag::Referenced);
+    });
+}
+
+/// `madvise_cold_or_pageout_pte_range` for the page-cache pages of a file mapping that
+/// only this mapping maps: the PTE is made old, the folio loses PG_referenced and is
+/// deactivated (`COLD`) or reclaimed (`PAGEOUT`: see [`crate::vmscan::pageout_file_folio`]). A
+/// PMD-mapped folio the range covers only in part, and that no one else maps, is split
+/// once the mmap lock is dropped ([`crate::truncate::split_folio_to_order0`]).
+fn madvise_cold_or_pageout_file<'m>(
+    cpu: &Cpu<'m>,
+    mm: &crate::mm::Mm,
+    vma: &crate::vma::Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+    advice: Advice,
+    deferred: &mut Vec<Deferred>,
+) {
+    use crate::pgtable::cursor::{PmdKind, PteLock};
+    use crate::phys::PageFlag;
+    let pt = cpu.tables(mm);
+    let phys = &cpu.m.phys;
+    let mem = &phys.memmap;
+    cpu.lru_add_drain();
+    let mut found = Vec::new();
+    for step in pt.pmd_walk(start, end) {
+        if let PmdKind::Huge(e) = step.kind {
+            // A PMD-mapped folio only partly advised and mapped by no one else is split
+            // (`split_folio`: unmapped everywhere, order-0 pages; shmem keeps them).
+            if let Some(head) = pt.vm_normal_folio(e) {
+                let partial = !step.whole();
+                let shared = mem.entire_mapcount(head) > 1 || mem.large_mapcount(head) > 1;
+                if partial && !shared && !mem.test(head, PageFlag::Anon) {
+                    if let Some(inode) = &vma.file {
+                        deferred.push(Deferred::Split(inode.clone(), head));
+                    }
+                }
+            }
+            continue;
+        }
+        let PmdKind::Table(table) = step.kind else {
+            continue;
+        };
+        let mut ptes = PteLock::lock(pt, cpu.c(), table);
+        let (i0, i1) = step.pte_indexes();
+        let mut i = i0;
+        while i < i1 {
+            let e = ptes.get(i);
+            let at = i;
+            i += 1;
+            if e.is_none() || !pt.arch.present(e) {
+                continue;
+            }
+            let Some(head) = pt.vm_normal_folio(e) else {
+                continue;
+            };
+            if mem.test(head, PageFlag::Anon) {
                 continue;
             }
             let nr = 1u64 << mem.order(head);
-            // A PMD mapping counts once in the folio's mapcount, each PTE once.
-            let own = if pmd { 1 } else { nr as i32 };
-            if mem.folio_mapcount(head) != own {
-                continue; // mapped elsewhere too: `folio_maybe_mapped_shared`
-            }
-            if n == nr {
-                whole.push((head, first, dirty));
-            } else if nr > 1 {
-                split.push((head, first, nr));
-            }
-        }
-        (whole, split)
-    }
-
-    /// COLD of one folio: PG_referenced cleared, moved to the inactive list
-    /// (`folio_deactivate`).
-    fn anon_deactivate(&self, head: Pfn) {
-        use crate::phys::PageFlag;
-        let mem = &self.m.phys.memmap;
-        mem.clear(head, PageFlag::Referenced);
-        if mem.test(head, PageFlag::Active) {
-            self.lru_relist(head, |_| mem.clear(head, PageFlag::Active));
-        }
-    }
-
-    /// PAGEOUT of one folio without swap (see [`Cpu::madvise_cold_or_pageout_anon`]); returns
-    /// whether it is to be discarded.
-    fn anon_pageout_folio(&self, head: Pfn, dirty: bool) -> bool {
-        use crate::phys::PageFlag;
-        let mem = &self.m.phys.memmap;
-        mem.clear(head, PageFlag::Referenced);
-        if !mem.test(head, PageFlag::SwapBacked) {
-            let clean = !dirty && !mem.test(head, PageFlag::Dirty);
-            if clean && mem.refcount(head) == mem.folio_mapcount(head) {
-                return true;
-            }
-            if !clean {
-                mem.set(head, PageFlag::Dirty);
-            }
-            self.lru_relist(head, |_| mem.set(head, PageFlag::SwapBacked));
-        }
-        if !mem.test(head, PageFlag::Active) {
-            self.lru_relist(head, |on_lru| {
-                if on_lru {
-                    mem.set(head, PageFlag::Active);
-                }
-            });
-        }
-        false
-    }
-
-    fn folio_mark_lazyfree(&self, head: Pfn) {
-        use crate::phys::PageFlag;
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        mem.clear(head, PageFlag::Dirty);
-        if !mem.test(head, PageFlag::SwapBacked) {
-            return;
-        }
-        self.lru_relist(head, |_| {
-            mem.clear(head, PageFlag::SwapBacked);
-            mem.clear(head, PageFlag::Active);
-            mem.clear(head, PageFlag::Referenced);
-        });
-    }
-
-    /// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
-    /// lock, taking it off its evictable list first and putting it back on the new one.
-    pub(crate) fn lru_relist(&self, head: Pfn, change: impl FnOnce(bool)) {
-        use crate::phys::PageFlag;
-        let phys = &self.m.phys;
-        let folio = phys.memmap.folio(head);
-        let nr = folio.nr_pages();
-        self.c().add(Ev::LockLru, 1);
-        let mut lists = phys.lruvec_of(head).lock();
-        let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
-        if on_lru {
-            lists.del(folio, nr);
-        }
-        change(on_lru);
-        if on_lru {
-            lists.add(folio, nr);
-        }
-    }
-
-    /// `madvise_cold_or_pageout_pte_range` for the page-cache pages of a file mapping that
-    /// only this mapping maps: the PTE is made old, the folio loses PG_referenced and is
-    /// deactivated (`COLD`) or reclaimed (`PAGEOUT`: see [`Cpu::pageout_file_folio`]). A
-    /// PMD-mapped folio the range covers only in part, and that no one else maps, is split
-    /// once the mmap lock is dropped ([`Cpu::split_folio_to_order0`]).
-    fn madvise_cold_or_pageout_file(
-        &self,
-        mm: &crate::mm::Mm,
-        vma: &crate::vma::Vma,
-        start: VirtAddr,
-        end: VirtAddr,
-        advice: Advice,
-        deferred: &mut Vec<Deferred>,
-    ) {
-        use crate::pgtable::cursor::{PmdKind, PteLock};
-        use crate::phys::PageFlag;
-        let pt = self.tables(mm);
-        let phys = &self.m.phys;
-        let mem = &phys.memmap;
-        self.lru_add_drain();
-        let mut found = Vec::new();
-        for step in pt.pmd_walk(start, end) {
-            if let PmdKind::Huge(e) = step.kind {
-                // A PMD-mapped folio only partly advised and mapped by no one else is split
-                // (`split_folio`: unmapped everywhere, order-0 pages; shmem keeps them).
-                if let Some(head) = pt.vm_normal_folio(e) {
-                    let partial = !step.whole();
-                    let shared = mem.entire_mapcount(head) > 1 || mem.large_mapcount(head) > 1;
-                    if partial && !shared && !mem.test(head, PageFlag::Anon) {
-                        if let Some(inode) = &vma.file {
-                            deferred.push(Deferred::Split(inode.clone(), head));
-                        }
-                    }
-                }
-                continue;
-            }
-            let PmdKind::Table(table) = step.kind else {
-                continue;
-            };
-            let mut ptes = PteLock::lock(pt, self.c(), table);
-            let (i0, i1) = step.pte_indexes();
-            let mut i = i0;
-            while i < i1 {
-                let e = ptes.get(i);
-                let at = i;
-                i += 1;
-                if e.is_none() || !pt.arch.present(e) {
-                    continue;
-                }
-                let Some(head) = pt.vm_normal_folio(e) else {
-                    continue;
+            let addr = step.pte_addr(at);
+            if nr > 1 {
+                // A large folio: the PTEs that map it in order from here (within the
+                // range and this table) must cover all of it, or it is split first
+                // (`split_folio`: unmapped everywhere, order-0 pages kept in the cache,
+                // none of them paged out this time), unless others map it too.
+                let first = pt.arch.pfn(e);
+                let batch = (at..i1)
+                    .take_while(|&j| {
+                        let f = ptes.get(j);
+                        !f.is_none()
+                            && pt.arch.present(f)
+                            && pt.arch.pfn(f) == first.add((j - at) as u64)
+                            && mem.folio_of(pt.arch.pfn(f)) == head
+                    })
+                    .count() as u64;
+                let shared = if mem.test(head, PageFlag::OwnerTracked) {
+                    crate::rmap::owner::maybe_mapped_shared(phys, head)
+                } else {
+                    mem.large_mapcount(head) as u64 > batch
                 };
-                if mem.test(head, PageFlag::Anon) {
+                i = at + batch as usize;
+                if shared {
                     continue;
                 }
-                let nr = 1u64 << mem.order(head);
-                let addr = step.pte_addr(at);
-                if nr > 1 {
-                    // A large folio: the PTEs that map it in order from here (within the
-                    // range and this table) must cover all of it, or it is split first
-                    // (`split_folio`: unmapped everywhere, order-0 pages kept in the cache,
-                    // none of them paged out this time), unless others map it too.
-                    let first = pt.arch.pfn(e);
-                    let batch = (at..i1)
-                        .take_while(|&j| {
-                            let f = ptes.get(j);
-                            !f.is_none()
-                                && pt.arch.present(f)
-                                && pt.arch.pfn(f) == first.add((j - at) as u64)
-                                && mem.folio_of(pt.arch.pfn(f)) == head
-                        })
-                        .count() as u64;
-                    let shared = if mem.test(head, PageFlag::OwnerTracked) {
-                        crate::rmap::owner::maybe_mapped_shared(phys, head)
-                    } else {
-                        mem.large_mapcount(head) as u64 > batch
-                    };
-                    i = at + batch as usize;
-                    if shared {
-                        continue;
+                if first != head || batch < nr {
+                    if let Some(inode) = &vma.file {
+                        deferred.push(Deferred::Split(inode.clone(), head));
                     }
-                    if first != head || batch < nr {
-                        if let Some(inode) = &vma.file {
-                            deferred.push(Deferred::Split(inode.clone(), head));
-                        }
-                        continue;
-                    }
-                    if advice == Advice::Cold {
-                        for j in at..i {
-                            let f = ptes.get(j);
-                            if pt.arch.young(f) {
-                                ptes.replace(j, pt.arch.mkold(f));
-                            }
+                    continue;
+                }
+                if advice == Advice::Cold {
+                    for j in at..i {
+                        let f = ptes.get(j);
+                        if pt.arch.young(f) {
+                            ptes.replace(j, pt.arch.mkold(f));
                         }
                     }
-                    found.push((addr, head));
-                    continue;
-                }
-                if crate::rmap::page_mapcount(phys, head) > 1 {
-                    continue;
-                }
-                if advice == Advice::Cold && pt.arch.young(e) {
-                    ptes.replace(at, pt.arch.mkold(e));
                 }
                 found.push((addr, head));
+                continue;
             }
-        }
-        if advice == Advice::Cold {
-            self.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
-        }
-        for (addr, head) in found {
-            mem.clear(head, PageFlag::Referenced);
-            if advice == Advice::PageOut {
-                self.pageout_file_folio(mm, vma, addr, head);
-            } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
-                self.lru_relist(head, |_| mem.clear(head, PageFlag::Active));
+            if crate::rmap::page_mapcount(phys, head) > 1 {
+                continue;
             }
+            if advice == Advice::Cold && pt.arch.young(e) {
+                ptes.replace(at, pt.arch.mkold(e));
+            }
+            found.push((addr, head));
+        }
+    }
+    if advice == Advice::Cold {
+        cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    }
+    for (addr, head) in found {
+        mem.clear(head, PageFlag::Referenced);
+        if advice == Advice::PageOut {
+            pageout_file_folio(cpu, mm, vma, addr, head);
+        } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
+            lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
         }
     }
 }

@@ -5,12 +5,14 @@
 //! `mm/huge_memory.c` (`thp_get_unmapped_area_vmflags`), `mm/util.c` (`__vm_enough_memory`).
 
 use super::{aligned, page_align};
+use crate::access::gup_touch_page;
 use crate::errno::{Errno, SysResult};
-use crate::fault::Access;
 use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
-use crate::pgtable::{Prot, PMD_SIZE, TASK_SIZE};
+use crate::ops::munmap::{do_munmap, split_range_edges};
+use crate::ops::{vm_enough_memory, vm_unacct};
+use crate::pgtable::{Access, Prot, PMD_SIZE, TASK_SIZE};
 use crate::vma::merge::{self, Proposal};
 use crate::vma::VmFlags;
 use std::sync::Arc;
@@ -112,287 +114,264 @@ impl<'m> Cpu<'m> {
         let mm = &task.mm;
         self.c().add(crate::stats::Ev::LockMmap, 1);
         let mut st = mm.lock.write();
-        let (addr, flags) = self.do_mmap(&task, &mut st, args)?;
-        let populate =
+        let (addr, flags) = do_mmap(self, &task, &mut st, args)?;
+        let want_populate =
             args.populate || (flags.has(VmFlags::LOCKED) && !flags.has(VmFlags::LOCKONFAULT));
         drop(st);
-        if populate {
-            self.populate(mm, addr, addr + page_align(args.len).unwrap_or(0), flags);
+        if want_populate {
+            populate(
+                self,
+                mm,
+                addr,
+                addr + page_align(args.len).unwrap_or(0),
+                flags,
+            );
         }
         Ok(addr)
     }
+}
 
-    fn do_mmap(&self, task: &Task, st: &mut MmState, args: MmapArgs) -> SysResult<(u64, VmFlags)> {
-        let file = match args.file {
-            None => None,
-            Some((f, offset)) => {
-                let inode = self.m.file(f)?;
-                if offset % 4096 != 0 {
-                    return Err(Errno::EINVAL);
-                }
-                Some((inode, offset >> 12))
+fn do_mmap<'m>(
+    cpu: &Cpu<'m>,
+    task: &Task,
+    st: &mut MmState,
+    args: MmapArgs,
+) -> SysResult<(u64, VmFlags)> {
+    let file = match args.file {
+        None => None,
+        Some((f, offset)) => {
+            let inode = cpu.m.file(f)?;
+            if offset % 4096 != 0 {
+                return Err(Errno::EINVAL);
             }
-        };
-        if args.len == 0 {
-            return Err(Errno::EINVAL);
+            Some((inode, offset >> 12))
         }
-        if let Some((_, pgoff)) = &file {
-            // `do_mmap`'s offset checks: the page range must not wrap, and must fit below
-            // MAX_LFS_FILESIZE (`file_mmap_ok`).
-            let pages = page_align(args.len).ok_or(Errno::ENOMEM)? >> 12;
-            if pgoff.checked_add(pages).is_none() {
-                return Err(Errno::EOVERFLOW);
-            }
-            let max = (i64::MAX as u64).checked_sub(pages << 12);
-            if max.is_none_or(|max| *pgoff > max >> 12) {
-                return Err(Errno::EOVERFLOW);
-            }
-        }
-        let req = match args.placement {
-            Placement::Any => AreaRequest::Hint(0),
-            Placement::Hint(h) => AreaRequest::Hint(round_hint_to_min(h)),
-            Placement::Fixed(a) | Placement::FixedNoReplace(a) => AreaRequest::Fixed(a),
-        };
-        let len = page_align(args.len)
-            .filter(|&l| l != 0)
-            .ok_or(Errno::ENOMEM)?;
-        let max = self.m.tunables().max_map_count;
-        if st.vmas.count() as u64 > max {
-            return Err(Errno::ENOMEM);
-        }
-        let thp_align = args.sharing == Sharing::Private
-            && file.is_none()
-            && req == AreaRequest::Hint(0)
-            && len % PMD_SIZE == 0;
-        let addr = self.get_unmapped_area(task, st, req, len, thp_align)?;
-        if matches!(args.placement, Placement::FixedNoReplace(_))
-            && !st.vmas.overlapping(addr, addr + len).is_empty()
-        {
-            return Err(Errno::EEXIST);
-        }
-        let mut flags = prot_flags(args.prot)
-            | VmFlags::MAYREAD
-            | VmFlags::MAYWRITE
-            | VmFlags::MAYEXEC
-            | st.def_flags;
-        if args.locked {
-            // MAP_LOCKED needs `can_do_mlock` first: EPERM with RLIMIT_MEMLOCK 0 (6.18).
-            if !super::mlock::can_do_mlock(task) {
-                return Err(Errno::EPERM);
-            }
-            flags |= VmFlags::LOCKED;
-        }
-        if flags & VmFlags::LOCKED != 0 {
-            self.mlock_future_ok(task, st, len)?;
-        }
-        if args.sharing == Sharing::Shared {
-            flags |= VmFlags::SHARED | VmFlags::MAYSHARE;
-        }
-        if args.noreserve && self.m.tunables().overcommit_memory != 2 {
-            flags |= VmFlags::NORESERVE;
-        }
-        let accountable =
-            args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
-        if let AreaRequest::Fixed(_) = req {
-            if accountable {
-                // `__mmap_prepare` charges the new pages less those of the accounted VMAs it
-                // replaces before anything is unmapped; a failed charge leaves the old VMAs
-                // and their pages, only split at the range's edges (measured on 6.18: a
-                // failed 1024G MAP_FIXED over the tail of a VMA keeps its data).
-                let old: u64 = st
-                    .vmas
-                    .overlapping(addr, addr + len)
-                    .into_iter()
-                    .map(|id| st.vmas.get(id))
-                    .filter(|v| v.flags.has(VmFlags::ACCOUNT))
-                    .map(|v| (v.end.min(addr + len) - v.start.max(addr)) >> 12)
-                    .sum();
-                let new = (len >> 12).saturating_sub(old);
-                if let Err(e) = self.vm_enough_memory(new) {
-                    self.split_range_edges(st, addr, addr + len)?;
-                    return Err(e);
-                }
-                // Charged for real below, once the old VMAs' charge is given back.
-                self.vm_unacct(new);
-            }
-            self.do_munmap(&task.mm, st, addr, addr + len)?;
-        }
-        if accountable {
-            self.vm_enough_memory(len >> 12)?;
-            flags |= VmFlags::ACCOUNT;
-        }
-        let flags = VmFlags(flags | VmFlags::SOFTDIRTY);
-        let res = self.insert_mapping(st, addr, len, flags, args.sharing, file);
-        if res.is_err() && accountable {
-            self.vm_unacct(len >> 12);
-        }
-        res?;
-        if flags.has(VmFlags::LOCKED) {
-            st.locked_vm += len >> 12;
-        }
-        Ok((addr, flags))
+    };
+    if args.len == 0 {
+        return Err(Errno::EINVAL);
     }
-
-    fn insert_mapping(
-        &self,
-        st: &mut MmState,
-        addr: u64,
-        len: u64,
-        flags: VmFlags,
-        sharing: Sharing,
-        file: Option<(Arc<Inode>, u64)>,
-    ) -> SysResult<()> {
-        // A shared anonymous mapping gets a shmem object of its own (`shmem_zero_setup`),
-        // created with one user that the new VMA replaces.
-        let anon_shmem = file.is_none() && sharing == Sharing::Shared;
-        let (file, pgoff) = match file {
-            Some((f, pgoff)) => (Some(f), pgoff),
-            None if anon_shmem => {
-                let id = self.m.alloc_shmem_id();
-                (Some(Arc::new(Inode::new(id, InodeKind::ShmemAnon, len))), 0)
-            }
-            None => (None, addr >> 12),
-        };
-        let p = Proposal {
-            start: addr,
-            end: addr + len,
-            flags,
-            pgoff,
-            anon_vma: (0, 0),
-            file: file.as_ref(),
-        };
-        merge::insert_new(&mut st.vmas, self.c(), p)?;
-        if let (Some(s), true) = (&file, anon_shmem) {
-            s.put();
+    if let Some((_, pgoff)) = &file {
+        // `do_mmap`'s offset checks: the page range must not wrap, and must fit below
+        // MAX_LFS_FILESIZE (`file_mmap_ok`).
+        let pages = page_align(args.len).ok_or(Errno::ENOMEM)? >> 12;
+        if pgoff.checked_add(pages).is_none() {
+            return Err(Errno::EOVERFLOW);
         }
-        Ok(())
-    }
-
-    /// `mlock_future_ok`: may `len` more bytes be locked?
-    pub(crate) fn mlock_future_ok(&self, task: &Task, st: &MmState, len: u64) -> SysResult<()> {
-        if task.privilege == Privilege::Privileged {
-            return Ok(());
-        }
-        let limit = task.rlimit_memlock >> 12;
-        if st.locked_vm + (len >> 12) > limit {
-            return Err(Errno::EAGAIN);
-        }
-        Ok(())
-    }
-
-    /// Faults in `[start, end)` as `populate_vma_page_range` does: writes for private
-    /// writable mappings, reads otherwise. Failures are ignored, as in Linux.
-    pub(crate) fn populate(&self, mm: &Mm, start: u64, end: u64, flags: VmFlags) {
-        let access = if flags.0 & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE {
-            Access::Write
-        } else {
-            Access::Read
-        };
-        let st = mm.lock.read();
-        let mut a = start;
-        while a < end {
-            match st.vmas.find(a) {
-                // `populate_vma_page_range` does nothing for LOCKONFAULT VMAs, whoever asks.
-                Some(id)
-                    if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
-                        && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
-                {
-                    let _ = self.gup_touch_page(mm, &st, a, access);
-                }
-                _ => {}
-            }
-            a += 4096;
+        let max = (i64::MAX as u64).checked_sub(pages << 12);
+        if max.is_none_or(|max| *pgoff > max >> 12) {
+            return Err(Errno::EOVERFLOW);
         }
     }
-
-    /// Overcommit check and charge (`__vm_enough_memory`).
-    pub(crate) fn vm_enough_memory(&self, pages: u64) -> SysResult<()> {
-        let t = self.m.tunables();
-        let total = self.m.phys.nr_frames();
-        let ok = match t.overcommit_memory {
-            1 => true,
-            2 => {
-                let limit = total / 2;
-                let committed = self
-                    .m
-                    .committed
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .max(0) as u64;
-                committed + pages <= limit
-            }
-            _ => pages <= total,
-        };
-        if !ok {
-            return Err(Errno::ENOMEM);
-        }
-        self.m
-            .committed
-            .fetch_add(pages as i64, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
+    let req = match args.placement {
+        Placement::Any => AreaRequest::Hint(0),
+        Placement::Hint(h) => AreaRequest::Hint(round_hint_to_min(h)),
+        Placement::Fixed(a) | Placement::FixedNoReplace(a) => AreaRequest::Fixed(a),
+    };
+    let len = page_align(args.len)
+        .filter(|&l| l != 0)
+        .ok_or(Errno::ENOMEM)?;
+    let max = cpu.m.tunables().max_map_count;
+    if st.vmas.count() as u64 > max {
+        return Err(Errno::ENOMEM);
     }
-
-    /// Returns an overcommit charge.
-    pub(crate) fn vm_unacct(&self, pages: u64) {
-        self.m
-            .committed
-            .fetch_sub(pages as i64, std::sync::atomic::Ordering::Relaxed);
+    let thp_align = args.sharing == Sharing::Private
+        && file.is_none()
+        && req == AreaRequest::Hint(0)
+        && len % PMD_SIZE == 0;
+    let addr = get_unmapped_area(task, st, req, len, thp_align)?;
+    if matches!(args.placement, Placement::FixedNoReplace(_))
+        && !st.vmas.overlapping(addr, addr + len).is_empty()
+    {
+        return Err(Errno::EEXIST);
     }
-
-    /// Chooses an address for `len` bytes (`__get_unmapped_area`).
-    pub(crate) fn get_unmapped_area(
-        &self,
-        task: &Task,
-        st: &MmState,
-        req: AreaRequest,
-        len: u64,
-        thp_align: bool,
-    ) -> SysResult<u64> {
-        if len > TASK_SIZE - MMAP_MIN_ADDR {
-            return Err(Errno::ENOMEM);
-        }
-        let addr = match req {
-            AreaRequest::Fixed(a) => {
-                if a > TASK_SIZE - len {
-                    return Err(Errno::ENOMEM);
-                }
-                if !aligned(a) {
-                    return Err(Errno::EINVAL);
-                }
-                a
-            }
-            AreaRequest::Hint(h) => self.search_area(st, h, len, thp_align)?,
-        };
-        if addr < MMAP_MIN_ADDR && task.privilege != Privilege::Privileged {
+    let mut flags = prot_flags(args.prot)
+        | VmFlags::MAYREAD
+        | VmFlags::MAYWRITE
+        | VmFlags::MAYEXEC
+        | st.def_flags;
+    if args.locked {
+        // MAP_LOCKED needs `can_do_mlock` first: EPERM with RLIMIT_MEMLOCK 0 (6.18).
+        if !super::mlock::can_do_mlock(task) {
             return Err(Errno::EPERM);
         }
-        Ok(addr)
+        flags |= VmFlags::LOCKED;
     }
+    if flags & VmFlags::LOCKED != 0 {
+        mlock_future_ok(task, st, len)?;
+    }
+    if args.sharing == Sharing::Shared {
+        flags |= VmFlags::SHARED | VmFlags::MAYSHARE;
+    }
+    if args.noreserve && cpu.m.tunables().overcommit_memory != 2 {
+        flags |= VmFlags::NORESERVE;
+    }
+    let accountable =
+        args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
+    if let AreaRequest::Fixed(_) = req {
+        if accountable {
+            // `__mmap_prepare` charges the new pages less those of the accounted VMAs it
+            // replaces before anything is unmapped; a failed charge leaves the old VMAs
+            // and their pages, only split at the range's edges (measured on 6.18: a
+            // failed 1024G MAP_FIXED over the tail of a VMA keeps its data).
+            let old: u64 = st
+                .vmas
+                .overlapping(addr, addr + len)
+                .into_iter()
+                .map(|id| st.vmas.get(id))
+                .filter(|v| v.flags.has(VmFlags::ACCOUNT))
+                .map(|v| (v.end.min(addr + len) - v.start.max(addr)) >> 12)
+                .sum();
+            let new = (len >> 12).saturating_sub(old);
+            if let Err(e) = vm_enough_memory(cpu, new) {
+                split_range_edges(cpu, st, addr, addr + len)?;
+                return Err(e);
+            }
+            // Charged for real below, once the old VMAs' charge is given back.
+            vm_unacct(cpu, new);
+        }
+        do_munmap(cpu, &task.mm, st, addr, addr + len)?;
+    }
+    if accountable {
+        vm_enough_memory(cpu, len >> 12)?;
+        flags |= VmFlags::ACCOUNT;
+    }
+    let flags = VmFlags(flags | VmFlags::SOFTDIRTY);
+    let res = insert_mapping(cpu, st, addr, len, flags, args.sharing, file);
+    if res.is_err() && accountable {
+        vm_unacct(cpu, len >> 12);
+    }
+    res?;
+    if flags.has(VmFlags::LOCKED) {
+        st.locked_vm += len >> 12;
+    }
+    Ok((addr, flags))
+}
 
-    fn search_area(&self, st: &MmState, hint: u64, len: u64, thp_align: bool) -> SysResult<u64> {
-        if hint != 0 {
-            let h = page_align(hint).unwrap_or(0);
-            if h != 0 && h <= TASK_SIZE - len && st.vmas.overlapping(h, h + len).is_empty() {
-                return Ok(h);
-            }
+fn insert_mapping<'m>(
+    cpu: &Cpu<'m>,
+    st: &mut MmState,
+    addr: u64,
+    len: u64,
+    flags: VmFlags,
+    sharing: Sharing,
+    file: Option<(Arc<Inode>, u64)>,
+) -> SysResult<()> {
+    // A shared anonymous mapping gets a shmem object of its own (`shmem_zero_setup`),
+    // created with one user that the new VMA replaces.
+    let anon_shmem = file.is_none() && sharing == Sharing::Shared;
+    let (file, pgoff) = match file {
+        Some((f, pgoff)) => (Some(f), pgoff),
+        None if anon_shmem => {
+            let id = cpu.m.alloc_shmem_id();
+            (Some(Arc::new(Inode::new(id, InodeKind::ShmemAnon, len))), 0)
         }
-        let low = MMAP_MIN_ADDR.max(4096);
-        if thp_align {
-            if let Some((_, gap_end)) =
-                st.vmas
-                    .tree
-                    .empty_area_rev(low, st.mmap_base, len + PMD_SIZE)
-            {
-                return Ok((gap_end - len) & !(PMD_SIZE - 1));
-            }
-        }
-        if let Some((_, gap_end)) = st.vmas.tree.empty_area_rev(low, st.mmap_base, len) {
-            return Ok(gap_end - len);
-        }
-        st.vmas
-            .tree
-            .empty_area(st.mmap_base, TASK_SIZE, len)
-            .ok_or(Errno::ENOMEM)
+        None => (None, addr >> 12),
+    };
+    let p = Proposal {
+        start: addr,
+        end: addr + len,
+        flags,
+        pgoff,
+        anon_vma: (0, 0),
+        file: file.as_ref(),
+    };
+    merge::insert_new(&mut st.vmas, cpu.c(), p)?;
+    if let (Some(s), true) = (&file, anon_shmem) {
+        s.put();
     }
+    Ok(())
+}
+
+/// `mlock_future_ok`: may `len` more bytes be locked?
+pub(crate) fn mlock_future_ok(task: &Task, st: &MmState, len: u64) -> SysResult<()> {
+    if task.privilege == Privilege::Privileged {
+        return Ok(());
+    }
+    let limit = task.rlimit_memlock >> 12;
+    if st.locked_vm + (len >> 12) > limit {
+        return Err(Errno::EAGAIN);
+    }
+    Ok(())
+}
+
+/// Faults in `[start, end)` as `populate_vma_page_range` does: writes for private
+/// writable mappings, reads otherwise. Failures are ignored, as in Linux.
+pub(crate) fn populate<'m>(cpu: &Cpu<'m>, mm: &Mm, start: u64, end: u64, flags: VmFlags) {
+    let access = if flags.0 & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let st = mm.lock.read();
+    let mut a = start;
+    while a < end {
+        match st.vmas.find(a) {
+            // `populate_vma_page_range` does nothing for LOCKONFAULT VMAs, whoever asks.
+            Some(id)
+                if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
+                    && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
+            {
+                let _ = gup_touch_page(cpu, mm, &st, a, access);
+            }
+            _ => {}
+        }
+        a += 4096;
+    }
+}
+
+/// Chooses an address for `len` bytes (`__get_unmapped_area`).
+pub(crate) fn get_unmapped_area(
+    task: &Task,
+    st: &MmState,
+    req: AreaRequest,
+    len: u64,
+    thp_align: bool,
+) -> SysResult<u64> {
+    if len > TASK_SIZE - MMAP_MIN_ADDR {
+        return Err(Errno::ENOMEM);
+    }
+    let addr = match req {
+        AreaRequest::Fixed(a) => {
+            if a > TASK_SIZE - len {
+                return Err(Errno::ENOMEM);
+            }
+            if !aligned(a) {
+                return Err(Errno::EINVAL);
+            }
+            a
+        }
+        AreaRequest::Hint(h) => search_area(st, h, len, thp_align)?,
+    };
+    if addr < MMAP_MIN_ADDR && task.privilege != Privilege::Privileged {
+        return Err(Errno::EPERM);
+    }
+    Ok(addr)
+}
+
+fn search_area(st: &MmState, hint: u64, len: u64, thp_align: bool) -> SysResult<u64> {
+    if hint != 0 {
+        let h = page_align(hint).unwrap_or(0);
+        if h != 0 && h <= TASK_SIZE - len && st.vmas.overlapping(h, h + len).is_empty() {
+            return Ok(h);
+        }
+    }
+    let low = MMAP_MIN_ADDR.max(4096);
+    if thp_align {
+        if let Some((_, gap_end)) = st
+            .vmas
+            .tree
+            .empty_area_rev(low, st.mmap_base, len + PMD_SIZE)
+        {
+            return Ok((gap_end - len) & !(PMD_SIZE - 1));
+        }
+    }
+    if let Some((_, gap_end)) = st.vmas.tree.empty_area_rev(low, st.mmap_base, len) {
+        return Ok(gap_end - len);
+    }
+    st.vmas
+        .tree
+        .empty_area(st.mmap_base, TASK_SIZE, len)
+        .ok_or(Errno::ENOMEM)
 }
 
 /// `round_hint_to_min`: hints below `mmap_min_addr` are raised to it.

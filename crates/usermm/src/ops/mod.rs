@@ -3,6 +3,8 @@
 //! Linux counterparts are named in each file. Every call returns `Result<_, Errno>` with the
 //! errno Linux returns, checked in Linux's order, and leaves nothing half-changed except where
 //! Linux itself applies a call partially (mprotect and madvise over holes).
+use crate::errno::{Errno, SysResult};
+use crate::machine::Cpu;
 
 pub(crate) mod brk;
 pub(crate) mod exit;
@@ -31,4 +33,37 @@ pub(crate) fn user_range_ok(start: u64, len: u64) -> bool {
 /// Whether an address is page aligned.
 pub(crate) fn aligned(addr: u64) -> bool {
     addr & 4095 == 0
+}
+
+/// Overcommit check and charge (`__vm_enough_memory`).
+pub(crate) fn vm_enough_memory<'m>(cpu: &Cpu<'m>, pages: u64) -> SysResult<()> {
+    let t = cpu.m.tunables();
+    let total = cpu.m.phys.nr_frames();
+    let ok = match t.overcommit_memory {
+        1 => true,
+        2 => {
+            let limit = total / 2;
+            let committed = cpu
+                .m
+                .committed
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .max(0) as u64;
+            committed + pages <= limit
+        }
+        _ => pages <= total,
+    };
+    if !ok {
+        return Err(Errno::ENOMEM);
+    }
+    cpu.m
+        .committed
+        .fetch_add(pages as i64, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// Returns an overcommit charge.
+pub(crate) fn vm_unacct<'m>(cpu: &Cpu<'m>, pages: u64) {
+    cpu.m
+        .committed
+        .fetch_sub(pages as i64, std::sync::atomic::Ordering::Relaxed);
 }

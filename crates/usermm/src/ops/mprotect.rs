@@ -6,10 +6,13 @@
 //! `ENOMEM` at the first hole, keeping what it already changed; so does this.
 
 use super::{aligned, page_align};
+use crate::access::gup_touch_page;
 use crate::errno::{Errno, SysResult};
+use crate::huge_memory::{split_huge_pmd, split_huge_pmd_boundaries};
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::ops::mmap::prot_flags;
+use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::contpte::pte_mknoncont;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::entry::LeafEntry;
@@ -54,145 +57,150 @@ impl<'m> Cpu<'m> {
                 return Err(Errno::EACCES);
             }
             let tmp = vma.end.min(end);
-            self.mprotect_fixup(&task.mm, &mut st, id, nstart, tmp, VmFlags(newflags))?;
+            mprotect_fixup(self, &task.mm, &mut st, id, nstart, tmp, VmFlags(newflags))?;
             nstart = tmp;
             if nstart >= end {
                 return Ok(());
             }
         }
     }
+}
 
-    fn mprotect_fixup(
-        &self,
-        mm: &Mm,
-        st: &mut MmState,
-        id: crate::vma::VmaId,
-        start: u64,
-        end: u64,
-        newflags: VmFlags,
-    ) -> SysResult<()> {
-        let vma = st.vmas.get(id);
-        let old = vma.flags;
-        if newflags == old {
-            return Ok(());
-        }
-        let mut newflags = newflags;
-        // Any private mapping that becomes writable is charged, file-backed ones too
-        // (`mprotect_fixup`: not VM_ACCOUNT, VM_WRITE, VM_SHARED or VM_NORESERVE before).
-        let charged = if newflags.has(VmFlags::WRITE)
-            && !old.has(VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::NORESERVE | VmFlags::SHARED)
-        {
-            self.vm_enough_memory((end - start) >> 12)?;
-            newflags = VmFlags(newflags.0 | VmFlags::ACCOUNT);
-            (end - start) >> 12
-        } else {
-            0
-        };
-        // Since 6.7 a never-faulted private anonymous VMA made read-only gives its commit
-        // charge back (and can then merge with read-only neighbours).
-        let uncharged = if !newflags.has(VmFlags::WRITE)
-            && old.has(VmFlags::ACCOUNT)
-            && vma.is_anon_private()
-            && vma.anon_vma() == 0
-        {
-            newflags = VmFlags(newflags.0 & !VmFlags::ACCOUNT);
-            (end - start) >> 12
-        } else {
-            0
-        };
-        let max = self.m.tunables().max_map_count;
-        self.split_huge_pmd_boundaries(mm, st, start, end);
-        let target =
-            match merge::modify_flags(&mut st.vmas, self.c(), id, start, end, newflags, max) {
-                Ok(t) => t,
-                Err(e) => {
-                    if charged > 0 {
-                        self.vm_unacct(charged);
-                    }
-                    return Err(e);
-                }
-            };
-        if uncharged > 0 {
-            self.vm_unacct(uncharged);
-        }
-        let vma = st.vmas.get(target);
-        self.change_protection(mm, vma, VirtAddr::new(start), VirtAddr::new(end));
-        // A locked private VMA that becomes writable is populated for write, so that its
-        // pages stay resident and private (`populate_vma_page_range`; not for LOCKONFAULT).
-        let lock_bits = old.0 & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::LOCKED);
-        if lock_bits == VmFlags::LOCKED
-            && newflags.has(VmFlags::WRITE)
-            && !newflags.has(VmFlags::LOCKONFAULT)
-        {
-            for a in (start..end).step_by(4096) {
-                let _ = self.gup_touch_page(mm, st, a, crate::fault::Access::Write);
-            }
-        }
-        Ok(())
+fn mprotect_fixup<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    st: &mut MmState,
+    id: crate::vma::VmaId,
+    start: u64,
+    end: u64,
+    newflags: VmFlags,
+) -> SysResult<()> {
+    let vma = st.vmas.get(id);
+    let old = vma.flags;
+    if newflags == old {
+        return Ok(());
     }
-
-    /// Rewrites the PTEs of `[start, end)` in `vma` to the VMA's protection; private anon pages
-    /// that are PageAnonExclusive stay (or become) writable when the VMA is writable.
-    pub(crate) fn change_protection(&self, mm: &Mm, vma: &Vma, start: VirtAddr, end: VirtAddr) {
-        let pt = self.tables(mm);
-        let mut changed = false;
-        for step in pt.pmd_walk(start, end) {
-            if let PmdKind::Huge(_) = step.kind {
-                if step.whole() {
-                    changed |= self.change_huge_pmd(mm, vma, step.table, step.idx);
-                    continue;
-                }
-                self.split_huge_pmd(mm, vma, step.table, step.idx, step.haddr());
+    let mut newflags = newflags;
+    // Any private mapping that becomes writable is charged, file-backed ones too
+    // (`mprotect_fixup`: not VM_ACCOUNT, VM_WRITE, VM_SHARED or VM_NORESERVE before).
+    let charged = if newflags.has(VmFlags::WRITE)
+        && !old.has(VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::NORESERVE | VmFlags::SHARED)
+    {
+        vm_enough_memory(cpu, (end - start) >> 12)?;
+        newflags = VmFlags(newflags.0 | VmFlags::ACCOUNT);
+        (end - start) >> 12
+    } else {
+        0
+    };
+    // Since 6.7 a never-faulted private anonymous VMA made read-only gives its commit
+    // charge back (and can then merge with read-only neighbours).
+    let uncharged = if !newflags.has(VmFlags::WRITE)
+        && old.has(VmFlags::ACCOUNT)
+        && vma.is_anon_private()
+        && vma.anon_vma() == 0
+    {
+        newflags = VmFlags(newflags.0 & !VmFlags::ACCOUNT);
+        (end - start) >> 12
+    } else {
+        0
+    };
+    let max = cpu.m.tunables().max_map_count;
+    split_huge_pmd_boundaries(cpu, mm, st, start, end);
+    let target = match merge::modify_flags(&mut st.vmas, cpu.c(), id, start, end, newflags, max) {
+        Ok(t) => t,
+        Err(e) => {
+            if charged > 0 {
+                vm_unacct(cpu, charged);
             }
-            if let Some(table) = pt.pte_table_at(step.table, step.idx) {
-                changed |= self.change_pte_range(mm, vma, table, &step);
-            }
+            return Err(e);
         }
-        if changed {
-            self.flush_tlb(mm, FlushScope::Range(start, end));
+    };
+    if uncharged > 0 {
+        vm_unacct(cpu, uncharged);
+    }
+    let vma = st.vmas.get(target);
+    change_protection(cpu, mm, vma, VirtAddr::new(start), VirtAddr::new(end));
+    // A locked private VMA that becomes writable is populated for write, so that its
+    // pages stay resident and private (`populate_vma_page_range`; not for LOCKONFAULT).
+    let lock_bits = old.0 & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::LOCKED);
+    if lock_bits == VmFlags::LOCKED
+        && newflags.has(VmFlags::WRITE)
+        && !newflags.has(VmFlags::LOCKONFAULT)
+    {
+        for a in (start..end).step_by(4096) {
+            let _ = gup_touch_page(cpu, mm, st, a, crate::pgtable::Access::Write);
         }
     }
+    Ok(())
+}
 
-    /// The entry `e` (a PTE or a PMD leaf) becomes under the VMA's protection.
-    fn new_pte<E: LeafEntry>(&self, vma: &Vma, e: E) -> E {
-        let arch = self.m.arch;
-        let mut n = arch.modify(e, vma.page_prot());
-        let try_writable = vma.flags.has(VmFlags::WRITE) && !vma.flags.has(VmFlags::SHARED);
-        if try_writable && !arch.write(n) && !arch.special(e) && vma.file.is_none() {
-            let pfn = arch.pfn(e);
-            if self.m.phys.memmap.test(pfn, PageFlag::AnonExclusive) {
-                n = arch.mkwrite(n);
-            }
-        }
-        n
-    }
-
-    fn change_pte_range(&self, mm: &Mm, vma: &Vma, table: Pfn, step: &PmdStep) -> bool {
-        let mut ptes = PteLock::lock(self.tables(mm), self.c(), table);
-        let (i0, i1) = step.pte_indexes();
-        let mut changed = false;
-        for i in i0..i1 {
-            let e = ptes.get_raw(i);
-            if e.is_none() {
+/// Rewrites the PTEs of `[start, end)` in `vma` to the VMA's protection; private anon pages
+/// that are PageAnonExclusive stay (or become) writable when the VMA is writable.
+pub(crate) fn change_protection<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    start: VirtAddr,
+    end: VirtAddr,
+) {
+    let pt = cpu.tables(mm);
+    let mut changed = false;
+    for step in pt.pmd_walk(start, end) {
+        if let PmdKind::Huge(_) = step.kind {
+            if step.whole() {
+                changed |= change_huge_pmd(cpu, mm, vma, step.table, step.idx);
                 continue;
             }
-            let n = self.new_pte(vma, e);
-            // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
-            if n != pte_mknoncont(self.m.arch, e) {
-                ptes.replace(i, n);
-                changed = true;
-            }
+            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
-        changed
+        if let Some(table) = pt.pte_table_at(step.table, step.idx) {
+            changed |= change_pte_range(cpu, mm, vma, table, &step);
+        }
     }
+    if changed {
+        cpu.flush_tlb(mm, FlushScope::Range(start, end));
+    }
+}
 
-    fn change_huge_pmd(&self, mm: &Mm, vma: &Vma, table: Pfn, idx: usize) -> bool {
-        let mut pmdl = PmdLock::lock(self.tables(mm), self.c(), table);
-        let e = pmdl.get(idx);
-        let n = self.new_pte(vma, e);
-        if n != e {
-            pmdl.replace(idx, n);
+/// The entry `e` (a PTE or a PMD leaf) becomes under the VMA's protection.
+fn new_pte<'m, E: LeafEntry>(cpu: &Cpu<'m>, vma: &Vma, e: E) -> E {
+    let arch = cpu.m.arch;
+    let mut n = arch.modify(e, vma.page_prot());
+    let try_writable = vma.flags.has(VmFlags::WRITE) && !vma.flags.has(VmFlags::SHARED);
+    if try_writable && !arch.write(n) && !arch.special(e) && vma.file.is_none() {
+        let pfn = arch.pfn(e);
+        if cpu.m.phys.memmap.test(pfn, PageFlag::AnonExclusive) {
+            n = arch.mkwrite(n);
         }
-        n != e
     }
+    n
+}
+
+fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &PmdStep) -> bool {
+    let mut ptes = PteLock::lock(cpu.tables(mm), cpu.c(), table);
+    let (i0, i1) = step.pte_indexes();
+    let mut changed = false;
+    for i in i0..i1 {
+        let e = ptes.get_raw(i);
+        if e.is_none() {
+            continue;
+        }
+        let n = new_pte(cpu, vma, e);
+        // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
+        if n != pte_mknoncont(cpu.m.arch, e) {
+            ptes.replace(i, n);
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn change_huge_pmd<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, idx: usize) -> bool {
+    let mut pmdl = PmdLock::lock(cpu.tables(mm), cpu.c(), table);
+    let e = pmdl.get(idx);
+    let n = new_pte(cpu, vma, e);
+    if n != e {
+        pmdl.replace(idx, n);
+    }
+    n != e
 }

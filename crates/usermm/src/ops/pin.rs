@@ -6,13 +6,15 @@
 //! its refcount by `GUP_PIN_COUNTING_BIAS` (small folios), and marks the mm `MMF_HAS_PINNED`,
 //! which is what makes a later fork copy these pages for the child.
 
+use crate::access::{gup_fast_page, gup_touch_page};
 use crate::errno::{Errno, SysResult};
-use crate::fault::{Access, FaultOutcome};
 use crate::machine::Cpu;
 use crate::mm::{Pid, PinRecord, Privilege};
+use crate::pgtable::Access;
 use crate::phys::PageFlag;
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::stats::Ev;
+use crate::vm_fault::FaultOutcome;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// io_uring's limit on one registered buffer (`SZ_1G` in `io_buffer_validate`): longer ones
@@ -76,14 +78,14 @@ impl<'m> Cpu<'m> {
             // it cannot (absent, read-only); from there on the slow path faults and touches
             // every page (FOLL_TOUCH marks each folio accessed).
             if !slow {
-                if let Some(pfn) = self.gup_fast_page(mm, a, Access::Write) {
+                if let Some(pfn) = gup_fast_page(self, mm, a, Access::Write) {
                     pfns.push(pfn);
                     continue;
                 }
                 slow = true;
             }
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
-            match self.gup_touch_page(mm, &st, a, Access::Write) {
+            match gup_touch_page(self, mm, &st, a, Access::Write) {
                 Ok(pfn) => pfns.push(pfn),
                 Err(FaultOutcome::Oom) => return Err(Errno::ENOMEM),
                 Err(_) => return Err(Errno::EFAULT),
@@ -128,20 +130,20 @@ impl<'m> Cpu<'m> {
         let rec = st.pins.remove(i);
         st.pinned_vm -= rec.pfns.len() as u64;
         drop(st);
-        self.release_pin(&rec);
+        release_pin(self, &rec);
         Ok(())
     }
+}
 
-    pub(crate) fn release_pin(&self, rec: &PinRecord) {
-        let phys = &self.m.phys;
-        for &pfn in &rec.pfns {
-            let head = phys.memmap.folio_of(pfn);
-            if phys.memmap.test(head, PageFlag::Head) {
-                phys.memmap.pincount_add(head, -1);
-                phys.put_folio(self.c(), head, 1);
-            } else {
-                phys.put_folio(self.c(), head, GUP_PIN_COUNTING_BIAS);
-            }
+pub(crate) fn release_pin<'m>(cpu: &Cpu<'m>, rec: &PinRecord) {
+    let phys = &cpu.m.phys;
+    for &pfn in &rec.pfns {
+        let head = phys.memmap.folio_of(pfn);
+        if phys.memmap.test(head, PageFlag::Head) {
+            phys.memmap.pincount_add(head, -1);
+            phys.put_folio(cpu.c(), head, 1);
+        } else {
+            phys.put_folio(cpu.c(), head, GUP_PIN_COUNTING_BIAS);
         }
     }
 }

@@ -8,8 +8,17 @@
 //! RDONLY=1.
 
 use super::entry::{LeafEntry, LeafLevel, Pmd, Pte, TableEntry};
-use crate::fault::Access;
 use crate::phys::Pfn;
+
+/// The kind of memory access the MMU checks an entry against (a load or a store), and that
+/// faults when the entry forbids it (`FAULT_FLAG_WRITE` set or not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+}
 
 /// A user-visible protection, the `vm_page_prot` of a VMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -29,10 +29,11 @@
 use super::batch::{folio_pte_batch, BatchFlags};
 use super::entry::LeafEntry;
 use super::{PageTables, Pmd, Pte, PtlGuard, PGD_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::pgtable::entry::AnyLeaf;
 use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
 use crate::tunables::PteBatching;
-use crate::vaddr::VirtAddr;
+use crate::vaddr::{VirtAddr, PTRS_PER_TABLE};
 
 /// The addresses four table levels translate.
 const TABLE_SPAN: VirtAddr = VirtAddr::new(1 << 48);
@@ -528,5 +529,22 @@ impl<'a> PteCopy<'a> {
         self.dst.entries.delta += nr as i32;
         self.src.c.add(Ev::PteWrite, writes);
         self.src.c.add(Ev::PteAtomic, writes - nr as u64);
+    }
+}
+
+/// Calls `f(addr, entry)` for every non-empty leaf entry (as stored), in address order.
+pub(crate) fn walk_leaves(pt: PageTables<'_>, f: &mut impl FnMut(u64, AnyLeaf)) {
+    for step in pt.pmd_walk(VirtAddr::new(0), VirtAddr::new(u64::MAX)) {
+        match step.kind {
+            PmdKind::Huge(e) => f(step.start.val(), AnyLeaf::Pmd(e)),
+            PmdKind::Table(table) => {
+                for i in 0..PTRS_PER_TABLE {
+                    let e = pt.ptep_get_raw(table, i);
+                    if !e.is_none() {
+                        f(step.start.add((i as u64) << 12).val(), AnyLeaf::Pte(e));
+                    }
+                }
+            }
+        }
     }
 }

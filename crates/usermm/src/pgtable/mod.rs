@@ -23,25 +23,13 @@ pub(crate) mod entry;
 use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 use crate::vaddr::VirtAddr;
-pub use arch::{Arch, Prot};
+pub(crate) use crate::vaddr::{LEVEL_SHIFTS, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
+pub use crate::vaddr::{PGD_SIZE, TASK_SIZE};
+pub use arch::{Access, Arch, Prot};
 pub(crate) use entry::Pud;
 pub use entry::{AnyLeaf, Pmd, Pte};
 use entry::{Entry, LeafEntry, TableEntry};
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// Entries per table.
-pub(crate) const PTRS_PER_TABLE: usize = 512;
-/// Bytes mapped by one PMD entry.
-pub(crate) const PMD_SIZE: u64 = 1 << 21;
-/// Bytes mapped by one PUD entry.
-pub(crate) const PUD_SIZE: u64 = 1 << 30;
-/// Bytes mapped by one PGD entry.
-pub const PGD_SIZE: u64 = 1 << 39;
-/// Top of the user address space (47-bit, like x86-64 4-level and arm64 48-bit VA minus a page).
-pub const TASK_SIZE: u64 = (1 << 47) - 4096;
-
-/// Shift of each level, top first.
-pub(crate) const LEVEL_SHIFTS: [u32; 4] = [39, 30, 21, 12];
 
 /// A held split page-table lock (a spinlock in the table page's memmap entry).
 #[derive(Debug)]
@@ -330,5 +318,28 @@ impl<'a> PageTables<'a> {
             }
         }
         f(level, table);
+    }
+}
+
+/// The leaf mapping one address: the entry (a PTE or a PMD leaf) and the frame of the
+/// address's page.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeafInfo {
+    pub(crate) entry: AnyLeaf,
+    pub(crate) pfn: Pfn,
+}
+
+/// The leaf that maps `addr`, if any: a read-only walk for the views and validation.
+pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
+    match pt.walk(VirtAddr::new(addr)) {
+        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
+            entry: AnyLeaf::Pte(entry),
+            pfn: pt.arch.pfn(entry),
+        }),
+        Walk::PmdLeaf { entry, .. } => Some(LeafInfo {
+            entry: AnyLeaf::Pmd(entry),
+            pfn: pt.arch.pfn(entry).add((addr >> 12) & 511),
+        }),
+        _ => None,
     }
 }

@@ -16,6 +16,44 @@ use parking_lot::{Mutex, MutexGuard};
 
 const NONE: u32 = u32::MAX;
 
+/// Entries per per-CPU batch (`PAGEVEC_SIZE` / `folio_batch`).
+pub(crate) const FOLIO_BATCH_SIZE: usize = 31;
+
+/// A fixed-capacity batch of folios, stored inline like Linux's `struct folio_batch`
+/// (`include/linux/pagevec.h`; no heap allocation on the paths being measured).
+pub(crate) type FolioBatch<T> = smallvec::SmallVec<[T; FOLIO_BATCH_SIZE]>;
+
+/// What a queued mlock-batch entry asks for (Linux tags the folio pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MlockOp {
+    /// Mlock a folio already on an LRU (`LRU_FOLIO`).
+    Mlock,
+    /// First LRU insertion of a new folio in a locked VMA (`NEW_FOLIO`).
+    New,
+    /// Munlock (untagged).
+    Munlock,
+}
+
+/// One CPU's folio batches (`cpu_fbatches.lru_add` of `mm/swap.c`, `mlock_fbatch` of
+/// `mm/mlock.c`); [`crate::mlock`] fills and drains them.
+#[derive(Debug, Default)]
+pub struct CpuBatches {
+    /// `lru_add` batch: new folios waiting to join an LRU.
+    pub(crate) lru_add: FolioBatch<Pfn>,
+    /// `mlock_fbatch`.
+    pub(crate) mlock: FolioBatch<(Pfn, MlockOp)>,
+}
+
+impl CpuBatches {
+    /// Every folio referenced by a batch entry (for validation).
+    pub fn folios(&self) -> impl Iterator<Item = Pfn> + '_ {
+        self.lru_add
+            .iter()
+            .copied()
+            .chain(self.mlock.iter().map(|&(f, _)| f))
+    }
+}
+
 /// The LRU lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]

@@ -11,12 +11,11 @@ pub(crate) mod lru;
 pub(crate) mod memmap;
 pub(crate) mod pfn;
 
-use crate::mlock::{FolioBatch, FOLIO_BATCH_SIZE};
 use crate::stats::{CpuCounters, Ev};
 pub(crate) use arena::{Arena, PAGE_SHIFT};
 use buddy::Zone;
 pub use folio::Folio;
-use lru::{Lists, Lruvec};
+use lru::{FolioBatch, Lists, Lruvec, FOLIO_BATCH_SIZE};
 pub use memmap::{LargeMapcountLock, Memmap, PageFlag};
 pub use pfn::Pfn;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};

@@ -182,14 +182,6 @@ impl Vma {
         p
     }
 
-    /// The RSS counter of the file pages this VMA maps (anonymous pages count as anon).
-    pub(crate) fn file_rss(&self) -> crate::mm::RssKind {
-        match &self.file {
-            Some(f) if !f.kind.is_shmem() => crate::mm::RssKind::File,
-            _ => crate::mm::RssKind::Shmem,
-        }
-    }
-
     /// Whether writes copy on write (`is_cow_mapping`).
     pub(crate) fn is_cow(&self) -> bool {
         self.flags.0 & (VmFlags::SHARED | VmFlags::MAYWRITE) == VmFlags::MAYWRITE
