@@ -9,8 +9,7 @@
 //! |---|---|
 //! | [`model`] | the table model and the report; the JSON schema (`docs/bench-schema.md`) |
 //! | [`stats`] | min/median/mean/stddev/max and the gain over the baseline |
-//! | [`costmodel`] | the cost model: this machine's primitive costs × the engine's exact counters predict the host kernel (`model:` columns) |
-//! | [`recipe_symbols`] | whether the running kernel inlines what the cost model's call counts assume |
+//! | [`costmodel`] | the cost model's host side: measuring this machine's primitives, and the `model:` columns (the model itself is the `usermm-model` crate) |
 //! | [`text`] | mmtests compare layout as text |
 //! | [`plot`] | PNG and SVG plots (`plotters`, embedded font) |
 //! | [`html`] | the self-contained HTML report |
@@ -40,7 +39,6 @@ pub mod output;
 pub mod plot;
 pub mod progress;
 pub mod readahead;
-pub mod recipe_symbols;
 pub mod replay_bench;
 pub mod scenario_bench;
 pub mod sharing;

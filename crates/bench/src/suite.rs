@@ -338,7 +338,7 @@ pub fn run(
     let symbol_drift = which
         .iter()
         .any(|b| b.host_matches().is_some())
-        .then(crate::recipe_symbols::Drift::read)
+        .then(usermm_model::recipe_symbols::Drift::read)
         .flatten()
         .and_then(|d| d.note());
     for &b in which {
@@ -374,7 +374,7 @@ pub fn run(
         ts.iter_mut().for_each(crate::stats::add_intervals);
         if let Some(v) = b.host_matches() {
             let samples = samples.into_inner();
-            let p = Primitives::median_of(&samples).unwrap_or_else(Primitives::measure);
+            let p = Primitives::median_of(&samples).unwrap_or_else(crate::costmodel::measure);
             for t in &mut ts {
                 crate::costmodel::add_model_columns(t, &p, v, &samples);
                 t.notes.extend(symbol_drift.clone());

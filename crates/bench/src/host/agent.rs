@@ -252,7 +252,7 @@ pub fn serve() -> anyhow::Result<()> {
         // freed hundreds of MiB, kcall read 7 to 13 ns where the same binary read 2.8 to
         // 3.6 standalone a minute later.
         crate::host::prime(PRIMITIVES_PRIME);
-        let p = crate::costmodel::Primitives::measure();
+        let p = crate::costmodel::measure();
         println!("{}", serde_json::to_string(&p)?);
         return Ok(());
     }
