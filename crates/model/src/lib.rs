@@ -2,8 +2,10 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`fit`] | per-event prices fitted to probe timings: NNLS with a ridge pull toward the recipes, λ by leaving one probe family out |
 //! | [`prices`] | the machine's primitive costs, the recipes (Linux 6.18's work per counter event, in primitives) and the recipe prediction |
 //! | [`recipe_symbols`] | whether the running kernel inlines what the recipes' call counts assume |
 
+pub mod fit;
 pub mod prices;
 pub mod recipe_symbols;

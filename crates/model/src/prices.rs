@@ -213,7 +213,6 @@ impl Primitives {
     }
 }
 
-
 /// The most full sheaves a node's barn keeps for a slab cache before a free goes back to
 /// the slabs (`MAX_FULL_SHEAVES` of 6.18's SLUB).
 const BARN_FULL_SHEAVES: u64 = 10;
@@ -308,7 +307,6 @@ impl FrameSteps {
         far: 0.0,
     };
 }
-
 
 /// What the kernel does per event of one engine counter, in primitives.
 #[derive(Clone, Copy, Debug)]
