@@ -34,6 +34,7 @@
 use crate::model::{Better, Column, Table, Unit, Variant, VariantKind};
 use crate::stats::{headline, summary};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -671,6 +672,176 @@ pub fn add_model_columns(
     }
 }
 
+/// Counter of a `model:` cell: the low end of the prediction's 95 % interval, ns.
+pub const MODEL_CI_LO: &str = "model_ci95_lo_ns";
+/// Counter of a `model:` cell: the high end of the prediction's 95 % interval, ns.
+pub const MODEL_CI_HI: &str = "model_ci95_hi_ns";
+
+/// Inserts a `model:<v>` column for every engine variant of `table`, before the host
+/// column, priced with a calibrated `profile` (`usermm calibrate`) instead of the recipes:
+/// each cell is its exact counters × the fitted prices, with the 95 % prediction interval
+/// ([`MODEL_CI_LO`], [`MODEL_CI_HI`]) and, beside `model:<baseline>`, the predicted gain's
+/// interval (`gain_ci95_pct`). The note says how many rows land within ±20 % of the host,
+/// names the rows outside, and gives the fit's leave-one-family-out error; `source` says
+/// where the profile came from. Nothing of these rows enters the fit.
+pub fn add_profile_columns(
+    table: &mut Table,
+    profile: &usermm_model::profile::Profile,
+    host_matches: &str,
+    source: &str,
+) {
+    let engines: Vec<(usize, String)> = table
+        .variants
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.kind == VariantKind::Engine)
+        .map(|(i, v)| (i, v.name.clone()))
+        .collect();
+    if engines.is_empty() {
+        return;
+    }
+    let at = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)
+        .unwrap_or(table.variants.len());
+    let base = engines
+        .iter()
+        .find(|(_, v)| *v == table.baseline)
+        .map(|&(i, _)| i);
+    let id = table.id.clone();
+    for row in &mut table.rows {
+        let op = row_op(&id, &row.label);
+        let base_counters = base
+            .and_then(|b| row.columns.get(b))
+            .map(|c| c.counters.clone());
+        let cells: Vec<Column> = engines
+            .iter()
+            .map(|(i, v)| {
+                let c = &row.columns[*i];
+                if c.samples.is_empty() {
+                    return Column::unavailable(&model_name(v), "no engine cell");
+                }
+                let p = profile.predict(op, &c.counters);
+                let value = |ns: f64| match table.unit {
+                    Unit::Seconds => ns * 1e-9,
+                    Unit::PerSecond => 1e9 / ns.max(1e-3),
+                    Unit::BytesPerSecond => f64::NAN,
+                };
+                let mut parts: BTreeMap<String, u64> = profile
+                    .parts(op, &c.counters)
+                    .into_iter()
+                    .map(|(k, ns)| (format!("model_{k}_ns"), ns.round() as u64))
+                    .collect();
+                parts.insert(MODEL_CI_LO.into(), p.ci95[0].round() as u64);
+                parts.insert(MODEL_CI_HI.into(), p.ci95[1].round() as u64);
+                let mut col =
+                    Column::new(&model_name(v), vec![value(p.ns); c.samples.len()], parts);
+                if Some(*i) != base {
+                    col.gain_ci95_pct = base_counters
+                        .as_ref()
+                        .and_then(|b| profile.gain(op, &c.counters, b))
+                        .map(|(_, [lo, hi])| match table.better {
+                            Better::Lower => [lo, hi],
+                            // A rate's gain from a time's: 1/(1 - g) - 1, increasing in g.
+                            Better::Higher => {
+                                [lo, hi].map(|g| (1.0 / (1.0 - g / 100.0) - 1.0) * 100.0)
+                            }
+                        });
+                }
+                col
+            })
+            .collect();
+        row.columns.splice(at..at, cells);
+    }
+    let models: Vec<Variant> = engines
+        .iter()
+        .map(|(_, v)| Variant {
+            name: model_name(v),
+            kind: VariantKind::Model,
+            about: format!(
+                "the calibrated model's prediction of the host kernel's time for `{v}`: its exact counters x the prices fitted on this machine's probes"
+            ),
+        })
+        .collect();
+    table.variants.splice(at..at, models);
+    table.host_matches = Some(host_matches.to_string());
+    table.cost_model = Some(profile.primitives);
+    let fit = &profile.fit;
+    let quality = format!(
+        "fit: {} probe points, median error {:.1} % in sample and {:.1} % leaving one probe family out",
+        profile.observations.len(),
+        fit.in_sample_median_pct,
+        fit.held_out_median_pct()
+    );
+    match accuracy(table) {
+        Some(a) => {
+            let outside = outside_rows(table);
+            table.notes.push(format!(
+                "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}){}; profile {source}; {quality}; nothing fitted to these rows",
+                model_name(host_matches),
+                a.within_20pct,
+                a.rows,
+                a.median_error_pct,
+                a.worst_error_pct,
+                a.worst_row,
+                if outside.is_empty() {
+                    String::new()
+                } else {
+                    format!("; outside ±20 % (marked !): {}", outside.join(", "))
+                }
+            ));
+        }
+        None => table
+            .notes
+            .push(format!("model: profile {source}; {quality}")),
+    }
+}
+
+/// The operation a row of table `id` times, as `usermm_model::profile::features` names it:
+/// its fixed work and its system calls' price.
+pub fn row_op<'a>(id: &'a str, label: &str) -> &'a str {
+    match id {
+        "sharing" => match label.split_whitespace().next().unwrap_or_default() {
+            "remap" => "mprotect",
+            "munmap" => "munmap",
+            "fork" => "fork",
+            "pte-dontneed" => "madvise",
+            _ => "fault",
+        },
+        id if id.starts_with("munlock") => "munlock",
+        "fork" | "spawn" | "munmap" => id,
+        _ => "fault",
+    }
+}
+
+/// The rows whose `model:<host_matches>` misses the host median by more than 20 %.
+pub fn outside_rows(table: &Table) -> Vec<String> {
+    (0..table.rows.len())
+        .filter(|&r| model_error_pct(table, r).is_some_and(|e| e.abs() > 20.0))
+        .map(|r| table.rows[r].label.clone())
+        .collect()
+}
+
+/// The error of `model:<host_matches>` against the host median on row `row`, percent of the
+/// host's time (a rate's error is its inverse's).
+pub fn model_error_pct(table: &Table, row: usize) -> Option<f64> {
+    let m = table.variant_index(&model_name(table.host_matches.as_deref()?))?;
+    let h = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)?;
+    let r = table.rows.get(row)?;
+    let (p, host) = (
+        headline(table, &r.columns[m])?,
+        headline(table, &r.columns[h])?,
+    );
+    (host > 0.0 && p > 0.0 && p.is_finite()).then(|| match table.better {
+        Better::Lower => (p - host) / host * 100.0,
+        Better::Higher => (host - p) / p * 100.0,
+    })
+}
+
 /// What the slab caches' hot objects did to `host_matches`'s predictions (`None` for a
 /// table whose forks copy fewer VMAs and nodes than the caches keep hot on every row, or
 /// that copies none): how many rows allocate past them, or that the caches could not be read.
@@ -806,7 +977,6 @@ pub fn accuracy(table: &Table) -> Option<Accuracy> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn the_chase_is_one_cycle_through_every_line() {
@@ -970,6 +1140,112 @@ mod tests {
             note.contains("of the 2 rows outside ±20 % of the host median, 1 stay"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_profile_prices_every_engine_cell_with_an_interval_and_marks_rows_outside_20_pct() {
+        use crate::model::Row;
+        use usermm_model::fit::{Fit, Observation};
+        use usermm_model::profile::{features, priors, Fingerprint, Profile, PROFILE_VERSION};
+        let prims = Primitives {
+            syscall: 100.0,
+            load_seq: 1.0,
+            rmw_seq: 5.0,
+            store_seq: 1.0,
+            kcall_loop: 3.0,
+            ..Primitives::default()
+        };
+        // Probes: munmap-like calls zapping n entries at 40 ns each over a 1 us call.
+        let obs: Vec<Observation> = ["a/4K", "b/4K"]
+            .iter()
+            .flat_map(|fam| {
+                [1u64, 30, 300, 3000].map(|n| {
+                    let c: BTreeMap<String, u64> =
+                        [("syscalls".to_string(), 1), ("zap_batches".to_string(), n)]
+                            .into_iter()
+                            .collect();
+                    Observation {
+                        family: fam.to_string(),
+                        label: n.to_string(),
+                        counters: features("munmap", &c, &prims),
+                        ns: 1000.0 + 40.0 * n as f64,
+                    }
+                })
+            })
+            .collect();
+        let profile = Profile {
+            version: PROFILE_VERSION,
+            model_key: String::new(),
+            created_unix: 0,
+            fingerprint: Fingerprint::default(),
+            primitives: prims,
+            fit: Fit::new(&priors(&prims), &obs).expect("fit"),
+            observations: obs,
+            calibrate_seconds: 0.0,
+        };
+        let cell = |v: &str, n: u64| {
+            Column::new(
+                v,
+                vec![1.0; 3],
+                [("syscalls".to_string(), 1), ("zap_batches".to_string(), n)]
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        let row = |label: &str, host_us: f64| Row {
+            label: label.into(),
+            columns: vec![
+                cell("per-pte", 10_000),
+                cell("batched", 5_000),
+                Column::new("host", vec![host_us * 1e-6; 3], BTreeMap::new()),
+            ],
+            published: vec![],
+            layout: None,
+        };
+        // 10 000 batches: about 401 us; a host at 410 is within 20 %, one at 900 is not.
+        let mut t = timed_table(
+            "munmap",
+            "per-pte",
+            vec![row("near", 410.0), row("far", 900.0)],
+        );
+        t.variants = vec![
+            Variant::engine("per-pte", ""),
+            Variant::engine("batched", ""),
+            Variant::host(""),
+        ];
+        add_profile_columns(&mut t, &profile, "per-pte", "test");
+        let names: Vec<&str> = t.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "per-pte",
+                "batched",
+                "model:per-pte",
+                "model:batched",
+                "host"
+            ]
+        );
+        let m = &t.rows[0].columns[2];
+        let (lo, hi) = (
+            m.counters[MODEL_CI_LO] as f64,
+            m.counters[MODEL_CI_HI] as f64,
+        );
+        let ns = m.samples[0] * 1e9;
+        assert!(lo < ns && ns < hi, "{lo} {ns} {hi}");
+        assert!((ns - 401_000.0).abs() < 0.05 * 401_000.0, "{ns}");
+        // The batched model's gain interval: about 50 %.
+        let [glo, ghi] = t.rows[0].columns[3].gain_ci95_pct.expect("a gain interval");
+        assert!(glo < 50.0 && 50.0 < ghi + 1.0, "{glo} {ghi}");
+        let note = t
+            .notes
+            .iter()
+            .find(|n| n.starts_with("model:"))
+            .expect("note");
+        assert!(note.contains("on 1 of 2 rows"), "{note}");
+        assert!(note.contains("outside ±20 % (marked !): far"), "{note}");
+        assert_eq!(outside_rows(&t), ["far"]);
+        assert_eq!(row_op("sharing", "remap"), "mprotect");
+        assert_eq!(row_op("munlock-one-node", "256M"), "munlock");
     }
 
     #[test]

@@ -18,12 +18,15 @@
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`readahead`] | the page cache: sequential and random reads of a disk file |
+//! | [`calibrate`] | `usermm calibrate`: probes → fit → machine profile; the cached profile `usermm bench` predicts with |
+//! | [`probes`] | the calibration probes: small mm workloads the host times and the engine counts |
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
+pub mod calibrate;
 pub mod cli;
 pub mod compare;
 pub mod costmodel;
@@ -37,6 +40,7 @@ pub mod model;
 pub mod munlock;
 pub mod output;
 pub mod plot;
+pub mod probes;
 pub mod progress;
 pub mod readahead;
 pub mod replay_bench;

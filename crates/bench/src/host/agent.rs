@@ -91,6 +91,8 @@ pub enum HostCell {
         /// Writers.
         instances: usize,
     },
+    /// A calibration probe (`crate::probes`): its median time over its repetitions.
+    Probe(crate::probes::Probe),
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -404,6 +406,7 @@ fn sample_steps(addr: u64, len: u64, folio_pages: u64, phase: u64, c: &mut BTree
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
     match *cell {
+        HostCell::Probe(probe) => Ok((crate::probes::host_run(&probe)?, c)),
         HostCell::Spawn { vmas, secs } => {
             let extra = vmas.saturating_sub(vma_count());
             let layout = SparseVmas::new(extra)?;
