@@ -57,6 +57,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         .rev()
         .find(|s| gcd(*s, n) == 1 && *s <= n / 3 + 1)
         .unwrap_or(1);
+    let llc = usermm_model::profile::llc_bytes();
     let counters: Vec<_> = probes
         .iter()
         .map(engine_counters)
@@ -88,7 +89,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
             Some(Observation {
                 family: probe.family(),
                 label: probe.label(),
-                counters: features(probe.op(), c, &prims),
+                counters: features(probe.op(), c, &prims, llc),
                 ns: usermm_model::prices::median(t.iter().copied())?,
             })
         })
@@ -109,6 +110,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         fit,
         observations,
         calibrate_seconds: start.elapsed().as_secs_f64(),
+        llc_bytes: llc,
     })
 }
 
@@ -280,10 +282,33 @@ pub struct CalibrateArgs {
     /// Show this profile (a file) instead of calibrating.
     #[arg(long, value_name = "FILE", conflicts_with = "out")]
     pub show: Option<PathBuf>,
+    /// Price a bench report's modelled tables (JSON) with the profile (`--show`'s, else
+    /// this machine's cached one) and print how many rows land within ±20 % of the host and
+    /// each seed row's predicted gain; nothing is fitted to the report.
+    #[arg(long, value_name = "REPORT")]
+    pub evaluate: Vec<PathBuf>,
 }
 
 /// `usermm calibrate`: runs the probes, fits, caches the profile (and writes `--out`).
 pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
+    let cached = || -> anyhow::Result<Profile> {
+        Ok(Profile::load(&cache_file(
+            &cache_dir()?,
+            &Fingerprint::read(),
+        ))?)
+    };
+    if !args.evaluate.is_empty() {
+        let profile = match &args.show {
+            Some(path) => Profile::load(path)?,
+            None => cached()?,
+        };
+        for r in &args.evaluate {
+            let report = crate::model::Report::from_json(&std::fs::read_to_string(r)?)?;
+            println!("{}:", r.display());
+            print!("{}", evaluate(&profile, &report));
+        }
+        return Ok(0);
+    }
     let profile = match &args.show {
         Some(path) => Profile::load(path)?,
         None => {
@@ -310,4 +335,90 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
         print!("{}", describe(&profile));
     }
     Ok(0)
+}
+
+/// The tables the model is judged on (the calibration issue's must-show list).
+pub const JUDGED: [&str; 6] = [
+    "fault",
+    "fork",
+    "munmap",
+    "spawn",
+    "sharing",
+    "munlock-one-node",
+];
+
+/// A bench report's modelled tables priced again with `profile` (their rows are read, never
+/// fitted: the fit is the profile's, made from the probes alone): per table, the rows within
+/// ±20 % of the host median and those outside; the total over [`JUDGED`]; and each seed
+/// row's predicted gain with its interval beside the published one.
+pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
+    use crate::model::VariantKind;
+    use std::fmt::Write;
+    let mut s = String::new();
+    let (mut within, mut rows) = (0, 0);
+    for t in &report.tables {
+        let Some(host_matches) = t.host_matches.clone() else {
+            continue;
+        };
+        let mut t = t.clone();
+        // The report's own model columns out, the profile's in.
+        let keep: Vec<bool> = t
+            .variants
+            .iter()
+            .map(|v| v.kind != VariantKind::Model)
+            .collect();
+        t.variants.retain(|v| v.kind != VariantKind::Model);
+        for r in &mut t.rows {
+            let mut k = keep.iter();
+            r.columns.retain(|_| *k.next().unwrap_or(&true));
+        }
+        t.notes.clear();
+        crate::costmodel::add_profile_columns(&mut t, profile, &host_matches, "evaluated");
+        let Some(a) = crate::costmodel::accuracy(&t) else {
+            continue;
+        };
+        let outside = crate::costmodel::outside_rows(&t);
+        let _ = writeln!(
+            s,
+            "{}: {} of {} rows within ±20 % (median error {:+.0} %){}",
+            t.id,
+            a.within_20pct,
+            a.rows,
+            a.median_error_pct,
+            if outside.is_empty() {
+                String::new()
+            } else {
+                format!("; outside: {}", outside.join(", "))
+            }
+        );
+        if JUDGED.contains(&t.id.as_str()) {
+            within += a.within_20pct;
+            rows += a.rows;
+        }
+        for (ri, r) in t.rows.iter().enumerate() {
+            for p in &r.published {
+                let Some(i) = t.variant_index(&crate::costmodel::model_name(&p.variant)) else {
+                    continue;
+                };
+                let gain = crate::stats::cell_gain(&t, ri, i, crate::model::Stat::Median);
+                let ci = r.columns[i].gain_ci95_pct;
+                let _ = writeln!(
+                    s,
+                    "  seed {} {} {}: published {:+.1} %, predicted {} {}",
+                    t.id,
+                    r.label,
+                    p.variant,
+                    p.gain_pct,
+                    gain.map_or("-".into(), |g| format!("{g:+.1} %")),
+                    ci.map_or(String::new(), |[lo, hi]| format!("[{lo:+.1}, {hi:+.1}]"))
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "judged tables ({}): {within} of {rows} rows within ±20 %",
+        JUDGED.join(", ")
+    );
+    s
 }

@@ -1167,7 +1167,7 @@ mod tests {
                     Observation {
                         family: fam.to_string(),
                         label: n.to_string(),
-                        counters: features("munmap", &c, &prims),
+                        counters: features("munmap", &c, &prims, 0),
                         ns: 1000.0 + 40.0 * n as f64,
                     }
                 })
@@ -1182,6 +1182,7 @@ mod tests {
             fit: Fit::new(&priors(&prims), &obs).expect("fit"),
             observations: obs,
             calibrate_seconds: 0.0,
+            llc_bytes: 0,
         };
         let cell = |v: &str, n: u64| {
             Column::new(

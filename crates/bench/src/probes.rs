@@ -9,8 +9,9 @@
 //! family's factors apart (pages, VMAs, folio order, stride), always with a low level of
 //! the others, so that per-call, per-VMA, per-page and per-folio counters do not move
 //! together. No probe uses a benchmark row's layout and size: the rows are 16, 64, 256 MiB
-//! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are
-//! at most 12 MiB, with page counts that are not powers of two where a row's are.
+//! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are at
+//! most 12 MiB but for four fault and COW probes of 47 to 96 MiB that zero and copy past
+//! the last-level cache.
 //!
 //! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
 //! engine's counters do not separate a remote flush from a local one), readahead from disk,
@@ -31,8 +32,8 @@ use usermm::{
 /// Host repetitions per probe point in one agent process; the median is kept.
 pub const HOST_REPS: usize = 7;
 
-/// Bytes an agent primes before its repetitions: the largest probe (12 MiB) twice, and more.
-const PRIME: u64 = 48 << 20;
+/// Bytes an agent primes before its repetitions: the largest probe (96 MiB), and more.
+const PRIME: u64 = 128 << 20;
 
 const PAGE: u64 = 4096;
 
@@ -307,7 +308,13 @@ pub fn catalogue() -> Vec<Probe> {
     for pages in [200, 2500] {
         v.push(Probe::ZeroFault { pages });
     }
-    for (pages, folio) in [(100, PAGE), (1200, PAGE), (320, K64), (1280, K64)] {
+    for (pages, folio) in [
+        (100, PAGE),
+        (1200, PAGE),
+        (12000, PAGE),
+        (320, K64),
+        (1280, K64),
+    ] {
         v.push(Probe::Cow { pages, folio });
     }
     for (pages, stride) in [(400, 1), (1600, 1), (800, 32), (1600, 32)] {
@@ -637,7 +644,7 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
 /// shmem 4 KiB folios, fault-around at Linux's default.
 fn probe_machine(probe: &Probe) -> Machine {
     let folio = probe.anon_folio();
-    let m = machine(16 << 20, folio);
+    let m = machine(probe_bytes(probe).max(16 << 20), folio);
     m.update_tunables(|t| {
         t.thp.top = if folio == PMD {
             ThpPolicy::Always
@@ -650,6 +657,24 @@ fn probe_machine(probe: &Probe) -> Machine {
             .for_each(|s| *s = ShmemHuge::Never);
     });
     m
+}
+
+/// The bytes a probe maps (its pages; 0 for VMA probes).
+fn probe_bytes(probe: &Probe) -> u64 {
+    match *probe {
+        Probe::Mprotect { pages, .. }
+        | Probe::Fork { pages, .. }
+        | Probe::Munmap { pages, .. }
+        | Probe::Dontneed { pages, .. }
+        | Probe::Fault { pages, .. }
+        | Probe::ZeroFault { pages }
+        | Probe::Cow { pages, .. }
+        | Probe::TmpfsRead { pages, .. }
+        | Probe::Mlock { pages }
+        | Probe::Munlock { pages, .. }
+        | Probe::Mremap { pages, .. } => pages * PAGE,
+        Probe::Spawn { .. } | Probe::MmapVmas { .. } => 0,
+    }
 }
 
 /// Maps `args` at a 2 MiB-aligned address (as the host's [`Region`]s are).
@@ -730,23 +755,13 @@ mod tests {
 
     #[test]
     fn no_probe_is_a_bench_rows_layout() {
-        // Rows are whole-layout operations of 16 MiB and more: 4096 pages or a multiple.
+        // Rows are whole-layout operations of 16, 64, 256 MiB or 1 GiB.
         for probe in catalogue() {
-            let pages = match probe {
-                Probe::Mprotect { pages, .. }
-                | Probe::Fork { pages, .. }
-                | Probe::Munmap { pages, .. }
-                | Probe::Dontneed { pages, .. }
-                | Probe::Fault { pages, .. }
-                | Probe::ZeroFault { pages }
-                | Probe::Cow { pages, .. }
-                | Probe::TmpfsRead { pages, .. }
-                | Probe::Mlock { pages }
-                | Probe::Munlock { pages, .. }
-                | Probe::Mremap { pages, .. } => pages,
-                Probe::Spawn { .. } | Probe::MmapVmas { .. } => 0,
-            };
-            assert!(pages < 4096, "{probe:?}");
+            let bytes = probe_bytes(&probe);
+            assert!(
+                ![16 << 20, 64 << 20, 256 << 20, 1 << 30].contains(&bytes),
+                "{probe:?}"
+            );
         }
     }
 }

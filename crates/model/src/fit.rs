@@ -28,7 +28,7 @@ pub struct Observation {
     /// The point's label within its family (`N=1500`).
     pub label: String,
     /// The engine's exact counters of the timed operation (and pseudo-counters:
-    /// [`crate::prices::OP_FORK`]…).
+    /// [`crate::profile::OP_FORK`]…).
     pub counters: BTreeMap<String, f64>,
     /// The host's median time of the operation, ns.
     pub ns: f64,
