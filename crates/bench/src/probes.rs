@@ -29,6 +29,9 @@ use usermm::{
     Prot, Sharing, ShmemHuge, ThpPolicy,
 };
 
+/// Seconds of forking per spawn probe point.
+pub const SPAWN_SECS: f64 = 0.05;
+
 /// Host repetitions per probe point in one agent process; the median is kept.
 pub const HOST_REPS: usize = 7;
 
@@ -60,9 +63,11 @@ pub enum Probe {
         /// Folio size, bytes.
         folio: u64,
     },
-    /// fork + the child's `_exit` + `waitpid` of a process with `vmas` extra VMAs.
+    /// fork + the child's `_exit` + `waitpid` of a process of `vmas` VMAs in all, 21 of
+    /// them written, measured as the spawn table's host cells are (the static spawn agent
+    /// where the build has it, the rate over [`SPAWN_SECS`]), at VMA counts no row has.
     Spawn {
-        /// Extra empty VMAs.
+        /// VMAs in all.
         vmas: u64,
     },
     /// `munmap()` of `pages` written pages in folios of `folio` bytes.
@@ -267,7 +272,8 @@ pub fn catalogue() -> Vec<Probe> {
             folio,
         });
     }
-    for vmas in [0, 300, 1200, 3000] {
+    // Rows: 21 + {0, 100, 200, 400, …, 6400} VMAs in all.
+    for vmas in [50, 300, 1200, 3000] {
         v.push(Probe::Spawn { vmas });
     }
     for (pages, folio) in [
@@ -350,6 +356,14 @@ pub fn catalogue() -> Vec<Probe> {
 /// The host's median time of `probe`, ns: its mTHP or shmem knob set under `session`, then
 /// measured in a fresh agent process.
 pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<f64, String> {
+    if let Probe::Spawn { vmas } = *probe {
+        session.folio(PAGE)?;
+        let cell = crate::host::agent::HostCell::Spawn {
+            vmas,
+            secs: SPAWN_SECS,
+        };
+        return crate::host::agent::measure(&cell).map(|(rate, _)| 1e9 / rate.max(1e-9));
+    }
     match probe {
         Probe::TmpfsRead { .. } => session.shmem_folio(PAGE)?,
         Probe::Munlock { folio, .. } => session.thp(*folio == PMD)?,
@@ -544,7 +558,19 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             cpu.fork(p)?;
         }
         Probe::Spawn { vmas } => {
-            sparse(&cpu, p, vmas)?;
+            // As the spawn table's engine process: 21 written single-page VMAs, the rest
+            // read-only and empty.
+            for i in 0..vmas {
+                let a = 0x1000_0000 + i * 0x2000;
+                let args = MmapArgs {
+                    placement: Placement::Fixed(a),
+                    ..MmapArgs::anon(PAGE, if i < 21 { RW } else { RO })
+                };
+                cpu.mmap(p, args)?;
+                if i < 21 {
+                    cpu.touch(p, a, PAGE, Access::Write).map_err(sig)?;
+                }
+            }
             mark();
             let c = cpu.fork(p)?;
             cpu.exit(c)?;

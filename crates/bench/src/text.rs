@@ -165,12 +165,19 @@ fn model_interval_line(table: &Table, row: usize) -> Option<Line> {
                     (Some(&lo), Some(&hi)) => {
                         any = true;
                         let shown = |ns: u64| match table.unit {
-                            Unit::PerSecond => 1e9 / (ns.max(1) as f64),
+                            // A rate's interval from a time's: no lower time, no upper rate.
+                            Unit::PerSecond if ns == 0 => f64::INFINITY,
+                            Unit::PerSecond => 1e9 / ns as f64,
                             _ => ns as f64 * 1e-9 * scale,
                         };
-                        let (a, b) = (shown(lo), shown(hi));
-                        let dec = decimals_for(a.max(b));
-                        Cell::plain(format!("[{:.dec$}, {:.dec$}]", a.min(b), a.max(b)))
+                        let (a, b) = (shown(lo).min(shown(hi)), shown(lo).max(shown(hi)));
+                        let dec = decimals_for(if b.is_finite() { b } else { a });
+                        let b = if b.is_finite() {
+                            format!("{b:.dec$}")
+                        } else {
+                            "inf".into()
+                        };
+                        Cell::plain(format!("[{a:.dec$}, {b}]"))
                     }
                     _ => Cell::default(),
                 }
