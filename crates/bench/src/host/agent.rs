@@ -20,7 +20,6 @@ use super::{mthp_stat, vmstat};
 use crate::fork::Layout;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// The `bench` argument that makes the `usermm` binary an agent.
 pub const AGENT_ARG: &str = "__host-cell";
@@ -462,9 +461,9 @@ fn run(cell: &HostCell) -> CellResult {
             let r = Region::file(size, f.fd(), true, 0)?;
             shape(&mut c);
             let flt0 = minor_faults();
-            let t = Instant::now();
+            let t = super::measure::Stamp::now();
             r.read_each_page()?;
-            let secs = t.elapsed().as_secs_f64();
+            let secs = t.secs();
             c.insert("host_faults".into(), minor_faults().saturating_sub(flt0));
             huge_mapped(&mut c);
             // The page-cache folios' frames, mapped only now: read after the timed reads.
@@ -529,9 +528,9 @@ fn run(cell: &HostCell) -> CellResult {
             let r = Region::anon(size)?;
             let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
             shape(&mut c);
-            let t = Instant::now();
+            let t = super::measure::Stamp::now();
             r.write_each_page()?;
-            let secs = t.elapsed().as_secs_f64();
+            let secs = t.secs();
             huge_mapped(&mut c);
             if folio > 4096 {
                 let n = mthp_stat(folio, "anon_fault_alloc")
