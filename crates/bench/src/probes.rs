@@ -10,8 +10,8 @@
 //! the others, so that per-call, per-VMA, per-page and per-folio counters do not move
 //! together. No probe uses a benchmark row's layout and size: the rows are 16, 64, 256 MiB
 //! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are at
-//! most 12 MiB but for four fault and COW probes of 47 to 96 MiB that zero and copy past
-//! the last-level cache.
+//! most 12 MiB but for ten fault, COW, fork, munmap and dontneed probes of 47 to 96 MiB
+//! that zero, copy and walk past the last-level cache.
 //!
 //! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
 //! engine's counters do not separate a remote flush from a local one), readahead from disk,
@@ -264,6 +264,8 @@ pub fn catalogue() -> Vec<Probe> {
         (2560, K64),
         (1024, PMD),
         (2560, PMD),
+        (12000, PAGE),
+        (24000, K64),
     ] {
         v.push(Probe::Fork {
             vmas: 0,
@@ -285,6 +287,9 @@ pub fn catalogue() -> Vec<Probe> {
         (2560, K64),
         (1024, PMD),
         (2560, PMD),
+        (12000, PAGE),
+        (24000, K64),
+        (24576, PMD),
     ] {
         v.push(Probe::Munmap { pages, folio });
     }
@@ -295,6 +300,7 @@ pub fn catalogue() -> Vec<Probe> {
         (2560, K64),
         (1024, PMD),
         (2560, PMD),
+        (24000, K64),
     ] {
         v.push(Probe::Dontneed { pages, folio });
     }
@@ -377,13 +383,20 @@ pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<f64, String> {
         .map(|(secs, _)| secs * 1e9)
 }
 
-/// Measures `probe` in this process ([`HOST_REPS`] repetitions, each on a fresh setup): the
-/// median time in seconds.
+/// Measures `probe` in this process ([`HOST_REPS`] repetitions, 5 past 32 MiB, each on a
+/// fresh setup): the median time in seconds.
 pub fn host_run(probe: &Probe) -> Result<f64, String> {
     // Memory the hypervisor backs: the probes' pages, a COW's copies, with room to spare
     // (`crate::host::prime`: first touches of reported pages cost 4-8 times a fault).
     crate::host::prime(PRIME);
-    let mut t: Vec<f64> = (0..HOST_REPS)
+    // The probes past the cache take 20-50 ms each with their setup: fewer repetitions keep
+    // a calibration within its 90 s on 2 busy cores.
+    let reps = if probe_bytes(probe) > 32 << 20 {
+        5
+    } else {
+        HOST_REPS
+    };
+    let mut t: Vec<f64> = (0..reps)
         .map(|_| host_once(probe))
         .collect::<Result<_, _>>()?;
     t.sort_by(f64::total_cmp);
