@@ -744,8 +744,9 @@ pub fn add_profile_columns(
                         .map(|(_, [lo, hi])| match table.better {
                             Better::Lower => [lo, hi],
                             // A rate's gain from a time's: 1/(1 - g) - 1, increasing in g.
+                            // The time's interval may pass 100 %, which no time reaches.
                             Better::Higher => {
-                                [lo, hi].map(|g| (1.0 / (1.0 - g / 100.0) - 1.0) * 100.0)
+                                [lo, hi].map(|g| (1.0 / (1.0 - g.min(99.0) / 100.0) - 1.0) * 100.0)
                             }
                         });
                 }
