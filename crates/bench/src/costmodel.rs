@@ -837,7 +837,9 @@ pub fn model_error_pct(table: &Table, row: usize) -> Option<f64> {
         headline(table, &r.columns[m])?,
         headline(table, &r.columns[h])?,
     );
-    (host > 0.0 && p > 0.0 && p.is_finite()).then(|| match table.better {
+    // Error as a time: a rate's error is that of its inverse.
+    let valid = host > 0.0 && p.is_finite() && (table.better == Better::Lower || p > 0.0);
+    valid.then(|| match table.better {
         Better::Lower => (p - host) / host * 100.0,
         Better::Higher => (host - p) / p * 100.0,
     })
@@ -935,28 +937,9 @@ pub struct Accuracy {
 
 /// The accuracy of a table's model for the variant the host runs, if it has both columns.
 pub fn accuracy(table: &Table) -> Option<Accuracy> {
-    let m = table.variant_index(&model_name(table.host_matches.as_deref()?))?;
-    let h = table
-        .variants
-        .iter()
-        .position(|v| v.kind == VariantKind::Host)?;
-    let mut errs: Vec<(f64, String)> = Vec::new();
-    for row in &table.rows {
-        let (Some(p), Some(host)) = (
-            headline(table, &row.columns[m]),
-            headline(table, &row.columns[h]),
-        ) else {
-            continue;
-        };
-        if host > 0.0 && p.is_finite() {
-            // Error as a time: a rate's error is that of its inverse.
-            let err = match table.better {
-                Better::Lower => (p - host) / host,
-                Better::Higher => (host - p) / p,
-            };
-            errs.push((err * 100.0, row.label.clone()));
-        }
-    }
+    let errs: Vec<(f64, String)> = (0..table.rows.len())
+        .filter_map(|r| Some((model_error_pct(table, r)?, table.rows[r].label.clone())))
+        .collect();
     if errs.is_empty() {
         return None;
     }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use usermm::{
     Access, Advice, Cpu, InodeKind, Machine, MmapArgs, MremapFlags, Pid, Placement, Privilege,
-    Prot, Sharing, ShmemHuge, ThpPolicy,
+    Sharing, ShmemHuge, ThpPolicy,
 };
 
 /// Seconds of forking per spawn probe point.
@@ -722,14 +722,7 @@ fn probe_bytes(probe: &Probe) -> u64 {
 
 /// Maps `args` at a 2 MiB-aligned address (as the host's [`Region`]s are).
 fn aligned(cpu: &Cpu<'_>, p: Pid, len: u64, args: MmapArgs) -> anyhow::Result<u64> {
-    let none = Prot {
-        read: false,
-        write: false,
-        exec: false,
-    };
-    let r = cpu.mmap(p, MmapArgs::anon(len + PMD, none))?;
-    let a = (r + PMD - 1) & !(PMD - 1);
-    cpu.munmap(p, r, len + PMD)?;
+    let a = crate::fork::reserve_aligned(cpu, p, len, 0)?;
     Ok(cpu.mmap(
         p,
         MmapArgs {
