@@ -65,6 +65,11 @@ pub struct BenchArgs {
     /// Leave out the host-kernel columns.
     #[arg(long)]
     pub no_host: bool,
+    /// Predict the `model:` columns with this machine profile (`usermm calibrate --out`),
+    /// e.g. another machine's; default: this machine's cached profile, calibrated once if
+    /// there is none.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 /// The subcommands of `usermm bench` beside the suite's benchmarks.
@@ -109,6 +114,7 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
     if let Some(ns) = args.tlbi_ns {
         o.tlbi_ns = ns;
     }
+    o.profile = args.profile.clone();
     Ok(o)
 }
 

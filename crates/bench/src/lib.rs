@@ -9,8 +9,7 @@
 //! |---|---|
 //! | [`model`] | the table model and the report; the JSON schema (`docs/bench-schema.md`) |
 //! | [`stats`] | min/median/mean/stddev/max and the gain over the baseline |
-//! | [`costmodel`] | the cost model: this machine's primitive costs × the engine's exact counters predict the host kernel (`model:` columns) |
-//! | [`recipe_symbols`] | whether the running kernel inlines what the cost model's call counts assume |
+//! | [`costmodel`] | the cost model's host side: measuring this machine's primitives, and the `model:` columns (the model itself is the `usermm-model` crate) |
 //! | [`text`] | mmtests compare layout as text |
 //! | [`plot`] | PNG and SVG plots (`plotters`, embedded font) |
 //! | [`html`] | the self-contained HTML report |
@@ -19,12 +18,15 @@
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`readahead`] | the page cache: sequential and random reads of a disk file |
+//! | [`calibrate`] | `usermm calibrate`: probes → fit → machine profile; the cached profile `usermm bench` predicts with |
+//! | [`probes`] | the calibration probes: small mm workloads the host times and the engine counts |
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
+pub mod calibrate;
 pub mod cli;
 pub mod compare;
 pub mod costmodel;
@@ -38,9 +40,9 @@ pub mod model;
 pub mod munlock;
 pub mod output;
 pub mod plot;
+pub mod probes;
 pub mod progress;
 pub mod readahead;
-pub mod recipe_symbols;
 pub mod replay_bench;
 pub mod scenario_bench;
 pub mod sharing;

@@ -128,6 +128,13 @@ pub struct Options {
     pub linear_map_gib: Vec<u64>,
     /// Modelled latency of one TLBI, ns.
     pub tlbi_ns: u64,
+    /// The machine profile the `model:` columns predict with (`--profile`); `None`: this
+    /// machine's cached profile, calibrated once if there is none.
+    pub profile: Option<std::path::PathBuf>,
+    /// Price the `model:` columns by the recipes with primitives measured around each
+    /// benchmark, as before calibration existed: no profile read or made (the tests' tiny
+    /// runs, which must not depend on what the machine's cache holds).
+    pub recipe_model: bool,
 }
 
 impl Default for Options {
@@ -145,6 +152,8 @@ impl Default for Options {
             folios: fork::FOLIOS.to_vec(),
             linear_map_gib: vec![16, 64],
             tlbi_ns: linear_map::DEFAULT_TLBI_NS,
+            profile: None,
+            recipe_model: false,
         }
     }
 }
@@ -338,9 +347,28 @@ pub fn run(
     let symbol_drift = which
         .iter()
         .any(|b| b.host_matches().is_some())
-        .then(crate::recipe_symbols::Drift::read)
+        .then(usermm_model::recipe_symbols::Drift::read)
         .flatten()
         .and_then(|d| d.note());
+    // The calibrated profile, where one can be had (cached, or calibrated once now); else
+    // the recipes priced with primitives measured around each modelled benchmark.
+    let profile = which
+        .iter()
+        .any(|b| b.host_matches().is_some() && !opts.recipe_model)
+        .then(|| {
+            progress.suspend(|| {
+                crate::calibrate::profile_for_bench(host, opts.profile.as_deref(), &mut |m| {
+                    eprintln!("calibrate: {m}")
+                })
+            })
+        })
+        .and_then(|r| {
+            r.map_err(|e| eprintln!("model: no calibrated profile ({e:#}): the recipes priced with measured primitives instead"))
+                .ok()
+        });
+    if let Some((p, src)) = &profile {
+        progress.suspend(|| println!("model: profile {}", src.describe(p)));
+    }
     for &b in which {
         // The primitives are measured again for each modelled benchmark, each time by a
         // fresh process (measured in the bench process after the sharing and anon-cow
@@ -349,7 +377,7 @@ pub fn run(
         // before it, one after each of its rows (`Ctx::row_done`), so that its model and its
         // host column see the machine in the same states.
         let samples = RefCell::new(Vec::new());
-        if b.host_matches().is_some() {
+        if b.host_matches().is_some() && profile.is_none() {
             on_last_cpu(|| {
                 samples.borrow_mut().extend(
                     (0..PRIMITIVES_BEFORE).filter_map(|_| crate::host::agent::fresh_primitives()),
@@ -361,7 +389,10 @@ pub fn run(
             opts,
             host,
             task: &task,
-            primitives: b.host_matches().map(|_| &samples),
+            primitives: b
+                .host_matches()
+                .filter(|_| profile.is_none())
+                .map(|_| &samples),
         };
         // One CPU for the whole measurement of a single-threaded benchmark: the engine thread
         // and the host helpers it forks (which inherit it) never migrate mid-sample. anon-cow
@@ -372,9 +403,15 @@ pub fn run(
             on_last_cpu(|| run_one(b, &ctx))
         }?;
         ts.iter_mut().for_each(crate::stats::add_intervals);
-        if let Some(v) = b.host_matches() {
+        if let (Some(v), Some((p, src))) = (b.host_matches(), &profile) {
+            for t in &mut ts {
+                crate::costmodel::add_profile_columns(t, p, v, &src.describe(p));
+                t.notes.extend(symbol_drift.clone());
+            }
+            first_prims = first_prims.or(Some(p.primitives));
+        } else if let Some(v) = b.host_matches() {
             let samples = samples.into_inner();
-            let p = Primitives::median_of(&samples).unwrap_or_else(Primitives::measure);
+            let p = Primitives::median_of(&samples).unwrap_or_else(crate::costmodel::measure);
             for t in &mut ts {
                 crate::costmodel::add_model_columns(t, &p, v, &samples);
                 t.notes.extend(symbol_drift.clone());

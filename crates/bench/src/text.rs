@@ -147,6 +147,57 @@ fn seed_line(table: &Table, row: usize) -> Option<Line> {
     })
 }
 
+/// Under a row priced with a calibrated profile: each `model:` cell's 95 % prediction
+/// interval, and in the host column the model's error against the host median, `!` when it
+/// is outside ±20 %.
+fn model_interval_line(table: &Table, row: usize) -> Option<Line> {
+    use crate::costmodel::{model_error_pct, MODEL_CI_HI, MODEL_CI_LO};
+    let r = &table.rows[row];
+    let scale = display_scale(table);
+    let mut any = false;
+    let cells = table
+        .variants
+        .iter()
+        .zip(&r.columns)
+        .map(|(v, c)| match v.kind {
+            VariantKind::Model => {
+                match (c.counters.get(MODEL_CI_LO), c.counters.get(MODEL_CI_HI)) {
+                    (Some(&lo), Some(&hi)) => {
+                        any = true;
+                        let shown = |ns: u64| match table.unit {
+                            // A rate's interval from a time's: no lower time, no upper rate.
+                            Unit::PerSecond if ns == 0 => f64::INFINITY,
+                            Unit::PerSecond => 1e9 / ns as f64,
+                            _ => ns as f64 * 1e-9 * scale,
+                        };
+                        let (a, b) = (shown(lo).min(shown(hi)), shown(lo).max(shown(hi)));
+                        let dec = decimals_for(if b.is_finite() { b } else { a });
+                        let b = if b.is_finite() {
+                            format!("{b:.dec$}")
+                        } else {
+                            "inf".into()
+                        };
+                        Cell::plain(format!("[{a:.dec$}, {b}]"))
+                    }
+                    _ => Cell::default(),
+                }
+            }
+            VariantKind::Host => match model_error_pct(table, row) {
+                Some(e) => {
+                    Cell::plain(format!("{e:+.0}%{}", if e.abs() > 20.0 { "!" } else { "" }))
+                }
+                None => Cell::default(),
+            },
+            _ => Cell::default(),
+        })
+        .collect();
+    any.then(|| Line {
+        label: format!("Model95 {}", r.label),
+        kind: LineKind::Counter,
+        cells,
+    })
+}
+
 /// The counters of a row that at least one cell has, one line each.
 fn counter_lines(table: &Table, row: usize) -> Vec<Line> {
     let r = &table.rows[row];
@@ -187,6 +238,7 @@ pub fn cells(table: &Table) -> Vec<Vec<Line>> {
                 })
                 .collect();
             lines.extend(seed_line(table, row));
+            lines.extend(model_interval_line(table, row));
             lines.extend(counter_lines(table, row));
             lines
         })
@@ -208,6 +260,13 @@ pub fn legend(table: &Table) -> String {
     );
     if table.rows.iter().any(|r| !r.published.is_empty()) {
         s.push_str("; Seed = the seed's published gain");
+    }
+    if table.rows.iter().any(|r| {
+        r.columns
+            .iter()
+            .any(|c| c.counters.contains_key(crate::costmodel::MODEL_CI_LO))
+    }) {
+        s.push_str("; Model95 = the calibrated model's 95% prediction interval, and under host the model's error against the host median (! outside ±20%); a model gain's (~%) is its interval from the fitted prices");
     }
     if let Some(v) = table
         .variants

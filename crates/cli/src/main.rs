@@ -40,6 +40,10 @@ enum Cmd {
     Oracle(oracle_cmd::OracleArgs),
     /// Run benchmarks: the whole suite at a small scale by default, with an HTML report.
     Bench(usermm_bench::cli::BenchArgs),
+    /// Calibrate the cost model on the running kernel: time the probe workloads on the host,
+    /// count them on the engine, fit the per-event prices, and cache the machine profile
+    /// `usermm bench` predicts with (root: the probes set the THP knobs).
+    Calibrate(usermm_bench::calibrate::CalibrateArgs),
     /// Record a command's memory activity into a trace (root): mm calls, page faults, forks,
     /// execs, and each process's RSS at exit.
     Record(record_cmd::RecordArgs),
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run_cmd::run_main(&args),
         Cmd::Tunables { json } => cmd_tunables(json),
         Cmd::Bench(args) => usermm_bench::cli::main(&args),
+        Cmd::Calibrate(args) => usermm_bench::calibrate::main(&args),
         Cmd::Oracle(args) => oracle_cmd::oracle_main(&args),
         Cmd::Record(args) => record_cmd::record_main(&args),
         Cmd::Trace(args) => trace_cmd::trace_main(&args),

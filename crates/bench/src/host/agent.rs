@@ -20,7 +20,6 @@ use super::{mthp_stat, vmstat};
 use crate::fork::Layout;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// The `bench` argument that makes the `usermm` binary an agent.
 pub const AGENT_ARG: &str = "__host-cell";
@@ -91,6 +90,8 @@ pub enum HostCell {
         /// Writers.
         instances: usize,
     },
+    /// A calibration probe (`crate::probes`): its median time over its repetitions.
+    Probe(crate::probes::Probe),
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -140,8 +141,17 @@ fn static_spawn(vmas: u64, secs: f64) -> CellResult {
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
         .collect();
-    let [forks, ns, got, rss] = v[..] else {
-        return Err(format!("static spawn agent failed ({})", out.status));
+    let (forks, wall, got, rss, cpu) = match v[..] {
+        [forks, ns, got, rss, cpu] => (forks, ns, got, rss, cpu),
+        [forks, ns, got, rss] => (forks, ns, got, rss, 0),
+        _ => return Err(format!("static spawn agent failed ({})", out.status)),
+    };
+    // The loop's CPU time (the parent's forks and waits, the children's exits), as the other
+    // host cells are timed (`measure::Stamp`); the wall clock without it or when asked.
+    let ns = if cpu > 0 && std::env::var_os("USERMM_HOST_WALL").is_none() {
+        cpu
+    } else {
+        wall
     };
     if ns == 0 || forks == 0 {
         return Err("static spawn agent made no fork".into());
@@ -252,7 +262,7 @@ pub fn serve() -> anyhow::Result<()> {
         // freed hundreds of MiB, kcall read 7 to 13 ns where the same binary read 2.8 to
         // 3.6 standalone a minute later.
         crate::host::prime(PRIMITIVES_PRIME);
-        let p = crate::costmodel::Primitives::measure();
+        let p = crate::costmodel::measure();
         println!("{}", serde_json::to_string(&p)?);
         return Ok(());
     }
@@ -404,6 +414,7 @@ fn sample_steps(addr: u64, len: u64, folio_pages: u64, phase: u64, c: &mut BTree
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
     match *cell {
+        HostCell::Probe(probe) => Ok((crate::probes::host_run(&probe)?, c)),
         HostCell::Spawn { vmas, secs } => {
             let extra = vmas.saturating_sub(vma_count());
             let layout = SparseVmas::new(extra)?;
@@ -459,9 +470,9 @@ fn run(cell: &HostCell) -> CellResult {
             let r = Region::file(size, f.fd(), true, 0)?;
             shape(&mut c);
             let flt0 = minor_faults();
-            let t = Instant::now();
+            let t = super::measure::Stamp::now();
             r.read_each_page()?;
-            let secs = t.elapsed().as_secs_f64();
+            let secs = t.secs();
             c.insert("host_faults".into(), minor_faults().saturating_sub(flt0));
             huge_mapped(&mut c);
             // The page-cache folios' frames, mapped only now: read after the timed reads.
@@ -526,9 +537,9 @@ fn run(cell: &HostCell) -> CellResult {
             let r = Region::anon(size)?;
             let a0 = mthp_stat(folio, "anon_fault_alloc").unwrap_or(0);
             shape(&mut c);
-            let t = Instant::now();
+            let t = super::measure::Stamp::now();
             r.write_each_page()?;
-            let secs = t.elapsed().as_secs_f64();
+            let secs = t.secs();
             huge_mapped(&mut c);
             if folio > 4096 {
                 let n = mthp_stat(folio, "anon_fault_alloc")

@@ -5,7 +5,6 @@ use super::errno_text;
 use oracle::files::{ScratchDir, TMPFS_PARENT};
 use oracle::sys;
 use std::os::fd::AsRawFd;
-use std::time::Instant;
 
 /// `PROT_READ | PROT_WRITE`.
 pub const RW: i32 = libc_prot::READ | libc_prot::WRITE;
@@ -176,9 +175,9 @@ impl Region {
 
     /// Unmaps the region and returns how long `munmap` took.
     pub fn unmap_timed(mut self) -> Result<f64, String> {
-        let t = Instant::now();
+        let t = super::measure::Stamp::now();
         let r = sys::munmap(self.addr, self.len);
-        let secs = t.elapsed().as_secs_f64();
+        let secs = t.secs();
         self.mapped = false;
         r.map_err(|e| errno_text("munmap", e))?;
         Ok(secs)

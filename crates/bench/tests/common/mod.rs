@@ -21,6 +21,8 @@ pub fn tiny() -> Options {
         folios: vec![4 << 10, 64 << 10, 2 << 20],
         linear_map_gib: vec![1],
         tlbi_ns: 0,
+        profile: None,
+        recipe_model: true,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Do the cost model's call counts hold on the running kernel?
 //!
-//! The recipes ([`crate::costmodel::RECIPES`]) price the kernel's instruction path as
+//! The recipes ([`crate::prices::RECIPES`]) price the kernel's instruction path as
 //! out-of-line calls, counted per event from the 6.18 source and from which helpers one
 //! build, 6.18.44-fc-v669 (GCC, on an Intel guest), had as functions in `/proc/kallsyms`
 //! (`docs/research/kernel-calls-6.18.md` §0). Another build of the same release can inline
@@ -74,7 +74,7 @@ pub const COUNTED_INLINE: &[&str] = &[
 ];
 
 /// Of [`COUNTED_INLINE`], those inside `change_pte_range`'s per-entry loop, on which
-/// [`crate::costmodel::Primitives::kcall`] and `kcall_loop` are calibrated: one of them out
+/// [`crate::prices::Primitives::kcall`] and `kcall_loop` are calibrated: one of them out
 /// of line makes the entry's calls more than the four the calibration divides by, and
 /// every call of every recipe over-priced.
 #[rustfmt::skip]

@@ -1,0 +1,764 @@
+//! Fitting per-event prices to probe timings: non-negative least squares on relative error,
+//! with a ridge pull toward the recipe prices, its strength chosen by leaving one probe
+//! family out at a time.
+//!
+//! Each unknown is a *multiplier* `m_g` of the recipe prices of a group `g` of counters (one
+//! counter, or several whose probe columns are proportional and so cannot be told apart:
+//! [`Fit::prices`] names them). An observation `i` (one probe point: the engine's exact
+//! counters `n_ic`, the host's median time `t_i`) is predicted as
+//! `Σ_g m_g · Σ_{c∈g} n_ic · prior_c`, and the fit minimises
+//! `Σ_i ((pred_i − t_i)/t_i)² + λ Σ_g (m_g − μ)² + ε (μ − 1)²` subject to `m, μ ≥ 0`
+//! (Lawson and Hanson's active-set NNLS on the ridge-augmented system): each price is
+//! pulled toward its recipe times a common scale μ fitted with it. A multiplier of 1 is the
+//! recipe; a counter no probe excites is priced at μ times its recipe and says so.
+//!
+//! The uncertainty of the multipliers is the ridge posterior `σ²(AᵀA + λI)⁻¹` on the free
+//! ones, with `σ²` the residual variance of the relative errors; a prediction's interval adds
+//! the transfer error the leave-one-family-out validation measured ([`Fit::discrepancy`]).
+
+use nalgebra::{DMatrix, DVector};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One probe point: what the engine counted for the timed operation and what the host took.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The probe family (`mprotect-written`, `fork-vmas`…): the unit left out in validation.
+    pub family: String,
+    /// The point's label within its family (`N=1500`).
+    pub label: String,
+    /// The engine's exact counters of the timed operation (and pseudo-counters:
+    /// [`crate::profile::OP_FORK`]…).
+    pub counters: BTreeMap<String, f64>,
+    /// The host's median time of the operation, ns.
+    pub ns: f64,
+}
+
+/// Why a fit could not be made.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FitError {
+    /// No observation has a positive time and a priced counter.
+    #[error("no usable probe point (a positive host time and a counter with a recipe)")]
+    NoData,
+    /// Fewer than two probe families: nothing to validate by leaving one out.
+    #[error("leave-one-family-out needs two probe families, got {0}")]
+    OneFamily(usize),
+}
+
+/// A fitted price: one counter, or a merged group the probes cannot separate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// The counters of the group (one, or several merged: their probe columns are
+    /// proportional, so only their sum is determined; each keeps its recipe's share).
+    pub counters: Vec<String>,
+    /// The fitted multiplier of the group's recipe prices (1: the recipe; a group no probe
+    /// excites gets the common scale μ).
+    pub multiplier: f64,
+    /// Its standard error.
+    pub multiplier_se: f64,
+    /// The probe families that carry at least 5 % of their time on this group, most first
+    /// (empty: no probe excites it, the price is the recipe's).
+    pub families: Vec<String>,
+}
+
+/// One probe point as the fit predicts it with its own family left out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldOut {
+    /// The family.
+    pub family: String,
+    /// The point.
+    pub label: String,
+    /// The host's time, ns.
+    pub ns: f64,
+    /// The prediction of the fit without the family, ns.
+    pub predicted_ns: f64,
+}
+
+impl HeldOut {
+    /// The relative error, percent.
+    pub fn error_pct(&self) -> f64 {
+        (self.predicted_ns - self.ns) / self.ns * 100.0
+    }
+}
+
+/// A calibrated model: the recipe priors, the fitted multipliers and their covariance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fit {
+    /// The recipe price of every counter the model prices, ns per event.
+    pub priors: BTreeMap<String, f64>,
+    /// The fitted prices, one per group.
+    pub prices: Vec<Price>,
+    /// The covariance of the multipliers (`prices` order, row-major).
+    pub covariance: Vec<f64>,
+    /// The ridge strength chosen.
+    pub lambda: f64,
+    /// The leave-one-family-out median |relative error| at each λ tried, percent.
+    pub lambda_scan: Vec<(f64, f64)>,
+    /// Every probe point predicted with its own family left out (at the chosen λ).
+    pub held_out: Vec<HeldOut>,
+    /// The in-sample median |relative error|, percent.
+    pub in_sample_median_pct: f64,
+    /// The median |relative error| at the chosen λ leaving out a whole operation at a time
+    /// (every family whose name has the same part before `/`: `munmap/4K` and `munmap/2M`
+    /// together), percent: transfer to an operation no probe timed.
+    #[serde(default)]
+    pub operation_held_out_median_pct: f64,
+    /// The relative standard deviation of a prediction's error beyond the fit's uncertainty:
+    /// the leave-one-family-out errors' robust spread (1.4826 × their median absolute value).
+    pub discrepancy: f64,
+}
+
+/// A prediction with its uncertainty.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The predicted time, ns.
+    pub ns: f64,
+    /// The standard deviation from the fitted prices' uncertainty alone, ns.
+    pub fit_sd: f64,
+    /// The 95 % prediction interval (fit uncertainty and [`Fit::discrepancy`]), ns.
+    pub ci95: [f64; 2],
+}
+
+/// The ridge strengths tried.
+pub const LAMBDAS: [f64; 7] = [0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0];
+
+/// Two probe columns whose cosine similarity is at least this are one group.
+const PROPORTIONAL: f64 = 0.9995;
+
+impl Fit {
+    /// Fits `observations` with the recipe prices `priors` (counters absent from `priors` or
+    /// priced 0 cost nothing), choosing λ among [`LAMBDAS`] by leaving one family out.
+    pub fn new(
+        priors: &BTreeMap<String, f64>,
+        observations: &[Observation],
+    ) -> Result<Fit, FitError> {
+        let priors: BTreeMap<String, f64> = priors
+            .iter()
+            .filter(|(_, &p)| p > 0.0 && p.is_finite())
+            .map(|(k, &v)| (k.clone(), v))
+            .collect();
+        let obs: Vec<&Observation> = observations
+            .iter()
+            .filter(|o| o.ns > 0.0 && o.ns.is_finite())
+            .filter(|o| {
+                o.counters
+                    .iter()
+                    .any(|(c, &n)| n > 0.0 && priors.contains_key(c))
+            })
+            .collect();
+        if obs.is_empty() {
+            return Err(FitError::NoData);
+        }
+        let families: BTreeSet<&str> = obs.iter().map(|o| o.family.as_str()).collect();
+        if families.len() < 2 {
+            return Err(FitError::OneFamily(families.len()));
+        }
+        let groups = group_counters(&priors, &obs);
+        let design = |o: &Observation| -> Vec<f64> {
+            groups
+                .iter()
+                .map(|g| {
+                    g.iter()
+                        .map(|c| o.counters.get(c).copied().unwrap_or(0.0) * priors[c])
+                        .sum()
+                })
+                .collect()
+        };
+        let rows: Vec<Vec<f64>> = obs.iter().map(|o| design(o)).collect();
+        let times: Vec<f64> = obs.iter().map(|o| o.ns).collect();
+        // λ by leaving one family out.
+        let mut scan = Vec::new();
+        let mut best: Option<(f64, f64, Vec<HeldOut>)> = None;
+        for &lambda in &LAMBDAS {
+            let mut held = Vec::new();
+            for &f in &families {
+                let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].family != f).collect();
+                let m = solve(&rows, &times, &keep, lambda).0;
+                for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
+                    held.push(HeldOut {
+                        family: o.family.clone(),
+                        label: o.label.clone(),
+                        ns: o.ns,
+                        predicted_ns: dot(&rows[i], &m),
+                    });
+                }
+            }
+            let err = median_abs(held.iter().map(HeldOut::error_pct));
+            scan.push((lambda, err));
+            // Ties go to the stronger pull (the later λ).
+            if best.as_ref().is_none_or(|b| err <= b.1 + 1e-9) {
+                best = Some((lambda, err, held));
+            }
+        }
+        let (lambda, lofo, held_out) = best.expect("LAMBDAS is not empty");
+        let operation = |f: &str| f.split('/').next().unwrap_or(f).to_string();
+        let ops: BTreeSet<String> = families.iter().map(|f| operation(f)).collect();
+        let mut op_errors = Vec::new();
+        for op in &ops {
+            let keep: Vec<usize> = (0..obs.len())
+                .filter(|&i| operation(&obs[i].family) != *op)
+                .collect();
+            let m = solve(&rows, &times, &keep, lambda).0;
+            for (i, o) in obs
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| operation(&o.family) == *op)
+            {
+                op_errors.push((dot(&rows[i], &m) - o.ns) / o.ns * 100.0);
+            }
+        }
+        let all: Vec<usize> = (0..obs.len()).collect();
+        let (m, covariance) = solve(&rows, &times, &all, lambda);
+        let in_sample = median_abs(
+            rows.iter()
+                .zip(&times)
+                .map(|(r, t)| (dot(r, &m) - t) / t * 100.0),
+        );
+        let prices = groups
+            .iter()
+            .enumerate()
+            .map(|(g, counters)| Price {
+                counters: counters.clone(),
+                multiplier: m[g],
+                multiplier_se: covariance[g * groups.len() + g].max(0.0).sqrt(),
+                families: carriers(&families, &obs, &rows, &m, g),
+            })
+            .collect();
+        Ok(Fit {
+            priors,
+            prices,
+            covariance,
+            lambda,
+            lambda_scan: scan,
+            held_out,
+            in_sample_median_pct: in_sample,
+            operation_held_out_median_pct: median_abs(op_errors.into_iter()),
+            discrepancy: 1.4826 * lofo / 100.0,
+        })
+    }
+
+    /// The leave-one-family-out median |relative error| over the probe points, percent.
+    pub fn held_out_median_pct(&self) -> f64 {
+        median_abs(self.held_out.iter().map(HeldOut::error_pct))
+    }
+
+    /// The fitted price of one event of `counter`, ns (0: not priced).
+    pub fn price(&self, counter: &str) -> f64 {
+        let Some(&prior) = self.priors.get(counter) else {
+            return 0.0;
+        };
+        self.group_of(counter)
+            .map_or(prior, |g| prior * self.prices[g].multiplier)
+    }
+
+    fn group_of(&self, counter: &str) -> Option<usize> {
+        self.prices
+            .iter()
+            .position(|p| p.counters.iter().any(|c| c == counter))
+    }
+
+    /// The group design vector of `counters`: per group, its events × recipe prices.
+    fn design(&self, counters: &BTreeMap<String, f64>) -> Vec<f64> {
+        let mut a = vec![0.0; self.prices.len()];
+        for (c, &n) in counters {
+            if let (Some(g), Some(&p)) = (self.group_of(c), self.priors.get(c)) {
+                a[g] += n * p;
+            }
+        }
+        a
+    }
+
+    fn multipliers(&self) -> Vec<f64> {
+        self.prices.iter().map(|p| p.multiplier).collect()
+    }
+
+    /// `aᵀ C b` with the multipliers' covariance.
+    fn cov(&self, a: &[f64], b: &[f64]) -> f64 {
+        let k = self.prices.len();
+        if self.covariance.len() != k * k {
+            return 0.0;
+        }
+        a.iter()
+            .enumerate()
+            .map(|(i, ai)| {
+                let row = &self.covariance[i * k..(i + 1) * k];
+                ai * row.iter().zip(b).map(|(c, bj)| c * bj).sum::<f64>()
+            })
+            .sum()
+    }
+
+    /// The predicted time of an operation with these counters, with its interval.
+    pub fn predict(&self, counters: &BTreeMap<String, f64>) -> Prediction {
+        let a = self.design(counters);
+        let ns = dot(&a, &self.multipliers()).max(0.0);
+        let fit_sd = self.cov(&a, &a).max(0.0).sqrt();
+        let half = 1.96 * (fit_sd.powi(2) + (self.discrepancy * ns).powi(2)).sqrt();
+        Prediction {
+            ns,
+            fit_sd,
+            ci95: [(ns - half).max(0.0), ns + half],
+        }
+    }
+
+    /// The predicted gain of `variant` over `baseline` (percent of the baseline's time,
+    /// positive: faster) with its 95 % interval from the prices' uncertainty (delta method;
+    /// the discrepancy of both predictions is taken as common and cancels).
+    pub fn gain(
+        &self,
+        variant: &BTreeMap<String, f64>,
+        baseline: &BTreeMap<String, f64>,
+    ) -> Option<(f64, [f64; 2])> {
+        let (av, ab) = (self.design(variant), self.design(baseline));
+        let m = self.multipliers();
+        let (pv, pb) = (dot(&av, &m), dot(&ab, &m));
+        if pb <= 0.0 {
+            return None;
+        }
+        let gain = (1.0 - pv / pb) * 100.0;
+        // d(pv/pb)/dm = av/pb − pv·ab/pb².
+        let grad: Vec<f64> = av
+            .iter()
+            .zip(&ab)
+            .map(|(v, b)| v / pb - pv * b / (pb * pb))
+            .collect();
+        let half = 1.96 * self.cov(&grad, &grad).max(0.0).sqrt() * 100.0;
+        Some((gain, [gain - half, gain + half]))
+    }
+}
+
+/// The counters the probes excite, grouped: a counter joins the first group whose column
+/// (its events × prior per observation, relative to the observation's time) is proportional
+/// to its own; counters no probe excites are groups of their own (their multiplier stays 1).
+fn group_counters(priors: &BTreeMap<String, f64>, obs: &[&Observation]) -> Vec<Vec<String>> {
+    let column = |c: &str| -> Vec<f64> {
+        obs.iter()
+            .map(|o| o.counters.get(c).copied().unwrap_or(0.0) * priors[c] / o.ns)
+            .collect()
+    };
+    let mut groups: Vec<(Vec<String>, Vec<f64>)> = Vec::new();
+    for c in priors.keys() {
+        let col = column(c);
+        let norm = dot(&col, &col).sqrt();
+        let joined = (norm > 0.0)
+            .then(|| {
+                groups.iter_mut().find(|(_, g)| {
+                    let gn = dot(g, g).sqrt();
+                    gn > 0.0 && dot(g, &col) / (gn * norm) >= PROPORTIONAL
+                })
+            })
+            .flatten();
+        match joined {
+            Some((names, _)) => names.push(c.clone()),
+            None => groups.push((vec![c.clone()], col)),
+        }
+    }
+    groups.into_iter().map(|(names, _)| names).collect()
+}
+
+/// The families that carry at least 5 % of their time on group `g`, most first.
+fn carriers(
+    families: &BTreeSet<&str>,
+    obs: &[&Observation],
+    rows: &[Vec<f64>],
+    m: &[f64],
+    g: usize,
+) -> Vec<String> {
+    let mut shares: Vec<(f64, &str)> = families
+        .iter()
+        .map(|&f| {
+            let (mut part, mut total) = (0.0, 0.0);
+            for (i, _) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
+                let pred = dot(&rows[i], m);
+                if pred > 0.0 {
+                    part += rows[i][g] * m[g] / pred;
+                    total += 1.0;
+                }
+            }
+            (if total > 0.0 { part / total } else { 0.0 }, f)
+        })
+        .filter(|&(s, _)| s >= 0.05)
+        .collect();
+    shares.sort_by(|a, b| b.0.total_cmp(&a.0));
+    shares.into_iter().map(|(_, f)| f.to_string()).collect()
+}
+
+/// How strongly the common scale μ is pulled toward the recipes' own scale (1): weakly, so
+/// that a machine on which every recipe is off by the same factor (another CPU's calls) moves
+/// μ freely.
+const MU_PULL: f64 = 1e-3;
+
+/// The multipliers fitted to the observations `keep` at ridge strength `lambda`, and their
+/// covariance (row-major).
+///
+/// The ridge pulls each multiplier toward a common scale μ fitted with them (a hierarchical
+/// prior: the recipes' relative prices are trusted more than their absolute level, which
+/// is one build's and one CPU's), and μ weakly toward 1. A group no kept observation excites
+/// is priced at μ, with the spread of the fitted multipliers around μ as its uncertainty:
+/// on this AMD guest the recipes priced with user-space primitives came out 2-6 times the
+/// fitted prices, and reverting an unprobed counter to its recipe made held-out families
+/// miss by as much.
+fn solve(rows: &[Vec<f64>], times: &[f64], keep: &[usize], lambda: f64) -> (Vec<f64>, Vec<f64>) {
+    let k = rows.first().map_or(0, Vec::len);
+    // Only groups that some kept observation excites are free.
+    let free: Vec<usize> = (0..k)
+        .filter(|&g| keep.iter().any(|&i| rows[i][g] > 0.0))
+        .collect();
+    let mut m = vec![1.0; k];
+    let mut cov = vec![0.0; k * k];
+    if free.is_empty() {
+        return (m, cov);
+    }
+    let n = keep.len();
+    let p = free.len();
+    // Unknowns: the free multipliers, then μ. Data rows are relative residuals (row i divided
+    // by t_i); the unexcited groups would be priced at μ but contribute nothing to kept rows.
+    let mu = p;
+    let mut a = DMatrix::<f64>::zeros(n + p + 1, p + 1);
+    let mut y = DVector::<f64>::zeros(n + p + 1);
+    for (r, &i) in keep.iter().enumerate() {
+        y[r] = 1.0;
+        for (j, &g) in free.iter().enumerate() {
+            a[(r, j)] = rows[i][g] / times[i];
+        }
+    }
+    let s = lambda.sqrt();
+    for j in 0..p {
+        a[(n + j, j)] = s;
+        a[(n + j, mu)] = -s;
+    }
+    a[(n + p, mu)] = MU_PULL.sqrt();
+    y[n + p] = MU_PULL.sqrt();
+    let x = nnls(&a, &y);
+    for (j, &g) in free.iter().enumerate() {
+        m[g] = x[j];
+    }
+    let scale = x[mu];
+    // The spread of the fitted multipliers around μ: an unexcited group's own uncertainty.
+    let tau2 = if p > 1 {
+        (0..p).map(|j| (x[j] - scale).powi(2)).sum::<f64>() / (p - 1) as f64
+    } else {
+        scale * scale
+    };
+    for g in (0..k).filter(|g| !free.contains(g)) {
+        m[g] = scale;
+    }
+    // σ² of the relative residuals over the data rows, on the effective degrees of freedom;
+    // the posterior covariance of [free…, μ].
+    let data = a.rows(0, n).into_owned();
+    let resid = &data * &x - y.rows(0, n);
+    let prior = a.rows(n, p + 1).into_owned();
+    let gram = data.transpose() * &data;
+    let reg = &gram + prior.transpose() * &prior;
+    if let Some(inv) = reg.try_inverse() {
+        let dof = (&gram * &inv).trace();
+        let sigma2 = resid.norm_squared() / (n as f64 - dof).max(1.0);
+        // Index of a group in [free…, μ]: unexcited groups are μ.
+        let at = |g: usize| free.iter().position(|&f| f == g).unwrap_or(mu);
+        for ga in 0..k {
+            for gb in 0..k {
+                let mut c = sigma2 * inv[(at(ga), at(gb))];
+                if ga == gb && at(ga) == mu {
+                    c += tau2;
+                }
+                cov[ga * k + gb] = c;
+            }
+        }
+    }
+    (m, cov)
+}
+
+/// Lawson and Hanson's active-set non-negative least squares: `min ‖Ax − y‖` with `x ≥ 0`.
+fn nnls(a: &DMatrix<f64>, y: &DVector<f64>) -> DVector<f64> {
+    let p = a.ncols();
+    let mut x = DVector::<f64>::zeros(p);
+    let mut passive = vec![false; p];
+    let tol = 1e-10 * a.norm().max(1.0);
+    for _ in 0..(3 * p + 10) {
+        let w = a.transpose() * (y - a * &x);
+        let next = (0..p)
+            .filter(|&j| !passive[j] && w[j] > tol)
+            .max_by(|&i, &j| w[i].total_cmp(&w[j]));
+        let Some(j) = next else { break };
+        passive[j] = true;
+        for _ in 0..(3 * p + 10) {
+            let s = passive_solve(a, y, &passive);
+            if (0..p).all(|i| !passive[i] || s[i] > 0.0) {
+                x = s;
+                break;
+            }
+            // Step toward s until the first passive variable reaches 0, and free it.
+            let alpha = (0..p)
+                .filter(|&i| passive[i] && s[i] <= 0.0)
+                .map(|i| x[i] / (x[i] - s[i]))
+                .fold(f64::INFINITY, f64::min);
+            x = &x + (&s - &x) * alpha;
+            for i in 0..p {
+                if passive[i] && x[i] <= tol {
+                    passive[i] = false;
+                    x[i] = 0.0;
+                }
+            }
+        }
+    }
+    x
+}
+
+/// The unconstrained least-squares solution on the passive variables (others 0).
+fn passive_solve(a: &DMatrix<f64>, y: &DVector<f64>, passive: &[bool]) -> DVector<f64> {
+    let cols: Vec<usize> = (0..passive.len()).filter(|&j| passive[j]).collect();
+    let sub = DMatrix::from_fn(a.nrows(), cols.len(), |r, c| a[(r, cols[c])]);
+    let sol = sub
+        .svd(true, true)
+        .solve(y, 1e-12)
+        .unwrap_or_else(|_| DVector::zeros(cols.len()));
+    let mut s = DVector::<f64>::zeros(passive.len());
+    for (c, &j) in cols.iter().enumerate() {
+        s[j] = sol[c];
+    }
+    s
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The median of the absolute values (0 for none).
+fn median_abs(v: impl Iterator<Item = f64>) -> f64 {
+    crate::prices::median(v.map(f64::abs)).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic xorshift stream in [0, 1).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+        /// A standard normal (Box-Muller).
+        fn normal(&mut self) -> f64 {
+            let (u, v) = (self.next().max(1e-12), self.next());
+            (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+        }
+    }
+
+    /// Synthetic probes: four families over five counters, each swept on a grid with the
+    /// others held, timed as Σ counter × true price with 3 % relative noise.
+    fn synthetic(truth: &BTreeMap<String, f64>, noise: f64, seed: u64) -> Vec<Observation> {
+        let mut rng = Rng(seed);
+        let mut out = Vec::new();
+        let fams: [(&str, &[(&str, f64)]); 4] = [
+            (
+                "mprotect",
+                &[("syscalls", 1.0), ("pte_writes", 1.0), ("pte_reads", 1.0)],
+            ),
+            (
+                "fork",
+                &[("op_fork", 1.0), ("vmas_copied", 0.0), ("pte_writes", 2.0)],
+            ),
+            ("fault", &[("faults", 1.0), ("pages_zeroed", 1.0)]),
+            (
+                "munmap",
+                &[("syscalls", 1.0), ("pte_reads", 1.0), ("pages_zeroed", 0.0)],
+            ),
+        ];
+        for (fam, shape) in fams {
+            for n in [1.0, 7.0, 40.0, 300.0, 2000.0] {
+                for v in [0.0, 50.0, 900.0] {
+                    let mut counters = BTreeMap::new();
+                    for &(c, per) in shape {
+                        // Per-call counters once, the swept ones n times; vmas swept by v.
+                        let k = match c {
+                            "syscalls" | "op_fork" => 1.0,
+                            "vmas_copied" => v,
+                            _ => per * n,
+                        };
+                        counters.insert(c.to_string(), k);
+                    }
+                    if fam == "munmap" {
+                        // Zeroing swept apart from the reads: v pages.
+                        counters.insert("pages_zeroed".into(), v);
+                    }
+                    if fam == "fault" {
+                        counters.insert("pages_zeroed".into(), n + v);
+                    }
+                    let t: f64 = counters.iter().map(|(c, n)| n * truth[c]).sum();
+                    out.push(Observation {
+                        family: fam.into(),
+                        label: format!("n={n} v={v}"),
+                        counters,
+                        ns: t * (1.0 + noise * rng.normal()),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn map(v: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        v.iter().map(|&(k, x)| (k.to_string(), x)).collect()
+    }
+
+    #[test]
+    fn synthetic_prices_are_recovered_within_their_reported_errors() {
+        let truth = map(&[
+            ("syscalls", 90.0),
+            ("pte_writes", 6.0),
+            ("pte_reads", 1.5),
+            ("op_fork", 40_000.0),
+            ("vmas_copied", 180.0),
+            ("faults", 900.0),
+            ("pages_zeroed", 300.0),
+        ]);
+        // Recipes off by up to a factor of two either way.
+        let priors = map(&[
+            ("syscalls", 70.0),
+            ("pte_writes", 12.0),
+            ("pte_reads", 1.0),
+            ("op_fork", 30_000.0),
+            ("vmas_copied", 255.0),
+            ("faults", 600.0),
+            ("pages_zeroed", 450.0),
+            ("tlb_flush_mm", 100.0),
+        ]);
+        let fit = Fit::new(&priors, &synthetic(&truth, 0.03, 0x5eed)).expect("fit");
+        for (c, &t) in &truth {
+            let g = fit.group_of(c).expect("priced");
+            let p = &fit.prices[g];
+            assert_eq!(
+                p.counters,
+                vec![c.clone()],
+                "nothing merged: every counter swept apart"
+            );
+            let se = p.multiplier_se * priors[c];
+            let got = fit.price(c);
+            assert!(se > 0.0, "{c}: a standard error");
+            assert!(
+                (got - t).abs() <= 3.0 * se,
+                "{c}: fitted {got:.2}, true {t}, se {se:.3}"
+            );
+            assert!((got - t).abs() / t < 0.1, "{c}: fitted {got:.2}, true {t}");
+        }
+        // No probe excites the TLB flush: its recipe at the common scale, with no families.
+        let mu = fit.price("tlb_flush_mm") / 100.0;
+        assert!((0.5..1.6).contains(&mu), "{mu}");
+        let g = fit.group_of("tlb_flush_mm").expect("group");
+        assert!(fit.prices[g].families.is_empty());
+        // Held out family by family: the noise, and where a family alone prices a counter
+        // (fork's op_fork and vmas_copied) the recipe's error on it (up to 42 % here).
+        assert!(
+            fit.held_out_median_pct() < 15.0,
+            "{}",
+            fit.held_out_median_pct()
+        );
+        assert!(
+            fit.in_sample_median_pct < 4.0,
+            "{}",
+            fit.in_sample_median_pct
+        );
+        // A prediction's interval covers the truth of a new operation.
+        let new = map(&[("syscalls", 1.0), ("pte_writes", 5000.0), ("faults", 10.0)]);
+        let truth_ns: f64 = new.iter().map(|(c, n)| n * truth[c]).sum();
+        let p = fit.predict(&new);
+        assert!(
+            p.ci95[0] <= truth_ns && truth_ns <= p.ci95[1],
+            "{p:?} vs {truth_ns}"
+        );
+    }
+
+    #[test]
+    fn proportional_counters_are_merged_and_keep_their_recipe_shares() {
+        // pte_reads and pte_writes always come together (one per entry): one group.
+        let truth = map(&[
+            ("syscalls", 100.0),
+            ("pte_reads", 2.0),
+            ("pte_writes", 8.0),
+            ("faults", 1000.0),
+        ]);
+        let priors = map(&[
+            ("syscalls", 100.0),
+            ("pte_reads", 1.0),
+            ("pte_writes", 4.0),
+            ("faults", 1000.0),
+        ]);
+        let mut obs = Vec::new();
+        for (fam, per_call) in [("a", "syscalls"), ("b", "faults")] {
+            for n in [1.0, 10.0, 100.0, 1000.0] {
+                let counters = map(&[(per_call, 1.0), ("pte_reads", n), ("pte_writes", n)]);
+                let ns = counters.iter().map(|(c, n)| n * truth[c]).sum();
+                obs.push(Observation {
+                    family: fam.into(),
+                    label: format!("{n}"),
+                    counters,
+                    ns,
+                });
+            }
+        }
+        let fit = Fit::new(&priors, &obs).expect("fit");
+        let g = fit.group_of("pte_reads").expect("group");
+        assert_eq!(
+            fit.prices[g].counters,
+            vec!["pte_reads".to_string(), "pte_writes".to_string()]
+        );
+        // The pair's sum is determined (10 per entry, less the ridge's pull toward the
+        // common scale), each keeps its recipe share (1:4).
+        let sum = fit.price("pte_reads") + fit.price("pte_writes");
+        assert!((sum - 10.0).abs() < 1.5, "{sum}");
+        assert!((fit.price("pte_writes") / fit.price("pte_reads") - 4.0).abs() < 1e-9);
+        let gain = fit.gain(
+            &map(&[("syscalls", 1.0), ("pte_reads", 10.0)]),
+            &map(&[("syscalls", 1.0), ("pte_reads", 20.0)]),
+        );
+        let (g, [lo, hi]) = gain.expect("a gain");
+        assert!(lo <= g && g <= hi && g > 0.0, "{g} [{lo}, {hi}]");
+    }
+
+    #[test]
+    fn a_machine_where_every_recipe_is_off_by_one_factor_transfers_to_a_held_out_family() {
+        // Every true price a third of its recipe: a family held out is priced at the common
+        // scale the others found, not at the recipes.
+        let priors = map(&[
+            ("syscalls", 300.0),
+            ("pte_writes", 18.0),
+            ("pte_reads", 4.5),
+            ("op_fork", 120_000.0),
+            ("vmas_copied", 540.0),
+            ("faults", 2700.0),
+            ("pages_zeroed", 900.0),
+        ]);
+        let truth: BTreeMap<String, f64> =
+            priors.iter().map(|(k, v)| (k.clone(), v / 3.0)).collect();
+        let fit = Fit::new(&priors, &synthetic(&truth, 0.02, 7)).expect("fit");
+        assert!(
+            fit.held_out_median_pct() < 8.0,
+            "{}",
+            fit.held_out_median_pct()
+        );
+    }
+
+    #[test]
+    fn prices_stay_non_negative_and_bad_input_is_refused() {
+        let priors = map(&[("syscalls", 100.0), ("faults", 100.0)]);
+        // A family whose time falls as faults rise would want a negative fault price.
+        let obs: Vec<Observation> = [(1.0, 1000.0), (10.0, 900.0), (100.0, 800.0)]
+            .iter()
+            .flat_map(|&(f, t)| {
+                ["x", "y"].map(|fam| Observation {
+                    family: fam.into(),
+                    label: format!("{f}"),
+                    counters: map(&[("syscalls", 1.0), ("faults", f)]),
+                    ns: t,
+                })
+            })
+            .collect();
+        let fit = Fit::new(&priors, &obs).expect("fit");
+        assert!(fit.prices.iter().all(|p| p.multiplier >= 0.0));
+        assert_eq!(Fit::new(&priors, &[]), Err(FitError::NoData));
+        assert_eq!(Fit::new(&priors, &obs[..1]), Err(FitError::OneFamily(1)));
+    }
+}

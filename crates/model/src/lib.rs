@@ -1,0 +1,68 @@
+//! The usermm cost model: what the engine's exact counters cost on a real kernel.
+//!
+//! # Design
+//!
+//! The engine does what Linux does event for event (PTEs read and written, folio atomics,
+//! locks, faults, TLB flushes, VMAs copied…) and counts every event exactly, but not at the
+//! kernel's price. The model predicts the kernel's time of an operation as
+//!
+//! ```text
+//! time = Σ_c  n_c × price_c          (n: the engine's counters and a few pseudo-counters)
+//! ```
+//!
+//! where the pseudo-counters carry what the engine does not count itself: the fixed work
+//! of a fork and of an exit (`op_fork`, `op_exit`), each system call priced by its
+//! operation (`syscalls_munmap`…), mprotect's per-entry calls, the slab objects a fork
+//! allocates past what the caches keep hot, pages zeroed or copied past the last-level
+//! cache ([`profile::features`]).
+//!
+//! **Recipes are priors, the running kernel sets the prices.** Each counter has a recipe:
+//! the kernel work per event in primitives (out-of-line calls, locked RMWs, cache lines,
+//! spinlocks, traps, page zeroing…), read from Linux 6.18 ([`prices::RECIPES`]). Priced
+//! with this machine's primitives, measured from user space, the recipes are one build's
+//! call counts at one CPU's call price: on an AMD guest with Safe-RET returns they missed
+//! the host by −40…+140 % where they had fit an Intel guest. So `usermm calibrate` times
+//! probe workloads on the host (`usermm_bench::probes`: ≥ 12 operations, each a family
+//! swept over pages, VMAs, folio order or stride, none a benchmark row's layout), counts the
+//! same workloads on the engine, and fits ([`fit`]):
+//!
+//! ```text
+//! min Σ_i ((pred_i − t_i)/t_i)² + λ Σ_g (m_g − μ)² + ε (μ − 1)²,   m, μ ≥ 0
+//! price_c = m_g(c) × recipe_c
+//! ```
+//!
+//! non-negative least squares on relative error; each counter group's multiplier is pulled
+//! toward a common scale μ (the recipes' relative prices are trusted more than their level);
+//! λ is chosen by leaving one probe family out at a time; counters whose probe columns are
+//! proportional are merged and named (only their sum is determined); a counter no probe
+//! excites is priced at μ × its recipe and says so. Every price has a standard error (the
+//! ridge posterior), and the families that determine it.
+//!
+//! **Profiles.** A calibration is saved as a machine profile ([`profile::Profile`]: the
+//! machine's fingerprint — CPU, kernel build, mitigations, THP settings —, the priors, the
+//! probe points, the prices, the fit's quality), cached per machine and kernel under
+//! `~/.cache/usermm`, reused by `usermm bench` while fresh, and portable: `usermm bench
+//! --profile FILE` predicts with another machine's prices. A profile file is untrusted
+//! input (bounded, validated, never read or written through a symbolic link).
+//!
+//! **Honest output.** A prediction carries a 95 % interval from the prices' covariance
+//! plus the fit's transfer error (the leave-one-family-out errors' spread); a predicted
+//! gain carries the interval of the prices' uncertainty. The benchmark rows are judged
+//! against the host, never fitted.
+//!
+//! **Limits.** A counter has one price in every context; where one counter names different
+//! kernel work in different paths the pseudo-counters split it (fork's and zap's entries,
+//! mprotect's), and where no counter varies with the host's cost (the maple tree's depth in
+//! an mmap among thousands of VMAs, remote TLB shootdowns) the model cannot follow.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`prices`] | the machine's primitive costs, the recipes (Linux 6.18's work per counter event, in primitives) and the recipe prediction |
+//! | [`fit`] | per-event prices fitted to probe timings: NNLS with a ridge pull toward the recipes, λ by leaving one probe family out |
+//! | [`profile`] | a machine profile: fingerprint, probe points, fitted prices; read as hostile input, cached safely |
+//! | [`recipe_symbols`] | whether the running kernel inlines what the recipes' call counts assume |
+
+pub mod fit;
+pub mod prices;
+pub mod profile;
+pub mod recipe_symbols;

@@ -1,0 +1,830 @@
+//! A machine profile: the running machine and kernel ([`Fingerprint`]), the probes' points
+//! and the fitted prices, saved as JSON so that `usermm bench` predicts without calibrating
+//! again, and so that a profile of another machine can predict here (`--profile FILE`).
+//!
+//! A profile file is read as hostile input: at most [`MAX_PROFILE_BYTES`], opened without
+//! following a symbolic link, and every field checked ([`Profile::validate`]) before use.
+//! The cache is written safely: a private directory (`$XDG_CACHE_HOME/usermm` or
+//! `~/.cache/usermm`, mode 0700, refused if it is a symbolic link or writable by others),
+//! a new file under a temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`), then a rename.
+
+use crate::fit::{Fit, Observation, Prediction};
+use crate::prices::{Prim, Primitives, SlabCache};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The profile format's version: bumped on any change of its meaning.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// The largest profile file read.
+pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
+/// A cached profile older than this is not fresh.
+pub const MAX_AGE_SECS: u64 = 30 * 24 * 3600;
+
+/// Pseudo-counter: one `fork()` (the task and the mm created: fork's fixed work).
+pub const OP_FORK: &str = "op_fork";
+/// Pseudo-counter: one exit and the parent's wait (spawn's fork + exit + wait).
+pub const OP_EXIT: &str = "op_exit";
+/// Pseudo-counter: the entries an `mprotect` visits (its `pte_reads`). `change_pte_range`
+/// makes about four out-of-line calls per entry that no engine counter names: measured on
+/// this AMD guest, 56 ns per zero-page entry and 137 per written one, against the 1 and 14
+/// a PTE read and write cost elsewhere; counted as reads and writes they would price every
+/// other walk's entries at mprotect's.
+pub const MPROTECT_ENTRIES: &str = "mprotect_entries";
+/// Pseudo-counter: the entries an `mprotect` rewrites (its `pte_writes`): each also reads
+/// its folio's `struct page` (`vm_normal_folio`).
+pub const MPROTECT_WRITES: &str = "mprotect_writes";
+/// Pseudo-counter: pages zeroed past what the last-level cache holds ([`features`]).
+pub const PAGES_ZEROED_COLD: &str = "pages_zeroed_cold";
+/// Pseudo-counter: the pages an operation walks (their PTE and `struct page` lines: the
+/// most of its PTEs read, copied or cleared, mapcounts and frames touched) past what the
+/// last-level cache holds of a layout the user has just written: those lines come from
+/// memory. Added after the first run with CPU-timed host cells showed munmap of 256 MiB
+/// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB.
+pub const WALK_COLD: &str = "pages_walked_cold";
+/// Pseudo-counter: pages copied past half of what the last-level cache holds.
+pub const PAGES_COPIED_COLD: &str = "pages_copied_cold";
+
+/// The last-level cache of CPU 0, bytes (`/sys/devices/system/cpu/cpu0/cache/index*`, the
+/// highest level); 0 if unknown.
+pub fn llc_bytes() -> u64 {
+    let mut best = (0u64, 0u64);
+    for i in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read =
+            |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).map(|t| t.trim().to_string());
+        let (Ok(level), Ok(size)) = (read("level"), read("size")) else {
+            continue;
+        };
+        let level: u64 = level.parse().unwrap_or(0);
+        let bytes = match size.strip_suffix('K') {
+            Some(k) => k.parse::<u64>().unwrap_or(0) << 10,
+            None => {
+                size.strip_suffix('M')
+                    .and_then(|m| m.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    << 20
+            }
+        };
+        if level >= best.0 {
+            best = (level, bytes);
+        }
+    }
+    best.1
+}
+
+/// The engine's counter of the accesses its MMU model walked the page table for.
+pub const TLB_MISSES: &str = "tlb_misses";
+
+/// The operations whose system calls are priced apart (`syscalls_<op>`): each has fixed
+/// work of its own (a VMA lookup and split, an mmu_gather, an LRU drain) that the plain
+/// `syscalls` price (`getpid`'s round trip) does not hold.
+pub const SYSCALL_OPS: [&str; 7] = [
+    "munmap", "mprotect", "madvise", "mlock", "munlock", "mremap", "mmap",
+];
+
+/// Pseudo-counter: VMAs one fork copies past what the `vm_area_struct` cache keeps hot.
+pub const VMAS_COLD: &str = "vmas_cold";
+/// Pseudo-counter: maple nodes one fork allocates past what `maple_node` keeps hot.
+pub const NODES_COLD: &str = "nodes_cold";
+
+/// Why a profile cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Not a profile, or a field out of its bounds.
+    #[error("{path}: not a valid usermm profile: {why}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// No cache directory (no `$XDG_CACHE_HOME` nor `$HOME`), or an unsafe one.
+    #[error("profile cache: {0}")]
+    Cache(String),
+}
+
+/// The machine and kernel a profile was calibrated on. Equal fingerprints (less
+/// [`Fingerprint::thp`], which calibration sets itself) mean the prices apply.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel_release: String,
+    /// `/proc/version` (the build: compiler, build number and date).
+    pub kernel_build: String,
+    /// The CPU model (`/proc/cpuinfo`).
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// Whether the kernel runs under a hypervisor (the `hypervisor` CPU flag).
+    pub hypervisor: bool,
+    /// `/sys/devices/system/cpu/vulnerabilities/*`: the mitigations in force.
+    pub mitigations: BTreeMap<String, String>,
+    /// `/proc/cmdline`.
+    pub cmdline: String,
+    /// The THP settings when calibration began (`enabled`, `defrag`, `shmem_enabled`, each
+    /// `hugepages-*` size's `enabled`); recorded, not compared: the probes set their own.
+    pub thp: BTreeMap<String, String>,
+}
+
+impl Fingerprint {
+    /// The running machine's.
+    pub fn read() -> Fingerprint {
+        let text = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|t| t.trim().to_string())
+                .unwrap_or_default()
+        };
+        let cpuinfo = text("/proc/cpuinfo");
+        let field = |k: &str| {
+            cpuinfo
+                .lines()
+                .find(|l| l.starts_with(k))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let dir_of = |d: &str, file: Option<&str>| -> BTreeMap<String, String> {
+            let mut m = BTreeMap::new();
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let path = match file {
+                    Some(f) => e.path().join(f),
+                    None => e.path(),
+                };
+                if let Ok(v) = std::fs::read_to_string(&path) {
+                    m.insert(name, v.trim().to_string());
+                }
+            }
+            m
+        };
+        let thp_dir = "/sys/kernel/mm/transparent_hugepage";
+        let mut thp: BTreeMap<String, String> = ["enabled", "defrag", "shmem_enabled"]
+            .iter()
+            .map(|k| (k.to_string(), text(&format!("{thp_dir}/{k}"))))
+            .collect();
+        thp.extend(
+            dir_of(thp_dir, Some("enabled"))
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("hugepages-")),
+        );
+        Fingerprint {
+            kernel_release: text("/proc/sys/kernel/osrelease"),
+            kernel_build: text("/proc/version"),
+            cpu_model: field("model name"),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            hypervisor: field("flags").split_whitespace().any(|f| f == "hypervisor"),
+            mitigations: dir_of("/sys/devices/system/cpu/vulnerabilities", None),
+            cmdline: text("/proc/cmdline"),
+            thp,
+        }
+    }
+
+    /// Whether prices calibrated on `self` apply to `other` (everything but THP).
+    pub fn same_machine(&self, other: &Fingerprint) -> bool {
+        Fingerprint {
+            thp: BTreeMap::new(),
+            ..self.clone()
+        } == Fingerprint {
+            thp: BTreeMap::new(),
+            ..other.clone()
+        }
+    }
+
+    /// A short stable key of the machine (the cache file's name): FNV-1a of what
+    /// [`Fingerprint::same_machine`] compares.
+    pub fn key(&self) -> String {
+        let text = serde_json::to_string(&Fingerprint {
+            thp: BTreeMap::new(),
+            ..self.clone()
+        })
+        .unwrap_or_default();
+        format!("{:016x}", fnv1a(text.as_bytes()))
+    }
+}
+
+/// FNV-1a, 64 bits.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A calibrated machine profile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// [`PROFILE_VERSION`].
+    pub version: u32,
+    /// The probe catalogue and recipes it was made with (a hash: another build's probes or
+    /// recipes make the cached profile stale).
+    pub model_key: String,
+    /// When, seconds since the Unix epoch.
+    pub created_unix: u64,
+    /// The machine and kernel.
+    pub fingerprint: Fingerprint,
+    /// The primitives the recipe priors were priced with.
+    pub primitives: Primitives,
+    /// The fit: priors, prices, their uncertainty, its validation.
+    pub fit: Fit,
+    /// The probe points fitted (engine counters, host median times).
+    pub observations: Vec<Observation>,
+    /// Wall time of the calibration, seconds.
+    pub calibrate_seconds: f64,
+    /// The machine's last-level cache, bytes ([`llc_bytes`]): zeroing and copying beyond it
+    /// are priced apart.
+    #[serde(default)]
+    pub llc_bytes: u64,
+}
+
+/// The recipe price of every counter and pseudo-counter the model prices, ns per event,
+/// from `prims`: the priors of a fit.
+pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
+    let mut p: BTreeMap<String, f64> = crate::prices::RECIPES
+        .iter()
+        .map(|r| (r.counter.to_string(), prims.recipe_ns(r.counter)))
+        .collect();
+    // A locked PTE update replaces a set_pte (its recipe is the difference, which a
+    // non-negative fit cannot hold): [`features`] counts plain writes and RMWs apart.
+    p.insert("pte_atomics".into(), prims.rmw_seq);
+    let work = |w: &[(Prim, f64)]| w.iter().map(|&(q, k)| k * prims.get(q)).sum::<f64>();
+    p.insert(OP_FORK.into(), work(crate::prices::fixed_work("fork")));
+    p.insert(
+        MPROTECT_ENTRIES.into(),
+        prims.load_seq + 4.0 * prims.kcall_loop,
+    );
+    // A per-page mapcount atomic priced on its own line ([`features`] takes it out of
+    // folio_atomics, whose hot price the recipe subtracts).
+    p.insert("mapcount_atomics".into(), prims.atomic_line);
+    // Not kernel work: a timed loop's own accesses that miss the TLB walk the page table
+    // (two-dimensional under a hypervisor): about a dependent random line per level.
+    p.insert(TLB_MISSES.into(), 2.0 * prims.line_rand);
+    // The zero_page and copy_page primitives stream 256 MiB and 64 MiB: beyond and about
+    // at the cache. Within it `dd` from /dev/zero ran 2.7 times as fast on this guest.
+    p.insert(PAGES_ZEROED_COLD.into(), prims.zero_page);
+    p.insert("pages_zeroed".into(), prims.zero_page / 2.7);
+    p.insert(PAGES_COPIED_COLD.into(), prims.copy_page);
+    // A PTE line per eight pages and a struct page line per page, from memory.
+    p.insert(WALK_COLD.into(), prims.line_seq * 1.125);
+    for op in SYSCALL_OPS {
+        p.insert(format!("syscalls_{op}"), prims.syscall + 20.0 * prims.kcall);
+    }
+    p.insert(
+        MPROTECT_WRITES.into(),
+        prims.rmw_seq + prims.line_seq + prims.line_jump,
+    );
+    // The exit of a task with its mm and the parent's wait: the mm's teardown, two context
+    // switches and the wait4 call (the recipes' fork fixed work holds half of that already:
+    // the task primitive is a clone, an exit and a wait).
+    p.insert(
+        OP_EXIT.into(),
+        prims.syscall + 0.5 * prims.task + 100.0 * prims.kcall,
+    );
+    // Fork's and zap's own entries, priced apart from other walks' PTE writes and RMWs
+    // ([`features`]): a child PTE set (`set_ptes` through PARAVIRT_XXL), a PTE cleared
+    // (`ptep_get_and_clear_full`, an xchg).
+    p.insert("fork_ptes".into(), prims.store_seq + prims.kcall_loop);
+    p.insert("zap_ptes".into(), prims.load_seq + prims.rmw_seq);
+    let cold = |c: Option<SlabCache>| c.map_or(0.0, |c| work(&c.cold_work(c.hot_objects() + 1)));
+    p.insert(VMAS_COLD.into(), cold(prims.vma_slab));
+    p.insert(NODES_COLD.into(), cold(prims.node_slab));
+    p
+}
+
+/// The fit's inputs for one operation of table `op` (`fork`, `spawn`, `mprotect`, or
+/// anything else) with the engine's `counters`: the counters as numbers, plain PTE writes
+/// apart from locked ones, fork's and exit's fixed work, mprotect's entries apart from other
+/// walks', and the slab objects past the hot ones (`prims`' caches).
+pub fn features(
+    op: &str,
+    counters: &BTreeMap<String, u64>,
+    prims: &Primitives,
+    llc_bytes: u64,
+) -> BTreeMap<String, f64> {
+    let mut f: BTreeMap<String, f64> = counters
+        .iter()
+        .map(|(k, &v)| (k.clone(), v as f64))
+        .collect();
+    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
+    if let Some(w) = f.get_mut("pte_writes") {
+        *w = get("pte_writes").saturating_sub(get("pte_atomics")) as f64;
+    }
+    // Fork's child PTEs and zap's cleared ones are their own counters (fork_ptes,
+    // zap_ptes), taken out of the generic writes and RMWs, which the fault, mprotect and
+    // mremap paths price differently.
+    let zap = get("zap_ptes");
+    let zap_rmw = zap.min(get("pte_atomics"));
+    if let Some(a) = f.get_mut("pte_atomics") {
+        *a = (get("pte_atomics") - zap_rmw) as f64;
+    }
+    if let Some(w) = f.get_mut("pte_writes") {
+        let plain = (*w as u64)
+            .saturating_sub(get("fork_ptes"))
+            .saturating_sub(zap - zap_rmw);
+        *w = plain as f64;
+    }
+    if let Some(w) = f.get_mut("folio_atomics") {
+        *w = get("folio_atomics").saturating_sub(get("mapcount_atomics")) as f64;
+    }
+    if op == "mprotect" {
+        // The entries change_pte_range visits, and of them those it rewrites; the other
+        // writes (a PMD split's table filled) stay plain PTE writes.
+        let plain = f.get("pte_writes").copied().unwrap_or(0.0);
+        let rewritten = plain.min(get("pte_reads") as f64);
+        f.remove("pte_reads");
+        f.insert(MPROTECT_ENTRIES.into(), get("pte_reads") as f64);
+        f.insert(MPROTECT_WRITES.into(), rewritten);
+        f.insert("pte_writes".into(), plain - rewritten);
+    }
+    // Pages zeroed or copied past what the last-level cache holds run at memory bandwidth:
+    // on this guest (32 MiB L3) the probes' pages were zeroed at 55 ns each, the 256 MiB
+    // fault rows' at several hundred.
+    if llc_bytes > 0 {
+        let walked = [
+            "pte_reads",
+            "fork_ptes",
+            "zap_ptes",
+            "mapcount_atomics",
+            "frames_freed",
+            "frames_allocated",
+        ]
+        .iter()
+        .map(|c| get(c))
+        .max()
+        .unwrap_or(0);
+        let cold = walked.saturating_sub(llc_bytes / 4096);
+        if cold > 0 {
+            f.insert(WALK_COLD.into(), cold as f64);
+        }
+        for (counter, cold, per) in [
+            ("pages_zeroed", PAGES_ZEROED_COLD, 4096),
+            ("pages_copied", PAGES_COPIED_COLD, 8192),
+        ] {
+            let n = get(counter);
+            let warm = n.min(llc_bytes / per);
+            if n > warm {
+                f.insert(counter.into(), warm as f64);
+                f.insert(cold.into(), (n - warm) as f64);
+            }
+        }
+    }
+    if SYSCALL_OPS.contains(&op) {
+        if let Some(n) = f.remove("syscalls") {
+            f.insert(format!("syscalls_{op}"), n);
+        }
+    }
+    if matches!(op, "fork" | "spawn") {
+        f.insert(OP_FORK.into(), 1.0);
+    }
+    if op == "spawn" {
+        f.insert(OP_EXIT.into(), 1.0);
+    }
+    let past =
+        |c: Option<SlabCache>, n: u64| c.map_or(0, |c| n.saturating_sub(c.hot_objects())) as f64;
+    f.insert(VMAS_COLD.into(), past(prims.vma_slab, get("vmas_copied")));
+    f.insert(
+        NODES_COLD.into(),
+        past(prims.node_slab, get("vma_nodes_allocated")),
+    );
+    f
+}
+
+impl Profile {
+    /// The predicted host time of one operation of table `op` with these engine counters.
+    pub fn predict(&self, op: &str, counters: &BTreeMap<String, u64>) -> Prediction {
+        self.fit
+            .predict(&features(op, counters, &self.primitives, self.llc_bytes))
+    }
+
+    /// The prediction's parts: each priced counter's events × its fitted price, ns (they
+    /// sum to [`Profile::predict`]'s time).
+    pub fn parts(&self, op: &str, counters: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+        features(op, counters, &self.primitives, self.llc_bytes)
+            .into_iter()
+            .map(|(k, n)| {
+                let ns = n * self.fit.price(&k);
+                (k, ns)
+            })
+            .filter(|(_, ns)| *ns > 0.0)
+            .collect()
+    }
+
+    /// The predicted gain of `variant` over `baseline` (percent, positive: faster) and its
+    /// 95 % interval.
+    pub fn gain(
+        &self,
+        op: &str,
+        variant: &BTreeMap<String, u64>,
+        baseline: &BTreeMap<String, u64>,
+    ) -> Option<(f64, [f64; 2])> {
+        let f = |c| features(op, c, &self.primitives, self.llc_bytes);
+        self.fit.gain(&f(variant), &f(baseline))
+    }
+
+    /// Whether this profile is fresh for `machine` and the model `model_key` at `now`.
+    pub fn fresh_for(&self, machine: &Fingerprint, model_key: &str, now: u64) -> bool {
+        self.version == PROFILE_VERSION
+            && self.model_key == model_key
+            && self.fingerprint.same_machine(machine)
+            && now.saturating_sub(self.created_unix) <= MAX_AGE_SECS
+    }
+
+    /// Checks every field against its bounds (a profile file is untrusted).
+    pub fn validate(&self) -> Result<(), String> {
+        let finite_nonneg = |what: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} = {v}"))
+            }
+        };
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 64
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        if self.version != PROFILE_VERSION {
+            return Err(format!(
+                "version {} (this build reads {PROFILE_VERSION})",
+                self.version
+            ));
+        }
+        let fp = &self.fingerprint;
+        let strings = [
+            &fp.kernel_release,
+            &fp.kernel_build,
+            &fp.cpu_model,
+            &fp.cmdline,
+            &self.model_key,
+        ];
+        let maps = fp.mitigations.iter().chain(&fp.thp);
+        if strings.iter().any(|s| s.len() > 4096)
+            || fp.mitigations.len() + fp.thp.len() > 256
+            || maps
+                .into_iter()
+                .any(|(k, v)| k.len() > 256 || v.len() > 4096)
+        {
+            return Err("fingerprint field too long".into());
+        }
+        for &p in Prim::ALL {
+            finite_nonneg(crate::prices::prim_name(p), self.primitives.get(p))?;
+        }
+        let fit = &self.fit;
+        let k = fit.prices.len();
+        if k == 0 || k > 256 || fit.priors.len() > 256 || fit.covariance.len() != k * k {
+            return Err(format!(
+                "{k} prices, {} covariance entries",
+                fit.covariance.len()
+            ));
+        }
+        for (c, &v) in &fit.priors {
+            if !name_ok(c) {
+                return Err(format!("counter name {c:?}"));
+            }
+            finite_nonneg(c, v)?;
+        }
+        for p in &fit.prices {
+            if p.counters.is_empty()
+                || p.counters.iter().any(|c| !fit.priors.contains_key(c))
+                || p.families.len() > 64
+                || p.families.iter().any(|f| f.len() > 64)
+            {
+                return Err(format!("price group {:?}", p.counters));
+            }
+            finite_nonneg("multiplier", p.multiplier)?;
+            finite_nonneg("multiplier_se", p.multiplier_se)?;
+        }
+        if fit.covariance.iter().any(|v| !v.is_finite()) {
+            return Err("covariance not finite".into());
+        }
+        finite_nonneg("lambda", fit.lambda)?;
+        finite_nonneg("discrepancy", fit.discrepancy)?;
+        if fit.discrepancy > 10.0
+            || self.observations.len() > 10_000
+            || fit.held_out.len() > 10_000
+            || fit.lambda_scan.len() > 64
+        {
+            return Err("fit quality fields out of bounds".into());
+        }
+        for o in &self.observations {
+            finite_nonneg("observation ns", o.ns)?;
+            if o.counters.len() > 256
+                || o.family.len() > 64
+                || o.label.len() > 256
+                || o.counters
+                    .iter()
+                    .any(|(c, v)| !name_ok(c) || !v.is_finite())
+            {
+                return Err(format!("observation {} {}", o.family, o.label));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates a profile (`path` names it in errors).
+    pub fn from_json(text: &str, path: &str) -> Result<Profile, ProfileError> {
+        let invalid = |why: String| ProfileError::Invalid {
+            path: path.into(),
+            why,
+        };
+        let p: Profile = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        p.validate().map_err(invalid)?;
+        Ok(p)
+    }
+
+    /// Reads a profile file: at most [`MAX_PROFILE_BYTES`], not through a symbolic link.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let shown = path.display().to_string();
+        let io = |source| ProfileError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(io)?;
+        if !f.metadata().map_err(io)?.is_file() {
+            return Err(ProfileError::Invalid {
+                path: shown,
+                why: "not a regular file".into(),
+            });
+        }
+        let mut text = String::new();
+        f.take(MAX_PROFILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > MAX_PROFILE_BYTES {
+            return Err(ProfileError::Invalid {
+                path: shown,
+                why: format!("larger than {MAX_PROFILE_BYTES} bytes"),
+            });
+        }
+        Profile::from_json(&text, &shown)
+    }
+
+    /// Writes the profile to `path` safely: a new temporary file beside it (never through a
+    /// symbolic link), synced, then renamed over `path`.
+    pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let shown = path.display().to_string();
+        let io = |source| ProfileError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let text = serde_json::to_string_pretty(self).map_err(|e| ProfileError::Invalid {
+            path: shown.clone(),
+            why: e.to_string(),
+        })?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let tmp = path.with_extension(format!("tmp-{}-{nanos}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(io)?;
+        let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(e));
+        }
+        Ok(())
+    }
+}
+
+/// The profile cache directory, created (mode 0700) if missing: `$XDG_CACHE_HOME/usermm`,
+/// else `$HOME/.cache/usermm`. Refused if it (or the cache root) is a symbolic link, not a
+/// directory, or writable by group or others.
+pub fn cache_dir() -> Result<PathBuf, ProfileError> {
+    let root = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| Path::new(v).is_absolute())
+                .map(|h| Path::new(&h).join(".cache"))
+        })
+        .ok_or_else(|| {
+            ProfileError::Cache("neither XDG_CACHE_HOME nor HOME is an absolute path".into())
+        })?;
+    let dir = root.join("usermm");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| ProfileError::Cache(format!("{}: {e}", dir.display())))?;
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| ProfileError::Cache(format!("{}: {e}", dir.display())))?;
+    if !meta.is_dir() || meta.permissions().mode() & 0o022 != 0 {
+        return Err(ProfileError::Cache(format!(
+            "{} is not a private directory",
+            dir.display()
+        )));
+    }
+    // Another user's directory would let them swap the profile.
+    let owner = std::fs::symlink_metadata(&root)
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
+    if meta.uid() != owner && meta.uid() != 0 {
+        return Err(ProfileError::Cache(format!(
+            "{} is owned by uid {}",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    Ok(dir)
+}
+
+/// The cache file of `machine`'s profile in `dir`.
+pub fn cache_file(dir: &Path, machine: &Fingerprint) -> PathBuf {
+    dir.join(format!("profile-{}.json", machine.key()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit::Fit;
+
+    fn profile() -> Profile {
+        let prims = Primitives {
+            syscall: 100.0,
+            load_seq: 1.0,
+            store_seq: 1.0,
+            kcall_loop: 2.0,
+            ..Primitives::default()
+        };
+        let pri = priors(&prims);
+        let obs: Vec<Observation> = ["a", "b"]
+            .iter()
+            .flat_map(|fam| {
+                [1u64, 10, 100].map(|n| {
+                    let c: BTreeMap<String, u64> =
+                        [("syscalls".to_string(), 1), ("pte_reads".to_string(), n)]
+                            .into_iter()
+                            .collect();
+                    Observation {
+                        family: fam.to_string(),
+                        label: n.to_string(),
+                        counters: features("probe", &c, &prims, 0),
+                        ns: 100.0 + 1.5 * n as f64,
+                    }
+                })
+            })
+            .collect();
+        Profile {
+            version: PROFILE_VERSION,
+            model_key: "k".into(),
+            created_unix: 1000,
+            fingerprint: Fingerprint::read(),
+            primitives: prims,
+            fit: Fit::new(&pri, &obs).expect("fit"),
+            observations: obs,
+            calibrate_seconds: 1.0,
+            llc_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_profile_round_trips_and_predicts() {
+        let p = profile();
+        let text = serde_json::to_string(&p).expect("json");
+        let q = Profile::from_json(&text, "t").expect("valid");
+        assert_eq!(p.fit.prices.len(), q.fit.prices.len());
+        let c: BTreeMap<String, u64> = [("syscalls".to_string(), 1), ("pte_reads".to_string(), 50)]
+            .into_iter()
+            .collect();
+        let pred = q.predict("probe", &c);
+        assert!((pred.ns - 175.0).abs() < 5.0, "{pred:?}");
+        assert!(pred.ci95[0] <= pred.ns && pred.ns <= pred.ci95[1]);
+        assert!(q.fresh_for(&p.fingerprint, "k", 2000));
+        assert!(!q.fresh_for(&p.fingerprint, "other probes", 2000));
+        assert!(!q.fresh_for(&p.fingerprint, "k", 1000 + MAX_AGE_SECS + 1));
+        let other = Fingerprint {
+            kernel_build: "another build".into(),
+            ..p.fingerprint.clone()
+        };
+        assert!(!q.fresh_for(&other, "k", 2000));
+    }
+
+    #[test]
+    fn features_split_what_one_counter_names_in_different_paths() {
+        let prims = Primitives::default();
+        let c = |v: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            v.iter().map(|&(k, n)| (k.to_string(), n)).collect()
+        };
+        // Fork: the child's entries are fork_ptes, not generic writes; a fork's fixed work.
+        let f = features(
+            "fork",
+            &c(&[("pte_writes", 1010), ("fork_ptes", 1000), ("syscalls", 1)]),
+            &prims,
+            0,
+        );
+        assert_eq!((f["pte_writes"], f[OP_FORK]), (10.0, 1.0));
+        assert!(!f.contains_key(OP_EXIT));
+        // Zap: cleared entries out of the RMWs; munmap's call priced as a munmap.
+        let f = features(
+            "munmap",
+            &c(&[("pte_atomics", 600), ("zap_ptes", 512), ("syscalls", 1)]),
+            &prims,
+            0,
+        );
+        assert_eq!((f["pte_atomics"], f["syscalls_munmap"]), (88.0, 1.0));
+        assert!(!f.contains_key("syscalls"));
+        // mprotect: its entries apart; a PMD split's table fill stays plain writes.
+        let f = features(
+            "mprotect",
+            &c(&[("pte_reads", 1), ("pte_writes", 513)]),
+            &prims,
+            0,
+        );
+        assert_eq!(
+            (f[MPROTECT_ENTRIES], f[MPROTECT_WRITES], f["pte_writes"]),
+            (1.0, 1.0, 512.0)
+        );
+        // Zeroing past a 32 MiB cache: 8192 pages warm, the rest cold.
+        let f = features(
+            "fault",
+            &c(&[("pages_zeroed", 65536), ("pages_copied", 10)]),
+            &prims,
+            32 << 20,
+        );
+        assert_eq!((f["pages_zeroed"], f[PAGES_ZEROED_COLD]), (8192.0, 57344.0));
+        assert!(!f.contains_key(PAGES_COPIED_COLD), "10 copies fit");
+        // Spawn: fork and exit.
+        let f = features("spawn", &c(&[("vmas_copied", 21)]), &prims, 0);
+        assert_eq!((f[OP_FORK], f[OP_EXIT]), (1.0, 1.0));
+    }
+
+    #[test]
+    fn hostile_profiles_are_refused() {
+        let p = profile();
+        let bad = |f: &dyn Fn(&mut Profile)| {
+            let mut q = p.clone();
+            f(&mut q);
+            let text = serde_json::to_string(&q).expect("json");
+            assert!(Profile::from_json(&text, "t").is_err(), "accepted");
+        };
+        bad(&|q| q.version = 99);
+        bad(&|q| q.fit.prices[0].multiplier = -1.0);
+        bad(&|q| q.fit.covariance.pop().map(drop).unwrap_or(()));
+        bad(&|q| q.primitives.kcall = -3.0);
+        bad(&|q| {
+            q.fit.priors.insert("../../etc".into(), 1.0);
+        });
+        bad(&|q| q.fingerprint.cmdline = "x".repeat(5000));
+        bad(&|q| q.observations[0].ns = -1.0);
+        assert!(Profile::from_json("{", "t").is_err());
+        assert!(Profile::from_json("[]", "t").is_err());
+        // NaN cannot be written as JSON; a huge number parses as infinity and is refused.
+        let text = serde_json::to_string(&p).expect("json").replacen(
+            "\"lambda\":",
+            "\"lambda\":1e999,\"x\":",
+            1,
+        );
+        assert!(Profile::from_json(&text, "t").is_err());
+    }
+
+    #[test]
+    fn saving_never_follows_a_link_and_loading_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("usermm-profile-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = profile();
+        let path = dir.join("p.json");
+        p.save(&path).expect("save");
+        assert_eq!(
+            Profile::load(&path).expect("load").fit.prices.len(),
+            p.fit.prices.len()
+        );
+        // A symbolic link is neither followed by a load nor replaced through by a save.
+        let target = dir.join("target");
+        std::fs::write(&target, "keep").expect("write");
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        assert!(Profile::load(&link).is_err());
+        p.save(&link).expect("save over a link replaces the link");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep");
+        // Too large.
+        let big = dir.join("big.json");
+        std::fs::write(&big, vec![b' '; (MAX_PROFILE_BYTES + 10) as usize]).expect("write");
+        assert!(matches!(
+            Profile::load(&big),
+            Err(ProfileError::Invalid { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
