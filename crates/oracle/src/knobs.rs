@@ -395,7 +395,25 @@ impl OracleLock {
         let lock_path = path.join(name_str(LOCK_NAME));
         let file = sys::open_or_create_at(&dir, LOCK_NAME).map_err(|e| at_error(&lock_path, e))?;
         check_private_file(&file, &lock_path)?;
-        file.lock().map_err(|e| io_error(&lock_path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                // Say so: a run of the oracle, a benchmark's host cells or a recording may
+                // hold it for minutes.
+                let t0 = std::time::Instant::now();
+                eprintln!(
+                    "usermm: waiting for the machine-wide lock {}{}",
+                    lock_path.display(),
+                    lock_holder(&path.join(name_str(JOURNAL_NAME)))
+                );
+                file.lock().map_err(|e| io_error(&lock_path, e))?;
+                eprintln!(
+                    "usermm: took the machine-wide lock after {:.1} s",
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_error(&lock_path, e)),
+        }
         Ok(OracleLock {
             path,
             dir,
@@ -505,6 +523,38 @@ impl OracleLock {
 /// journal. `usermm oracle --restore-knobs` is this.
 pub fn recover() -> Result<Option<Recovery>, HostError> {
     OracleLock::take()?.replay_journal(&thp_dir())
+}
+
+/// Who holds the lock, as its journal says (` (held by pid N, COMM)`), or nothing when the
+/// journal is absent or not one of ours. The journal sits in our private directory; it is
+/// read bounded all the same.
+fn lock_holder(journal: &Path) -> String {
+    let Ok(f) = File::open(journal) else {
+        return String::new();
+    };
+    let mut text = String::new();
+    if f.take(JOURNAL_MAX).read_to_string(&mut text).is_err() || !text.starts_with(JOURNAL_MAGIC) {
+        return String::new();
+    }
+    let Some(pid) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    else {
+        return String::new();
+    };
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm: String = comm
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(32)
+        .collect();
+    if comm.is_empty() {
+        format!(" (held by pid {pid})")
+    } else {
+        format!(" (held by pid {pid}, {comm})")
+    }
 }
 
 impl ThpKnobs {

@@ -499,3 +499,42 @@ fn journal_lines_outside_the_thp_dir_are_ignored() {
 fn planted_journal_symlink_is_refused() {
     refuses_a_symlink_planted_as("journal-link", "knobs.journal");
 }
+
+#[test]
+fn a_waiting_run_says_who_holds_the_lock() {
+    if !is_root() {
+        return;
+    }
+    let s = Scratch::new("wait");
+    let thp = fake_thp(&s);
+    let lock = s.join("lock");
+    let holder = start_holder(&s, &thp, &lock);
+    let holder_pid = holder.id();
+    let mut waiter = child("acquire-release", &thp, &lock)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run the child: {e}"));
+    // The waiter blocks on the lock; it must have said so before the holder goes.
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        waiter.try_wait().ok().flatten().is_none(),
+        "the waiter did not wait"
+    );
+    kill(holder);
+    let out = waiter
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let waiting = format!(
+        "usermm: waiting for the machine-wide lock {}",
+        lock.join("oracle.lock").display()
+    );
+    assert!(err.contains(&waiting), "{err}");
+    assert!(err.contains(&format!("(held by pid {holder_pid}")), "{err}");
+    assert!(
+        err.contains("usermm: took the machine-wide lock after"),
+        "{err}"
+    );
+}
