@@ -23,6 +23,11 @@ pub struct CompareArgs {
     /// Print the comparison as JSON instead of text (docs/cli-json.md).
     #[arg(long)]
     pub json: bool,
+    /// Compare reports that were not run alike (another scale, repetitions, kernel or CPU
+    /// count): without it such a pair is refused, since a layout's times say nothing of
+    /// another's.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// One run of the comparison.
@@ -346,8 +351,8 @@ pub fn load(path: &Path) -> anyhow::Result<Report> {
     Ok(r)
 }
 
-/// What makes the runs' numbers incomparable, one line each: a different scale, kernel or
-/// CPU count than the first report's.
+/// What makes the runs' numbers incomparable, one line each: a different scale, repetition
+/// count, kernel or CPU count than the first report's.
 fn mismatches(reports: &[Report], names: &[RunRef]) -> Vec<String> {
     let Some(base) = reports.first() else {
         return Vec::new();
@@ -361,6 +366,12 @@ fn mismatches(reports: &[Report], names: &[RunRef]) -> Vec<String> {
                 n.name,
                 r.run.scale_bytes >> 20,
                 base.run.scale_bytes >> 20
+            ));
+        }
+        if r.run.reps != base.run.reps || r.run.max_reps != base.run.max_reps {
+            out.push(format!(
+                "{} ran {}..{} repetitions, {base_name} {}..{}",
+                n.name, r.run.reps, r.run.max_reps, base.run.reps, base.run.max_reps
             ));
         }
         if r.host.kernel != base.host.kernel || r.host.cpus != base.host.cpus {
@@ -381,10 +392,20 @@ pub fn main(args: &CompareArgs) -> anyhow::Result<u8> {
         .map(|p| load(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let names = run_names(&args.reports, &reports);
-    for m in mismatches(&reports, &names) {
+    let differ = mismatches(&reports, &names);
+    if !differ.is_empty() && !args.force {
+        anyhow::bail!(
+            "the reports were not run alike (--force compares them anyway):\n  {}",
+            differ.join("\n  ")
+        );
+    }
+    for m in &differ {
         eprintln!("warning: {m}");
     }
     let c = compare(&reports, names);
+    if c.tables.is_empty() {
+        anyhow::bail!("no table is in every report: nothing to compare");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {

@@ -419,7 +419,7 @@ fn bench_compare_marks_noise_and_real_changes() {
 }
 
 #[test]
-fn bench_compare_refuses_impossible_samples_and_warns_of_other_scales() {
+fn bench_compare_refuses_impossible_samples_and_runs_not_alike() {
     let d = dir("bench_compare_hostile");
     let a = d.join("a.json");
     std::fs::write(
@@ -444,18 +444,29 @@ fn bench_compare_refuses_impossible_samples_and_warns_of_other_scales() {
             "{bad}: {e}"
         );
     }
-    // Another scale compares, with a warning that the layouts differ.
+    // Another scale is refused (the 64M-vs-16M pair), and compared with --force and a warning.
     let mut other = report(&[0.25, 0.26, 0.24, 0.25, 0.25]);
     other.run.scale_bytes = 16 << 20;
     let b = d.join("c.json");
     std::fs::write(&b, other.to_json().expect("json")).expect("write");
     let o = usermm(&["bench", "compare", a, b.to_str().expect("path")]);
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stderr(&o).contains("not run alike"), "{}", stderr(&o));
+    let o = usermm(&["bench", "compare", "--force", a, b.to_str().expect("path")]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("c ran at 16 MiB, a at 4 MiB"),
         "{}",
         stderr(&o)
     );
+    // Reports with no table in common: nothing matched is an error, not an empty success.
+    let mut elsewhere = report(&[0.25, 0.26, 0.24, 0.25, 0.25]);
+    elsewhere.tables[0].id = "munmap".into();
+    let e = d.join("e.json");
+    std::fs::write(&e, elsewhere.to_json().expect("json")).expect("write");
+    let o = usermm(&["bench", "compare", a, e.to_str().expect("path")]);
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stderr(&o).contains("nothing to compare"), "{}", stderr(&o));
 }
 
 #[test]
