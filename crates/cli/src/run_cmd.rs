@@ -27,6 +27,10 @@ pub struct RunArgs {
     /// Run the whole-state invariant checker after every statement.
     #[arg(long)]
     pub validate: bool,
+    /// Print each statement with the counters it moved (in JSON: `stats`, one entry a
+    /// statement).
+    #[arg(long)]
+    pub stats: bool,
     /// Set a tunable before each file runs (NAME=VALUE; repeatable; see `usermm tunables`).
     #[arg(long = "tunable", value_name = "NAME=VALUE")]
     pub tunables: Vec<String>,
@@ -96,6 +100,20 @@ pub struct FileResult {
     pub counters: Counters,
     /// What each `dump` statement printed, by line.
     pub dumps: Vec<Dump>,
+    /// With `--stats`: each statement and the counters it moved.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stats: Vec<StatementStats>,
+}
+
+/// One statement and the counters it moved (`--stats`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StatementStats {
+    /// Its line.
+    pub line: u32,
+    /// The statement.
+    pub statement: String,
+    /// Counter name → delta (the non-zero ones).
+    pub counters: Counters,
 }
 
 /// The text one `dump` statement printed.
@@ -150,6 +168,7 @@ impl FileResult {
             wall_seconds: 0.0,
             counters: Counters::of(&usermm::Snapshot::default()),
             dumps: Vec::new(),
+            stats: Vec::new(),
         }
     }
 }
@@ -229,6 +248,15 @@ pub fn run_file(file: &str, opts: &RunOptions) -> FileResult {
                 text: text.clone(),
             })
             .collect(),
+        stats: report
+            .stats
+            .iter()
+            .map(|s| StatementStats {
+                line: s.line,
+                statement: s.text.clone(),
+                counters: Counters(s.deltas.clone()),
+            })
+            .collect(),
     }
 }
 
@@ -257,6 +285,7 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
     let opts = RunOptions {
         verbose: args.verbose,
         validate: args.validate,
+        stats: args.stats,
         tunables: parse_tunable_options(&args.tunables)?,
     };
     let mut summary = RunSummary {
@@ -267,6 +296,21 @@ pub fn run_main(args: &RunArgs) -> anyhow::Result<u8> {
         let r = run_file(file, &opts);
         diagnostics(&r);
         if format == Format::Text {
+            for s in &r.stats {
+                let moved: Vec<String> = s
+                    .counters
+                    .0
+                    .iter()
+                    .map(|(k, v)| format!("{k} +{v}"))
+                    .collect();
+                println!(
+                    "{}:{}: {}  [{}]",
+                    r.file,
+                    s.line,
+                    s.statement,
+                    moved.join(", ")
+                );
+            }
             for d in &r.dumps {
                 print!("{}:{}: dump\n{}", r.file, d.line, d.text);
             }

@@ -543,3 +543,38 @@ fn oracle_json_is_one_document_naming_each_files_outcome() {
     assert!(text.starts_with("TAP version 13\n1..2\nok 1 - "), "{text}");
     assert!(text.contains("not ok 2 - "), "{text}");
 }
+
+/// `usermm run --stats`: each statement with the counters it moved, as text and in the JSON.
+#[test]
+fn run_stats_prints_each_statement_s_counter_deltas() {
+    let d = dir("run_stats");
+    let f = write(
+        &d,
+        "s.scn",
+        "p0 = spawn\na = p0 mmap 64K rw private anon\np0 write a 64K pattern=0x5a\n\
+         p1 = p0 fork\np1 write a 4K pattern=0x1\n",
+    );
+    let o = usermm(&["run", "--stats", &f]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = |n: u32| {
+        out.lines()
+            .find(|l| l.contains(&format!("s.scn:{n}: ")))
+            .unwrap_or_else(|| panic!("no line {n}:\n{out}"))
+            .to_string()
+    };
+    assert!(line(3).contains("faults +16"), "{}", line(3));
+    assert!(
+        line(5).contains("cow_copies +1") && line(5).contains("faults +1"),
+        "{}",
+        line(5)
+    );
+    assert!(!line(4).contains("cow_copies"), "{}", line(4));
+    let o = usermm(&["run", "--stats", "--json", &f]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let stats = v["files"][0]["stats"].as_array().expect("stats");
+    assert_eq!(stats.len(), 5);
+    assert_eq!(stats[4]["line"], 5);
+    assert_eq!(stats[4]["counters"]["cow_copies"], 1);
+    assert_eq!(stats[2]["counters"]["faults"], 16);
+}

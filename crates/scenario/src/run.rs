@@ -29,6 +29,19 @@ pub struct RunOptions {
     pub validate: bool,
     /// Tunables applied when the machine is built (before the file's own `set tunable`).
     pub tunables: Vec<(String, String)>,
+    /// Record each statement's counter deltas ([`RunReport::stats`]).
+    pub stats: bool,
+}
+
+/// What one statement moved (`usermm run --stats`).
+#[derive(Clone, Debug)]
+pub struct StmtStats {
+    /// Its line.
+    pub line: u32,
+    /// Its text, as the parser understood it.
+    pub text: String,
+    /// The counters it moved (name, delta), in the engine's order.
+    pub deltas: Vec<(&'static str, u64)>,
 }
 
 /// One failed expectation (or an aborting error).
@@ -81,6 +94,8 @@ pub struct RunReport {
     pub statements: usize,
     /// What `dump` statements printed, with their line numbers.
     pub dumps: Vec<(u32, String)>,
+    /// With [`RunOptions::stats`]: each statement's counter deltas.
+    pub stats: Vec<StmtStats>,
     /// With `bench begin`/`bench end`: the time spent between them (every pair summed; a
     /// `begin` left open runs to the end of the file) and the counters that moved there.
     pub timed: Option<(Duration, Snapshot)>,
@@ -108,6 +123,7 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
     let mut abort = None;
     let mut statements = 0;
     let mut dumps = Vec::new();
+    let mut stats = Vec::new();
     // Within `bench begin` … `bench end`: since when, and the counters then.
     let mut timing: Option<(Instant, Snapshot)> = None;
     let mut timed: Option<(Duration, Snapshot)> = None;
@@ -126,7 +142,15 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
                 c.accumulate(&snapshot(&r).delta(&c0));
             }
         }
+        let before = opts.stats.then(|| snapshot(&r));
         let step = r.run_stmt(stmt);
+        if let Some(before) = before {
+            stats.push(StmtStats {
+                line,
+                text: stmt.kind.to_string(),
+                deltas: snapshot(&r).delta(&before).nonzero(),
+            });
+        }
         if let StmtKind::Bench(BenchMark::Begin) = &stmt.kind {
             timing = Some((Instant::now(), snapshot(&r)));
         }
@@ -188,6 +212,7 @@ pub fn run(script: &Script, opts: &RunOptions) -> RunReport {
         wall: start.elapsed(),
         statements,
         dumps,
+        stats,
         timed,
     }
 }
