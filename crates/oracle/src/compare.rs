@@ -512,13 +512,16 @@ fn step_both(
     if sys::stop_requested() {
         return None;
     }
-    let e = eng.step(&stmt.kind);
+    // `run_stmt`, not `step`: each side runs the statement on its CPU (`on cpuN`; cpu0 by
+    // default), the engine in that CPU slot, the host with the server pinned there (a CPU
+    // the host lacks cannot run).
+    let e = eng.run_stmt(stmt);
     if sys::stop_requested() {
         return None;
     }
     let pagemap_only = matches!(stmt.kind, StmtKind::Expect(Expect::Pagemap { .. }));
     host.backend.set_page_frames(!pagemap_only);
-    let h = host.step(&stmt.kind);
+    let h = host.run_stmt(stmt);
     host.backend.set_page_frames(true);
     Some((e, h))
 }
