@@ -173,7 +173,7 @@ fn every_sabotage_switch_is_caught_by_the_corpus() {
         assert!(!caught.is_empty(), "{sw}: no corpus file notices it");
         let readme_example = match sw.as_str() {
             "test_skip_fork_wrprotect" => "fork-cow-small.scn",
-            "test_skip_tlb_flush" => "on-cpu-shootdown.scn",
+            "test_skip_tlb_flush" | "test_local_flush_only" => "on-cpu-shootdown.scn",
             other => panic!("{other}: name a corpus file that catches it in the README"),
         };
         assert!(
@@ -221,4 +221,37 @@ fn set_memory_is_bounded_by_the_host_and_tiny_machines_validate() {
         &validated(&[]),
     );
     assert!(r.failures.is_empty(), "{:?}", r.failures);
+}
+
+/// The shootdown file shows a cross-CPU shootdown: an engine that flushes only the CPU that
+/// unmapped is caught by it, and would not be if its statements all ran on one CPU.
+#[test]
+fn a_local_flush_only_engine_is_caught_only_across_cpus() {
+    let local_only = validated(&[("test_local_flush_only", "true"), ("check_tlb", "true")]);
+    let r = run(&file("on-cpu-shootdown.scn"), &local_only);
+    assert_eq!(r.exit_code(), 1, "{:?} {:?}", r.failures, r.abort);
+    assert!(
+        r.failures.iter().any(|f| f.line == 9),
+        "cpu1's read after cpu0's munmap is the failure: {:?}",
+        r.failures
+    );
+    let path = format!(
+        "{}/../../scenarios/oracle/on-cpu-shootdown.scn",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = scenario::read_source(&path).expect("read");
+    let one_cpu: String = text
+        .lines()
+        .map(|l| {
+            l.split_once(" on cpu")
+                .map_or(l, |(stmt, _)| stmt)
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let r = run(
+        &scenario::parse("one-cpu.scn", &one_cpu).expect("parses"),
+        &local_only,
+    );
+    assert_eq!(r.exit_code(), 0, "{:?} {:?}", r.failures, r.abort);
 }

@@ -350,9 +350,15 @@ impl<'m> Cpu<'m> {
 
     /// Shoots down translations of `mm` (unless the test switch suppresses flushes).
     pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
-        if self.m.tunables().test_skip_tlb_flush {
+        let t = self.m.tunables();
+        if t.test_skip_tlb_flush {
             return;
         }
+        if t.test_local_flush_only {
+            drop(t);
+            return tlb::flush(&[self.tlb()], self.c(), mm.id, scope);
+        }
+        drop(t);
         tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope);
     }
 

@@ -320,6 +320,9 @@ pub struct Tunables {
     pub check_tlb: bool,
     /// Test switch: skip the TLB flush of munmap/mprotect/fork (makes the missing flush detectable).
     pub test_skip_tlb_flush: bool,
+    /// Test switch: flush only the CPU that changed the entries, never another CPU's TLB (a
+    /// missing shootdown: only a scenario that uses a second CPU can catch it).
+    pub test_local_flush_only: bool,
     /// Test switch: do not write-protect the parent's PTEs at fork (a deliberately wrong engine).
     pub test_skip_fork_wrprotect: bool,
 }
@@ -349,6 +352,7 @@ impl Default for Tunables {
             fault_around_bytes: 64 << 10,
             check_tlb: cfg!(debug_assertions),
             test_skip_tlb_flush: false,
+            test_local_flush_only: false,
             test_skip_fork_wrprotect: false,
         }
     }
@@ -624,6 +628,12 @@ pub const REGISTRY: &[TunableDef] = &[
         "test only: skip TLB flushes (a deliberately broken engine)",
         false,
         test_skip_tlb_flush
+    ),
+    bool_tunable!(
+        "test_local_flush_only",
+        "test only: flush the local TLB alone, no shootdown of other CPUs (a deliberately broken engine)",
+        false,
+        test_local_flush_only
     ),
     bool_tunable!(
         "test_skip_fork_wrprotect",
