@@ -222,9 +222,11 @@ pub fn measure(
         host_matches: None,
         cost_model: None,
         id: "scenario".into(),
-        title: "whole runs of scenario files under tunable sweeps".into(),
+        title: "runs of scenario files under tunable sweeps".into(),
         seed: None,
-        metric: "run time of the whole file (machine built, every statement)".into(),
+        metric: "run time between the file's `bench begin` and `bench end` (the whole file, \
+                 machine built, where it has no marks)"
+            .into(),
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
