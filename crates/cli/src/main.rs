@@ -57,10 +57,11 @@ enum Cmd {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print a manual page (roff) on stdout: usermm(1), or with a subcommand path that
-    /// command's page (`usermm man bench scenario | man -l -`).
+    /// Print a manual page (roff) on stdout: usermm(1), with a subcommand path that
+    /// command's page (`usermm man bench scenario | man -l -`), or `usermm man language`: the
+    /// scenario language reference, usermm-language(7).
     Man {
-        /// Subcommand path (`run`, `bench compare`).
+        /// Subcommand path (`run`, `bench compare`), or `language`.
         subcommand: Vec<String>,
     },
 }
@@ -109,7 +110,59 @@ fn main() -> ExitCode {
     }
 }
 
+/// The scenario language reference, as the repository carries it.
+const LANGUAGE_MD: &str = include_str!("../../../docs/scenario-language.md");
+
+/// `docs/scenario-language.md` as a roff page: headings become sections, fenced blocks
+/// no-fill text, everything else paragraphs (roff's control characters escaped).
+fn language_roff(md: &str) -> String {
+    let esc = |l: &str| {
+        let l = l.replace('\\', "\\e");
+        if l.starts_with('.') || l.starts_with('\'') {
+            format!("\\&{l}")
+        } else {
+            l
+        }
+    };
+    let mut out = format!(
+        ".TH USERMM-LANGUAGE 7 \"\" \"usermm {}\" \"usermm\"\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut fenced = false;
+    for line in md.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            out.push_str(if fenced { ".PP\n.nf\n" } else { ".fi\n" });
+        } else if fenced {
+            out.push_str(&esc(line));
+            out.push('\n');
+        } else if let Some(h) = line.strip_prefix("# ") {
+            out.push_str(&format!(".SH NAME\nusermm-language \\- {}\n", esc(h)));
+        } else if let Some(h) = line.strip_prefix("## ") {
+            out.push_str(&format!(
+                ".SH \"{}\"\n",
+                esc(h).to_uppercase().replace('"', "")
+            ));
+        } else if let Some(h) = line.strip_prefix("### ") {
+            out.push_str(&format!(".SS \"{}\"\n", esc(h).replace('"', "")));
+        } else if line.trim().is_empty() {
+            out.push_str(".PP\n");
+        } else {
+            out.push_str(&esc(line));
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn cmd_man(path: &[String]) -> anyhow::Result<u8> {
+    if path == ["language"] {
+        use std::io::Write;
+        return match std::io::stdout().write_all(language_roff(LANGUAGE_MD).as_bytes()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(0),
+        };
+    }
     let mut cmd = Cli::command();
     cmd.build();
     let mut name = "usermm".to_string();

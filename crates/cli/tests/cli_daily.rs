@@ -484,6 +484,22 @@ fn completions_and_man_page() {
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains(".TH usermm-bench-scenario 1"));
     assert!(stdout(&o).contains("sweep"));
+    // The language reference as a page of its own: its sections and its grammar.
+    let o = usermm(&["man", "language"]);
+    assert_eq!(o.status.code(), Some(0));
+    let page = stdout(&o);
+    assert!(
+        page.starts_with(".TH USERMM-LANGUAGE 7"),
+        "{}",
+        &page[..80.min(page.len())]
+    );
+    assert!(page.contains(".SH \"GRAMMAR\""));
+    assert!(page.contains("expect counters") && page.contains("bench begin"));
+    // Fenced blocks are no-fill text, kept line for line.
+    assert!(
+        page.contains(".nf\nfile        = { line"),
+        "the grammar block"
+    );
 }
 
 #[test]
