@@ -51,9 +51,10 @@ fn broken_engine_is_caught() {
 
 /// Each `test_*` tunable breaks the engine on purpose; the corpus file named beside it
 /// must catch the break (README shows the same two commands).
-const CATCHERS: [(&str, &str); 2] = [
+const CATCHERS: [(&str, &str); 3] = [
     ("test_skip_fork_wrprotect", "fork-cow-small.scn"),
     ("test_skip_tlb_flush", "on-cpu-shootdown.scn"),
+    ("test_local_flush_only", "on-cpu-shootdown.scn"),
 ];
 
 #[test]
