@@ -55,29 +55,37 @@ fn built_module() -> PathBuf {
     target.join("release/libusermm_python.so")
 }
 
-#[test]
-fn the_readme_python_example_runs() {
+/// Runs `script` in python3 with the built module importable; its stdout, or `None` when
+/// python3 is not installed (the test then says so and passes nothing off as run).
+fn run_python(what: &str, script: &str) -> Option<String> {
     if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("python3 is not installed: the Python example cannot run here");
-        return;
+        eprintln!("python3 is not installed: {what} cannot run here");
+        return None;
     }
-    let dir = std::env::temp_dir().join(format!("usermm-python-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("usermm-python-{what}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     std::fs::copy(built_module(), dir.join("usermm.so")).expect("copy the module");
     let out = Command::new("python3")
         .arg("-c")
-        .arg(readme_example())
+        .arg(script)
         .env("PYTHONPATH", &dir)
         .output()
         .expect("python3 runs");
     let _ = std::fs::remove_dir_all(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "the README's Python example failed:\n{}{}",
-        stdout,
+        "{what} failed:\n{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    Some(stdout)
+}
+
+#[test]
+fn the_readme_python_example_runs() {
+    let Some(stdout) = run_python("readme", &readme_example()) else {
+        return;
+    };
     // fork of 8 MiB of 4K pages with batching: one batch per PTE (order-0 folios).
     assert_eq!(stdout.trim(), "cow_copies 1 fork_batches 2048");
 }
@@ -86,13 +94,6 @@ fn the_readme_python_example_runs() {
 /// `usermm.run_scenario` runs a whole file's text.
 #[test]
 fn a_session_runs_the_language_and_reads_its_views() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("python3 is not installed: the Python session cannot run here");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("usermm-python-session-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    std::fs::copy(built_module(), dir.join("usermm.so")).expect("copy the module");
     let script = r#"
 import usermm
 s = usermm.Session()
@@ -123,19 +124,8 @@ r = usermm.run_scenario("p0 = spawn\na = p0 mmap 64K rw private anon\n"
 assert r["exit_code"] == 1 and r["counters"]["faults"] == 16, r
 print("session ok")
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .env("PYTHONPATH", &dir)
-        .output()
-        .expect("python3 runs");
-    let _ = std::fs::remove_dir_all(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the session script failed:\n{}{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let Some(stdout) = run_python("session", script) else {
+        return;
+    };
     assert_eq!(stdout.trim(), "session ok");
 }
