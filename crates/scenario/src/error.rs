@@ -182,7 +182,7 @@ pub enum ErrorKind {
         suggestion: Option<String>,
     },
     /// A machine setting after the first `spawn`.
-    #[error("`set {what}` must come before the first `spawn`")]
+    #[error("`set {what}` must come before the first `spawn` or `file`")]
     MachineAfterSpawn {
         /// The setting.
         what: String,

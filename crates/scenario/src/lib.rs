@@ -1,9 +1,10 @@
-//! The usermm scenario language, v1: parser and typed syntax tree.
+//! The usermm scenario language (v3: anonymous memory, files, inspection): parser, typed
+//! syntax tree, and the runner over a backend (the engine, or the host through the oracle).
 //!
 //! A scenario is a plain-text file, one statement per line, run by the engine
-//! (`usermm run`) and by the host kernel (`usermm oracle`). The contract is
-//! `shared/SCENARIO.md`; every statement and option written there parses here with
-//! that meaning. [`parse`] turns a file into a [`Script`] of [`Stmt`]s (each with its
+//! (`usermm run`) and by the host kernel (`usermm oracle`). The complete reference, with its
+//! grammar, is `docs/scenario-language.md` (also `usermm man language`); a test keeps it and
+//! this parser in step. The summary grammar below is the v1 core. [`parse`] turns a file into a [`Script`] of [`Stmt`]s (each with its
 //! line and column), or reports every bad line as `FILE:LINE:COL: message`
 //! ([`ParseErrors`]). `Display` on the tree prints canonical scenario text that
 //! parses back to the same tree. This crate does not run anything.
@@ -93,7 +94,7 @@
 //!   option may not repeat; at most one of `fixed`/`noreplace`/`hint`.
 //!   `noreserve` is accepted for `norserve`. `mremap` also takes `dontunmap`.
 //! - `mlockall` flags may be separated by spaces or `|`.
-//! - `set memory|nodes|cpus|arch` must come before the first `spawn`; memory is
+//! - `set memory|nodes|cpus|arch` must come before the first `spawn` or `file`; memory is
 //!   non-zero, nodes 1..=1024, cpus 1..=8192. `set tunable` takes one NAME=VALUE.
 //! - `maps NAME START-END PERMS` accepts any address expression for NAME.
 //! - Sizes of zero are accepted everywhere except `set memory` (the kernel's

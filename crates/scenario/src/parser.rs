@@ -777,7 +777,8 @@ impl Parser {
             self.env
                 .insert(name.as_str().to_owned(), Bound::Known(kind));
         }
-        if matches!(action, Action::Spawn { .. }) {
+        // A process or a file builds the machine: machine settings must come before either.
+        if matches!(action, Action::Spawn { .. } | Action::File { .. }) {
             self.spawned = true;
         }
         Ok(StmtKind::Action { bind, action })

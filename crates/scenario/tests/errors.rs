@@ -145,7 +145,8 @@ fn exact_messages() {
             "expect p0 munmap a 4K = SIGSEGV",
             "f.scn:3:25: `munmap` cannot end in `SIGSEGV` (only read, write and touch raise signals)",
         ),
-        ("set memory 1G", "f.scn:3:5: `set memory` must come before the first `spawn`"),
+        ("set memory 1G", "f.scn:3:5: `set memory` must come before the first `spawn` or `file`"),
+        ("set cpus 2", "f.scn:3:5: `set cpus` must come before the first `spawn` or `file`"),
         ("expect p0 kpageflags a dirty !dirty", "f.scn:3:31: duplicate option `dirty`"),
         ("p0 mlockall current current", "f.scn:3:21: duplicate option `current`"),
         ("expect p0 status VmRSS=1G VmRSS=0", "f.scn:3:27: duplicate option `VmRSS`"),
@@ -262,4 +263,18 @@ fn odd_inputs_do_not_crash_and_point_right() {
         errs("p0 = spawn\r\np0 brk\r\n"),
         vec!["f.scn:2:7: missing argument: `+SIZE` or `-SIZE`"]
     );
+}
+
+/// A file builds the machine as a process does: a machine setting after it is a parse error
+/// (it used to parse and then stop the run).
+#[test]
+fn machine_settings_come_before_the_first_file_too() {
+    let e = scenario::parse("f.scn", "g = file 4K\nset memory 1G\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e.trim_end(),
+        "f.scn:2:5: `set memory` must come before the first `spawn` or `file`"
+    );
+    assert!(scenario::parse("f.scn", "set memory 1G\ng = file 4K\n").is_ok());
 }
