@@ -532,7 +532,10 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     // SIGINT, SIGTERM and SIGHUP end the recording in order (the command is killed, the knobs
     // restored, the trace written); a second one restores the knobs at once and exits.
     oracle::sys::install_stop_handler().map_err(|e| {
-        RecordError::Sys("signal handlers".into(), std::io::Error::from_raw_os_error(e))
+        RecordError::Sys(
+            "signal handlers".into(),
+            std::io::Error::from_raw_os_error(e),
+        )
     })?;
     let dir = tracefs_dir()?;
     let mut tps = Vec::new();

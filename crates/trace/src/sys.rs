@@ -308,7 +308,11 @@ pub fn lookup_user(spec: &str) -> io::Result<Identity> {
     // SAFETY: `groups` holds `n` entries; getgrouplist writes at most `n` and sets `n` to the
     // number it found (which may be more, then it returns -1 and we keep the first 256).
     let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
-    let n = if r < 0 { groups.len() } else { n.max(0) as usize };
+    let n = if r < 0 {
+        groups.len()
+    } else {
+        n.max(0) as usize
+    };
     groups.truncate(n);
     if !groups.contains(&gid) {
         groups.push(gid);
