@@ -154,7 +154,7 @@ pub fn check_room(dir: &ScratchDir, bytes: u64, memory: bool) -> Result<(), Stri
     }
     if memory {
         if let Some(avail) = scenario::engine::host_mem_available() {
-            let room = avail.saturating_sub((avail / 8).max(256 << 20));
+            let room = scenario::engine::host_memory_room(avail);
             if bytes > room {
                 return Err(format!(
                     "{} MiB of tmpfs to write, and the host has {} MiB of memory available: \

@@ -35,7 +35,7 @@ fn host_can_back(memory: u64) -> Result<(), String> {
         return Ok(());
     };
     let need = memory.saturating_add(memory / 32);
-    let limit = avail.saturating_sub((avail / 8).max(256 << 20));
+    let limit = host_memory_room(avail);
     if need > limit {
         return Err(format!(
             "set memory {memory}: the host has {} MiB available, so at most {} MiB of simulated \
@@ -45,6 +45,13 @@ fn host_can_back(memory: u64) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What one scenario may take of the host's `avail` bytes of available memory: all but an
+/// eighth of it (at least 256 MiB), left for the host's other users. The engine's RAM and the
+/// oracle's tmpfs files are both bounded by it.
+pub fn host_memory_room(avail: u64) -> u64 {
+    avail.saturating_sub((avail / 8).max(256 << 20))
 }
 
 /// `MemAvailable` from `/proc/meminfo`, in bytes (the first 8 KiB read: the field is near
