@@ -231,6 +231,9 @@ pub enum Setting {
     /// `set memory SIZE`: size of simulated physical memory (non-zero; before the
     /// first `spawn`).
     Memory(u64),
+    /// `set swap SIZE`: a swap device of that size (v3; `0`: none, the default; before the
+    /// first `spawn`).
+    Swap(u64),
     /// `set nodes N`: NUMA nodes, 1..=1024 (before the first `spawn`).
     Nodes(u32),
     /// `set cpus N`: CPUs, 1..=8192 (before the first `spawn`).
@@ -265,7 +268,11 @@ impl Setting {
     pub fn is_machine(&self) -> bool {
         matches!(
             self,
-            Setting::Memory(_) | Setting::Nodes(_) | Setting::Cpus(_) | Setting::Arch(_)
+            Setting::Memory(_)
+                | Setting::Swap(_)
+                | Setting::Nodes(_)
+                | Setting::Cpus(_)
+                | Setting::Arch(_)
         )
     }
 }
@@ -548,6 +555,14 @@ pub enum Action {
         /// The advice.
         advice: Advice,
     },
+    /// `TASK reclaim SIZE` (v3): run reclaim, as kswapd does, until SIZE bytes are freed or
+    /// nothing more can be; the host reclaims from the scenario's memory cgroup.
+    Reclaim {
+        /// The process (on the host: whose cgroup is reclaimed; all of them share one).
+        task: Name,
+        /// Bytes to free.
+        len: u64,
+    },
     /// `TASK mlock ADDR SIZE`.
     Mlock {
         /// The process.
@@ -718,6 +733,7 @@ impl Action {
             Action::Mremap { .. } => "mremap",
             Action::Brk { .. } => "brk",
             Action::Madvise { .. } => "madvise",
+            Action::Reclaim { .. } => "reclaim",
             Action::Mlock { .. } => "mlock",
             Action::Mlock2 { .. } => "mlock2",
             Action::Munlock { .. } => "munlock",
@@ -750,6 +766,7 @@ impl Action {
             | Action::Mremap { task, .. }
             | Action::Brk { task, .. }
             | Action::Madvise { task, .. }
+            | Action::Reclaim { task, .. }
             | Action::Mlock { task, .. }
             | Action::Mlock2 { task, .. }
             | Action::Munlock { task, .. }

@@ -323,6 +323,14 @@ pub trait Backend {
     fn brk(&mut self, p: ProcId, new: u64) -> Res<u64>;
     /// madvise.
     fn madvise(&mut self, p: ProcId, addr: u64, len: u64, advice: Advice) -> Res<()>;
+    /// `reclaim`: free up to `len` bytes of the machine's (the host: the scenario cgroup's)
+    /// memory by reclaim, as kswapd would.
+    fn reclaim(&mut self, _p: ProcId, _len: u64) -> Res<()> {
+        Err(Fail::Unsupported(format!(
+            "{}: reclaim is not supported",
+            self.name()
+        )))
+    }
     /// mlock, mlock2(onfault), munlock.
     fn mlock(&mut self, p: ProcId, addr: u64, len: u64, op: LockOp) -> Res<()>;
     /// mlockall.

@@ -103,6 +103,7 @@ impl Display for Setting {
         f.write_str("set ")?;
         match self {
             Setting::Memory(m) => write!(f, "memory {}", Bytes(*m)),
+            Setting::Swap(m) => write!(f, "swap {}", Bytes(*m)),
             Setting::Nodes(n) => write!(f, "nodes {n}"),
             Setting::Cpus(n) => write!(f, "cpus {n}"),
             Setting::Arch(a) => write!(f, "arch {a}"),
@@ -328,6 +329,7 @@ impl Display for Action {
                 mode,
             } => write!(f, "{task} msync {addr} {} {mode}", Bytes(*len)),
             Action::Fsync { task, file } => write!(f, "{task} fsync {file}"),
+            Action::Reclaim { task, len } => write!(f, "{task} reclaim {}", Bytes(*len)),
         }
     }
 }

@@ -498,6 +498,7 @@ const VERBS: &[&str] = &[
     "mremap",
     "brk",
     "madvise",
+    "reclaim",
     "mlock",
     "mlock2",
     "munlock",
@@ -530,7 +531,7 @@ const OBSERVATIONS: &[&str] = &[
 const MMAP_OPTIONS: &str = "none|r|rw|rx|rwx, private|shared, anon, file NAME, offset SIZE, \
                             populate, locked, norserve, fixed ADDR, noreplace ADDR, hint ADDR";
 
-const SETTINGS: &str = "memory|nodes|cpus|arch|tunable|thp|shmem|rlimit|mempolicy";
+const SETTINGS: &str = "memory|swap|nodes|cpus|arch|tunable|thp|shmem|rlimit|mempolicy";
 
 fn set_flag(flag: &mut bool, t: &Token<'_>) -> PResult<()> {
     if *flag {
@@ -1017,6 +1018,10 @@ impl Parser {
                 task,
                 file: self.file_name(c)?,
             },
+            "reclaim" => Action::Reclaim {
+                task,
+                len: c.size("a size to reclaim")?,
+            },
             _ => {
                 // "read", the last of VERBS.
                 let (addr, len) = self.range(c)?;
@@ -1267,6 +1272,7 @@ impl Parser {
                     v => Setting::Memory(v),
                 }
             }
+            "swap" => Setting::Swap(c.size("a swap size")?),
             "nodes" => Setting::Nodes(to_u32(c.bounded("a node count", 1, 1024)?)),
             "cpus" => Setting::Cpus(to_u32(c.bounded("a CPU count", 1, 8192)?)),
             "arch" => Setting::Arch(c.keyword::<Arch>("an architecture")?.0),

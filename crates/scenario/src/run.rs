@@ -508,6 +508,7 @@ impl<B: Backend> Runner<B> {
                     .madvise(p, a, *len, *advice)
                     .map(|_| String::new())
             }
+            Action::Reclaim { len, .. } => self.backend.reclaim(p, *len).map(|_| String::new()),
             Action::Mlock { addr, len, .. } => {
                 let a = self.addr(addr)?;
                 self.backend
