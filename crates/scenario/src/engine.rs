@@ -184,12 +184,18 @@ impl EngineBackend {
             for s in &self.shmem {
                 apply_shmem(&mut cfg.tunables, s);
             }
-            let memory = cfg.memory;
-            host_can_back(memory).map_err(Fail::Unsupported)?;
+            let (memory, swap) = (cfg.memory, cfg.swap);
+            // The swap area's bytes are host memory too (lazily backed, like the RAM).
+            host_can_back(memory.saturating_add(cfg.swap)).map_err(Fail::Unsupported)?;
             let m = Machine::new(cfg);
             if m.phys.nr_frames() == 0 && memory >= 4 << 20 {
                 return Err(Fail::Unsupported(format!(
                     "set memory {memory}: the host cannot back that much simulated RAM"
+                )));
+            }
+            if swap >= 8192 && m.swap.is_none() {
+                return Err(Fail::Unsupported(format!(
+                    "set swap {swap}: the host cannot back a swap area that large"
                 )));
             }
             self.machine = Some(m);
@@ -244,6 +250,7 @@ impl Backend for EngineBackend {
         };
         match s {
             Setting::Memory(b) if self.machine.is_none() => self.cfg.memory = *b,
+            Setting::Swap(b) if self.machine.is_none() => self.cfg.swap = *b,
             Setting::Nodes(n) if self.machine.is_none() => self.cfg.nodes = *n,
             Setting::Cpus(n) if self.machine.is_none() => self.cfg.cpus = *n as usize,
             Setting::Arch(a) if self.machine.is_none() => {
@@ -253,6 +260,7 @@ impl Backend for EngineBackend {
                 }
             }
             Setting::Memory(_) => return Err(late("memory")),
+            Setting::Swap(_) => return Err(late("swap")),
             Setting::Nodes(_) => return Err(late("nodes")),
             Setting::Cpus(_) => return Err(late("cpus")),
             Setting::Arch(_) => return Err(late("arch")),
@@ -509,10 +517,10 @@ impl Backend for EngineBackend {
                         pss_dirty: s.pss_dirty() & !1023,
                         pss_by_kind: Some(s.pss_by_kind().map(|b| b & !1023)),
                         lazyfree: s.lazyfree,
-                        // No KSM, no swap device, no hugetlb in the engine; 4 KiB pages.
+                        // No KSM, no hugetlb in the engine; 4 KiB pages.
                         ksm: 0,
-                        swap: 0,
-                        swap_pss: 0,
+                        swap: s.swap,
+                        swap_pss: s.swap_pss() & !1023,
                         shared_hugetlb: 0,
                         private_hugetlb: 0,
                         kernel_page_size: 4096,
@@ -531,6 +539,13 @@ impl Backend for EngineBackend {
         })
     }
 
+    fn reclaim(&mut self, _p: ProcId, len: u64) -> Res<()> {
+        self.with(|cpu| {
+            cpu.reclaim(len);
+            Ok(())
+        })
+    }
+
     fn counters(&mut self) -> Res<Vec<(&'static str, u64)>> {
         Ok(self.machine()?.counters().all())
     }
@@ -545,7 +560,7 @@ impl Backend for EngineBackend {
             Ok(PageView {
                 present: pm.present,
                 exclusive: pm.exclusive,
-                swapped: false,
+                swapped: pm.swapped,
                 kpageflags: cpu.kpageflags(p, addr).map_err(errno)?,
                 folio_order: cpu.folio_order(p, addr).map_err(errno)?,
             })

@@ -122,6 +122,8 @@ pub struct ScenarioStatus {
     pub vm_data: u64,
     /// VmPin.
     pub vm_pin: u64,
+    /// VmSwap: the swap entries of the scenario's mappings (smaps `Swap` summed).
+    pub vm_swap: u64,
 }
 
 impl<B: Backend> Runner<B> {
@@ -224,6 +226,7 @@ impl<B: Backend> Runner<B> {
         for v in &vmas {
             s.vm_rss += v.smaps.rss;
             s.rss_anon += v.smaps.anonymous;
+            s.vm_swap += v.smaps.swap;
             // Pages that are not anonymous are the file's: shmem for tmpfs and shared
             // anonymous memory (MM_SHMEMPAGES), file pages otherwise (MM_FILEPAGES).
             let file_pages = v.smaps.rss.saturating_sub(v.smaps.anonymous);
@@ -728,7 +731,8 @@ impl<B: Backend> Runner<B> {
                             StatusField::RssAnon => s.rss_anon,
                             StatusField::RssShmem => s.rss_shmem,
                             StatusField::RssFile => s.rss_file,
-                            StatusField::VmSwap | StatusField::VmPTE => 0,
+                            StatusField::VmSwap => s.vm_swap,
+                            StatusField::VmPTE => 0,
                             StatusField::VmData => s.vm_data,
                         };
                         (got / 1024 != want / 1024).then(|| {

@@ -142,6 +142,10 @@ fn handle_pte_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
             None => do_anonymous_page(cpu, vmf),
         };
     }
+    if vmf.pt.arch.is_swap_pte(pte) {
+        drop(ptes);
+        return crate::swap_fault::do_swap_page(cpu, vmf, pte);
+    }
     if vmf.access == Access::Write && !vmf.pt.arch.write(pte) {
         return do_wp_page(cpu, vmf, ptes, pte);
     }
@@ -548,6 +552,15 @@ fn can_reuse_small_anon_folio<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
     }
     if !mem.test(head, PageFlag::Lru) {
         cpu.lru_add_drain();
+    }
+    // The swap cache's reference does not count against reuse when its slot can be given
+    // up (no other swap PTE names it).
+    let cached = i32::from(mem.test(head, PageFlag::SwapCache));
+    if mem.refcount(head) > 1 + cached {
+        return false;
+    }
+    if cached == 1 {
+        crate::swap_state::folio_free_swap(cpu, head);
     }
     mem.refcount(head) == 1
 }

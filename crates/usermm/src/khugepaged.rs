@@ -325,6 +325,13 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
         let ptes = PteLock::lock(pt, c, table);
         for (i, slot) in src.iter_mut().enumerate() {
             let e = ptes.get(i);
+            if pt.arch.is_swap_pte(e) {
+                // Deliberate difference: Linux swaps up to `max_ptes_swap` (64) pages in
+                // first (`__collapse_huge_page_swapin`); the engine leaves a block with
+                // swapped-out pages alone, as Linux does past that limit
+                // (`SCAN_EXCEED_SWAP_PTE`).
+                return Scan::Busy;
+            }
             if e.is_none() || !pt.arch.present(e) {
                 continue;
             }

@@ -30,6 +30,8 @@ pub enum MemPolicy {
 pub struct MachineConfig {
     /// Simulated RAM in bytes (default 4 GiB).
     pub memory: u64,
+    /// Size of the swap area in bytes (0, the default: no swap, as this host).
+    pub swap: u64,
     /// NUMA nodes.
     pub nodes: u32,
     /// CPU slots.
@@ -44,6 +46,7 @@ impl Default for MachineConfig {
     fn default() -> Self {
         MachineConfig {
             memory: 4 << 30,
+            swap: 0,
             nodes: 1,
             cpus: 2,
             arch: Arch::X86_64,
@@ -89,6 +92,8 @@ pub const START_BRK: u64 = 0x5555_5600_0000;
 pub struct Machine {
     /// Physical memory.
     pub phys: PhysMem,
+    /// The swap area, if the machine has one (`swapon`).
+    pub swap: Option<crate::swapfile::SwapInfo>,
     /// Page-table format.
     pub arch: Arch,
     cpus: Vec<CpuSlot>,
@@ -135,6 +140,7 @@ impl Machine {
             .select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
         Machine {
             phys,
+            swap: crate::swapfile::SwapInfo::new(cfg.swap),
             arch: cfg.arch,
             cpus: (0..cfg.cpus.max(1))
                 .map(|_| CpuSlot {

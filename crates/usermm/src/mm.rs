@@ -53,6 +53,8 @@ pub(crate) enum RssKind {
     Shmem = 1,
     /// Pages of other files (`MM_FILEPAGES`).
     File = 2,
+    /// Swap entries in the page tables (`MM_SWAPENTS`; status `VmSwap`).
+    Swap = 3,
 }
 
 /// The RSS counter of the file pages `vma` maps (`mm_counter_file`): shmem for shared
@@ -116,7 +118,7 @@ pub struct Mm {
     pub lock: RwLock<MmState>,
     /// Protects populating upper page-table levels and the deposited tables.
     pub(crate) page_table_lock: Mutex<()>,
-    rss: [AtomicI64; 3],
+    rss: [AtomicI64; 4],
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
     pub(crate) has_pinned: AtomicBool,
     /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
@@ -131,7 +133,7 @@ impl Mm {
             pgd,
             lock: RwLock::new(state),
             page_table_lock: Mutex::new(()),
-            rss: [AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)],
+            rss: Default::default(),
             has_pinned: AtomicBool::new(false),
             deposited: Mutex::new(HashMap::new()),
         }

@@ -64,6 +64,30 @@ counters! {
     PgSteal => "pgsteal",
     /// Page-cache pages deactivated from the active file list by reclaim.
     PgDeactivate => "pgdeactivate",
+    /// Pages scanned by reclaim on the anonymous LRU (`pgscan_anon`).
+    PgScanAnon => "pgscan_anon",
+    /// Anonymous pages reclaimed: swapped out or, lazily freed, discarded (`pgsteal_anon`).
+    PgStealAnon => "pgsteal_anon",
+    /// Pages reclaim moved to an active list (`pgactivate`).
+    PgActivate => "pgactivate",
+    /// Pages written to the swap area (`pswpout`).
+    PswpOut => "pswpout",
+    /// Pages read from the swap area (`pswpin`).
+    PswpIn => "pswpin",
+    /// Large folios swapped out whole (`thp_swpout`, every order).
+    ThpSwpOut => "thp_swpout",
+    /// Large folios split because no run of swap slots was free (`thp_swpout_fallback`).
+    ThpSwpOutFallback => "thp_swpout_fallback",
+    /// Faults on a swap entry (`do_swap_page`).
+    FaultSwap => "faults_swap",
+    /// Swap faults that found the page in the swap cache (minor).
+    SwapCacheHit => "swap_cache_hit",
+    /// Pages swap readahead read besides the faulting one (`swap_ra`).
+    SwapRa => "swap_ra",
+    /// Lazily freed (MADV_FREE) pages discarded by reclaim (`pglazyfreed`).
+    PgLazyFreed => "pglazyfreed",
+    /// Swap entries freed by unmapping or MADV_FREE (`free_swap_and_cache`).
+    SwapEntriesFreed => "swap_entries_freed",
     /// Readahead windows submitted.
     Readahead => "readahead",
     /// Read I/Os to the disk device (one per run of consecutive allocated blocks).

@@ -87,6 +87,7 @@ impl Machine {
                 folios.entry(f).or_default().refs += 1;
             }
         }
+        self.check_swap(&mut folios, &mut r);
         frames_used += self.check_folios(&folios, &mut r);
         self.check_lru(&folios, &mut r);
         self.check_buddy(&mut r);
@@ -302,6 +303,11 @@ impl Machine {
         let arch = self.arch;
         let mem = &self.phys.memmap;
         let mut visit = |addr: u64, e: AnyLeaf| {
+            if let AnyLeaf::Pte(pte) = e {
+                if arch.is_swap_pte(pte) {
+                    return; // counted by `check_swap`
+                }
+            }
             let huge = e.is_pmd();
             let Some(id) = st.vmas.find(addr) else {
                 r.err(format!(
@@ -368,6 +374,97 @@ impl Machine {
             }
         };
         walk_leaves(pt, &mut visit);
+    }
+
+    /// The swap area against the page tables: every swap entry lies in a private
+    /// anonymous VMA and names a slot in use; each slot's count is the swap entries naming
+    /// it; each mm's `MM_SWAPENTS` is its swap entries; a slot owned by the cache has its
+    /// page there, a folio with `PG_swapcache` whose `folio->swap` covers the slot (and the
+    /// cache's reference is counted for the folio); `inuse` is the slots in use.
+    fn check_swap(&self, folios: &mut BTreeMap<Pfn, FolioRecount>, r: &mut Report) {
+        let arch = self.arch;
+        let mut named: BTreeMap<u64, u32> = BTreeMap::new();
+        for task in self.tasks() {
+            let mm = &task.mm;
+            let st = mm.lock.read();
+            let pt = PageTables {
+                phys: &self.phys,
+                arch,
+                pgd: mm.pgd,
+            };
+            let mut entries = 0i64;
+            walk_leaves(pt, &mut |addr, e| {
+                let AnyLeaf::Pte(pte) = e else { return };
+                if !arch.is_swap_pte(pte) {
+                    return;
+                }
+                entries += 1;
+                *named.entry(arch.swp_entry(pte).offset()).or_default() += 1;
+                let anon = st
+                    .vmas
+                    .find(addr)
+                    .is_some_and(|id| st.vmas.get(id).is_anon_private());
+                if !anon {
+                    r.err(format!(
+                        "mm {}: swap entry {:#x} at {addr:#x} outside a private anonymous VMA",
+                        mm.id,
+                        pte.val()
+                    ));
+                }
+            });
+            if mm.rss(RssKind::Swap) != entries {
+                r.err(format!(
+                    "mm {}: MM_SWAPENTS is {} but page tables hold {entries} swap entries",
+                    mm.id,
+                    mm.rss(RssKind::Swap)
+                ));
+            }
+        }
+        let Some(swap) = self.swap.as_ref() else {
+            if !named.is_empty() {
+                r.err(format!("{} swap entries but no swap area", named.len()));
+            }
+            return;
+        };
+        let mem = &self.phys.memmap;
+        for (slot, count, cached, page) in swap.snapshot() {
+            let n = named.remove(&slot).unwrap_or(0);
+            if u32::from(count) != n {
+                r.err(format!(
+                    "swap slot {slot}: count {count} but {n} swap entries name it"
+                ));
+            }
+            match (cached, page) {
+                (true, Some(page)) => {
+                    let head = mem.folio_of(page);
+                    let first = mem.swap_entry(head).offset();
+                    let nr = 1u64 << mem.order(head);
+                    if !mem.test(head, PageFlag::SwapCache)
+                        || slot < first
+                        || slot >= first + nr
+                        || page.offset_from(head) != slot - first
+                    {
+                        r.err(format!(
+                            "swap slot {slot}: cached page {page:#x} is not that slot's page of \
+                             a swap-cache folio"
+                        ));
+                    }
+                    folios.entry(head).or_default().refs += 1;
+                }
+                (true, None) => r.err(format!("swap slot {slot}: owned by the cache, no page")),
+                (false, Some(_)) => r.err(format!("swap slot {slot}: a page but no cache bit")),
+                (false, None) => {}
+            }
+        }
+        for (slot, n) in named {
+            r.err(format!(
+                "swap slot {slot}: free but {n} swap entries name it"
+            ));
+        }
+        let (inuse, counted) = swap.inuse_counted();
+        if inuse != counted {
+            r.err(format!("swap: inuse {inuse} but {counted} slots in use"));
+        }
     }
 
     fn check_tlbs(&self, mm: &Mm, pt: PageTables<'_>, r: &mut Report) {

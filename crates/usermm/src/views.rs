@@ -99,6 +99,10 @@ pub struct Smaps {
     /// LazyFree: anonymous folios MADV_FREE made clean and not swap-backed, whose entry is
     /// clean too (reclaim may drop them without writing them anywhere).
     pub lazyfree: u64,
+    /// Swap: pages of the VMA whose entry is a swap entry.
+    pub swap: u64,
+    /// SwapPss: each of those divided by the swap entries naming its slot (fixed point).
+    pub(crate) swap_pss_fixed: u64,
 }
 
 impl Smaps {
@@ -115,6 +119,11 @@ impl Smaps {
     /// Referenced in bytes: pages whose entry is young or whose folio is referenced.
     pub fn referenced(&self) -> u64 {
         self.referenced
+    }
+
+    /// SwapPss in bytes.
+    pub fn swap_pss(&self) -> u64 {
+        self.swap_pss_fixed >> 12
     }
 
     /// Pss_Dirty in bytes.
@@ -152,6 +161,8 @@ impl Smaps {
         self.pss_file_fixed += o.pss_file_fixed;
         self.pss_shmem_fixed += o.pss_shmem_fixed;
         self.lazyfree += o.lazyfree;
+        self.swap += o.swap;
+        self.swap_pss_fixed += o.swap_pss_fixed;
     }
 }
 
@@ -168,6 +179,8 @@ pub struct Status {
     pub rss_shmem: u64,
     /// RssFile.
     pub rss_file: u64,
+    /// VmSwap: the swap entries in the page tables (`MM_SWAPENTS`).
+    pub vm_swap: u64,
     /// VmLck.
     pub vm_lck: u64,
     /// VmPin.
@@ -189,6 +202,8 @@ pub struct Pagemap {
     pub(crate) file: bool,
     /// Bit 55 (soft-dirty).
     pub(crate) soft_dirty: bool,
+    /// Bit 62 (`PM_SWAP`): the entry is a swap entry.
+    pub swapped: bool,
 }
 
 /// `/proc/kpageflags` bit numbers.
@@ -356,6 +371,7 @@ impl<'m> Cpu<'m> {
             rss_anon: mm.rss(RssKind::Anon).max(0) as u64 * 4096,
             rss_shmem: mm.rss(RssKind::Shmem).max(0) as u64 * 4096,
             rss_file: mm.rss(RssKind::File).max(0) as u64 * 4096,
+            vm_swap: mm.rss(RssKind::Swap).max(0) as u64 * 4096,
             vm_lck: st.locked_vm * 4096,
             vm_pin: st.pinned_vm * 4096,
             map_count: st.vmas.count() as u64,
@@ -380,11 +396,25 @@ impl<'m> Cpu<'m> {
         let pt = self.tables(&task.mm);
         let phys = &self.m.phys;
         let Some(leaf) = leaf_at(pt, addr) else {
+            // A swap entry: bit 62, and bit 56 when only this entry names the slot
+            // (`pte_to_pagemap_entry` reads the swap count).
+            if let crate::pgtable::Walk::Pte { entry, .. } = pt.walk(VirtAddr::new(addr)) {
+                if pt.arch.is_swap_pte(entry) {
+                    let one = self
+                        .m
+                        .swap
+                        .as_ref()
+                        .is_some_and(|s| s.swapcount(pt.arch.swp_entry(entry)) == 1);
+                    return Ok(Pagemap {
+                        swapped: true,
+                        exclusive: one,
+                        soft_dirty: false,
+                        ..Pagemap::default()
+                    });
+                }
+            }
             return Ok(Pagemap::default());
         };
-        if !pt.arch.present(leaf.entry) {
-            return Ok(Pagemap::default());
-        }
         let mut pm = Pagemap {
             present: true,
             soft_dirty: pt.arch.soft_dirty(leaf.entry),
@@ -464,6 +494,7 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
     let phys = &cpu.m.phys;
     let pt = cpu.tables(mm);
     let locked = v.flags.has(VmFlags::LOCKED);
+    let swap = cpu.m.swap.as_ref();
     let mut s = Smaps {
         size: v.len(),
         ..Smaps::default()
@@ -495,6 +526,14 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
                 let (i0, i1) = step.pte_indexes();
                 for i in i0..i1 {
                     let e = pt.ptep_get_raw(table, i);
+                    if pt.arch.is_swap_pte(e) {
+                        // `smaps_pte_entry` of a swap entry: Swap, and SwapPss shared by
+                        // the entries that name the slot.
+                        let n = swap.map_or(1, |sw| sw.swapcount(pt.arch.swp_entry(e)).max(1));
+                        s.swap += 4096;
+                        s.swap_pss_fixed += (4096u64 << 12) / u64::from(n);
+                        continue;
+                    }
                     if e.is_none() || !pt.arch.present(e) {
                         continue;
                     }

@@ -3,7 +3,9 @@
 //! Linux counterparts: `mm/vmscan.c` (`shrink_inactive_list`, `shrink_folio_list`,
 //! `folio_check_references`, `__remove_mapping`, the direct-reclaim loop of
 //! `try_to_free_pages` with its falling priorities, `reclaim_pages` for `MADV_PAGEOUT`) and
-//! `mm/rmap.c` (`folio_referenced`). The watermark is one low mark; there is no kswapd.
+//! `mm/rmap.c` (`folio_referenced`). The watermark is one low mark; kswapd is the
+//! scenario's `reclaim` statement ([`Cpu::reclaim`]). Anonymous memory is reclaimed to
+//! swap by [`anon`].
 
 use crate::filemap::cache::{delete_from_page_cache, file_range_in};
 use crate::filemap::{Inode, PAGE_SIZE};
@@ -19,6 +21,8 @@ use crate::truncate::{drop_cache_pages, unmap_mapping_range};
 use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 use crate::zap::{zap_vma_range_details, GatherScope, MmuGather, ZapDetails};
+
+pub(crate) mod anon;
 
 /// Free pages under which an allocation reclaims page cache first (a low watermark).
 const LOW_WATERMARK: u64 = 256;
@@ -65,9 +69,39 @@ pub(crate) fn reclaim_for<'m>(cpu: &Cpu<'m>, pages: u64) {
         if free >= pages + low {
             return;
         }
-        shrink_file_lru(cpu, (pages + low - free).max(SWAP_CLUSTER_MAX), priority);
+        let want = (pages + low - free).max(SWAP_CLUSTER_MAX);
+        let got = shrink_file_lru(cpu, want, priority);
+        if got < want {
+            anon::shrink_anon_lru(cpu, None, want - got, priority);
+        }
     }
 }
+
+impl Cpu<'_> {
+    /// Runs reclaim as kswapd would (the scenario's `reclaim`): the file lists, then the
+    /// anonymous ones when there is swap, at falling priorities until `bytes` are freed or
+    /// a pass at the highest priority frees nothing. Returns the bytes freed.
+    pub fn reclaim(&self, bytes: u64) -> u64 {
+        self.c().add(Ev::Syscall, 1);
+        let want = bytes.div_ceil(PAGE_SIZE);
+        let mut freed = 0;
+        for priority in (0..=DEF_PRIORITY).rev() {
+            if freed >= want {
+                break;
+            }
+            let batch = (want - freed).max(SWAP_CLUSTER_MAX).min(want - freed);
+            let got = shrink_file_lru(self, batch, priority);
+            freed += got;
+            if freed < want {
+                freed += anon::shrink_anon_lru(self, None, (want - freed).min(batch), priority);
+            }
+        }
+        freed.min(want) * PAGE_SIZE
+    }
+}
+
+/// The lowest reclaim priority (`DEF_PRIORITY`): a pass scans `1/2^priority` of the lists.
+const DEF_PRIORITY: u32 = 12;
 
 /// Reclaim of the file LRU (`shrink_inactive_list` and `shrink_active_list` for file
 /// folios, on every node): folios from the tail of the inactive file list, refilled from

@@ -92,6 +92,11 @@ impl<'c, 'm> MmuGather<'c, 'm> {
         if !self.folios.is_empty() || !self.tables.is_empty() {
             c.add(Ev::GatherFlush, 1);
         }
+        // `free_pages_and_swap_cache`: a swap-cache folio that is mapped nowhere now gives
+        // up its slots first.
+        for &(head, _) in &self.folios {
+            crate::swap_state::free_swap_cache(self.cpu, head);
+        }
         self.cpu.m.phys.folios_put_refs(c, &self.folios);
         self.folios.clear();
         for t in self.tables.drain(..) {
@@ -225,6 +230,19 @@ fn zap_pte_range<'m>(
     while i < i1 {
         let e = ptes.get(i);
         if e.is_none() {
+            i += 1;
+            continue;
+        }
+        if arch.is_swap_pte(e) {
+            // `zap_nonpresent_ptes`: the entry's reference on its slot goes (anonymous
+            // memory only: a file-pages-only zap keeps the private copies).
+            if details == ZapDetails::All {
+                ptes.clear(i, 1);
+                mm.rss_add(RssKind::Swap, -1);
+                if let Some(swap) = cpu.m.swap.as_ref() {
+                    crate::swap_state::free_swap_and_cache(cpu, swap, arch.swp_entry(e), 1);
+                }
+            }
             i += 1;
             continue;
         }

@@ -321,6 +321,11 @@ fn copy_pte_range<'m>(
             i += 1;
             continue;
         }
+        if cp.tables.src.tables().arch.is_swap_pte(e) {
+            copy_nonpresent_pte(cpu, &mut cp, i, e)?;
+            i += 1;
+            continue;
+        }
         let at = step.start.add(((i - i0) as u64) * 4096);
         match copy_present_ptes(cpu, &mut cp, i, iend - i, e, at) {
             Ok((nr, added)) => {
@@ -336,6 +341,32 @@ fn copy_pte_range<'m>(
         }
     }
     ctx.dst.rss_add(RssKind::Anon, rss);
+    Ok(())
+}
+
+/// `copy_nonpresent_pte` for a swap entry: the slot gains the child's reference
+/// (`swap_duplicate`), and a page that was exclusive is no longer: the flag is cleared in
+/// the parent's entry too, so neither side reuses the page alone after swap-in.
+fn copy_nonpresent_pte<'m>(
+    cpu: &Cpu<'m>,
+    cp: &mut CopyPtes<'_, '_>,
+    i: usize,
+    e: crate::pgtable::Pte,
+) -> SysResult<()> {
+    let arch = cpu.m.arch;
+    let swap = cpu.m.swap.as_ref().ok_or(Errno::EIO)?;
+    // A count at its limit is where Linux allocates a continuation page; failing that,
+    // fork fails with ENOMEM.
+    if !swap.duplicate(arch.swp_entry(e)) {
+        return Err(Errno::ENOMEM);
+    }
+    let mut child = e;
+    if arch.swp_exclusive(e) {
+        child = arch.swp_clear_exclusive(e);
+        cp.tables.src.replace(i, child);
+    }
+    cp.tables.dst.set_ptes(i, child, 1);
+    cp.ctx.dst.rss_add(RssKind::Swap, 1);
     Ok(())
 }
 

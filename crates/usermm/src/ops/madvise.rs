@@ -15,10 +15,13 @@ use crate::mlock::lru_relist;
 use crate::mm::{MmState, Pid};
 use crate::phys::Pfn;
 use crate::readahead::madvise_willneed_file;
+use crate::rmap_walk::Held;
 use crate::stats::Ev;
+use crate::swap_state::{folio_free_swap, free_swap_and_cache};
 use crate::truncate::{punch_hole, split_folio_to_order0};
 use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, VmaId};
+use crate::vmscan::anon::{isolate, putback, reclaim_anon_folio};
 use crate::vmscan::pageout_file_folio;
 use crate::zap::{free_empty_pte_table, zap_vma_range, GatherScope, MmuGather};
 
@@ -237,7 +240,8 @@ fn madvise_vma<'m>(
                 return Err(Errno::EINVAL);
             }
             if vma.is_anon_private() {
-                madvise_cold_or_pageout_anon(cpu, mm, vma, va, va_end, advice);
+                let held = Held { mm, st: &*st };
+                madvise_cold_or_pageout_anon(cpu, held, vma, va, va_end, advice);
             }
             if vma.file.is_some() {
                 madvise_cold_or_pageout_file(cpu, mm, vma, va, va_end, advice, removes);
@@ -357,11 +361,12 @@ fn madvise_populate<'m>(
 
 /// `MADV_FREE` on private anonymous memory (`madvise_free_huge_pmd`,
 /// `madvise_free_pte_range`): the entries become clean and old and the folios lazily
-/// freeable (no longer swap-backed); their data stays until reclaim. A small folio already
-/// marked dirty is only freed when this mapping is its only one. A large folio is freed
-/// whole when the range covers it and only this mapping maps it; one the range covers in
-/// part is split first ([`crate::huge_memory::split_anon_folio`]) and its pages in the range then freed
-/// as small folios. Folios other processes map are left alone.
+/// freeable (no longer swap-backed); their data stays until reclaim, which discards them
+/// unless they are written again. A folio that is dirty or in the swap cache is only freed
+/// when this mapping maps it wholly and alone (and a swap-cache one gives up its slots); a
+/// clean one is freed even if other processes map it too. A large folio the range covers
+/// in part is split first ([`crate::huge_memory::split_anon_folio`]) and its pages in the
+/// range then freed as small folios. A swapped-out page is dropped with its slot.
 fn madvise_free<'m>(
     cpu: &Cpu<'m>,
     mm: &crate::mm::Mm,
@@ -434,6 +439,15 @@ fn madvise_free_range<'m>(
         let (i0, i1) = step.pte_indexes();
         for i in i0..i1 {
             let entry = ptes.get(i);
+            if pt.arch.is_swap_pte(entry) {
+                // A swapped-out page is freed with its slot (`free_swap_and_cache_nr`).
+                ptes.clear(i, 1);
+                mm.rss_add(crate::mm::RssKind::Swap, -1);
+                if let Some(swap) = cpu.m.swap.as_ref() {
+                    free_swap_and_cache(cpu, swap, pt.arch.swp_entry(entry), 1);
+                }
+                continue;
+            }
             if entry.is_none() || !pt.arch.present(entry) {
                 continue;
             }
@@ -444,7 +458,7 @@ fn madvise_free_range<'m>(
             let pfn = pt.arch.pfn(entry);
             let nr = 1u64 << mem.order(head);
             let folio_start = a.sub(pfn.offset_from(head) * 4096);
-            let eligible = if nr > 1 {
+            if nr > 1 {
                 let covered =
                     folio_start >= start.max(vma.vm_start()) && folio_start.add(nr * 4096) <= end;
                 if !covered {
@@ -453,10 +467,14 @@ fn madvise_free_range<'m>(
                     }
                     continue;
                 }
-                mem.folio_mapcount(head) == nr as i32
-            } else {
-                !mem.test(head, PageFlag::Dirty) || mem.mapcount(head) == 1
-            };
+            }
+            // A dirty or swap-cache folio is only freed when this mapping is all that maps
+            // it (a large one: by as many entries as it has pages), and a swap-cache one
+            // only if its slots can be given up; a clean one always.
+            let cached = mem.test(head, PageFlag::SwapCache);
+            let eligible = !(cached || mem.test(head, PageFlag::Dirty))
+                || (mem.folio_mapcount(head) == nr as i32
+                    && (!cached || folio_free_swap(cpu, head)));
             if eligible {
                 ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry)));
                 folio_mark_lazyfree(cpu, head);
@@ -469,36 +487,64 @@ fn madvise_free_range<'m>(
 /// `MADV_COLD` and `MADV_PAGEOUT` of private anonymous memory
 /// (`madvise_cold_or_pageout_pte_range`): only folios on the LRU that this mapping alone
 /// maps, wholly, are handled; a large folio the range covers in part is split first
-/// ([`crate::huge_memory::split_anon_folio`]) and its pages in the range handled as small folios. COLD
-/// clears PG_referenced and deactivates. PAGEOUT, with no swap device, reclaims as
-/// `shrink_folio_list` does: a swap-backed folio cannot be written out and goes back on
-/// the active list (checked on 6.18: `active lru swapbacked`, Rss unchanged); a lazily
-/// freed (MADV_FREE, not swap-backed) folio needs no swap: `try_to_unmap_one` discards it
-/// when it is still clean and nothing else holds it, and when it was written again (a
-/// dirty entry or PG_dirty) it is remapped, made dirty and swap-backed again, and
-/// activated.
+/// ([`crate::huge_memory::split_anon_folio`]) and its pages in the range handled as small
+/// folios. COLD clears PG_referenced and deactivates. PAGEOUT clears PG_referenced and
+/// reclaims the folio at once (`reclaim_pages`, [`reclaim_anon_folio`] without looking at
+/// references): swapped out when there is swap; without swap, or with no run of slots
+/// its size, a large swap-backed folio is split (`THP_SWPOUT_FALLBACK`; measured on 6.18
+/// without swap: order 4 and 9 folios end as order 0) and its pages, like any small one
+/// that cannot be written out, go back on the active list (`active lru swapbacked`, Rss
+/// unchanged). A lazily freed (MADV_FREE, not swap-backed) folio needs no swap: it is
+/// discarded when still clean and nothing else holds it; written again, it is made
+/// swap-backed again and kept.
 fn madvise_cold_or_pageout_anon<'m>(
     cpu: &Cpu<'m>,
-    mm: &crate::mm::Mm,
+    held: Held<'_>,
     vma: &crate::vma::Vma,
     start: VirtAddr,
     end: VirtAddr,
     advice: Advice,
 ) {
+    use crate::phys::PageFlag;
+    let mm = held.mm;
+    let mem = &cpu.m.phys.memmap;
     cpu.lru_add_drain();
-    let (folios, splits) = anon_folios_in(cpu, mm, start, end);
+    let (mut folios, mut splits) = anon_folios_in(cpu, mm, start, end);
+    if advice == Advice::PageOut {
+        // Large folios that no run of swap slots fits are split before reclaim sees them.
+        let fits = |head: Pfn| {
+            !mem.test(head, PageFlag::SwapBacked)
+                || mem.test(head, PageFlag::SwapCache)
+                || cpu
+                    .m
+                    .swap
+                    .as_ref()
+                    .is_some_and(|s| s.has_free_run(mem.order(head)))
+        };
+        let (whole, split): (Vec<_>, Vec<_>) = folios
+            .into_iter()
+            .partition(|&(head, _, _)| mem.order(head) == 0 || fits(head));
+        folios = whole;
+        for (head, addr, _) in split {
+            if cpu.m.swap.is_some() {
+                cpu.c().add(crate::stats::Ev::ThpSwpOutFallback, 1);
+            }
+            splits.push((head, addr, 1 << mem.order(head)));
+        }
+    }
     let mut todo = vec![folios];
     split_and_revisit(cpu, mm, vma, splits, (start, end), |s, e| {
         todo.push(anon_folios_in(cpu, mm, s, e).0)
     });
-    let mut discard = Vec::new();
     let mut aged = false;
-    for (head, addr, dirty) in todo.into_iter().flatten() {
-        let nr = 1u64 << cpu.m.phys.memmap.order(head);
+    for (head, addr, _) in todo.into_iter().flatten() {
+        let nr = 1u64 << mem.order(head);
         match advice {
             Advice::PageOut => {
-                if anon_pageout_folio(cpu, head, dirty) {
-                    discard.push((addr, addr.add(nr * 4096)));
+                mem.clear(head, PageFlag::Referenced);
+                if isolate(cpu, head) {
+                    let outcome = reclaim_anon_folio(cpu, Some(held), head, false);
+                    putback(cpu, head, outcome);
                 }
             }
             _ => {
@@ -513,13 +559,6 @@ fn madvise_cold_or_pageout_anon<'m>(
     }
     if aged {
         cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
-    }
-    if !discard.is_empty() {
-        let mut tlb = MmuGather::new(cpu, mm, GatherScope::Range);
-        for (s, e) in discard {
-            zap_vma_range(cpu, &mut tlb, mm, vma, s, e);
-        }
-        tlb.finish();
     }
 }
 
@@ -634,32 +673,6 @@ fn anon_deactivate<'m>(cpu: &Cpu<'m>, head: Pfn) {
     if mem.test(head, PageFlag::Active) {
         lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
     }
-}
-
-/// PAGEOUT of one folio without swap (see [`madvise_cold_or_pageout_anon`]); returns
-/// whether it is to be discarded.
-fn anon_pageout_folio<'m>(cpu: &Cpu<'m>, head: Pfn, dirty: bool) -> bool {
-    use crate::phys::PageFlag;
-    let mem = &cpu.m.phys.memmap;
-    mem.clear(head, PageFlag::Referenced);
-    if !mem.test(head, PageFlag::SwapBacked) {
-        let clean = !dirty && !mem.test(head, PageFlag::Dirty);
-        if clean && mem.refcount(head) == mem.folio_mapcount(head) {
-            return true;
-        }
-        if !clean {
-            mem.set(head, PageFlag::Dirty);
-        }
-        lru_relist(cpu, head, |_| mem.set(head, PageFlag::SwapBacked));
-    }
-    if !mem.test(head, PageFlag::Active) {
-        lru_relist(cpu, head, |on_lru| {
-            if on_lru {
-                mem.set(head, PageFlag::Active);
-            }
-        });
-    }
-    false
 }
 
 fn folio_mark_lazyfree<'m>(cpu: &Cpu<'m>, head: Pfn) {

@@ -182,7 +182,8 @@ fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &Pm
     let mut changed = false;
     for i in i0..i1 {
         let e = ptes.get_raw(i);
-        if e.is_none() {
+        // A swap entry keeps no protection: the swap fault maps with the VMA's.
+        if e.is_none() || cpu.m.arch.is_swap_pte(e) {
             continue;
         }
         let n = new_pte(cpu, vma, e);

@@ -8,7 +8,7 @@
 //! RDONLY=1.
 
 use super::entry::{LeafEntry, LeafLevel, Pmd, Pte, TableEntry};
-use crate::phys::Pfn;
+use crate::phys::{Pfn, SwpEntry};
 
 /// The kind of memory access the MMU checks an entry against (a load or a store), and that
 /// faults when the entry forbids it (`FAULT_FLAG_WRITE` set or not).
@@ -80,6 +80,9 @@ pub(crate) mod x86 {
 }
 
 /// arm64 bit positions (stage 1, 4 KiB granule).
+/// arm64's `PTE_SWP_EXCLUSIVE` (bit 2 of a non-present entry).
+const SWP_EXCLUSIVE_ARM64: u64 = 1 << 2;
+
 pub(crate) mod arm64 {
     #![allow(missing_docs)]
     pub(crate) const VALID: u64 = 1 << 0;
@@ -252,6 +255,53 @@ impl Arch {
             Arch::X86_64 => e & (x86::P | x86::PROTNONE) != 0,
             Arch::Arm64 => e & (arm64::VALID | arm64::PRESENT_INVALID) != 0,
         }
+    }
+
+    /// `swp_entry_to_pte` (with `pte_swp_mkexclusive` when `exclusive`): the non-present PTE
+    /// of a swapped-out page. The slot sits in the PFN field, the valid and PROT_NONE bits
+    /// stay clear, and PageAnonExclusive is kept in a software bit as Linux keeps it
+    /// (x86 `_PAGE_SWP_EXCLUSIVE` is the PWT bit, arm64 `PTE_SWP_EXCLUSIVE` bit 2).
+    /// Deliberate difference: x86 stores the offset inverted (the L1TF mitigation), the
+    /// engine does not need to.
+    #[inline]
+    pub(crate) fn mk_swap_pte(self, entry: SwpEntry, exclusive: bool) -> Pte {
+        debug_assert!(entry.offset() != 0 && entry.offset() < 1 << 36);
+        let excl = match (self, exclusive) {
+            (_, false) => 0,
+            (Arch::X86_64, true) => x86::PWT,
+            (Arch::Arm64, true) => SWP_EXCLUSIVE_ARM64,
+        };
+        Pte::from_val(entry.offset() << 12 | excl)
+    }
+
+    /// `is_swap_pte`: neither empty nor present.
+    #[inline]
+    pub(crate) fn is_swap_pte(self, e: Pte) -> bool {
+        !e.is_none() && !self.present(e)
+    }
+
+    /// `pte_to_swp_entry` of a swap PTE.
+    #[inline]
+    pub(crate) fn swp_entry(self, e: Pte) -> SwpEntry {
+        debug_assert!(self.is_swap_pte(e));
+        SwpEntry::new((e.val() >> 12) & ((1 << 36) - 1))
+    }
+
+    /// `pte_swp_exclusive`.
+    #[inline]
+    pub(crate) fn swp_exclusive(self, e: Pte) -> bool {
+        e.val()
+            & match self {
+                Arch::X86_64 => x86::PWT,
+                Arch::Arm64 => SWP_EXCLUSIVE_ARM64,
+            }
+            != 0
+    }
+
+    /// `pte_swp_clear_exclusive`.
+    #[inline]
+    pub(crate) fn swp_clear_exclusive(self, e: Pte) -> Pte {
+        Pte::from_val(e.val() & !(x86::PWT | SWP_EXCLUSIVE_ARM64))
     }
 
     /// Whether the hardware may access through this entry (present and not PROT_NONE).

@@ -78,8 +78,8 @@ macro_rules! entry_type {
 }
 
 entry_type!(
-    /// A level-4 entry (`pte_t`): none, a present (possibly PROT_NONE) page, or an entry the
-    /// engine never writes (swap entries are not modelled).
+    /// A level-4 entry (`pte_t`): none, a present (possibly PROT_NONE) page, or a swap entry
+    /// (not present, not none: [`SwpEntry`]).
     pub Pte,
     "pte_val",
     "__pte"

@@ -20,6 +20,7 @@ pub(crate) mod contpte;
 pub(crate) mod cursor;
 pub(crate) mod entry;
 
+pub use crate::phys::SwpEntry;
 use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
 use crate::stats::{CpuCounters, Ev};
 use crate::vaddr::VirtAddr;
@@ -329,10 +330,11 @@ pub(crate) struct LeafInfo {
     pub(crate) pfn: Pfn,
 }
 
-/// The leaf that maps `addr`, if any: a read-only walk for the views and validation.
+/// The present leaf that maps `addr`, if any (a swap entry maps nothing): a read-only walk
+/// for the views and validation.
 pub(crate) fn leaf_at(pt: PageTables<'_>, addr: u64) -> Option<LeafInfo> {
     match pt.walk(VirtAddr::new(addr)) {
-        Walk::Pte { entry, .. } if !entry.is_none() => Some(LeafInfo {
+        Walk::Pte { entry, .. } if !entry.is_none() && pt.arch.present(entry) => Some(LeafInfo {
             entry: AnyLeaf::Pte(entry),
             pfn: pt.arch.pfn(entry),
         }),

@@ -12,7 +12,8 @@
 //! word  2 mapcount    (per page, unbiased;  10 mapping (anon/shmem owner id)
 //!          bit 31: PageAnonExclusive)
 //! word  3 large_mapcount (head: all maps)   11 mlock_count (head)
-//! word  4 entire_mapcount (head: PMD maps)  12 ptl (page-table pages: split PTE lock)
+//! word  4 entire_mapcount (head: PMD maps)  12 ptl (page-table pages: split PTE lock;
+//!                                              swap-cache folios: first swap slot)
 //! word  5 pincount    (head of large folio) 13 pt_entries (page-table pages: used entries)
 //! word  6 compound head pfn (tail pages)    14-15 index (head: page offset of the folio)
 //! word  7 order       (head / free block)
@@ -111,6 +112,9 @@ pub enum PageFlag {
     /// it is first mapped, for its lifetime); the engine's own, so that folios without one
     /// never touch the table.
     SharingRecord = 23,
+    /// In the swap cache (`PG_swapcache`): an anonymous folio with swap slots, one per page,
+    /// the first kept in the head's swap word ([`Memmap::swap_entry`]).
+    SwapCache = 24,
 }
 
 impl PageFlag {
@@ -463,6 +467,18 @@ impl Memmap {
     /// Sets the mlock_count.
     pub(crate) fn set_mlock_count(&self, head: Pfn, v: u32) {
         self.w(head, W::MlockCount).store(v, Relaxed);
+    }
+
+    /// `folio->swap`: the first swap slot of a folio in the swap cache (the word page-table
+    /// pages use for their lock, which a data folio never has).
+    pub(crate) fn swap_entry(&self, head: Pfn) -> super::SwpEntry {
+        super::SwpEntry::new(u64::from(self.w(head, W::Ptl).load(Relaxed)))
+    }
+
+    /// Sets (or, with slot 0, clears) `folio->swap`.
+    pub(crate) fn set_swap_entry(&self, head: Pfn, e: super::SwpEntry) {
+        let v = u32::try_from(e.offset()).expect("swap slots fit 32 bits");
+        self.w(head, W::Ptl).store(v, Relaxed);
     }
 
     /// Free-list / LRU link: next.

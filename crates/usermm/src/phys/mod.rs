@@ -17,7 +17,7 @@ use buddy::Zone;
 pub use folio::Folio;
 use lru::{FolioBatch, Lists, Lruvec, FOLIO_BATCH_SIZE};
 pub use memmap::{LargeMapcountLock, Memmap, PageFlag};
-pub use pfn::Pfn;
+pub use pfn::{Pfn, SwpEntry};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 

@@ -138,6 +138,32 @@ impl fmt::Display for Pfn {
     }
 }
 
+/// A swap entry (`swp_entry_t` of swap type 0, the one swap device a machine has): the
+/// slot of the device holding a swapped-out page. Slot 0 is the device's header and never
+/// names a page, so a swap PTE is never the empty entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SwpEntry(u64);
+
+impl SwpEntry {
+    /// The entry of slot `offset` (`swp_entry(0, offset)`).
+    #[inline]
+    pub(crate) const fn new(offset: u64) -> SwpEntry {
+        SwpEntry(offset)
+    }
+
+    /// The slot (`swp_offset`).
+    #[inline]
+    pub const fn offset(self) -> u64 {
+        self.0
+    }
+
+    /// The entry `n` slots further on (the slot of a large folio's `n`th page).
+    #[inline]
+    pub(crate) const fn add(self, n: u64) -> SwpEntry {
+        SwpEntry(self.0 + n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,258 @@
+//! The reverse-map walk of an anonymous folio: finding, ageing and unmapping every entry that
+//! maps it, in every process.
+//!
+//! Linux counterparts: `mm/rmap.c` (`rmap_walk_anon`, `folio_referenced` /
+//! `folio_referenced_one`, `try_to_unmap` / `try_to_unmap_one` for anonymous folios, with
+//! `folio_try_share_anon_rmap_pte` and the lazy-free discard).
+//!
+//! Deliberate difference: Linux finds the VMAs through the folio's anon_vma tree; the engine
+//! keeps anon_vma identities only for merging, so the walk visits every private anonymous
+//! VMA of every process and computes where the folio would sit from its index
+//! (`vma_address`: the index is the linear page index, kept across fork and mremap), then
+//! checks that the entry there maps the folio. Linux takes no mmap lock in the walk; the
+//! engine reads another process's VMAs under its mmap lock, taken with a try-lock, and a
+//! walk that cannot take one gives up as a contended anon_vma lock does (`try_lock` in
+//! reclaim's walks). The mm whose lock the caller holds is passed in as [`Held`].
+
+use crate::machine::Cpu;
+use crate::mm::{Mm, MmState, RssKind};
+use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
+use crate::phys::{PageFlag, Pfn};
+use crate::rmap;
+use crate::stats::Ev;
+use crate::tlb::FlushScope;
+use crate::vaddr::VirtAddr;
+use crate::vma::{VmFlags, Vma};
+
+/// The mm whose mmap lock the caller already holds, and its state.
+#[derive(Clone, Copy)]
+pub(crate) struct Held<'a> {
+    /// The mm.
+    pub(crate) mm: &'a Mm,
+    /// Its VMAs, under the caller's lock.
+    pub(crate) st: &'a MmState,
+}
+
+/// A walk that met a lock it could not take (`rwc->contended`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Contended;
+
+/// Calls `f(mm, vma, start, end)` for every private anonymous VMA whose range may hold
+/// the anonymous folio `head`, with the part of the folio's span inside it.
+fn rmap_walk_anon<'m>(
+    cpu: &Cpu<'m>,
+    held: Option<Held<'_>>,
+    head: Pfn,
+    mut f: impl FnMut(&Mm, &Vma, VirtAddr, VirtAddr),
+) -> Result<(), Contended> {
+    let mem = &cpu.m.phys.memmap;
+    let index = mem.index(head);
+    let nr = 1u64 << mem.order(head);
+    let mut visit = |mm: &Mm, st: &MmState| {
+        for id in st.vmas.all() {
+            let vma = st.vmas.get(id);
+            if vma.file.is_some() || vma.anon_vma() == 0 {
+                continue;
+            }
+            let (first, last) = (vma.pgoff, vma.pgoff + (vma.len() >> 12));
+            if index + nr <= first || index >= last {
+                continue;
+            }
+            let lo = index.max(first);
+            let hi = (index + nr).min(last);
+            let start = vma.vm_start().add((lo - first) << 12);
+            let end = vma.vm_start().add((hi - first) << 12);
+            f(mm, vma, start, end);
+        }
+    };
+    for task in cpu.m.tasks() {
+        let mm = &task.mm;
+        match held {
+            Some(h) if h.mm.id == mm.id => visit(mm, h.st),
+            _ => {
+                let Some(st) = mm.lock.try_read_recursive() else {
+                    return Err(Contended);
+                };
+                visit(mm, &st);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `folio_referenced`: how many VMAs map the folio through a young entry (the young bits
+/// are cleared on the way, with a TLB flush), and whether a VMA that maps it is locked.
+pub(crate) fn folio_referenced<'m>(
+    cpu: &Cpu<'m>,
+    held: Option<Held<'_>>,
+    head: Pfn,
+) -> Result<(u32, bool), Contended> {
+    let (mut young, mut locked) = (0, false);
+    let nr = 1u64 << cpu.m.phys.memmap.order(head);
+    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+        let pt = cpu.tables(mm);
+        let arch = pt.arch;
+        let mut hit = false;
+        let mut mapped = false;
+        let ours = |p: Pfn| p >= head && p < head.add(nr);
+        for step in pt.pmd_walk(start, end) {
+            match step.kind {
+                PmdKind::Huge(e) => {
+                    if pt.vm_normal_folio(e) == Some(head) {
+                        mapped = true;
+                        if arch.young(e) {
+                            let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
+                            pmdl.replace(step.idx, arch.mkold(e));
+                            hit = true;
+                        }
+                    }
+                }
+                PmdKind::Table(table) => {
+                    let mut ptes = PteLock::lock(pt, cpu.c(), table);
+                    let (i0, i1) = step.pte_indexes();
+                    for i in i0..i1 {
+                        let e = ptes.get(i);
+                        if e.is_none() || !arch.present(e) || !ours(arch.pfn(e)) {
+                            continue;
+                        }
+                        mapped = true;
+                        if arch.young(e) {
+                            ptes.replace(i, arch.mkold(e));
+                            hit = true;
+                        }
+                    }
+                }
+            }
+        }
+        if mapped && vma.flags.has(VmFlags::LOCKED) {
+            locked = true;
+        }
+        if hit {
+            young += 1;
+            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+        }
+    })?;
+    Ok((young, locked))
+}
+
+/// How [`try_to_unmap`] treats the folio's entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unmap {
+    /// Replace each entry by a swap entry naming the page's slot (the folio is in the swap
+    /// cache).
+    ToSwap,
+    /// A lazily freed folio: drop each clean entry; a written one (dirty entry or folio)
+    /// stops the walk and makes the folio swap-backed again.
+    Discard,
+}
+
+/// `try_to_unmap` of an anonymous folio: every entry that maps it goes (a PMD mapping is
+/// split first). Returns whether the folio is mapped nowhere afterwards; an entry in a
+/// locked VMA, a pinned exclusive page, a swap slot whose count is full, or a redirtied
+/// lazy-free folio leaves the rest mapped.
+pub(crate) fn try_to_unmap<'m>(
+    cpu: &Cpu<'m>,
+    held: Option<Held<'_>>,
+    head: Pfn,
+    mode: Unmap,
+) -> Result<bool, Contended> {
+    let (phys, c) = (&cpu.m.phys, cpu.c());
+    let mem = &phys.memmap;
+    let nr = 1u64 << mem.order(head);
+    let swap = cpu.m.swap.as_ref();
+    let mut abort = false;
+    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+        if abort {
+            return;
+        }
+        let pt = cpu.tables(mm);
+        let arch = pt.arch;
+        // TTU_SPLIT_HUGE_PMD.
+        for step in pt.pmd_walk(start.pmd_align_down(), end) {
+            if let PmdKind::Huge(e) = step.kind {
+                if pt.vm_normal_folio(e) == Some(head) {
+                    crate::huge_memory::split_huge_pmd(
+                        cpu,
+                        mm,
+                        vma,
+                        step.table,
+                        step.idx,
+                        step.haddr(),
+                    );
+                }
+            }
+        }
+        let mut unmapped = false;
+        for step in pt.pmd_walk(start, end) {
+            let PmdKind::Table(table) = step.kind else {
+                continue;
+            };
+            let mut ptes = PteLock::lock(pt, c, table);
+            let (i0, i1) = step.pte_indexes();
+            for i in i0..i1 {
+                let e = ptes.get(i);
+                if e.is_none() || !arch.present(e) {
+                    continue;
+                }
+                let page = arch.pfn(e);
+                if page < head || page >= head.add(nr) {
+                    continue;
+                }
+                if vma.flags.has(VmFlags::LOCKED) {
+                    abort = true;
+                    return;
+                }
+                if arch.dirty(e) {
+                    mem.set(head, PageFlag::Dirty);
+                }
+                match mode {
+                    Unmap::Discard => {
+                        if mem.test(head, PageFlag::Dirty) {
+                            // Written since MADV_FREE: it must be kept, and swapped
+                            // if anything.
+                            mem.set(head, PageFlag::SwapBacked);
+                            abort = true;
+                            return;
+                        }
+                        if mem.refcount(head) != mem.folio_mapcount(head) {
+                            abort = true;
+                            return;
+                        }
+                        ptes.clear(i, 1);
+                    }
+                    Unmap::ToSwap => {
+                        let exclusive = mem.test(page, PageFlag::AnonExclusive);
+                        // `folio_try_share_anon_rmap_pte`: a pinned exclusive page stays.
+                        if exclusive && rmap::folio_maybe_dma_pinned(phys, head) {
+                            abort = true;
+                            return;
+                        }
+                        let Some(swap) = swap else {
+                            abort = true;
+                            return;
+                        };
+                        let slot = mem.swap_entry(head).add(page.offset_from(head));
+                        if !swap.duplicate(slot) {
+                            abort = true;
+                            return;
+                        }
+                        if exclusive {
+                            mem.clear(page, PageFlag::AnonExclusive);
+                        }
+                        ptes.replace(i, arch.mk_swap_pte(slot, exclusive));
+                        mm.rss_add(RssKind::Swap, 1);
+                    }
+                }
+                mm.rss_add(RssKind::Anon, -1);
+                rmap::remove_ptes(phys, c, head, page, 1, mm.id);
+                phys.put_folio(c, head, 1);
+                c.add(Ev::ZapPtes, 1);
+                unmapped = true;
+            }
+        }
+        if unmapped {
+            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+        }
+    })?;
+    Ok(!abort && mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0)
+}

@@ -1,0 +1,173 @@
+//! The swap cache seen from folios: adding a folio to swap, taking it out, reading a slot in.
+//!
+//! Linux counterparts: `mm/swap_state.c` (`folio_alloc_swap` + the swap-cache insertion that
+//! `add_to_swap` made, `__read_swap_cache_async`, `swap_vma_readahead`,
+//! `free_swap_cache`) and the folio side of `mm/swapfile.c` (`folio_free_swap`,
+//! `free_swap_and_cache_nr`). The slot counts and the bytes are [`crate::swapfile`]'s.
+//!
+//! A folio in the swap cache has `PG_swapcache`, its first slot in `folio->swap`, and one
+//! reference per page held by the cache. It is dirty while its memory is newer than its
+//! slots (reclaim writes it, `folio_free_swap` dirties it since the slots are given up).
+//!
+//! Deliberate difference: swap readahead reads the aligned window of `2^page-cluster`
+//! slots around the faulting PTE that are named by the neighbouring PTEs of the same table
+//! (`swap_vma_readahead`'s window, at its largest: Linux shrinks it when readahead pages
+//! go unused, which the engine does not track).
+
+use crate::machine::Cpu;
+use crate::mlock::folio_add_lru;
+use crate::phys::{FolioKind, PageFlag, Pfn, SwpEntry, Zeroing};
+use crate::stats::Ev;
+use crate::swapfile::SwapInfo;
+
+/// `vm.page-cluster` (3: eight pages), the size of the swap readahead window.
+pub(crate) const PAGE_CLUSTER: u32 = 3;
+
+/// `add_to_swap`: gives the anonymous folio `head` slots, one per page, and enters it in
+/// the swap cache (dirty: its data is not on the device yet). False when the machine has no
+/// swap or no free run of slots the folio's size.
+pub(crate) fn add_to_swap<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
+    let Some(swap) = cpu.m.swap.as_ref() else {
+        return false;
+    };
+    let folio = cpu.m.phys.memmap.folio(head);
+    let nr = folio.nr_pages();
+    let Some(entry) = swap.alloc(folio.order()) else {
+        return false;
+    };
+    swap.cache_add(entry, head, nr);
+    crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, nr as i32);
+    cpu.m.phys.memmap.set_swap_entry(head, entry);
+    folio.set(PageFlag::SwapCache);
+    folio.set(PageFlag::Dirty);
+    true
+}
+
+/// Takes the folio out of the swap cache (`swap_cache_del_folio` + `put_swap_folio`): the
+/// slots no swap PTE names are freed; the cache's references are dropped (which may free
+/// the folio, when nothing else holds it).
+pub(crate) fn delete_from_swap_cache<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    let (phys, c) = (&cpu.m.phys, cpu.c());
+    let folio = cpu.m.phys.memmap.folio(head);
+    let nr = folio.nr_pages();
+    let entry = phys.memmap.swap_entry(head);
+    if let Some(swap) = cpu.m.swap.as_ref() {
+        swap.cache_del(entry, nr);
+    }
+    folio.clear(PageFlag::SwapCache);
+    phys.memmap.set_swap_entry(head, SwpEntry::new(0));
+    phys.put_folio(c, head, nr as i32);
+}
+
+/// `folio_free_swap`: gives up the slots of a folio in the swap cache when no swap PTE
+/// names any of them any more; its memory is then the only copy, so it becomes dirty.
+/// Returns whether it did.
+pub(crate) fn folio_free_swap<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
+    let folio = cpu.m.phys.memmap.folio(head);
+    if !folio.test(PageFlag::SwapCache) || folio.test(PageFlag::Writeback) {
+        return false;
+    }
+    let Some(swap) = cpu.m.swap.as_ref() else {
+        return false;
+    };
+    if swap.any_swapped(cpu.m.phys.memmap.swap_entry(head), folio.nr_pages()) {
+        return false;
+    }
+    folio.set(PageFlag::Dirty);
+    delete_from_swap_cache(cpu, head);
+    true
+}
+
+/// `free_swap_and_cache_nr`: `nr` swap PTEs from `entry` on were removed (zap, MADV_FREE);
+/// a page in the swap cache that nothing maps and no PTE names any more is dropped from it.
+pub(crate) fn free_swap_and_cache<'m>(cpu: &Cpu<'m>, swap: &SwapInfo, entry: SwpEntry, nr: u64) {
+    swap.free_nr(entry, nr);
+    cpu.c().add(Ev::SwapEntriesFreed, nr);
+    let mem = &cpu.m.phys.memmap;
+    let mut last = None;
+    for i in 0..nr {
+        let Some(page) = swap.cache_lookup(entry.add(i)) else {
+            continue;
+        };
+        let head = mem.folio_of(page);
+        if last == Some(head) {
+            continue;
+        }
+        last = Some(head);
+        // `__try_to_reclaim_swap(TTRS_UNMAPPED | TTRS_FULL)`: only a folio nobody maps.
+        if mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0 {
+            folio_free_swap(cpu, head);
+        }
+    }
+}
+
+/// `free_swap_cache` of a folio whose last mapping a zap removed: a swap-cache folio
+/// nothing maps gives its slots up (when no swap PTE names them), so it can be freed.
+pub(crate) fn free_swap_cache<'m>(cpu: &Cpu<'m>, head: Pfn) {
+    let mem = &cpu.m.phys.memmap;
+    if mem.test(head, PageFlag::SwapCache)
+        && mem.folio_mapcount(head) == 0
+        && mem.entire_mapcount(head) == 0
+    {
+        folio_free_swap(cpu, head);
+    }
+}
+
+/// `__read_swap_cache_async`: the page holding `entry`'s data, read into a new order-0
+/// folio of the swap cache (on the LRU) when it is not cached, with a reference for the
+/// caller; `None` when no memory is left or the slot went away (freed by a racing zap).
+/// The bool says whether it came from the cache (a minor fault). The caller reclaims first
+/// if memory is short.
+pub(crate) fn read_swap_cache<'m>(
+    cpu: &Cpu<'m>,
+    swap: &SwapInfo,
+    entry: SwpEntry,
+    node: usize,
+) -> Option<(Pfn, bool)> {
+    let (phys, c) = (&cpu.m.phys, cpu.c());
+    if let Some(page) = swap.cache_lookup(entry) {
+        crate::rmap::folio_ref_add(phys, c, phys.memmap.folio_of(page), 1);
+        return Some((page, true));
+    }
+    let new = phys.alloc_folio(c, 0, node, FolioKind::Anon, Zeroing::NoZero)?;
+    if !swap.claim_cache(entry) {
+        phys.put_folio(c, new, 1);
+        // Cached meanwhile by someone else, or freed.
+        let page = swap.cache_lookup(entry)?;
+        crate::rmap::folio_ref_add(phys, c, phys.memmap.folio_of(page), 1);
+        return Some((page, true));
+    }
+    swap.read(entry, phys, new);
+    c.add(Ev::PswpIn, 1);
+    let mem = &phys.memmap;
+    // A page read from swap is anonymous and swap-backed, but not yet any VMA's: its
+    // mapping and index are set when a fault maps it (`folio_add_new_anon_rmap`).
+    mem.set_swap_entry(new, entry);
+    mem.set(new, PageFlag::SwapCache);
+    swap.cache_add(entry, new, 1);
+    // The cache's reference, then the caller's.
+    crate::rmap::folio_ref_add(phys, c, new, 1);
+    folio_add_lru(cpu, new);
+    Some((new, false))
+}
+
+/// `swap_vma_readahead`'s extra reads: the slots named by the swap PTEs `neighbours` (the
+/// rest of the window around a swap fault) are read into the swap cache, unmapped. The
+/// caller checked that memory for them is free: readahead never reclaims.
+pub(crate) fn swap_readahead<'m>(
+    cpu: &Cpu<'m>,
+    swap: &SwapInfo,
+    neighbours: &[SwpEntry],
+    node: usize,
+) {
+    let (phys, c) = (&cpu.m.phys, cpu.c());
+    for &e in neighbours {
+        if swap.cache_lookup(e).is_some() || swap.swapcount(e) == 0 {
+            continue;
+        }
+        if let Some((page, false)) = read_swap_cache(cpu, swap, e, node) {
+            c.add(Ev::SwapRa, 1);
+            phys.put_folio(c, page, 1);
+        }
+    }
+}
