@@ -603,15 +603,37 @@ impl Parser {
             );
         }
         let base = self.use_name(t, NameKind::Mapping)?;
-        let delta = if c.eat_kind(TokKind::Plus) {
-            Delta::Plus(c.size("an offset after `+`")?)
-        } else if c.eat_kind(TokKind::Minus) {
-            match c.size("an offset after `-`")? {
-                0 => Delta::Plus(0),
-                d => Delta::Minus(d),
+        // `NAME+SIZE-SIZE+…`: the offsets are summed (v3 allows a chain of them).
+        let mut offset: i128 = 0;
+        loop {
+            let col = c.here();
+            let sign = if c.eat_kind(TokKind::Plus) {
+                1
+            } else if c.eat_kind(TokKind::Minus) {
+                -1
+            } else {
+                break;
+            };
+            let what = if sign > 0 {
+                "an offset after `+`"
+            } else {
+                "an offset after `-`"
+            };
+            offset += sign * i128::from(c.size(what)?);
+            if offset.unsigned_abs() > u128::from(u64::MAX) {
+                return fail(
+                    col,
+                    ErrorKind::Absurd {
+                        text: "offset".into(),
+                        why: "the offsets add up to more than 2^64".into(),
+                    },
+                );
             }
-        } else {
-            Delta::Plus(0)
+        }
+        let delta = match u64::try_from(offset.unsigned_abs()) {
+            Ok(d) if offset < 0 => Delta::Minus(d),
+            Ok(d) => Delta::Plus(d),
+            Err(_) => unreachable!("bounded above"),
         };
         Ok(AddrExpr::Rel { base, delta })
     }

@@ -39,10 +39,12 @@ pub(crate) fn aligned(addr: u64) -> bool {
 pub(crate) fn vm_enough_memory<'m>(cpu: &Cpu<'m>, pages: u64) -> SysResult<()> {
     let t = cpu.m.tunables();
     let total = cpu.m.phys.nr_frames();
+    // Swap counts as memory (`total_swap_pages`) in both heuristics.
+    let swap = cpu.m.swap.as_ref().map_or(0, |s| s.pages());
     let ok = match t.overcommit_memory {
         1 => true,
         2 => {
-            let limit = total / 2;
+            let limit = total / 2 + swap;
             let committed = cpu
                 .m
                 .committed
@@ -50,7 +52,7 @@ pub(crate) fn vm_enough_memory<'m>(cpu: &Cpu<'m>, pages: u64) -> SysResult<()> {
                 .max(0) as u64;
             committed + pages <= limit
         }
-        _ => pages <= total,
+        _ => pages <= total + swap,
     };
     if !ok {
         return Err(Errno::ENOMEM);
