@@ -654,7 +654,10 @@ impl Session {
             return rep;
         }
         let host = match HostBackend::new(&self.knobs) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.set_confine(has_reclaim(script));
+                h
+            }
             Err(e) => {
                 rep.cannot_run = Some((0, format!("host: cannot start: {e}")));
                 return rep;
@@ -717,7 +720,10 @@ impl Session {
             return 2;
         }
         let host = match HostBackend::new(&self.knobs) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.set_confine(has_reclaim(script));
+                h
+            }
             Err(e) => {
                 eprintln!("{file}: host: cannot start: {e}");
                 return 2;
@@ -806,6 +812,20 @@ impl Session {
             }
         }
     }
+}
+
+/// Whether `script` has a `reclaim` statement (the host then runs it in a memory cgroup,
+/// which `reclaim` reclaims from, even without `set memory`).
+fn has_reclaim(script: &Script) -> bool {
+    script.stmts.iter().any(|s| {
+        matches!(
+            &s.kind,
+            StmtKind::Action {
+                action: scenario::Action::Reclaim { .. },
+                ..
+            }
+        )
+    })
 }
 
 /// An observation `expect` the host cannot evaluate (a `/proc` file unreadable) skips that

@@ -13,9 +13,11 @@
 
 #![deny(unsafe_code)]
 
+pub mod cgroup;
 pub mod compare;
 pub mod files;
 pub mod host;
+pub mod hostres;
 pub mod knobs;
 pub mod layout;
 pub mod output;
@@ -23,6 +25,7 @@ pub mod procfs;
 pub mod proto;
 pub mod report;
 pub mod server;
+pub mod swapfile;
 #[allow(unsafe_code)]
 pub mod sys;
 
