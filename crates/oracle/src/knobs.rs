@@ -36,6 +36,10 @@
 //! with a plain word as value, and nothing from a journal of an earlier boot (the reboot
 //! reset the knobs already).
 //!
+//! The same lock directory holds `resources.journal`, the swap file and memory cgroup a run
+//! added for `set swap`/`set memory` ([`crate::hostres`]): [`ThpKnobs::acquire`] and
+//! [`recover_all`] remove what a killed run's journal names the same way.
+//!
 //! The THP directory itself can be redirected with `USERMM_THP_DIR` ([`THP_DIR_ENV`]), which
 //! the tests use to run on a fake tree of plain files.
 

@@ -14,7 +14,9 @@
 //! ([`crate::hostres`]): a run killed while the swap is on leaves the journal, and the next
 //! run (or `usermm oracle --restore-knobs`) turns it off and deletes it ([`remove_left`]).
 //! Stale directories whose creator is gone are also swept when a new swap file is made
-//! ([`sweep_stale`]).
+//! ([`sweep_stale`]). A first SIGINT/SIGTERM ends the run in order (the file is removed as
+//! after any file); a second one, which exits at once, still turns the swap off and deletes
+//! the file from the signal handler ([`sys::arm_emergency_swapoff`]).
 
 use crate::files::{self, ScratchDir};
 use crate::sys;
@@ -157,6 +159,7 @@ impl SwapFile {
             e => format!("swapon {}: {}", self.path.display(), errno_text(e)),
         })?;
         self.active = true;
+        sys::arm_emergency_swapoff(Some(&c));
         Ok(())
     }
 
@@ -170,6 +173,7 @@ impl SwapFile {
         if self.active {
             let c = CString::new(self.path.as_os_str().as_bytes())
                 .map_err(|_| format!("{}: contains a NUL byte", self.path.display()))?;
+            sys::arm_emergency_swapoff(None);
             match sys::swapoff(&c) {
                 Ok(()) | Err(libc::EINVAL) => self.active = false,
                 Err(e) => {
