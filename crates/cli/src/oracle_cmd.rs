@@ -1,6 +1,7 @@
 //! `usermm oracle FILE…`: runs each scenario on the host kernel (real processes) and on the
 //! engine, and prints every difference. `usermm oracle --restore-knobs` only puts back the
-//! THP knobs a killed run left changed (from its journal in the lock directory).
+//! THP knobs a killed run left changed and removes the swap file and memory cgroup it added
+//! for `set swap`/`set memory` (from its journals in the lock directory).
 //!
 //! Environment: `USERMM_LOCK_DIR` overrides the lock directory (default `/run/lock/usermm`)
 //! and `USERMM_THP_DIR` the THP knob directory (default
@@ -19,8 +20,9 @@ pub struct OracleArgs {
     /// with the reason), then exit; `--format json` gives the list as JSON.
     #[arg(long, conflicts_with_all = ["files", "restore_knobs"])]
     pub observables: bool,
-    /// Only restore the THP knobs a killed oracle run (or benchmark) left changed, from the
-    /// journal it keeps in the lock directory, report what was done, and exit.
+    /// Only restore the THP knobs a killed oracle run (or benchmark) left changed, and remove
+    /// the swap file and memory cgroup it added (`set swap`, `set memory`), from the journals
+    /// it keeps in the lock directory; report what was done, and exit.
     #[arg(long, conflicts_with = "files")]
     pub restore_knobs: bool,
     /// Set an engine tunable before each file runs (NAME=VALUE; repeatable). The host
@@ -197,7 +199,8 @@ fn restore_knobs() -> anyhow::Result<u8> {
         return Err(oracle::HostError::NotRoot.into());
     }
     let journal = oracle::knobs::journal_path();
-    match oracle::knobs::recover()? {
+    let (knobs, resources) = oracle::knobs::recover_all()?;
+    match knobs {
         None => println!(
             "no THP knob journal at {}: no killed run left knobs to restore",
             journal.display()
@@ -211,6 +214,34 @@ fn restore_knobs() -> anyhow::Result<u8> {
                 println!("  ignored {why}");
             }
             println!("removed {}", rec.journal.display());
+        }
+    }
+    let res_journal = oracle::knobs::resource_journal_path();
+    match resources {
+        None => println!(
+            "no resource journal at {}: no killed run left a swap file or memory cgroup",
+            res_journal.display()
+        ),
+        Some(c) => {
+            println!(
+                "removed what killed run pid {} added to the host (set memory, set swap):",
+                c.pid
+            );
+            for d in &c.done {
+                println!("  removed {d}");
+            }
+            for i in &c.ignored {
+                println!("  ignored {i}");
+            }
+            for l in &c.left {
+                println!("  could not remove {l}");
+            }
+            if c.left.is_empty() {
+                println!("removed {}", res_journal.display());
+            } else {
+                println!("kept {} to retry", res_journal.display());
+                return Ok(2);
+            }
         }
     }
     Ok(0)

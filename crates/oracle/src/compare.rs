@@ -187,6 +187,45 @@ pub fn observables() -> Vec<Observable> {
     for (f, why) in UNCOMPARED_FLAGS {
         v.push(no(&format!("kpageflags {}", f.as_str()), why));
     }
+    v.push(yes(
+        "set memory",
+        "applied on the host too: the scenario's processes run in a memory cgroup of their \
+         own (cgroup v2 memory.max where the host's cgroup2 has the memory controller, else v1 \
+         memory.limit_in_bytes) of set memory plus 1 MiB per live process for what a host \
+         process charges itself, so both sides reclaim at the same size; without set swap the \
+         cgroup never swaps (v2 memory.swap.max 0, v1 memsw limit = memory limit and \
+         swappiness 0)",
+    ));
+    v.push(yes(
+        "set swap",
+        "applied on the host too: a swap file of that size (at most 8 GiB, room left on the \
+         disk) added with swapon (priority 100) under the machine-wide lock, the cgroup allowed \
+         that much swap; removed after the file, and by the next run or --restore-knobs after \
+         a kill. Other swap the host already has is warned about (results may use it)",
+    ));
+    v.push(yes(
+        "reclaim",
+        "the host reclaims from the scenario's cgroup (v2 memory.reclaim, v1 a limit lowered \
+         to usage - SIZE and put back); `nothing more can be reclaimed` is success on both \
+         sides",
+    ));
+    for f in ["smaps Swap", "smaps SwapPss"] {
+        v.push(no(
+            f,
+            "read on the host from /proc/PID/smaps and checked by `expect smaps` on each side; \
+             not compared after each statement until the engine swaps (scenario v3 work)",
+        ));
+    }
+    v.push(no(
+        "status VmSwap",
+        "`expect status VmSwap` reads 0 on both sides for now: the scenario status does not \
+         carry it yet; the host's /proc/PID/status has it",
+    ));
+    v.push(no(
+        "pagemap swapped",
+        "bit 62, checked by `expect pagemap … swapped` on each side; not compared page by page: \
+         the engine's page walk lists present pages only",
+    ));
     v.push(no(
         "counters",
         "the engine's event counters have no host counterpart; `usermm run` prints them",
@@ -654,7 +693,10 @@ impl Session {
             return rep;
         }
         let host = match HostBackend::new(&self.knobs) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.set_confine(has_reclaim(script));
+                h
+            }
             Err(e) => {
                 rep.cannot_run = Some((0, format!("host: cannot start: {e}")));
                 return rep;
@@ -717,7 +759,10 @@ impl Session {
             return 2;
         }
         let host = match HostBackend::new(&self.knobs) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.set_confine(has_reclaim(script));
+                h
+            }
             Err(e) => {
                 eprintln!("{file}: host: cannot start: {e}");
                 return 2;
@@ -806,6 +851,20 @@ impl Session {
             }
         }
     }
+}
+
+/// Whether `script` has a `reclaim` statement (the host then runs it in a memory cgroup,
+/// which `reclaim` reclaims from, even without `set memory`).
+fn has_reclaim(script: &Script) -> bool {
+    script.stmts.iter().any(|s| {
+        matches!(
+            &s.kind,
+            StmtKind::Action {
+                action: scenario::Action::Reclaim { .. },
+                ..
+            }
+        )
+    })
 }
 
 /// An observation `expect` the host cannot evaluate (a `/proc` file unreadable) skips that

@@ -21,6 +21,7 @@
 //! passes the descriptor to the server with the request; `msync` runs in the server.
 
 use crate::files::{self, ScratchDir};
+use crate::hostres::Machine;
 use crate::knobs::ThpKnobs;
 use crate::proto::{Op, Reply, Request, REPLY_BYTES};
 use crate::server::{self, SpawnConfig, Step};
@@ -101,6 +102,8 @@ pub struct HostBackend<'k> {
     /// [`Backend::page`] reads kpageflags and the folio order too (not for `expect pagemap`,
     /// which must not depend on /proc/kpageflags being readable).
     page_frames: bool,
+    /// `set memory`, `set swap`: the file's memory cgroup and swap file.
+    machine: Machine,
 }
 
 fn unsupported(m: impl Into<String>) -> Fail {
@@ -147,6 +150,7 @@ impl<'k> HostBackend<'k> {
             kpageflags,
             undrained: true,
             page_frames: true,
+            machine: Machine::default(),
         })
     }
 
@@ -289,6 +293,25 @@ impl<'k> HostBackend<'k> {
             sys::drain_lru_batches();
             self.undrained = false;
         }
+    }
+
+    /// The file's machine: its memory cgroup and swap file, once made.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// Runs the servers in a memory cgroup even without `set memory` (the file has
+    /// `reclaim` statements, which reclaim from it).
+    pub fn set_confine(&mut self, on: bool) {
+        self.machine.set_confine(on);
+    }
+
+    /// Before a new server: the cgroup made or its limit raised for one more.
+    fn grow_machine(&mut self) -> Res<Option<i32>> {
+        let n = self.servers.len() as u64 + 1;
+        self.machine
+            .before_new_server(self.knobs, n)
+            .map_err(|m| unsupported(format!("set memory: {m}")))
     }
 
     /// Whether [`Backend::page`] also reads kpageflags and the folio order.
@@ -550,6 +573,8 @@ impl Drop for HostBackend<'_> {
                 }
             }
         }
+        // The servers are gone: the cgroup can go, then the swap.
+        self.machine.teardown(self.knobs);
     }
 }
 
@@ -585,6 +610,14 @@ impl Backend for HostBackend<'_> {
                 .knobs
                 .set_use_zero_page(value == "true")
                 .map_err(|e| unsupported(e.to_string())),
+            Setting::Memory(bytes) => {
+                self.machine.set_memory(*bytes);
+                Ok(())
+            }
+            Setting::Swap(bytes) => self
+                .machine
+                .set_swap(self.knobs, *bytes)
+                .map_err(|m| unsupported(format!("set swap: {m}"))),
             _ => Ok(()),
         }
     }
@@ -594,12 +627,14 @@ impl Backend for HostBackend<'_> {
     }
 
     fn spawn(&mut self, privileged: bool, rlimit_memlock: Option<u64>) -> Res<ProcId> {
+        let cgroup_procs = self.grow_machine()?.unwrap_or(-1);
         let (ours, theirs) = UnixStream::pair().map_err(|e| unsupported(e.to_string()))?;
         let cfg = SpawnConfig {
             conn: theirs.as_raw_fd(),
             stray: ours.as_raw_fd(),
             privileged,
             rlimit_memlock,
+            cgroup_procs,
         };
         let pid = sys::fork().map_err(|e| unsupported(format!("fork: errno {e}")))?;
         if pid == 0 {
@@ -624,6 +659,8 @@ impl Backend for HostBackend<'_> {
     }
 
     fn fork(&mut self, p: ProcId) -> Res<ProcId> {
+        self.server(p)?;
+        self.grow_machine()?;
         let ((child, _), fd) = self.call_fd(p, Op::Fork, &[], None)?;
         let child = child as i32;
         let fd = fd.ok_or_else(|| {
@@ -659,7 +696,10 @@ impl Backend for HostBackend<'_> {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        Ok(())
+        let n = self.servers.len() as u64;
+        self.machine
+            .after_exit(n)
+            .map_err(|m| unsupported(format!("set memory: {m}")))
     }
 
     fn mmap(&mut self, p: ProcId, req: &MmapReq) -> Res<u64> {
@@ -684,6 +724,13 @@ impl Backend for HostBackend<'_> {
                     .map(|(r, _)| r.0)
             }
         }
+    }
+
+    fn reclaim(&mut self, p: ProcId, len: u64) -> Res<()> {
+        self.server(p)?;
+        self.undrained = true;
+        let n = self.servers.len() as u64;
+        self.machine.reclaim(len, n).map_err(unsupported)
     }
 
     fn munmap(&mut self, p: ProcId, addr: u64, len: u64) -> Res<()> {

@@ -36,10 +36,14 @@
 //! with a plain word as value, and nothing from a journal of an earlier boot (the reboot
 //! reset the knobs already).
 //!
+//! The same lock directory holds `resources.journal`, the swap file and memory cgroup a run
+//! added for `set swap`/`set memory` ([`crate::hostres`]): [`ThpKnobs::acquire`] and
+//! [`recover_all`] remove what a killed run's journal names the same way.
+//!
 //! The THP directory itself can be redirected with `USERMM_THP_DIR` ([`THP_DIR_ENV`]), which
 //! the tests use to run on a fake tree of plain files.
 
-use crate::{sys, HostError};
+use crate::{hostres, sys, HostError};
 use scenario::{Keyword, ShmemSetting, ThpPolicy, ThpSetting, ThpTop};
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
@@ -73,6 +77,9 @@ const RUN_LOCK: &str = "/run/lock";
 const LOCK_NAME: &CStr = c"oracle.lock";
 const JOURNAL_NAME: &CStr = c"knobs.journal";
 const JOURNAL_TMP: &CStr = c"knobs.journal.tmp";
+/// The journal of the swap file and memory cgroup a run added ([`crate::hostres`]).
+const RES_JOURNAL_NAME: &CStr = c"resources.journal";
+const RES_JOURNAL_TMP: &CStr = c"resources.journal.tmp";
 /// The journal's first line (its format and version).
 const JOURNAL_MAGIC: &str = "usermm-oracle-knobs 1";
 /// A journal is a few hundred bytes; anything much larger is not one of ours.
@@ -451,17 +458,64 @@ impl OracleLock {
                 }
             }
         }
+        self.write_atomic(JOURNAL_NAME, JOURNAL_TMP, &text)
+    }
+
+    /// Atomically replaces `name` with `text`: written to `tmp_name`, synced, renamed over
+    /// `name`, the directory synced.
+    fn write_atomic(&self, name: &CStr, tmp_name: &CStr, text: &str) -> Result<(), HostError> {
         // We hold the lock, so a temporary file here is from a run killed while writing it.
-        self.remove(JOURNAL_TMP)?;
-        let tmp = self.path.join(name_str(JOURNAL_TMP));
-        let mut f = sys::create_new_at(&self.dir, JOURNAL_TMP).map_err(|e| at_error(&tmp, e))?;
+        self.remove(tmp_name)?;
+        let tmp = self.path.join(name_str(tmp_name));
+        let mut f = sys::create_new_at(&self.dir, tmp_name).map_err(|e| at_error(&tmp, e))?;
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| io_error(&tmp, e))?;
         drop(f);
-        sys::rename_at(&self.dir, JOURNAL_TMP, JOURNAL_NAME)
-            .map_err(|e| at_error(&self.journal(), e))?;
+        sys::rename_at(&self.dir, tmp_name, name)
+            .map_err(|e| at_error(&self.path.join(name_str(name)), e))?;
         self.dir.sync_all().map_err(|e| io_error(&self.path, e))
+    }
+
+    /// Reads the private file `name` (bounded to `max` bytes), `None` if absent.
+    fn read_private(&self, name: &CStr, max: u64) -> Result<Option<String>, HostError> {
+        let path = self.path.join(name_str(name));
+        let f = match sys::open_read_at(&self.dir, name) {
+            Ok(f) => f,
+            Err(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(at_error(&path, e)),
+        };
+        check_private_file(&f, &path)?;
+        let mut bytes = Vec::new();
+        f.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(&path, e))?;
+        let bad = |problem: &str| HostError::Journal {
+            path: path.display().to_string(),
+            problem: problem.into(),
+        };
+        if bytes.len() as u64 > max {
+            return Err(bad(&format!("is larger than {max} bytes")));
+        }
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| bad("is not UTF-8"))
+    }
+
+    /// Removes what the resource journal of a killed run names ([`crate::hostres`]).
+    fn replay_resources(&self) -> Result<Option<hostres::Cleanup>, HostError> {
+        let Some(text) = self.read_private(RES_JOURNAL_NAME, JOURNAL_MAX)? else {
+            return Ok(None);
+        };
+        let path = self.path.join(name_str(RES_JOURNAL_NAME));
+        let cleanup = hostres::replay(&text).map_err(|problem| HostError::Journal {
+            path: path.display().to_string(),
+            problem,
+        })?;
+        if cleanup.left.is_empty() {
+            self.remove(RES_JOURNAL_NAME)?;
+        }
+        Ok(Some(cleanup))
     }
 
     /// Restores the knobs from a journal a killed run left, then deletes it. A knob that
@@ -522,7 +576,21 @@ impl OracleLock {
 /// from a journal a killed run left, then releases the lock; `None` if there was no
 /// journal. `usermm oracle --restore-knobs` is this.
 pub fn recover() -> Result<Option<Recovery>, HostError> {
-    OracleLock::take()?.replay_journal(&thp_dir())
+    recover_all().map(|(knobs, _)| knobs)
+}
+
+/// [`recover`], and also removes the swap file and memory cgroup a killed run's resource
+/// journal names ([`crate::hostres`]); `usermm oracle --restore-knobs` is this.
+pub fn recover_all() -> Result<(Option<Recovery>, Option<hostres::Cleanup>), HostError> {
+    let lock = OracleLock::take()?;
+    let knobs = lock.replay_journal(&thp_dir())?;
+    let res = lock.replay_resources()?;
+    Ok((knobs, res))
+}
+
+/// Where a run journals the swap file and memory cgroup it added.
+pub fn resource_journal_path() -> PathBuf {
+    lock_dir().join(name_str(RES_JOURNAL_NAME))
 }
 
 /// Who holds the lock, as its journal says (` (held by pid N, COMM)`), or nothing when the
@@ -568,6 +636,22 @@ impl ThpKnobs {
             eprintln!("{}", rec.note());
             for why in &rec.ignored {
                 eprintln!("usermm: {}: ignored {why}", rec.journal.display());
+            }
+        }
+        if let Some(c) = lock.replay_resources()? {
+            c.print();
+            if !c.left.is_empty() {
+                return Err(HostError::Journal {
+                    path: lock
+                        .path
+                        .join(name_str(RES_JOURNAL_NAME))
+                        .display()
+                        .to_string(),
+                    problem: format!(
+                        "what a killed run added could not all be removed: {}",
+                        c.left.join("; ")
+                    ),
+                });
             }
         }
         let saved = read_knobs(&dir)?;
@@ -695,6 +779,18 @@ impl ThpKnobs {
     /// The saved values (path, value).
     pub fn saved(&self) -> &[(PathBuf, String)] {
         &self.saved
+    }
+
+    /// Journals the host resources of `entries` (a swap file, a memory cgroup) before they
+    /// are added, so a SIGKILLed run's are removed by the next one; no entries removes the
+    /// journal.
+    pub(crate) fn journal_resources(&self, entries: &hostres::Entries) -> Result<(), HostError> {
+        if entries.is_empty() {
+            self.lock.remove(RES_JOURNAL_NAME)
+        } else {
+            self.lock
+                .write_atomic(RES_JOURNAL_NAME, RES_JOURNAL_TMP, &entries.journal_text())
+        }
     }
 }
 

@@ -6,16 +6,20 @@
 //! and reads what the kernel shows about it from `/proc` ([`procfs`]). The engine runs the
 //! same statements beside it, and [`compare`](mod@compare) reports every outcome, verdict
 //! and observable the two disagree on ([`report`]). The host's THP policy knobs are saved,
-//! set per file, and restored ([`knobs`]).
+//! set per file, and restored ([`knobs`]); `set memory` and `set swap` put the file's host
+//! processes in a memory cgroup ([`cgroup`]) and add a swap file ([`swapfile`]), both
+//! journaled and removed after the file ([`hostres`]).
 //!
 //! This is the only crate of the workspace that calls libc; all of it is in [`sys`] (plus
 //! the small C file of fault-catching memory accessors that `build.rs` compiles).
 
 #![deny(unsafe_code)]
 
+pub mod cgroup;
 pub mod compare;
 pub mod files;
 pub mod host;
+pub mod hostres;
 pub mod knobs;
 pub mod layout;
 pub mod output;
@@ -23,6 +27,7 @@ pub mod procfs;
 pub mod proto;
 pub mod report;
 pub mod server;
+pub mod swapfile;
 #[allow(unsafe_code)]
 pub mod sys;
 

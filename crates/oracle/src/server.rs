@@ -53,6 +53,8 @@ pub enum Step {
     Credentials = 4,
     /// Moving the connection to its descriptor.
     Descriptors = 5,
+    /// Joining the scenario's memory cgroup.
+    Cgroup = 6,
 }
 
 impl Step {
@@ -64,6 +66,7 @@ impl Step {
             3 => "placing fences and moving the heap (prctl PR_SET_MM)",
             4 => "dropping root (setresuid/setresgid)",
             5 => "setting up descriptors",
+            6 => "joining the scenario's memory cgroup (writing cgroup.procs)",
             _ => "an unknown step",
         }
     }
@@ -80,6 +83,9 @@ pub struct SpawnConfig {
     pub privileged: bool,
     /// RLIMIT_MEMLOCK (`None`: unlimited).
     pub rlimit_memlock: Option<u64>,
+    /// The scenario cgroup's `cgroup.procs`, open for writing (-1: none): the server joins
+    /// the cgroup first, so everything it charges afterwards is the cgroup's.
+    pub cgroup_procs: i32,
 }
 
 #[derive(Clone, Copy)]
@@ -109,7 +115,8 @@ pub fn run_spawned(cfg: SpawnConfig) -> ! {
         Ok(()) => Reply::Ok(sys::getpid() as u64, 0),
         Err((step, e)) => Reply::Refused(step as u64, e),
     };
-    let conn = if matches!(hello, Reply::Refused(s, _) if s == Step::Descriptors as u64) {
+    let early = [Step::Descriptors as u64, Step::Cgroup as u64];
+    let conn = if matches!(hello, Reply::Refused(s, _) if early.contains(&s)) {
         cfg.conn
     } else {
         CONN_FD
@@ -126,6 +133,10 @@ pub fn run_spawned(cfg: SpawnConfig) -> ! {
 }
 
 fn setup(cfg: &SpawnConfig) -> Result<(), (Step, i32)> {
+    if cfg.cgroup_procs >= 0 {
+        // "0" is the writer itself (cgroup v1 and v2).
+        sys::write(cfg.cgroup_procs, b"0").map_err(|e| (Step::Cgroup, e))?;
+    }
     sys::dup2(cfg.conn, CONN_FD).map_err(|e| (Step::Descriptors, e))?;
     sys::close_from(CONN_FD as u32 + 1);
     sys::server_signals().map_err(|e| (Step::Signals, e))?;

@@ -475,7 +475,30 @@ extern "C" fn on_stop(_sig: libc::c_int) {
             }
         }
     }
+    let swap = EMERGENCY_SWAP.load(Ordering::SeqCst);
+    if !swap.is_null() {
+        // SAFETY: a NUL-terminated path leaked by `arm_emergency_swapoff`, never freed;
+        // swapoff and unlink are system calls (async-signal-safe).
+        unsafe {
+            if libc::swapoff(swap) == 0 {
+                libc::unlink(swap);
+            }
+        }
+    }
     exit_now(130)
+}
+
+/// The swap file a second stop signal turns off and deletes (null: none). The journal still
+/// names it, so the next run removes its directory.
+static EMERGENCY_SWAP: std::sync::atomic::AtomicPtr<libc::c_char> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Registers the swap file a second stop signal turns off and deletes before exiting
+/// (`None`: none any more). A registered path is leaked, never freed: the handler may be
+/// reading it.
+pub fn arm_emergency_swapoff(path: Option<&CString>) {
+    let p = path.map_or(std::ptr::null_mut(), |p| p.clone().into_raw());
+    EMERGENCY_SWAP.store(p, Ordering::SeqCst);
 }
 
 /// Registers the knob values a second stop signal writes back before exiting (the first

@@ -184,3 +184,26 @@ pub fn mount_id(f: &std::fs::File) -> Result<u64, Errno> {
     }
     Ok(s.stx_mnt_id)
 }
+
+/// `SWAP_FLAG_PREFER` of `<linux/swap.h>`: the low 15 bits of the flags are the priority.
+pub const SWAP_FLAG_PREFER: i32 = 0x8000;
+
+/// `swapon(path, flags)` (`mm/swapfile.c`): adds the swap area at `path`.
+pub fn swapon(path: &std::ffi::CStr, flags: i32) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated; swapon reads nothing else of ours.
+    check(unsafe { libc::swapon(path.as_ptr(), flags) })
+}
+
+/// `swapoff(path)`: brings every page of the swap area at `path` back into memory and
+/// removes the area.
+pub fn swapoff(path: &std::ffi::CStr) -> Result<(), Errno> {
+    // SAFETY: `path` is NUL-terminated; swapoff reads nothing else of ours.
+    check(unsafe { libc::swapoff(path.as_ptr()) })
+}
+
+/// `kill(pid, SIGKILL)` of a process that is not our child (a server left in a scenario
+/// cgroup by a killed run); ESRCH when it is gone.
+pub fn kill_pid(pid: i32) -> Result<(), Errno> {
+    // SAFETY: sends a signal; no memory of ours is involved.
+    check(unsafe { libc::kill(pid, libc::SIGKILL) })
+}
