@@ -25,6 +25,7 @@ use crate::swap_state::{folio_free_swap, read_swap_cache, swap_readahead, PAGE_C
 use crate::vm_fault::{anon_vma_prepare, folio_node, FaultCtx, FaultOutcome};
 use crate::vma::VmFlags;
 use crate::vmscan::{enough_free, reclaim_for};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// `do_swap_page` for the swap PTE `orig` at `vmf.addr`.
 ///
@@ -46,6 +47,20 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
     let node = folio_node(cpu, vmf.addr, 0);
     if swap.cache_lookup(entry).is_none() {
         reclaim_for(cpu, 1);
+        let window = readahead_window(vmf);
+        if window.len() > 1 && enough_free(cpu, window.len() as u64) {
+            // `swap_vma_readahead`: the window (the faulting slot among it) is read, then
+            // pushed onto the LRU (`lru_add_drain`), so no batch holds a reference of the
+            // faulting folio either (measured on 6.18: a write fault after sequential
+            // faults frees the swap cache, `!swapcache dirty`; after a lone fault, window
+            // 1, the batch's reference keeps it, `swapcache dirty`).
+            let others: Vec<SwpEntry> = window.into_iter().filter(|&e| e != entry).collect();
+            swap_readahead(cpu, swap, &others, node);
+            if let Some((p, false)) = read_swap_cache(cpu, swap, entry, node) {
+                phys.put_folio(c, p, 1);
+            }
+            cpu.lru_add_drain();
+        }
     }
     let Some((page, cached)) = read_swap_cache(cpu, swap, entry, node) else {
         // The slot was freed under us (a racing zap): the PTE changed, retry.
@@ -57,10 +72,9 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
     };
     if cached {
         c.add(Ev::SwapCacheHit, 1);
-    } else {
-        let window = readahead_window(vmf, entry);
-        if enough_free(cpu, window.len() as u64) {
-            swap_readahead(cpu, swap, &window, node);
+        // A page readahead brought in is a hit (`swap_update_readahead`).
+        if phys.memmap.test_and_clear(page, PageFlag::Readahead) {
+            vma.swap_ra.fetch_add(1, Relaxed);
         }
     }
     let mem = &phys.memmap;
@@ -112,29 +126,46 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
     FaultOutcome::Completed
 }
 
-/// The other slots of the readahead window around the fault: the aligned
-/// `2^PAGE_CLUSTER`-page block of the PTE table around the faulting entry, those of its
-/// PTEs (inside the VMA) that are swap entries.
-fn readahead_window(vmf: &FaultCtx<'_, '_>, fault: SwpEntry) -> Vec<SwpEntry> {
+/// `swap_vma_ra_win` and `swap_vma_readahead`'s window: the swap entries of the pages to
+/// read around the fault, the faulting one among them. The window's size follows the VMA's
+/// last fault and readahead hits (`__swapin_nr_pages`): with no hits it is two pages after
+/// a fault on an adjacent page and one page (no readahead) otherwise; with hits, the next
+/// power of two from four above hits + 2, at most `2^page-cluster`, and never below half the
+/// previous window. It extends forward after a fault on the page before, backward after one
+/// on the page after, and around the fault otherwise, clipped to the VMA and the PTE table.
+fn readahead_window(vmf: &FaultCtx<'_, '_>) -> Vec<SwpEntry> {
     let (pt, vma) = (vmf.pt, vmf.vma);
-    let win = 1u64 << PAGE_CLUSTER;
-    let start = vmf
-        .addr
-        .align_down(win * 4096)
-        .max(vma.vm_start().page_align_down());
-    let end = vmf
-        .addr
-        .align_down(win * 4096)
-        .add(win * 4096)
-        .min(vma.vm_end());
-    let mut out = Vec::new();
-    let mut a = start;
-    while a < end {
-        let e = pt.ptep_get_raw(vmf.table(), a.pte_index());
-        if pt.arch.is_swap_pte(e) && pt.arch.swp_entry(e) != fault {
-            out.push(pt.arch.swp_entry(e));
+    let fpn = vmf.addr.val() >> 12;
+    let info = vma.swap_ra.load(Relaxed);
+    let (prev, prev_win, hits) = (info >> 16, (info >> 8) & 0xff, info & 0xff);
+    let max = 1u64 << PAGE_CLUSTER;
+    let mut win = hits + 2;
+    if win == 2 {
+        if fpn != prev + 1 && fpn + 1 != prev {
+            win = 1;
         }
-        a = a.add(4096);
+    } else {
+        win = win.next_power_of_two().max(4);
     }
-    out
+    let win = win.min(max).max(prev_win / 2);
+    vma.swap_ra.store(fpn << 16 | win << 8, Relaxed);
+    if win == 1 {
+        return Vec::new();
+    }
+    let (lo, hi) = if fpn == prev + 1 {
+        (fpn, fpn + win)
+    } else if prev == fpn + 1 {
+        ((fpn + 1).saturating_sub(win), fpn + 1)
+    } else {
+        let left = (win - 1) / 2;
+        (fpn.saturating_sub(left), fpn - left + win)
+    };
+    let pmd = vmf.addr.pmd_align_down().val() >> 12;
+    let lo = lo.max(vma.vm_start().val() >> 12).max(pmd);
+    let hi = hi.min(vma.vm_end().val() >> 12).min(pmd + 512);
+    (lo..hi)
+        .map(|vpn| pt.ptep_get_raw(vmf.table(), (vpn - pmd) as usize))
+        .filter(|&e| pt.arch.is_swap_pte(e))
+        .map(|e| pt.arch.swp_entry(e))
+        .collect()
 }

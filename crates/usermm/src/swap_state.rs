@@ -167,6 +167,8 @@ pub(crate) fn swap_readahead<'m>(
         }
         if let Some((page, false)) = read_swap_cache(cpu, swap, e, node) {
             c.add(Ev::SwapRa, 1);
+            // Found later by a fault, it counts as a readahead hit.
+            phys.memmap.set(page, PageFlag::Readahead);
             phys.put_folio(c, page, 1);
         }
     }

@@ -218,6 +218,7 @@ pub mod kpf {
     pub const BUDDY: u32 = 10;
     pub(crate) const MMAP: u32 = 11;
     pub(crate) const ANON: u32 = 12;
+    pub(crate) const SWAPCACHE: u32 = 13;
     pub(crate) const SWAPBACKED: u32 = 14;
     pub(crate) const COMPOUND_HEAD: u32 = 15;
     pub(crate) const COMPOUND_TAIL: u32 = 16;
@@ -592,6 +593,7 @@ pub(crate) fn stable_page_flags(phys: &PhysMem, pfn: Pfn) -> u64 {
     set(kpf::LRU, mm.test(head, PageFlag::Lru));
     set(kpf::ACTIVE, mm.test(head, PageFlag::Active));
     set(kpf::SWAPBACKED, mm.test(head, PageFlag::SwapBacked));
+    set(kpf::SWAPCACHE, mm.test(head, PageFlag::SwapCache));
     set(kpf::UNEVICTABLE, mm.test(head, PageFlag::Unevictable));
     set(kpf::MLOCKED, mm.test(head, PageFlag::Mlocked));
     // PG_anon_exclusive shares its bit with PG_mappedtodisk (a per-page flag).

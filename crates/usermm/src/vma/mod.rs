@@ -100,6 +100,9 @@ pub(crate) struct Vma {
     /// The file mapped (`vm_file`): a disk or tmpfs file, or the shmem object of a shared
     /// anonymous mapping. `None` for private anonymous memory.
     pub(crate) file: Option<Arc<Inode>>,
+    /// Swap readahead state (`swap_readahead_info`): the last swap fault's page number,
+    /// its window and the readahead hits since, packed by [`crate::swap_fault`].
+    pub(crate) swap_ra: AtomicU64,
 }
 
 impl Clone for Vma {
@@ -112,6 +115,7 @@ impl Clone for Vma {
             anon_vma: AtomicU64::new(self.anon_vma()),
             anon_vma_chain: AtomicU32::new(self.anon_vma_chain()),
             file: self.file.clone(),
+            swap_ra: AtomicU64::new(self.swap_ra.load(Relaxed)),
         }
     }
 }
@@ -133,6 +137,7 @@ impl Vma {
             anon_vma: AtomicU64::new(0),
             anon_vma_chain: AtomicU32::new(0),
             file,
+            swap_ra: AtomicU64::new(0),
         }
     }
 
