@@ -24,13 +24,31 @@ use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
-/// The mm whose mmap lock the caller already holds, and its state.
+/// The mms whose mmap locks the caller already holds, with their states: the walk reads
+/// their VMAs through these, and visits them even before they are in the task list (a
+/// child being forked).
 #[derive(Clone, Copy)]
 pub(crate) struct Held<'a> {
     /// The mm.
     pub(crate) mm: &'a Mm,
     /// Its VMAs, under the caller's lock.
     pub(crate) st: &'a MmState,
+    /// A second one (fork holds the child's too).
+    pub(crate) also: Option<(&'a Mm, &'a MmState)>,
+}
+
+impl<'a> Held<'a> {
+    /// One held mm.
+    pub(crate) fn one(mm: &'a Mm, st: &'a MmState) -> Held<'a> {
+        Held { mm, st, also: None }
+    }
+
+    fn get(&self, id: u32) -> Option<&'a MmState> {
+        if self.mm.id == id {
+            return Some(self.st);
+        }
+        self.also.filter(|(m, _)| m.id == id).map(|(_, st)| st)
+    }
 }
 
 /// A walk that met a lock it could not take (`rwc->contended`).
@@ -65,15 +83,24 @@ fn rmap_walk_anon<'m>(
             f(mm, vma, start, end);
         }
     };
-    for task in cpu.m.tasks() {
+    let tasks = cpu.m.tasks();
+    for task in &tasks {
         let mm = &task.mm;
-        match held {
-            Some(h) if h.mm.id == mm.id => visit(mm, h.st),
-            _ => {
+        match held.and_then(|h| h.get(mm.id)) {
+            Some(st) => visit(mm, st),
+            None => {
                 let Some(st) = mm.lock.try_read_recursive() else {
                     return Err(Contended);
                 };
                 visit(mm, &st);
+            }
+        }
+    }
+    // A held mm not yet in the task list (the child of a fork in progress).
+    if let Some(h) = held {
+        for (mm, st) in std::iter::once((h.mm, h.st)).chain(h.also) {
+            if !tasks.iter().any(|t| t.mm.id == mm.id) {
+                visit(mm, st);
             }
         }
     }
@@ -146,8 +173,8 @@ pub(crate) enum Unmap {
     Discard,
 }
 
-/// `try_to_unmap` of an anonymous folio: every entry that maps it goes (a PMD mapping is
-/// split first). Returns whether the folio is mapped nowhere afterwards; an entry in a
+/// `try_to_unmap` of an anonymous folio that reclaim isolated (holding one reference):
+/// every entry that maps it goes (a PMD mapping is split first). Returns whether the folio is mapped nowhere afterwards; an entry in a
 /// locked VMA, a pinned exclusive page, a swap slot whose count is full, or a redirtied
 /// lazy-free folio leaves the rest mapped.
 pub(crate) fn try_to_unmap<'m>(
@@ -182,6 +209,14 @@ pub(crate) fn try_to_unmap<'m>(
                 }
             }
         }
+        if mode == Unmap::Discard && maps_dirty(cpu, mm, head, nr, start, end) {
+            // Written since MADV_FREE (`try_to_unmap_one` looks at the folio's whole batch
+            // of entries first): it must be kept, and swapped if anything.
+            mem.set(head, PageFlag::Dirty);
+            mem.set(head, PageFlag::SwapBacked);
+            abort = true;
+            return;
+        }
         let mut unmapped = false;
         for step in pt.pmd_walk(start, end) {
             let PmdKind::Table(table) = step.kind else {
@@ -208,13 +243,12 @@ pub(crate) fn try_to_unmap<'m>(
                 match mode {
                     Unmap::Discard => {
                         if mem.test(head, PageFlag::Dirty) {
-                            // Written since MADV_FREE: it must be kept, and swapped
-                            // if anything.
                             mem.set(head, PageFlag::SwapBacked);
                             abort = true;
                             return;
                         }
-                        if mem.refcount(head) != mem.folio_mapcount(head) {
+                        // Nothing but the mappings and reclaim's isolation holds it.
+                        if mem.refcount(head) != 1 + mem.folio_mapcount(head) {
                             abort = true;
                             return;
                         }
@@ -255,4 +289,30 @@ pub(crate) fn try_to_unmap<'m>(
         }
     })?;
     Ok(!abort && mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0)
+}
+
+/// Whether an entry of `mm` in `[start, end)` mapping the folio is dirty.
+fn maps_dirty<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    head: Pfn,
+    nr: u64,
+    start: VirtAddr,
+    end: VirtAddr,
+) -> bool {
+    let pt = cpu.tables(mm);
+    let arch = pt.arch;
+    pt.pmd_walk(start, end).any(|step| match step.kind {
+        PmdKind::Huge(e) => pt.vm_normal_folio(e) == Some(head) && arch.dirty(e),
+        PmdKind::Table(table) => {
+            let (i0, i1) = step.pte_indexes();
+            (i0..i1).any(|i| {
+                let e = pt.ptep_get_raw(table, i);
+                !e.is_none()
+                    && arch.present(e)
+                    && (head..head.add(nr)).contains(&arch.pfn(e))
+                    && arch.dirty(e)
+            })
+        }
+    })
 }

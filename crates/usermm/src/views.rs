@@ -209,27 +209,27 @@ pub struct Pagemap {
 /// `/proc/kpageflags` bit numbers.
 #[allow(missing_docs)]
 pub mod kpf {
-    pub(crate) const LOCKED: u32 = 0;
-    pub(crate) const REFERENCED: u32 = 2;
-    pub(crate) const UPTODATE: u32 = 3;
-    pub(crate) const DIRTY: u32 = 4;
+    pub const LOCKED: u32 = 0;
+    pub const REFERENCED: u32 = 2;
+    pub const UPTODATE: u32 = 3;
+    pub const DIRTY: u32 = 4;
     pub const LRU: u32 = 5;
-    pub(crate) const ACTIVE: u32 = 6;
+    pub const ACTIVE: u32 = 6;
     pub const BUDDY: u32 = 10;
-    pub(crate) const MMAP: u32 = 11;
-    pub(crate) const ANON: u32 = 12;
-    pub(crate) const SWAPCACHE: u32 = 13;
-    pub(crate) const SWAPBACKED: u32 = 14;
-    pub(crate) const COMPOUND_HEAD: u32 = 15;
-    pub(crate) const COMPOUND_TAIL: u32 = 16;
+    pub const MMAP: u32 = 11;
+    pub const ANON: u32 = 12;
+    pub const SWAPCACHE: u32 = 13;
+    pub const SWAPBACKED: u32 = 14;
+    pub const COMPOUND_HEAD: u32 = 15;
+    pub const COMPOUND_TAIL: u32 = 16;
     pub const UNEVICTABLE: u32 = 18;
-    pub(crate) const THP: u32 = 22;
-    pub(crate) const ZERO_PAGE: u32 = 24;
-    pub(crate) const PGTABLE: u32 = 26;
-    pub(crate) const RESERVED: u32 = 32;
+    pub const THP: u32 = 22;
+    pub const ZERO_PAGE: u32 = 24;
+    pub const PGTABLE: u32 = 26;
+    pub const RESERVED: u32 = 32;
     pub const MLOCKED: u32 = 33;
-    pub(crate) const MAPPEDTODISK: u32 = 34;
-    pub(crate) const WRITEBACK: u32 = 8;
+    pub const MAPPEDTODISK: u32 = 34;
+    pub const WRITEBACK: u32 = 8;
 }
 
 /// What one mapping of a folio adds to smaps.

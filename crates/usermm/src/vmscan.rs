@@ -15,6 +15,7 @@ use crate::mm::Mm;
 use crate::page_writeback::writeback_range;
 use crate::pgtable::cursor::{PmdKind, PteLock};
 use crate::phys::{PageFlag, Pfn};
+use crate::rmap_walk::Held;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::truncate::{drop_cache_pages, unmap_mapping_range};
@@ -60,6 +61,12 @@ pub(crate) fn enough_free<'m>(cpu: &Cpu<'m>, pages: u64) -> bool {
 /// free memory would drop under a low watermark, reclaim page cache first. Called with no
 /// cache, PTE or LRU lock held (an mmap lock for reading may be held).
 pub(crate) fn reclaim_for<'m>(cpu: &Cpu<'m>, pages: u64) {
+    reclaim_for_held(cpu, None, pages);
+}
+
+/// [`reclaim_for`] by a caller that holds `held`'s mmap lock (fork, for its page tables):
+/// that mm's folios are reclaimed through the caller's view of its VMAs.
+pub(crate) fn reclaim_for_held<'m>(cpu: &Cpu<'m>, held: Option<Held<'_>>, pages: u64) {
     let phys = &cpu.m.phys;
     let low = low_watermark(cpu);
     // A few passes, as reclaim raises its priority: a mapped folio is only marked
@@ -72,7 +79,7 @@ pub(crate) fn reclaim_for<'m>(cpu: &Cpu<'m>, pages: u64) {
         let want = (pages + low - free).max(SWAP_CLUSTER_MAX);
         let got = shrink_file_lru(cpu, want, priority);
         if got < want {
-            anon::shrink_anon_lru(cpu, None, want - got, priority);
+            anon::shrink_anon_lru(cpu, held, want - got, priority);
         }
     }
 }

@@ -25,11 +25,13 @@ use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};
 use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, Level};
+use crate::rmap_walk::Held;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::tunables::{PteBatching, VmaTreeCopy};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
+use crate::vmscan::reclaim_for_held;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -122,11 +124,18 @@ fn dup_mmap<'m>(
     cpu.c().add(Ev::VmaNodeAlloc, nodes);
     res?;
     cpu.c().add(Ev::VmaCopied, cst.vmas.count() as u64);
+    // Reclaim during the copy sees both address spaces, as the rmap walk sees the child's
+    // VMAs once `anon_vma_fork` linked them.
+    let held = Held {
+        mm: src,
+        st: pst,
+        also: Some((dst, cst)),
+    };
     for id in pst.vmas.all() {
         let vma = pst.vmas.get(id);
         let copy = !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
         if copy {
-            copy_page_range(cpu, &ctx, vma)?;
+            copy_page_range(cpu, &ctx, held, vma)?;
         }
     }
     Ok(())
@@ -222,9 +231,17 @@ fn dup_vma<'m>(cpu: &Cpu<'m>, vma: &Vma) -> Vma {
     child
 }
 
-fn copy_page_range<'m>(cpu: &Cpu<'m>, ctx: &ForkCtx<'_>, vma: &Vma) -> SysResult<()> {
+fn copy_page_range<'m>(
+    cpu: &Cpu<'m>,
+    ctx: &ForkCtx<'_>,
+    held: Held<'_>,
+    vma: &Vma,
+) -> SysResult<()> {
     let spt = cpu.tables(ctx.src);
     for step in spt.pmd_walk(vma.vm_start(), vma.vm_end()) {
+        // The child's tables come from a GFP_KERNEL allocation, which reclaims when memory
+        // is short (the parent's own folios included: reclaim needs no mmap lock).
+        reclaim_for_held(cpu, Some(held), 2);
         if let PmdKind::Huge(_) = step.kind {
             if copy_huge_pmd(cpu, ctx, vma, &step)? {
                 continue;

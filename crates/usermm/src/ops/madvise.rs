@@ -240,7 +240,7 @@ fn madvise_vma<'m>(
                 return Err(Errno::EINVAL);
             }
             if vma.is_anon_private() {
-                let held = Held { mm, st: &*st };
+                let held = Held::one(mm, st);
                 madvise_cold_or_pageout_anon(cpu, held, vma, va, va_end, advice);
             }
             if vma.file.is_some() {
