@@ -58,6 +58,7 @@ pub mod views;
 pub(crate) mod vm_fault;
 pub mod vma;
 pub(crate) mod vmscan;
+pub(crate) mod workingset;
 pub(crate) mod zap;
 
 pub use access::Signal;

@@ -86,6 +86,11 @@ counters! {
     SwapRa => "swap_ra",
     /// Lazily freed (MADV_FREE) pages discarded by reclaim (`pglazyfreed`).
     PgLazyFreed => "pglazyfreed",
+    /// Page-cache pages read in again over their shadow (`workingset_refault_file`).
+    WorkingsetRefault => "workingset_refault",
+    /// Refaulting pages activated: evicted within the workingset's reach
+    /// (`workingset_activate_file`).
+    WorkingsetActivate => "workingset_activate",
     /// Swap entries freed by unmapping or MADV_FREE (`free_swap_and_cache`).
     SwapEntriesFreed => "swap_entries_freed",
     /// Readahead windows submitted.

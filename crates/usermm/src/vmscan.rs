@@ -175,6 +175,17 @@ pub(crate) fn shrink_file_lru<'m>(cpu: &Cpu<'m>, want: u64, priority: u32) -> u6
                 folio
             };
             let nr = 1u64 << mem.order(folio);
+            if mem.test(folio, PageFlag::Anon) {
+                // A lazily freed anonymous folio sits on the file list (not swap-backed):
+                // reclaim discards it unless it was written again, swap or not.
+                crate::rmap::folio_ref_add(phys, cpu.c(), folio, 1);
+                let outcome = anon::reclaim_anon_folio(cpu, None, folio, true);
+                if outcome == anon::Outcome::Freed {
+                    freed += nr;
+                }
+                anon::putback(cpu, folio, outcome);
+                continue;
+            }
             let inode = files.iter().find(|f| f.id == mem.mapping(folio));
             let verdict = match inode {
                 None => Verdict::Keep,
@@ -266,6 +277,7 @@ pub(crate) fn reclaim_folio<'m>(cpu: &Cpu<'m>, inode: &Inode, folio: Pfn) -> boo
     if mem.test(folio, PageFlag::Dirty) {
         writeback_range(cpu, inode, idx, idx + nr);
     }
+    crate::workingset::workingset_eviction(cpu, inode, idx, folio);
     let removed: Vec<Pfn> = {
         let mut cache = inode.pages.lock();
         (idx..idx + nr).filter_map(|i| cache.remove(i)).collect()
@@ -314,6 +326,7 @@ pub(crate) fn pageout_file_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, addr: Vi
     };
     if !removed.is_empty() {
         cpu.c().add(Ev::PageCacheEvict, 1);
+        crate::workingset::workingset_eviction(cpu, inode, idx, head);
     }
     for p in removed {
         delete_from_page_cache(cpu, p);

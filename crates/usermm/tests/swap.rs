@@ -231,3 +231,42 @@ fn without_swap_pageout_splits_large_folios_and_keeps_them() {
     assert_eq!(smaps_of(&cpu, p, a, 128 * K).rss, 128 * K);
     assert_eq!(cpu.find_mismatch(p, a, 128 * K, 3).expect("read"), None);
 }
+
+#[test]
+fn a_file_page_refaulting_within_the_workingset_starts_active() {
+    use usermm::InodeKind;
+    let m = swap_machine(64 * M, 0);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    // 1M that stays active (read twice through read(2): `folio_mark_accessed`), and 256K
+    // that is evicted and read again.
+    let hot = cpu.file_create(M, InodeKind::Disk, Some(1)).expect("file");
+    cpu.pread(p, hot, 0, M).expect("read");
+    cpu.pread(p, hot, 0, M).expect("read again");
+    let g = cpu
+        .file_create(256 * K, InodeKind::Disk, Some(2))
+        .expect("file");
+    let a = cpu
+        .mmap(p, MmapArgs::file(g, 0, 256 * K, RO))
+        .expect("mmap");
+    cpu.find_mismatch(p, a, 256 * K, 2).expect("read");
+    let (_, d) = counted(&m, || cpu.madvise(p, a, 256 * K, Advice::PageOut));
+    assert_eq!(d.get(Ev::PageCacheEvict) > 0, true, "{d:?}");
+    let (_, d) = counted(&m, || cpu.find_mismatch(p, a, 256 * K, 2));
+    assert_eq!(d.get(Ev::WorkingsetRefault), 64, "every page had a shadow");
+    assert_eq!(
+        d.get(Ev::WorkingsetActivate),
+        64,
+        "evicted 64 pages ago at most: < 256 active"
+    );
+    let f = cpu.kpageflags(p, a).expect("flags").expect("mapped");
+    assert!(f >> kpf::ACTIVE & 1 == 1, "{f:#x}");
+    // A truncation forgets the shadows.
+    cpu.madvise(p, a, 256 * K, Advice::PageOut)
+        .expect("pageout");
+    cpu.munmap(p, a, 256 * K).expect("munmap");
+    cpu.ftruncate(p, g, 0).expect("truncate");
+    cpu.ftruncate(p, g, 256 * K).expect("grow");
+    let (_, d) = counted(&m, || cpu.pread(p, g, 0, 256 * K));
+    assert_eq!(d.get(Ev::WorkingsetRefault), 0);
+}

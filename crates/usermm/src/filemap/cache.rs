@@ -75,6 +75,7 @@ pub(crate) fn cache_alloc_order<'m>(
         cache.insert(idx + i, p.add(i));
     }
     cpu.c().add(Ev::PageCacheAdd, 1);
+    crate::workingset::workingset_refault(cpu, inode, idx, p);
     folio_add_lru(cpu, p);
     Some(p)
 }

@@ -199,6 +199,9 @@ pub struct Inode {
     pub disk: Mutex<DiskStore>,
     /// Readahead state (one open file per inode: every process shares the descriptor).
     pub(crate) ra: Mutex<RaState>,
+    /// Shadows of evicted pages: index → the node's non-resident age at eviction
+    /// ([`crate::workingset`]).
+    pub(crate) shadows: Mutex<std::collections::BTreeMap<u64, u64>>,
     users: AtomicU64,
 }
 
@@ -215,6 +218,7 @@ impl Inode {
                 prev_pos: u64::MAX,
                 ..RaState::default()
             }),
+            shadows: Mutex::new(std::collections::BTreeMap::new()),
             users: AtomicU64::new(1),
         }
     }

@@ -98,11 +98,14 @@ pub(crate) struct Lists {
 #[derive(Debug)]
 pub(crate) struct Lruvec {
     lock: Mutex<Lists>,
+    /// The non-resident age (`nonresident_age`): pages evicted and activated so far.
+    nonresident_age: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Lruvec {
     fn default() -> Self {
         Lruvec {
+            nonresident_age: std::sync::atomic::AtomicU64::new(0),
             lock: Mutex::new(Lists {
                 lists: [ListHead {
                     head: NONE,
@@ -129,6 +132,19 @@ pub(crate) fn folio_lru_list(folio: Folio<'_>) -> LruList {
 }
 
 impl Lruvec {
+    /// The non-resident age now.
+    pub(crate) fn nonresident_age(&self) -> u64 {
+        self.nonresident_age
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Advances the non-resident age by `nr` (`workingset_age_nonresident`); returns the age
+    /// before.
+    pub(crate) fn age_nonresident(&self, nr: u64) -> u64 {
+        self.nonresident_age
+            .fetch_add(nr, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Takes the lru_lock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Lists> {
         self.lock.lock()

@@ -75,6 +75,11 @@ pub(crate) fn reclaim_anon_folio<'m>(
     }
     let lazy = !mem.test(head, PageFlag::SwapBacked);
     if !lazy && !mem.test(head, PageFlag::SwapCache) {
+        // A page that may be pinned for DMA is not given swap (measured on 6.18: a pinned
+        // page stays, not in the swap cache, not activated).
+        if crate::rmap::folio_maybe_dma_pinned(phys, head) {
+            return Outcome::Keep;
+        }
         if !add_to_swap(cpu, head) {
             if nr > 1 {
                 if cpu.m.swap.is_some() {

@@ -1,0 +1,77 @@
+//! Shadow entries and refault activation of page-cache pages.
+//!
+//! Linux counterpart: `mm/workingset.c` (`workingset_eviction`, `workingset_refault`,
+//! `workingset_test_recent`, `workingset_age_nonresident`) for the file LRU of the classic
+//! active/inactive scheme (no MGLRU, as on this host).
+//!
+//! When reclaim evicts a page-cache folio it leaves a shadow in its slots: the node's
+//! non-resident age at that moment (a clock that advances by the pages evicted and
+//! activated). When the page is read in again, the refault distance — how far the clock
+//! moved since — is how much more memory the page would have needed to stay resident; if
+//! it is no more than the node's workingset (its active file pages, and with swap its
+//! anonymous pages too), the page was thrashing out of a cache that is too small for it and
+//! starts on the active list. Truncation and hole punching remove the shadows of their range.
+//!
+//! Deliberate differences: the shadows are kept beside the page cache (a map per inode)
+//! instead of as value entries in its xarray, so they cost no node reclaim (`shadow_lru`);
+//! `PG_workingset` is not kept, so a refaulting folio is activated but not marked as a
+//! restored workingset; anonymous pages leave no shadows in the swap cache (measured on
+//! 6.18: whether a swap-in is activated depends on the memory cgroup's statistics, which the
+//! kernel refreshes at most every two seconds, so no deterministic rule reproduces it).
+
+use crate::filemap::Inode;
+use crate::machine::Cpu;
+use crate::phys::lru::LruList;
+use crate::phys::{PageFlag, Pfn};
+use crate::stats::Ev;
+
+/// `workingset_eviction` of the folio `head` at `idx..idx+nr` of `inode`, reclaimed now:
+/// its slots get the node's clock as their shadow, and the clock advances by `nr`.
+pub(crate) fn workingset_eviction<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, head: Pfn) {
+    let phys = &cpu.m.phys;
+    let nr = 1u64 << phys.memmap.order(head);
+    let lruvec = phys.lruvec_of(head);
+    let age = lruvec.age_nonresident(nr);
+    let mut shadows = inode.shadows.lock();
+    for i in idx..idx + nr {
+        shadows.insert(i, age);
+    }
+}
+
+/// `workingset_refault` for a new folio `head` at `idx` of `inode` about to enter the LRU:
+/// activates it when its shadow says it was evicted within the workingset's reach.
+pub(crate) fn workingset_refault<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, head: Pfn) {
+    let Some(eviction) = inode.shadows.lock().remove(&idx) else {
+        return;
+    };
+    let phys = &cpu.m.phys;
+    let nr = 1u64 << phys.memmap.order(head);
+    cpu.c().add(Ev::WorkingsetRefault, nr);
+    let lruvec = phys.lruvec_of(head);
+    let distance = lruvec.nonresident_age().wrapping_sub(eviction);
+    let workingset = {
+        let l = lruvec.lock();
+        let mut size = l.pages(LruList::ActiveFile);
+        if cpu.m.swap.as_ref().is_some_and(|s| s.inuse() < s.pages()) {
+            size += l.pages(LruList::ActiveAnon) + l.pages(LruList::InactiveAnon);
+        }
+        size
+    };
+    if distance <= workingset {
+        phys.memmap.set(head, PageFlag::Active);
+        lruvec.age_nonresident(nr);
+        cpu.c().add(Ev::WorkingsetActivate, nr);
+    }
+}
+
+/// Drops the shadows of `first..last` (truncation, hole punching).
+pub(crate) fn clear_shadows(inode: &Inode, first: u64, last: u64) {
+    let mut shadows = inode.shadows.lock();
+    if shadows.is_empty() {
+        return;
+    }
+    let gone: Vec<u64> = shadows.range(first..last).map(|(&i, _)| i).collect();
+    for i in gone {
+        shadows.remove(&i);
+    }
+}
