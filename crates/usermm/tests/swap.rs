@@ -241,17 +241,23 @@ fn a_file_page_refaulting_within_the_workingset_starts_active() {
     // 1M that stays active (read twice through read(2): `folio_mark_accessed`), and 256K
     // that is evicted and read again.
     let hot = cpu.file_create(M, InodeKind::Disk, Some(1)).expect("file");
-    cpu.pread(p, hot, 0, M).expect("read");
-    cpu.pread(p, hot, 0, M).expect("read again");
+    cpu.pread(hot, 0, M).expect("read");
+    cpu.pread(hot, 0, M).expect("read again");
     let g = cpu
         .file_create(256 * K, InodeKind::Disk, Some(2))
         .expect("file");
     let a = cpu
-        .mmap(p, MmapArgs::file(g, 0, 256 * K, RO))
+        .mmap(
+            p,
+            MmapArgs {
+                file: Some((g, 0)),
+                ..MmapArgs::anon(256 * K, RO)
+            },
+        )
         .expect("mmap");
     cpu.find_mismatch(p, a, 256 * K, 2).expect("read");
     let (_, d) = counted(&m, || cpu.madvise(p, a, 256 * K, Advice::PageOut));
-    assert_eq!(d.get(Ev::PageCacheEvict) > 0, true, "{d:?}");
+    assert!(d.get(Ev::PageCacheEvict) > 0, "{d:?}");
     let (_, d) = counted(&m, || cpu.find_mismatch(p, a, 256 * K, 2));
     assert_eq!(d.get(Ev::WorkingsetRefault), 64, "every page had a shadow");
     assert_eq!(
@@ -265,8 +271,8 @@ fn a_file_page_refaulting_within_the_workingset_starts_active() {
     cpu.madvise(p, a, 256 * K, Advice::PageOut)
         .expect("pageout");
     cpu.munmap(p, a, 256 * K).expect("munmap");
-    cpu.ftruncate(p, g, 0).expect("truncate");
-    cpu.ftruncate(p, g, 256 * K).expect("grow");
-    let (_, d) = counted(&m, || cpu.pread(p, g, 0, 256 * K));
+    cpu.ftruncate(g, 0).expect("truncate");
+    cpu.ftruncate(g, 256 * K).expect("grow");
+    let (_, d) = counted(&m, || cpu.pread(g, 0, 256 * K));
     assert_eq!(d.get(Ev::WorkingsetRefault), 0);
 }
