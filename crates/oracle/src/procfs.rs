@@ -51,6 +51,11 @@ pub fn parse_smaps_named(text: &str) -> Vec<(VmaView, String)> {
             cur.locked = rest.split_whitespace().any(|f| f == "lo");
             continue;
         }
+        if key == "THPeligible" {
+            // A flag, not a size.
+            cur.smaps.thp_eligible = u64::from(rest.trim() == "1");
+            continue;
+        }
         if let Some(bytes) = parse_kb(rest) {
             set_field(&mut cur.smaps, key, bytes);
         }

@@ -131,6 +131,8 @@ pub struct SmapsView {
     pub kernel_page_size: u64,
     /// MMUPageSize (the largest of the VMAs summed).
     pub mmu_page_size: u64,
+    /// THPeligible: 1 when THP may back the VMA (of the VMAs summed: 1 if any is).
+    pub thp_eligible: u64,
 }
 
 impl Default for SmapsView {
@@ -158,6 +160,7 @@ impl Default for SmapsView {
             swap_pss: 0,
             shared_hugetlb: 0,
             private_hugetlb: 0,
+            thp_eligible: 0,
             kernel_page_size: 0,
             mmu_page_size: 0,
         }
@@ -217,6 +220,7 @@ impl SmapsView {
         self.private_hugetlb += o.private_hugetlb;
         self.kernel_page_size = self.kernel_page_size.max(o.kernel_page_size);
         self.mmu_page_size = self.mmu_page_size.max(o.mmu_page_size);
+        self.thp_eligible = self.thp_eligible.max(o.thp_eligible);
     }
 
     /// (name, value) pairs, for reports.

@@ -525,6 +525,7 @@ impl Backend for EngineBackend {
                         private_hugetlb: 0,
                         kernel_page_size: 4096,
                         mmu_page_size: 4096,
+                        thp_eligible: u64::from(s.thp_eligible),
                     },
                 })
                 .collect())

@@ -707,7 +707,13 @@ impl<B: Backend> Runner<B> {
                             f.as_str()
                         )));
                     };
-                    if got / 1024 != want / 1024 {
+                    // Sizes are printed in kB; THPeligible is a flag.
+                    let unit = if *f == SmapsField::ThpEligible {
+                        1
+                    } else {
+                        1024
+                    };
+                    if got / unit != want / unit {
                         bad.push(format!(
                             "{}: expected {}, found {}",
                             f.as_str(),
@@ -890,5 +896,6 @@ pub fn smaps_field(t: &SmapsView, f: SmapsField) -> Option<u64> {
         SmapsField::SharedHugetlb => t.shared_hugetlb,
         SmapsField::PrivateHugetlb => t.private_hugetlb,
         SmapsField::SwapPss => t.swap_pss,
+        SmapsField::ThpEligible => t.thp_eligible,
     })
 }

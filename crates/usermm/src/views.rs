@@ -103,6 +103,8 @@ pub struct Smaps {
     pub swap: u64,
     /// SwapPss: each of those divided by the swap entries naming its slot (fixed point).
     pub(crate) swap_pss_fixed: u64,
+    /// THPeligible: whether a THP of some enabled size may back the VMA.
+    pub thp_eligible: bool,
 }
 
 impl Smaps {
@@ -163,6 +165,7 @@ impl Smaps {
         self.lazyfree += o.lazyfree;
         self.swap += o.swap;
         self.swap_pss_fixed += o.swap_pss_fixed;
+        self.thp_eligible |= o.thp_eligible;
     }
 }
 
@@ -397,19 +400,12 @@ impl<'m> Cpu<'m> {
         let pt = self.tables(&task.mm);
         let phys = &self.m.phys;
         let Some(leaf) = leaf_at(pt, addr) else {
-            // A swap entry: bit 62, and bit 56 when only this entry names the slot
-            // (`pte_to_pagemap_entry` reads the swap count).
+            // A swap entry: bit 62 only (measured on 6.18: bit 56, "exclusively mapped", is
+            // never set for one, whatever the slot's count).
             if let crate::pgtable::Walk::Pte { entry, .. } = pt.walk(VirtAddr::new(addr)) {
                 if pt.arch.is_swap_pte(entry) {
-                    let one = self
-                        .m
-                        .swap
-                        .as_ref()
-                        .is_some_and(|s| s.swapcount(pt.arch.swp_entry(entry)) == 1);
                     return Ok(Pagemap {
                         swapped: true,
-                        exclusive: one,
-                        soft_dirty: false,
                         ..Pagemap::default()
                     });
                 }
@@ -498,6 +494,7 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
     let swap = cpu.m.swap.as_ref();
     let mut s = Smaps {
         size: v.len(),
+        thp_eligible: thp_eligible(&cpu.m.tunables(), v),
         ..Smaps::default()
     };
     for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
@@ -554,6 +551,37 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
         }
     }
     s
+}
+
+/// smaps `THPeligible` (`thp_vma_allowable_orders(…, TVA_SMAPS, THP_ORDERS_ALL)`): some folio
+/// size the policy enables for the VMA (anonymous memory: `set thp`; shmem and tmpfs:
+/// `shmem_enabled`; other files: never, as the scenario's files are open for writing) fits
+/// naturally aligned in it, placed at its end (the smaps check is not tied to an address).
+fn thp_eligible(t: &crate::tunables::Tunables, v: &Vma) -> bool {
+    if v.flags.has(VmFlags::NOHUGEPAGE) {
+        return false;
+    }
+    let hugepage = v.flags.has(VmFlags::HUGEPAGE);
+    let allowed = |order: u32| match &v.file {
+        None => t.thp.order_allowed(order, hugepage),
+        Some(f) if f.kind.is_shmem() => {
+            let mask = t.shmem.fault_orders(
+                f.kind == crate::filemap::InodeKind::ShmemAnon,
+                hugepage,
+                0,
+                f.size_pages(),
+            );
+            mask & (1 << order) != 0
+        }
+        Some(_) => false,
+    };
+    (2..=HPAGE_PMD_ORDER).any(|order| {
+        let size = 4096u64 << order;
+        let Some(last) = v.end.checked_sub(size) else {
+            return false;
+        };
+        allowed(order) && last & !(size - 1) >= v.start
+    })
 }
 
 /// The kpageflags word of a frame (`stable_page_flags`).

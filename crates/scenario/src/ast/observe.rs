@@ -57,6 +57,8 @@ keyword_enum! {
         PrivateHugetlb = "Private_Hugetlb",
         /// SwapPss: the proportional share of swapped-out pages.
         SwapPss = "SwapPss",
+        /// THPeligible: 1 when THP may back the VMA, else 0 (a flag: compared exactly).
+        ThpEligible = "THPeligible",
     }
 }
 
