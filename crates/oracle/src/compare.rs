@@ -4,13 +4,13 @@
 //! (success, errno or signal), every `expect` verdict, the addresses of results placed at a
 //! given address (`fixed`, `noreplace`, `hint`, MREMAP_FIXED), and after each statement that
 //! may change an address space, for every live process: its scenario VMAs (ranges relative to
-//! the mapping names, permissions, VM_LOCKED and the smaps fields), the scenario status (VmRSS,
-//! VmLck, RssFile, RssShmem), pagemap present/exclusive of every page, and for a sample of
-//! pages the kpageflags bits of [`COMPARED_FLAGS`] and the folio order. A VMA's key names what
-//! it maps when that is not private anonymous memory (`shared-anon`, `tmpfs`, `disk`); the
-//! pages of a `disk` file are compared without what readahead and the host's flusher threads
-//! decide (folio sizes, dirty, writeback), and the LRU aging bits only on anonymous pages
-//! ([`AGING_FLAGS`]). [`observables`] lists all of it, with the reasons for what is left out.
+//! the mapping names, permissions, VM_LOCKED and the smaps fields, Swap and SwapPss among
+//! them), the scenario status (VmRSS, VmLck, RssFile, RssShmem, VmSwap), pagemap
+//! present/exclusive/swapped of every page, and for a sample of pages the kpageflags bits of
+//! [`COMPARED_FLAGS`] and the folio order. A VMA's key names what it maps when that is not
+//! private anonymous memory (`shared-anon`, `tmpfs`, `disk`); the pages of a `disk` file are
+//! compared without what readahead and the host's flusher threads decide (folio sizes, dirty,
+//! writeback), and the LRU aging bits only on anonymous pages ([`AGING_FLAGS`]). [`observables`] lists all of it, with the reasons for what is left out.
 //!
 //! The lists of what is compared are in `observables.rs`; the page-by-page comparison, with
 //! how each side lists its pages, in `pages.rs`.
@@ -71,14 +71,24 @@ fn kind_word(k: VmaKind) -> &'static str {
 }
 
 /// The scenario status lines compared.
-const STATUS_FIELDS: [&str; 4] = ["VmRSS", "VmLck", "RssFile", "RssShmem"];
+const STATUS_FIELDS: [&str; 5] = ["VmRSS", "VmLck", "RssFile", "RssShmem", "VmSwap"];
+
+/// The smaps fields compared: [`SmapsView::fields`] (the list `expect smaps` and `dump`
+/// share, which the oracle may not change) and the swap pair, `Swap` (the swap entries of
+/// the VMA, `smaps_pte_entry`'s `mss->swap`) and `SwapPss` (each entry's share of its slot,
+/// by the slot's swap count).
+fn smaps_fields(s: &SmapsView) -> impl Iterator<Item = (&'static str, u64)> {
+    s.fields()
+        .into_iter()
+        .chain([("Swap", s.swap), ("SwapPss", s.swap_pss)])
+}
 
 /// What one process looks like after a statement.
 #[derive(Debug, Default)]
 struct ProcObs {
     vmas: Vec<VmaObs>,
     /// [`STATUS_FIELDS`].
-    status: Option<[u64; 4]>,
+    status: Option<[u64; 5]>,
     /// Per VMA; `None` where pagemap could not be read.
     pages: Vec<Option<VmaPages>>,
     skipped: Vec<String>,
@@ -113,7 +123,7 @@ fn observe<B: Backend + ObservePages>(r: &mut Runner<B>, pid: u32) -> ProcObs {
         });
     }
     match r.scenario_status(pid) {
-        Ok(s) => o.status = Some([s.vm_rss, s.vm_lck, s.rss_file, s.rss_shmem]),
+        Ok(s) => o.status = Some([s.vm_rss, s.vm_lck, s.rss_file, s.rss_shmem, s.vm_swap]),
         Err(f) => o.skipped.push(format!("status: {}", fail_name(&f))),
     }
     for v in &vmas {
@@ -562,13 +572,13 @@ fn compare_obs(
         return;
     }
     for (i, (ev, hv)) in e.vmas.iter().zip(&h.vmas).enumerate() {
-        for ((f, a), (_, b)) in ev.smaps.fields().iter().zip(hv.smaps.fields().iter()) {
+        for ((f, a), (_, b)) in smaps_fields(&ev.smaps).zip(smaps_fields(&hv.smaps)) {
             if a != b {
                 d.add(
                     Some(proc_name),
                     format!("smaps {} {f}", ev.key),
-                    kb(*a),
-                    kb(*b),
+                    kb(a),
+                    kb(b),
                 );
             }
         }
@@ -604,4 +614,3 @@ pub fn compare(script: &Script, engine_tunables: &[(String, String)]) -> OracleR
         }
     }
 }
-

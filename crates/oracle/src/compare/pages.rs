@@ -1,9 +1,10 @@
 //! The page-by-page comparison: what each side shows of a VMA's pages, and the differences.
 //!
-//! Pages are observed sparsely: each side lists only the pages it shows (present or
-//! exclusive), in address order — the host reads pagemap a bounded chunk at a time and
-//! keeps those entries, the engine walks its page tables skipping empty upper levels — and
-//! the two lists are merged, a page missing from one list being absent there. So the time
+//! Pages are observed sparsely: each side lists only the pages it shows (present, a swap
+//! entry, or exclusive), in address order — the host reads pagemap a bounded chunk at a time
+//! and keeps those entries, the engine walks its page tables skipping empty upper levels
+//! (and, in a process with swap entries, its page-table dump for them) — and the two lists
+//! are merged, a page missing from one list being absent there. So the time
 //! and memory of a comparison follow the pages mapped, not the size of the mappings (a
 //! 64 GiB `norserve` reservation costs what its few written pages cost), and the
 //! differences reported are the ones a page-by-page comparison would report.
@@ -29,8 +30,11 @@ const MAX_PAGE_LINES: usize = 16;
 pub struct PageObs {
     /// pagemap bit 63.
     pub present: bool,
-    /// pagemap bit 56.
+    /// pagemap bit 56: the page is mapped once. Linux 6.18 sets it on present pages only
+    /// (`pte_to_pagemap_entry` tests the mapcount under PM_PRESENT): clear on a swap entry.
     pub exclusive: bool,
+    /// pagemap bit 62: a swap entry (`pte_to_pagemap_entry`'s PM_SWAP).
+    pub swapped: bool,
     /// The compared kpageflags bits (sampled pages that are present).
     pub flags: Option<u64>,
     /// Folio order (sampled pages that are present).
@@ -38,7 +42,7 @@ pub struct PageObs {
 }
 
 /// The pages of one VMA that are shown, sparsely: `(index, page)` in index order for every
-/// page whose observation is not [`PageObs::default`] (absent and not exclusive), out of
+/// page whose observation is not [`PageObs::default`] (absent, no swap entry, not exclusive), out of
 /// `count` pages; every page not listed is absent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmaPages {
@@ -99,29 +103,64 @@ impl ObservePages for EngineBackend {
     fn observe_pages(&mut self, p: u32, start: u64, end: u64) -> Res<(VmaPages, Vec<String>)> {
         let mut out = VmaPages::new(start, end);
         let n = out.count;
-        // The engine shows a page as exclusive only when it is present, so its present pages
-        // are all the pages it shows. Any CPU slot will do for this read-only walk.
-        let present = {
+        // The engine shows a page only when it is present or a swap entry (it sets pagemap's
+        // bit 56 on nothing else), so those are all the pages it shows. Any CPU slot will do
+        // for these read-only walks.
+        let (present, swapped) = {
             let cpu = self
                 .machine()?
                 .enter_cpu(0)
                 .map_err(|e| Fail::Unsupported(e.to_string()))?;
-            cpu.present_pages(p, start, end)
-                .map_err(|e| Fail::Unsupported(format!("page tables: {}", e.name())))?
+            let tables = |e: usermm::Errno| Fail::Unsupported(format!("page tables: {}", e.name()));
+            let present = cpu.present_pages(p, start, end).map_err(tables)?;
+            // Swap entries: the present-page walk skips them, and the engine has no walk of
+            // a range that lists them, so the process's raw page-table dump is searched —
+            // only when it has any (MM_SWAPENTS, status VmSwap), so a file without swap
+            // costs what it did. Each non-present entry of the range is read as pagemap
+            // reads it, bit 56 included: a swap entry with it set is a difference from Linux.
+            let mut swapped = Vec::new();
+            if cpu.status(p).map_err(tables)?.vm_swap > 0 {
+                for leaf in cpu.page_table_dump(p).map_err(tables)? {
+                    let a = leaf.addr;
+                    if a < start || a >= end || present.binary_search(&a).is_ok() {
+                        continue;
+                    }
+                    let pm = cpu.pagemap(p, a).map_err(tables)?;
+                    if pm.swapped {
+                        swapped.push((a, pm.exclusive));
+                    }
+                }
+            }
+            (present, swapped)
         };
+        let mut pages: Vec<(u64, PageObs)> = swapped
+            .into_iter()
+            .map(|(a, exclusive)| {
+                let o = PageObs {
+                    swapped: true,
+                    exclusive,
+                    ..PageObs::default()
+                };
+                (a, o)
+            })
+            .collect();
         for addr in present {
             let v = self.page(p, addr)?;
             let keep = v.present && sampled(((addr - start) / 4096) as usize, n);
-            out.push(
-                start,
+            pages.push((
                 addr,
                 PageObs {
                     present: v.present,
                     exclusive: v.exclusive,
+                    swapped: v.swapped,
                     flags: v.kpageflags.filter(|_| keep).map(compared_bits),
                     order: v.folio_order.filter(|_| keep),
                 },
-            );
+            ));
+        }
+        pages.sort_unstable_by_key(|&(a, _)| a);
+        for (addr, o) in pages {
+            out.push(start, addr, o);
         }
         Ok((out, Vec::new()))
     }
@@ -140,13 +179,14 @@ impl ObservePages for HostBackend<'_> {
     fn observe_pages(&mut self, p: u32, start: u64, end: u64) -> Res<(VmaPages, Vec<String>)> {
         let mut out = VmaPages::new(start, end);
         let n = out.count;
-        let shown = procfs::PM_PRESENT | procfs::PM_EXCLUSIVE;
+        let shown = procfs::PM_PRESENT | procfs::PM_EXCLUSIVE | procfs::PM_SWAP;
         let entries = self.pagemap_entries(p, start, end, shown)?;
         let mut skipped = Vec::new();
         for (addr, e) in entries {
             let mut o = PageObs {
                 present: e & procfs::PM_PRESENT != 0,
                 exclusive: e & procfs::PM_EXCLUSIVE != 0,
+                swapped: e & procfs::PM_SWAP != 0,
                 ..PageObs::default()
             };
             let i = ((addr - start) / 4096) as usize;
@@ -202,6 +242,7 @@ pub(super) fn disk_pages(pages: &VmaPages) -> VmaPages {
 enum PageField {
     Present,
     Exclusive,
+    Swapped,
     Order,
     Flag(KpageFlag),
 }
@@ -211,6 +252,7 @@ impl PageField {
         match self {
             PageField::Present => "present",
             PageField::Exclusive => "exclusive",
+            PageField::Swapped => "swapped",
             PageField::Order => "folio order",
             PageField::Flag(f) => f.as_str(),
         }
@@ -221,6 +263,7 @@ impl PageField {
         match self {
             PageField::Present => Some(u8::from(o.present).to_string()),
             PageField::Exclusive => Some(u8::from(o.exclusive).to_string()),
+            PageField::Swapped => Some(u8::from(o.swapped).to_string()),
             PageField::Order => o.order.map(|x| x.to_string()),
             PageField::Flag(f) => o
                 .flags
@@ -229,11 +272,16 @@ impl PageField {
     }
 }
 
-/// Every compared page field: pagemap's two bits, the folio order, [`COMPARED_FLAGS`].
+/// Every compared page field: pagemap's three bits, the folio order, [`COMPARED_FLAGS`].
 fn page_fields() -> impl Iterator<Item = PageField> {
-    [PageField::Present, PageField::Exclusive, PageField::Order]
-        .into_iter()
-        .chain(COMPARED_FLAGS.into_iter().map(PageField::Flag))
+    [
+        PageField::Present,
+        PageField::Exclusive,
+        PageField::Swapped,
+        PageField::Order,
+    ]
+    .into_iter()
+    .chain(COMPARED_FLAGS.into_iter().map(PageField::Flag))
 }
 
 /// The pages either side shows, merged by index: `(index, engine, host)`, an unlisted page
@@ -418,13 +466,18 @@ mod tests {
                 exclusive: true,
                 flags: flags[(r / 6 % 4) as usize],
                 order: Some((r / 24 % 2) as u32),
+                ..PageObs::default()
             },
             4 => PageObs {
                 present: true,
                 ..PageObs::default()
             },
+            // A swap entry, its slot used once or more (exclusive or not), or (not swapped)
+            // an exclusive page that is not present, which neither side shows but the merge
+            // must still handle.
             _ => PageObs {
-                exclusive: true,
+                exclusive: !(r / 6).is_multiple_of(3),
+                swapped: r / 6 % 3 != 2,
                 ..PageObs::default()
             },
         }
@@ -478,5 +531,57 @@ mod tests {
                 "case {case}: {ep:?} / {hp:?}"
             );
         }
+    }
+
+    /// A page swapped out on one side only, and a swap entry whose slot is shared on one
+    /// side only, are each reported with the field that differs.
+    #[test]
+    fn swapped_pages_are_compared() {
+        let swapped = PageObs {
+            swapped: true,
+            exclusive: true,
+            ..PageObs::default()
+        };
+        let present = PageObs {
+            present: true,
+            exclusive: true,
+            ..PageObs::default()
+        };
+        let shared_slot = PageObs {
+            swapped: true,
+            ..PageObs::default()
+        };
+        let e = sparse(&[swapped, swapped, present, swapped]);
+        let h = sparse(&[swapped, present, present, shared_slot]);
+        let mut got = OracleReport::new("t");
+        let at = |a: u64| format!("{:#x}", a / 4096);
+        let mut d = Diff {
+            line: 7,
+            out: &mut got,
+        };
+        compare_pages("p0", 0, &e, &h, &mut d, &at);
+        let found: Vec<(String, String, String)> = got
+            .differences
+            .iter()
+            .map(|x| (x.field.clone(), x.engine.clone(), x.host.clone()))
+            .collect();
+        let want = [
+            ("page 0x1 present", "0", "1"),
+            ("page 0x3 exclusive", "1", "0"),
+            ("page 0x1 swapped", "1", "0"),
+        ];
+        let want: Vec<(String, String, String)> = want
+            .iter()
+            .map(|&(f, a, b)| (f.to_string(), a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(found, want);
+        // Agreeing swap entries report nothing.
+        let mut same = OracleReport::new("t");
+        let mut d = Diff {
+            line: 7,
+            out: &mut same,
+        };
+        compare_pages("p0", 0, &e, &e, &mut d, &at);
+        assert!(same.differences.is_empty(), "{same}");
     }
 }
