@@ -37,14 +37,6 @@ expect p0 read a+512K 4K pattern=0x5a
 p0 madvise a+3M 4K normal
 ";
 
-/// The one difference the engine is known to have here: it sets pagemap bit 56 on a swap
-/// entry whose slot is used once (`Cpu::pagemap` in crates/usermm/src/views.rs), which Linux
-/// 6.18 does not (`pte_to_pagemap_entry` tests the mapcount of present pages only). Reported
-/// by the comparison, left to the engine to fix; nothing else may differ.
-fn engine_swap_exclusive(d: &oracle::Difference) -> bool {
-    d.field.ends_with(" exclusive") && d.engine == "1" && d.host == "0"
-}
-
 /// Whether `rep` stopped because this host cannot give the file a cgroup or swap; prints why.
 fn host_refused(rep: &OracleReport) -> bool {
     match &rep.cannot_run {
@@ -70,12 +62,7 @@ fn paged_out_pages_agree() {
         rep.failed.is_none() && rep.cannot_run.is_none() && rep.expect_failures.is_empty(),
         "{rep}"
     );
-    let other: Vec<_> = rep
-        .differences
-        .iter()
-        .filter(|d| !engine_swap_exclusive(d))
-        .collect();
-    assert!(other.is_empty(), "{rep}");
+    assert!(rep.differences.is_empty(), "{rep}");
     assert_eq!(rep.statements, 21, "{rep}");
 }
 
