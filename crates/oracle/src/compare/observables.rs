@@ -141,6 +141,16 @@ pub fn observables() -> Vec<Observable> {
          its page-table dump when the process has any (status VmSwap), the host from pagemap",
     ));
     v.push(yes(
+        "after memory pressure",
+        "from the first statement that reclaimed under pressure (the engine scanned its LRU \
+         lists: direct reclaim or `reclaim`; not `madvise … pageout`) on: smaps Rss, Pss, \
+         Shared/Private Clean/Dirty, Anonymous, AnonHugePages, Swap, SwapPss and status \
+         VmRSS, RssFile, RssShmem, VmSwap within the larger of 4 MiB and 1/32 of `set memory` \
+         (each side picks its own victims from lists that differ in the host's own pages and \
+         batch sizes); a private anonymous VMA's Rss+Swap exactly unless the file uses \
+         `madvise … free`; its pages no longer one by one",
+    ));
+    v.push(yes(
         "sampling",
         &format!(
             "the page sample: every present page of a VMA of up to {SAMPLE_ALL_PAGES} pages, \
