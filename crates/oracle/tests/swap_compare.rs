@@ -87,3 +87,41 @@ fn swap_observables_are_compared() {
         assert_eq!(listed, [true], "{f}: {all:?}");
     }
 }
+
+/// The must-show of the reclaim issue: `scenarios/swap-1g-in-256m.scn`, a 1 GiB working
+/// set written into 256 MiB with 2 GiB of swap (direct reclaim to swap on both sides),
+/// read back, forked and written by the child, agrees with the host under the pressure
+/// rule (`compare/pressure.rs`: residency sizes within 8 MiB, Rss+Swap exact), and the
+/// rule was in force (its pages are reported as not compared one by one).
+#[test]
+fn a_gigabyte_working_set_under_pressure_agrees() {
+    if !host_ready() {
+        return;
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/swap-1g-in-256m.scn"
+    );
+    let text = std::fs::read_to_string(path).expect("scenario");
+    let rep = oracle::compare(&script_named(path, &text), &[]);
+    if host_refused(&rep) {
+        return;
+    }
+    assert!(
+        rep.failed.is_none()
+            && rep.cannot_run.is_none()
+            && rep.expect_failures.is_empty()
+            && rep.differences.is_empty(),
+        "{rep}"
+    );
+    assert!(
+        rep.skipped
+            .iter()
+            .any(|(_, r)| r.contains("after memory pressure")),
+        "the pressure rule did not engage: {rep}"
+    );
+}
+
+fn script_named(name: &str, text: &str) -> scenario::Script {
+    scenario::parse(name, text).unwrap_or_else(|e| panic!("{e}"))
+}
