@@ -226,7 +226,12 @@ impl<B: Backend> Runner<B> {
         for v in &vmas {
             s.vm_rss += v.smaps.rss;
             s.rss_anon += v.smaps.anonymous;
-            s.vm_swap += v.smaps.swap;
+            // VmSwap is the swap entries in the page tables (`MM_SWAPENTS`): a shared
+            // shmem mapping's Swap is its object's, not the process's.
+            let shared_object = v.kind != VmaKind::Anon && v.perms.ends_with('s');
+            if !shared_object {
+                s.vm_swap += v.smaps.swap;
+            }
             // Pages that are not anonymous are the file's: shmem for tmpfs and shared
             // anonymous memory (MM_SHMEMPAGES), file pages otherwise (MM_FILEPAGES).
             let file_pages = v.smaps.rss.saturating_sub(v.smaps.anonymous);

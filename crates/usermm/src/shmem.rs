@@ -4,7 +4,7 @@
 //! `shmem_huge_global_enabled`, `shmem_get_folio_gfp`'s order choice). The file operations
 //! shared with disk files are in [`crate::filemap::cache`].
 
-use crate::filemap::cache::folio_mark_accessed;
+use crate::filemap::cache::{cache_alloc, folio_mark_accessed};
 use crate::filemap::xarray::XArray;
 use crate::filemap::{Inode, InodeKind, PAGE_SIZE};
 use crate::machine::Cpu;
@@ -24,12 +24,16 @@ pub(crate) fn shmem_read<'m>(cpu: &Cpu<'m>, inode: &Inode, offset: u64, end: u64
         let dst = &mut out[(pos - offset) as usize..(pos - offset + n) as usize];
         let mem = &cpu.m.phys.memmap;
         // SGP_READ: a fallocated page not yet written (not uptodate) reads as a hole and
-        // is not touched.
-        let page = inode
-            .pages
-            .lock()
-            .get(idx)
-            .filter(|&p| mem.test(mem.folio_of(p), PageFlag::Uptodate));
+        // is not touched; a page out on swap is read back in first.
+        let page = {
+            let mut cache = inode.pages.lock();
+            if cache.get(idx).is_none() && inode.swapped.lock().contains_key(&idx) {
+                cache_alloc(cpu, inode, &mut cache, idx);
+            }
+            cache
+                .get(idx)
+                .filter(|&p| mem.test(mem.folio_of(p), PageFlag::Uptodate))
+        };
         match page {
             Some(p) => {
                 cpu.m.phys.arena.read(p, in_page as usize, dst);

@@ -14,6 +14,7 @@
 //! (`swap_vma_readahead`'s window, at its largest: Linux shrinks it when readahead pages
 //! go unused, which the engine does not track).
 
+use crate::filemap::Inode;
 use crate::machine::Cpu;
 use crate::mlock::folio_add_lru;
 use crate::phys::{FolioKind, PageFlag, Pfn, SwpEntry, Zeroing};
@@ -171,5 +172,98 @@ pub(crate) fn swap_readahead<'m>(
             phys.memmap.set(page, PageFlag::Readahead);
             phys.put_folio(c, page, 1);
         }
+    }
+}
+
+/// `shmem_writeout`: a shmem folio reclaim has unmapped from every mapping, held by the page
+/// cache alone (and `extra` references of the caller's), goes out to swap: slots for its pages (one run its size), its data written,
+/// the cache's entries replaced by swap entries ([`Inode::swapped`]), the folio freed. False
+/// (nothing changed) when there is no swap, no run of slots, or something else holds it.
+///
+/// Deliberate difference: a large shmem folio no run fits is kept rather than split.
+pub(crate) fn shmem_writeout<'m>(cpu: &Cpu<'m>, inode: &Inode, head: Pfn, extra: i32) -> bool {
+    let Some(swap) = cpu.m.swap.as_ref() else {
+        return false;
+    };
+    let (phys, c) = (&cpu.m.phys, cpu.c());
+    let mem = &phys.memmap;
+    let nr = 1u64 << mem.order(head);
+    let idx = mem.index(head);
+    if mem.refcount(head) != nr as i32 + extra || mem.folio_mapcount(head) != 0 {
+        return false;
+    }
+    let Some(entry) = swap.alloc(mem.order(head)) else {
+        return false;
+    };
+    for i in 0..nr {
+        swap.write(entry.add(i), phys, head.add(i));
+        // The page cache's reference on the slot, then the cache bit goes: the data is out.
+        swap.duplicate(entry.add(i));
+    }
+    swap.cache_del(entry, nr);
+    c.add(Ev::PswpOut, nr);
+    c.add(Ev::PgSteal, nr);
+    let removed: Vec<Pfn> = {
+        let mut cache = inode.pages.lock();
+        let mut swapped = inode.swapped.lock();
+        (0..nr)
+            .filter_map(|i| {
+                swapped.insert(idx + i, entry.add(i));
+                cache.remove(idx + i)
+            })
+            .collect()
+    };
+    for p in removed {
+        crate::filemap::cache::delete_from_page_cache(cpu, p);
+    }
+    true
+}
+
+/// `shmem_swapin_folio` into the new cache folio `head` at `idx` (all its pages just
+/// inserted, zeroed): the pages of the range that were out on swap get their data back and
+/// give their slots up; the folio is then dirty (memory holds the only copy).
+pub(crate) fn shmem_swapin<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, head: Pfn) {
+    let phys = &cpu.m.phys;
+    let nr = 1u64 << phys.memmap.order(head);
+    let back: Vec<(u64, SwpEntry)> = {
+        let mut swapped = inode.swapped.lock();
+        if swapped.is_empty() {
+            return;
+        }
+        (0..nr)
+            .filter_map(|i| swapped.remove(&(idx + i)).map(|e| (i, e)))
+            .collect()
+    };
+    let Some(swap) = cpu.m.swap.as_ref() else {
+        return;
+    };
+    for &(i, e) in &back {
+        swap.read(e, phys, head.add(i));
+        swap.free_nr(e, 1);
+    }
+    if !back.is_empty() {
+        cpu.c().add(Ev::PswpIn, back.len() as u64);
+        phys.memmap.set(head, PageFlag::Dirty);
+    }
+}
+
+/// `shmem_free_swap` for the pages `first..last` of a shmem object (truncation, hole
+/// punching, the object's end): their slots are given up.
+pub(crate) fn shmem_free_swap<'m>(cpu: &Cpu<'m>, inode: &Inode, first: u64, last: u64) {
+    let gone: Vec<SwpEntry> = {
+        let mut swapped = inode.swapped.lock();
+        if swapped.is_empty() {
+            return;
+        }
+        let keys: Vec<u64> = swapped.range(first..last).map(|(&i, _)| i).collect();
+        keys.into_iter()
+            .filter_map(|i| swapped.remove(&i))
+            .collect()
+    };
+    if let Some(swap) = cpu.m.swap.as_ref() {
+        for e in &gone {
+            swap.free_nr(*e, 1);
+        }
+        cpu.c().add(Ev::SwapEntriesFreed, gone.len() as u64);
     }
 }

@@ -125,6 +125,7 @@ pub(crate) fn split_folio_to_order0<'m>(cpu: &Cpu<'m>, inode: &Inode, head: Pfn)
 /// Drops every cached page at index `from` or beyond (`truncate_inode_pages`).
 pub(crate) fn release_cache<'m>(cpu: &Cpu<'m>, inode: &Inode, from: u64) {
     crate::workingset::clear_shadows(inode, from, u64::MAX);
+    crate::swap_state::shmem_free_swap(cpu, inode, from, u64::MAX);
     let gone: Vec<Pfn> = inode
         .pages
         .lock()
@@ -148,6 +149,7 @@ pub(crate) fn drop_cache_pages<'m>(cpu: &Cpu<'m>, pages: Vec<Pfn>) {
 /// (through the cache, dirtying them, on disk). Nothing past the end of file changes.
 pub(crate) fn punch_hole<'m>(cpu: &Cpu<'m>, inode: &Inode, offset: u64, end: u64) {
     crate::workingset::clear_shadows(inode, offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
+    crate::swap_state::shmem_free_swap(cpu, inode, offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
     let size = inode.size();
     if offset >= size {
         return;

@@ -420,6 +420,31 @@ impl Machine {
                 ));
             }
         }
+        // The swap entries of shmem objects: the scenario's files and the objects of
+        // shared anonymous mappings.
+        let mut objects = self.files();
+        for task in self.tasks() {
+            let st = task.mm.lock.read();
+            for id in st.vmas.all() {
+                if let Some(f) = &st.vmas.get(id).file {
+                    if !objects.iter().any(|o| o.id == f.id) {
+                        objects.push(f.clone());
+                    }
+                }
+            }
+        }
+        for o in &objects {
+            let cache = o.pages.lock();
+            for (&idx, e) in o.swapped.lock().iter() {
+                *named.entry(e.offset()).or_default() += 1;
+                if cache.get(idx).is_some() {
+                    r.err(format!(
+                        "object {}: page {idx} both cached and swapped",
+                        o.id
+                    ));
+                }
+            }
+        }
         let Some(swap) = self.swap.as_ref() else {
             if !named.is_empty() {
                 r.err(format!("{} swap entries but no swap area", named.len()));

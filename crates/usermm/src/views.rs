@@ -497,6 +497,12 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
         thp_eligible: thp_eligible(&cpu.m.tunables(), v),
         ..Smaps::default()
     };
+    if let Some(f) = v.file.as_ref().filter(|f| f.kind.is_shmem()) {
+        // `shmem_swap_usage`: the object's pages in the VMA's range that are out on swap
+        // (no SwapPss: they are the object's, not any process's).
+        let last = v.pgoff + (v.len() >> 12);
+        s.swap += f.swapped.lock().range(v.pgoff..last).count() as u64 * 4096;
+    }
     for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
         match step.kind {
             PmdKind::Huge(entry) => {

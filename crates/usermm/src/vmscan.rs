@@ -259,6 +259,51 @@ pub(crate) fn folio_referenced<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, nr: u
     young
 }
 
+/// `shrink_folio_list` for a shmem folio reclaim isolated from the anonymous lists (it is
+/// swap-backed) and holds one reference on: judged by its references as a mapped file
+/// folio, then unmapped everywhere and written to swap.
+pub(crate) fn reclaim_shmem_folio<'m>(cpu: &Cpu<'m>, folio: Pfn) -> anon::Outcome {
+    let mem = &cpu.m.phys.memmap;
+    let Some(inode) = shmem_inode(cpu, mem.mapping(folio)) else {
+        return anon::Outcome::Keep;
+    };
+    let idx = mem.index(folio);
+    let nr = 1u64 << mem.order(folio);
+    let young = folio_referenced(cpu, &inode, idx, nr);
+    let referenced = mem.test_and_clear(folio, PageFlag::Referenced);
+    if young > 0 {
+        if referenced || young > 1 {
+            return anon::Outcome::Activate;
+        }
+        mem.set(folio, PageFlag::Referenced);
+        return anon::Outcome::Keep;
+    }
+    if crate::rmap::page_mapcount(&cpu.m.phys, folio) > 0 || mem.entire_mapcount(folio) > 0 {
+        unmap_mapping_range(cpu, &inode, idx, idx + nr, ZapDetails::FilePagesOnly);
+    }
+    if crate::swap_state::shmem_writeout(cpu, &inode, folio, 1) {
+        anon::Outcome::Freed
+    } else {
+        anon::Outcome::Activate
+    }
+}
+
+/// The shmem object with owner id `id`: a scenario file, or the object of a shared
+/// anonymous mapping (found through the VMAs that map it).
+fn shmem_inode<'m>(cpu: &Cpu<'m>, id: u32) -> Option<std::sync::Arc<Inode>> {
+    if let Some(f) = cpu.m.files().into_iter().find(|f| f.id == id) {
+        return Some(f);
+    }
+    cpu.m.tasks().iter().find_map(|t| {
+        let st = t.mm.lock.try_read_recursive()?;
+        st.vmas
+            .all()
+            .into_iter()
+            .filter_map(|vid| st.vmas.get(vid).file.clone())
+            .find(|f| f.id == id)
+    })
+}
+
 /// Reclaims one isolated page-cache folio (`shrink_folio_list`'s unmap, pageout and
 /// `__remove_mapping`): true if it was freed. A folio something else holds stays.
 pub(crate) fn reclaim_folio<'m>(cpu: &Cpu<'m>, inode: &Inode, folio: Pfn) -> bool {
@@ -289,8 +334,9 @@ pub(crate) fn reclaim_folio<'m>(cpu: &Cpu<'m>, inode: &Inode, folio: Pfn) -> boo
 }
 
 /// `MADV_PAGEOUT` of a page-cache folio mapped only here (`shrink_folio_list`): unmapped
-/// first, then dropped from the cache when it is a clean disk page; a dirty one (only
-/// kswapd writes back file pages) or a shmem one (no swap) stays and is activated.
+/// first, then dropped from the cache when it is a clean disk page, or written to swap when
+/// it is shmem and there is swap ([`crate::swap_state::shmem_writeout`]); a dirty disk one
+/// (only kswapd writes back file pages) or a shmem one without swap stays and is activated.
 pub(crate) fn pageout_file_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, addr: VirtAddr, head: Pfn) {
     let Some(inode) = &vma.file else { return };
     let mem = &cpu.m.phys.memmap;
@@ -307,6 +353,9 @@ pub(crate) fn pageout_file_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, addr: Vi
     );
     tlb.finish();
     cpu.lru_add_drain();
+    if inode.kind.is_shmem() && crate::swap_state::shmem_writeout(cpu, inode, head, 0) {
+        return;
+    }
     if inode.kind.is_shmem() || mem.test(head, PageFlag::Dirty) {
         // Without swap a shmem folio cannot be written out, and only kswapd writes
         // back dirty file folios: either way reclaim has already unmapped it and now

@@ -276,3 +276,52 @@ fn a_file_page_refaulting_within_the_workingset_starts_active() {
     let (_, d) = counted(&m, || cpu.pread(g, 0, 256 * K));
     assert_eq!(d.get(Ev::WorkingsetRefault), 0);
 }
+
+#[test]
+fn shmem_pages_go_to_swap_and_come_back_through_faults_and_reads() {
+    use usermm::{InodeKind, Sharing};
+    let m = swap_machine(64 * M, 64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let f = cpu
+        .file_create(256 * K, InodeKind::Tmpfs, None)
+        .expect("file");
+    let a = cpu
+        .mmap(
+            p,
+            MmapArgs {
+                sharing: Sharing::Shared,
+                file: Some((f, 0)),
+                ..MmapArgs::anon(256 * K, RW)
+            },
+        )
+        .expect("mmap");
+    cpu.write_fill(p, a, 256 * K, 0x44).expect("write");
+    let (_, d) = counted(&m, || cpu.madvise(p, a, 128 * K, Advice::PageOut));
+    assert_eq!(d.get(Ev::PswpOut), 32, "shmem_writeout");
+    let s = smaps_of(&cpu, p, a, 256 * K);
+    assert_eq!(
+        (s.rss, s.swap),
+        (128 * K, 128 * K),
+        "the object's swap shows in smaps"
+    );
+    assert_eq!(
+        cpu.status(p).expect("status").vm_swap,
+        0,
+        "not the process's swap entries"
+    );
+    assert_eq!(m.swap.as_ref().expect("swap").inuse(), 32);
+    // A fault brings a page back through the page cache; read(2) another.
+    let (_, d) = counted(&m, || cpu.find_mismatch(p, a, 4 * K, 0x44));
+    assert_eq!(d.get(Ev::PswpIn), 1);
+    assert_eq!(
+        cpu.pread(f, 64 * K, 4 * K).expect("pread"),
+        vec![0x44; 4096]
+    );
+    assert_eq!(m.swap.as_ref().expect("swap").inuse(), 30);
+    // Truncation gives the rest of the slots up.
+    cpu.munmap(p, a, 256 * K).expect("munmap");
+    cpu.ftruncate(f, 0).expect("truncate");
+    valid(&m);
+    assert_eq!(m.swap.as_ref().expect("swap").inuse(), 0);
+}

@@ -75,6 +75,9 @@ pub(crate) fn cache_alloc_order<'m>(
         cache.insert(idx + i, p.add(i));
     }
     cpu.c().add(Ev::PageCacheAdd, 1);
+    if inode.kind.is_shmem() {
+        crate::swap_state::shmem_swapin(cpu, inode, idx, p);
+    }
     crate::workingset::workingset_refault(cpu, inode, idx, p);
     folio_add_lru(cpu, p);
     Some(p)

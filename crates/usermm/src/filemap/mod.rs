@@ -202,6 +202,9 @@ pub struct Inode {
     /// Shadows of evicted pages: index → the node's non-resident age at eviction
     /// ([`crate::workingset`]).
     pub(crate) shadows: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// Pages of a shmem object that are out on swap: index → slot (the page cache's swap
+    /// entries, [`crate::swap_state::shmem_writeout`]).
+    pub(crate) swapped: Mutex<std::collections::BTreeMap<u64, crate::phys::SwpEntry>>,
     users: AtomicU64,
 }
 
@@ -219,6 +222,7 @@ impl Inode {
                 ..RaState::default()
             }),
             shadows: Mutex::new(std::collections::BTreeMap::new()),
+            swapped: Mutex::new(std::collections::BTreeMap::new()),
             users: AtomicU64::new(1),
         }
     }

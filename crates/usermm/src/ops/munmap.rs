@@ -167,6 +167,7 @@ pub(crate) fn release_vma<'m>(cpu: &Cpu<'m>, st: &mut MmState, id: crate::vma::V
     }
     if let Some(s) = v.file {
         if s.put() {
+            crate::swap_state::shmem_free_swap(cpu, &s, 0, u64::MAX);
             drop_cache_pages(cpu, s.take_pages());
         }
     }

@@ -238,7 +238,12 @@ pub(crate) fn shrink_anon_lru<'m>(
                     let nr = 1u64 << mem.order(folio);
                     scanned += nr;
                     cpu.c().add(Ev::PgScanAnon, nr);
-                    let mut outcome = reclaim_anon_folio(cpu, held, folio, true);
+                    let mut outcome = if mem.test(folio, PageFlag::Anon) {
+                        reclaim_anon_folio(cpu, held, folio, true)
+                    } else {
+                        // Shmem: swap-backed, so on these lists too.
+                        super::reclaim_shmem_folio(cpu, folio)
+                    };
                     if outcome == Outcome::Split {
                         outcome = Outcome::Activate;
                     }
