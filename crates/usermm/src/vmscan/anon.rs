@@ -122,6 +122,12 @@ pub(crate) fn reclaim_anon_folio<'m>(
             swap.write(first.add(i), phys, head.add(i));
         }
         c.add(Ev::PswpOut, nr);
+        if !check_references {
+            // MADV_PAGEOUT returns with the write still in flight on Linux, so the folio
+            // stays in the swap cache until a later reclaim finds it clean (measured on
+            // 6.18: reading the range back right after costs no swap-in, `pswpin` 0).
+            return Outcome::Keep;
+        }
     }
     // `__remove_mapping`: only the cache and the caller may hold it.
     if mem.refcount(head) != 1 + nr as i32 {
