@@ -479,6 +479,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
             "engine: wall time of the calls on a fresh machine per repetition (RAM = the memory, swap device of the swap size); no device latency is modelled, so its time is reclaim's and swap's bookkeeping and copying; its counters are exact deltas of the timed part".into(),
             "host: a fresh oracle server process per repetition in a memory cgroup of the memory (+1 MiB for the server itself) with a swap file of the swap size on /var/tmp (oracle set memory/set swap, removed after the table); the sample is the server's CPU time (/proc/PID/schedstat), so swap and disk waits are not in it (host_wall_us has the wall time)".into(),
             "host counters: pswpout, pswpin, pgscan_anon, pgsteal_anon, pgscan (pgscan_file), pgsteal (pgsteal_file) and host_pgmajfault are /proc/vmstat deltas, machine-wide (other processes' reclaim adds to them; no other swap is on while the oracle's lock is held); cg_* are the cgroup's own memory.stat (v1: pgmajfault, pgpgin/out, swap usage at the end)".into(),
+            "engine swap faults: faults_swap counts every fault on a swap entry, swap_cache_hit those that found the page in the swap cache (minor); the others are the major ones the host counts as pgmajfault".into(),
+            "pageout on the host: MADV_PAGEOUT (reclaim_pages) counts no pgscan_anon/pgsteal_anon, and returns with the pages' writeback in flight, so they stay in the swap cache and the read pass finds them there (no pswpin); the engine counts them stolen and reads them back".into(),
             "no model: column: the cost model has no calibrated recipe for reclaim".into(),
         ],
     })
