@@ -427,7 +427,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
                     let (secs, c) = engine_once(case, memory)?;
                     cols[0].samples.push(secs);
                     cols[0].counters = c;
-                } else {
+                } else if cols[1].unavailable.is_none() {
                     let res = match &mut rig {
                         Ok(b) => host_once(b, case, memory),
                         Err(why) => Err(why.clone()),

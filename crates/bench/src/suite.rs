@@ -448,6 +448,7 @@ pub fn run(
             tight_pp: opts.tight_pp,
             spawn_seconds: opts.spawn_seconds,
             linear_map_gib: opts.linear_map_gib.clone(),
+            reclaim_memory_bytes: opts.reclaim_memory,
         },
         host: HostInfo {
             kernel: kernel_release(),
