@@ -1,4 +1,4 @@
-//! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|readahead|all]`:
+//! `usermm bench [fault|fork|munmap|spawn|sharing|anon-cow|munlock|linear-map|readahead|reclaim|all]`:
 //! arguments and the command itself. With no benchmark named it runs the whole suite at the
 //! small default scale and writes `report.html`, `report.json` and `plots/` to
 //! `target/usermm-bench/`. `usermm bench compare A.json B.json…` compares reports
@@ -22,13 +22,17 @@ pub struct BenchArgs {
     #[command(subcommand)]
     pub cmd: Option<BenchCmd>,
     /// Which benchmark: all (the default: the whole suite, report written), fault, fork,
-    /// munmap, spawn, sharing, anon-cow, munlock, linear-map, readahead.
+    /// munmap, spawn, sharing, anon-cow, munlock, linear-map, readahead, reclaim.
     #[arg(default_value = "all")]
     pub which: String,
     /// Size of the memory layouts (fault, fork, munmap, sharing, munlock, readahead's file;
     /// anon-cow: the area every instance copies, default 32M), e.g. 256M or 1G.
     #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
     pub scale: Option<String>,
+    /// Memory of the reclaim benchmark's machine and host memory cgroup (default 64M; swap
+    /// is 4 times as much, the working sets up to 4 times as much), e.g. 256M or 1G.
+    #[arg(long, value_name = "SIZE")]
+    pub reclaim_memory: Option<String>,
     /// Repetitions per measurement (each gain gets a 95% interval from them; at least 3).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
@@ -98,6 +102,13 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
         o.scale >= 2 << 20 && o.scale % (2 << 20) == 0,
         "--scale must be a multiple of 2M"
     );
+    if let Some(s) = &args.reclaim_memory {
+        o.reclaim_memory = parse_size(s)?;
+        anyhow::ensure!(
+            o.reclaim_memory >= 4 << 20 && o.reclaim_memory % (1 << 20) == 0,
+            "--reclaim-memory must be a multiple of 1M, at least 4M"
+        );
+    }
     o.reps = args.reps.max(1);
     o.max_reps = args.max_reps.unwrap_or(o.max_reps).max(o.reps);
     anyhow::ensure!(
@@ -165,11 +176,12 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
     output::check(&outs)?;
     let host = HostSide::probe(!args.no_host);
     println!(
-        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
+        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, reclaim {} MiB of memory, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
         args.which,
         opts.scale >> 20,
         opts.munlock_scale >> 20,
         opts.anon_cow_scale >> 20,
+        opts.reclaim_memory >> 20,
         opts.reps,
         opts.max_reps,
         opts.tight_pp,

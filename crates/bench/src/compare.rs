@@ -23,8 +23,8 @@ pub struct CompareArgs {
     /// Print the comparison as JSON instead of text (docs/cli-json.md).
     #[arg(long)]
     pub json: bool,
-    /// Compare reports that were not run alike (another scale, repetitions, kernel or CPU
-    /// count): without it such a pair is refused, since a layout's times say nothing of
+    /// Compare reports that were not run alike (another scale or reclaim memory,
+    /// repetitions, kernel or CPU count): without it such a pair is refused, since a layout's times say nothing of
     /// another's.
     #[arg(long)]
     pub force: bool,
@@ -351,8 +351,9 @@ pub fn load(path: &Path) -> anyhow::Result<Report> {
     Ok(r)
 }
 
-/// What makes the runs' numbers incomparable, one line each: a different scale, repetition
-/// count, kernel or CPU count than the first report's.
+/// What makes the runs' numbers incomparable, one line each: a different scale, reclaim
+/// memory (where both reports say), repetition count, kernel or CPU count than the first
+/// report's.
 fn mismatches(reports: &[Report], names: &[RunRef]) -> Vec<String> {
     let Some(base) = reports.first() else {
         return Vec::new();
@@ -366,6 +367,15 @@ fn mismatches(reports: &[Report], names: &[RunRef]) -> Vec<String> {
                 n.name,
                 r.run.scale_bytes >> 20,
                 base.run.scale_bytes >> 20
+            ));
+        }
+        let (rm, bm) = (r.run.reclaim_memory_bytes, base.run.reclaim_memory_bytes);
+        if rm != bm && rm != 0 && bm != 0 {
+            out.push(format!(
+                "{} ran reclaim in {} MiB, {base_name} in {} MiB: its working sets differ",
+                n.name,
+                rm >> 20,
+                bm >> 20
             ));
         }
         if r.run.reps != base.run.reps || r.run.max_reps != base.run.max_reps {

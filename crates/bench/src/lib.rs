@@ -18,6 +18,7 @@
 //! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`readahead`] | the page cache: sequential and random reads of a disk file |
+//! | [`reclaim`] | reclaim and swap: anonymous working sets larger than memory, `MADV_PAGEOUT`, page-cache reclaim |
 //! | [`calibrate`] | `usermm calibrate`: probes → fit → machine profile; the cached profile `usermm bench` predicts with |
 //! | [`probes`] | the calibration probes: small mm workloads the host times and the engine counts |
 //! | [`compare`] | `usermm bench compare`: reports side by side |
@@ -43,6 +44,7 @@ pub mod plot;
 pub mod probes;
 pub mod progress;
 pub mod readahead;
+pub mod reclaim;
 pub mod replay_bench;
 pub mod scenario_bench;
 pub mod sharing;

@@ -308,6 +308,10 @@ pub struct RunInfo {
     pub spawn_seconds: f64,
     /// RAM sizes of the linear-map benchmark, GiB.
     pub linear_map_gib: Vec<u64>,
+    /// Memory of the reclaim benchmark's machine and host cgroup, bytes (0 in reports from
+    /// before it, and in `bench scenario` reports).
+    #[serde(default)]
+    pub reclaim_memory_bytes: u64,
 }
 
 /// The machine the run was on.

@@ -302,6 +302,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
                 tight_pp: 0.0,
                 spawn_seconds: 0.0,
                 linear_map_gib: Vec::new(),
+                reclaim_memory_bytes: 0,
             },
             host: HostInfo {
                 kernel: crate::host::kernel_release(),

@@ -7,7 +7,7 @@ use crate::model::{
     Better, Column, HostInfo, Report, RunInfo, Table, Variant, VariantKind, SCHEMA_VERSION,
 };
 use crate::progress::{Progress, Task};
-use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, sharing, spawn};
+use crate::{anon_cow, fault, fork, linear_map, munlock, readahead, reclaim, sharing, spawn};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -32,11 +32,14 @@ pub enum Bench {
     LinearMap,
     /// The page cache: readahead of a disk file, sequential and random.
     Readahead,
+    /// Reclaim and swap: anonymous working sets larger than memory, MADV_PAGEOUT, page
+    /// cache, engine vs a memory cgroup of the host.
+    Reclaim,
 }
 
 impl Bench {
     /// The whole suite in run order.
-    pub const ALL: [Bench; 9] = [
+    pub const ALL: [Bench; 10] = [
         Bench::Fault,
         Bench::Fork,
         Bench::Munmap,
@@ -46,6 +49,7 @@ impl Bench {
         Bench::Munlock,
         Bench::LinearMap,
         Bench::Readahead,
+        Bench::Reclaim,
     ];
 
     /// The subcommand name.
@@ -60,6 +64,7 @@ impl Bench {
             Bench::Munlock => "munlock",
             Bench::LinearMap => "linear-map",
             Bench::Readahead => "readahead",
+            Bench::Reclaim => "reclaim",
         }
     }
 
@@ -74,7 +79,7 @@ impl Bench {
     /// The engine variant whose algorithm the host kernel runs, for the tables the cost
     /// model predicts (`None` for the others: linear-map has no host to compare with,
     /// anon-cow's concurrent copies contend in ways no counter prices, readahead's time is
-    /// the device's).
+    /// the device's, reclaim has no calibrated recipe).
     pub fn host_matches(self) -> Option<&'static str> {
         match self {
             Bench::Fault => Some("engine"),
@@ -82,7 +87,7 @@ impl Bench {
             Bench::Spawn => Some("dup"),
             Bench::Sharing => Some("owner"),
             Bench::Munlock => Some("modern"),
-            Bench::AnonCow | Bench::LinearMap | Bench::Readahead => None,
+            Bench::AnonCow | Bench::LinearMap | Bench::Readahead | Bench::Reclaim => None,
         }
     }
 
@@ -98,6 +103,7 @@ impl Bench {
             Bench::Munlock => 3 * munlock::steps(o.reps),
             Bench::LinearMap => linear_map::steps(o.reps, o.linear_map_gib.len()),
             Bench::Readahead => readahead::steps(o.reps),
+            Bench::Reclaim => reclaim::steps(o.reps),
         }
     }
 }
@@ -118,6 +124,9 @@ pub struct Options {
     pub max_reps: usize,
     /// A row's gain intervals are tight when none is wider than this, percentage points.
     pub tight_pp: f64,
+    /// Memory of the reclaim benchmark's machine and host cgroup, bytes (its swap is
+    /// [`reclaim::SWAP_MULT`] times as much).
+    pub reclaim_memory: u64,
     /// Seconds per point of the spawn benchmark.
     pub spawn_seconds: f64,
     /// Extra VMA counts of the spawn benchmark.
@@ -144,6 +153,7 @@ impl Default for Options {
             scale: 256 << 20,
             munlock_scale: 256 << 20,
             anon_cow_scale: 32 << 20,
+            reclaim_memory: reclaim::DEFAULT_MEMORY,
             reps: 7,
             max_reps: 12,
             tight_pp: 10.0,
@@ -312,6 +322,7 @@ fn run_one(b: Bench, ctx: &Ctx<'_>) -> anyhow::Result<Vec<Table>> {
             .collect::<anyhow::Result<_>>()?,
         Bench::LinearMap => linear_map::tables(ctx)?,
         Bench::Readahead => vec![readahead::table(ctx)?],
+        Bench::Reclaim => vec![reclaim::table(ctx)?],
     })
 }
 
@@ -437,6 +448,7 @@ pub fn run(
             tight_pp: opts.tight_pp,
             spawn_seconds: opts.spawn_seconds,
             linear_map_gib: opts.linear_map_gib.clone(),
+            reclaim_memory_bytes: opts.reclaim_memory,
         },
         host: HostInfo {
             kernel: kernel_release(),

@@ -88,7 +88,11 @@ pub fn decimals_for(max: f64) -> usize {
         m if m >= 100.0 => 1,
         m if m >= 10.0 => 2,
         m if m >= 1.0 => 3,
-        _ => 4,
+        // Below 0.1 (a time per page in ms): more decimals, still about four digits.
+        m if m >= 0.1 || m <= 0.0 || !m.is_finite() => 4,
+        m if m >= 0.01 => 5,
+        m if m >= 0.001 => 6,
+        _ => 7,
     }
 }
 

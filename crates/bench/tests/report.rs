@@ -58,6 +58,7 @@ fn counters_are_identical_between_runs_and_json_round_trips() {
         "munlock-thp",
         "munlock-tmpfs",
         "readahead",
+        "reclaim",
         "linear-map",
         "linear-map-engine",
     ] {
@@ -184,8 +185,8 @@ fn model_columns_predict_from_the_engine_counters() {
             .filter(|v| v.kind == VariantKind::Model)
             .map(|v| v.name.as_str())
             .collect();
-        let modelled =
-            !["anon-cow", "readahead"].contains(&t.id.as_str()) && !t.id.starts_with("linear-map");
+        let modelled = !["anon-cow", "readahead", "reclaim"].contains(&t.id.as_str())
+            && !t.id.starts_with("linear-map");
         if !modelled {
             assert!(models.is_empty() && t.host_matches.is_none(), "{}", t.id);
             continue;

@@ -39,7 +39,7 @@ enum Cmd {
     /// Run scenarios on the host kernel and on the engine, and compare what a user observes.
     Oracle(oracle_cmd::OracleArgs),
     /// Run benchmarks: the whole suite at a small scale by default, with an HTML report.
-    Bench(usermm_bench::cli::BenchArgs),
+    Bench(Box<usermm_bench::cli::BenchArgs>),
     /// Calibrate the cost model on the running kernel: time the probe workloads on the host,
     /// count them on the engine, fit the per-event prices, and cache the machine profile
     /// `usermm bench` predicts with (root: the probes set the THP knobs).

@@ -316,6 +316,7 @@ fn report(batched: &[f64]) -> Report {
             tight_pp: 10.0,
             spawn_seconds: 0.0,
             linear_map_gib: Vec::new(),
+            reclaim_memory_bytes: 0,
         },
         host: HostInfo {
             kernel: String::new(),

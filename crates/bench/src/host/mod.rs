@@ -126,6 +126,12 @@ impl HostSide {
 }
 
 impl HostSession {
+    /// The THP knobs held (and the machine-wide lock with them): what the oracle's host
+    /// backend needs to apply a scenario's settings (`crate::reclaim`).
+    pub fn knobs(&self) -> &ThpKnobs {
+        &self.knobs
+    }
+
     /// Anonymous faults allocate folios of `bytes` (4K: order 0; 16K…2M: that mTHP size).
     pub fn folio(&self, bytes: u64) -> Result<(), String> {
         self.knobs.set_defaults().map_err(|e| e.to_string())?;

@@ -13,6 +13,7 @@ pub fn tiny() -> Options {
         scale: 4 << 20,
         munlock_scale: 4 << 20,
         anon_cow_scale: 4 << 20,
+        reclaim_memory: 8 << 20,
         reps: 1,
         max_reps: 1,
         tight_pp: 10.0,
