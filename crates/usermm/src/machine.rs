@@ -32,6 +32,9 @@ pub struct MachineConfig {
     pub memory: u64,
     /// Size of the swap area in bytes (0, the default: no swap, as this host).
     pub swap: u64,
+    /// The swap area is on a solid-state device, so large folios may be swapped out whole
+    /// (default false: rotational, as this host's virtio disk, where 6.18 splits them).
+    pub swap_ssd: bool,
     /// NUMA nodes.
     pub nodes: u32,
     /// CPU slots.
@@ -47,6 +50,7 @@ impl Default for MachineConfig {
         MachineConfig {
             memory: 4 << 30,
             swap: 0,
+            swap_ssd: false,
             nodes: 1,
             cpus: 2,
             arch: Arch::X86_64,
@@ -140,7 +144,7 @@ impl Machine {
             .select(cfg.tunables.sharing, cfg.tunables.sharing_shadow);
         Machine {
             phys,
-            swap: crate::swapfile::SwapInfo::new(cfg.swap),
+            swap: crate::swapfile::SwapInfo::new(cfg.swap, cfg.swap_ssd),
             arch: cfg.arch,
             cpus: (0..cfg.cpus.max(1))
                 .map(|_| CpuSlot {

@@ -316,3 +316,44 @@ fn maps_dirty<'m>(
         }
     })
 }
+
+/// The one mm and VMA that map the anonymous folio `head`, when no other mm does (for a
+/// split reclaim makes), found by the walk; `f` is called with them. `None` when the folio
+/// is (maybe) mapped by several mms, or a lock could not be taken.
+pub(crate) fn with_sole_mapping<'m, R>(
+    cpu: &Cpu<'m>,
+    held: Option<Held<'_>>,
+    head: Pfn,
+    mut f: impl FnMut(&Mm, &Vma) -> Option<R>,
+) -> Option<R> {
+    let mem = &cpu.m.phys.memmap;
+    if mem.folio_mapcount(head) == 0 {
+        return None;
+    }
+    let nr = 1u64 << mem.order(head);
+    let mut found: Vec<u32> = Vec::new();
+    let mut out = None;
+    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+        let pt = cpu.tables(mm);
+        let maps = pt.pmd_walk(start, end).any(|step| match step.kind {
+            PmdKind::Huge(e) => pt.vm_normal_folio(e) == Some(head),
+            PmdKind::Table(table) => {
+                let (i0, i1) = step.pte_indexes();
+                (i0..i1).any(|i| {
+                    let e = pt.ptep_get_raw(table, i);
+                    !e.is_none()
+                        && pt.arch.present(e)
+                        && (head..head.add(nr)).contains(&pt.arch.pfn(e))
+                })
+            }
+        });
+        if maps {
+            found.push(mm.id);
+            if found.len() == 1 {
+                out = f(mm, vma);
+            }
+        }
+    })
+    .ok()?;
+    (found.len() == 1).then_some(out).flatten()
+}

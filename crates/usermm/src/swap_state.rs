@@ -26,14 +26,20 @@ pub(crate) const PAGE_CLUSTER: u32 = 3;
 
 /// `add_to_swap`: gives the anonymous folio `head` slots, one per page, and enters it in
 /// the swap cache (dirty: its data is not on the device yet). False when the machine has no
-/// swap or no free run of slots the folio's size.
-pub(crate) fn add_to_swap<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
+/// swap or no free run of slots the folio's size (on a rotational device a large folio gets
+/// none unless `whole`: see [`crate::swapfile`]).
+pub(crate) fn add_to_swap<'m>(cpu: &Cpu<'m>, head: Pfn, whole: bool) -> bool {
     let Some(swap) = cpu.m.swap.as_ref() else {
         return false;
     };
     let folio = cpu.m.phys.memmap.folio(head);
     let nr = folio.nr_pages();
-    let Some(entry) = swap.alloc(folio.order()) else {
+    let entry = if whole {
+        swap.alloc_run(folio.order())
+    } else {
+        swap.alloc(folio.order())
+    };
+    let Some(entry) = entry else {
         return false;
     };
     swap.cache_add(entry, head, nr);

@@ -22,6 +22,9 @@
 //!   per cluster and one per swap-cache table; the counts are 16 bits wide, so there are
 //!   no continuation pages (`add_swap_count_continuation`), and a count that would pass
 //!   [`SWAP_MAP_MAX`] makes fork fail with ENOMEM as a failed continuation does;
+//! - large folios get a run of slots only on a solid-state device (`MachineConfig::
+//!   swap_ssd`); the default is rotational, as this host's virtio disk (measured on 6.18:
+//!   `thp_swpout` 0, every large folio counted in `thp_swpout_fallback` and split);
 //! - the allocator hands out the lowest free run, naturally aligned to the folio's size
 //!   (a cluster of its order), scanning from where the last allocation ended, where Linux
 //!   keeps per-CPU clusters and per-order free lists: slot numbers differ, what is
@@ -82,6 +85,9 @@ fn find_free_run(count: &[u16], nr: u64, lo: u64, hi: u64) -> Option<u64> {
 pub struct SwapInfo {
     /// Usable slots (1..=pages; slot 0 is the header).
     pages: u64,
+    /// A solid-state device (`SWP_SOLIDSTATE`): only then does 6.18 hand a large folio a
+    /// run of slots of its size; on a rotational one every large folio is split first.
+    solidstate: bool,
     map: Mutex<SwapMap>,
     /// The area's bytes, one frame per slot.
     data: Arena,
@@ -89,8 +95,8 @@ pub struct SwapInfo {
 
 impl SwapInfo {
     /// An area of `bytes` (rounded down to pages; `None` if it has no usable slot or the
-    /// host cannot back it).
-    pub(crate) fn new(bytes: u64) -> Option<SwapInfo> {
+    /// host cannot back it), on a solid-state device or not.
+    pub(crate) fn new(bytes: u64, solidstate: bool) -> Option<SwapInfo> {
         let slots = bytes / 4096;
         if slots < 2 || slots > u64::from(u32::MAX) {
             return None;
@@ -101,6 +107,7 @@ impl SwapInfo {
         }
         Some(SwapInfo {
             pages: slots - 1,
+            solidstate,
             map: Mutex::new(SwapMap {
                 count: vec![0; usize::try_from(slots).ok()?],
                 cache: HashMap::new(),
@@ -129,6 +136,14 @@ impl SwapInfo {
     /// `folio_alloc_swap`'s slot search: `1 << order` free slots, naturally aligned, owned
     /// by the cache (`SWAP_HAS_CACHE`); `None` when the area has no such run.
     pub(crate) fn alloc(&self, order: u32) -> Option<SwpEntry> {
+        if order > 0 && !self.solidstate {
+            return None;
+        }
+        self.alloc_run(order)
+    }
+
+    /// [`SwapInfo::alloc`] on any device (for a large folio the engine cannot split).
+    pub(crate) fn alloc_run(&self, order: u32) -> Option<SwpEntry> {
         let nr = 1u64 << order;
         let mut m = self.map.lock();
         let total = self.pages + 1;
@@ -149,6 +164,9 @@ impl SwapInfo {
 
     /// Whether [`SwapInfo::alloc`] would find a run for a folio of `order`.
     pub(crate) fn has_free_run(&self, order: u32) -> bool {
+        if order > 0 && !self.solidstate {
+            return false;
+        }
         let nr = 1u64 << order;
         let m = self.map.lock();
         m.inuse + nr <= self.pages && find_free_run(&m.count, nr, 1, self.pages + 1).is_some()

@@ -6,11 +6,18 @@ use common::*;
 use usermm::views::kpf;
 use usermm::{Advice, Ev, Machine, MachineConfig, MmapArgs, Privilege, ThpPolicy};
 
-/// A machine of `mem` with a swap area of `swap` bytes and 64K mTHP always on.
+/// A machine of `mem` with a swap area of `swap` bytes on a solid-state device (large
+/// folios may be swapped whole) and 64K mTHP always on.
 fn swap_machine(mem: u64, swap: u64) -> Machine {
+    machine_with_swap(mem, swap, true)
+}
+
+/// [`swap_machine`] on a solid-state or a rotational device.
+fn machine_with_swap(mem: u64, swap: u64, ssd: bool) -> Machine {
     let mut cfg = MachineConfig {
         memory: mem,
         swap,
+        swap_ssd: ssd,
         ..MachineConfig::default()
     };
     cfg.tunables.check_tlb = true;
@@ -324,4 +331,37 @@ fn shmem_pages_go_to_swap_and_come_back_through_faults_and_reads() {
     cpu.ftruncate(f, 0).expect("truncate");
     valid(&m);
     assert_eq!(m.swap.as_ref().expect("swap").inuse(), 0);
+}
+
+#[test]
+fn a_rotational_swap_device_splits_large_folios_first() {
+    // This host's disk is rotational: 6.18 gives a large folio no run of slots there and
+    // splits it (measured: thp_swpout 0, thp_swpout_fallback per folio).
+    let m = machine_with_swap(64 * M, 64 * M, false);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).expect("spawn");
+    let a = cpu.mmap(p, MmapArgs::anon(256 * K, RW)).expect("mmap");
+    cpu.write_fill(p, a, 256 * K, 5).expect("write");
+    // MADV_PAGEOUT splits before reclaiming.
+    let (_, d) = counted(&m, || cpu.madvise(p, a, 128 * K, Advice::PageOut));
+    assert_eq!(d.get(Ev::ThpSwpOut), 0);
+    assert_eq!(d.get(Ev::ThpSwpOutFallback), 2);
+    assert_eq!(d.get(Ev::ThpSplitFolio), 2);
+    assert_eq!(d.get(Ev::PswpOut), 32);
+    // Reclaim splits an isolated folio one process maps, under its page-table lock.
+    let (_, d) = counted(&m, || Ok::<_, ()>(cpu.reclaim(8 * M)));
+    assert_eq!(d.get(Ev::ThpSwpOut), 0);
+    assert_eq!(d.get(Ev::ThpSplitFolio), 2, "{d:?}");
+    assert_eq!(smaps_of(&cpu, p, a, 256 * K).swap, 256 * K);
+    assert_eq!(cpu.find_mismatch(p, a, 256 * K, 5).expect("read"), None);
+    assert_eq!(cpu.folio_order(p, a + 128 * K).expect("order"), Some(0));
+    // Folios two processes map are swapped whole instead (a deliberate difference).
+    let b = cpu.mmap(p, MmapArgs::anon(128 * K, RW)).expect("mmap");
+    cpu.write_fill(p, b, 128 * K, 6).expect("write");
+    let c = cpu.fork(p).expect("fork");
+    let (_, d) = counted(&m, || Ok::<_, ()>(cpu.reclaim(8 * M)));
+    assert_eq!(d.get(Ev::ThpSwpOut), 2, "{d:?}");
+    // `b` merged with `a` into one VMA: all of it is swapped out in the child too.
+    assert_eq!(smaps_of(&cpu, c, b, 128 * K).swap, 384 * K);
+    assert_eq!(cpu.find_mismatch(c, b, 128 * K, 6).expect("read"), None);
 }

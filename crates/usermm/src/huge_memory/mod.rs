@@ -134,6 +134,91 @@ pub(crate) fn split_anon_folio<'m>(
     true
 }
 
+/// Reclaim's split of an isolated anonymous large folio that no run of swap slots fits
+/// (`shrink_folio_list`'s `split_folio_to_list`, `THP_SWPOUT_FALLBACK`): the caller holds
+/// one reference and may not hold the mm's lock for writing, so the folio must be mapped by
+/// one mm only (`folio_maybe_mapped_shared` false), through PTEs of one page table (a PMD
+/// mapping is split first), and the table's lock is held from unmapping to remapping, which
+/// keeps every other walker of those entries out as Linux's migration entries do. Returns
+/// the order-0 pieces, each with one reference for the caller and off the LRU (those no
+/// entry maps are then the caller's to free), or `None` with nothing changed.
+pub(crate) fn split_isolated_anon_folio<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    head: Pfn,
+) -> Option<Vec<Pfn>> {
+    let c = cpu.c();
+    let phys = &cpu.m.phys;
+    let mem = &phys.memmap;
+    let order = mem.order(head);
+    if order == 0 || !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Mlocked) {
+        return None;
+    }
+    let nr = 1u64 << order;
+    let index = mem.index(head);
+    let folio_start = vma.vm_start().add(index.checked_sub(vma.pgoff)? << 12);
+    let (first, end) = (
+        folio_start.max(vma.vm_start()),
+        folio_start.add(nr * 4096).min(vma.vm_end()),
+    );
+    if first >= end || first.pmd_align_down() != end.sub(4096).pmd_align_down() {
+        return None;
+    }
+    let pt = cpu.tables(mm);
+    for step in pt.pmd_walk(first, end) {
+        if let PmdKind::Huge(e) = step.kind {
+            if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
+                return None;
+            }
+            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
+        }
+    }
+    let step = pt.pmd_walk(first, end).next()?;
+    let PmdKind::Table(table) = step.kind else {
+        return None;
+    };
+    let mut ptes = PteLock::lock(pt, c, table);
+    let (i0, i1) = step.pte_indexes();
+    let maps: Vec<(usize, crate::pgtable::Pte, Pfn)> = (i0..i1)
+        .filter_map(|i| {
+            let e = ptes.get(i);
+            (!e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head))
+                .then(|| (i, e, pt.arch.pfn(e)))
+        })
+        .collect();
+    let mapped = maps.len() as i32;
+    if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped + 1 {
+        return None;
+    }
+    let exclusive: Vec<bool> = maps
+        .iter()
+        .map(|&(.., pfn)| mem.test(pfn, PageFlag::AnonExclusive))
+        .collect();
+    for &(i, _, pfn) in &maps {
+        if ptes.clear(i, 1) {
+            mem.set(head, PageFlag::Dirty);
+        }
+        rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
+    }
+    rmap::folio_ref_add(phys, c, head, -mapped);
+    cpu.flush_tlb(mm, FlushScope::Range(first, end));
+    let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
+    phys.split_unmapped_folio(c, head, &pieces);
+    for p in head.range(nr) {
+        mem.set(p, PageFlag::Anon);
+    }
+    for (&(i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
+        ptes.set_ptes(i, e, 1);
+        rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
+        rmap::folio_ref_add(phys, c, pfn, 1);
+        if excl {
+            mem.set(pfn, PageFlag::AnonExclusive);
+        }
+    }
+    Some(head.range(nr).collect())
+}
+
 /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
 /// (`vma_adjust_trans_huge`, called when a VMA is split).
 pub(crate) fn split_huge_pmd_boundaries<'m>(

@@ -21,10 +21,11 @@
 //! lists' recent cost (`get_scan_count`); a large folio that needs splitting outside
 //! MADV_PAGEOUT (which holds the mm it splits in) is activated instead.
 
+use crate::huge_memory::split_isolated_anon_folio;
 use crate::machine::Cpu;
 use crate::phys::lru::LruList;
 use crate::phys::{PageFlag, Pfn};
-use crate::rmap_walk::{folio_referenced, try_to_unmap, Held, Unmap};
+use crate::rmap_walk::{folio_referenced, try_to_unmap, with_sole_mapping, Held, Unmap};
 use crate::stats::Ev;
 use crate::swap_state::{add_to_swap, delete_from_swap_cache};
 
@@ -49,6 +50,22 @@ pub(crate) fn reclaim_anon_folio<'m>(
     held: Option<Held<'_>>,
     head: Pfn,
     check_references: bool,
+) -> Outcome {
+    // MADV_PAGEOUT is the caller that skips the references; it also returns before the
+    // writes complete.
+    reclaim_anon(cpu, held, head, check_references, false, !check_references)
+}
+
+/// [`reclaim_anon_folio`]; `whole` swaps a large folio out whole even where the device
+/// would want it split (the engine cannot split a folio several processes map);
+/// `keep_written` leaves a folio it wrote in the swap cache (a write still in flight).
+fn reclaim_anon<'m>(
+    cpu: &Cpu<'m>,
+    held: Option<Held<'_>>,
+    head: Pfn,
+    check_references: bool,
+    whole: bool,
+    keep_written: bool,
 ) -> Outcome {
     let (phys, c) = (&cpu.m.phys, cpu.c());
     let mem = &phys.memmap;
@@ -80,7 +97,7 @@ pub(crate) fn reclaim_anon_folio<'m>(
         if crate::rmap::folio_maybe_dma_pinned(phys, head) {
             return Outcome::Keep;
         }
-        if !add_to_swap(cpu, head) {
+        if !add_to_swap(cpu, head, whole) {
             if nr > 1 {
                 if cpu.m.swap.is_some() {
                     c.add(Ev::ThpSwpOutFallback, 1);
@@ -122,7 +139,7 @@ pub(crate) fn reclaim_anon_folio<'m>(
             swap.write(first.add(i), phys, head.add(i));
         }
         c.add(Ev::PswpOut, nr);
-        if !check_references {
+        if keep_written {
             // MADV_PAGEOUT returns with the write still in flight on Linux, so the folio
             // stays in the swap cache until a later reclaim finds it clean (measured on
             // 6.18: reading the range back right after costs no swap-in, `pswpin` 0).
@@ -244,19 +261,53 @@ pub(crate) fn shrink_anon_lru<'m>(
                     let nr = 1u64 << mem.order(folio);
                     scanned += nr;
                     cpu.c().add(Ev::PgScanAnon, nr);
-                    let mut outcome = if mem.test(folio, PageFlag::Anon) {
+                    let outcome = if mem.test(folio, PageFlag::Anon) {
                         reclaim_anon_folio(cpu, held, folio, true)
                     } else {
                         // Shmem: swap-backed, so on these lists too.
                         super::reclaim_shmem_folio(cpu, folio)
                     };
-                    if outcome == Outcome::Split {
-                        outcome = Outcome::Activate;
+                    if outcome != Outcome::Split {
+                        if outcome == Outcome::Freed {
+                            freed += nr;
+                        }
+                        putback(cpu, folio, outcome);
+                        continue;
                     }
-                    if outcome == Outcome::Freed {
-                        freed += nr;
+                    // No run of slots fits it: split it and reclaim the pieces now.
+                    let pieces = with_sole_mapping(cpu, held, folio, |mm, vma| {
+                        split_isolated_anon_folio(cpu, mm, vma, folio)
+                    });
+                    let Some(pieces) = pieces else {
+                        // Deliberate difference: Linux splits a folio several processes
+                        // map too (through migration entries in every one of them); the
+                        // engine splits only under one page-table lock, so such a folio is
+                        // swapped out whole instead (the references were just checked).
+                        let outcome = match reclaim_anon(cpu, held, folio, false, true, false) {
+                            Outcome::Split => Outcome::Activate,
+                            o => o,
+                        };
+                        if outcome == Outcome::Freed {
+                            freed += nr;
+                        }
+                        putback(cpu, folio, outcome);
+                        continue;
+                    };
+                    for p in pieces {
+                        if mem.folio_mapcount(p) == 0 {
+                            // Part of the folio nothing mapped any more: freed.
+                            cpu.m.phys.put_folio(cpu.c(), p, 1);
+                            continue;
+                        }
+                        let outcome = match reclaim_anon_folio(cpu, held, p, true) {
+                            Outcome::Split => Outcome::Activate,
+                            o => o,
+                        };
+                        if outcome == Outcome::Freed {
+                            freed += 1;
+                        }
+                        putback(cpu, p, outcome);
                     }
-                    putback(cpu, folio, outcome);
                 }
             }
         }
