@@ -156,7 +156,7 @@ fn host_rig<'k>(session: &'k HostSession, memory: u64) -> Result<HostBackend<'k>
     let mut b = HostBackend::new(session.knobs()).map_err(|e| format!("host backend: {e}"))?;
     b.set_engine(&Setting::Memory(memory))
         .map_err(|f| fail_text("set memory", f))?;
-    b.set_engine(&Setting::Swap(SWAP_MULT * memory))
+    b.set_engine(&Setting::Swap(SWAP_MULT * memory, false))
         .map_err(|f| fail_text("set swap", f))?;
     Ok(b)
 }

@@ -614,7 +614,7 @@ impl Backend for HostBackend<'_> {
                 self.machine.set_memory(*bytes);
                 Ok(())
             }
-            Setting::Swap(bytes) => self
+            Setting::Swap(bytes, _) => self
                 .machine
                 .set_swap(self.knobs, *bytes)
                 .map_err(|m| unsupported(format!("set swap: {m}"))),

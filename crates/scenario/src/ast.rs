@@ -231,9 +231,10 @@ pub enum Setting {
     /// `set memory SIZE`: size of simulated physical memory (non-zero; before the
     /// first `spawn`).
     Memory(u64),
-    /// `set swap SIZE`: a swap device of that size (v3; `0`: none, the default; before the
-    /// first `spawn`).
-    Swap(u64),
+    /// `set swap SIZE [ssd]`: a swap device of that size (v3; `0`: none, the default; before
+    /// the first `spawn`); `ssd` makes it solid-state (large folios swapped whole; the
+    /// default is rotational, as this host's disk).
+    Swap(u64, bool),
     /// `set nodes N`: NUMA nodes, 1..=1024 (before the first `spawn`).
     Nodes(u32),
     /// `set cpus N`: CPUs, 1..=8192 (before the first `spawn`).
@@ -269,7 +270,7 @@ impl Setting {
         matches!(
             self,
             Setting::Memory(_)
-                | Setting::Swap(_)
+                | Setting::Swap(..)
                 | Setting::Nodes(_)
                 | Setting::Cpus(_)
                 | Setting::Arch(_)

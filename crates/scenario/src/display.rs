@@ -103,7 +103,13 @@ impl Display for Setting {
         f.write_str("set ")?;
         match self {
             Setting::Memory(m) => write!(f, "memory {}", Bytes(*m)),
-            Setting::Swap(m) => write!(f, "swap {}", Bytes(*m)),
+            Setting::Swap(m, ssd) => {
+                write!(f, "swap {}", Bytes(*m))?;
+                if *ssd {
+                    f.write_str(" ssd")?;
+                }
+                Ok(())
+            }
             Setting::Nodes(n) => write!(f, "nodes {n}"),
             Setting::Cpus(n) => write!(f, "cpus {n}"),
             Setting::Arch(a) => write!(f, "arch {a}"),

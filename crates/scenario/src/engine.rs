@@ -250,7 +250,10 @@ impl Backend for EngineBackend {
         };
         match s {
             Setting::Memory(b) if self.machine.is_none() => self.cfg.memory = *b,
-            Setting::Swap(b) if self.machine.is_none() => self.cfg.swap = *b,
+            Setting::Swap(b, ssd) if self.machine.is_none() => {
+                self.cfg.swap = *b;
+                self.cfg.swap_ssd = *ssd;
+            }
             Setting::Nodes(n) if self.machine.is_none() => self.cfg.nodes = *n,
             Setting::Cpus(n) if self.machine.is_none() => self.cfg.cpus = *n as usize,
             Setting::Arch(a) if self.machine.is_none() => {
@@ -260,7 +263,7 @@ impl Backend for EngineBackend {
                 }
             }
             Setting::Memory(_) => return Err(late("memory")),
-            Setting::Swap(_) => return Err(late("swap")),
+            Setting::Swap(..) => return Err(late("swap")),
             Setting::Nodes(_) => return Err(late("nodes")),
             Setting::Cpus(_) => return Err(late("cpus")),
             Setting::Arch(_) => return Err(late("arch")),

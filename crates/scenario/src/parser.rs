@@ -1294,7 +1294,10 @@ impl Parser {
                     v => Setting::Memory(v),
                 }
             }
-            "swap" => Setting::Swap(c.size("a swap size")?),
+            "swap" => {
+                let size = c.size("a swap size")?;
+                Setting::Swap(size, c.eat_word("ssd"))
+            }
             "nodes" => Setting::Nodes(to_u32(c.bounded("a node count", 1, 1024)?)),
             "cpus" => Setting::Cpus(to_u32(c.bounded("a CPU count", 1, 8192)?)),
             "arch" => Setting::Arch(c.keyword::<Arch>("an architecture")?.0),
