@@ -21,7 +21,7 @@
 //! - one lock (the `swap_info_struct` lock) guards counts and cache, where Linux has a lock
 //!   per cluster and one per swap-cache table; the counts are 16 bits wide, so there are
 //!   no continuation pages (`add_swap_count_continuation`), and a count that would pass
-//!   [`SWAP_MAP_MAX`] makes fork fail with ENOMEM as a failed continuation does;
+//!   `SWAP_MAP_MAX` makes fork fail with ENOMEM as a failed continuation does;
 //! - large folios get a run of slots only on a solid-state device (`MachineConfig::
 //!   swap_ssd`); the default is rotational, as this host's virtio disk (measured on 6.18:
 //!   `thp_swpout` 0, every large folio counted in `thp_swpout_fallback` and split);

@@ -79,7 +79,7 @@ macro_rules! entry_type {
 
 entry_type!(
     /// A level-4 entry (`pte_t`): none, a present (possibly PROT_NONE) page, or a swap entry
-    /// (not present, not none: [`SwpEntry`]).
+    /// (not present, not none: [`SwpEntry`](crate::phys::SwpEntry)).
     pub Pte,
     "pte_val",
     "__pte"

@@ -113,7 +113,7 @@ pub enum PageFlag {
     /// never touch the table.
     SharingRecord = 23,
     /// In the swap cache (`PG_swapcache`): an anonymous folio with swap slots, one per page,
-    /// the first kept in the head's swap word ([`Memmap::swap_entry`]).
+    /// the first kept in the head's swap word (`Memmap::swap_entry`).
     SwapCache = 24,
 }
 
