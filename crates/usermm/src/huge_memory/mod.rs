@@ -17,10 +17,14 @@
 //! now mapping an order-0 folio; pages that were no longer mapped are freed. Counted as
 //! `thp_split_folio`.
 //!
+//! Reclaim splits an isolated folio the same way when no run of swap slots fits it
+//! (`split_folio_to_list` in `shrink_folio_list`).
+//!
 //! Deliberate differences: the folio is unmapped by clearing its entries rather than by
-//! migration entries (the mmap lock the caller holds for writing keeps every other walker
-//! of this mm out, and no other mm maps the folio); only splits to order 0 are made, which is
-//! all the madvise paths ask for.
+//! migration entries (the locks of the page tables that map it are held from unmapping to
+//! remapping, which keeps every other walker of those entries out, and no other mm maps the
+//! folio: a folio several processes map is not split); only splits to order 0 are made,
+//! which is all the madvise and reclaim paths ask for.
 
 use crate::machine::Cpu;
 use crate::mlock::{folio_add_lru_vma, mlock_vma_file_folio, munlock_vma_folio};
@@ -51,12 +55,46 @@ pub(crate) fn split_anon_folio<'m>(
     head: Pfn,
     folio_start: VirtAddr,
 ) -> bool {
+    split_mapped_anon_folio(cpu, mm, vma, head, folio_start, false).is_some()
+}
+
+/// Reclaim's split of an isolated anonymous large folio that no run of swap slots fits
+/// (`shrink_folio_list`'s `split_folio_to_list`, `THP_SWPOUT_FALLBACK`), the caller holding
+/// one reference and maybe only the mm's lock for reading: the folio must be mapped by this
+/// mm only. Returns the order-0 pieces, each with one reference for the caller and off the
+/// LRU (those no entry maps are then the caller's to free), or `None` with nothing changed.
+pub(crate) fn split_isolated_anon_folio<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    head: Pfn,
+) -> Option<Vec<Pfn>> {
+    let index = cpu.m.phys.memmap.index(head);
+    let folio_start = vma.vm_start().add(index.checked_sub(vma.pgoff)? << 12);
+    split_mapped_anon_folio(cpu, mm, vma, head, folio_start, true)
+}
+
+/// The split both callers make. A PMD mapping is split into PTEs first; then, with the
+/// lock of every page table that maps the folio held from start to end (which keeps every
+/// other walker of those entries out, as Linux's migration entries do, so the mm's lock
+/// for reading is enough), its entries are cleared, the folio is split in place, and each
+/// page that was mapped gets its entry back (same bits, its own PageAnonExclusive), now
+/// mapping an order-0 folio. `isolated`: the caller holds one reference, which each piece
+/// then holds (returned); otherwise pages no entry maps are freed (an empty list).
+fn split_mapped_anon_folio<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    head: Pfn,
+    folio_start: VirtAddr,
+    isolated: bool,
+) -> Option<Vec<Pfn>> {
     let c = cpu.c();
     let phys = &cpu.m.phys;
     let mem = &phys.memmap;
     let order = mem.order(head);
     if order == 0 || !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Mlocked) {
-        return false;
+        return None;
     }
     let nr = 1u64 << order;
     // Where the folio's pages would be mapped in this VMA (part of it may have been
@@ -66,46 +104,52 @@ pub(crate) fn split_anon_folio<'m>(
         folio_start.add(nr * 4096).min(vma.vm_end()),
     );
     if first >= end {
-        return false;
+        return None;
     }
     let pt = cpu.tables(mm);
     for step in pt.pmd_walk(first, end) {
         if let PmdKind::Huge(e) = step.kind {
             if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
-                return false;
+                return None;
             }
             split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
     }
-    // Every mapping of the folio must be one of its own PTEs here.
+    // Every mapping of the folio must be one of its own PTEs here (a folio of at most 2 MiB
+    // spans at most two tables; they are locked in address order).
+    let steps: Vec<_> = pt.pmd_walk(first, end).collect();
+    let mut locks = Vec::with_capacity(steps.len());
     let mut maps = Vec::new();
-    for step in pt.pmd_walk(first, end) {
+    for (t, step) in steps.iter().enumerate() {
         let PmdKind::Table(table) = step.kind else {
-            continue;
+            return None;
         };
         let ptes = PteLock::lock(pt, c, table);
         let (i0, i1) = step.pte_indexes();
         for i in i0..i1 {
             let e = ptes.get(i);
             if !e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head) {
-                maps.push((table, i, e, pt.arch.pfn(e)));
+                maps.push((t, i, e, pt.arch.pfn(e)));
             }
         }
+        locks.push(ptes);
     }
     let mapped = maps.len() as i32;
-    if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped {
-        return false;
+    let extra = i32::from(isolated);
+    if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped + extra {
+        return None;
     }
     let exclusive: Vec<bool> = maps
         .iter()
         .map(|&(.., pfn)| mem.test(pfn, PageFlag::AnonExclusive))
         .collect();
     // Unmap, holding one reference so the folio survives without mappings.
-    rmap::folio_ref_add(phys, c, head, 1);
-    for &(table, i, _, pfn) in &maps {
-        let mut ptes = PteLock::lock(pt, c, table);
+    if !isolated {
+        rmap::folio_ref_add(phys, c, head, 1);
+    }
+    for &(t, i, _, pfn) in &maps {
         // `try_to_migrate_one`: a dirty entry dirties the folio, so every piece is dirty.
-        if ptes.clear(i, 1) {
+        if locks[t].clear(i, 1) {
             mem.set(head, PageFlag::Dirty);
         }
         rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
@@ -118,105 +162,23 @@ pub(crate) fn split_anon_folio<'m>(
     for p in head.range(nr) {
         mem.set(p, PageFlag::Anon);
     }
-    for (&(table, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
-        let mut ptes = PteLock::lock(pt, c, table);
-        ptes.set_ptes(i, e, 1);
+    for (&(t, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
+        locks[t].set_ptes(i, e, 1);
         rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
         rmap::folio_ref_add(phys, c, pfn, 1);
         if excl {
             mem.set(pfn, PageFlag::AnonExclusive);
         }
+    }
+    drop(locks);
+    if isolated {
+        return Some(head.range(nr).collect());
     }
     // Dropping the held references frees the pages nothing maps any more.
     for p in head.range(nr) {
         phys.put_folio(c, p, 1);
     }
-    true
-}
-
-/// Reclaim's split of an isolated anonymous large folio that no run of swap slots fits
-/// (`shrink_folio_list`'s `split_folio_to_list`, `THP_SWPOUT_FALLBACK`): the caller holds
-/// one reference and may not hold the mm's lock for writing, so the folio must be mapped by
-/// one mm only (`folio_maybe_mapped_shared` false), through PTEs of one page table (a PMD
-/// mapping is split first), and the table's lock is held from unmapping to remapping, which
-/// keeps every other walker of those entries out as Linux's migration entries do. Returns
-/// the order-0 pieces, each with one reference for the caller and off the LRU (those no
-/// entry maps are then the caller's to free), or `None` with nothing changed.
-pub(crate) fn split_isolated_anon_folio<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    vma: &Vma,
-    head: Pfn,
-) -> Option<Vec<Pfn>> {
-    let c = cpu.c();
-    let phys = &cpu.m.phys;
-    let mem = &phys.memmap;
-    let order = mem.order(head);
-    if order == 0 || !mem.test(head, PageFlag::Anon) || mem.test(head, PageFlag::Mlocked) {
-        return None;
-    }
-    let nr = 1u64 << order;
-    let index = mem.index(head);
-    let folio_start = vma.vm_start().add(index.checked_sub(vma.pgoff)? << 12);
-    let (first, end) = (
-        folio_start.max(vma.vm_start()),
-        folio_start.add(nr * 4096).min(vma.vm_end()),
-    );
-    if first >= end || first.pmd_align_down() != end.sub(4096).pmd_align_down() {
-        return None;
-    }
-    let pt = cpu.tables(mm);
-    for step in pt.pmd_walk(first, end) {
-        if let PmdKind::Huge(e) = step.kind {
-            if pt.vm_normal_folio(e) != Some(head) || !step.whole() {
-                return None;
-            }
-            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
-        }
-    }
-    let step = pt.pmd_walk(first, end).next()?;
-    let PmdKind::Table(table) = step.kind else {
-        return None;
-    };
-    let mut ptes = PteLock::lock(pt, c, table);
-    let (i0, i1) = step.pte_indexes();
-    let maps: Vec<(usize, crate::pgtable::Pte, Pfn)> = (i0..i1)
-        .filter_map(|i| {
-            let e = ptes.get(i);
-            (!e.is_none() && pt.arch.present(e) && pt.vm_normal_folio(e) == Some(head))
-                .then(|| (i, e, pt.arch.pfn(e)))
-        })
-        .collect();
-    let mapped = maps.len() as i32;
-    if mem.folio_mapcount(head) != mapped || mem.refcount(head) != mapped + 1 {
-        return None;
-    }
-    let exclusive: Vec<bool> = maps
-        .iter()
-        .map(|&(.., pfn)| mem.test(pfn, PageFlag::AnonExclusive))
-        .collect();
-    for &(i, _, pfn) in &maps {
-        if ptes.clear(i, 1) {
-            mem.set(head, PageFlag::Dirty);
-        }
-        rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
-    }
-    rmap::folio_ref_add(phys, c, head, -mapped);
-    cpu.flush_tlb(mm, FlushScope::Range(first, end));
-    let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
-    phys.split_unmapped_folio(c, head, &pieces);
-    for p in head.range(nr) {
-        mem.set(p, PageFlag::Anon);
-    }
-    for (&(i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
-        ptes.set_ptes(i, e, 1);
-        rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
-        rmap::folio_ref_add(phys, c, pfn, 1);
-        if excl {
-            mem.set(pfn, PageFlag::AnonExclusive);
-        }
-    }
-    Some(head.range(nr).collect())
+    Some(Vec::new())
 }
 
 /// Splits PMD-mapped THPs that would straddle a VMA boundary placed at `start` or `end`
