@@ -174,9 +174,9 @@ pub(crate) enum Unmap {
 }
 
 /// `try_to_unmap` of an anonymous folio that reclaim isolated (holding one reference):
-/// every entry that maps it goes (a PMD mapping is split first). Returns whether the folio is mapped nowhere afterwards; an entry in a
-/// locked VMA, a pinned exclusive page, a swap slot whose count is full, or a redirtied
-/// lazy-free folio leaves the rest mapped.
+/// every entry that maps it goes (a PMD mapping is split first). Returns whether the folio
+/// is mapped nowhere afterwards; an entry in a locked VMA, a pinned exclusive page, a swap
+/// slot whose count is full, or a redirtied lazy-free folio leaves the rest mapped.
 pub(crate) fn try_to_unmap<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
