@@ -88,8 +88,10 @@ fn grammar_block(doc: &str) -> &str {
 fn every_keyword_is_documented_and_every_grammar_word_is_accepted() {
     let doc = read("../../docs/scenario-language.md");
     let ast = read("src/ast.rs") + &read("src/ast/observe.rs");
-    let parser =
-        read("src/parser.rs") + &read("src/parser/expect.rs") + &read("src/parser/settings.rs");
+    let parser = read("src/parser.rs")
+        + &read("src/parser/action.rs")
+        + &read("src/parser/expect.rs")
+        + &read("src/parser/settings.rs");
     let keywords = enum_keywords(&ast);
     let words = parser_words(&parser);
     assert!(
