@@ -281,8 +281,9 @@ pub(crate) fn shrink_anon_lru<'m>(
                     let Some(pieces) = pieces else {
                         // Deliberate difference: Linux splits a folio several processes
                         // map too (through migration entries in every one of them); the
-                        // engine splits only under one page-table lock, so such a folio is
-                        // swapped out whole instead (the references were just checked).
+                        // engine splits only under the page-table locks of one mm, so such
+                        // a folio is swapped out whole instead (its references were just
+                        // checked).
                         let outcome = match reclaim_anon(cpu, held, folio, false, true, false) {
                             Outcome::Split => Outcome::Activate,
                             o => o,
