@@ -102,9 +102,7 @@ pub(crate) fn free_swap_and_cache<'m>(cpu: &Cpu<'m>, swap: &SwapInfo, entry: Swp
         }
         last = Some(head);
         // `__try_to_reclaim_swap(TTRS_UNMAPPED | TTRS_FULL)`: only a folio nobody maps.
-        if mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0 {
-            folio_free_swap(cpu, head);
-        }
+        free_swap_cache(cpu, head);
     }
 }
 
