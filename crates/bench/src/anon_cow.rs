@@ -20,13 +20,14 @@
 //! describe it. Its writers run on whichever CPUs the scheduler gives them, as the engine's
 //! instance threads do.
 
+use crate::columns::EngineColumn;
 use crate::engine::{counters, populate, sig, warm_up, PMD};
 use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::measure::{fork_with_socket, Forked};
 use crate::host::region::Region;
 use crate::host::{errno_text, vmstat, HostSession};
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit};
-use crate::sharing::{stage_machine, Stage, STAGES};
+use crate::sharing::{column_machine, stage_columns, STAGES};
 use crate::suite::Ctx;
 use oracle::sys;
 use std::collections::BTreeMap;
@@ -129,12 +130,12 @@ fn engine_writes(
 fn engine_once(
     area: u64,
     order: Order,
-    stage: &Stage,
+    column: &EngineColumn,
     n: usize,
     orders: &[Vec<u64>],
 ) -> anyhow::Result<(f64, usermm::Snapshot)> {
-    // The parent's area, one copy per child, page tables: `stage_machine(s)` has 2s + 64 MiB.
-    let m = stage_machine((area * (n as u64 + 1)).div_ceil(2), n, stage)?;
+    // The parent's area, one copy per child, page tables: `column_machine(s)` has 2s + 64 MiB.
+    let m = column_machine((area * (n as u64 + 1)).div_ceil(2), n, column)?;
     let (parent, a, children) = {
         let cpu = m.enter_cpu(0)?;
         let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
@@ -186,14 +187,14 @@ fn engine_once(
             };
             anyhow::ensure!(
                 !bad(parent, 0)?,
-                "stage {}: the parent's area changed",
-                stage.name
+                "column {}: the parent's area changed",
+                column.name
             );
             for &c in &children {
                 anyhow::ensure!(
                     !bad(c, FILL)?,
-                    "stage {}: a child's page was not written",
-                    stage.name
+                    "column {}: a child's page was not written",
+                    column.name
                 );
             }
         }
@@ -328,9 +329,10 @@ pub(crate) fn host_writers(
     Ok(throughput(area, &times))
 }
 
-/// Measurements (for the progress bar).
-pub fn steps(reps: usize) -> u64 {
-    (reps * ORDERS.len() * (STAGES.len() + 1)) as u64
+/// Measurements (for the progress bar) with `engine` engine columns (0: the stages).
+pub fn steps(reps: usize, engine: usize) -> u64 {
+    let engine = if engine == 0 { STAGES.len() } else { engine };
+    (reps * ORDERS.len() * (engine + 1)) as u64
 }
 
 /// Seed 003's published throughput change per stage (Xeon Silver 4210R, 20 cores, 1 GiB per
@@ -395,25 +397,26 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     );
     let n = instances();
     let host = ctx.host.session();
-    let variants = crate::sharing::stage_variants(
+    let engine = ctx.engine_columns(stage_columns());
+    let variants = crate::sharing::column_variants(
+        &engine,
         "the host kernel: a fresh agent process populates the area (PMD THP always; THP knobs restored) and forks one writer per instance",
     );
     let mut rows = Vec::new();
     for order in ORDERS {
         let pages: Vec<Vec<u64>> = (0..n).map(|i| page_order(area, order, i)).collect();
-        let mut cols: Vec<Column> = STAGES
+        let mut cols: Vec<Column> = variants
             .iter()
-            .map(|s| Column::new(s.name, vec![], BTreeMap::new()))
+            .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        let mut reps = ctx.repetitions(&variants, STAGES[0].name, Better::Higher);
+        let mut reps = ctx.repetitions(&variants, &engine[0].name, Better::Higher);
         while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
-            engine_once(area, order, &STAGES[0], n, &pages)?;
+            engine_once(area, order, &engine[0], n, &pages)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
-                if let Some(stage) = STAGES.get(i) {
-                    let (rate, c) = engine_once(area, order, stage, n, &pages)?;
+                if let Some(column) = engine.get(i) {
+                    let (rate, c) = engine_once(area, order, column, n, &pages)?;
                     cols[i].samples.push(rate);
                     cols[i].counters = counters(&c);
                 } else {
@@ -462,7 +465,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::BytesPerSecond,
         better: Better::Higher,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: STAGES[0].name.into(),
+        baseline: engine[0].name.clone(),
         variants,
         row_label: "page order".into(),
         rows,

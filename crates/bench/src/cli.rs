@@ -66,6 +66,12 @@ pub struct BenchArgs {
     /// suite: target/usermm-bench).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// The engine columns of the one benchmark named, from the tunables registry instead of
+    /// the table's own: NAME=V1,V2[,…] gives one column per value (the first is the baseline;
+    /// repeatable: every combination), that switch set where the table sets its own columns'
+    /// (e.g. `usermm bench fork --variants fork_pte_batch=per-pte,batched`).
+    #[arg(long = "variants", value_name = "NAME=V1,V2")]
+    pub variants: Vec<String>,
     /// Leave out the host-kernel columns.
     #[arg(long)]
     pub no_host: bool,
@@ -126,6 +132,7 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
         o.tlbi_ns = ns;
     }
     o.profile = args.profile.clone();
+    o.variants = crate::columns::parse_variants(&args.variants, which)?;
     Ok(o)
 }
 

@@ -16,6 +16,7 @@
 //! control is the `per-pte again` column: the baseline measured a second time, a cell of
 //! its own in every repetition's rotation, whose gain is the noise.
 
+use crate::columns::EngineColumn;
 use crate::engine::{counters, machine, populate, sig, size_label, warm_up, PMD, RW};
 use crate::host::agent::{self, HostCell};
 use crate::host::HostSession;
@@ -25,7 +26,7 @@ use crate::suite::Ctx;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use usermm::tunables::{PteBatching, ShmemHuge};
+use usermm::tunables::ShmemHuge;
 use usermm::{Access, Cpu, Ev, InodeKind, Machine, MmapArgs, Pid, Placement, Prot, Sharing};
 use usermm::{Privilege, ThpPolicy};
 
@@ -229,7 +230,7 @@ fn engine_once(
     size: u64,
     folio: u64,
     layout: Layout,
-    batching: PteBatching,
+    column: &EngineColumn,
     op: Op,
 ) -> anyhow::Result<(f64, usermm::Snapshot)> {
     let m = match layout {
@@ -242,10 +243,7 @@ fn engine_once(
     // batching: only the timed call runs the variant's.
     warm_up(&cpu, p, size)?;
     let a = populate_layout(&cpu, p, size, folio, layout)?;
-    m.update_tunables(|t| {
-        t.fork_pte_batch = batching;
-        t.zap_pte_batch = batching;
-    });
+    column.apply(&m)?;
     let before = m.counters();
     let t = Instant::now();
     match op {
@@ -278,23 +276,32 @@ fn host_once(
     })
 }
 
-/// The baseline variant.
-const BASELINE: &str = "per-pte";
-
-/// The columns of this table.
-fn variants() -> Vec<Variant> {
+/// The table's own engine columns (the first is the baseline), each setting the batching of
+/// fork and zap for the timed call.
+fn own_columns() -> Vec<EngineColumn> {
+    let both = |b| [("fork_pte_batch", b), ("zap_pte_batch", b)];
     vec![
-        Variant::engine(
+        EngineColumn::new(
             "per-pte",
             "one PTE, one refcount and one rmap operation at a time (before seed 000)",
+            &both("per-pte"),
         ),
-        Variant::engine(
+        EngineColumn::new(
             "batched",
             "folio_pte_batch: one refcount/rmap operation per run of a folio (seed 000)",
+            &both("batched"),
         ),
-        Variant::control("per-pte"),
-        Variant::host("the host kernel, same layout (mTHP knob of that size; THP knobs restored)"),
     ]
+}
+
+/// The columns of this table: the engine's, the baseline's A/A control, the host.
+fn variants(engine: &[EngineColumn]) -> Vec<Variant> {
+    let mut v: Vec<Variant> = engine.iter().map(EngineColumn::variant).collect();
+    v.push(Variant::control(&engine[0].name));
+    v.push(Variant::host(
+        "the host kernel, same layout (mTHP knob of that size; THP knobs restored)",
+    ));
+    v
 }
 
 /// One folio size: every column, repetitions interleaved.
@@ -304,28 +311,24 @@ fn row(
     layout: Layout,
     folio: u64,
     host: &Result<HostSession, String>,
+    engine: &[EngineColumn],
 ) -> anyhow::Result<Row> {
     let size = ctx.opts.scale;
-    let mut cols: Vec<Column> = variants()
+    let variants = variants(engine);
+    let mut cols: Vec<Column> = variants
         .iter()
         .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
     let label = layout.label(folio);
-    let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Lower);
+    let mut reps = ctx.repetitions(&variants, &engine[0].name, Better::Lower);
     while let Some(rep) = reps.next(&cols) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
-        engine_once(size, folio, layout, PteBatching::PerPte, op)?;
+        engine_once(size, folio, layout, &engine[0], op)?;
         for i in rotation_host_last(rep, cols.len()) {
-            // The engine columns' settings, the A/A control's last.
-            match [
-                PteBatching::PerPte,
-                PteBatching::Batched,
-                PteBatching::PerPte,
-            ]
-            .get(i)
-            {
-                Some(&b) => {
-                    let (secs, c) = engine_once(size, folio, layout, b, op)?;
+            // The engine columns' settings, then the A/A control's (the baseline's).
+            match engine.get(i).or((i == engine.len()).then(|| &engine[0])) {
+                Some(column) => {
+                    let (secs, c) = engine_once(size, folio, layout, column, op)?;
                     cols[i].samples.push(secs);
                     cols[i].counters = counters(&c);
                 }
@@ -354,9 +357,15 @@ fn row(
     })
 }
 
-/// Measurements of one table (for the progress bar).
-pub fn steps(ctx_reps: usize, folios: usize, op: Op) -> u64 {
-    (ctx_reps * (folios + file_rows(op).count()) * variants().len()) as u64
+/// Measurements of one table (for the progress bar) with `engine` engine columns (0: the
+/// table's own).
+pub fn steps(ctx_reps: usize, folios: usize, op: Op, engine: usize) -> u64 {
+    let engine = if engine == 0 {
+        own_columns().len()
+    } else {
+        engine
+    };
+    (ctx_reps * (folios + file_rows(op).count()) * (engine + 2)) as u64
 }
 
 /// How the floor's per-PTE work changes entries and `struct page`s.
@@ -438,13 +447,14 @@ fn fork_floor(size: u64, folio: u64, ops: FloorOps) -> f64 {
 /// The seed-000 table for `op`.
 pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
     let host = ctx.host.session();
+    let engine = ctx.engine_columns(own_columns());
     let mut rows = Vec::new();
     for &folio in &ctx.opts.folios {
-        rows.push(row(ctx, op, Layout::Anon, folio, &host)?);
+        rows.push(row(ctx, op, Layout::Anon, folio, &host, &engine)?);
         ctx.row_done();
     }
     for (layout, folio) in file_rows(op) {
-        rows.push(row(ctx, op, layout, folio, &host)?);
+        rows.push(row(ctx, op, layout, folio, &host, &engine)?);
         ctx.row_done();
     }
     drop(host);
@@ -506,8 +516,8 @@ pub fn table(ctx: &Ctx<'_>, op: Op) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: BASELINE.into(),
-        variants: variants(),
+        baseline: engine[0].name.clone(),
+        variants: variants(&engine),
         row_label: "folio size".into(),
         rows,
         counters_shown: vec![

@@ -24,11 +24,13 @@
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
+//! | [`columns`] | a table's engine columns as tunables settings; `--variants NAME=V1,V2` |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
 pub mod calibrate;
 pub mod cli;
+pub mod columns;
 pub mod compare;
 pub mod costmodel;
 pub mod engine;

@@ -3,6 +3,7 @@
 //! host kernel; three setups: one node without THP, two nodes interleaved, THP on. The
 //! tables show min/mean/stddev/max as the seed's mmtests output does.
 
+use crate::columns::EngineColumn;
 use crate::engine::{counters, RW};
 use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::HostSession;
@@ -72,7 +73,7 @@ impl Setup {
 fn engine_once(
     size: u64,
     setup: Setup,
-    design: MunlockDesign,
+    column: &EngineColumn,
 ) -> anyhow::Result<(f64, usermm::Snapshot)> {
     let nodes = if setup == Setup::Interleaved { 2 } else { 1 };
     let mut cfg = MachineConfig {
@@ -81,7 +82,7 @@ fn engine_once(
         ..MachineConfig::default()
     };
     cfg.tunables.check_tlb = false;
-    cfg.tunables.munlock = design;
+    column.apply_to(&mut cfg.tunables)?;
     let m = Machine::new(cfg);
     m.update_tunables(|t| {
         t.thp.top = if setup == Setup::Thp {
@@ -130,11 +131,9 @@ fn host_once(s: &HostSession, size: u64, setup: Setup, nodes: usize) -> CellResu
     })
 }
 
-/// The baseline variant.
-const BASELINE: &str = "stage0";
-
-fn variants() -> Vec<Variant> {
-    let mut v: Vec<Variant> = MunlockDesign::ALL
+/// The table's own engine columns: every munlock design (stage0, the baseline, first).
+fn own_columns() -> Vec<EngineColumn> {
+    MunlockDesign::ALL
         .iter()
         .map(|d| {
             let about = match d {
@@ -147,18 +146,29 @@ fn variants() -> Vec<Variant> {
                         .into()
                 }
             };
-            Variant::engine(&d.name(), &about)
+            EngineColumn::new(&d.name(), &about, &[("munlock", &d.name())])
         })
-        .collect();
+        .collect()
+}
+
+/// The columns: the engine's, then the host.
+fn variants(engine: &[EngineColumn]) -> Vec<Variant> {
+    let mut v: Vec<Variant> = engine.iter().map(EngineColumn::variant).collect();
     v.push(Variant::host(
         "the host kernel: MAP_LOCKED|MAP_POPULATE, then munlock timed",
     ));
     v
 }
 
-/// Measurements of one table (for the progress bar).
-pub fn steps(reps: usize) -> u64 {
-    (reps * (MunlockDesign::ALL.len() + 1)) as u64
+/// Measurements of one table (for the progress bar) with `engine` engine columns (0: the
+/// table's own).
+pub fn steps(reps: usize, engine: usize) -> u64 {
+    let engine = if engine == 0 {
+        own_columns().len()
+    } else {
+        engine
+    };
+    (reps * (engine + 1)) as u64
 }
 
 /// The table of one setup: every design and the host, repetitions interleaved in an order
@@ -171,19 +181,20 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
     } else {
         ctx.host.session()
     };
-    let mut cols: Vec<Column> = MunlockDesign::ALL
+    let engine = ctx.engine_columns(own_columns());
+    let variants = variants(&engine);
+    let mut cols: Vec<Column> = variants
         .iter()
-        .map(|d| Column::new(&d.name(), vec![], BTreeMap::new()))
+        .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
         .collect();
-    cols.push(Column::new("host", vec![], BTreeMap::new()));
-    let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Lower);
+    let mut reps = ctx.repetitions(&variants, &engine[0].name, Better::Lower);
     while let Some(rep) = reps.next(&cols) {
         // Untimed: the first engine cell after a host cell runs slow (see the rotation).
-        engine_once(size, setup, MunlockDesign::ALL[0])?;
+        engine_once(size, setup, &engine[0])?;
         for i in crate::stats::rotation_host_last(rep, cols.len()) {
-            match MunlockDesign::ALL.get(i) {
-                Some(&design) => {
-                    let (secs, c) = engine_once(size, setup, design)?;
+            match engine.get(i) {
+                Some(column) => {
+                    let (secs, c) = engine_once(size, setup, column)?;
                     cols[i].samples.push(secs);
                     cols[i].counters = counters(&c);
                 }
@@ -217,8 +228,8 @@ pub fn table(ctx: &Ctx<'_>, setup: Setup) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Mean, Stat::Stddev, Stat::Max],
-        baseline: BASELINE.into(),
-        variants: variants(),
+        baseline: engine[0].name.clone(),
+        variants,
         row_label: "size".into(),
         rows: vec![Row {
             label: crate::engine::size_label(size),

@@ -48,22 +48,28 @@ pub struct Sweep {
 
 /// Parses and checks `--sweep NAME=V1,V2` options (every value against the engine).
 pub fn parse_sweeps(opts: &[String]) -> anyhow::Result<Vec<Sweep>> {
+    parse_sweeps_for("--sweep", opts)
+}
+
+/// Parses and checks the `NAME=V1,V2` options of the flag `flag` (`--sweep`, `--variants`):
+/// every value against the tunables registry; errors start with the flag.
+pub fn parse_sweeps_for(flag: &str, opts: &[String]) -> anyhow::Result<Vec<Sweep>> {
     let mut out: Vec<Sweep> = Vec::new();
     for o in opts {
         let (name, values) = o
             .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--sweep {o}: expected NAME=V1,V2[,...]"))?;
+            .ok_or_else(|| anyhow::anyhow!("{flag} {o}: expected NAME=V1,V2[,...]"))?;
         let values: Vec<String> = values.split(',').map(str::to_string).collect();
         anyhow::ensure!(
             values.iter().all(|v| !v.is_empty()),
-            "--sweep {o}: an empty value"
+            "{flag} {o}: an empty value"
         );
         for v in &values {
-            ErrorKind::check_tunable(name, v).map_err(|e| anyhow::anyhow!("--sweep {o}: {e}"))?;
+            ErrorKind::check_tunable(name, v).map_err(|e| anyhow::anyhow!("{flag} {o}: {e}"))?;
         }
         anyhow::ensure!(
             !out.iter().any(|s| s.name == name),
-            "--sweep {o}: `{name}` is swept twice"
+            "{flag} {o}: `{name}` is given twice"
         );
         out.push(Sweep {
             name: name.to_string(),

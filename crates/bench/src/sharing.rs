@@ -4,6 +4,7 @@
 //! tracking and the exact two-counter tracker), the seed's published change beside each, and
 //! the host kernel with the same layout.
 
+use crate::columns::EngineColumn;
 use crate::engine::{counters, machine_with_cpus, populate, sig, PMD, RO};
 use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::measure::{fork_time, timed, LiveChild};
@@ -134,26 +135,42 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
-/// A fresh machine with `cpus` CPU slots for `size` bytes of PMD THPs configured as `stage`.
-pub fn stage_machine(size: u64, cpus: usize, stage: &Stage) -> anyhow::Result<usermm::Machine> {
-    let m = machine_with_cpus(size, PMD, cpus);
-    let mut err = None;
-    m.update_tunables(|t| {
-        for (k, v) in stage.tunables {
-            if let Err(e) = t.set(k, v) {
-                err.get_or_insert(e);
-            }
-        }
-    });
-    match err {
-        Some(e) => anyhow::bail!("stage {}: {e}", stage.name),
-        None => Ok(m),
+impl Stage {
+    /// Its engine column: its name, what it is with its switches, its tunables.
+    pub fn column(&self) -> EngineColumn {
+        let switches: Vec<String> = self
+            .tunables
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let about = format!("{} [{}]", self.about, switches.join(", "));
+        EngineColumn::new(self.name, &about, self.tunables)
     }
 }
 
+/// A fresh machine with `cpus` CPU slots for `size` bytes of PMD THPs configured as `stage`.
+pub fn stage_machine(size: u64, cpus: usize, stage: &Stage) -> anyhow::Result<usermm::Machine> {
+    column_machine(size, cpus, &stage.column())
+}
+
+/// A fresh machine with `cpus` CPU slots for `size` bytes of PMD THPs configured as `column`.
+pub fn column_machine(
+    size: u64,
+    cpus: usize,
+    column: &EngineColumn,
+) -> anyhow::Result<usermm::Machine> {
+    let m = machine_with_cpus(size, PMD, cpus);
+    column.apply(&m)?;
+    Ok(m)
+}
+
 /// One engine repetition.
-fn engine_once(size: u64, micro: Micro, stage: &Stage) -> anyhow::Result<(f64, usermm::Snapshot)> {
-    let m = stage_machine(size, usermm::MachineConfig::default().cpus, stage)?;
+fn engine_once(
+    size: u64,
+    micro: Micro,
+    column: &EngineColumn,
+) -> anyhow::Result<(f64, usermm::Snapshot)> {
+    let m = column_machine(size, usermm::MachineConfig::default().cpus, column)?;
     let cpu = m.enter_cpu(0)?;
     let p = cpu.spawn(Privilege::Ordinary, 8 << 20)?;
     // Back every frame the run may touch on the host first, the copies' too: a host page fault
@@ -243,8 +260,11 @@ fn write(r: &Region, micro: Micro) -> Result<f64, String> {
 }
 
 /// Measurements (for the progress bar).
-pub fn steps(reps: usize) -> u64 {
-    (reps * MICROS.len() * (STAGES.len() + 1)) as u64
+/// Measurements of the table (for the progress bar) with `engine` engine columns (0: the
+/// stages).
+pub fn steps(reps: usize, engine: usize) -> u64 {
+    let engine = if engine == 0 { STAGES.len() } else { engine };
+    (reps * MICROS.len() * (engine + 1)) as u64
 }
 
 /// Seed 003's published change per stage (Xeon Silver 4210R, 1 GiB; negative is faster), in
@@ -296,16 +316,14 @@ fn published(micro: Micro) -> Vec<Published> {
         .collect()
 }
 
-/// One engine variant per stage, then the host described by `host`.
-pub fn stage_variants(host: &str) -> Vec<Variant> {
-    let mut v: Vec<Variant> = STAGES
-        .iter()
-        .map(|s| {
-            let switches: Vec<String> =
-                s.tunables.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            Variant::engine(s.name, &format!("{} [{}]", s.about, switches.join(", ")))
-        })
-        .collect();
+/// The stages' engine columns.
+pub fn stage_columns() -> Vec<EngineColumn> {
+    STAGES.iter().map(Stage::column).collect()
+}
+
+/// One engine variant per column, then the host described by `host`.
+pub fn column_variants(engine: &[EngineColumn], host: &str) -> Vec<Variant> {
+    let mut v: Vec<Variant> = engine.iter().map(EngineColumn::variant).collect();
     v.push(Variant::host(host));
     v
 }
@@ -314,23 +332,25 @@ pub fn stage_variants(host: &str) -> Vec<Variant> {
 pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let size = ctx.opts.scale;
     let host = ctx.host.session();
-    let variants =
-        stage_variants("the host kernel, same layout (PMD THP always; THP knobs restored)");
+    let engine = ctx.engine_columns(stage_columns());
+    let variants = column_variants(
+        &engine,
+        "the host kernel, same layout (PMD THP always; THP knobs restored)",
+    );
     let mut rows = Vec::new();
     for micro in MICROS {
-        let mut cols: Vec<Column> = STAGES
+        let mut cols: Vec<Column> = variants
             .iter()
-            .map(|s| Column::new(s.name, vec![], BTreeMap::new()))
+            .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        cols.push(Column::new("host", vec![], BTreeMap::new()));
         let host_col = cols.len() - 1;
-        let mut reps = ctx.repetitions(&variants, STAGES[0].name, Better::Lower);
+        let mut reps = ctx.repetitions(&variants, &engine[0].name, Better::Lower);
         while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
-            engine_once(size, micro, &STAGES[0])?;
+            engine_once(size, micro, &engine[0])?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
-                if let Some(stage) = STAGES.get(i) {
-                    let (secs, c) = engine_once(size, micro, stage)?;
+                if let Some(column) = engine.get(i) {
+                    let (secs, c) = engine_once(size, micro, column)?;
                     cols[i].samples.push(secs);
                     cols[i].counters = counters(&c);
                 } else {
@@ -363,7 +383,7 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::Seconds,
         better: Better::Lower,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: STAGES[0].name.into(),
+        baseline: engine[0].name.clone(),
         variants,
         row_label: "benchmark".into(),
         rows,

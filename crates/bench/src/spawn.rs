@@ -2,6 +2,7 @@
 //! VMA tree built by insertion (before) or by `__mt_dup` (seed 001), and the host kernel's
 //! fork+exit+wait rate with N extra single-page VMAs.
 
+use crate::columns::EngineColumn;
 use crate::engine::{counters, machine, RO, RW};
 use crate::host::agent::{self, HostCell};
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
@@ -35,10 +36,11 @@ pub const STORE_WORK_COUNTERS: [&str; 4] = [
     "maple_pushes",
 ];
 
-/// A machine with one process of `21 + extra` VMAs (21 written, `extra` read-only, empty).
-fn setup(extra: u64, mode: VmaTreeCopy) -> anyhow::Result<(usermm::Machine, usermm::Pid)> {
+/// A machine with one process of `21 + extra` VMAs (21 written, `extra` read-only, empty),
+/// set as `column`.
+fn setup(extra: u64, column: &EngineColumn) -> anyhow::Result<(usermm::Machine, usermm::Pid)> {
     let m = machine(64 << 20, 4096);
-    m.update_tunables(|t| t.vma_tree_dup = mode);
+    column.apply(&m)?;
     let p;
     {
         let cpu = m.enter_cpu(0)?;
@@ -76,10 +78,11 @@ fn tree_stats(
 /// nothing).
 fn engine_rate(
     extra: u64,
-    mode: VmaTreeCopy,
+    column: &EngineColumn,
     secs: f64,
 ) -> anyhow::Result<(f64, BTreeMap<String, u64>)> {
-    let (m, p) = setup(extra, mode)?;
+    let (m, p) = setup(extra, column)?;
+    let mode = m.tunables().vma_tree_dup;
     let cpu = m.enter_cpu(0)?;
     let before = m.counters();
     let (parent, _) = tree_stats(&m, p)?;
@@ -116,21 +119,30 @@ fn host_rate(extra: u64, secs: f64) -> Result<(f64, BTreeMap<String, u64>), Stri
     })
 }
 
-/// Measurements (for the progress bar).
-pub fn steps(reps: usize, points: usize) -> u64 {
-    (reps * points * variants().len()) as u64
+/// Measurements (for the progress bar) with `engine` engine columns (0: the table's own).
+pub fn steps(reps: usize, points: usize, engine: usize) -> u64 {
+    let engine = if engine == 0 {
+        own_columns().len()
+    } else {
+        engine
+    };
+    (reps * points * (engine + 2)) as u64
 }
 
-/// The baseline variant.
-const BASELINE: &str = "insert";
-
-fn variants() -> Vec<Variant> {
+/// The table's own engine columns (the first is the baseline).
+fn own_columns() -> Vec<EngineColumn> {
     vec![
-        Variant::engine("insert", "the child's VMA tree built in bulk mode, VMA by VMA into full leaves (dup_mmap of Linux 6.1 until seed 001, as in its baseline next-20230829)"),
-        Variant::engine("dup", "__mt_dup: the tree's nodes duplicated top-down, entries replaced (seed 001)"),
-        Variant::control("insert"),
-        Variant::host("the host kernel: fork + child _exit + waitpid of a fresh agent process with 21 + N VMAs in all (the static spawn agent where the build has one)"),
+        EngineColumn::new("insert", "the child's VMA tree built in bulk mode, VMA by VMA into full leaves (dup_mmap of Linux 6.1 until seed 001, as in its baseline next-20230829)", &[("vma_tree_dup", "insert")]),
+        EngineColumn::new("dup", "__mt_dup: the tree's nodes duplicated top-down, entries replaced (seed 001)", &[("vma_tree_dup", "dup")]),
     ]
+}
+
+/// The columns: the engine's, the baseline's A/A control, the host.
+fn variants(engine: &[EngineColumn]) -> Vec<Variant> {
+    let mut v: Vec<Variant> = engine.iter().map(EngineColumn::variant).collect();
+    v.push(Variant::control(&engine[0].name));
+    v.push(Variant::host("the host kernel: fork + child _exit + waitpid of a fresh agent process with 21 + N VMAs in all (the static spawn agent where the build has one)"));
+    v
 }
 
 fn published(extra: u64) -> Vec<Published> {
@@ -144,22 +156,24 @@ fn published(extra: u64) -> Vec<Published> {
 pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let secs = ctx.opts.spawn_seconds;
     let host_ok = ctx.host.enabled();
+    let engine = ctx.engine_columns(own_columns());
+    let variants = variants(&engine);
     let mut rows = Vec::new();
     for &extra in &ctx.opts.spawn_extra {
         let label = format!("21+{extra}");
-        let mut cols: Vec<Column> = variants()
+        let mut cols: Vec<Column> = variants
             .iter()
             .map(|v| Column::new(&v.name, vec![], BTreeMap::new()))
             .collect();
-        let mut reps = ctx.repetitions(&variants(), BASELINE, Better::Higher);
+        let mut reps = ctx.repetitions(&variants, &engine[0].name, Better::Higher);
         while let Some(rep) = reps.next(&cols) {
             // Untimed: the first engine cell after a host cell runs slow (see the rotation).
-            engine_rate(extra, VmaTreeCopy::Insert, secs)?;
+            engine_rate(extra, &engine[0], secs)?;
             for i in crate::stats::rotation_host_last(rep, cols.len()) {
-                // The engine columns' settings, the A/A control's last.
-                match [VmaTreeCopy::Insert, VmaTreeCopy::Dup, VmaTreeCopy::Insert].get(i) {
-                    Some(&mode) => {
-                        let (rate, c) = engine_rate(extra, mode, secs)?;
+                // The engine columns' settings, then the A/A control's (the baseline's).
+                match engine.get(i).or((i == engine.len()).then(|| &engine[0])) {
+                    Some(column) => {
+                        let (rate, c) = engine_rate(extra, column, secs)?;
                         cols[i].samples.push(rate);
                         cols[i].counters = c;
                     }
@@ -186,8 +200,8 @@ pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
         unit: Unit::PerSecond,
         better: Better::Higher,
         stats: vec![Stat::Min, Stat::Median, Stat::Max],
-        baseline: BASELINE.into(),
-        variants: variants(),
+        baseline: engine[0].name.clone(),
+        variants,
         row_label: "VMAs".into(),
         rows,
         counters_shown: ["maple_nodes_allocated", "maple_tree_nodes"]

@@ -1,6 +1,7 @@
 //! The suite: which benchmarks exist, their options, and running a selection of them into
 //! one [`Report`].
 
+use crate::columns::EngineColumn;
 use crate::costmodel::Primitives;
 use crate::host::{kernel_release, HostSide};
 use crate::model::{
@@ -93,14 +94,16 @@ impl Bench {
 
     /// Measurements it makes (for the progress bar).
     fn steps(self, o: &Options) -> u64 {
+        // The engine columns of `--variants` (0: the tables' own).
+        let engine = crate::columns::count(&o.variants);
         match self {
             Bench::Fault => fault::steps(o.reps),
-            Bench::Fork => fork::steps(o.reps, o.folios.len(), fork::Op::Fork),
-            Bench::Munmap => fork::steps(o.reps, o.folios.len(), fork::Op::Munmap),
-            Bench::Spawn => spawn::steps(o.reps, o.spawn_extra.len()),
-            Bench::Sharing => sharing::steps(o.reps),
-            Bench::AnonCow => anon_cow::steps(o.reps),
-            Bench::Munlock => 3 * munlock::steps(o.reps),
+            Bench::Fork => fork::steps(o.reps, o.folios.len(), fork::Op::Fork, engine),
+            Bench::Munmap => fork::steps(o.reps, o.folios.len(), fork::Op::Munmap, engine),
+            Bench::Spawn => spawn::steps(o.reps, o.spawn_extra.len(), engine),
+            Bench::Sharing => sharing::steps(o.reps, engine),
+            Bench::AnonCow => anon_cow::steps(o.reps, engine),
+            Bench::Munlock => munlock::SETUPS.len() as u64 * munlock::steps(o.reps, engine),
             Bench::LinearMap => linear_map::steps(o.reps, o.linear_map_gib.len()),
             Bench::Readahead => readahead::steps(o.reps),
             Bench::Reclaim => reclaim::steps(o.reps),
@@ -144,6 +147,9 @@ pub struct Options {
     /// benchmark, as before calibration existed: no profile read or made (the tests' tiny
     /// runs, which must not depend on what the machine's cache holds).
     pub recipe_model: bool,
+    /// `--variants NAME=V1,V2`: the engine columns of the (one) benchmark run, one per
+    /// combination of values, instead of its own (see [`crate::columns`]); empty: its own.
+    pub variants: Vec<crate::scenario_bench::Sweep>,
 }
 
 impl Default for Options {
@@ -164,6 +170,7 @@ impl Default for Options {
             tlbi_ns: linear_map::DEFAULT_TLBI_NS,
             profile: None,
             recipe_model: false,
+            variants: Vec::new(),
         }
     }
 }
@@ -185,6 +192,11 @@ pub struct Ctx<'a> {
 const PRIMITIVES_BEFORE: usize = 3;
 
 impl Ctx<'_> {
+    /// The engine columns of a table whose own are `defaults`: those, or `--variants`'.
+    pub fn engine_columns(&self, defaults: Vec<EngineColumn>) -> Vec<EngineColumn> {
+        crate::columns::engine_columns(&self.opts.variants, defaults)
+    }
+
     /// Called by a modelled benchmark after each row: one more fresh process measures the
     /// primitives, so that the table is priced with the median over processes spread
     /// through its run (three before it, one after each row), not only with the state of
@@ -413,6 +425,10 @@ pub fn run(
         } else {
             on_last_cpu(|| run_one(b, &ctx))
         }?;
+        if !opts.variants.is_empty() {
+            ts.iter_mut()
+                .for_each(|t| crate::columns::mark_variants(t, &opts.variants));
+        }
         ts.iter_mut().for_each(crate::stats::add_intervals);
         if let (Some(v), Some((p, src))) = (b.host_matches(), &profile) {
             for t in &mut ts {

@@ -24,6 +24,7 @@ pub fn tiny() -> Options {
         tlbi_ns: 0,
         profile: None,
         recipe_model: true,
+        variants: Vec::new(),
     }
 }
 
