@@ -6,12 +6,18 @@
 //! processes, maybe different days), so the interval is the distribution-free Mann-Whitney
 //! one of two independent samples ([`crate::stats::shift_ci95`]); the suite's own
 //! `gain_ci95` pairs repetitions of one run.
+//!
+//! Beside the times, each line carries the exact counters of its cell in every run and their
+//! difference from the first run ([`CounterCmp`]): in JSON all of them, in text the table's
+//! chosen counters and those that differ, so a change of time comes with what the engine did
+//! differently (or the news that it did exactly the same work).
 
 use crate::model::{Better, Report, Stat, Table, VariantKind};
 use crate::stats::{gain_pct, shift_ci95, summary};
 use crate::text::{display_scale, fmt_gain, fmt_noise, unit_text};
 use anyhow::Context;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `usermm bench compare`.
@@ -64,6 +70,61 @@ pub struct Line {
     pub medians: Vec<Option<f64>>,
     /// Change of each run against the first (`None` for the first).
     pub changes: Vec<Option<Change>>,
+    /// Every counter of the cell in any run, by name.
+    pub counters: Vec<CounterCmp>,
+}
+
+/// One counter of a line across the runs.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CounterCmp {
+    /// Counter name (`fork_batches`).
+    pub name: String,
+    /// Its value in each run's cell (`None`: that cell has no such counter, or is
+    /// unmeasured).
+    pub values: Vec<Option<u64>>,
+    /// Each run's value minus the first run's (`None` for the first run and where either
+    /// value is missing).
+    pub diffs: Vec<Option<i64>>,
+}
+
+impl CounterCmp {
+    /// Whether the runs disagree on it (a missing value counts as a difference).
+    pub fn differs(&self) -> bool {
+        self.values.iter().any(|v| *v != self.values[0])
+    }
+}
+
+/// The counters of the cells `cells` (one per run, `None` where unmeasured), every name
+/// present in any, with their differences from the first.
+fn counter_cmps(cells: &[Option<&BTreeMap<String, u64>>]) -> Vec<CounterCmp> {
+    let names: BTreeSet<&String> = cells.iter().flatten().flat_map(|c| c.keys()).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let values: Vec<Option<u64>> = cells
+                .iter()
+                .map(|c| c.and_then(|c| c.get(name)).copied())
+                .collect();
+            let diffs = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let (Some(v), Some(b)) = (v, values[0]) else {
+                        return None;
+                    };
+                    (i > 0).then(|| {
+                        let d = i128::from(*v) - i128::from(b);
+                        i64::try_from(d).unwrap_or(if d < 0 { i64::MIN } else { i64::MAX })
+                    })
+                })
+                .collect();
+            CounterCmp {
+                name: name.clone(),
+                values,
+                diffs,
+            }
+        })
+        .collect()
 }
 
 /// One table across the runs.
@@ -95,10 +156,15 @@ pub struct Comparison {
 }
 
 fn median_of(t: &Table, row: &str, variant: &str) -> Option<Vec<f64>> {
+    let c = cell_of(t, row, variant)?;
+    (c.unavailable.is_none()).then(|| c.samples.clone())
+}
+
+/// The measured cell of `variant` in `row`.
+fn cell_of<'t>(t: &'t Table, row: &str, variant: &str) -> Option<&'t crate::model::Column> {
     let vi = t.variant_index(variant)?;
     let r = t.rows.iter().find(|r| r.label == row)?;
-    let c = r.columns.get(vi)?;
-    (c.unavailable.is_none()).then(|| c.samples.clone())
+    r.columns.get(vi).filter(|c| c.unavailable.is_none())
 }
 
 /// Compares `reports` (baseline first), named by `names`.
@@ -169,11 +235,16 @@ pub fn compare(reports: &[Report], names: Vec<RunRef>) -> Comparison {
                         })
                     })
                     .collect();
+                let cells: Vec<Option<&BTreeMap<String, u64>>> = all
+                    .iter()
+                    .map(|u| cell_of(u, &row.label, &v.name).map(|c| &c.counters))
+                    .collect();
                 lines.push(Line {
                     row: row.label.clone(),
                     variant: v.name.clone(),
                     medians,
                     changes,
+                    counters: counter_cmps(&cells),
                 });
             }
         }
@@ -234,18 +305,20 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
             Better::Higher => "higher is better",
         };
         out.push_str(&format!(
-            "\n{}: {}\n  median {} in {}, {dir}; (%) = gain over {} (positive is better); \
-             (~%) = the 95% interval of the shift between the runs (Mann-Whitney) contains 0\n",
+            "\n{}: {}\n  median {} in {}, {dir}; (%) = gain over {base} (positive is better); \
+             (~%) = the 95% interval of the shift between the runs (Mann-Whitney) contains 0\n  \
+             under each line its counters (the table's and those that differ): the value in each \
+             run, (+n) its difference from {base}, (=) the same, - none\n",
             t.id,
             t.title,
             t.metric,
             unit_text(table),
-            c.runs.first().map_or("", |r| r.name.as_str()),
+            base = c.runs.first().map_or("", |r| r.name.as_str()),
         ));
         let rows: Vec<(String, Vec<String>)> = t
             .lines
             .iter()
-            .map(|l| {
+            .flat_map(|l| -> Vec<(String, Vec<String>)> {
                 let max = l
                     .medians
                     .iter()
@@ -274,7 +347,9 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
                         }
                     })
                     .collect();
-                (format!("Median {} {}", l.row, l.variant), cells)
+                let mut out = vec![(format!("Median {} {}", l.row, l.variant), cells)];
+                out.extend(counter_lines(l, &table.counters_shown));
+                out
             })
             .collect();
         let left = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0).max(8) + 2;
@@ -302,6 +377,49 @@ pub fn render(c: &Comparison, reports: &[Report]) -> String {
         out.push_str(&format!(
             "\nnot in every report (skipped): {}\n",
             c.skipped_tables.join(", ")
+        ));
+    }
+    out
+}
+
+/// Most counters of a line printed in text because they differ between the runs, beside the
+/// table's chosen ones (`--json` has them all).
+const MAX_DIFFERING_SHOWN: usize = 12;
+
+/// The text lines of a line's counters under its `Median` line: the table's chosen counters
+/// (`shown`) and those that differ between the runs, each value with its difference from the
+/// first run (`=` when the same); then how many more differ, if any were left out.
+fn counter_lines(l: &Line, shown: &[String]) -> Vec<(String, Vec<String>)> {
+    let chosen = l.counters.iter().filter(|c| shown.contains(&c.name));
+    let differing: Vec<&CounterCmp> = l
+        .counters
+        .iter()
+        .filter(|c| c.differs() && !shown.contains(&c.name))
+        .collect();
+    let more = differing.len().saturating_sub(MAX_DIFFERING_SHOWN);
+    let mut out: Vec<(String, Vec<String>)> = chosen
+        .chain(differing.into_iter().take(MAX_DIFFERING_SHOWN))
+        .map(|c| {
+            let cells = c
+                .values
+                .iter()
+                .zip(&c.diffs)
+                .enumerate()
+                .map(|(i, (v, d))| match (v, d) {
+                    (None, _) => "-".to_string(),
+                    (Some(v), _) if i == 0 => v.to_string(),
+                    (Some(v), Some(0)) => format!("{v} (=)"),
+                    (Some(v), Some(d)) => format!("{v} ({d:+})"),
+                    (Some(v), None) => v.to_string(),
+                })
+                .collect();
+            (format!("  {} {} {}", c.name, l.row, l.variant), cells)
+        })
+        .collect();
+    if more > 0 {
+        out.push((
+            format!("  ({more} more counters differ: --json lists every counter)"),
+            Vec::new(),
         ));
     }
     out

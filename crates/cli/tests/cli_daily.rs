@@ -419,6 +419,77 @@ fn bench_compare_marks_noise_and_real_changes() {
     assert_eq!(o.status.code(), Some(2), "two reports at least");
 }
 
+/// `report(batched)` with counters: per-pte's `(fork_batches, fork_ptes)` 1024/1024,
+/// batched's `batched`, and `fork_batches` the table's chosen counter.
+fn report_with_counters(batched: &[(&str, u64)]) -> Report {
+    let mut r = report(&[0.5, 0.51, 0.49, 0.5, 0.52]);
+    let t = &mut r.tables[0];
+    t.counters_shown = vec!["fork_batches".into()];
+    let own = |c: &[(&str, u64)]| c.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+    t.rows[0].columns[0].counters = own(&[("fork_batches", 1024), ("fork_ptes", 1024)]);
+    t.rows[0].columns[1].counters = own(batched);
+    r
+}
+
+#[test]
+fn bench_compare_shows_counters_and_their_differences() {
+    let d = dir("bench_compare_counters");
+    let a = d.join("before.json");
+    let b = d.join("after.json");
+    let before = report_with_counters(&[("fork_batches", 64), ("fork_ptes", 1024)]);
+    let after =
+        report_with_counters(&[("fork_batches", 16), ("fork_ptes", 1024), ("cow_copies", 3)]);
+    std::fs::write(&a, before.to_json().expect("json")).expect("write");
+    std::fs::write(&b, after.to_json().expect("json")).expect("write");
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    let o = usermm(&["bench", "compare", a, b]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = |start: &str| {
+        out.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no `{start}` line:\n{out}"))
+            .split_whitespace()
+            .skip(start.split_whitespace().count())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The chosen counter, same or not; one that differs; not one that is the same everywhere.
+    assert_eq!(line("  fork_batches 64K per-pte"), "1024 1024 (=)");
+    assert_eq!(line("  fork_batches 64K batched"), "64 16 (-48)");
+    assert_eq!(line("  cow_copies 64K batched"), "- 3");
+    assert!(!out.contains("fork_ptes"), "{out}");
+    // Under their own Median line.
+    let median = out.find("Median 64K batched").expect("median line");
+    assert!(out.find("  fork_batches 64K batched").expect("counter") > median);
+
+    let o = usermm(&["bench", "compare", "--json", a, b]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let counters = &v["tables"][0]["lines"][1]["counters"];
+    let by_name = |n: &str| {
+        counters
+            .as_array()
+            .expect("counters")
+            .iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("no {n} in {counters}"))
+            .clone()
+    };
+    assert_eq!(
+        by_name("fork_batches"),
+        serde_json::json!({"name": "fork_batches", "values": [64, 16], "diffs": [null, -48]})
+    );
+    assert_eq!(
+        by_name("fork_ptes"),
+        serde_json::json!({"name": "fork_ptes", "values": [1024, 1024], "diffs": [null, 0]})
+    );
+    assert_eq!(
+        by_name("cow_copies"),
+        serde_json::json!({"name": "cow_copies", "values": [null, 3], "diffs": [null, null]})
+    );
+}
+
 #[test]
 fn bench_compare_refuses_impossible_samples_and_runs_not_alike() {
     let d = dir("bench_compare_hostile");
