@@ -88,8 +88,9 @@ pub enum BenchCmd {
     /// Compare bench reports (JSON) side by side: the median of each run per row and engine
     /// variant, and the gain over the first report, `~` when within the noise.
     Compare(crate::compare::CompareArgs),
-    /// Time whole runs of your scenario files on the engine under every combination of
-    /// swept tunables (`--sweep fork_pte_batch=per-pte,batched`).
+    /// Time your scenario files (the part between `bench begin` and `bench end`) on the engine
+    /// under every combination of swept tunables (`--sweep fork_pte_batch=per-pte,batched`)
+    /// and THP policies (`--sweep thp=never,always`), and on the host kernel (root).
     Scenario(crate::scenario_bench::ScenarioArgs),
     /// Replay the shipped real-program traces (`traces/*.umt`) under the seeds' switches and
     /// mTHP policies: one counter table per trace.

@@ -4,6 +4,13 @@
 //! baseline), repetitions interleaved in rotated order ([`rotation`]), and prints the same
 //! table as the suite's benchmarks: one row per file, one column per combination, the counters
 //! of one run under the timings, and the gain over the baseline with its 95 % interval.
+//!
+//! `--sweep thp=never,always` sweeps the THP policy (`set thp`, the host's
+//! `/sys/kernel/mm/transparent_hugepage/…/enabled`) like a tunable: each value becomes a `set
+//! thp` statement put before the file's first. Beside the engine's columns, a host column per
+//! THP policy runs the same statements on the Linux kernel underneath through the oracle's
+//! host backend (`oracle::timed`; root), timed between the same `bench begin`/`bench end`
+//! marks; engine switches do not reach the host.
 
 use crate::model::{
     Better, Column, HostInfo, Report, Row, RunInfo, Stat, Table, Unit, Variant, SCHEMA_VERSION,
@@ -13,7 +20,7 @@ use crate::stats::{add_intervals, rotation};
 use crate::text;
 use anyhow::Context;
 use scenario::run::{run, RunOptions};
-use scenario::{ErrorKind, Script, Setting, StmtKind};
+use scenario::{ErrorKind, Script, Setting, Stmt, StmtKind};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -32,6 +39,9 @@ pub struct ScenarioArgs {
     /// Repetitions per combination (the gain's 95 % interval needs at least 3).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
+    /// Leave out the host-kernel columns (without root they read n/a).
+    #[arg(long)]
+    pub no_host: bool,
     /// Write the JSON report here (schema: docs/bench-schema.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -46,14 +56,54 @@ pub struct Sweep {
     pub values: Vec<String>,
 }
 
-/// Parses and checks `--sweep NAME=V1,V2` options (every value against the engine).
+/// The name `--sweep` gives the THP policy (not a tunable: `set thp`, on both sides).
+pub const THP: &str = "thp";
+
+/// The `set thp` statement of a `--sweep thp=` value: `never`, `madvise` or `always` is the
+/// top-level policy (`top=`), anything else `set thp` pairs joined by `+`
+/// (`64K=always+top=never`).
+pub fn thp_statement(value: &str) -> String {
+    let pairs: Vec<String> = value
+        .split('+')
+        .map(|p| {
+            if p.contains('=') {
+                p.to_string()
+            } else {
+                format!("top={p}")
+            }
+        })
+        .collect();
+    format!("set thp {}", pairs.join(" "))
+}
+
+/// The parsed `set thp` statement of a `--sweep thp=` value.
+fn thp_stmt(value: &str) -> anyhow::Result<Stmt> {
+    let text = thp_statement(value);
+    let script = Script::parse_checked("--sweep thp", &text).map_err(|e| {
+        anyhow::anyhow!(
+            "`{value}` is not a THP policy (never, madvise, always, or SIZE=POLICY pairs joined by +): `{text}`: {}",
+            e.to_string().trim_end()
+        )
+    })?;
+    match script.stmts.as_slice() {
+        [st] if matches!(st.kind, StmtKind::Set(Setting::Thp(_))) => Ok(st.clone()),
+        _ => anyhow::bail!("`{value}` is not a THP policy"),
+    }
+}
+
+/// Parses and checks `--sweep NAME=V1,V2` options: every value against the engine's
+/// registry, or, for `thp`, as a `set thp` policy.
 pub fn parse_sweeps(opts: &[String]) -> anyhow::Result<Vec<Sweep>> {
-    parse_sweeps_for("--sweep", opts)
+    parse_sweeps_with("--sweep", opts, true)
 }
 
 /// Parses and checks the `NAME=V1,V2` options of the flag `flag` (`--sweep`, `--variants`):
 /// every value against the tunables registry; errors start with the flag.
 pub fn parse_sweeps_for(flag: &str, opts: &[String]) -> anyhow::Result<Vec<Sweep>> {
+    parse_sweeps_with(flag, opts, false)
+}
+
+fn parse_sweeps_with(flag: &str, opts: &[String], thp: bool) -> anyhow::Result<Vec<Sweep>> {
     let mut out: Vec<Sweep> = Vec::new();
     for o in opts {
         let (name, values) = o
@@ -65,7 +115,12 @@ pub fn parse_sweeps_for(flag: &str, opts: &[String]) -> anyhow::Result<Vec<Sweep
             "{flag} {o}: an empty value"
         );
         for v in &values {
-            ErrorKind::check_tunable(name, v).map_err(|e| anyhow::anyhow!("{flag} {o}: {e}"))?;
+            if thp && name == THP {
+                thp_stmt(v).map_err(|e| anyhow::anyhow!("{flag} {o}: {e}"))?;
+            } else {
+                ErrorKind::check_tunable(name, v)
+                    .map_err(|e| anyhow::anyhow!("{flag} {o}: {e}"))?;
+            }
         }
         anyhow::ensure!(
             !out.iter().any(|s| s.name == name),
@@ -111,7 +166,7 @@ pub fn column_name(combo: &[(String, String)]) -> String {
 }
 
 /// Reads and parses a file (tunables checked), refusing a file that sets a swept tunable
-/// itself (its own `set tunable` would override the sweep).
+/// (or, under a THP sweep, the THP policy) itself: its own setting would override the sweep.
 fn load(file: &str, sweeps: &[Sweep]) -> anyhow::Result<Script> {
     let text = scenario::read_source(file)?;
     let script = Script::parse_checked(file, &text)
@@ -125,8 +180,47 @@ fn load(file: &str, sweeps: &[Sweep]) -> anyhow::Result<Script> {
                 st.pos.col
             );
         }
+        if let StmtKind::Set(Setting::Thp(_)) = &st.kind {
+            anyhow::ensure!(
+                !sweeps.iter().any(|s| s.name == THP),
+                "{file}:{}:{}: the file sets the THP policy itself, which would override --sweep thp=…",
+                st.pos.line,
+                st.pos.col
+            );
+        }
     }
     Ok(script)
+}
+
+/// `script` under a combination: its `thp` value's `set thp` put first; and the tunables
+/// of the combination, the rest.
+fn under(script: &Script, combo: &[(String, String)]) -> (Script, Vec<(String, String)>) {
+    let mut s = script.clone();
+    let mut tunables = Vec::new();
+    for (k, v) in combo {
+        if k == THP {
+            // Checked by `parse_sweeps`.
+            if let Ok(st) = thp_stmt(v) {
+                s.stmts.insert(0, st);
+            }
+        } else {
+            tunables.push((k.clone(), v.clone()));
+        }
+    }
+    (s, tunables)
+}
+
+/// The host columns: one per THP policy swept (`host/VALUE`), or one (`host`); each with
+/// the combination that sets it.
+fn host_columns(sweeps: &[Sweep]) -> Vec<(String, Vec<(String, String)>)> {
+    match sweeps.iter().find(|s| s.name == THP) {
+        None => vec![("host".into(), Vec::new())],
+        Some(s) => s
+            .values
+            .iter()
+            .map(|v| (format!("host/{v}"), vec![(THP.to_string(), v.clone())]))
+            .collect(),
+    }
 }
 
 /// What the runs of one cell found besides their times.
@@ -138,16 +232,19 @@ struct CellRuns {
     problem: Option<(u8, String)>,
 }
 
-/// Times every combination on every file; returns the table and the worst exit code of the
-/// runs (0 all held, 1 an expectation failed, 2 a statement could not run).
+/// Times every combination on every file, and on the host each THP policy (`host`:
+/// the oracle's session, or why there is none); returns the table and the worst exit code
+/// of the engine's runs (0 all held, 1 an expectation failed, 2 a statement could not run).
 pub fn measure(
     files: &[(String, Script)],
     sweeps: &[Sweep],
     reps: usize,
     progress: &Progress,
+    host: &mut Result<oracle::Session, String>,
 ) -> anyhow::Result<(Table, u8)> {
     let combos = combinations(sweeps);
-    let variants: Vec<Variant> = combos
+    let hosts = host_columns(sweeps);
+    let mut variants: Vec<Variant> = combos
         .iter()
         .map(|c| {
             let about = if c.is_empty() {
@@ -161,20 +258,35 @@ pub fn measure(
             Variant::engine(&column_name(c), &about)
         })
         .collect();
+    let engines = variants.len();
+    variants.extend(hosts.iter().map(|(name, combo)| Variant {
+        name: name.clone(),
+        kind: crate::model::VariantKind::Host,
+        about: format!(
+            "the host kernel: the same statements in the oracle's server processes{}, wall time between the marks (one socket round trip per statement included); engine switches do not reach it",
+            combo
+                .first()
+                .map(|(_, v)| format!(", {}", thp_statement(v)))
+                .unwrap_or_default()
+        ),
+    }));
     let mut worst = 0u8;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for (file, script) in files {
-        let task = progress.task(file, (reps * combos.len()) as u64);
-        let mut cells: Vec<CellRuns> = combos.iter().map(|_| CellRuns::default()).collect();
+        let task = progress.task(file, (reps * variants.len()) as u64);
+        let mut cells: Vec<CellRuns> = variants.iter().map(|_| CellRuns::default()).collect();
+        let runs: Vec<(Script, Vec<(String, String)>)> =
+            combos.iter().map(|c| under(script, c)).collect();
+        let host_scripts: Vec<Script> = hosts.iter().map(|(_, c)| under(script, c).0).collect();
         for rep in 0..reps {
             for k in rotation(rep, combos.len()) {
                 let opts = RunOptions {
-                    tunables: combos[k].clone(),
+                    tunables: runs[k].1.clone(),
                     ..RunOptions::default()
                 };
                 let t = Instant::now();
-                let report = run(script, &opts);
+                let report = run(&runs[k].0, &opts);
                 // With `bench begin`/`bench end` only what lies between them is timed (and
                 // counted): the setup around a change no longer swamps it.
                 let (secs, counted) = match &report.timed {
@@ -198,12 +310,37 @@ pub fn measure(
                     .get_or_insert_with(|| crate::engine::counters(counted));
                 task.step(&variants[k].name)?;
             }
+            // The host cells last (another process's work must not land before one engine
+            // column only).
+            for (j, s) in host_scripts.iter().enumerate() {
+                let cell = &mut cells[engines + j];
+                match host.as_mut() {
+                    Ok(session) => {
+                        let h = session.time_host(s);
+                        if let (Some(p), None) = (&h.problem, &cell.problem) {
+                            cell.problem = Some((h.code, format!("{file}:{p}")));
+                        }
+                        cell.samples.push(h.secs);
+                        cell.counters.get_or_insert_with(|| {
+                            BTreeMap::from([("host_statements".to_string(), h.statements as u64)])
+                        });
+                    }
+                    Err(why) => {
+                        cell.problem.get_or_insert((2, why.clone()));
+                    }
+                }
+                task.step(&variants[engines + j].name)?;
+                crate::progress::check_stop()?;
+            }
         }
         progress.done(task);
         let columns = cells
             .into_iter()
             .zip(&variants)
             .map(|(c, v)| match c.problem {
+                Some((2, why)) if host.is_err() && v.kind == crate::model::VariantKind::Host => {
+                    Column::unavailable(&v.name, &why)
+                }
                 Some((2, why)) => Column::unavailable(&v.name, &format!("cannot run: {why}")),
                 problem => {
                     if let Some((_, why)) = problem {
@@ -220,7 +357,7 @@ pub fn measure(
             layout: None,
         });
     }
-    let counters_shown = differing_counters(&rows);
+    let counters_shown = differing_counters(&rows, engines);
     if counters_shown.is_empty() && combos.len() > 1 {
         notes.push("every counter is the same in every column".into());
     }
@@ -248,16 +385,16 @@ pub fn measure(
     Ok((table, worst))
 }
 
-/// The counters that differ between the columns of a row (what explains a difference), in
-/// name order; at most 16.
-fn differing_counters(rows: &[Row]) -> Vec<String> {
+/// The counters that differ between the engine columns (the first `engines`) of a row (what
+/// explains a difference), in name order; at most 16.
+fn differing_counters(rows: &[Row], engines: usize) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for r in rows {
+        let cols = &r.columns[..engines.min(r.columns.len())];
         let keys: std::collections::BTreeSet<&String> =
-            r.columns.iter().flat_map(|c| c.counters.keys()).collect();
+            cols.iter().flat_map(|c| c.counters.keys()).collect();
         for k in keys {
-            let mut vals = r
-                .columns
+            let mut vals = cols
                 .iter()
                 .filter(|c| c.unavailable.is_none())
                 .map(|c| c.counters.get(k).copied().unwrap_or(0));
@@ -282,15 +419,28 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
         .map(|f| Ok((f.clone(), load(f, &sweeps)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let combos = combinations(&sweeps);
+    // The oracle's session: root, the machine-wide lock (it says when it waits), the THP
+    // knobs saved and restored when it ends.
+    let mut host = if args.no_host {
+        Err("n/a (left out: --no-host)".to_string())
+    } else {
+        oracle::Session::new().map_err(|e| format!("n/a ({e})"))
+    };
+    let host_columns = match &host {
+        Ok(_) => "measured (the oracle's host backend)".to_string(),
+        Err(why) => why.clone(),
+    };
     println!(
-        "usermm bench scenario: {} file(s), {} combination(s), {} repetitions",
+        "usermm bench scenario: {} file(s), {} combination(s), {} repetitions; host kernel columns: {host_columns}",
         files.len(),
         combos.len(),
         args.reps
     );
     let start = Instant::now();
     let progress = Progress::new(files.len() as u64, std::io::stderr().is_terminal());
-    let res = crate::suite::on_last_cpu(|| measure(&files, &sweeps, args.reps, &progress));
+    let res =
+        crate::suite::on_last_cpu(|| measure(&files, &sweeps, args.reps, &progress, &mut host));
+    drop(host);
     progress.finish();
     let (table, worst) = res?;
     print!("{}", text::render(&table));
@@ -314,7 +464,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
                 kernel: crate::host::kernel_release(),
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 numa_nodes: crate::host::numa_nodes(),
-                host_columns: "n/a (scenario runs only on the engine)".into(),
+                host_columns,
             },
             wall_seconds: start.elapsed().as_secs_f64(),
             tables: vec![table],

@@ -236,10 +236,15 @@ fn bench_scenario_sweeps_a_tunable() {
     let r = Report::from_json(&std::fs::read_to_string(&json).expect("json")).expect("report");
     let t = &r.tables[0];
     let names: Vec<&str> = t.variants.iter().map(|v| v.name.as_str()).collect();
-    assert_eq!(names, ["per-pte", "batched"]);
+    assert_eq!(names, ["per-pte", "batched", "host"]);
     assert_eq!(t.baseline, "per-pte");
     let row = &t.rows[0];
-    assert!(row.columns.iter().all(|c| c.samples.len() == 3));
+    assert!(row.columns[..2].iter().all(|c| c.samples.len() == 3));
+    // The host column: the same file on the kernel as root, else why not.
+    match oracle::sys::geteuid() {
+        0 => assert_eq!(row.columns[2].samples.len(), 3, "{:?}", row.columns[2]),
+        _ => assert!(row.columns[2].unavailable.is_some()),
+    }
     let batches = |i: usize| row.columns[i].counters.get("fork_batches").copied();
     assert!(batches(0) > batches(1), "batched fork takes fewer batches");
     assert!(row.columns[1].gain_ci95_pct.is_some());

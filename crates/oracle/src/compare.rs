@@ -490,7 +490,7 @@ impl Session {
 
 /// Whether `script` has a `reclaim` statement (the host then runs it in a memory cgroup,
 /// which `reclaim` reclaims from, even without `set memory`).
-fn has_reclaim(script: &Script) -> bool {
+pub(crate) fn has_reclaim(script: &Script) -> bool {
     script.stmts.iter().any(|s| {
         matches!(
             &s.kind,

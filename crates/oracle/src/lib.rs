@@ -8,7 +8,8 @@
 //! and observable the two disagree on ([`report`]). The host's THP policy knobs are saved,
 //! set per file, and restored ([`knobs`]); `set memory` and `set swap` put the file's host
 //! processes in a memory cgroup ([`cgroup`]) and add a swap file ([`swapfile`]), both
-//! journaled and removed after the file ([`hostres`]).
+//! journaled and removed after the file ([`hostres`]). [`timed`] runs a file on the host
+//! alone and times it (the host column of `usermm bench scenario`).
 //!
 //! This is the only crate of the workspace that calls libc; all of it is in [`sys`] (plus
 //! the small C file of fault-catching memory accessors that `build.rs` compiles).
@@ -30,6 +31,7 @@ pub mod server;
 pub mod swapfile;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod timed;
 
 pub use compare::{compare, observables, CompareOptions, Observable, Session};
 pub use host::HostBackend;
