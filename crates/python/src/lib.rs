@@ -30,6 +30,16 @@
 //! assert usermm.run_scenario(open("f.scn").read())["exit_code"] == 0
 //! ```
 //!
+//! Every call that does mm work records what it cost: `m.last_counters()` (and
+//! `s.last_counters()`) are the non-zero counter deltas of the most recent such call (a
+//! system call, an access, a `run` chunk; views such as `counters`, `status` or `smaps` leave
+//! them alone), also set when the call raised; `Session.run` returns them as `"counters"` too:
+//!
+//! ```python
+//! m.fork(p)
+//! assert m.last_counters()["fork_batches"] == 2048
+//! ```
+//!
 //! Errors are Python exceptions: `OSError` with Linux's errno for a failed system call,
 //! `RuntimeError` for a fatal signal (`SIGSEGV at 0x…`) or a broken invariant (`validate`),
 //! `ValueError` for a bad size, protection or tunable. Install: `pip install crates/python`
@@ -42,6 +52,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use scenario::engine::EngineBackend;
 use scenario::run::{Abort, RunOptions, Runner};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use usermm::{Access, Errno, MachineConfig, MmapArgs, Privilege, Prot, Sharing};
 
@@ -103,6 +114,17 @@ fn engine_err(e: impl std::fmt::Display) -> PyErr {
 #[pyclass(unsendable, module = "usermm")]
 pub struct Machine {
     m: usermm::Machine,
+    /// The counter deltas of the most recent call that did mm work.
+    last: RefCell<usermm::Snapshot>,
+}
+
+/// The non-zero counters of `c` as a dict.
+fn counters_dict<'py>(py: Python<'py>, c: &usermm::Snapshot) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in c.nonzero() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
 }
 
 #[pymethods]
@@ -126,7 +148,10 @@ impl Machine {
         if m.phys.nr_frames() == 0 {
             return Err(PyValueError::new_err("cannot back that much simulated RAM"));
         }
-        Ok(Machine { m })
+        Ok(Machine {
+            m,
+            last: RefCell::default(),
+        })
     }
 
     /// Sets a tunable by name while the machine runs.
@@ -144,7 +169,7 @@ impl Machine {
         } else {
             Privilege::Ordinary
         };
-        self.cpu()?.spawn(who, 8 << 20).map_err(errno)
+        self.counted(|c| c.spawn(who, 8 << 20).map_err(errno))
     }
 
     /// `mmap` of anonymous memory (`shared=True`: MAP_SHARED); returns the address.
@@ -166,50 +191,49 @@ impl Machine {
             populate,
             ..MmapArgs::anon(length.bytes()?, self::prot(prot)?)
         };
-        self.cpu()?.mmap(pid, args).map_err(errno)
+        self.counted(|c| c.mmap(pid, args).map_err(errno))
     }
 
     /// `munmap`.
     fn munmap(&self, pid: u32, addr: u64, length: Size) -> PyResult<()> {
-        self.cpu()?
-            .munmap(pid, addr, length.bytes()?)
-            .map_err(errno)
+        let len = length.bytes()?;
+        self.counted(|c| c.munmap(pid, addr, len).map_err(errno))
     }
 
     /// `mprotect`.
     fn mprotect(&self, pid: u32, addr: u64, length: Size, prot: &str) -> PyResult<()> {
-        let p = self::prot(prot)?;
-        self.cpu()?
-            .mprotect(pid, addr, length.bytes()?, p)
-            .map_err(errno)
+        let (p, len) = (self::prot(prot)?, length.bytes()?);
+        self.counted(|c| c.mprotect(pid, addr, len, p).map_err(errno))
     }
 
     /// `fork`; returns the child's pid.
     fn fork(&self, pid: u32) -> PyResult<u32> {
-        self.cpu()?.fork(pid).map_err(errno)
+        self.counted(|c| c.fork(pid).map_err(errno))
     }
 
     /// The process exits (its memory is torn down).
     fn exit(&self, pid: u32) -> PyResult<()> {
-        self.cpu()?.exit(pid).map_err(errno)
+        self.counted(|c| c.exit(pid).map_err(errno))
     }
 
     /// One access per page of `[addr, addr + length)`, faulting as needed.
     #[pyo3(signature = (pid, addr, length, write = false))]
     fn touch(&self, pid: u32, addr: u64, length: Size, write: bool) -> PyResult<()> {
         let access = if write { Access::Write } else { Access::Read };
-        self.cpu()?
-            .touch(pid, addr, length.bytes()?, access)
-            .map_err(engine_err)
+        let len = length.bytes()?;
+        self.counted(|c| c.touch(pid, addr, len, access).map_err(engine_err))
     }
 
-    /// The machine's event counters (name → count, the non-zero ones).
+    /// The machine's event counters since it was made (name → count, the non-zero ones).
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in self.m.counters().nonzero() {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        counters_dict(py, &self.m.counters())
+    }
+
+    /// What the most recent call that did mm work (`spawn`, `mmap`, `munmap`, `mprotect`,
+    /// `fork`, `exit`, `touch`) moved: counter name → delta, the non-zero ones; set even when
+    /// the call raised. Empty before the first such call.
+    fn last_counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        counters_dict(py, &self.last.borrow())
     }
 
     /// `/proc/PID/status` memory lines in bytes (`VmRSS`, `RssAnon`, …, `map_count`).
@@ -245,6 +269,15 @@ impl Machine {
     fn cpu(&self) -> PyResult<usermm::Cpu<'_>> {
         self.m.enter_cpu(0).map_err(engine_err)
     }
+
+    /// Runs `f` on CPU slot 0 and keeps what it moved as [`Machine::last_counters`] (the CPU
+    /// left first, so its counters are all in).
+    fn counted<T>(&self, f: impl FnOnce(&usermm::Cpu<'_>) -> PyResult<T>) -> PyResult<T> {
+        let before = self.m.counters();
+        let r = self.cpu().and_then(|c| f(&c));
+        *self.last.borrow_mut() = self.m.counters().delta(&before);
+        r
+    }
 }
 
 /// Scenario statements run on one engine machine, a few at a time
@@ -258,6 +291,8 @@ pub struct Session {
     /// Statements of `text` already run.
     done: usize,
     validate: bool,
+    /// The counter deltas of the most recent `run`.
+    last: usermm::Snapshot,
 }
 
 /// The most text one session accumulates (the scenario files' own bound).
@@ -281,59 +316,29 @@ impl Session {
             text: String::new(),
             done: 0,
             validate,
+            last: usermm::Snapshot::default(),
         })
     }
 
-    /// Runs statements (one a line). Returns `{"failures": [...], "dumps": [...]}` (failed
-    /// expectations and what `dump` printed); raises `ValueError` for a parse error (nothing
-    /// of the chunk runs) and `RuntimeError` when a statement fails without `expect` or
-    /// cannot run (the statements before it have run).
+    /// Runs statements (one a line). Returns `{"failures": [...], "dumps": [...],
+    /// "counters": {...}}` (failed expectations, what `dump` printed, the non-zero counter
+    /// deltas of the chunk, as [`Session::last_counters`]); raises `ValueError` for a parse
+    /// error (nothing of the chunk runs) and `RuntimeError` when a statement fails without
+    /// `expect` or cannot run (the statements before it have run; `last_counters` has what
+    /// they moved).
     fn run<'py>(&mut self, py: Python<'py>, statements: &str) -> PyResult<Bound<'py, PyDict>> {
-        let mut text = self.text.clone();
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(statements);
-        if text.len() > SESSION_MAX_TEXT {
-            return Err(PyValueError::new_err(
-                "a session holds at most 64 MiB of statements",
-            ));
-        }
-        let script = scenario::Script::parse_checked("<session>", &text)
-            .map_err(|e| PyValueError::new_err(e.to_string().trim_end().to_string()))?;
-        self.text = text;
-        let (failures, dumps) = (
-            pyo3::types::PyList::empty(py),
-            pyo3::types::PyList::empty(py),
-        );
-        let new = script.stmts.get(self.done..).unwrap_or_default().to_vec();
-        for stmt in &new {
-            self.done += 1;
-            let step = self.runner.run_stmt(stmt);
-            if let Some(out) = step.output {
-                dumps.append(out)?;
-            }
-            if let Some(m) = step.expect_failure {
-                failures.append(format!("line {}: {m}", stmt.pos.line))?;
-            }
-            if let Some(a) = step.abort {
-                let (Abort::Failed(m) | Abort::CannotRun(m)) = a;
-                return Err(PyRuntimeError::new_err(format!(
-                    "line {}: {m}",
-                    stmt.pos.line
-                )));
-            }
-            if self.validate {
-                if let Some(m) = self.runner.backend.built() {
-                    m.validate()
-                        .map_err(|v| PyRuntimeError::new_err(v.join("\n")))?;
-                }
-            }
-        }
-        let d = PyDict::new(py);
-        d.set_item("failures", failures)?;
-        d.set_item("dumps", dumps)?;
+        let before = self.snapshot();
+        let res = self.run_chunk(py, statements);
+        self.last = self.snapshot().delta(&before);
+        let d = res?;
+        d.set_item("counters", counters_dict(py, &self.last)?)?;
         Ok(d)
+    }
+
+    /// What the most recent `run` moved: counter name → delta, the non-zero ones (empty
+    /// before the first, and after a chunk that did not parse).
+    fn last_counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        counters_dict(py, &self.last)
     }
 
     /// The address a name was bound to (`a = p0 mmap …`).
@@ -422,6 +427,68 @@ impl Session {
 }
 
 impl Session {
+    /// The machine's counters (zero before the first statement that builds it).
+    fn snapshot(&mut self) -> usermm::Snapshot {
+        self.runner
+            .backend
+            .built()
+            .map(|m| m.counters())
+            .unwrap_or_default()
+    }
+
+    /// [`Session::run`] without the counters.
+    fn run_chunk<'py>(
+        &mut self,
+        py: Python<'py>,
+        statements: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut text = self.text.clone();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(statements);
+        if text.len() > SESSION_MAX_TEXT {
+            return Err(PyValueError::new_err(
+                "a session holds at most 64 MiB of statements",
+            ));
+        }
+        let script = scenario::Script::parse_checked("<session>", &text)
+            .map_err(|e| PyValueError::new_err(e.to_string().trim_end().to_string()))?;
+        self.text = text;
+        let (failures, dumps) = (
+            pyo3::types::PyList::empty(py),
+            pyo3::types::PyList::empty(py),
+        );
+        let new = script.stmts.get(self.done..).unwrap_or_default().to_vec();
+        for stmt in &new {
+            self.done += 1;
+            let step = self.runner.run_stmt(stmt);
+            if let Some(out) = step.output {
+                dumps.append(out)?;
+            }
+            if let Some(m) = step.expect_failure {
+                failures.append(format!("line {}: {m}", stmt.pos.line))?;
+            }
+            if let Some(a) = step.abort {
+                let (Abort::Failed(m) | Abort::CannotRun(m)) = a;
+                return Err(PyRuntimeError::new_err(format!(
+                    "line {}: {m}",
+                    stmt.pos.line
+                )));
+            }
+            if self.validate {
+                if let Some(m) = self.runner.backend.built() {
+                    m.validate()
+                        .map_err(|v| PyRuntimeError::new_err(v.join("\n")))?;
+                }
+            }
+        }
+        let d = PyDict::new(py);
+        d.set_item("failures", failures)?;
+        d.set_item("dumps", dumps)?;
+        Ok(d)
+    }
+
     fn pid(&self, task: &str) -> PyResult<u32> {
         self.runner
             .processes()

@@ -129,3 +129,82 @@ print("session ok")
     };
     assert_eq!(stdout.trim(), "session ok");
 }
+
+/// Counters per call: `Machine.last_counters()` is what the most recent call that did mm
+/// work moved (views leave it alone; a call that raised sets it too), and `Session.run`
+/// returns its chunk's deltas as `"counters"`, the same as `Session.last_counters()`.
+#[test]
+fn each_call_exposes_its_own_counters() {
+    let script = r#"
+import usermm
+m = usermm.Machine(memory="64M", tunables={"fork_pte_batch": "batched"})
+assert m.last_counters() == {}, m.last_counters()
+p = m.spawn()
+a = m.mmap(p, "1M")
+m.touch(p, a, "1M", write=True)
+c = m.last_counters()
+assert c["faults"] == 256 and c["faults_anon"] == 256, c
+child = m.fork(p)
+c = m.last_counters()
+assert c["fork_ptes"] == 256 and c["fork_batches"] == 256 and "faults" not in c, c
+m.status(p); m.counters()
+assert m.last_counters() == c, "a view changed last_counters"
+try:
+    m.munmap(p, a + 1, "4K")
+except OSError:
+    pass
+assert m.last_counters().get("fork_ptes") is None, m.last_counters()
+s = usermm.Session()
+r = s.run("set thp 64K=always\np0 = spawn\na = p0 mmap 1M rw private anon")
+r = s.run("p0 write a 1M pattern=0x1")
+assert r["counters"]["faults_anon_mthp"] == 16 and r["counters"] == s.last_counters(), r
+r = s.run("p1 = p0 fork")
+assert r["counters"]["fork_batches"] == 16 and "faults_anon_mthp" not in r["counters"], r
+try:
+    s.run("p1 write a 4K pattern=0x2\np1 munmap a+1 4K")
+except RuntimeError:
+    pass
+assert s.last_counters()["cow_copies"] == 1, s.last_counters()
+print("per call ok")
+"#;
+    let Some(stdout) = run_python("per_call", script) else {
+        return;
+    };
+    assert_eq!(stdout.trim(), "per call ok");
+}
+
+/// `examples/fork_sweep.py` sweeps fork over folio sizes with each fork's counters; without
+/// matplotlib it prints the table alone (CI has no matplotlib), with it it plots too.
+#[test]
+fn the_fork_sweep_example_runs() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fork_sweep.py");
+    let example = std::fs::read_to_string(&path).expect("the example");
+    let out = std::env::temp_dir().join(format!("usermm-fork-sweep-{}.png", std::process::id()));
+    let script = format!(
+        "import sys\nsys.argv = ['fork_sweep.py', '--size', '4M', '--reps', '1', '--out', {:?}]\n{example}",
+        out.display().to_string()
+    );
+    let Some(stdout) = run_python("fork_sweep", &script) else {
+        return;
+    };
+    // 4 MiB: 1024 PTEs; per-PTE one batch each, batched one per folio.
+    let cells = |folio: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(folio))
+            .unwrap_or_else(|| panic!("no {folio} line:\n{stdout}"))
+            .split_whitespace()
+            .skip(3)
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(cells("4K"), ["1024", "1024", "1024"]);
+    assert_eq!(cells("64K"), ["1024", "1024", "64"]);
+    assert_eq!(cells("1M"), ["1024", "1024", "4"]);
+    let plotted = out.exists();
+    let _ = std::fs::remove_file(&out);
+    assert!(
+        stdout.contains("matplotlib is not installed: table only") != plotted,
+        "{stdout}"
+    );
+}
