@@ -6,8 +6,8 @@
 //! `nr_task` children; the children report ready over a pipe, are released together, and each
 //! writes the whole shared area once — every 8-byte word in ascending order, or (`--random`)
 //! as many words at random offsets — and prints bytes / elapsed; the result is the sum over the
-//! children. Here, per repetition and per engine stage ([`STAGES`], fresh machine from
-//! [`stage_machine`]): the parent process populates `area` bytes of PMD THPs on CPU 0 and forks
+//! children. Here, per repetition and per engine stage ([`STAGES`] by default, fresh machine from
+//! [`column_machine`]): the parent process populates `area` bytes of PMD THPs on CPU 0 and forks
 //! one child per instance; then one host thread per instance enters its own CPU, all wait on a
 //! barrier, and each writes every 4 KiB page of its child's copy of the area once — `seq`: one
 //! `write_fill` over the area (every byte, ascending), `rand`: one 4 KiB `write_fill` per page
