@@ -9,7 +9,8 @@ use std::time::Instant;
 use usermm_model::fit::{Fit, Observation};
 use usermm_model::prices::{Primitives, RECIPES};
 use usermm_model::profile::{
-    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, PROFILE_VERSION,
+    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, HOST_FAR,
+    PROFILE_VERSION,
 };
 
 /// Fresh agent processes that measure the primitives the priors are priced with.
@@ -63,11 +64,15 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         .map(engine_counters)
         .collect::<anyhow::Result<_>>()?;
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut fars: Vec<Vec<f64>> = vec![Vec::new(); n];
     for pass in 0..PASSES {
         for k in 0..n {
             let at = (k * stride + pass) % n;
             match crate::suite::on_last_cpu(|| host_ns(&session, &probes[at])) {
-                Ok(ns) => times[at].push(ns),
+                Ok((ns, far)) => {
+                    times[at].push(ns);
+                    fars[at].extend(far.map(|f| f as f64));
+                }
                 Err(e) => log(&format!(
                     "probe {} {}: {e}",
                     probes[at].family(),
@@ -81,19 +86,24 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
             start.elapsed().as_secs_f64()
         ));
     }
-    let observations: Vec<Observation> = probes
-        .iter()
-        .zip(&counters)
-        .zip(&times)
-        .filter_map(|((probe, c), t)| {
+    let median = |v: &[f64]| usermm_model::prices::median(v.iter().copied());
+    let observations: Vec<Observation> = (0..n)
+        .filter_map(|i| {
+            // The host's scatter of this probe's layouts beside the engine's counters.
+            let mut c = counters[i].clone();
+            if let Some(far) = median(&fars[i]) {
+                c.insert(HOST_FAR.into(), far.round() as u64);
+            }
             Some(Observation {
-                family: probe.family(),
-                label: probe.label(),
-                counters: features(probe.op(), c, &prims, llc),
-                ns: usermm_model::prices::median(t.iter().copied())?,
+                family: probes[i].family(),
+                op: probes[i].op().into(),
+                label: probes[i].label(),
+                counters: features(probes[i].op(), &c, &prims, llc),
+                ns: median(&times[i])?,
             })
         })
         .collect();
+    let all_fars: Vec<f64> = fars.iter().filter_map(|f| median(f)).collect();
     drop(session);
     log(&format!(
         "{} probe points measured: {:.1} s",
@@ -111,6 +121,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         observations,
         calibrate_seconds: start.elapsed().as_secs_f64(),
         llc_bytes: llc,
+        far_permille: median(&all_fars).map(|f| f.round() as u64),
     })
 }
 
@@ -224,11 +235,12 @@ pub fn describe(p: &Profile) -> String {
     );
     let _ = writeln!(
         s,
-        "fit: median |error| {:.1} % in sample, {:.1} % leaving one family out, {:.1} % leaving one operation out (λ = {}; discrepancy {:.0} %)",
+        "fit: median |error| {:.1} % in sample, {:.1} % leaving one family out, {:.1} % leaving one operation out (λ = {}, λ_o = {}; discrepancy {:.0} %)",
         fit.in_sample_median_pct,
         fit.held_out_median_pct(),
         fit.operation_held_out_median_pct,
         fit.lambda,
+        fit.op_lambda,
         fit.discrepancy * 100.0
     );
     let _ = writeln!(
@@ -236,11 +248,11 @@ pub fn describe(p: &Profile) -> String {
         "{:<44} {:>10} {:>10} {:>8}  determined by",
         "price (ns per event)", "recipe", "fitted", "±se"
     );
-    for price in &fit.prices {
+    for (g, price) in fit.prices.iter().enumerate() {
         let prior: f64 = price.counters.iter().map(|c| fit.priors[c]).sum();
         let name = price.counters.join("+");
         let by = if price.families.is_empty() {
-            "no probe: the recipe".to_string()
+            "no probe: the recipe at the common scale".to_string()
         } else {
             price.families.join(", ")
         };
@@ -250,6 +262,17 @@ pub fn describe(p: &Profile) -> String {
             prior * price.multiplier,
             prior * price.multiplier_se
         );
+        for op in fit.op_prices.iter().filter(|p| p.group == g) {
+            let _ = writeln!(
+                s,
+                "{:<44} {:>10} {:>10.1} {:>8.1}  {}",
+                format!("  in {}", op.op),
+                "",
+                prior * op.multiplier,
+                prior * op.multiplier_se,
+                op.families.join(", ")
+            );
+        }
     }
     let mut worst: Vec<_> = fit.held_out.iter().collect();
     worst.sort_by(|a, b| b.error_pct().abs().total_cmp(&a.error_pct().abs()));
@@ -287,6 +310,10 @@ pub struct CalibrateArgs {
     /// each seed row's predicted gain; nothing is fitted to the report.
     #[arg(long, value_name = "REPORT")]
     pub evaluate: Vec<PathBuf>,
+    /// Fit the profile's probe points again with this build's fit (`--show`'s profile, else
+    /// the cached one) instead of calibrating: the same host timings, the fit as it is now.
+    #[arg(long)]
+    pub refit: bool,
 }
 
 /// `usermm calibrate`: runs the probes, fits, caches the profile (and writes `--out`).
@@ -297,11 +324,18 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
             &Fingerprint::read(),
         ))?)
     };
-    if !args.evaluate.is_empty() {
-        let profile = match &args.show {
+    let loaded = |path: &Option<PathBuf>| -> anyhow::Result<Profile> {
+        let mut p = match path {
             Some(path) => Profile::load(path)?,
             None => cached()?,
         };
+        if args.refit {
+            p.fit = Fit::new(&priors(&p.primitives), &p.observations)?;
+        }
+        Ok(p)
+    };
+    if !args.evaluate.is_empty() {
+        let profile = loaded(&args.show)?;
         for r in &args.evaluate {
             let report = crate::model::Report::from_json(&std::fs::read_to_string(r)?)?;
             println!("{}:", r.display());
@@ -310,7 +344,15 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let profile = match &args.show {
-        Some(path) => Profile::load(path)?,
+        Some(_) => loaded(&args.show)?,
+        None if args.refit => {
+            let p = loaded(&None)?;
+            if let Some(out) = &args.out {
+                p.save(out)?;
+                eprintln!("calibrate: wrote {}", out.display());
+            }
+            p
+        }
         None => {
             let host = HostSide::probe(true);
             let p = calibrate(&host, &mut |m| eprintln!("calibrate: {m}"))?;
@@ -377,7 +419,12 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
         let Some(a) = crate::costmodel::accuracy(&t) else {
             continue;
         };
-        let outside = crate::costmodel::outside_rows(&t);
+        let outside: Vec<String> = (0..t.rows.len())
+            .filter_map(|r| {
+                let e = crate::costmodel::model_error_pct(&t, r)?;
+                (e.abs() > 20.0).then(|| format!("{} {e:+.0} %", t.rows[r].label))
+            })
+            .collect();
         let _ = writeln!(
             s,
             "{}: {} of {} rows within ±20 % (median error {:+.0} %){}",

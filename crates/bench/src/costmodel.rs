@@ -35,6 +35,7 @@ use crate::model::{Better, Column, Table, Unit, Variant, VariantKind};
 use crate::stats::{headline, summary};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use usermm_model::profile::HOST_FAR;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -710,11 +711,27 @@ pub fn add_profile_columns(
         .find(|(_, v)| *v == table.baseline)
         .map(|&(i, _)| i);
     let id = table.id.clone();
+    let host = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host);
     for row in &mut table.rows {
         let op = row_op(&id, &row.label);
+        // The scatter the host's allocator gave this row's layout, where its cell sampled
+        // it: the engine's counters priced on the host's layout.
+        let far = host
+            .and_then(|h| row.columns.get(h))
+            .and_then(|c| c.counters.get(HOST_FAR).copied());
+        let with_far = |c: &BTreeMap<String, u64>| {
+            let mut c = c.clone();
+            if let Some(far) = far {
+                c.insert(HOST_FAR.into(), far);
+            }
+            c
+        };
         let base_counters = base
             .and_then(|b| row.columns.get(b))
-            .map(|c| c.counters.clone());
+            .map(|c| with_far(&c.counters));
         let cells: Vec<Column> = engines
             .iter()
             .map(|(i, v)| {
@@ -722,14 +739,15 @@ pub fn add_profile_columns(
                 if c.samples.is_empty() {
                     return Column::unavailable(&model_name(v), "no engine cell");
                 }
-                let p = profile.predict(op, &c.counters);
+                let counters = with_far(&c.counters);
+                let p = profile.predict(op, &counters);
                 let value = |ns: f64| match table.unit {
                     Unit::Seconds => ns * 1e-9,
                     Unit::PerSecond => 1e9 / ns.max(1e-3),
                     Unit::BytesPerSecond => f64::NAN,
                 };
                 let mut parts: BTreeMap<String, u64> = profile
-                    .parts(op, &c.counters)
+                    .parts(op, &counters)
                     .into_iter()
                     .map(|(k, ns)| (format!("model_{k}_ns"), ns.round() as u64))
                     .collect();
@@ -740,7 +758,7 @@ pub fn add_profile_columns(
                 if Some(*i) != base {
                     col.gain_ci95_pct = base_counters
                         .as_ref()
-                        .and_then(|b| profile.gain(op, &c.counters, b))
+                        .and_then(|b| profile.gain(op, &counters, b))
                         .map(|(_, [lo, hi])| match table.better {
                             Better::Lower => [lo, hi],
                             // A rate's gain from a time's: 1/(1 - g) - 1, increasing in g.
@@ -1150,6 +1168,7 @@ mod tests {
                             .collect();
                     Observation {
                         family: fam.to_string(),
+                        op: "munmap".into(),
                         label: n.to_string(),
                         counters: features("munmap", &c, &prims, 0),
                         ns: 1000.0 + 40.0 * n as f64,
@@ -1167,6 +1186,7 @@ mod tests {
             observations: obs,
             calibrate_seconds: 0.0,
             llc_bytes: 0,
+            far_permille: None,
         };
         let cell = |v: &str, n: u64| {
             Column::new(

@@ -226,7 +226,7 @@ impl Op {
 }
 
 /// One engine repetition: (seconds, counters of the timed operation).
-fn engine_once(
+pub(crate) fn engine_once(
     size: u64,
     folio: u64,
     layout: Layout,

@@ -10,14 +10,24 @@
 //! the others, so that per-call, per-VMA, per-page and per-folio counters do not move
 //! together. No probe uses a benchmark row's layout and size: the rows are 16, 64, 256 MiB
 //! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are at
-//! most 12 MiB but for ten fault, COW, fork, munmap and dontneed probes of 47 to 96 MiB
-//! that zero, copy and walk past the last-level cache.
+//! most 12 MiB but for the fault, COW, fork, munmap, dontneed and mprotect probes of 47 to
+//! 156 MiB that zero, copy and walk past the last-level cache, where the rows of 256 MiB
+//! are (their own prices per folio and page there: on this AMD guest munmap of 4 KiB folios
+//! cost 209 ns a page at 12 MiB and 310 at 47 MiB).
+//!
+//! Beyond the tables' own operations, three kinds of probes separate what whole-layout
+//! calls cannot: one call per page (`dontneed-each`, `mprotect-split`: a system call's own
+//! work apart from its pages'), write faults after the child exited (`cow-reuse`: reuse
+//! without a copy) and the fork and munmap tables' tmpfs layouts at sizes no row has
+//! (`fork-file`, `munmap-shared`: a file folio's work apart from an anonymous one's).
 //!
 //! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
 //! engine's counters do not separate a remote flush from a local one), readahead from disk,
 //! PMD-mapped THP copy-on-write, the arm64 linear map.
 
 use crate::engine::{machine, sig, PMD, RO, RW};
+use crate::fork::{Layout, Op};
+use usermm_model::profile::HOST_FAR;
 use crate::host::measure::LiveChild;
 use crate::host::region::{HostTmpfs, Region, SparseVmas, MADV_DONTNEED};
 use crate::host::{errno_text, HostSession};
@@ -34,8 +44,8 @@ pub const SPAWN_SECS: f64 = 0.05;
 /// Host repetitions per probe point in one agent process; the median is kept.
 pub const HOST_REPS: usize = 7;
 
-/// Bytes an agent primes before its repetitions: the largest probe (96 MiB), and more.
-const PRIME: u64 = 128 << 20;
+/// Bytes an agent primes before its repetitions: the largest probe (156 MiB), and more.
+const PRIME: u64 = 192 << 20;
 
 const PAGE: u64 = 4096;
 
@@ -136,6 +146,41 @@ pub enum Probe {
         /// Extra VMAs.
         vmas: u64,
     },
+    /// `madvise(MADV_DONTNEED)` of each 4 KiB page of `pages` written pages in turn, one
+    /// call per page (folios of `folio` bytes, 2 MiB ones PTE-mapped): the system call's own
+    /// work apart from the pages'.
+    DontneedEach {
+        /// Pages (and calls).
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `mprotect(PROT_READ)` of one 4 KiB subpage of each of `pages / 512` PMD-mapped THPs
+    /// in turn: a PMD split and two VMA splits per call.
+    MprotectSplit {
+        /// Pages (a multiple of 512).
+        pages: u64,
+    },
+    /// After a fork whose child has exited, a write to each page in the parent (write
+    /// faults that reuse the exclusive folio: no copy).
+    CowReuse {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `fork()` or `munmap()` of one of the fork and munmap tables' tmpfs layouts, at a size
+    /// no row has.
+    File {
+        /// Pages.
+        pages: u64,
+        /// Folio size of the tmpfs file, bytes.
+        folio: u64,
+        /// The layout ([`Layout::TmpfsPrivate`] or [`Layout::TmpfsShared`]).
+        layout: Layout,
+        /// `munmap` rather than `fork`.
+        munmap: bool,
+    },
 }
 
 impl Probe {
@@ -153,7 +198,9 @@ impl Probe {
             Probe::Fork { pages: 0, .. } => "fork-vmas".into(),
             Probe::Fork { vmas, .. } if vmas > 0 => "fork-vmas".into(),
             Probe::Fork { folio, .. } => sized("fork", folio),
-            Probe::Spawn { .. } => "spawn".into(),
+            // Two families, so that leaving one out leaves the operation priced.
+            Probe::Spawn { vmas } if vmas < 200 => "spawn/few".into(),
+            Probe::Spawn { .. } => "spawn/many".into(),
             Probe::Munmap { folio, .. } => sized("munmap", folio),
             Probe::Dontneed { folio, .. } => sized("dontneed", folio),
             Probe::Fault { folio, .. } => sized("fault", folio),
@@ -165,6 +212,15 @@ impl Probe {
             Probe::Munlock { folio, .. } => sized("munlock", folio),
             Probe::Mremap { folio, .. } => sized("mremap", folio),
             Probe::MmapVmas { .. } => "mmap-vmas".into(),
+            Probe::DontneedEach { folio, .. } => sized("dontneed-each", folio),
+            Probe::MprotectSplit { .. } => "mprotect-split/2M".into(),
+            Probe::CowReuse { folio, .. } => sized("cow-reuse", folio),
+            Probe::File {
+                folio,
+                munmap: false,
+                ..
+            } => sized("fork-file", folio),
+            Probe::File { folio, .. } => sized("munmap-shared", folio),
         }
     }
 
@@ -182,7 +238,11 @@ impl Probe {
             | Probe::Dontneed { pages, .. }
             | Probe::Fault { pages, .. }
             | Probe::Cow { pages, .. }
-            | Probe::Munlock { pages, .. } => format!("{pages}p"),
+            | Probe::Munlock { pages, .. }
+            | Probe::DontneedEach { pages, .. }
+            | Probe::MprotectSplit { pages }
+            | Probe::CowReuse { pages, .. }
+            | Probe::File { pages, .. } => format!("{pages}p"),
         }
     }
 
@@ -196,7 +256,10 @@ impl Probe {
             | Probe::Dontneed { folio, .. }
             | Probe::Fault { folio, .. }
             | Probe::Cow { folio, .. }
-            | Probe::Munlock { folio, .. } => folio,
+            | Probe::Munlock { folio, .. }
+            | Probe::DontneedEach { folio, .. }
+            | Probe::CowReuse { folio, .. } => folio,
+            Probe::MprotectSplit { .. } => PMD,
             _ => PAGE,
         }
     }
@@ -206,10 +269,10 @@ impl Probe {
     pub fn op(&self) -> &'static str {
         match self {
             Probe::Spawn { .. } => "spawn",
-            Probe::Fork { .. } => "fork",
-            Probe::Mprotect { .. } => "mprotect",
-            Probe::Munmap { .. } => "munmap",
-            Probe::Dontneed { .. } => "madvise",
+            Probe::Fork { .. } | Probe::File { munmap: false, .. } => "fork",
+            Probe::Mprotect { .. } | Probe::MprotectSplit { .. } => "mprotect",
+            Probe::Munmap { .. } | Probe::File { .. } => "munmap",
+            Probe::Dontneed { .. } | Probe::DontneedEach { .. } => "madvise",
             Probe::Mlock { .. } => "mlock",
             Probe::Munlock { .. } => "munlock",
             Probe::Mremap { .. } => "mremap",
@@ -217,7 +280,8 @@ impl Probe {
             Probe::Fault { .. }
             | Probe::ZeroFault { .. }
             | Probe::Cow { .. }
-            | Probe::TmpfsRead { .. } => "fault",
+            | Probe::TmpfsRead { .. }
+            | Probe::CowReuse { .. } => "fault",
         }
     }
 }
@@ -265,7 +329,10 @@ pub fn catalogue() -> Vec<Probe> {
         (1024, PMD),
         (2560, PMD),
         (12000, PAGE),
+        (12000, K16),
         (24000, K64),
+        (24576, PMD),
+        (40000, PAGE),
     ] {
         v.push(Probe::Fork {
             vmas: 0,
@@ -274,7 +341,7 @@ pub fn catalogue() -> Vec<Probe> {
         });
     }
     // Rows: 21 + {0, 100, 200, 400, …, 6400} VMAs in all.
-    for vmas in [50, 300, 1200, 3000] {
+    for vmas in [30, 80, 300, 1200, 3000] {
         v.push(Probe::Spawn { vmas });
     }
     for (pages, folio) in [
@@ -288,8 +355,11 @@ pub fn catalogue() -> Vec<Probe> {
         (1024, PMD),
         (2560, PMD),
         (12000, PAGE),
+        (12000, K16),
         (24000, K64),
         (24576, PMD),
+        (40000, PAGE),
+        (40000, K64),
     ] {
         v.push(Probe::Munmap { pages, folio });
     }
@@ -360,19 +430,70 @@ pub fn catalogue() -> Vec<Probe> {
     for vmas in [10, 500, 3000] {
         v.push(Probe::MmapVmas { vmas });
     }
+    for (pages, folio) in [(300, PAGE), (1500, PAGE), (512, PMD), (2048, PMD)] {
+        v.push(Probe::DontneedEach { pages, folio });
+    }
+    for (pages, folio) in [(1200, PAGE), (12000, PAGE), (1024, PMD), (12288, PMD)] {
+        v.push(Probe::CowReuse { pages, folio });
+    }
+    for pages in [3072, 24576] {
+        v.push(Probe::MprotectSplit { pages });
+    }
+    for (pages, folio, layout, munmap) in [
+        (3000, PAGE, Layout::TmpfsPrivate, false),
+        (12000, PAGE, Layout::TmpfsPrivate, false),
+        (2560, K64, Layout::TmpfsShared, true),
+        (24000, K64, Layout::TmpfsShared, true),
+        (2560, PMD, Layout::TmpfsShared, true),
+        (24576, PMD, Layout::TmpfsShared, true),
+    ] {
+        v.push(Probe::File {
+            pages,
+            folio,
+            layout,
+            munmap,
+        });
+    }
     v
 }
 
 /// The host's median time of `probe`, ns: its mTHP or shmem knob set under `session`, then
 /// measured in a fresh agent process.
-pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<f64, String> {
+/// With it, the median share of the layout's folio boundaries far apart in physical memory,
+/// per mille, where the probe samples one.
+pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<(f64, Option<u64>), String> {
     if let Probe::Spawn { vmas } = *probe {
         session.folio(PAGE)?;
         let cell = crate::host::agent::HostCell::Spawn {
             vmas,
             secs: SPAWN_SECS,
         };
-        return crate::host::agent::measure(&cell).map(|(rate, _)| 1e9 / rate.max(1e-9));
+        return crate::host::agent::measure(&cell).map(|(rate, _)| (1e9 / rate.max(1e-9), None));
+    }
+    if let Probe::File {
+        pages,
+        folio,
+        layout,
+        munmap,
+    } = *probe
+    {
+        // One repetition per agent, as the tables' cells.
+        session.shmem_folio(folio)?;
+        let cell = crate::host::agent::HostCell::ForkOrMunmap {
+            size: pages * PAGE,
+            folio,
+            layout,
+            munmap,
+        };
+        let runs: Vec<(f64, Option<u64>)> = (0..HOST_REPS)
+            .map(|_| {
+                crate::host::agent::measure(&cell)
+                    .map(|(secs, c)| (secs * 1e9, c.get(HOST_FAR).copied()))
+            })
+            .collect::<Result<_, _>>()?;
+        let ns = usermm_model::prices::median(runs.iter().map(|r| r.0)).ok_or("no time")?;
+        let far = usermm_model::prices::median(runs.iter().filter_map(|r| r.1.map(|f| f as f64)));
+        return Ok((ns, far.map(|f| f.round() as u64)));
     }
     match probe {
         Probe::TmpfsRead { .. } => session.shmem_folio(PAGE)?,
@@ -380,12 +501,12 @@ pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<f64, String> {
         _ => session.folio(probe.anon_folio())?,
     }
     crate::host::agent::measure(&crate::host::agent::HostCell::Probe(*probe))
-        .map(|(secs, _)| secs * 1e9)
+        .map(|(secs, c)| (secs * 1e9, c.get(HOST_FAR).copied()))
 }
 
 /// Measures `probe` in this process ([`HOST_REPS`] repetitions, 5 past 32 MiB, each on a
 /// fresh setup): the median time in seconds.
-pub fn host_run(probe: &Probe) -> Result<f64, String> {
+pub fn host_run(probe: &Probe) -> Result<(f64, Option<f64>), String> {
     // Memory the hypervisor backs: the probes' pages, a COW's copies, with room to spare
     // (`crate::host::prime`: first touches of reported pages cost 4-8 times a fault).
     crate::host::prime(PRIME);
@@ -396,15 +517,38 @@ pub fn host_run(probe: &Probe) -> Result<f64, String> {
     } else {
         HOST_REPS
     };
-    let mut t: Vec<f64> = (0..reps)
+    let runs: Vec<(f64, Option<f64>)> = (0..reps)
         .map(|_| host_once(probe))
         .collect::<Result<_, _>>()?;
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    let median = |v: Vec<f64>| usermm_model::prices::median(v.into_iter());
+    let secs = median(runs.iter().map(|r| r.0).collect()).ok_or("no repetition")?;
+    Ok((secs, median(runs.iter().filter_map(|r| r.1).collect())))
 }
 
-/// The time of one host repetition, seconds.
-fn host_once(probe: &Probe) -> Result<f64, String> {
+/// The share of `r`'s folio boundaries (folios of `folio` bytes) whose two frames are far
+/// apart in physical memory, sampled from `pagemap` before the timed call: the scatter
+/// the allocator gave this repetition's layout ([`usermm_model::profile::FOLIOS_FAR`]).
+fn far_share(r: &Region, folio: u64) -> Option<f64> {
+    crate::costmodel::folio_steps(
+        r.addr,
+        r.len / PAGE,
+        folio / PAGE,
+        0,
+        crate::costmodel::Samples::Spread,
+    )
+    .map(|s| s.far)
+}
+
+/// One host repetition: its time, seconds, and the scatter of its layout where it has one
+/// of written anonymous folios that the timed call walks.
+fn host_once(probe: &Probe) -> Result<(f64, Option<f64>), String> {
+    let far = std::cell::Cell::new(None);
+    let secs = host_timed(probe, &|r: &Region, folio: u64| far.set(far_share(r, folio)))?;
+    Ok((secs, far.get()))
+}
+
+/// The time of one host repetition, seconds; `scatter` samples a walked layout.
+fn host_timed(probe: &Probe, scatter: &dyn Fn(&Region, u64)) -> Result<f64, String> {
     use oracle::sys;
     let populated = |pages: u64| -> Result<Region, String> {
         let r = Region::anon(pages * PAGE)?;
@@ -446,6 +590,9 @@ fn host_once(probe: &Probe) -> Result<f64, String> {
             if folio == PMD {
                 r.as_ref().map(Region::remap_ptes).transpose()?;
             }
+            if let Some(r) = &r {
+                scatter(r, folio);
+            }
             crate::host::measure::fork_time()
         }
         Probe::Spawn { vmas } => {
@@ -465,6 +612,7 @@ fn host_once(probe: &Probe) -> Result<f64, String> {
             if folio == PMD {
                 r.remap_ptes()?;
             }
+            scatter(&r, folio);
             r.unmap_timed()
         }
         Probe::Dontneed { pages, folio } => {
@@ -472,6 +620,7 @@ fn host_once(probe: &Probe) -> Result<f64, String> {
             if folio == PMD {
                 r.remap_ptes()?;
             }
+            scatter(&r, folio);
             time(&mut || {
                 sys::madvise(r.addr, r.len, MADV_DONTNEED).map_err(|e| errno_text("madvise", e))
             })
@@ -530,6 +679,32 @@ fn host_once(probe: &Probe) -> Result<f64, String> {
             // The pages moved to `dst`'s range, which its drop unmaps; `r`'s is empty.
             secs
         }
+        Probe::DontneedEach { pages, folio } => {
+            let r = populated(pages)?;
+            if folio == PMD {
+                r.remap_ptes()?;
+            }
+            time(&mut || {
+                (0..pages).try_for_each(|i| {
+                    sys::madvise(r.addr + i * PAGE, PAGE, MADV_DONTNEED)
+                        .map_err(|e| errno_text("madvise", e))
+                })
+            })
+        }
+        Probe::CowReuse { pages, folio } => {
+            let r = populated(pages)?;
+            if folio == PMD {
+                r.remap_ptes()?;
+            }
+            // The child exits (its socket closed) and is waited for before the writes.
+            drop(LiveChild::fork()?);
+            time(&mut || r.write_each_page())
+        }
+        Probe::MprotectSplit { pages } => {
+            let r = populated(pages)?;
+            time(&mut || r.protect_subpages(RO_HOST))
+        }
+        Probe::File { .. } => Err("file probes run as the tables' host cells".into()),
         Probe::MmapVmas { vmas } => {
             let _sparse = SparseVmas::new(vmas)?;
             time(&mut || {
@@ -670,6 +845,41 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             mark();
             cpu.mremap(p, a, len, len, flags)?;
         }
+        Probe::DontneedEach { pages, folio } => {
+            let a = populated(&cpu, p, pages, folio)?;
+            mark();
+            for i in 0..pages {
+                cpu.madvise(p, a + i * PAGE, PAGE, Advice::DontNeed)?;
+            }
+        }
+        Probe::MprotectSplit { pages } => {
+            let len = pages * PAGE;
+            let a = aligned(&cpu, p, len, MmapArgs::anon(len, RW))?;
+            cpu.touch(p, a, len, Access::Write).map_err(sig)?;
+            mark();
+            for blk in (a..a + len).step_by(PMD as usize) {
+                cpu.mprotect(p, blk, PAGE, RO)?;
+            }
+        }
+        Probe::CowReuse { pages, folio } => {
+            let a = populated(&cpu, p, pages, folio)?;
+            let c = cpu.fork(p)?;
+            cpu.exit(c)?;
+            mark();
+            cpu.touch(p, a, pages * PAGE, Access::Write).map_err(sig)?;
+        }
+        Probe::File {
+            pages,
+            folio,
+            layout,
+            munmap,
+        } => {
+            let op = if munmap { Op::Munmap } else { Op::Fork };
+            // The host's algorithm: the default tunables.
+            let host = crate::columns::EngineColumn::new("host", "default tunables", &[]);
+            let (_, delta) = crate::fork::engine_once(pages * PAGE, folio, layout, &host, op)?;
+            return Ok(crate::engine::counters(&delta));
+        }
         Probe::MmapVmas { vmas } => {
             sparse(&cpu, p, vmas)?;
             mark();
@@ -715,7 +925,11 @@ fn probe_bytes(probe: &Probe) -> u64 {
         | Probe::TmpfsRead { pages, .. }
         | Probe::Mlock { pages }
         | Probe::Munlock { pages, .. }
-        | Probe::Mremap { pages, .. } => pages * PAGE,
+        | Probe::Mremap { pages, .. }
+        | Probe::DontneedEach { pages, .. }
+        | Probe::MprotectSplit { pages }
+        | Probe::CowReuse { pages, .. }
+        | Probe::File { pages, .. } => pages * PAGE,
         Probe::Spawn { .. } | Probe::MmapVmas { .. } => 0,
     }
 }

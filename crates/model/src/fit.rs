@@ -1,20 +1,39 @@
 //! Fitting per-event prices to probe timings: non-negative least squares on relative error,
-//! with a ridge pull toward the recipe prices, its strength chosen by leaving one probe
-//! family out at a time.
+//! with a hierarchical ridge (each operation's prices pulled toward the shared price, each
+//! shared price toward its recipe at a common scale), its strengths chosen by leaving one
+//! probe family out at a time.
 //!
-//! Each unknown is a *multiplier* `m_g` of the recipe prices of a group `g` of counters (one
+//! Each unknown is a *multiplier* of the recipe prices of a group `g` of counters (one
 //! counter, or several whose probe columns are proportional and so cannot be told apart:
-//! [`Fit::prices`] names them). An observation `i` (one probe point: the engine's exact
-//! counters `n_ic`, the host's median time `t_i`) is predicted as
-//! `Σ_g m_g · Σ_{c∈g} n_ic · prior_c`, and the fit minimises
-//! `Σ_i ((pred_i − t_i)/t_i)² + λ Σ_g (m_g − μ)² + ε (μ − 1)²` subject to `m, μ ≥ 0`
-//! (Lawson and Hanson's active-set NNLS on the ridge-augmented system): each price is
-//! pulled toward its recipe times a common scale μ fitted with it. A multiplier of 1 is the
-//! recipe; a counter no probe excites is priced at μ times its recipe and says so.
+//! [`Fit::prices`] names them), at two levels:
 //!
-//! The uncertainty of the multipliers is the ridge posterior `σ²(AᵀA + λI)⁻¹` on the free
-//! ones, with `σ²` the residual variance of the relative errors; a prediction's interval adds
-//! the transfer error the leave-one-family-out validation measured ([`Fit::discrepancy`]).
+//! - the shared multiplier `m_g`, and
+//! - for an operation `o` whose probes spend at least [`OP_SHARE`] of some point's time on
+//!   `g`, its own multiplier `m_og` ([`Fit::op_prices`]): one counter names different kernel
+//!   work in different paths (a PTE read in fork's batched copy is not one in zap's walk, a
+//!   folio atomic on a hot head line is not one on a cold one), and a single price per
+//!   counter missed the fork rows by +54 % at 2 MiB folios on this AMD guest where fork's
+//!   own probes put them within 15 %.
+//!
+//! An observation `i` (one probe point of operation `o_i`: the engine's exact counters
+//! `n_ic`, the host's median time `t_i`) is predicted as `Σ_g m_(o_i)g · Σ_{c∈g} n_ic ·
+//! prior_c` (`m_og` where it exists, else `m_g`), and the fit minimises
+//!
+//! ```text
+//! Σ_i ((pred_i − t_i)/t_i)² + λ_o Σ_og (m_og − m_g)² + λ Σ_g (m_g − μ)² + ε (μ − 1)²
+//! ```
+//!
+//! subject to every multiplier and μ being non-negative (Lawson and Hanson's active-set NNLS
+//! on the normal equations of the ridge-augmented system, started from the recipes). An
+//! operation's price is its own probes' where they determine it and the shared price where
+//! they do not; a shared price is the operations' pooled one, pulled toward its recipe times
+//! the common scale μ; a counter no probe excites is priced at μ times its recipe and says so.
+//!
+//! The uncertainty of the multipliers is the ridge posterior `σ²(AᵀA + R)⁻¹` on the free
+//! ones, with `σ²` the residual variance of the relative errors, and for a multiplier no kept
+//! probe determines, its parent's plus the spread of its determined siblings; a prediction's
+//! interval adds the transfer error the leave-one-family-out validation measured
+//! ([`Fit::discrepancy`]).
 
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
@@ -25,6 +44,10 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct Observation {
     /// The probe family (`mprotect-written`, `fork-vmas`…): the unit left out in validation.
     pub family: String,
+    /// The operation the point times (`fork`, `munmap`, `fault`…, as
+    /// [`crate::profile::features`] names it): the level of its own prices.
+    #[serde(default)]
+    pub op: String,
     /// The point's label within its family (`N=1500`).
     pub label: String,
     /// The engine's exact counters of the timed operation (and pseudo-counters:
@@ -45,7 +68,7 @@ pub enum FitError {
     OneFamily(usize),
 }
 
-/// A fitted price: one counter, or a merged group the probes cannot separate.
+/// A fitted shared price: one counter, or a merged group the probes cannot separate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Price {
     /// The counters of the group (one, or several merged: their probe columns are
@@ -57,7 +80,22 @@ pub struct Price {
     /// Its standard error.
     pub multiplier_se: f64,
     /// The probe families that carry at least 5 % of their time on this group, most first
-    /// (empty: no probe excites it, the price is the recipe's).
+    /// (empty: no probe excites it, the price is the recipe's at the common scale).
+    pub families: Vec<String>,
+}
+
+/// An operation's own price of a group ([`Fit::prices`]`[group]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpPrice {
+    /// The operation.
+    pub op: String,
+    /// The group's index in [`Fit::prices`].
+    pub group: usize,
+    /// The fitted multiplier of the group's recipe prices in this operation.
+    pub multiplier: f64,
+    /// Its standard error.
+    pub multiplier_se: f64,
+    /// The operation's probe families that carry at least 5 % of their time on it.
     pub families: Vec<String>,
 }
 
@@ -86,21 +124,27 @@ impl HeldOut {
 pub struct Fit {
     /// The recipe price of every counter the model prices, ns per event.
     pub priors: BTreeMap<String, f64>,
-    /// The fitted prices, one per group.
+    /// The fitted shared prices, one per group.
     pub prices: Vec<Price>,
-    /// The covariance of the multipliers (`prices` order, row-major).
+    /// The operations' own prices.
+    #[serde(default)]
+    pub op_prices: Vec<OpPrice>,
+    /// The covariance of the multipliers (`prices` then `op_prices` order, row-major).
     pub covariance: Vec<f64>,
-    /// The ridge strength chosen.
+    /// The ridge strength toward the recipes chosen (λ).
     pub lambda: f64,
-    /// The leave-one-family-out median |relative error| at each λ tried, percent.
-    pub lambda_scan: Vec<(f64, f64)>,
-    /// Every probe point predicted with its own family left out (at the chosen λ).
+    /// The ridge strength of an operation's price toward the shared one chosen (λ_o).
+    #[serde(default)]
+    pub op_lambda: f64,
+    /// The leave-one-family-out median |relative error| at each (λ, λ_o) tried, percent.
+    pub lambda_scan: Vec<[f64; 3]>,
+    /// Every probe point predicted with its own family left out (at the chosen strengths).
     pub held_out: Vec<HeldOut>,
     /// The in-sample median |relative error|, percent.
     pub in_sample_median_pct: f64,
-    /// The median |relative error| at the chosen λ leaving out a whole operation at a time
-    /// (every family whose name has the same part before `/`: `munmap/4K` and `munmap/2M`
-    /// together), percent: transfer to an operation no probe timed.
+    /// The median |relative error| at the chosen strengths leaving out a whole operation at
+    /// a time (every family of the operation: `munmap/4K` and `munmap/2M` together),
+    /// percent: transfer to an operation no probe timed, which only the shared prices reach.
     #[serde(default)]
     pub operation_held_out_median_pct: f64,
     /// The relative standard deviation of a prediction's error beyond the fit's uncertainty:
@@ -119,15 +163,30 @@ pub struct Prediction {
     pub ci95: [f64; 2],
 }
 
-/// The ridge strengths tried.
-pub const LAMBDAS: [f64; 7] = [0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0];
+/// The ridge strengths toward the recipes tried (λ).
+pub const LAMBDAS: [f64; 4] = [0.003, 0.03, 0.3, 3.0];
+
+/// The ridge strengths of an operation's price toward the shared one tried (λ_o); the
+/// strongest all but shares every price.
+pub const OP_LAMBDAS: [f64; 5] = [0.003, 0.03, 0.3, 3.0, 1000.0];
+
+/// An operation gets its own price of a group where some probe point of it spends at least
+/// this share of its time on the group (at the recipe prices).
+pub const OP_SHARE: f64 = 0.02;
 
 /// Two probe columns whose cosine similarity is at least this are one group.
 const PROPORTIONAL: f64 = 0.9995;
 
+/// The unknowns' hierarchy: `parent[u]` of an operation's multiplier is its group's index;
+/// a group's is `None` (the common scale μ).
+struct Layout {
+    parent: Vec<Option<usize>>,
+}
+
 impl Fit {
     /// Fits `observations` with the recipe prices `priors` (counters absent from `priors` or
-    /// priced 0 cost nothing), choosing λ among [`LAMBDAS`] by leaving one family out.
+    /// priced 0 cost nothing), choosing the ridge strengths among [`LAMBDAS`] ×
+    /// [`OP_LAMBDAS`] by leaving one family out.
     pub fn new(
         priors: &BTreeMap<String, f64>,
         observations: &[Observation],
@@ -154,7 +213,8 @@ impl Fit {
             return Err(FitError::OneFamily(families.len()));
         }
         let groups = group_counters(&priors, &obs);
-        let design = |o: &Observation| -> Vec<f64> {
+        let k = groups.len();
+        let by_group = |o: &Observation| -> Vec<f64> {
             groups
                 .iter()
                 .map(|g| {
@@ -164,71 +224,123 @@ impl Fit {
                 })
                 .collect()
         };
-        let rows: Vec<Vec<f64>> = obs.iter().map(|o| design(o)).collect();
-        let times: Vec<f64> = obs.iter().map(|o| o.ns).collect();
-        // λ by leaving one family out.
-        let mut scan = Vec::new();
-        let mut best: Option<(f64, f64, Vec<HeldOut>)> = None;
-        for &lambda in &LAMBDAS {
-            let mut held = Vec::new();
-            for &f in &families {
-                let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].family != f).collect();
-                let m = solve(&rows, &times, &keep, lambda).0;
-                for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
-                    held.push(HeldOut {
-                        family: o.family.clone(),
-                        label: o.label.clone(),
-                        ns: o.ns,
-                        predicted_ns: dot(&rows[i], &m),
-                    });
+        let gx: Vec<Vec<f64>> = obs.iter().map(|o| by_group(o)).collect();
+        // An operation's own prices: the groups its points spend a share of their time on,
+        // where it has two points or more.
+        let ops: BTreeSet<&str> = obs.iter().map(|o| o.op.as_str()).collect();
+        let mut pairs: Vec<(String, usize)> = Vec::new();
+        for &op in &ops {
+            let mine: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].op == op).collect();
+            if mine.len() < 2 {
+                continue;
+            }
+            for g in 0..k {
+                let share = mine
+                    .iter()
+                    .map(|&i| gx[i][g] / obs[i].ns)
+                    .fold(0.0, f64::max);
+                if share >= OP_SHARE {
+                    pairs.push((op.to_string(), g));
                 }
             }
-            let err = median_abs(held.iter().map(HeldOut::error_pct));
-            scan.push((lambda, err));
-            // Ties go to the stronger pull (the later λ).
-            if best.as_ref().is_none_or(|b| err <= b.1 + 1e-9) {
-                best = Some((lambda, err, held));
+        }
+        let layout = Layout {
+            parent: (0..k)
+                .map(|_| None)
+                .chain(pairs.iter().map(|&(_, g)| Some(g)))
+                .collect(),
+        };
+        let unknown = |op: &str, g: usize| {
+            pairs
+                .iter()
+                .position(|(o, pg)| o == op && *pg == g)
+                .map_or(g, |j| k + j)
+        };
+        let rows: Vec<Vec<f64>> = obs
+            .iter()
+            .zip(&gx)
+            .map(|(o, row)| {
+                let mut r = vec![0.0; layout.parent.len()];
+                for (g, &v) in row.iter().enumerate() {
+                    r[unknown(&o.op, g)] += v;
+                }
+                r
+            })
+            .collect();
+        let times: Vec<f64> = obs.iter().map(|o| o.ns).collect();
+        // The strengths by leaving one family out.
+        let mut scan = Vec::new();
+        let mut best: Option<(f64, f64, f64, Vec<HeldOut>)> = None;
+        for &lambda in &LAMBDAS {
+            for &op_lambda in &OP_LAMBDAS {
+                let mut held = Vec::new();
+                for &f in &families {
+                    let keep: Vec<usize> =
+                        (0..obs.len()).filter(|&i| obs[i].family != f).collect();
+                    let m = solve(&layout, &rows, &times, &keep, lambda, op_lambda).0;
+                    for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
+                        held.push(HeldOut {
+                            family: o.family.clone(),
+                            label: o.label.clone(),
+                            ns: o.ns,
+                            predicted_ns: dot(&rows[i], &m),
+                        });
+                    }
+                }
+                let err = median_abs(held.iter().map(HeldOut::error_pct));
+                scan.push([lambda, op_lambda, err]);
+                // Ties go to the stronger pulls (the later strengths).
+                if best.as_ref().is_none_or(|b| err <= b.2 + 1e-9) {
+                    best = Some((lambda, op_lambda, err, held));
+                }
             }
         }
-        let (lambda, lofo, held_out) = best.expect("LAMBDAS is not empty");
-        let operation = |f: &str| f.split('/').next().unwrap_or(f).to_string();
-        let ops: BTreeSet<String> = families.iter().map(|f| operation(f)).collect();
+        let (lambda, op_lambda, lofo, held_out) = best.expect("LAMBDAS is not empty");
         let mut op_errors = Vec::new();
-        for op in &ops {
-            let keep: Vec<usize> = (0..obs.len())
-                .filter(|&i| operation(&obs[i].family) != *op)
-                .collect();
-            let m = solve(&rows, &times, &keep, lambda).0;
-            for (i, o) in obs
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| operation(&o.family) == *op)
-            {
+        for &op in &ops {
+            let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].op != op).collect();
+            let m = solve(&layout, &rows, &times, &keep, lambda, op_lambda).0;
+            for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.op == op) {
                 op_errors.push((dot(&rows[i], &m) - o.ns) / o.ns * 100.0);
             }
         }
         let all: Vec<usize> = (0..obs.len()).collect();
-        let (m, covariance) = solve(&rows, &times, &all, lambda);
+        let (m, covariance) = solve(&layout, &rows, &times, &all, lambda, op_lambda);
         let in_sample = median_abs(
             rows.iter()
                 .zip(&times)
                 .map(|(r, t)| (dot(r, &m) - t) / t * 100.0),
         );
+        let n_unknowns = layout.parent.len();
+        let se = |u: usize| covariance[u * n_unknowns + u].max(0.0).sqrt();
         let prices = groups
             .iter()
             .enumerate()
             .map(|(g, counters)| Price {
                 counters: counters.clone(),
                 multiplier: m[g],
-                multiplier_se: covariance[g * groups.len() + g].max(0.0).sqrt(),
+                multiplier_se: se(g),
                 families: carriers(&families, &obs, &rows, &m, g),
+            })
+            .collect();
+        let op_prices = pairs
+            .iter()
+            .enumerate()
+            .map(|(j, (op, g))| OpPrice {
+                op: op.clone(),
+                group: *g,
+                multiplier: m[k + j],
+                multiplier_se: se(k + j),
+                families: carriers(&families, &obs, &rows, &m, k + j),
             })
             .collect();
         Ok(Fit {
             priors,
             prices,
+            op_prices,
             covariance,
             lambda,
+            op_lambda,
             lambda_scan: scan,
             held_out,
             in_sample_median_pct: in_sample,
@@ -242,13 +354,22 @@ impl Fit {
         median_abs(self.held_out.iter().map(HeldOut::error_pct))
     }
 
-    /// The fitted price of one event of `counter`, ns (0: not priced).
-    pub fn price(&self, counter: &str) -> f64 {
+    /// The fitted price of one event of `counter` in operation `op`, ns (0: not priced).
+    pub fn price(&self, op: &str, counter: &str) -> f64 {
         let Some(&prior) = self.priors.get(counter) else {
             return 0.0;
         };
         self.group_of(counter)
-            .map_or(prior, |g| prior * self.prices[g].multiplier)
+            .map_or(prior, |g| prior * self.multipliers()[self.unknown(op, g)])
+    }
+
+    /// The standard error of [`Fit::price`], ns.
+    pub fn price_se(&self, op: &str, counter: &str) -> f64 {
+        let (Some(&prior), Some(g)) = (self.priors.get(counter), self.group_of(counter)) else {
+            return 0.0;
+        };
+        let (u, k) = (self.unknown(op, g), self.prices.len() + self.op_prices.len());
+        prior * self.covariance.get(u * k + u).copied().unwrap_or(0.0).max(0.0).sqrt()
     }
 
     fn group_of(&self, counter: &str) -> Option<usize> {
@@ -257,24 +378,36 @@ impl Fit {
             .position(|p| p.counters.iter().any(|c| c == counter))
     }
 
-    /// The group design vector of `counters`: per group, its events × recipe prices.
-    fn design(&self, counters: &BTreeMap<String, f64>) -> Vec<f64> {
-        let mut a = vec![0.0; self.prices.len()];
+    /// The multiplier operation `op` prices group `g` with: its own, else the shared one.
+    fn unknown(&self, op: &str, g: usize) -> usize {
+        self.op_prices
+            .iter()
+            .position(|p| p.op == op && p.group == g)
+            .map_or(g, |j| self.prices.len() + j)
+    }
+
+    /// The design vector of `counters` in `op`: per multiplier, its events × recipe prices.
+    fn design(&self, op: &str, counters: &BTreeMap<String, f64>) -> Vec<f64> {
+        let mut a = vec![0.0; self.prices.len() + self.op_prices.len()];
         for (c, &n) in counters {
             if let (Some(g), Some(&p)) = (self.group_of(c), self.priors.get(c)) {
-                a[g] += n * p;
+                a[self.unknown(op, g)] += n * p;
             }
         }
         a
     }
 
     fn multipliers(&self) -> Vec<f64> {
-        self.prices.iter().map(|p| p.multiplier).collect()
+        self.prices
+            .iter()
+            .map(|p| p.multiplier)
+            .chain(self.op_prices.iter().map(|p| p.multiplier))
+            .collect()
     }
 
     /// `aᵀ C b` with the multipliers' covariance.
     fn cov(&self, a: &[f64], b: &[f64]) -> f64 {
-        let k = self.prices.len();
+        let k = a.len();
         if self.covariance.len() != k * k {
             return 0.0;
         }
@@ -287,9 +420,9 @@ impl Fit {
             .sum()
     }
 
-    /// The predicted time of an operation with these counters, with its interval.
-    pub fn predict(&self, counters: &BTreeMap<String, f64>) -> Prediction {
-        let a = self.design(counters);
+    /// The predicted time of operation `op` with these counters, with its interval.
+    pub fn predict(&self, op: &str, counters: &BTreeMap<String, f64>) -> Prediction {
+        let a = self.design(op, counters);
         let ns = dot(&a, &self.multipliers()).max(0.0);
         let fit_sd = self.cov(&a, &a).max(0.0).sqrt();
         let half = 1.96 * (fit_sd.powi(2) + (self.discrepancy * ns).powi(2)).sqrt();
@@ -300,15 +433,17 @@ impl Fit {
         }
     }
 
-    /// The predicted gain of `variant` over `baseline` (percent of the baseline's time,
-    /// positive: faster) with its 95 % interval from the prices' uncertainty (delta method;
-    /// the discrepancy of both predictions is taken as common and cancels).
+    /// The predicted gain of `variant` over `baseline`, both operation `op` (percent of the
+    /// baseline's time, positive: faster) with its 95 % interval from the prices'
+    /// uncertainty (delta method; the discrepancy of both predictions is taken as common and
+    /// cancels).
     pub fn gain(
         &self,
+        op: &str,
         variant: &BTreeMap<String, f64>,
         baseline: &BTreeMap<String, f64>,
     ) -> Option<(f64, [f64; 2])> {
-        let (av, ab) = (self.design(variant), self.design(baseline));
+        let (av, ab) = (self.design(op, variant), self.design(op, baseline));
         let m = self.multipliers();
         let (pv, pb) = (dot(&av, &m), dot(&ab, &m));
         if pb <= 0.0 {
@@ -355,13 +490,13 @@ fn group_counters(priors: &BTreeMap<String, f64>, obs: &[&Observation]) -> Vec<V
     groups.into_iter().map(|(names, _)| names).collect()
 }
 
-/// The families that carry at least 5 % of their time on group `g`, most first.
+/// The families that carry at least 5 % of their time on multiplier `u`, most first.
 fn carriers(
     families: &BTreeSet<&str>,
     obs: &[&Observation],
     rows: &[Vec<f64>],
     m: &[f64],
-    g: usize,
+    u: usize,
 ) -> Vec<String> {
     let mut shares: Vec<(f64, &str)> = families
         .iter()
@@ -370,7 +505,7 @@ fn carriers(
             for (i, _) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
                 let pred = dot(&rows[i], m);
                 if pred > 0.0 {
-                    part += rows[i][g] * m[g] / pred;
+                    part += rows[i][u] * m[u] / pred;
                     total += 1.0;
                 }
             }
@@ -387,101 +522,163 @@ fn carriers(
 /// μ freely.
 const MU_PULL: f64 = 1e-3;
 
-/// The multipliers fitted to the observations `keep` at ridge strength `lambda`, and their
-/// covariance (row-major).
+/// The multipliers fitted to the observations `keep` at strengths `lambda` (shared toward
+/// μ) and `op_lambda` (an operation's toward the shared), and their covariance (row-major).
 ///
-/// The ridge pulls each multiplier toward a common scale μ fitted with them (a hierarchical
-/// prior: the recipes' relative prices are trusted more than their absolute level, which
-/// is one build's and one CPU's), and μ weakly toward 1. A group no kept observation excites
-/// is priced at μ, with the spread of the fitted multipliers around μ as its uncertainty:
-/// on this AMD guest the recipes priced with user-space primitives came out 2-6 times the
-/// fitted prices, and reverting an unprobed counter to its recipe made held-out families
-/// miss by as much.
-fn solve(rows: &[Vec<f64>], times: &[f64], keep: &[usize], lambda: f64) -> (Vec<f64>, Vec<f64>) {
-    let k = rows.first().map_or(0, Vec::len);
-    // Only groups that some kept observation excites are free.
-    let free: Vec<usize> = (0..k)
-        .filter(|&g| keep.iter().any(|&i| rows[i][g] > 0.0))
+/// A shared multiplier no kept observation determines (directly or through an operation's)
+/// is priced at μ, an operation's at its shared one, with the spread of the determined
+/// multipliers of its level around their parents as its own uncertainty: on this AMD guest
+/// the recipes priced with user-space primitives came out 2-6 times the fitted prices, and
+/// reverting an unprobed counter to its recipe made held-out families miss by as much.
+fn solve(
+    layout: &Layout,
+    rows: &[Vec<f64>],
+    times: &[f64],
+    keep: &[usize],
+    lambda: f64,
+    op_lambda: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let total = layout.parent.len();
+    let excited: Vec<bool> = (0..total)
+        .map(|u| keep.iter().any(|&i| rows[i][u] > 0.0))
         .collect();
-    let mut m = vec![1.0; k];
-    let mut cov = vec![0.0; k * k];
-    if free.is_empty() {
+    // A group is determined when its own column or one of its operations' is.
+    let mut free = excited.clone();
+    for (u, p) in layout.parent.iter().enumerate() {
+        if let (Some(g), true) = (*p, excited[u]) {
+            free[g] = true;
+        }
+    }
+    let index: Vec<Option<usize>> = {
+        let mut next = 0;
+        free.iter()
+            .map(|&f| {
+                f.then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect()
+    };
+    let p = free.iter().filter(|&&f| f).count();
+    let mut m = vec![1.0; total];
+    let mut cov = vec![0.0; total * total];
+    if p == 0 {
         return (m, cov);
     }
     let n = keep.len();
-    let p = free.len();
     // Unknowns: the free multipliers, then μ. Data rows are relative residuals (row i divided
-    // by t_i); the unexcited groups would be priced at μ but contribute nothing to kept rows.
+    // by t_i); undetermined multipliers contribute nothing to kept rows.
     let mu = p;
     let mut a = DMatrix::<f64>::zeros(n + p + 1, p + 1);
     let mut y = DVector::<f64>::zeros(n + p + 1);
     for (r, &i) in keep.iter().enumerate() {
         y[r] = 1.0;
-        for (j, &g) in free.iter().enumerate() {
-            a[(r, j)] = rows[i][g] / times[i];
+        for (u, at) in index.iter().enumerate() {
+            if let Some(j) = at {
+                a[(r, *j)] = rows[i][u] / times[i];
+            }
         }
     }
-    let s = lambda.sqrt();
-    for j in 0..p {
-        a[(n + j, j)] = s;
-        a[(n + j, mu)] = -s;
+    for (u, at) in index.iter().enumerate() {
+        let Some(j) = *at else { continue };
+        match layout.parent[u] {
+            None => {
+                let s = lambda.sqrt();
+                a[(n + j, j)] = s;
+                a[(n + j, mu)] = -s;
+            }
+            Some(g) => {
+                let s = op_lambda.sqrt();
+                a[(n + j, j)] = s;
+                a[(n + j, index[g].expect("a free operation's group is free"))] = -s;
+            }
+        }
     }
     a[(n + p, mu)] = MU_PULL.sqrt();
     y[n + p] = MU_PULL.sqrt();
-    let x = nnls(&a, &y);
-    for (j, &g) in free.iter().enumerate() {
-        m[g] = x[j];
-    }
+    let gram_all = a.transpose() * &a;
+    let x = nnls_gram(&gram_all, &(a.transpose() * &y));
     let scale = x[mu];
-    // The spread of the fitted multipliers around μ: an unexcited group's own uncertainty.
-    let tau2 = if p > 1 {
-        (0..p).map(|j| (x[j] - scale).powi(2)).sum::<f64>() / (p - 1) as f64
-    } else {
-        scale * scale
-    };
-    for g in (0..k).filter(|g| !free.contains(g)) {
-        m[g] = scale;
+    // Values: the free from the solution, groups then operations from their parents.
+    for u in 0..total {
+        m[u] = match (index[u], layout.parent[u]) {
+            (Some(j), _) => x[j],
+            (None, None) => scale,
+            (None, Some(g)) => index[g].map_or(scale, |j| x[j]),
+        };
     }
+    // The spread of each level's determined multipliers around their parents.
+    let spread = |level_op: bool| {
+        let d: Vec<f64> = (0..total)
+            .filter(|&u| free[u] && layout.parent[u].is_some() == level_op)
+            .map(|u| m[u] - layout.parent[u].map_or(scale, |g| m[g]))
+            .collect();
+        if d.len() > 1 {
+            d.iter().map(|v| v * v).sum::<f64>() / (d.len() - 1) as f64
+        } else {
+            scale * scale
+        }
+    };
+    let (tau_group, tau_op) = (spread(false), spread(true));
     // σ² of the relative residuals over the data rows, on the effective degrees of freedom;
     // the posterior covariance of [free…, μ].
     let data = a.rows(0, n).into_owned();
     let resid = &data * &x - y.rows(0, n);
-    let prior = a.rows(n, p + 1).into_owned();
     let gram = data.transpose() * &data;
-    let reg = &gram + prior.transpose() * &prior;
-    if let Some(inv) = reg.try_inverse() {
-        let dof = (&gram * &inv).trace();
-        let sigma2 = resid.norm_squared() / (n as f64 - dof).max(1.0);
-        // Index of a group in [free…, μ]: unexcited groups are μ.
-        let at = |g: usize| free.iter().position(|&f| f == g).unwrap_or(mu);
-        for ga in 0..k {
-            for gb in 0..k {
-                let mut c = sigma2 * inv[(at(ga), at(gb))];
-                if ga == gb && at(ga) == mu {
-                    c += tau2;
-                }
-                cov[ga * k + gb] = c;
+    let Some(inv) = gram_all.clone().try_inverse() else {
+        return (m, cov);
+    };
+    let dof = (&gram * &inv).trace();
+    let sigma2 = resid.norm_squared() / (n as f64 - dof).max(1.0);
+    // The system index a multiplier stands on, and the variance it adds of its own.
+    let at = |u: usize| -> usize {
+        match (index[u], layout.parent[u]) {
+            (Some(j), _) => j,
+            (None, None) => mu,
+            (None, Some(g)) => index[g].unwrap_or(mu),
+        }
+    };
+    let own = |u: usize| -> f64 {
+        match (free[u], layout.parent[u]) {
+            (true, _) => 0.0,
+            (false, None) => tau_group,
+            (false, Some(g)) => tau_op + if free[g] { 0.0 } else { tau_group },
+        }
+    };
+    for ua in 0..total {
+        for ub in 0..total {
+            let mut c = sigma2 * inv[(at(ua), at(ub))];
+            if ua == ub {
+                c += own(ua);
             }
+            cov[ua * total + ub] = c;
         }
     }
     (m, cov)
 }
 
-/// Lawson and Hanson's active-set non-negative least squares: `min ‖Ax − y‖` with `x ≥ 0`.
-fn nnls(a: &DMatrix<f64>, y: &DVector<f64>) -> DVector<f64> {
-    let p = a.ncols();
-    let mut x = DVector::<f64>::zeros(p);
-    let mut passive = vec![false; p];
-    let tol = 1e-10 * a.norm().max(1.0);
-    for _ in 0..(3 * p + 10) {
-        let w = a.transpose() * (y - a * &x);
-        let next = (0..p)
-            .filter(|&j| !passive[j] && w[j] > tol)
-            .max_by(|&i, &j| w[i].total_cmp(&w[j]));
-        let Some(j) = next else { break };
-        passive[j] = true;
-        for _ in 0..(3 * p + 10) {
-            let s = passive_solve(a, y, &passive);
+/// Lawson and Hanson's active-set non-negative least squares on the normal equations:
+/// `min ½xᵀGx − bᵀx` with `x ≥ 0`, `G` positive definite (the ridge makes it so), started
+/// from the feasible point x = 1 (the recipes) with every variable passive, so that the usual
+/// solution, positive throughout, costs one solve.
+fn nnls_gram(g: &DMatrix<f64>, b: &DVector<f64>) -> DVector<f64> {
+    let p = g.nrows();
+    let mut x = DVector::<f64>::from_element(p, 1.0);
+    let mut passive = vec![true; p];
+    let tol = 1e-12 * g.norm().max(1.0);
+    let limit = 3 * p + 10;
+    for outer in 0..limit {
+        if outer > 0 {
+            let w = b - g * &x;
+            let next = (0..p)
+                .filter(|&j| !passive[j] && w[j] > tol)
+                .max_by(|&i, &j| w[i].total_cmp(&w[j]));
+            let Some(j) = next else { break };
+            passive[j] = true;
+        }
+        for _ in 0..limit {
+            let s = passive_solve(g, b, &passive);
             if (0..p).all(|i| !passive[i] || s[i] > 0.0) {
                 x = s;
                 break;
@@ -493,7 +690,7 @@ fn nnls(a: &DMatrix<f64>, y: &DVector<f64>) -> DVector<f64> {
                 .fold(f64::INFINITY, f64::min);
             x = &x + (&s - &x) * alpha;
             for i in 0..p {
-                if passive[i] && x[i] <= tol {
+                if passive[i] && x[i] <= 1e-12 {
                     passive[i] = false;
                     x[i] = 0.0;
                 }
@@ -503,14 +700,18 @@ fn nnls(a: &DMatrix<f64>, y: &DVector<f64>) -> DVector<f64> {
     x
 }
 
-/// The unconstrained least-squares solution on the passive variables (others 0).
-fn passive_solve(a: &DMatrix<f64>, y: &DVector<f64>, passive: &[bool]) -> DVector<f64> {
+/// The unconstrained minimiser on the passive variables (others 0).
+fn passive_solve(g: &DMatrix<f64>, b: &DVector<f64>, passive: &[bool]) -> DVector<f64> {
     let cols: Vec<usize> = (0..passive.len()).filter(|&j| passive[j]).collect();
-    let sub = DMatrix::from_fn(a.nrows(), cols.len(), |r, c| a[(r, cols[c])]);
-    let sol = sub
-        .svd(true, true)
-        .solve(y, 1e-12)
-        .unwrap_or_else(|_| DVector::zeros(cols.len()));
+    let sub = DMatrix::from_fn(cols.len(), cols.len(), |r, c| g[(cols[r], cols[c])]);
+    let rhs = DVector::from_fn(cols.len(), |r, _| b[cols[r]]);
+    let sol = match sub.clone().cholesky() {
+        Some(ch) => ch.solve(&rhs),
+        None => sub
+            .svd(true, true)
+            .solve(&rhs, 1e-12)
+            .unwrap_or_else(|_| DVector::zeros(cols.len())),
+    };
     let mut s = DVector::<f64>::zeros(passive.len());
     for (c, &j) in cols.iter().enumerate() {
         s[j] = sol[c];
@@ -590,6 +791,7 @@ mod tests {
                     let t: f64 = counters.iter().map(|(c, n)| n * truth[c]).sum();
                     out.push(Observation {
                         family: fam.into(),
+                        op: fam.into(),
                         label: format!("n={n} v={v}"),
                         counters,
                         ns: t * (1.0 + noise * rng.normal()),
@@ -626,26 +828,33 @@ mod tests {
             ("pages_zeroed", 450.0),
             ("tlb_flush_mm", 100.0),
         ]);
-        let fit = Fit::new(&priors, &synthetic(&truth, 0.03, 0x5eed)).expect("fit");
+        let obs = synthetic(&truth, 0.03, 0x5eed);
+        let fit = Fit::new(&priors, &obs).expect("fit");
         for (c, &t) in &truth {
             let g = fit.group_of(c).expect("priced");
-            let p = &fit.prices[g];
             assert_eq!(
-                p.counters,
+                fit.prices[g].counters,
                 vec![c.clone()],
                 "nothing merged: every counter swept apart"
             );
-            let se = p.multiplier_se * priors[c];
-            let got = fit.price(c);
-            assert!(se > 0.0, "{c}: a standard error");
-            assert!(
-                (got - t).abs() <= 3.0 * se,
-                "{c}: fitted {got:.2}, true {t}, se {se:.3}"
-            );
-            assert!((got - t).abs() / t < 0.1, "{c}: fitted {got:.2}, true {t}");
+            // In every operation that has it: its own price, or the shared one.
+            let ops: BTreeSet<&str> = obs
+                .iter()
+                .filter(|o| o.counters.get(c).is_some_and(|&n| n > 0.0))
+                .map(|o| o.op.as_str())
+                .collect();
+            for op in ops {
+                let (got, se) = (fit.price(op, c), fit.price_se(op, c));
+                assert!(se > 0.0, "{c} in {op}: a standard error");
+                assert!(
+                    (got - t).abs() <= 3.0 * se,
+                    "{c} in {op}: fitted {got:.2}, true {t}, se {se:.3}"
+                );
+                assert!((got - t).abs() / t < 0.1, "{c} in {op}: fitted {got:.2}, true {t}");
+            }
         }
         // No probe excites the TLB flush: its recipe at the common scale, with no families.
-        let mu = fit.price("tlb_flush_mm") / 100.0;
+        let mu = fit.price("fault", "tlb_flush_mm") / 100.0;
         assert!((0.5..1.6).contains(&mu), "{mu}");
         let g = fit.group_of("tlb_flush_mm").expect("group");
         assert!(fit.prices[g].families.is_empty());
@@ -664,7 +873,7 @@ mod tests {
         // A prediction's interval covers the truth of a new operation.
         let new = map(&[("syscalls", 1.0), ("pte_writes", 5000.0), ("faults", 10.0)]);
         let truth_ns: f64 = new.iter().map(|(c, n)| n * truth[c]).sum();
-        let p = fit.predict(&new);
+        let p = fit.predict("another", &new);
         assert!(
             p.ci95[0] <= truth_ns && truth_ns <= p.ci95[1],
             "{p:?} vs {truth_ns}"
@@ -693,6 +902,7 @@ mod tests {
                 let ns = counters.iter().map(|(c, n)| n * truth[c]).sum();
                 obs.push(Observation {
                     family: fam.into(),
+                    op: String::new(),
                     label: format!("{n}"),
                     counters,
                     ns,
@@ -707,15 +917,55 @@ mod tests {
         );
         // The pair's sum is determined (10 per entry, less the ridge's pull toward the
         // common scale), each keeps its recipe share (1:4).
-        let sum = fit.price("pte_reads") + fit.price("pte_writes");
+        let sum = fit.price("", "pte_reads") + fit.price("", "pte_writes");
         assert!((sum - 10.0).abs() < 1.5, "{sum}");
-        assert!((fit.price("pte_writes") / fit.price("pte_reads") - 4.0).abs() < 1e-9);
+        assert!((fit.price("", "pte_writes") / fit.price("", "pte_reads") - 4.0).abs() < 1e-9);
         let gain = fit.gain(
+            "",
             &map(&[("syscalls", 1.0), ("pte_reads", 10.0)]),
             &map(&[("syscalls", 1.0), ("pte_reads", 20.0)]),
         );
         let (g, [lo, hi]) = gain.expect("a gain");
         assert!(lo <= g && g <= hi && g > 0.0, "{g} [{lo}, {hi}]");
+    }
+
+    #[test]
+    fn one_counter_priced_apart_in_two_operations_is_recovered_in_each() {
+        // A PTE read costs 2 ns in fork's batched copy and 8 ns in munmap's walk (one recipe
+        // of 4 for both): each operation's own price is found, where one shared price would
+        // miss both by a factor of two.
+        let mut rng = Rng(11);
+        let mut obs = Vec::new();
+        let ops = [("fork", "op_fork", 50_000.0, 2.0), ("munmap", "syscalls", 900.0, 8.0)];
+        for (op, fixed, fixed_ns, read_ns) in ops {
+            for (fam, grid) in [("4K", [10.0, 300.0, 4000.0]), ("2M", [50.0, 900.0, 20_000.0])] {
+                for n in grid {
+                    let counters = map(&[(fixed, 1.0), ("pte_reads", n)]);
+                    let ns = (fixed_ns + n * read_ns) * (1.0 + 0.02 * rng.normal());
+                    obs.push(Observation {
+                        family: format!("{op}/{fam}"),
+                        op: op.into(),
+                        label: format!("{n}"),
+                        counters,
+                        ns,
+                    });
+                }
+            }
+        }
+        let priors = map(&[("op_fork", 40_000.0), ("syscalls", 1000.0), ("pte_reads", 4.0)]);
+        let fit = Fit::new(&priors, &obs).expect("fit");
+        for (op, _, _, truth) in ops {
+            let (got, se) = (fit.price(op, "pte_reads"), fit.price_se(op, "pte_reads"));
+            assert!(
+                (got - truth).abs() <= 3.0 * se && (got - truth).abs() / truth < 0.1,
+                "{op}: fitted {got:.2} ± {se:.2}, true {truth}"
+            );
+        }
+        assert!(fit.op_lambda < 1000.0, "the operations' own prices are chosen");
+        assert!(fit.held_out_median_pct() < 6.0, "{}", fit.held_out_median_pct());
+        // An operation no probe timed is priced with the shared price, between the two.
+        let shared = fit.price("mremap", "pte_reads");
+        assert!((2.0..8.0).contains(&shared), "{shared}");
     }
 
     #[test]
@@ -750,6 +1000,7 @@ mod tests {
             .flat_map(|&(f, t)| {
                 ["x", "y"].map(|fam| Observation {
                     family: fam.into(),
+                    op: fam.into(),
                     label: format!("{f}"),
                     counters: map(&[("syscalls", 1.0), ("faults", f)]),
                     ns: t,
@@ -758,6 +1009,7 @@ mod tests {
             .collect();
         let fit = Fit::new(&priors, &obs).expect("fit");
         assert!(fit.prices.iter().all(|p| p.multiplier >= 0.0));
+        assert!(fit.op_prices.iter().all(|p| p.multiplier >= 0.0));
         assert_eq!(Fit::new(&priors, &[]), Err(FitError::NoData));
         assert_eq!(Fit::new(&priors, &obs[..1]), Err(FitError::OneFamily(1)));
     }

@@ -17,7 +17,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// The profile format's version: bumped on any change of its meaning.
-pub const PROFILE_VERSION: u32 = 1;
+pub const PROFILE_VERSION: u32 = 2;
 
 /// The largest profile file read.
 pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
@@ -46,6 +46,19 @@ pub const PAGES_ZEROED_COLD: &str = "pages_zeroed_cold";
 /// memory. Added after the first run with CPU-timed host cells showed munmap of 256 MiB
 /// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB.
 pub const WALK_COLD: &str = "pages_walked_cold";
+/// Pseudo-counter: the folios an operation handles one by one (fork's and zap's batches)
+/// in the cold share of its walk ([`WALK_COLD`] over the pages walked) that lie far from
+/// the folio before them in physical memory ([`HOST_FAR`]): a folio's own work (its
+/// `struct page` lines, its LRU and free lists' neighbours, the page allocator's buddies)
+/// misses where its lines are cold and no prefetch follows them. On this AMD guest fork of
+/// 4 KiB folios cost 119 ns a page at 156 MiB with 99 % of them scattered and 91 ns at
+/// 256 MiB with 36 % (the allocator's state decides), and a fit whose cold price was per
+/// page over-priced 2 MiB folios, whose pages share one head.
+pub const FOLIOS_COLD: &str = "folios_walked_cold";
+/// Not priced: the host's measured share of folio boundaries far apart in physical memory,
+/// per mille, which a host cell or probe adds to the engine's counters to say how
+/// scattered its layout was ([`FOLIOS_COLD`]).
+pub const HOST_FAR: &str = "host_folio_far_permille";
 /// Pseudo-counter: pages copied past half of what the last-level cache holds.
 pub const PAGES_COPIED_COLD: &str = "pages_copied_cold";
 
@@ -246,6 +259,11 @@ pub struct Profile {
     /// are priced apart.
     #[serde(default)]
     pub llc_bytes: u64,
+    /// The median share of folio boundaries far apart in physical memory over the probes
+    /// that sampled it, per mille ([`HOST_FAR`]): the scatter a prediction assumes where its
+    /// counters carry none (another machine's rows, or no host column).
+    #[serde(default)]
+    pub far_permille: Option<u64>,
 }
 
 /// The recipe price of every counter and pseudo-counter the model prices, ns per event,
@@ -277,6 +295,8 @@ pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
     p.insert(PAGES_COPIED_COLD.into(), prims.copy_page);
     // A PTE line per eight pages and a struct page line per page, from memory.
     p.insert(WALK_COLD.into(), prims.line_seq * 1.125);
+    // A folio's head, LRU neighbours and free-list lines, from memory.
+    p.insert(FOLIOS_COLD.into(), 3.0 * prims.line_rand);
     for op in SYSCALL_OPS {
         p.insert(format!("syscalls_{op}"), prims.syscall + 20.0 * prims.kcall);
     }
@@ -314,8 +334,11 @@ pub fn features(
 ) -> BTreeMap<String, f64> {
     let mut f: BTreeMap<String, f64> = counters
         .iter()
+        .filter(|(k, _)| *k != HOST_FAR)
         .map(|(k, &v)| (k.clone(), v as f64))
         .collect();
+    // Scattered unless measured otherwise: probes of fresh layouts found 96-100 %.
+    let far = counters.get(HOST_FAR).map_or(1.0, |&p| (p as f64 / 1000.0).min(1.0));
     let get = |k: &str| counters.get(k).copied().unwrap_or(0);
     if let Some(w) = f.get_mut("pte_writes") {
         *w = get("pte_writes").saturating_sub(get("pte_atomics")) as f64;
@@ -366,6 +389,13 @@ pub fn features(
         let cold = walked.saturating_sub(llc_bytes / 4096);
         if cold > 0 {
             f.insert(WALK_COLD.into(), cold as f64);
+            let folios = get("fork_batches").max(get("zap_batches"));
+            if folios > 0 && far > 0.0 {
+                f.insert(
+                    FOLIOS_COLD.into(),
+                    folios as f64 * cold as f64 / walked as f64 * far,
+                );
+            }
         }
         for (counter, cold, per) in [
             ("pages_zeroed", PAGES_ZEROED_COLD, 4096),
@@ -403,17 +433,29 @@ pub fn features(
 impl Profile {
     /// The predicted host time of one operation of table `op` with these engine counters.
     pub fn predict(&self, op: &str, counters: &BTreeMap<String, u64>) -> Prediction {
-        self.fit
-            .predict(&features(op, counters, &self.primitives, self.llc_bytes))
+        self.fit.predict(op, &self.features(op, counters))
+    }
+
+    /// [`features`] with this profile's primitives and cache, and its typical scatter
+    /// where `counters` carry no [`HOST_FAR`].
+    pub fn features(&self, op: &str, counters: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+        match self.far_permille {
+            Some(far) if !counters.contains_key(HOST_FAR) => {
+                let mut c = counters.clone();
+                c.insert(HOST_FAR.into(), far);
+                features(op, &c, &self.primitives, self.llc_bytes)
+            }
+            _ => features(op, counters, &self.primitives, self.llc_bytes),
+        }
     }
 
     /// The prediction's parts: each priced counter's events × its fitted price, ns (they
     /// sum to [`Profile::predict`]'s time).
     pub fn parts(&self, op: &str, counters: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
-        features(op, counters, &self.primitives, self.llc_bytes)
+        self.features(op, counters)
             .into_iter()
             .map(|(k, n)| {
-                let ns = n * self.fit.price(&k);
+                let ns = n * self.fit.price(op, &k);
                 (k, ns)
             })
             .filter(|(_, ns)| *ns > 0.0)
@@ -428,8 +470,11 @@ impl Profile {
         variant: &BTreeMap<String, u64>,
         baseline: &BTreeMap<String, u64>,
     ) -> Option<(f64, [f64; 2])> {
-        let f = |c| features(op, c, &self.primitives, self.llc_bytes);
-        self.fit.gain(&f(variant), &f(baseline))
+        self.fit.gain(
+            op,
+            &self.features(op, variant),
+            &self.features(op, baseline),
+        )
     }
 
     /// Whether this profile is fresh for `machine` and the model `model_key` at `now`.
@@ -482,8 +527,13 @@ impl Profile {
             finite_nonneg(crate::prices::prim_name(p), self.primitives.get(p))?;
         }
         let fit = &self.fit;
-        let k = fit.prices.len();
-        if k == 0 || k > 256 || fit.priors.len() > 256 || fit.covariance.len() != k * k {
+        let k = fit.prices.len() + fit.op_prices.len();
+        if fit.prices.is_empty()
+            || fit.prices.len() > 256
+            || fit.op_prices.len() > 1024
+            || fit.priors.len() > 256
+            || fit.covariance.len() != k * k
+        {
             return Err(format!(
                 "{k} prices, {} covariance entries",
                 fit.covariance.len()
@@ -506,6 +556,18 @@ impl Profile {
             finite_nonneg("multiplier", p.multiplier)?;
             finite_nonneg("multiplier_se", p.multiplier_se)?;
         }
+        for p in &fit.op_prices {
+            if p.group >= fit.prices.len()
+                || !name_ok(&p.op)
+                || p.families.len() > 64
+                || p.families.iter().any(|f| f.len() > 64)
+            {
+                return Err(format!("operation price {} of group {}", p.op, p.group));
+            }
+            finite_nonneg("multiplier", p.multiplier)?;
+            finite_nonneg("multiplier_se", p.multiplier_se)?;
+        }
+        finite_nonneg("op_lambda", fit.op_lambda)?;
         if fit.covariance.iter().any(|v| !v.is_finite()) {
             return Err("covariance not finite".into());
         }
@@ -522,6 +584,7 @@ impl Profile {
             finite_nonneg("observation ns", o.ns)?;
             if o.counters.len() > 256
                 || o.family.len() > 64
+                || o.op.len() > 64
                 || o.label.len() > 256
                 || o.counters
                     .iter()
@@ -679,6 +742,7 @@ mod tests {
                             .collect();
                     Observation {
                         family: fam.to_string(),
+                        op: "probe".into(),
                         label: n.to_string(),
                         counters: features("probe", &c, &prims, 0),
                         ns: 100.0 + 1.5 * n as f64,
@@ -696,6 +760,7 @@ mod tests {
             observations: obs,
             calibrate_seconds: 1.0,
             llc_bytes: 0,
+            far_permille: None,
         }
     }
 

@@ -229,7 +229,7 @@ pub const FOLIO_ADJACENCY: &str = "host_folio_adjacency_permille";
 /// Host counter of the fork and munmap cells: per mille of the layout's folios whose first
 /// frame is [`crate::costmodel::FAR_FRAMES`] or more from the previous folio's last (its
 /// `struct page` in another 4 KiB of memmap); the model prices those steps at `line_far`.
-pub const FOLIO_FAR: &str = "host_folio_far_permille";
+pub const FOLIO_FAR: &str = usermm_model::profile::HOST_FAR;
 
 /// The `usermm` executable, when this process is one.
 fn agent_exe() -> Option<std::path::PathBuf> {
@@ -414,7 +414,13 @@ fn sample_steps(addr: u64, len: u64, folio_pages: u64, phase: u64, c: &mut BTree
 fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
     match *cell {
-        HostCell::Probe(probe) => Ok((crate::probes::host_run(&probe)?, c)),
+        HostCell::Probe(probe) => {
+            let (secs, far) = crate::probes::host_run(&probe)?;
+            if let Some(far) = far {
+                c.insert(FOLIO_FAR.into(), (far * 1000.0).round() as u64);
+            }
+            Ok((secs, c))
+        }
         HostCell::Spawn { vmas, secs } => {
             let extra = vmas.saturating_sub(vma_count());
             let layout = SparseVmas::new(extra)?;
