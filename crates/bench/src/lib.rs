@@ -28,7 +28,6 @@
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
-pub mod calibrate;
 pub mod cli;
 pub mod columns;
 pub mod compare;
@@ -43,7 +42,6 @@ pub mod model;
 pub mod munlock;
 pub mod output;
 pub mod plot;
-pub mod probes;
 pub mod progress;
 pub mod readahead;
 pub mod reclaim;
@@ -55,5 +53,6 @@ pub mod stats;
 pub mod suite;
 pub mod text;
 
+pub use costmodel::{calibrate, probes};
 pub use model::{Report, Table, SCHEMA_VERSION};
 pub use suite::{Bench, Options};

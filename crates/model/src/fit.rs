@@ -234,15 +234,17 @@ impl Fit {
             if mine.len() < 2 {
                 continue;
             }
-            for g in 0..k {
-                let share = mine
-                    .iter()
+            let shares = (0..k).map(|g| {
+                mine.iter()
                     .map(|&i| gx[i][g] / obs[i].ns)
-                    .fold(0.0, f64::max);
-                if share >= OP_SHARE {
-                    pairs.push((op.to_string(), g));
-                }
-            }
+                    .fold(0.0, f64::max)
+            });
+            pairs.extend(
+                shares
+                    .enumerate()
+                    .filter(|&(_, share)| share >= OP_SHARE)
+                    .map(|(g, _)| (op.to_string(), g)),
+            );
         }
         let layout = Layout {
             parent: (0..k)
@@ -275,8 +277,7 @@ impl Fit {
             for &op_lambda in &OP_LAMBDAS {
                 let mut held = Vec::new();
                 for &f in &families {
-                    let keep: Vec<usize> =
-                        (0..obs.len()).filter(|&i| obs[i].family != f).collect();
+                    let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].family != f).collect();
                     let m = solve(&layout, &rows, &times, &keep, lambda, op_lambda).0;
                     for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
                         held.push(HeldOut {
@@ -368,8 +369,18 @@ impl Fit {
         let (Some(&prior), Some(g)) = (self.priors.get(counter), self.group_of(counter)) else {
             return 0.0;
         };
-        let (u, k) = (self.unknown(op, g), self.prices.len() + self.op_prices.len());
-        prior * self.covariance.get(u * k + u).copied().unwrap_or(0.0).max(0.0).sqrt()
+        let (u, k) = (
+            self.unknown(op, g),
+            self.prices.len() + self.op_prices.len(),
+        );
+        prior
+            * self
+                .covariance
+                .get(u * k + u)
+                .copied()
+                .unwrap_or(0.0)
+                .max(0.0)
+                .sqrt()
     }
 
     fn group_of(&self, counter: &str) -> Option<usize> {
@@ -850,7 +861,10 @@ mod tests {
                     (got - t).abs() <= 3.0 * se,
                     "{c} in {op}: fitted {got:.2}, true {t}, se {se:.3}"
                 );
-                assert!((got - t).abs() / t < 0.1, "{c} in {op}: fitted {got:.2}, true {t}");
+                assert!(
+                    (got - t).abs() / t < 0.1,
+                    "{c} in {op}: fitted {got:.2}, true {t}"
+                );
             }
         }
         // No probe excites the TLB flush: its recipe at the common scale, with no families.
@@ -936,9 +950,15 @@ mod tests {
         // miss both by a factor of two.
         let mut rng = Rng(11);
         let mut obs = Vec::new();
-        let ops = [("fork", "op_fork", 50_000.0, 2.0), ("munmap", "syscalls", 900.0, 8.0)];
+        let ops = [
+            ("fork", "op_fork", 50_000.0, 2.0),
+            ("munmap", "syscalls", 900.0, 8.0),
+        ];
         for (op, fixed, fixed_ns, read_ns) in ops {
-            for (fam, grid) in [("4K", [10.0, 300.0, 4000.0]), ("2M", [50.0, 900.0, 20_000.0])] {
+            for (fam, grid) in [
+                ("4K", [10.0, 300.0, 4000.0]),
+                ("2M", [50.0, 900.0, 20_000.0]),
+            ] {
                 for n in grid {
                     let counters = map(&[(fixed, 1.0), ("pte_reads", n)]);
                     let ns = (fixed_ns + n * read_ns) * (1.0 + 0.02 * rng.normal());
@@ -952,7 +972,11 @@ mod tests {
                 }
             }
         }
-        let priors = map(&[("op_fork", 40_000.0), ("syscalls", 1000.0), ("pte_reads", 4.0)]);
+        let priors = map(&[
+            ("op_fork", 40_000.0),
+            ("syscalls", 1000.0),
+            ("pte_reads", 4.0),
+        ]);
         let fit = Fit::new(&priors, &obs).expect("fit");
         for (op, _, _, truth) in ops {
             let (got, se) = (fit.price(op, "pte_reads"), fit.price_se(op, "pte_reads"));
@@ -961,8 +985,15 @@ mod tests {
                 "{op}: fitted {got:.2} ± {se:.2}, true {truth}"
             );
         }
-        assert!(fit.op_lambda < 1000.0, "the operations' own prices are chosen");
-        assert!(fit.held_out_median_pct() < 6.0, "{}", fit.held_out_median_pct());
+        assert!(
+            fit.op_lambda < 1000.0,
+            "the operations' own prices are chosen"
+        );
+        assert!(
+            fit.held_out_median_pct() < 6.0,
+            "{}",
+            fit.held_out_median_pct()
+        );
         // An operation no probe timed is priced with the shared price, between the two.
         let shared = fit.price("mremap", "pte_reads");
         assert!((2.0..8.0).contains(&shared), "{shared}");

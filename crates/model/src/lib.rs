@@ -31,12 +31,21 @@
 //! price_c = m_g(c) × recipe_c
 //! ```
 //!
-//! non-negative least squares on relative error; each counter group's multiplier is pulled
-//! toward a common scale μ (the recipes' relative prices are trusted more than their level);
-//! λ is chosen by leaving one probe family out at a time; counters whose probe columns are
-//! proportional are merged and named (only their sum is determined); a counter no probe
-//! excites is priced at μ × its recipe and says so. Every price has a standard error (the
-//! ridge posterior), and the families that determine it.
+//! non-negative least squares on relative error, at two levels: each counter group's
+//! shared multiplier is pulled toward a common scale μ (the recipes' relative prices are
+//! trusted more than their level), and each operation whose probes spend a share of their
+//! time on the group gets its own multiplier pulled toward the shared one (λ_o): one counter
+//! names different kernel work in different paths (a PTE read in fork's batched copy, in
+//! zap's walk), and a single price per counter missed fork's rows by +54 % at 2 MiB folios
+//! where fork's own probes put them within 15 %. λ and λ_o are chosen by leaving one probe
+//! family out at a time; counters whose probe columns are proportional are merged and named
+//! (only their sum is determined); a counter no probe excites is priced at μ × its recipe
+//! and says so. Every price has a standard error (the ridge posterior), and the families
+//! that determine it. The host's physical scatter of a layout (the share of folio
+//! boundaries far apart, sampled from `pagemap` by the probes and the bench's host cells)
+//! enters as a covariate of the cold walk ([`profile::FOLIOS_COLD`]): on this AMD guest a
+//! fork of 4 KiB folios cost 91 to 125 ns a page at the same size as the allocator's state
+//! changed.
 //!
 //! **Profiles.** A calibration is saved as a machine profile ([`profile::Profile`]: the
 //! machine's fingerprint — CPU, kernel build, mitigations, THP settings —, the priors, the

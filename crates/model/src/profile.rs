@@ -338,7 +338,9 @@ pub fn features(
         .map(|(k, &v)| (k.clone(), v as f64))
         .collect();
     // Scattered unless measured otherwise: probes of fresh layouts found 96-100 %.
-    let far = counters.get(HOST_FAR).map_or(1.0, |&p| (p as f64 / 1000.0).min(1.0));
+    let far = counters
+        .get(HOST_FAR)
+        .map_or(1.0, |&p| (p as f64 / 1000.0).min(1.0));
     let get = |k: &str| counters.get(k).copied().unwrap_or(0);
     if let Some(w) = f.get_mut("pte_writes") {
         *w = get("pte_writes").saturating_sub(get("pte_atomics")) as f64;

@@ -9,8 +9,7 @@ use std::time::Instant;
 use usermm_model::fit::{Fit, Observation};
 use usermm_model::prices::{Primitives, RECIPES};
 use usermm_model::profile::{
-    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, HOST_FAR,
-    PROFILE_VERSION,
+    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, HOST_FAR, PROFILE_VERSION,
 };
 
 /// Fresh agent processes that measure the primitives the priors are priced with.

@@ -1,0 +1,510 @@
+//! The calibration probes: small mm workloads that the host kernel times and the engine
+//! counts, so that a fit ([`usermm_model::fit`]) can price the engine's counters on the
+//! running kernel.
+//!
+//! Every probe is one timed operation after an untimed setup, run the same way on both
+//! sides: on the host in a fresh agent process (as the bench's host cells are, so the fixed
+//! work of a `fork` is the same small process's), the median of [`HOST_REPS`] repetitions,
+//! each on a fresh setup; on the engine once (its counters are exact). The grids sweep each
+//! family's factors apart (pages, VMAs, folio order, stride), always with a low level of
+//! the others, so that per-call, per-VMA, per-page and per-folio counters do not move
+//! together. No probe uses a benchmark row's layout and size: the rows are 16, 64, 256 MiB
+//! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are at
+//! most 12 MiB but for the fault, COW, fork, munmap, dontneed and mprotect probes of 47 to
+//! 156 MiB that zero, copy and walk past the last-level cache, where the rows of 256 MiB
+//! are (their own prices per folio and page there: on this AMD guest munmap of 4 KiB folios
+//! cost 209 ns a page at 12 MiB and 310 at 47 MiB).
+//!
+//! Beyond the tables' own operations, three kinds of probes separate what whole-layout
+//! calls cannot: one call per page (`dontneed-each`, `mprotect-split`: a system call's own
+//! work apart from its pages'), write faults after the child exited (`cow-reuse`: reuse
+//! without a copy) and the fork and munmap tables' tmpfs layouts at sizes no row has
+//! (`fork-file`, `munmap-shared`: a file folio's work apart from an anonymous one's).
+//!
+//! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
+//! engine's counters do not separate a remote flush from a local one), readahead from disk,
+//! PMD-mapped THP copy-on-write, the arm64 linear map.
+
+use crate::engine::PMD;
+use crate::fork::Layout;
+use serde::{Deserialize, Serialize};
+
+/// Seconds of forking per spawn probe point.
+pub const SPAWN_SECS: f64 = 0.05;
+
+/// Host repetitions per probe point in one agent process; the median is kept.
+pub const HOST_REPS: usize = 7;
+
+/// Bytes an agent primes before its repetitions: the largest probe (156 MiB), and more.
+const PRIME: u64 = 192 << 20;
+
+const PAGE: u64 = 4096;
+
+/// One probe point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Probe {
+    /// `mprotect(PROT_READ)` of one VMA of `pages` 4 KiB pages, written (each maps its own
+    /// frame) or read (each maps the shared zero page).
+    Mprotect {
+        /// Pages.
+        pages: u64,
+        /// Folio size of written pages, bytes (read pages are 4 KiB).
+        folio: u64,
+        /// Written rather than read.
+        written: bool,
+    },
+    /// `fork()` (the call, in the parent) of a process with `vmas` extra single-page VMAs
+    /// and `pages` written pages in folios of `folio` bytes (2 MiB ones PTE-mapped).
+    Fork {
+        /// Extra empty VMAs.
+        vmas: u64,
+        /// Written pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// fork + the child's `_exit` + `waitpid` of a process of `vmas` VMAs in all, 21 of
+    /// them written, measured as the spawn table's host cells are (the static spawn agent
+    /// where the build has it, the rate over [`SPAWN_SECS`]), at VMA counts no row has.
+    Spawn {
+        /// VMAs in all.
+        vmas: u64,
+    },
+    /// `munmap()` of `pages` written pages in folios of `folio` bytes.
+    Munmap {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `madvise(MADV_DONTNEED)` of `pages` written pages in folios of `folio` bytes.
+    Dontneed {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// A write to each page of a fresh mapping (first-touch faults, one per folio).
+    Fault {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// A read of each page of a fresh mapping (zero-page faults).
+    ZeroFault {
+        /// Pages.
+        pages: u64,
+    },
+    /// After a fork whose child stays alive, a write to each page in the parent
+    /// (copy-on-write faults).
+    Cow {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// A read of every `stride`-th page of a fresh `MAP_SHARED` mapping of a cached tmpfs
+    /// file of `pages` pages (fault-around maps the rest of each 64 KiB).
+    TmpfsRead {
+        /// File pages.
+        pages: u64,
+        /// Pages between reads.
+        stride: u64,
+    },
+    /// `mlock()` of `pages` written 4 KiB pages.
+    Mlock {
+        /// Pages.
+        pages: u64,
+    },
+    /// `munlock()` of `pages` locked pages in folios of `folio` bytes (4 KiB or 2 MiB).
+    Munlock {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `mremap()` moving `pages` written pages in folios of `folio` bytes to a reserved
+    /// address.
+    Mremap {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `mmap()` and `munmap()` of one page with `vmas` extra VMAs present.
+    MmapVmas {
+        /// Extra VMAs.
+        vmas: u64,
+    },
+    /// `madvise(MADV_DONTNEED)` of each 4 KiB page of `pages` written pages in turn, one
+    /// call per page (folios of `folio` bytes, 2 MiB ones PTE-mapped): the system call's own
+    /// work apart from the pages'.
+    DontneedEach {
+        /// Pages (and calls).
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `mprotect(PROT_READ)` of one 4 KiB subpage of each of `pages / 512` PMD-mapped THPs
+    /// in turn: a PMD split and two VMA splits per call.
+    MprotectSplit {
+        /// Pages (a multiple of 512).
+        pages: u64,
+    },
+    /// After a fork whose child has exited, a write to each page in the parent (write
+    /// faults that reuse the exclusive folio: no copy).
+    CowReuse {
+        /// Pages.
+        pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
+    },
+    /// `fork()` or `munmap()` of one of the fork and munmap tables' tmpfs layouts, at a size
+    /// no row has.
+    File {
+        /// Pages.
+        pages: u64,
+        /// Folio size of the tmpfs file, bytes.
+        folio: u64,
+        /// The layout ([`Layout::TmpfsPrivate`] or [`Layout::TmpfsShared`]).
+        layout: Layout,
+        /// `munmap` rather than `fork`.
+        munmap: bool,
+    },
+}
+
+impl Probe {
+    /// The family: one workload swept over its grid, the unit the fit's validation leaves
+    /// out (`munmap/64K`); its operation is the part before the slash.
+    pub fn family(&self) -> String {
+        let sized = |op: &str, folio: u64| format!("{op}/{}", crate::engine::size_label(folio));
+        match *self {
+            Probe::Mprotect {
+                written: true,
+                folio,
+                ..
+            } => sized("mprotect-written", folio),
+            Probe::Mprotect { written: false, .. } => "mprotect-zero".into(),
+            Probe::Fork { pages: 0, .. } => "fork-vmas".into(),
+            Probe::Fork { vmas, .. } if vmas > 0 => "fork-vmas".into(),
+            Probe::Fork { folio, .. } => sized("fork", folio),
+            // Two families, so that leaving one out leaves the operation priced.
+            Probe::Spawn { vmas } if vmas < 200 => "spawn/few".into(),
+            Probe::Spawn { .. } => "spawn/many".into(),
+            Probe::Munmap { folio, .. } => sized("munmap", folio),
+            Probe::Dontneed { folio, .. } => sized("dontneed", folio),
+            Probe::Fault { folio, .. } => sized("fault", folio),
+            Probe::ZeroFault { .. } => "zero-fault".into(),
+            Probe::Cow { folio, .. } => sized("cow", folio),
+            Probe::TmpfsRead { stride: 1, .. } => "tmpfs-read/every".into(),
+            Probe::TmpfsRead { .. } => "tmpfs-read/strided".into(),
+            Probe::Mlock { .. } => "mlock".into(),
+            Probe::Munlock { folio, .. } => sized("munlock", folio),
+            Probe::Mremap { folio, .. } => sized("mremap", folio),
+            Probe::MmapVmas { .. } => "mmap-vmas".into(),
+            Probe::DontneedEach { folio, .. } => sized("dontneed-each", folio),
+            Probe::MprotectSplit { .. } => "mprotect-split/2M".into(),
+            Probe::CowReuse { folio, .. } => sized("cow-reuse", folio),
+            Probe::File {
+                folio,
+                munmap: false,
+                ..
+            } => sized("fork-file", folio),
+            Probe::File { folio, .. } => sized("munmap-shared", folio),
+        }
+    }
+
+    /// The point within its family.
+    pub fn label(&self) -> String {
+        match *self {
+            Probe::Fork { vmas, pages, .. } => format!("{vmas}v {pages}p"),
+            Probe::Spawn { vmas } | Probe::MmapVmas { vmas } => format!("{vmas}v"),
+            Probe::TmpfsRead { pages, stride } => format!("{pages}p /{stride}"),
+            Probe::Mprotect { pages, .. }
+            | Probe::ZeroFault { pages }
+            | Probe::Mlock { pages }
+            | Probe::Mremap { pages, .. }
+            | Probe::Munmap { pages, .. }
+            | Probe::Dontneed { pages, .. }
+            | Probe::Fault { pages, .. }
+            | Probe::Cow { pages, .. }
+            | Probe::Munlock { pages, .. }
+            | Probe::DontneedEach { pages, .. }
+            | Probe::MprotectSplit { pages }
+            | Probe::CowReuse { pages, .. }
+            | Probe::File { pages, .. } => format!("{pages}p"),
+        }
+    }
+
+    /// The anonymous folio size the host's mTHP knobs must give (4 KiB: none).
+    fn anon_folio(&self) -> u64 {
+        match *self {
+            Probe::Fork { folio, .. }
+            | Probe::Mprotect { folio, .. }
+            | Probe::Mremap { folio, .. }
+            | Probe::Munmap { folio, .. }
+            | Probe::Dontneed { folio, .. }
+            | Probe::Fault { folio, .. }
+            | Probe::Cow { folio, .. }
+            | Probe::Munlock { folio, .. }
+            | Probe::DontneedEach { folio, .. }
+            | Probe::CowReuse { folio, .. } => folio,
+            Probe::MprotectSplit { .. } => PMD,
+            _ => PAGE,
+        }
+    }
+
+    /// The operation timed, as [`usermm_model::profile::features`] names it (`spawn`: fork,
+    /// exit and wait; `fault`: user accesses).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Probe::Spawn { .. } => "spawn",
+            Probe::Fork { .. } | Probe::File { munmap: false, .. } => "fork",
+            Probe::Mprotect { .. } | Probe::MprotectSplit { .. } => "mprotect",
+            Probe::Munmap { .. } | Probe::File { .. } => "munmap",
+            Probe::Dontneed { .. } | Probe::DontneedEach { .. } => "madvise",
+            Probe::Mlock { .. } => "mlock",
+            Probe::Munlock { .. } => "munlock",
+            Probe::Mremap { .. } => "mremap",
+            Probe::MmapVmas { .. } => "mmap",
+            Probe::Fault { .. }
+            | Probe::ZeroFault { .. }
+            | Probe::Cow { .. }
+            | Probe::TmpfsRead { .. }
+            | Probe::CowReuse { .. } => "fault",
+        }
+    }
+}
+
+/// The probe catalogue, in the order calibration runs it: each family swept over two to
+/// four sizes.
+pub fn catalogue() -> Vec<Probe> {
+    const K64: u64 = 64 << 10;
+    const K16: u64 = 16 << 10;
+    let mut v = Vec::new();
+    for pages in [8, 100, 700, 3000] {
+        v.push(Probe::Mprotect {
+            pages,
+            folio: PAGE,
+            written: true,
+        });
+        v.push(Probe::Mprotect {
+            pages,
+            folio: PAGE,
+            written: false,
+        });
+    }
+    for pages in [640, 2560] {
+        v.push(Probe::Mprotect {
+            pages,
+            folio: K64,
+            written: true,
+        });
+    }
+    for (vmas, pages) in [(0, 0), (150, 0), (900, 0), (2500, 0), (900, 1000)] {
+        v.push(Probe::Fork {
+            vmas,
+            pages,
+            folio: PAGE,
+        });
+    }
+    for (pages, folio) in [
+        (100, PAGE),
+        (1000, PAGE),
+        (3000, PAGE),
+        (640, K16),
+        (2560, K16),
+        (640, K64),
+        (2560, K64),
+        (1024, PMD),
+        (2560, PMD),
+        (12000, PAGE),
+        (12000, K16),
+        (24000, K64),
+        (24576, PMD),
+        (40000, PAGE),
+    ] {
+        v.push(Probe::Fork {
+            vmas: 0,
+            pages,
+            folio,
+        });
+    }
+    // Rows: 21 + {0, 100, 200, 400, …, 6400} VMAs in all.
+    for vmas in [30, 80, 300, 1200, 3000] {
+        v.push(Probe::Spawn { vmas });
+    }
+    for (pages, folio) in [
+        (50, PAGE),
+        (600, PAGE),
+        (3000, PAGE),
+        (640, K16),
+        (2560, K16),
+        (160, K64),
+        (2560, K64),
+        (1024, PMD),
+        (2560, PMD),
+        (12000, PAGE),
+        (12000, K16),
+        (24000, K64),
+        (24576, PMD),
+        (40000, PAGE),
+        (40000, K64),
+    ] {
+        v.push(Probe::Munmap { pages, folio });
+    }
+    for (pages, folio) in [
+        (30, PAGE),
+        (900, PAGE),
+        (640, K64),
+        (2560, K64),
+        (1024, PMD),
+        (2560, PMD),
+        (24000, K64),
+    ] {
+        v.push(Probe::Dontneed { pages, folio });
+    }
+    // The large ones past the 32 MiB L3 of the machine this was written on, where zeroing
+    // and copying run at memory bandwidth (pages_zeroed_cold); none at a row's size.
+    for (pages, folio) in [
+        (100, PAGE),
+        (1500, PAGE),
+        (12000, PAGE),
+        (400, K16),
+        (1600, K16),
+        (320, K64),
+        (1600, K64),
+        (24000, K64),
+        (1024, PMD),
+        (2560, PMD),
+        (24576, PMD),
+    ] {
+        v.push(Probe::Fault { pages, folio });
+    }
+    for pages in [200, 2500] {
+        v.push(Probe::ZeroFault { pages });
+    }
+    for (pages, folio) in [
+        (100, PAGE),
+        (1200, PAGE),
+        (12000, PAGE),
+        (320, K64),
+        (1280, K64),
+    ] {
+        v.push(Probe::Cow { pages, folio });
+    }
+    for (pages, stride) in [(400, 1), (1600, 1), (800, 32), (1600, 32)] {
+        v.push(Probe::TmpfsRead { pages, stride });
+    }
+    for pages in [64, 1000, 3000] {
+        v.push(Probe::Mlock { pages });
+    }
+    for (pages, folio) in [
+        (64, PAGE),
+        (1000, PAGE),
+        (3000, PAGE),
+        (1024, PMD),
+        (2560, PMD),
+    ] {
+        v.push(Probe::Munlock { pages, folio });
+    }
+    for (pages, folio) in [
+        (16, PAGE),
+        (600, PAGE),
+        (3000, PAGE),
+        (640, K64),
+        (2560, K64),
+    ] {
+        v.push(Probe::Mremap { pages, folio });
+    }
+    for vmas in [10, 500, 3000] {
+        v.push(Probe::MmapVmas { vmas });
+    }
+    for (pages, folio) in [(300, PAGE), (1500, PAGE), (512, PMD), (2048, PMD)] {
+        v.push(Probe::DontneedEach { pages, folio });
+    }
+    for (pages, folio) in [(1200, PAGE), (12000, PAGE), (1024, PMD), (12288, PMD)] {
+        v.push(Probe::CowReuse { pages, folio });
+    }
+    for pages in [3072, 24576] {
+        v.push(Probe::MprotectSplit { pages });
+    }
+    for (pages, folio, layout, munmap) in [
+        (3000, PAGE, Layout::TmpfsPrivate, false),
+        (12000, PAGE, Layout::TmpfsPrivate, false),
+        (2560, K64, Layout::TmpfsShared, true),
+        (24000, K64, Layout::TmpfsShared, true),
+        (2560, PMD, Layout::TmpfsShared, true),
+        (24576, PMD, Layout::TmpfsShared, true),
+    ] {
+        v.push(Probe::File {
+            pages,
+            folio,
+            layout,
+            munmap,
+        });
+    }
+    v
+}
+
+mod engine;
+mod host;
+pub use engine::engine_counters;
+pub use host::{host_ns, host_run};
+
+/// The bytes a probe maps (its pages; 0 for VMA probes).
+fn probe_bytes(probe: &Probe) -> u64 {
+    match *probe {
+        Probe::Mprotect { pages, .. }
+        | Probe::Fork { pages, .. }
+        | Probe::Munmap { pages, .. }
+        | Probe::Dontneed { pages, .. }
+        | Probe::Fault { pages, .. }
+        | Probe::ZeroFault { pages }
+        | Probe::Cow { pages, .. }
+        | Probe::TmpfsRead { pages, .. }
+        | Probe::Mlock { pages }
+        | Probe::Munlock { pages, .. }
+        | Probe::Mremap { pages, .. }
+        | Probe::DontneedEach { pages, .. }
+        | Probe::MprotectSplit { pages }
+        | Probe::CowReuse { pages, .. }
+        | Probe::File { pages, .. } => pages * PAGE,
+        Probe::Spawn { .. } | Probe::MmapVmas { .. } => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalogue_has_twelve_families_or_more_and_the_engine_runs_every_probe() {
+        let all = catalogue();
+        let families: std::collections::BTreeSet<String> = all.iter().map(Probe::family).collect();
+        // Operations (the family's part before the slash).
+        let ops: std::collections::BTreeSet<&str> = families
+            .iter()
+            .map(|f| f.split('/').next().unwrap_or(f))
+            .collect();
+        assert!(ops.len() >= 12, "{ops:?}");
+        assert!(families.len() >= 12, "{families:?}");
+        for probe in &all {
+            let c = engine_counters(probe).unwrap_or_else(|e| panic!("{probe:?}: {e}"));
+            assert!(!c.is_empty(), "{probe:?} counted nothing");
+        }
+    }
+
+    #[test]
+    fn no_probe_is_a_bench_rows_layout() {
+        // Rows are whole-layout operations of 16, 64, 256 MiB or 1 GiB.
+        for probe in catalogue() {
+            let bytes = probe_bytes(&probe);
+            assert!(
+                ![16 << 20, 64 << 20, 256 << 20, 1 << 30].contains(&bytes),
+                "{probe:?}"
+            );
+        }
+    }
+}
