@@ -431,9 +431,28 @@ impl Fit {
             .sum()
     }
 
+    /// The design vector of a workload of several operations: the sum of theirs (the
+    /// prediction is linear in the multipliers, so a workload's time and its uncertainty
+    /// follow from it exactly).
+    fn design_all(&self, work: &[(&str, &BTreeMap<String, f64>)]) -> Vec<f64> {
+        let mut a = vec![0.0; self.prices.len() + self.op_prices.len()];
+        for (op, counters) in work {
+            for (x, d) in a.iter_mut().zip(self.design(op, counters)) {
+                *x += d;
+            }
+        }
+        a
+    }
+
     /// The predicted time of operation `op` with these counters, with its interval.
     pub fn predict(&self, op: &str, counters: &BTreeMap<String, f64>) -> Prediction {
-        let a = self.design(op, counters);
+        self.predict_all(&[(op, counters)])
+    }
+
+    /// The predicted time of a workload of several operations (each with its counters),
+    /// with its interval: the prices' covariance across the operations is kept.
+    pub fn predict_all(&self, work: &[(&str, &BTreeMap<String, f64>)]) -> Prediction {
+        let a = self.design_all(work);
         let ns = dot(&a, &self.multipliers()).max(0.0);
         let fit_sd = self.cov(&a, &a).max(0.0).sqrt();
         let half = 1.96 * (fit_sd.powi(2) + (self.discrepancy * ns).powi(2)).sqrt();
@@ -454,7 +473,16 @@ impl Fit {
         variant: &BTreeMap<String, f64>,
         baseline: &BTreeMap<String, f64>,
     ) -> Option<(f64, [f64; 2])> {
-        let (av, ab) = (self.design(op, variant), self.design(op, baseline));
+        self.gain_all(&[(op, variant)], &[(op, baseline)])
+    }
+
+    /// [`Fit::gain`] of one workload of several operations over another.
+    pub fn gain_all(
+        &self,
+        variant: &[(&str, &BTreeMap<String, f64>)],
+        baseline: &[(&str, &BTreeMap<String, f64>)],
+    ) -> Option<(f64, [f64; 2])> {
+        let (av, ab) = (self.design_all(variant), self.design_all(baseline));
         let m = self.multipliers();
         let (pv, pb) = (dot(&av, &m), dot(&ab, &m));
         if pb <= 0.0 {
@@ -997,6 +1025,37 @@ mod tests {
         // An operation no probe timed is priced with the shared price, between the two.
         let shared = fit.price("mremap", "pte_reads");
         assert!((2.0..8.0).contains(&shared), "{shared}");
+    }
+
+    #[test]
+    fn a_workload_of_several_operations_is_the_sum_of_their_predictions() {
+        let truth = map(&[
+            ("syscalls", 90.0),
+            ("pte_writes", 6.0),
+            ("pte_reads", 1.5),
+            ("op_fork", 40_000.0),
+            ("vmas_copied", 180.0),
+            ("faults", 900.0),
+            ("pages_zeroed", 300.0),
+        ]);
+        let fit = Fit::new(&truth, &synthetic(&truth, 0.03, 3)).expect("fit");
+        let fork = map(&[("op_fork", 1.0), ("pte_writes", 2000.0)]);
+        let munmap = map(&[("syscalls", 1.0), ("pte_reads", 1000.0)]);
+        let (a, b) = (fit.predict("fork", &fork), fit.predict("munmap", &munmap));
+        let both = fit.predict_all(&[("fork", &fork), ("munmap", &munmap)]);
+        assert!((both.ns - (a.ns + b.ns)).abs() < 1e-6 * both.ns, "{both:?}");
+        // Fully correlated at worst, independent at best.
+        assert!(both.fit_sd <= a.fit_sd + b.fit_sd + 1e-9);
+        assert!(both.fit_sd >= (a.fit_sd.powi(2) + b.fit_sd.powi(2)).sqrt() * 0.5);
+        // The same workload gains nothing; fewer PTE writes gain.
+        let same = [("fork", &fork), ("munmap", &munmap)];
+        let (g, [lo, hi]) = fit.gain_all(&same, &same).expect("gain");
+        assert!(g.abs() < 1e-9 && lo <= 0.0 && hi >= 0.0, "{g} [{lo}, {hi}]");
+        let lighter = map(&[("op_fork", 1.0), ("pte_writes", 1000.0)]);
+        let (g, _) = fit
+            .gain_all(&[("fork", &lighter), ("munmap", &munmap)], &same)
+            .expect("gain");
+        assert!(g > 0.0, "{g}");
     }
 
     #[test]

@@ -432,10 +432,44 @@ pub fn features(
     f
 }
 
+/// A workload's operations beside their features, as the fit takes them.
+fn refs<'a>(
+    work: &'a [(&str, &BTreeMap<String, u64>)],
+    features: &'a [BTreeMap<String, f64>],
+) -> Vec<(&'a str, &'a BTreeMap<String, f64>)> {
+    work.iter()
+        .zip(features)
+        .map(|((op, _), f)| (*op, f))
+        .collect()
+}
+
 impl Profile {
     /// The predicted host time of one operation of table `op` with these engine counters.
     pub fn predict(&self, op: &str, counters: &BTreeMap<String, u64>) -> Prediction {
         self.fit.predict(op, &self.features(op, counters))
+    }
+
+    /// The predicted host time of a workload: several operations, each named as
+    /// [`features`] names them with its engine counters (a replayed program's faults,
+    /// forks, munmaps…), priced together so that its interval keeps the prices' covariance.
+    pub fn predict_all(&self, work: &[(&str, &BTreeMap<String, u64>)]) -> Prediction {
+        let f = self.features_all(work);
+        self.fit.predict_all(&refs(work, &f))
+    }
+
+    /// The predicted gain of one workload over another (percent, positive: faster) and its
+    /// 95 % interval.
+    pub fn gain_all(
+        &self,
+        variant: &[(&str, &BTreeMap<String, u64>)],
+        baseline: &[(&str, &BTreeMap<String, u64>)],
+    ) -> Option<(f64, [f64; 2])> {
+        let (fv, fb) = (self.features_all(variant), self.features_all(baseline));
+        self.fit.gain_all(&refs(variant, &fv), &refs(baseline, &fb))
+    }
+
+    fn features_all(&self, work: &[(&str, &BTreeMap<String, u64>)]) -> Vec<BTreeMap<String, f64>> {
+        work.iter().map(|(op, c)| self.features(op, c)).collect()
     }
 
     /// [`features`] with this profile's primitives and cache, and its typical scatter
