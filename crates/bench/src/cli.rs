@@ -201,7 +201,20 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
         print!("{}", text::render(t))
     })?;
     let written = output::write(&report, &outs)?;
-    println!("\nsuite wall time: {:.1} s", report.wall_seconds);
+    let parts: Vec<String> = report
+        .bench_seconds
+        .iter()
+        .map(|(b, s)| format!("{b} {s:.0} s"))
+        .collect();
+    println!(
+        "\nsuite wall time: {:.1} s{}",
+        report.wall_seconds,
+        if parts.len() > 1 {
+            format!(" ({})", parts.join(", "))
+        } else {
+            String::new()
+        }
+    );
     if let Some(h) = &outs.html {
         println!("report: {}", absolute(h).display());
     }

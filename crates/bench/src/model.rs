@@ -381,6 +381,9 @@ pub struct Report {
     pub host: HostInfo,
     /// Wall time of the whole run, seconds.
     pub wall_seconds: f64,
+    /// Wall time of each benchmark, seconds, in run order (absent in older reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bench_seconds: Vec<(String, f64)>,
     /// The tables, in run order.
     pub tables: Vec<Table>,
     /// This machine's primitive costs as measured before the first modelled benchmark

@@ -467,6 +467,7 @@ pub fn main(args: &ScenarioArgs) -> anyhow::Result<u8> {
                 host_columns,
             },
             wall_seconds: start.elapsed().as_secs_f64(),
+            bench_seconds: Vec::new(),
             tables: vec![table],
         };
         let out = crate::output::Outputs {

@@ -365,6 +365,7 @@ pub fn run(
     let meta = crate::model::RunMeta::collect();
     let mut tables = Vec::new();
     let mut first_prims = None;
+    let mut bench_seconds = Vec::new();
     // Read once, and only for a run with a modelled table: the running kernel's functions
     // against the recipes' call counts.
     let symbol_drift = which
@@ -407,6 +408,7 @@ pub fn run(
                 )
             });
         }
+        let bench_start = Instant::now();
         let task = progress.task(b.name(), b.steps(opts));
         let ctx = Ctx {
             opts,
@@ -446,6 +448,7 @@ pub fn run(
             first_prims = first_prims.or(Some(p));
         }
         progress.done(task);
+        bench_seconds.push((b.name().to_string(), bench_start.elapsed().as_secs_f64()));
         for t in &ts {
             progress.suspend(|| each(t));
         }
@@ -473,6 +476,7 @@ pub fn run(
             host_columns: host.describe(),
         },
         wall_seconds: start.elapsed().as_secs_f64(),
+        bench_seconds,
         tables,
         cost_model: first_prims,
     })

@@ -45,6 +45,14 @@ fn counters_are_identical_between_runs_and_json_round_trips() {
     let back = Report::from_json(&json).expect("parse");
     assert!(back == a, "the report changed in a JSON round trip");
     assert!(json.contains("\"schema_version\": 2"));
+    // Each benchmark's wall time, in run order.
+    let timed: Vec<&str> = a.bench_seconds.iter().map(|(b, _)| b.as_str()).collect();
+    let all: Vec<&str> = usermm_bench::Bench::ALL.iter().map(|b| b.name()).collect();
+    assert_eq!(timed, all);
+    assert!(a
+        .bench_seconds
+        .iter()
+        .all(|(_, s)| *s > 0.0 && s.is_finite()));
     let ids: Vec<&str> = a.tables.iter().map(|t| t.id.as_str()).collect();
     for id in [
         "fault",

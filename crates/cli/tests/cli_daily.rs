@@ -330,6 +330,7 @@ fn report(batched: &[f64]) -> Report {
             host_columns: String::new(),
         },
         wall_seconds: 1.0,
+        bench_seconds: Vec::new(),
         tables: vec![Table {
             host_matches: None,
             cost_model: None,
