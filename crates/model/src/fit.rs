@@ -845,9 +845,9 @@ mod tests {
         v.iter().map(|&(k, x)| (k.to_string(), x)).collect()
     }
 
-    #[test]
-    fn synthetic_prices_are_recovered_within_their_reported_errors() {
-        let truth = map(&[
+    /// The true prices of [`synthetic`]'s counters, ns.
+    fn true_prices() -> BTreeMap<String, f64> {
+        map(&[
             ("syscalls", 90.0),
             ("pte_writes", 6.0),
             ("pte_reads", 1.5),
@@ -855,7 +855,12 @@ mod tests {
             ("vmas_copied", 180.0),
             ("faults", 900.0),
             ("pages_zeroed", 300.0),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn synthetic_prices_are_recovered_within_their_reported_errors() {
+        let truth = true_prices();
         // Recipes off by up to a factor of two either way.
         let priors = map(&[
             ("syscalls", 70.0),
@@ -1029,15 +1034,7 @@ mod tests {
 
     #[test]
     fn a_workload_of_several_operations_is_the_sum_of_their_predictions() {
-        let truth = map(&[
-            ("syscalls", 90.0),
-            ("pte_writes", 6.0),
-            ("pte_reads", 1.5),
-            ("op_fork", 40_000.0),
-            ("vmas_copied", 180.0),
-            ("faults", 900.0),
-            ("pages_zeroed", 300.0),
-        ]);
+        let truth = true_prices();
         let fit = Fit::new(&truth, &synthetic(&truth, 0.03, 3)).expect("fit");
         let fork = map(&[("op_fork", 1.0), ("pte_writes", 2000.0)]);
         let munmap = map(&[("syscalls", 1.0), ("pte_reads", 1000.0)]);
