@@ -24,6 +24,7 @@
 //! | [`compare`] | `usermm bench compare`: reports side by side |
 //! | [`scenario_bench`] | `usermm bench scenario`: scenario files under tunable sweeps |
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
+//! | [`replay_model`] | the `model:` cells of a replay: its per-operation counters priced with a calibrated profile |
 //! | [`columns`] | a table's engine columns as tunables settings; `--variants NAME=V1,V2` |
 //! | [`cli`] | `usermm bench` |
 
@@ -46,6 +47,7 @@ pub mod progress;
 pub mod readahead;
 pub mod reclaim;
 pub mod replay_bench;
+pub mod replay_model;
 pub mod scenario_bench;
 pub mod sharing;
 pub mod spawn;

@@ -1,10 +1,17 @@
-//! `usermm bench replay [TRACE…] [--json]`: the shipped real-program traces (`traces/*.umt`,
-//! recorded on a host with `usermm record`) replayed on the engine under the seeds' switches
-//! and mTHP policies. One table per trace: columns are the variants (the recorded 4K policy
-//! with every seed at its modern default first, then one switch changed at a time, then 64K
-//! mTHP), rows are the engine's exact counters, the replay time, and the RssAnon summed over
-//! the recorded exits beside the host's. A summary table has one row per trace.
+//! `usermm bench replay [TRACE…] [--json] [--profile FILE]`: the shipped real-program traces
+//! (`traces/*.umt`, recorded on a host with `usermm record`) replayed on the engine under the
+//! seeds' switches at three folio policies. One table per trace and policy: the policy's
+//! baseline (4K: the recorded policy, THP `never` everywhere; 64K: 64K mTHP `always`; 2M:
+//! PMD THP `always`; every seed at its modern default) first, then one switch changed at a
+//! time ([`SWITCHES`], each at the policies where it can change anything). Rows are the
+//! engine's exact counters, RssAnon summed over the recorded exits, errno mismatches, faults
+//! answered by a signal, the replay time, and, with a calibrated profile, the `model:` rows:
+//! the kernel's predicted mm time of the workload with its 95 % interval and the predicted
+//! gain over the policy's baseline (a policy's baseline: over the 4K baseline), see
+//! [`crate::replay_model`]. A closing list per trace reads each switch's predicted effect at
+//! each policy; a summary table has one row per trace.
 
+use crate::replay_model::{self, ModelCell, ModelProfile};
 use std::path::{Path, PathBuf};
 use trace::{ReplayOptions, ReplayReport};
 use usermm::Ev;
@@ -20,56 +27,140 @@ pub struct ReplayArgs {
     /// Replays per variant (the time row is the fastest; counters are identical).
     #[arg(long, default_value_t = 1)]
     pub reps: usize,
+    /// The machine profile the `model:` rows predict with (default: this machine's cached
+    /// one, made by `usermm calibrate`; without one the rows say so).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
-/// One column: a name, tunables, THP settings.
-pub struct Variant {
+/// A folio policy: its name and THP settings over the recorded policy.
+pub type Policy = (&'static str, &'static [(&'static str, &'static str)]);
+
+/// The folio policies, in order; the first is the recorded one.
+pub const POLICIES: [Policy; 3] = [
+    ("4K", &[]),
+    ("64K", &[("64K", "always")]),
+    ("2M", &[("2M", "always")]),
+];
+
+/// One seed switch: a column name, its tunables, and the policies where it applies.
+pub struct Switch {
     /// Column name.
     pub name: &'static str,
+    /// Tunables it sets over the defaults.
+    pub tunables: &'static [(&'static str, &'static str)],
+    /// The policies where it can change anything.
+    pub policies: &'static [&'static str],
+}
+
+const ALL: &[&str] = &["4K", "64K", "2M"];
+/// Large anonymous folios only: the sharing trackers decide their COW reuse.
+const LARGE: &[&str] = &["64K", "2M"];
+
+/// The switches, one at a time: seed 000 (fork and zap batching), seed 001 (the VMA tree's
+/// copy), seed 003 (the 'mapped shared' trackers, the remap batching of a PTE-mapped PMD
+/// THP), seed 004 (munlock). The trackers' names are those of `usermm bench sharing`.
+pub const SWITCHES: &[Switch] = &[
+    Switch {
+        name: "fork=per-pte",
+        tunables: &[("fork_pte_batch", "per-pte")],
+        policies: ALL,
+    },
+    Switch {
+        name: "zap=per-pte",
+        tunables: &[("zap_pte_batch", "per-pte")],
+        policies: ALL,
+    },
+    Switch {
+        name: "tree=insert",
+        tunables: &[("vma_tree_dup", "insert")],
+        policies: ALL,
+    },
+    Switch {
+        name: "munlock=stage0",
+        tunables: &[("munlock", "stage0")],
+        policies: ALL,
+    },
+    Switch {
+        name: "sharing=estimate",
+        tunables: &[("sharing", "estimate")],
+        policies: LARGE,
+    },
+    Switch {
+        name: "sharing=mapcount",
+        tunables: &[("sharing", "mapcount")],
+        policies: LARGE,
+    },
+    Switch {
+        name: "sharing=rmap-id",
+        tunables: &[("sharing", "rmap-id+add-return+seed-sizing+all")],
+        policies: LARGE,
+    },
+    Switch {
+        name: "sharing=rmap-id-sq",
+        tunables: &[("sharing", "rmap-id-sq")],
+        policies: LARGE,
+    },
+    Switch {
+        name: "remap=per-pte",
+        tunables: &[("remap_rmap_batch", "per-pte")],
+        policies: &["2M"],
+    },
+];
+
+/// One column: a policy and at most one switch.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    /// Column name: the policy, then the switch (`64K sharing=estimate`).
+    pub name: String,
+    /// The policy.
+    pub policy: &'static str,
+    /// The switch's name (`None`: the policy's baseline).
+    pub switch: Option<&'static str>,
     /// Tunables.
     pub tunables: &'static [(&'static str, &'static str)],
     /// THP settings over the recorded policy.
     pub thp: &'static [(&'static str, &'static str)],
 }
 
-/// The columns, baseline first.
-pub const VARIANTS: &[Variant] = &[
-    Variant {
-        name: "4K",
-        tunables: &[],
-        thp: &[],
-    },
-    Variant {
-        name: "fork=per-pte",
-        tunables: &[("fork_pte_batch", "per-pte")],
-        thp: &[],
-    },
-    Variant {
-        name: "zap=per-pte",
-        tunables: &[("zap_pte_batch", "per-pte")],
-        thp: &[],
-    },
-    Variant {
-        name: "tree=insert",
-        tunables: &[("vma_tree_dup", "insert")],
-        thp: &[],
-    },
-    Variant {
-        name: "munlock=stage0",
-        tunables: &[("munlock", "stage0")],
-        thp: &[],
-    },
-    Variant {
-        name: "64K=always",
-        tunables: &[],
-        thp: &[("64K", "always")],
-    },
-    Variant {
-        name: "64K,per-pte",
-        tunables: &[("fork_pte_batch", "per-pte"), ("zap_pte_batch", "per-pte")],
-        thp: &[("64K", "always")],
-    },
-];
+/// The columns: each policy's baseline, then its switches.
+pub fn variants() -> Vec<Variant> {
+    let mut v = Vec::new();
+    for (policy, thp) in POLICIES {
+        v.push(Variant {
+            name: policy.to_string(),
+            policy,
+            switch: None,
+            tunables: &[],
+            thp,
+        });
+        for s in SWITCHES.iter().filter(|s| s.policies.contains(&policy)) {
+            v.push(Variant {
+                name: format!("{policy} {}", s.name),
+                policy,
+                switch: Some(s.name),
+                tunables: s.tunables,
+                thp,
+            });
+        }
+    }
+    v
+}
+
+/// The column a variant's gains are read against: its policy's baseline, or for a policy's
+/// baseline the first policy's (`None` for that one).
+pub fn baseline_of(vs: &[Variant], i: usize) -> Option<usize> {
+    let v = vs.get(i)?;
+    let target = if v.switch.is_some() {
+        v.policy
+    } else {
+        POLICIES[0].0
+    };
+    let b = vs
+        .iter()
+        .position(|w| w.switch.is_none() && w.policy == target)?;
+    (b != i).then_some(b)
+}
 
 /// The counter rows.
 pub const ROWS: &[(&str, &[Ev])] = &[
@@ -143,14 +234,19 @@ pub struct TraceTable {
     pub bytes: u64,
     /// Host RssAnon summed over recorded exits (kB).
     pub host_rss_anon_kb: u64,
+    /// The columns ([`variants`]).
+    pub variants: Vec<Variant>,
     /// One report per variant.
     pub reports: Vec<ReplayReport>,
+    /// One model cell per variant (none without a profile).
+    pub model: Vec<Option<ModelCell>>,
 }
 
-fn run_trace(path: &Path, reps: usize) -> anyhow::Result<TraceTable> {
+fn run_trace(path: &Path, reps: usize, profile: &ModelProfile) -> anyhow::Result<TraceTable> {
     let t = trace::read_file(path)?;
+    let vs = variants();
     let mut reports = Vec::new();
-    for v in VARIANTS {
+    for v in &vs {
         let mut best: Option<ReplayReport> = None;
         for _ in 0..reps.max(1) {
             let r = trace::replay(&t, &opts(v))?;
@@ -163,6 +259,7 @@ fn run_trace(path: &Path, reps: usize) -> anyhow::Result<TraceTable> {
         }
         reports.extend(best);
     }
+    let model = model_cells(profile.profile(), &vs, &reports);
     Ok(TraceTable {
         name: path
             .file_stem()
@@ -172,8 +269,25 @@ fn run_trace(path: &Path, reps: usize) -> anyhow::Result<TraceTable> {
         host_rss_anon_kb: reports
             .first()
             .map_or(0, |r| r.rss.iter().map(|c| c.host_anon_kb).sum()),
+        variants: vs,
         reports,
+        model,
     })
+}
+
+/// Each column's model cell, its gain over [`baseline_of`] the column.
+pub fn model_cells(
+    profile: Option<&usermm_model::profile::Profile>,
+    vs: &[Variant],
+    reports: &[ReplayReport],
+) -> Vec<Option<ModelCell>> {
+    (0..reports.len())
+        .map(|i| {
+            let p = profile?;
+            let base = baseline_of(vs, i).map(|b| (vs[b].name.as_str(), &reports[b]));
+            Some(replay_model::cell(p, &reports[i], base))
+        })
+        .collect()
 }
 
 fn engine_rss(r: &ReplayReport) -> u64 {
@@ -188,7 +302,8 @@ fn gain(base: u64, v: u64) -> String {
     }
 }
 
-fn render(t: &TraceTable) -> String {
+/// The text tables of one trace: one block per policy, then each switch's predicted effect.
+pub fn render(t: &TraceTable) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -201,36 +316,110 @@ fn render(t: &TraceTable) -> String {
         t.host_rss_anon_kb
     );
     let w = 22;
-    let _ = write!(s, "{:<20}", "");
-    for v in VARIANTS {
-        let _ = write!(s, "{:>w$}", v.name);
-    }
-    let _ = writeln!(s);
-    let mut line = |label: &str, vals: Vec<u64>| {
-        let _ = write!(s, "{label:<20}");
-        let base = vals[0];
-        for v in vals {
-            let _ = write!(s, "{:>w$}", format!("{v}{}", gain(base, v)));
+    for (policy, _) in POLICIES {
+        let cols: Vec<usize> = (0..t.variants.len())
+            .filter(|&i| t.variants[i].policy == policy)
+            .collect();
+        if cols.is_empty() {
+            continue;
+        }
+        let _ = write!(s, "\n{:<20}", format!("{policy} policy"));
+        for &i in &cols {
+            let v = &t.variants[i];
+            let _ = write!(s, "{:>w$}", v.switch.unwrap_or(policy));
         }
         let _ = writeln!(s);
-    };
-    for (label, evs) in ROWS {
-        line(label, t.reports.iter().map(|r| value(r, evs)).collect());
+        let mut line = |label: &str, val: &dyn Fn(&ReplayReport) -> u64| {
+            let _ = write!(s, "{label:<20}");
+            let base = val(&t.reports[cols[0]]);
+            for &i in &cols {
+                let v = val(&t.reports[i]);
+                let _ = write!(s, "{:>w$}", format!("{v}{}", gain(base, v)));
+            }
+            let _ = writeln!(s);
+        };
+        for (label, evs) in ROWS {
+            line(label, &|r| value(r, evs));
+        }
+        line("rss_anon_kb", &engine_rss);
+        line("errno_mismatches", &|r| r.errno_mismatches);
+        line("fault_signals", &|r| r.fault_signals);
+        let _ = write!(s, "{:<20}", "replay_ms");
+        for &i in &cols {
+            let _ = write!(s, "{:>w$.2}", t.reports[i].wall_seconds * 1e3);
+        }
+        let _ = writeln!(s);
+        if t.model.iter().any(Option::is_some) {
+            let _ = write!(s, "{:<20}", "model: kernel ms");
+            for &i in &cols {
+                let c = t.model[i].as_ref().map_or_else(String::new, |m| {
+                    format!(
+                        "{:.3} [{:.3},{:.3}]",
+                        m.ns / 1e6,
+                        m.ci95_ns[0] / 1e6,
+                        m.ci95_ns[1] / 1e6
+                    )
+                });
+                let _ = write!(s, "{c:>w$}");
+            }
+            let _ = writeln!(s);
+            let _ = write!(s, "{:<20}", "model: gain");
+            for &i in &cols {
+                let c = t.model[i].as_ref().map_or_else(String::new, short_gain);
+                let _ = write!(s, "{c:>w$}");
+            }
+            let _ = writeln!(s);
+        }
     }
-    line("rss_anon_kb", t.reports.iter().map(engine_rss).collect());
-    line(
-        "errno_mismatches",
-        t.reports.iter().map(|r| r.errno_mismatches).collect(),
-    );
-    let _ = write!(s, "{:<20}", "replay_ms");
-    for r in &t.reports {
-        let _ = write!(s, "{:>w$.2}", r.wall_seconds * 1e3);
+    if t.model.iter().any(Option::is_some) {
+        let _ = writeln!(
+            s,
+            "\npredicted effect on {} (gain over the policy's baseline, 95 % interval; positive: faster):",
+            t.name
+        );
+        for (policy, _) in POLICIES.iter().skip(1) {
+            if let Some(i) = t
+                .variants
+                .iter()
+                .position(|v| v.switch.is_none() && v.policy == *policy)
+            {
+                if let Some(m) = &t.model[i] {
+                    let _ = writeln!(s, "  {:<20} {}", format!("{policy} over 4K"), long_gain(m));
+                }
+            }
+        }
+        for sw in SWITCHES {
+            let cells: Vec<String> = (0..t.variants.len())
+                .filter(|&i| t.variants[i].switch == Some(sw.name))
+                .filter_map(|i| {
+                    let m = t.model[i].as_ref()?;
+                    Some(format!("{} {}", t.variants[i].policy, long_gain(m)))
+                })
+                .collect();
+            if !cells.is_empty() {
+                let _ = writeln!(s, "  {:<20} {}", sw.name, cells.join("; "));
+            }
+        }
     }
-    let _ = writeln!(s);
     s
 }
 
-fn json(tables: &[TraceTable]) -> serde_json::Value {
+fn short_gain(m: &ModelCell) -> String {
+    match (m.gain_pct, m.gain_ci95_pct) {
+        (Some(g), Some(ci)) => format!("{g:+.1}% [{:+.1},{:+.1}]", ci[0], ci[1]),
+        _ => String::new(),
+    }
+}
+
+fn long_gain(m: &ModelCell) -> String {
+    match (m.gain_pct, m.gain_ci95_pct) {
+        (Some(g), Some(ci)) => replay_model::fmt_gain(g, ci),
+        _ => "no gain (baseline priced at 0)".to_string(),
+    }
+}
+
+/// The JSON document (`usermm-bench-replay/2`, `docs/bench-schema.md`).
+pub fn json(tables: &[TraceTable], profile: &ModelProfile) -> serde_json::Value {
     let summary: Vec<_> = tables
         .iter()
         .map(|t| {
@@ -246,44 +435,54 @@ fn json(tables: &[TraceTable]) -> serde_json::Value {
                 "engine_rss_file_kb": b.rss.iter().map(|c| c.engine_file_kb).sum::<u64>(),
                 "max_rss_anon_rel_err": b.max_anon_err(),
                 "errno_mismatches": b.errno_mismatches,
+                "fault_signals": b.fault_signals,
                 "events_per_sec": b.events_per_sec,
+                "model": t.model.first().cloned().flatten(),
             })
         })
         .collect();
     let per_trace: Vec<_> = tables
         .iter()
         .map(|t| {
+            let col = |f: &dyn Fn(&ReplayReport) -> serde_json::Value| {
+                serde_json::Value::Array(t.reports.iter().map(f).collect())
+            };
             let rows: serde_json::Map<String, serde_json::Value> = ROWS
                 .iter()
-                .map(|(label, evs)| {
-                    let v: Vec<u64> = t.reports.iter().map(|r| value(r, evs)).collect();
-                    (label.to_string(), serde_json::json!(v))
-                })
+                .map(|(label, evs)| (label.to_string(), col(&|r| value(r, evs).into())))
                 .chain([
+                    ("rss_anon_kb".to_string(), col(&|r| engine_rss(r).into())),
                     (
-                        "rss_anon_kb".to_string(),
-                        serde_json::json!(t.reports.iter().map(engine_rss).collect::<Vec<_>>()),
+                        "errno_mismatches".to_string(),
+                        col(&|r| r.errno_mismatches.into()),
+                    ),
+                    (
+                        "fault_signals".to_string(),
+                        col(&|r| r.fault_signals.into()),
                     ),
                     (
                         "replay_seconds".to_string(),
-                        serde_json::json!(t
-                            .reports
-                            .iter()
-                            .map(|r| r.wall_seconds)
-                            .collect::<Vec<_>>()),
+                        col(&|r| r.wall_seconds.into()),
                     ),
                 ])
                 .collect();
             serde_json::json!({
                 "trace": t.name,
                 "host_rss_anon_kb": t.host_rss_anon_kb,
-                "columns": VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>(),
+                "columns": t.variants.iter().map(|v| v.name.clone()).collect::<Vec<_>>(),
+                "policies": t.variants.iter().map(|v| v.policy).collect::<Vec<_>>(),
+                "baselines": (0..t.variants.len())
+                    .map(|i| baseline_of(&t.variants, i).map(|b| t.variants[b].name.clone()))
+                    .collect::<Vec<_>>(),
                 "rows": rows,
+                "ops": t.reports.iter().map(|r| &r.ops).collect::<Vec<_>>(),
+                "model": t.model,
             })
         })
         .collect();
     serde_json::json!({
-        "schema": "usermm-bench-replay/1",
+        "schema": "usermm-bench-replay/2",
+        "model": profile.note(),
         "summary": summary,
         "tables": per_trace,
     })
@@ -300,16 +499,23 @@ pub fn main(a: &ReplayArgs) -> anyhow::Result<u8> {
         !paths.is_empty(),
         "no traces given and no traces/*.umt found"
     );
+    let profile = replay_model::load_profile(a.profile.as_deref())?;
+    if !a.json {
+        println!("{}", profile.note());
+    }
     let mut tables = Vec::new();
     for p in &paths {
-        let t = run_trace(p, a.reps)?;
+        let t = run_trace(p, a.reps, &profile)?;
         if !a.json {
             print!("{}", render(&t));
         }
         tables.push(t);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json(&tables))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json(&tables, &profile))?
+        );
     } else {
         println!(
             "\n{:<16}{:>8}{:>10}{:>12}{:>12}{:>12}{:>12}{:>8}{:>9}",

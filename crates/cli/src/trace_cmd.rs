@@ -128,6 +128,10 @@ pub struct ReplayArgs {
     /// JSON output.
     #[arg(long)]
     pub json: bool,
+    /// The machine profile the `model:` line predicts the kernel's mm time with (default:
+    /// this machine's cached one, made by `usermm calibrate`; nothing is calibrated here).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub budget: BudgetArgs,
 }
@@ -313,11 +317,23 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
     };
     // Settings are checked before the trace is opened (a bad one is an error, nothing runs).
     trace::replay::machine_config(&opts)?;
+    // So is the profile (a named one that cannot be read is an error before the replay).
+    let profile = usermm_bench::replay_model::load_profile(a.profile.as_deref())?;
     let mut d = open(&a.trace, &budget)?;
     let r = trace::replay::replay_decoder(&mut d, &opts)
         .with_context(|| a.trace.display().to_string())?;
+    let model = profile
+        .profile()
+        .map(|p| usermm_bench::replay_model::cell(p, &r, None));
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "model".into(),
+                serde_json::json!({ "profile": profile.note(), "prediction": model }),
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     println!(
@@ -363,6 +379,19 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
     println!("counters:");
     for (k, v) in &r.counters {
         println!("  {k:<28} {v:>12}");
+    }
+    println!("counters per operation (calls; the counters that sum to the above):");
+    for (op, c) in &r.ops {
+        let calls = r.op_calls.get(op).copied().unwrap_or(0);
+        let list: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  {op:<10} {calls:>8}  {}", list.join(", "));
+    }
+    println!("{}", profile.note());
+    if let Some(m) = &model {
+        println!(
+            "model: kernel mm time of the workload {} (95 %)",
+            usermm_bench::replay_model::fmt_ms(m.ns, m.ci95_ns)
+        );
     }
     Ok(0)
 }

@@ -44,6 +44,9 @@ use usermm::{
 };
 
 mod budget;
+mod ops;
+
+pub use ops::{OpCall, MODEL_OPS};
 
 /// Options of [`replay`].
 #[derive(Clone, Debug)]
@@ -169,6 +172,14 @@ pub struct ReplayReport {
     pub rss_max_anon_err: f64,
     /// The engine's counters.
     pub counters: BTreeMap<String, u64>,
+    /// The engine's counters per operation of the cost model (`fault`, `fork`, `munmap`,
+    /// `mmap`…; see `replay/ops.rs` for which event is which): they sum to `counters`.
+    pub ops: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Calls filed per operation (events, or exec's steps, that made the engine count).
+    pub op_calls: BTreeMap<String, u64>,
+    /// The distinct calls behind `ops`, each with its multiplicity (what a cost model prices).
+    #[serde(skip)]
+    pub op_distinct: Vec<OpCall>,
     /// Wall time of the replay (seconds, machine creation excluded).
     pub wall_seconds: f64,
     /// Events per second.
@@ -317,6 +328,10 @@ struct Replayer<'m, 'c> {
     files: HashMap<u32, FileId>,
     r: ReplayReport,
     index: u64,
+    /// The counters per operation so far.
+    ops: ops::OpAccount,
+    /// The operation the current event is filed under.
+    op: &'static str,
 }
 
 fn engine_ret(r: Result<i64, Errno>) -> i64 {
@@ -408,6 +423,7 @@ impl Replayer<'_, '_> {
             if self.cpu.mmap(e, args).is_err() {
                 self.r.image_errors += 1;
             }
+            self.ops.settle(self.m, "mmap");
             prev_end = v.end;
             let _ = IMG_SPECIAL;
         }
@@ -417,6 +433,7 @@ impl Replayer<'_, '_> {
             if self.cpu.touch(e, a, 1, acc).is_err() {
                 self.r.image_errors += 1;
             }
+            self.ops.settle(self.m, "fault");
         }
     }
 
@@ -451,6 +468,7 @@ impl Replayer<'_, '_> {
             }
             Event::Exec { pid, image } => {
                 self.release(*pid);
+                self.ops.settle(self.m, "munmap");
                 if let Some(e) = self.new_process(*pid) {
                     self.image(e, image);
                 }
@@ -637,6 +655,7 @@ impl Replayer<'_, '_> {
                 if let Some(old) = self.brk.insert(e, new) {
                     let (o, n) = (page_up(old), page_up(new));
                     let r = if n > o {
+                        self.op = "mmap";
                         self.r.brk_as_mmap += 1;
                         let args = MmapArgs {
                             placement: Placement::Fixed(o),
@@ -644,6 +663,7 @@ impl Replayer<'_, '_> {
                         };
                         engine_ret(cpu.mmap(e, args).map(|_| 0))
                     } else if n < o {
+                        self.op = "munmap";
                         self.r.brk_as_mmap += 1;
                         unit(cpu.munmap(e, n, o - n))
                     } else {
@@ -763,6 +783,8 @@ fn replay_on(
         files: HashMap::new(),
         r: ReplayReport::default(),
         index: 0,
+        ops: ops::OpAccount::default(),
+        op: "other",
     };
     let t0 = Instant::now();
     let deadline = opts.budget.deadline();
@@ -787,12 +809,17 @@ fn replay_on(
         }
         rp.charge(&ev).map_err(stop)?;
         rp.index = n;
+        rp.op = ops::op_of(&ev);
         rp.event(&ev);
+        rp.ops.settle(m, rp.op);
         rp.resident(&ev).map_err(stop)?;
         n += 1;
     }
     let wall = t0.elapsed().as_secs_f64();
+    // Anything counted after the last event (nothing today) is filed too: the sums stay exact.
+    rp.ops.settle(m, "other");
     let mut r = rp.r;
+    rp.ops.finish(&mut r);
     r.events = n;
     r.touched = rp.touched;
     r.walked = rp.walked;
