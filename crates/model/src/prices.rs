@@ -375,9 +375,19 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "copy_present_ptes (inlined) per batch: vm_normal_page; folio_pte_batch_flags is inlined; the folio's first struct page line, off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
+        counter: "fork_batches_large",
+        work: &[(Prim::KCallLoop, 2.0), (Prim::LineJump, 1.0)],
+        kernel: "of fork's batches, those of a large folio: folio_pte_batch's walk set up (the folio's range, the expected entry), folio_try_dup_anon_rmap_ptes' loop over the run's pages for PageAnonExclusive, the large mapcount; measured apart because on this AMD guest fork cost 73 and 49 ns a page in 16K and 64K folios where a per-page and a per-folio price from 4K and 2M folios gave 52 and 39",
+    },
+    Recipe {
         counter: "zap_batches",
         work: &[(Prim::KCallLoop, 10.0), (Prim::LineJump, 1.0)],
         kernel: "zap_present_ptes (inlined) per batch: vm_normal_page, folio_remove_rmap_ptes, the NR_ANON_MAPPED stat chain (__lruvec_stat_mod_folio: rcu lock/unlock, __mod_lruvec_state, __mod_node_page_state, mod_memcg_lruvec_state, css_rstat_updated), __tlb_remove_folio_pages; the folio's first struct page line, off the stream when the folio is not physically next to the last (line_jump)",
+    },
+    Recipe {
+        counter: "zap_batches_large",
+        work: &[(Prim::KCallLoop, 2.0), (Prim::LineJump, 1.0)],
+        kernel: "of zap's batches, those of a large folio: folio_pte_batch's walk set up, folio_remove_rmap_ptes' per-page loop and the deferred-split check of a partially mapped large folio",
     },
     Recipe {
         counter: "lock_ptl",

@@ -188,12 +188,16 @@ counters! {
     PgtableFree => "pgtable_freed",
     /// PTE batches processed by fork's copy (one per `copy_present_ptes` call that mapped a folio).
     ForkBatches => "fork_batches",
+    /// Of them, the batches of a large folio's run (`folio_pte_batch` walked it).
+    ForkBatchesLarge => "fork_batches_large",
     /// PTEs copied by fork.
     ForkPtes => "fork_ptes",
     /// Pages copied at fork because they were maybe pinned.
     ForkPinnedCopies => "fork_pinned_copies",
     /// PTE batches zapped (one per folio run).
     ZapBatches => "zap_batches",
+    /// Of them, the batches of a large folio's run (`folio_pte_batch` walked it).
+    ZapBatchesLarge => "zap_batches_large",
     /// PTEs zapped.
     ZapPtes => "zap_ptes",
     /// mmu_gather flushes (TLB flush followed by freeing).

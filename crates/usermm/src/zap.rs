@@ -285,6 +285,9 @@ fn zap_pte_range<'m>(
         );
         tlb.remove_folio(head, nr as i32);
         c.add(Ev::ZapBatches, 1);
+        if run.batched {
+            c.add(Ev::ZapBatchesLarge, 1);
+        }
     }
     if cleared > 0 {
         tlb.add_range(step.start, step.end);

@@ -170,3 +170,39 @@ proptest! {
         }
     }
 }
+
+/// Of fork's and zap's batches, those of a large folio's run (`folio_pte_batch`) are counted
+/// apart: the cost model prices them apart from a small folio's.
+#[test]
+fn large_folio_batches_are_counted_apart() {
+    for (folio, batching, large) in [
+        (64 * K, PteBatching::Batched, 16),
+        (64 * K, PteBatching::PerPte, 0),
+        (4096, PteBatching::Batched, 0),
+    ] {
+        let m = build(Arch::X86_64, folio, batching);
+        let cpu = m.enter_cpu(0).expect("cpu");
+        let p = cpu.spawn(Privilege::Ordinary, 64 * M).expect("spawn");
+        let args = MmapArgs {
+            placement: Placement::Fixed(BASE),
+            ..MmapArgs::anon(M, RW)
+        };
+        cpu.mmap(p, args).expect("mmap");
+        cpu.write_fill(p, BASE, M, 0x5a).expect("fill");
+        let before = m.counters();
+        let c = cpu.fork(p).expect("fork");
+        let d = m.counters().delta(&before);
+        let label = format!("{folio} {batching:?}");
+        assert_eq!(d.get(Ev::ForkBatchesLarge), large, "fork {label}");
+        let batches = if large > 0 { large } else { 256 };
+        assert_eq!(d.get(Ev::ForkBatches), batches, "fork {label}");
+        let before = m.counters();
+        cpu.munmap(p, BASE, M).expect("munmap");
+        let d = m.counters().delta(&before);
+        assert_eq!(d.get(Ev::ZapBatchesLarge), large, "zap {label}");
+        assert_eq!(d.get(Ev::ZapBatches), batches, "zap {label}");
+        valid(&m);
+        cpu.exit(c).expect("exit");
+        cpu.exit(p).expect("exit");
+    }
+}

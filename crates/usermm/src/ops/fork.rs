@@ -429,6 +429,9 @@ fn copy_present_ptes<'m>(
         rmap::folio_ref_add(phys, c, head, nr as i32);
         rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
         c.add(Ev::ForkBatches, 1);
+        if run.batched {
+            c.add(Ev::ForkBatchesLarge, 1);
+        }
         c.add(Ev::ForkPtes, nr);
         cp.ctx.dst.rss_add(mm_counter_file(vma), nr as i64);
         let first = if run.any_writable { arch.mkwrite(e) } else { e };
@@ -453,6 +456,7 @@ fn copy_present_ptes<'m>(
         return Ok((run.nr, rss));
     }
     c.add(Ev::ForkBatches, 1);
+    c.add(Ev::ForkBatchesLarge, 1);
     c.add(Ev::ForkPtes, nr);
     let first = if run.any_writable { arch.mkwrite(e) } else { e };
     write_copied_ptes(cpu, cp, i, first, run.nr);
