@@ -69,10 +69,38 @@ pub fn host_mem_available() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
+impl From<usermm::Errno> for Errno {
+    /// The scenario errno of an engine errno, by number: each engine errno is Linux's
+    /// (`usermm::Errno::code`), and each has its scenario name (the match is total, and
+    /// `tests::every_engine_errno_keeps_its_number` checks the numbers agree).
+    fn from(e: usermm::Errno) -> Errno {
+        use usermm::Errno as E;
+        match e {
+            E::EPERM => Errno::EPERM,
+            E::ENOENT => Errno::ENOENT,
+            E::ESRCH => Errno::ESRCH,
+            E::EINTR => Errno::EINTR,
+            E::EIO => Errno::EIO,
+            E::EBADF => Errno::EBADF,
+            E::EAGAIN => Errno::EAGAIN,
+            E::ENOMEM => Errno::ENOMEM,
+            E::EACCES => Errno::EACCES,
+            E::EFAULT => Errno::EFAULT,
+            E::EBUSY => Errno::EBUSY,
+            E::EEXIST => Errno::EEXIST,
+            E::ENODEV => Errno::ENODEV,
+            E::EINVAL => Errno::EINVAL,
+            E::ENFILE => Errno::ENFILE,
+            E::EMFILE => Errno::EMFILE,
+            E::EFBIG => Errno::EFBIG,
+            E::ENOSPC => Errno::ENOSPC,
+            E::EOVERFLOW => Errno::EOVERFLOW,
+        }
+    }
+}
+
 fn errno(e: usermm::Errno) -> Fail {
-    Fail::Outcome(Outcome::Errno(
-        Errno::from_keyword(e.name()).unwrap_or(Errno::EINVAL),
-    ))
+    Fail::Outcome(Outcome::Errno(e.into()))
 }
 
 fn signal(s: usermm::Signal) -> Fail {
@@ -531,7 +559,41 @@ impl Backend for EngineBackend {
 #[cfg(test)]
 mod tests {
     use super::prot;
-    use crate::ast::{Advice, Keyword, Prot};
+    use crate::ast::{Advice, Errno, Keyword, Prot};
+
+    #[test]
+    fn every_engine_errno_keeps_its_number() {
+        // Linux's numbers (include/uapi/asm-generic/errno-base.h, errno.h; x86_64 and arm64).
+        let linux = |name: &str| match name {
+            "EPERM" => 1,
+            "ENOENT" => 2,
+            "ESRCH" => 3,
+            "EINTR" => 4,
+            "EIO" => 5,
+            "EBADF" => 9,
+            "EAGAIN" => 11,
+            "ENOMEM" => 12,
+            "EACCES" => 13,
+            "EFAULT" => 14,
+            "EBUSY" => 16,
+            "EEXIST" => 17,
+            "ENODEV" => 19,
+            "EINVAL" => 22,
+            "ENFILE" => 23,
+            "EMFILE" => 24,
+            "EFBIG" => 27,
+            "ENOSPC" => 28,
+            "EOVERFLOW" => 75,
+            _ => -1,
+        };
+        for &e in usermm::Errno::ALL {
+            let s = Errno::from(e);
+            assert_eq!(s.number(), e.code(), "{e}");
+            assert_eq!(s.number(), linux(e.name()), "{e}");
+            assert_eq!(s.as_str(), e.name());
+            assert_eq!(Errno::from_number(e.code()), Some(s));
+        }
+    }
 
     #[test]
     fn every_advice_keeps_its_linux_number() {
