@@ -91,17 +91,10 @@ pub fn size_label(bytes: u64) -> String {
     }
 }
 
-/// Parses `256M`, `1G`, `64K` or a byte count.
+/// Parses `256M`, `1G`, `64K` or a byte count (the workspace's one grammar,
+/// `usermm::units`).
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("bad size `{s}`"))?;
-    n.checked_mul(mul)
-        .ok_or_else(|| anyhow::anyhow!("size `{s}` overflows"))
+    usermm::units::parse_size(s).map_err(|e| anyhow::anyhow!("bad size `{s}`: {e}"))
 }
 
 #[cfg(test)]

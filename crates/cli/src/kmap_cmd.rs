@@ -48,22 +48,11 @@ pub struct KmapArgs {
 /// this long, and a map has hundreds of thousands of them.
 const MAX_TLBI_NS: u64 = 100_000;
 
-/// Parses `4096`, `0x1000`, `64K`, `2M`, `1G`, `1T`.
+/// Parses `4096`, `0x1000`, `64K`, `2M`, `1G` (the workspace's one grammar,
+/// `usermm::units`), spaces around it allowed.
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     let s = s.trim();
-    if let Some(hex) = s.strip_prefix("0x") {
-        return u64::from_str_radix(hex, 16).with_context(|| format!("bad number `{s}`"));
-    }
-    let (num, shift) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 30),
-        Some('T' | 't') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num.parse().with_context(|| format!("bad size `{s}`"))?;
-    n.checked_mul(1 << shift)
-        .with_context(|| format!("size `{s}` overflows"))
+    usermm::units::parse_size(s).with_context(|| format!("bad size `{s}`"))
 }
 
 /// Parses `START-END` / `START+SIZE` lists.

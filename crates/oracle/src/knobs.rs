@@ -44,7 +44,7 @@
 //! the tests use to run on a fake tree of plain files.
 
 use crate::{hostres, sys, HostError};
-use scenario::{Keyword, ShmemSetting, ThpPolicy, ThpSetting, ThpTop};
+use scenario::{Keyword, ShmemSetting, ThpSetting};
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -728,10 +728,10 @@ impl ThpKnobs {
     pub fn apply(&self, settings: &[ThpSetting]) -> Result<(), HostError> {
         for s in settings {
             match s {
-                ThpSetting::Top(t) => self.write(Path::new("enabled"), top_word(*t))?,
+                ThpSetting::Top(t) => self.write(Path::new("enabled"), t.as_str())?,
                 ThpSetting::Size { size, policy } => {
                     let rel = format!("hugepages-{}kB/enabled", size.bytes() / 1024);
-                    self.write(Path::new(&rel), policy_word(*policy))?
+                    self.write(Path::new(&rel), policy.as_str())?
                 }
             }
         }
@@ -809,23 +809,6 @@ impl Drop for ThpKnobs {
         } else if let Err(e) = self.lock.remove(JOURNAL_NAME) {
             eprintln!("usermm oracle: cannot remove the knob journal: {e}");
         }
-    }
-}
-
-fn top_word(t: ThpTop) -> &'static str {
-    match t {
-        ThpTop::Always => "always",
-        ThpTop::Madvise => "madvise",
-        ThpTop::Never => "never",
-    }
-}
-
-fn policy_word(p: ThpPolicy) -> &'static str {
-    match p {
-        ThpPolicy::Always => "always",
-        ThpPolicy::Madvise => "madvise",
-        ThpPolicy::Never => "never",
-        ThpPolicy::Inherit => "inherit",
     }
 }
 

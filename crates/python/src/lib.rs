@@ -72,21 +72,11 @@ impl Size {
     }
 }
 
+/// A size in the workspace's one grammar (`usermm::units`), spaces around it allowed.
 fn parse_size(s: &str) -> PyResult<u64> {
-    let bad = || PyValueError::new_err(format!("bad size {s:?} (e.g. 4096, \"64K\", \"2M\")"));
-    let t = s.trim();
-    let (num, shift) = match t.as_bytes().last() {
-        Some(b'K' | b'k') => (&t[..t.len() - 1], 10),
-        Some(b'M' | b'm') => (&t[..t.len() - 1], 20),
-        Some(b'G' | b'g') => (&t[..t.len() - 1], 30),
-        _ => (t, 0),
-    };
-    let n: u64 = if let Some(h) = num.strip_prefix("0x") {
-        u64::from_str_radix(h, 16).map_err(|_| bad())?
-    } else {
-        num.parse().map_err(|_| bad())?
-    };
-    n.checked_mul(1 << shift).ok_or_else(bad)
+    usermm::units::parse_size(s.trim()).map_err(|e| {
+        PyValueError::new_err(format!("bad size {s:?}: {e} (e.g. 4096, \"64K\", \"2M\")"))
+    })
 }
 
 fn prot(s: &str) -> PyResult<Prot> {
@@ -504,9 +494,10 @@ impl Session {
             || PyValueError::new_err(format!("bad address {expr:?} (NAME, NAME+SIZE or 0x…)"));
         let mut parts = expr.split('+').map(str::trim);
         let base = parts.next().ok_or_else(bad)?;
-        let mut a = match base.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).map_err(|_| bad())?,
-            None => self.addr(base)?,
+        let mut a = if base.starts_with("0x") {
+            usermm::units::parse_uint(base).map_err(|_| bad())?
+        } else {
+            self.addr(base)?
         };
         for p in parts {
             a = a.checked_add(parse_size(p)?).ok_or_else(bad)?;

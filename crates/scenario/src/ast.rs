@@ -985,32 +985,39 @@ keyword_enum! {
 }
 
 impl Advice {
-    /// The `MADV_*` value (include/uapi/asm-generic/mman-common.h).
+    /// The `MADV_*` value (the engine's table, `usermm::Advice::number`).
     pub fn number(self) -> i32 {
-        match self {
-            Advice::Normal => 0,
-            Advice::Random => 1,
-            Advice::Sequential => 2,
-            Advice::Willneed => 3,
-            Advice::Dontneed => 4,
-            Advice::Free => 8,
-            Advice::Remove => 9,
-            Advice::Dontfork => 10,
-            Advice::Dofork => 11,
-            Advice::Mergeable => 12,
-            Advice::Unmergeable => 13,
-            Advice::Hugepage => 14,
-            Advice::Nohugepage => 15,
-            Advice::Dontdump => 16,
-            Advice::Dodump => 17,
-            Advice::Wipeonfork => 18,
-            Advice::Keeponfork => 19,
-            Advice::Cold => 20,
-            Advice::Pageout => 21,
-            Advice::PopulateRead => 22,
-            Advice::PopulateWrite => 23,
-            Advice::DontneedLocked => 24,
-            Advice::Collapse => 25,
+        usermm::Advice::from(self).number()
+    }
+}
+
+impl From<Advice> for usermm::Advice {
+    /// The engine's advice for a scenario keyword.
+    fn from(a: Advice) -> usermm::Advice {
+        match a {
+            Advice::Dontneed => usermm::Advice::DontNeed,
+            Advice::Hugepage => usermm::Advice::HugePage,
+            Advice::Nohugepage => usermm::Advice::NoHugePage,
+            Advice::Dontfork => usermm::Advice::DontFork,
+            Advice::Dofork => usermm::Advice::DoFork,
+            Advice::Wipeonfork => usermm::Advice::WipeOnFork,
+            Advice::Keeponfork => usermm::Advice::KeepOnFork,
+            Advice::Normal => usermm::Advice::Normal,
+            Advice::Random => usermm::Advice::Random,
+            Advice::Sequential => usermm::Advice::Sequential,
+            Advice::Willneed => usermm::Advice::WillNeed,
+            Advice::Dontdump => usermm::Advice::DontDump,
+            Advice::Dodump => usermm::Advice::DoDump,
+            Advice::Mergeable => usermm::Advice::Mergeable,
+            Advice::Unmergeable => usermm::Advice::Unmergeable,
+            Advice::Cold => usermm::Advice::Cold,
+            Advice::Pageout => usermm::Advice::PageOut,
+            Advice::Free => usermm::Advice::Free,
+            Advice::Remove => usermm::Advice::Remove,
+            Advice::DontneedLocked => usermm::Advice::DontNeedLocked,
+            Advice::PopulateRead => usermm::Advice::PopulateRead,
+            Advice::PopulateWrite => usermm::Advice::PopulateWrite,
+            Advice::Collapse => usermm::Advice::Collapse,
         }
     }
 }

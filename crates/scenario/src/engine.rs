@@ -3,7 +3,7 @@
 use crate::ast::Keyword;
 use crate::ast::{
     Advice, Arch, Errno, FileKind, MlockallFlags, MsyncMode, Outcome, Prot, Setting, Sharing,
-    ShmemSetting, Signal, ThpPolicy, ThpSetting, ThpTop,
+    ShmemSetting, Signal, ThpSetting,
 };
 use crate::backend::{
     Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
@@ -69,10 +69,38 @@ pub fn host_mem_available() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
+impl From<usermm::Errno> for Errno {
+    /// The scenario errno of an engine errno, by number: each engine errno is Linux's
+    /// (`usermm::Errno::code`), and each has its scenario name (the match is total, and
+    /// `tests::every_engine_errno_keeps_its_number` checks the numbers agree).
+    fn from(e: usermm::Errno) -> Errno {
+        use usermm::Errno as E;
+        match e {
+            E::EPERM => Errno::EPERM,
+            E::ENOENT => Errno::ENOENT,
+            E::ESRCH => Errno::ESRCH,
+            E::EINTR => Errno::EINTR,
+            E::EIO => Errno::EIO,
+            E::EBADF => Errno::EBADF,
+            E::EAGAIN => Errno::EAGAIN,
+            E::ENOMEM => Errno::ENOMEM,
+            E::EACCES => Errno::EACCES,
+            E::EFAULT => Errno::EFAULT,
+            E::EBUSY => Errno::EBUSY,
+            E::EEXIST => Errno::EEXIST,
+            E::ENODEV => Errno::ENODEV,
+            E::EINVAL => Errno::EINVAL,
+            E::ENFILE => Errno::ENFILE,
+            E::EMFILE => Errno::EMFILE,
+            E::EFBIG => Errno::EFBIG,
+            E::ENOSPC => Errno::ENOSPC,
+            E::EOVERFLOW => Errno::EOVERFLOW,
+        }
+    }
+}
+
 fn errno(e: usermm::Errno) -> Fail {
-    Fail::Outcome(Outcome::Errno(
-        Errno::from_keyword(e.name()).unwrap_or(Errno::EINVAL),
-    ))
+    Fail::Outcome(Outcome::Errno(e.into()))
 }
 
 fn signal(s: usermm::Signal) -> Fail {
@@ -83,37 +111,21 @@ fn signal(s: usermm::Signal) -> Fail {
     }
 }
 
-/// The engine's protection for a scenario `prot`.
+/// The engine's protection for a scenario `prot` (through the `PROT_*` bits:
+/// `usermm::Prot::from_bits`, the workspace's one conversion).
 pub fn prot(p: Prot) -> usermm::Prot {
-    let bits = p.bits();
-    usermm::Prot {
-        read: bits & 1 != 0,
-        write: bits & 2 != 0,
-        exec: bits & 4 != 0,
-    }
+    usermm::Prot::from_bits(p.bits())
 }
 
-fn thp_policy(p: ThpPolicy) -> usermm::ThpPolicy {
-    match p {
-        ThpPolicy::Always => usermm::ThpPolicy::Always,
-        ThpPolicy::Madvise => usermm::ThpPolicy::Madvise,
-        ThpPolicy::Never => usermm::ThpPolicy::Never,
-        ThpPolicy::Inherit => usermm::ThpPolicy::Inherit,
-    }
-}
-
+/// One `set thp` pair on the engine's settings (`usermm::ThpSettings::set_policy`; the
+/// scenario's keywords are the sysfs words `usermm::ThpPolicy::parse` reads).
 fn apply_thp(t: &mut usermm::Tunables, s: &ThpSetting) {
-    match s {
-        ThpSetting::Top(top) => {
-            t.thp.top = match top {
-                ThpTop::Always => usermm::ThpPolicy::Always,
-                ThpTop::Madvise => usermm::ThpPolicy::Madvise,
-                ThpTop::Never => usermm::ThpPolicy::Never,
-            }
-        }
-        ThpSetting::Size { size, policy } => {
-            let _ = t.thp.set_size(size.bytes(), thp_policy(*policy));
-        }
+    let (size, word) = match s {
+        ThpSetting::Top(top) => (None, top.as_str()),
+        ThpSetting::Size { size, policy } => (Some(size.bytes()), policy.as_str()),
+    };
+    if let Some(p) = usermm::ThpPolicy::parse(word) {
+        let _ = t.thp.set_policy(size, p);
     }
 }
 
@@ -129,34 +141,6 @@ fn apply_shmem(t: &mut usermm::Tunables, s: &ShmemSetting) {
                 t.shmem.per_order[size.order() as usize] = p;
             }
         }
-    }
-}
-
-fn advice(a: Advice) -> usermm::Advice {
-    match a {
-        Advice::Dontneed => usermm::Advice::DontNeed,
-        Advice::Hugepage => usermm::Advice::HugePage,
-        Advice::Nohugepage => usermm::Advice::NoHugePage,
-        Advice::Dontfork => usermm::Advice::DontFork,
-        Advice::Dofork => usermm::Advice::DoFork,
-        Advice::Wipeonfork => usermm::Advice::WipeOnFork,
-        Advice::Keeponfork => usermm::Advice::KeepOnFork,
-        Advice::Normal => usermm::Advice::Normal,
-        Advice::Random => usermm::Advice::Random,
-        Advice::Sequential => usermm::Advice::Sequential,
-        Advice::Willneed => usermm::Advice::WillNeed,
-        Advice::Dontdump => usermm::Advice::DontDump,
-        Advice::Dodump => usermm::Advice::DoDump,
-        Advice::Mergeable => usermm::Advice::Mergeable,
-        Advice::Unmergeable => usermm::Advice::Unmergeable,
-        Advice::Cold => usermm::Advice::Cold,
-        Advice::Pageout => usermm::Advice::PageOut,
-        Advice::Free => usermm::Advice::Free,
-        Advice::Remove => usermm::Advice::Remove,
-        Advice::DontneedLocked => usermm::Advice::DontNeedLocked,
-        Advice::PopulateRead => usermm::Advice::PopulateRead,
-        Advice::PopulateWrite => usermm::Advice::PopulateWrite,
-        Advice::Collapse => usermm::Advice::Collapse,
     }
 }
 
@@ -358,7 +342,7 @@ impl Backend for EngineBackend {
     }
 
     fn madvise(&mut self, p: ProcId, addr: u64, len: u64, a: Advice) -> Res<()> {
-        let adv = advice(a);
+        let adv = usermm::Advice::from(a);
         self.with(|cpu| cpu.madvise(p, addr, len, adv).map_err(errno))
     }
 
@@ -569,5 +553,92 @@ impl Backend for EngineBackend {
                 folio_order: cpu.folio_order(p, addr).map_err(errno)?,
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prot;
+    use crate::ast::{Advice, Errno, Keyword, Prot};
+
+    #[test]
+    fn every_engine_errno_keeps_its_number() {
+        // Linux's numbers (include/uapi/asm-generic/errno-base.h, errno.h; x86_64 and arm64).
+        let linux = |name: &str| match name {
+            "EPERM" => 1,
+            "ENOENT" => 2,
+            "ESRCH" => 3,
+            "EINTR" => 4,
+            "EIO" => 5,
+            "EBADF" => 9,
+            "EAGAIN" => 11,
+            "ENOMEM" => 12,
+            "EACCES" => 13,
+            "EFAULT" => 14,
+            "EBUSY" => 16,
+            "EEXIST" => 17,
+            "ENODEV" => 19,
+            "EINVAL" => 22,
+            "ENFILE" => 23,
+            "EMFILE" => 24,
+            "EFBIG" => 27,
+            "ENOSPC" => 28,
+            "EOVERFLOW" => 75,
+            _ => -1,
+        };
+        for &e in usermm::Errno::ALL {
+            let s = Errno::from(e);
+            assert_eq!(s.number(), e.code(), "{e}");
+            assert_eq!(s.number(), linux(e.name()), "{e}");
+            assert_eq!(s.as_str(), e.name());
+            assert_eq!(Errno::from_number(e.code()), Some(s));
+        }
+    }
+
+    #[test]
+    fn every_advice_keeps_its_linux_number() {
+        // include/uapi/asm-generic/mman-common.h.
+        let linux = [
+            ("normal", 0),
+            ("random", 1),
+            ("sequential", 2),
+            ("willneed", 3),
+            ("dontneed", 4),
+            ("free", 8),
+            ("remove", 9),
+            ("dontfork", 10),
+            ("dofork", 11),
+            ("mergeable", 12),
+            ("unmergeable", 13),
+            ("hugepage", 14),
+            ("nohugepage", 15),
+            ("dontdump", 16),
+            ("dodump", 17),
+            ("wipeonfork", 18),
+            ("keeponfork", 19),
+            ("cold", 20),
+            ("pageout", 21),
+            ("populate_read", 22),
+            ("populate_write", 23),
+            ("dontneed_locked", 24),
+            ("collapse", 25),
+        ];
+        assert_eq!(Advice::ALL.len(), linux.len());
+        for (word, n) in linux {
+            let a = Advice::from_keyword(word).unwrap_or_else(|| panic!("{word}"));
+            assert_eq!(a.number(), n, "{word}");
+            assert_eq!(
+                usermm::Advice::from_number(n.into()),
+                Some(a.into()),
+                "{word}"
+            );
+        }
+    }
+
+    #[test]
+    fn prot_goes_through_the_bits() {
+        for &p in Prot::ALL {
+            assert_eq!(prot(p).bits(), p.bits(), "{p}");
+        }
     }
 }

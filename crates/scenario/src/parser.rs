@@ -423,52 +423,8 @@ fn unknown_option(option: &str, context: &str, expected: &str) -> ErrorKind {
     }
 }
 
-/// Why a number did not parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NumErr {
-    /// Not a number.
-    Syntax,
-    /// Too large for u64.
-    Overflow,
-}
-
-/// A decimal or `0x` hex number without unit.
-pub(crate) fn parse_uint(s: &str) -> Result<u64, NumErr> {
-    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => (h, 16u32),
-        None => (s, 10u32),
-    };
-    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
-        return Err(NumErr::Syntax);
-    }
-    let mut v: u64 = 0;
-    for c in digits.chars() {
-        let d = u64::from(c.to_digit(radix).ok_or(NumErr::Syntax)?);
-        v = v
-            .checked_mul(u64::from(radix))
-            .and_then(|v| v.checked_add(d))
-            .ok_or(NumErr::Overflow)?;
-    }
-    Ok(v)
-}
-
-/// A size: a number with an optional unit K, M, G (or k, m, g), powers of 1024.
-pub(crate) fn parse_size(s: &str) -> Result<u64, NumErr> {
-    let shift = match s.as_bytes().last() {
-        Some(b'K' | b'k') => 10,
-        Some(b'M' | b'm') => 20,
-        Some(b'G' | b'g') => 30,
-        _ => 0,
-    };
-    let num = if shift == 0 {
-        s
-    } else {
-        s.get(..s.len().saturating_sub(1)).ok_or(NumErr::Syntax)?
-    };
-    parse_uint(num)?
-        .checked_mul(1u64 << shift)
-        .ok_or(NumErr::Overflow)
-}
+// Numbers and sizes: the workspace's one grammar (`usermm::units`).
+pub(crate) use usermm::units::{parse_size, parse_uint, NumErr};
 
 fn size_of(t: &Token<'_>) -> PResult<u64> {
     match parse_size(t.text) {

@@ -67,27 +67,13 @@ fn errno_name(ret: i64) -> Option<&'static str> {
     })
 }
 
+/// The scenario keyword of `MADV_*` number `a` (the engine's one table through the scenario
+/// language's keywords), `None` for one the language has no word for.
 fn advice_word(a: u32) -> Option<&'static str> {
-    Some(match a {
-        0 => "normal",
-        1 => "random",
-        2 => "sequential",
-        3 => "willneed",
-        4 => "dontneed",
-        8 => "free",
-        9 => "remove",
-        10 => "dontfork",
-        11 => "dofork",
-        14 => "hugepage",
-        15 => "nohugepage",
-        16 => "dontdump",
-        17 => "dodump",
-        18 => "wipeonfork",
-        19 => "keeponfork",
-        20 => "cold",
-        21 => "pageout",
-        _ => return None,
-    })
+    <scenario::Advice as scenario::Keyword>::ALL
+        .iter()
+        .find(|k| i64::from(k.number()) == i64::from(a))
+        .map(|&k| scenario::Keyword::as_str(k))
 }
 
 /// The scenario text of `trace`, within the default [`Budget`].

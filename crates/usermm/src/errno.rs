@@ -28,7 +28,6 @@ pub enum Errno {
     EMFILE = 24,
     EFBIG = 27,
     ENOSPC = 28,
-    ESPIPE = 29,
     EOVERFLOW = 75,
 }
 
@@ -54,7 +53,6 @@ impl Errno {
             Errno::EMFILE => "EMFILE",
             Errno::EFBIG => "EFBIG",
             Errno::ENOSPC => "ENOSPC",
-            Errno::ESPIPE => "ESPIPE",
             Errno::EOVERFLOW => "EOVERFLOW",
         }
     }
@@ -68,9 +66,12 @@ impl Errno {
     pub fn from_code(code: i32) -> Option<Errno> {
         ALL.iter().copied().find(|e| e.code() == code)
     }
+
+    /// Every errno the engine returns.
+    pub const ALL: &'static [Errno] = &ALL;
 }
 
-const ALL: [Errno; 20] = [
+const ALL: [Errno; 19] = [
     Errno::EPERM,
     Errno::ENOENT,
     Errno::ESRCH,
@@ -89,7 +90,6 @@ const ALL: [Errno; 20] = [
     Errno::EMFILE,
     Errno::EFBIG,
     Errno::ENOSPC,
-    Errno::ESPIPE,
     Errno::EOVERFLOW,
 ];
 

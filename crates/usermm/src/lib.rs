@@ -52,6 +52,7 @@ pub mod swapfile;
 pub(crate) mod tlb;
 pub(crate) mod truncate;
 pub mod tunables;
+pub mod units;
 pub(crate) mod vaddr;
 pub(crate) mod validate;
 pub mod views;

@@ -97,6 +97,32 @@ impl ThpSettings {
         self.per_order[order as usize] = p;
         Ok(())
     }
+
+    /// Sets the top-level policy (`size` `None`; `inherit` is refused there) or one folio
+    /// size's ([`ThpSettings::set_size`]).
+    pub fn set_policy(&mut self, size: Option<u64>, p: ThpPolicy) -> Result<(), Errno> {
+        match size {
+            None if p == ThpPolicy::Inherit => Err(Errno::EINVAL),
+            None => {
+                self.top = p;
+                Ok(())
+            }
+            Some(bytes) => self.set_size(bytes, p),
+        }
+    }
+
+    /// Applies one `KEY=POLICY` pair as the scenario language's `set thp` and `usermm replay
+    /// --thp` write it: KEY `top` or a folio size (`64K`, `2M`: `crate::units::parse_size`),
+    /// POLICY `always|madvise|never|inherit` — the workspace's one THP-policy parser.
+    pub fn apply(&mut self, key: &str, policy: &str) -> Result<(), Errno> {
+        let p = ThpPolicy::parse(policy).ok_or(Errno::EINVAL)?;
+        let size = if key == "top" {
+            None
+        } else {
+            Some(crate::units::parse_size(key).map_err(|_| Errno::EINVAL)?)
+        };
+        self.set_policy(size, p)
+    }
 }
 
 /// A `shmem_enabled` policy: the top-level knob
@@ -795,5 +821,33 @@ mod tests {
         }
         assert_eq!(t.fault_around_bytes, 65536);
         assert_eq!(t.vma_tree_dup, VmaTreeCopy::Dup);
+    }
+
+    #[test]
+    fn thp_pairs() {
+        let mut t = ThpSettings::default();
+        assert_eq!(t.apply("top", "always"), Ok(()));
+        assert_eq!(t.top, ThpPolicy::Always);
+        assert_eq!(t.apply("top", "inherit"), Err(Errno::EINVAL));
+        assert_eq!(t.apply("64K", "always"), Ok(()));
+        assert_eq!(t.per_order[4], ThpPolicy::Always);
+        assert_eq!(t.apply("0x200000", "never"), Ok(()));
+        assert_eq!(t.per_order[9], ThpPolicy::Never);
+        assert_eq!(t.apply("2m", "inherit"), Ok(()));
+        assert_eq!(t.per_order[9], ThpPolicy::Inherit);
+        for (k, v) in [
+            ("8K", "always"),
+            ("4M", "always"),
+            ("48K", "always"),
+            ("64K", "sometimes"),
+            ("64K", ""),
+            ("", "always"),
+            ("TOP", "never"),
+            ("64é", "always"),
+            ("18014398509481984064K", "always"),
+            ("64K ", "always"),
+        ] {
+            assert_eq!(t.apply(k, v), Err(Errno::EINVAL), "{k}={v}");
+        }
     }
 }

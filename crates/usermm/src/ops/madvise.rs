@@ -77,6 +77,52 @@ pub enum Advice {
     Collapse,
 }
 
+/// The advice and its `MADV_*` number (include/uapi/asm-generic/mman-common.h): the
+/// workspace's one table.
+const ADVICE_NUMBERS: [(Advice, i32); 23] = [
+    (Advice::Normal, 0),
+    (Advice::Random, 1),
+    (Advice::Sequential, 2),
+    (Advice::WillNeed, 3),
+    (Advice::DontNeed, 4),
+    (Advice::Free, 8),
+    (Advice::Remove, 9),
+    (Advice::DontFork, 10),
+    (Advice::DoFork, 11),
+    (Advice::Mergeable, 12),
+    (Advice::Unmergeable, 13),
+    (Advice::HugePage, 14),
+    (Advice::NoHugePage, 15),
+    (Advice::DontDump, 16),
+    (Advice::DoDump, 17),
+    (Advice::WipeOnFork, 18),
+    (Advice::KeepOnFork, 19),
+    (Advice::Cold, 20),
+    (Advice::PageOut, 21),
+    (Advice::PopulateRead, 22),
+    (Advice::PopulateWrite, 23),
+    (Advice::DontNeedLocked, 24),
+    (Advice::Collapse, 25),
+];
+
+impl Advice {
+    /// The advice of `MADV_*` number `n`, `None` for a number this engine does not know.
+    pub fn from_number(n: i64) -> Option<Advice> {
+        ADVICE_NUMBERS
+            .iter()
+            .find(|&&(_, k)| i64::from(k) == n)
+            .map(|&(a, _)| a)
+    }
+
+    /// The `MADV_*` number.
+    pub fn number(self) -> i32 {
+        ADVICE_NUMBERS
+            .iter()
+            .find(|&&(a, _)| a == self)
+            .map_or(-1, |&(_, k)| k)
+    }
+}
+
 /// Work that walks other mms, done once the mmap lock is dropped.
 enum Deferred {
     /// `MADV_REMOVE`: the hole to punch (file, offset, length).
@@ -806,6 +852,23 @@ fn madvise_cold_or_pageout_file<'m>(
             pageout_file_folio(cpu, mm, vma, addr, head);
         } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
             lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Advice, ADVICE_NUMBERS};
+
+    #[test]
+    fn numbers_round_trip_and_are_distinct() {
+        for (i, &(a, n)) in ADVICE_NUMBERS.iter().enumerate() {
+            assert_eq!(a.number(), n);
+            assert_eq!(Advice::from_number(n.into()), Some(a));
+            assert!(ADVICE_NUMBERS[..i].iter().all(|&(b, k)| b != a && k != n));
+        }
+        for n in [-1, 5, 6, 7, 26, 100, i64::MIN, i64::MAX] {
+            assert_eq!(Advice::from_number(n), None, "{n}");
         }
     }
 }

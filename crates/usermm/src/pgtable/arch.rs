@@ -39,6 +39,21 @@ impl Prot {
         exec: false,
     };
 
+    /// The protection of `mmap(2)`'s `PROT_*` bits (READ 1, WRITE 2, EXEC 4; other bits are
+    /// not protections and are left out): the workspace's one conversion from the ABI.
+    pub const fn from_bits(bits: u32) -> Prot {
+        Prot {
+            read: bits & 1 != 0,
+            write: bits & 2 != 0,
+            exec: bits & 4 != 0,
+        }
+    }
+
+    /// The `PROT_*` bits (READ 1, WRITE 2, EXEC 4).
+    pub const fn bits(self) -> u32 {
+        self.read as u32 | (self.write as u32) << 1 | (self.exec as u32) << 2
+    }
+
     /// Whether this is PROT_NONE.
     pub(crate) fn is_none(self) -> bool {
         !self.read && !self.write && !self.exec
@@ -703,5 +718,25 @@ mod tests {
                 "the PTE and PMD leaf formats differ only in the level bit"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod prot_bits {
+    use super::Prot;
+
+    #[test]
+    fn every_combination_round_trips() {
+        for bits in 0..8u32 {
+            let p = Prot::from_bits(bits);
+            assert_eq!(p.bits(), bits);
+            assert_eq!(
+                (p.read, p.write, p.exec),
+                (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0)
+            );
+        }
+        assert_eq!(Prot::from_bits(0), Prot::NONE);
+        // Bits that are not protections (PROT_GROWSDOWN 0x01000000) are left out.
+        assert_eq!(Prot::from_bits(0x0100_0003).bits(), 3);
     }
 }
