@@ -13,17 +13,8 @@ use trace::Budget;
 
 /// A byte count: digits with an optional K, M, G or T (powers of 1024).
 fn bytes(s: &str) -> Result<u64, String> {
-    let (num, shift) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
-        Some(b'T' | b't') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .ok_or_else(|| format!("`{s}`: expected a byte count such as 4096, 64K, 256M"))
+    usermm::units::parse_size(s)
+        .map_err(|_| format!("`{s}`: expected a byte count such as 4096, 64K, 256M"))
 }
 
 /// What reading the trace may cost (defaults: `trace::Budget::default()`).

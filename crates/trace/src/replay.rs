@@ -204,39 +204,11 @@ pub const MAX_RSS_LISTED: usize = 4096;
 const STACK_DEPTH: u64 = 8 << 20;
 
 fn prot(p: u32) -> Prot {
-    Prot {
-        read: p & 1 != 0,
-        write: p & 2 != 0,
-        exec: p & 4 != 0,
-    }
+    Prot::from_bits(p)
 }
 
 fn advice(a: u32) -> Option<Advice> {
-    Some(match a {
-        0 => Advice::Normal,
-        1 => Advice::Random,
-        2 => Advice::Sequential,
-        3 => Advice::WillNeed,
-        4 => Advice::DontNeed,
-        8 => Advice::Free,
-        9 => Advice::Remove,
-        10 => Advice::DontFork,
-        11 => Advice::DoFork,
-        12 => Advice::Mergeable,
-        13 => Advice::Unmergeable,
-        14 => Advice::HugePage,
-        15 => Advice::NoHugePage,
-        16 => Advice::DontDump,
-        17 => Advice::DoDump,
-        18 => Advice::WipeOnFork,
-        19 => Advice::KeepOnFork,
-        20 => Advice::Cold,
-        21 => Advice::PageOut,
-        22 => Advice::PopulateRead,
-        23 => Advice::PopulateWrite,
-        24 => Advice::DontNeedLocked,
-        _ => return None,
-    })
+    Advice::from_number(i64::from(a))
 }
 
 fn page_up(v: u64) -> u64 {
@@ -247,17 +219,10 @@ fn page_up(v: u64) -> u64 {
 /// non-ASCII unit (`64é` once split inside the `é` and panicked) and a product past 2⁶⁴ (it
 /// wrapped: 18014398509481984064K was taken as 64K).
 pub fn thp_size(size: &str) -> Option<u64> {
-    let (num, shift) = if let Some(n) = size.strip_suffix(['K', 'k']) {
-        (n, 10)
-    } else if let Some(n) = size.strip_suffix(['M', 'm']) {
-        (n, 20)
-    } else {
-        return None;
-    };
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+    if !size.ends_with(['K', 'k', 'M', 'm']) {
         return None;
     }
-    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+    usermm::units::parse_size(size).ok()
 }
 
 /// Parses a THP setting `SIZE=POLICY` (`64K=always`, `top=never`).
@@ -270,22 +235,10 @@ pub fn parse_thp(s: &str) -> Result<(String, String), ReplayError> {
 
 fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), ReplayError> {
     let bad = || ReplayError::Setting(format!("--thp {size}={policy}: bad setting"));
-    let p = match policy {
-        "always" => ThpPolicy::Always,
-        "madvise" => ThpPolicy::Madvise,
-        "never" => ThpPolicy::Never,
-        "inherit" => ThpPolicy::Inherit,
-        _ => return Err(bad()),
-    };
-    if size == "top" {
-        if p == ThpPolicy::Inherit {
-            return Err(bad());
-        }
-        t.thp.top = p;
-        return Ok(());
+    if size != "top" {
+        thp_size(size).ok_or_else(bad)?;
     }
-    let bytes = thp_size(size).ok_or_else(bad)?;
-    t.thp.set_size(bytes, p).map_err(|_| bad())
+    t.thp.apply(size, policy).map_err(|_| bad())
 }
 
 /// The machine a replay runs on: the recorded policy (THP `never` at every size, as the
