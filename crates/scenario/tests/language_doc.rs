@@ -1,5 +1,5 @@
 //! The language reference (`docs/scenario-language.md`) and the parser agree: every keyword
-//! the parser accepts (each keyword enum of `ast.rs` and `ast/observe.rs`, each word its statements match) appears
+//! the parser accepts (each keyword enum of `ast.rs` and `ast/*.rs`, each word its statements match) appears
 //! in the reference, and every literal word of the reference's grammar is one the parser
 //! knows. A keyword added to the parser without documentation, or a grammar word the parser
 //! dropped, fails here.
@@ -9,6 +9,22 @@ use std::collections::BTreeSet;
 fn read(rel: &str) -> String {
     let p = format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+/// Every `.rs` file of the folder `rel`, in name order, concatenated: a module's parts.
+fn read_dir(rel: &str) -> String {
+    let dir = format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{dir}: no .rs file");
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
 }
 
 /// The quoted literals of `text` that are one word (letters, digits, `_`).
@@ -23,7 +39,7 @@ fn quoted_words(text: &str) -> BTreeSet<String> {
     out
 }
 
-/// Keywords of the keyword enums: the string of every `Variant = "text",` line of ast.rs.
+/// Keywords of the keyword enums: the string of every `Variant = "text",` line of ast.rs and its parts.
 fn enum_keywords(ast: &str) -> BTreeSet<String> {
     ast.lines()
         .filter_map(|l| {
@@ -87,11 +103,8 @@ fn grammar_block(doc: &str) -> &str {
 #[test]
 fn every_keyword_is_documented_and_every_grammar_word_is_accepted() {
     let doc = read("../../docs/scenario-language.md");
-    let ast = read("src/ast.rs") + &read("src/ast/observe.rs");
-    let parser = read("src/parser.rs")
-        + &read("src/parser/action.rs")
-        + &read("src/parser/expect.rs")
-        + &read("src/parser/settings.rs");
+    let ast = read("src/ast.rs") + &read_dir("src/ast");
+    let parser = read("src/parser.rs") + &read_dir("src/parser");
     let keywords = enum_keywords(&ast);
     let words = parser_words(&parser);
     assert!(
