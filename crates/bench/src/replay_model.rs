@@ -182,49 +182,8 @@ pub fn fmt_gain(g: f64, ci: [f64; 2]) -> String {
     format!("{g:+.1}% [{:+.1}, {:+.1}]", ci[0], ci[1])
 }
 
-/// A small synthetic profile for tests and examples, fitted as `usermm-model`'s own tests
-/// fit theirs: two probe families of one system call and N PTE reads (100 ns + 1.5 ns × N),
-/// every other price its recipe at round primitives. It predicts nothing about any machine.
+/// A small synthetic profile for tests and examples ([`Profile::example`]). It predicts
+/// nothing about any machine.
 pub fn example_profile() -> anyhow::Result<Profile> {
-    use usermm_model::fit::{Fit, Observation};
-    use usermm_model::prices::Primitives;
-    use usermm_model::profile::{features, priors, PROFILE_VERSION};
-    let prims = Primitives {
-        syscall: 100.0,
-        load_seq: 1.0,
-        store_seq: 1.0,
-        kcall_loop: 2.0,
-        ..Primitives::default()
-    };
-    let obs: Vec<Observation> = ["a", "b"]
-        .iter()
-        .flat_map(|fam| {
-            [1u64, 10, 100].map(|n| {
-                let c: BTreeMap<String, u64> =
-                    [("syscalls".to_string(), 1), ("pte_reads".to_string(), n)]
-                        .into_iter()
-                        .collect();
-                Observation {
-                    family: fam.to_string(),
-                    op: "probe".into(),
-                    label: n.to_string(),
-                    counters: features("probe", &c, &prims, 0),
-                    ns: 100.0 + 1.5 * n as f64,
-                }
-            })
-        })
-        .collect();
-    let fit = Fit::new(&priors(&prims), &obs).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Profile {
-        version: PROFILE_VERSION,
-        model_key: "example".into(),
-        created_unix: 0,
-        fingerprint: Fingerprint::default(),
-        primitives: prims,
-        fit,
-        observations: obs,
-        calibrate_seconds: 0.0,
-        llc_bytes: 0,
-        far_permille: None,
-    })
+    Profile::example().map_err(|e| anyhow::anyhow!("{e}"))
 }

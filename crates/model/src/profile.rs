@@ -444,6 +444,49 @@ fn refs<'a>(
 }
 
 impl Profile {
+    /// A small synthetic profile for tests and examples: two probe families of one system
+    /// call and N PTE reads (100 ns + 1.5 ns × N), every other price its recipe at round
+    /// primitives. It predicts nothing about any machine.
+    pub fn example() -> Result<Profile, crate::fit::FitError> {
+        let prims = Primitives {
+            syscall: 100.0,
+            load_seq: 1.0,
+            store_seq: 1.0,
+            kcall_loop: 2.0,
+            ..Primitives::default()
+        };
+        let observations: Vec<Observation> = ["a", "b"]
+            .iter()
+            .flat_map(|fam| {
+                [1u64, 10, 100].map(|n| {
+                    let c: BTreeMap<String, u64> =
+                        [("syscalls".to_string(), 1), ("pte_reads".to_string(), n)]
+                            .into_iter()
+                            .collect();
+                    Observation {
+                        family: fam.to_string(),
+                        op: "probe".into(),
+                        label: n.to_string(),
+                        counters: features("probe", &c, &prims, 0),
+                        ns: 100.0 + 1.5 * n as f64,
+                    }
+                })
+            })
+            .collect();
+        Ok(Profile {
+            version: PROFILE_VERSION,
+            model_key: "example".into(),
+            created_unix: 0,
+            fingerprint: Fingerprint::default(),
+            primitives: prims,
+            fit: Fit::new(&priors(&prims), &observations)?,
+            observations,
+            calibrate_seconds: 0.0,
+            llc_bytes: 0,
+            far_permille: None,
+        })
+    }
+
     /// The predicted host time of one operation of table `op` with these engine counters.
     pub fn predict(&self, op: &str, counters: &BTreeMap<String, u64>) -> Prediction {
         self.fit.predict(op, &self.features(op, counters))
@@ -757,46 +800,14 @@ pub fn cache_file(dir: &Path, machine: &Fingerprint) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::Fit;
 
     fn profile() -> Profile {
-        let prims = Primitives {
-            syscall: 100.0,
-            load_seq: 1.0,
-            store_seq: 1.0,
-            kcall_loop: 2.0,
-            ..Primitives::default()
-        };
-        let pri = priors(&prims);
-        let obs: Vec<Observation> = ["a", "b"]
-            .iter()
-            .flat_map(|fam| {
-                [1u64, 10, 100].map(|n| {
-                    let c: BTreeMap<String, u64> =
-                        [("syscalls".to_string(), 1), ("pte_reads".to_string(), n)]
-                            .into_iter()
-                            .collect();
-                    Observation {
-                        family: fam.to_string(),
-                        op: "probe".into(),
-                        label: n.to_string(),
-                        counters: features("probe", &c, &prims, 0),
-                        ns: 100.0 + 1.5 * n as f64,
-                    }
-                })
-            })
-            .collect();
         Profile {
-            version: PROFILE_VERSION,
             model_key: "k".into(),
             created_unix: 1000,
             fingerprint: Fingerprint::read(),
-            primitives: prims,
-            fit: Fit::new(&pri, &obs).expect("fit"),
-            observations: obs,
             calibrate_seconds: 1.0,
-            llc_bytes: 0,
-            far_permille: None,
+            ..Profile::example().expect("fit")
         }
     }
 
