@@ -45,7 +45,11 @@
 //! boundaries far apart, sampled from `pagemap` by the probes and the bench's host cells)
 //! enters as a covariate of the cold walk ([`profile::FOLIOS_COLD`]): on this AMD guest a
 //! fork of 4 KiB folios cost 91 to 125 ns a page at the same size as the allocator's state
-//! changed.
+//! changed. Large folios' cold batches are priced apart ([`profile::LARGE_FOLIOS_COLD`]):
+//! their frees go through the buddy allocator's merging, and munmap of 64 KiB folios grew
+//! from 493 to 781 ns a folio between 10 and 156 MiB where 4 KiB folios stayed flat. A file
+//! fault is its own operation (`fault_file`: `filemap_map_pages`' fault-around, not the
+//! anonymous fault's zeroing), so its prices are not the anonymous fault's.
 //!
 //! **Profiles.** A calibration is saved as a machine profile ([`profile::Profile`]: the
 //! machine's fingerprint — CPU, kernel build, mitigations, THP settings —, the priors, the

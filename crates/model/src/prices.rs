@@ -390,6 +390,11 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "of zap's batches, those of a large folio: folio_pte_batch's walk set up, folio_remove_rmap_ptes' per-page loop and the deferred-split check of a partially mapped large folio",
     },
     Recipe {
+        counter: "mprotect_batches",
+        work: &[(Prim::KCallLoop, 3.0), (Prim::LineSeq, 1.0)],
+        kernel: "change_pte_range per batch (since 6.17): vm_normal_page and its folio's first struct page line, mprotect_folio_pte_batch set up, pte_modify and the writable decision once, tlb_flush_pte_range; a small folio or the zero page is a batch of one",
+    },
+    Recipe {
         counter: "lock_ptl",
         work: &SPIN,
         kernel: "pte_offset_map_lock/pte_unmap_unlock: a split PTE-table spinlock (the rcu read lock around it is two more calls, counted in the 3)",

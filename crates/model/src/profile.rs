@@ -46,8 +46,8 @@ pub const PAGES_ZEROED_COLD: &str = "pages_zeroed_cold";
 /// memory. Added after the first run with CPU-timed host cells showed munmap of 256 MiB
 /// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB.
 pub const WALK_COLD: &str = "pages_walked_cold";
-/// Pseudo-counter: the folios an operation handles one by one (fork's and zap's batches)
-/// in the cold share of its walk ([`WALK_COLD`] over the pages walked) that lie far from
+/// Pseudo-counter: the folios an operation handles one by one (fork's and zap's batches,
+/// a file fault's folios mapped, munlock's folios) in the cold share of its walk ([`WALK_COLD`] over the pages walked) that lie far from
 /// the folio before them in physical memory ([`HOST_FAR`]): a folio's own work (its
 /// `struct page` lines, its LRU and free lists' neighbours, the page allocator's buddies)
 /// misses where its lines are cold and no prefetch follows them. On this AMD guest fork of
@@ -55,6 +55,13 @@ pub const WALK_COLD: &str = "pages_walked_cold";
 /// 256 MiB with 36 % (the allocator's state decides), and a fit whose cold price was per
 /// page over-priced 2 MiB folios, whose pages share one head.
 pub const FOLIOS_COLD: &str = "folios_walked_cold";
+/// Pseudo-counter: of [`FOLIOS_COLD`], the batches of large folios, priced apart. A large
+/// folio freed or copied touches lines a small one does not (its tail pages' `struct page`,
+/// the buddy it merges with outside the per-CPU lists, which take orders up to 3 only
+/// after a high-order free drains them), and on this AMD guest only large folios kept
+/// getting dearer past the cache: munmap of 64 KiB folios cost 493, 681 and 781 ns a folio
+/// at 10, 94 and 156 MiB, of 4 KiB folios 305 and 306 ns at 47 and 156 MiB.
+pub const LARGE_FOLIOS_COLD: &str = "large_folios_walked_cold";
 /// Not priced: the host's measured share of folio boundaries far apart in physical memory,
 /// per mille, which a host cell or probe adds to the engine's counters to say how
 /// scattered its layout was ([`FOLIOS_COLD`]).
@@ -297,6 +304,7 @@ pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
     p.insert(WALK_COLD.into(), prims.line_seq * 1.125);
     // A folio's head, LRU neighbours and free-list lines, from memory.
     p.insert(FOLIOS_COLD.into(), 3.0 * prims.line_rand);
+    p.insert(LARGE_FOLIOS_COLD.into(), 3.0 * prims.line_rand);
     for op in SYSCALL_OPS {
         p.insert(format!("syscalls_{op}"), prims.syscall + 20.0 * prims.kcall);
     }
@@ -391,12 +399,24 @@ pub fn features(
         let cold = walked.saturating_sub(llc_bytes / 4096);
         if cold > 0 {
             f.insert(WALK_COLD.into(), cold as f64);
-            let folios = get("fork_batches").max(get("zap_batches"));
-            if folios > 0 && far > 0.0 {
-                f.insert(
-                    FOLIOS_COLD.into(),
-                    folios as f64 * cold as f64 / walked as f64 * far,
-                );
+            // The folios handled one by one: fork's and zap's batches, the page-cache
+            // folios a file fault maps (the faulting one and those mapped around it),
+            // the folios munlock visits.
+            let (folios, large) = [
+                (get("fork_batches"), get("fork_batches_large")),
+                (get("zap_batches"), get("zap_batches_large")),
+                (get("fault_around_pages") + get("faults_file"), 0),
+                (get("mlock_pte_folios"), 0),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or_default();
+            let share = cold as f64 / walked as f64 * far;
+            if folios > large && share > 0.0 {
+                f.insert(FOLIOS_COLD.into(), (folios - large) as f64 * share);
+            }
+            if large > 0 && share > 0.0 {
+                f.insert(LARGE_FOLIOS_COLD.into(), large as f64 * share);
             }
         }
         for (counter, cold, per) in [

@@ -65,9 +65,37 @@ fn check(name: &str, t: &trace::Trace, r: &ReplayReport) {
             r.ops[op]
         );
     }
-    // Faults are the page touches: as many engine faults under `fault` as in the replay.
-    let faults = |op: &str| r.ops.get(op).and_then(|c| c.get("faults")).copied();
-    assert_eq!(faults("fault"), r.counters.get("faults").copied(), "{name}");
+    // Faults are the page touches: as many engine faults under `fault` and `fault_file` as
+    // in the replay, and the file faults under `fault_file`.
+    let faults = |op: &str| {
+        r.ops
+            .get(op)
+            .and_then(|c| c.get("faults"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        faults("fault") + faults("fault_file"),
+        r.counters.get("faults").copied().unwrap_or(0),
+        "{name}"
+    );
+    let file_faults = |op: &str| {
+        r.ops
+            .get(op)
+            .and_then(|c| c.get("faults_file"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        file_faults("fault"),
+        0,
+        "{name}: a file fault filed as anonymous"
+    );
+    assert_eq!(
+        file_faults("fault_file"),
+        r.counters.get("faults_file").copied().unwrap_or(0),
+        "{name}"
+    );
     // One fork call per process forked with its own mm (and the spawned root).
     let forks = t
         .events
@@ -87,11 +115,9 @@ fn check(name: &str, t: &trace::Trace, r: &ReplayReport) {
     assert!(r.ops["munmap"].contains_key("zap_ptes"), "{name}");
     // System calls: each mmap-family call counts one engine syscall under its operation.
     let syscalls = |op: &str| r.ops.get(op).and_then(|c| c.get("syscalls")).copied();
-    assert_eq!(
-        syscalls("fault"),
-        None,
-        "{name}: a page touch is no system call"
-    );
+    for op in ["fault", "fault_file"] {
+        assert_eq!(syscalls(op), None, "{name}: a page touch is no system call");
+    }
 }
 
 #[test]

@@ -198,6 +198,9 @@ counters! {
     ZapBatches => "zap_batches",
     /// Of them, the batches of a large folio's run (`folio_pte_batch` walked it).
     ZapBatchesLarge => "zap_batches_large",
+    /// Batches of entries mprotect changed (`mprotect_folio_pte_batch`: a large folio's
+    /// run, else one entry).
+    MprotectBatch => "mprotect_batches",
     /// PTEs zapped.
     ZapPtes => "zap_ptes",
     /// mmu_gather flushes (TLB flush followed by freeing).

@@ -206,3 +206,59 @@ fn large_folio_batches_are_counted_apart() {
         cpu.exit(p).expect("exit");
     }
 }
+
+/// mprotect changes a large folio's entries as one batch (6.17's `mprotect_folio_pte_batch`,
+/// not a seed switch): one `mprotect_batches` per 64 KiB folio, one per entry for small
+/// folios; and every entry of a batch comes back with the accessed bit any of them had.
+#[test]
+fn mprotect_batches_a_large_folios_entries() {
+    const A: u64 = 0x20; // x86-64 _PAGE_ACCESSED
+    for (folio, batches) in [(64 * K, 1), (4096, 16)] {
+        let m = build(Arch::X86_64, folio, PteBatching::Batched);
+        let cpu = m.enter_cpu(0).expect("cpu");
+        let p = cpu.spawn(Privilege::Ordinary, 64 * M).expect("spawn");
+        let args = MmapArgs {
+            placement: Placement::Fixed(BASE),
+            ..MmapArgs::anon(64 * K, RW)
+        };
+        cpu.mmap(p, args).expect("mmap");
+        cpu.write_fill(p, BASE, 64 * K, 0x5a).expect("fill");
+        // All old, then page 3 read: only its entry is young again.
+        cpu.madvise(p, BASE, 64 * K, Advice::Cold).expect("cold");
+        let mut b = [0u8; 1];
+        cpu.read_bytes(p, BASE + 3 * 4096, &mut b).expect("read");
+        let young = |cpu: &usermm::Cpu<'_>| -> Vec<bool> {
+            let text = usermm::dump::dump_range(cpu, p, BASE, 64 * K).expect("dump");
+            text.lines()
+                .filter(|l| l.starts_with("pte "))
+                .map(|l| {
+                    let v = l
+                        .split(" = ")
+                        .nth(1)
+                        .and_then(|r| r.split(' ').next())
+                        .expect("entry");
+                    u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex") & A != 0
+                })
+                .collect()
+        };
+        let before = young(&cpu);
+        assert_eq!(
+            before.iter().filter(|&&y| y).count(),
+            1,
+            "{folio}: {before:?}"
+        );
+        let c0 = m.counters();
+        cpu.mprotect(p, BASE, 64 * K, RO).expect("mprotect");
+        let d = m.counters().delta(&c0);
+        assert_eq!(d.get(Ev::MprotectBatch), batches, "{folio}");
+        let after = young(&cpu);
+        let expect_young = if folio > 4096 { 16 } else { 1 };
+        assert_eq!(
+            after.iter().filter(|&&y| y).count(),
+            expect_young,
+            "{folio}: {after:?}"
+        );
+        valid(&m);
+        cpu.exit(p).expect("exit");
+    }
+}

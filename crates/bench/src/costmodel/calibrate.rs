@@ -418,12 +418,8 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
         let Some(a) = crate::costmodel::accuracy(&t) else {
             continue;
         };
-        let outside: Vec<String> = (0..t.rows.len())
-            .filter_map(|r| {
-                let e = crate::costmodel::model_error_pct(&t, r)?;
-                (e.abs() > 20.0).then(|| format!("{} {e:+.0} %", t.rows[r].label))
-            })
-            .collect();
+        let outside = crate::costmodel::outside_rows(&t);
+        let model = t.variant_index(&crate::costmodel::model_name(&host_matches));
         let _ = writeln!(
             s,
             "{}: {} of {} rows within ±20 % (median error {:+.0} %){}",
@@ -434,9 +430,27 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
             if outside.is_empty() {
                 String::new()
             } else {
-                format!("; outside: {}", outside.join(", "))
+                let rows: Vec<String> = outside
+                    .iter()
+                    .map(|&r| {
+                        let e = crate::costmodel::model_error_pct(&t, r).unwrap_or(f64::NAN);
+                        format!("{} {e:+.0} %", t.rows[r].label)
+                    })
+                    .collect();
+                format!("; outside: {}", rows.join(", "))
             }
         );
+        // What the model's time of each outside row is made of, largest part first: the
+        // counters to look at when a row misses.
+        for &r in &outside {
+            let Some(m) = model else { break };
+            let _ = writeln!(
+                s,
+                "  {}: {}",
+                t.rows[r].label,
+                largest_parts(&t.rows[r].columns[m])
+            );
+        }
         if JUDGED.contains(&t.id.as_str()) {
             within += a.within_20pct;
             rows += a.rows;
@@ -467,4 +481,31 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
         JUDGED.join(", ")
     );
     s
+}
+
+/// A model cell's five largest parts (its `model_<counter>_ns` counters), as
+/// `counter 1200 µs (34 %)`.
+fn largest_parts(cell: &crate::model::Column) -> String {
+    let mut parts: Vec<(&str, u64)> = cell
+        .counters
+        .iter()
+        .filter_map(|(k, &v)| {
+            let name = k.strip_prefix("model_")?.strip_suffix("_ns")?;
+            (!name.starts_with("ci95")).then_some((name, v))
+        })
+        .collect();
+    let total: u64 = parts.iter().map(|p| p.1).sum();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+    parts
+        .iter()
+        .take(5)
+        .map(|(k, v)| {
+            format!(
+                "{k} {:.0} µs ({:.0} %)",
+                *v as f64 / 1e3,
+                *v as f64 / total.max(1) as f64 * 100.0
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -258,7 +258,10 @@ pub fn add_profile_columns(
     );
     match accuracy(table) {
         Some(a) => {
-            let outside = outside_rows(table);
+            let outside: Vec<&str> = outside_rows(table)
+                .into_iter()
+                .map(|r| table.rows[r].label.as_str())
+                .collect();
             table.notes.push(format!(
                 "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}){}; profile {source}; {quality}; nothing fitted to these rows",
                 model_name(host_matches),
@@ -293,15 +296,15 @@ pub fn row_op<'a>(id: &'a str, label: &str) -> &'a str {
         },
         id if id.starts_with("munlock") => "munlock",
         "fork" | "spawn" | "munmap" => id,
+        "fault" if label.starts_with("tmpfs-read") => "fault_file",
         _ => "fault",
     }
 }
 
-/// The rows whose `model:<host_matches>` misses the host median by more than 20 %.
-pub fn outside_rows(table: &Table) -> Vec<String> {
+/// The rows (indexes) whose `model:<host_matches>` misses the host median by more than 20 %.
+pub fn outside_rows(table: &Table) -> Vec<usize> {
     (0..table.rows.len())
         .filter(|&r| model_error_pct(table, r).is_some_and(|e| e.abs() > 20.0))
-        .map(|r| table.rows[r].label.clone())
         .collect()
 }
 
@@ -698,7 +701,13 @@ mod tests {
             .expect("note");
         assert!(note.contains("on 1 of 2 rows"), "{note}");
         assert!(note.contains("outside ±20 % (marked !): far"), "{note}");
-        assert_eq!(outside_rows(&t), ["far"]);
+        assert_eq!(
+            outside_rows(&t)
+                .iter()
+                .map(|&r| &t.rows[r].label)
+                .collect::<Vec<_>>(),
+            ["far"]
+        );
         assert_eq!(row_op("sharing", "remap"), "mprotect");
         assert_eq!(row_op("munlock-one-node", "256M"), "munlock");
     }

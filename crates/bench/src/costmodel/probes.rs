@@ -271,8 +271,8 @@ impl Probe {
             Probe::Fault { .. }
             | Probe::ZeroFault { .. }
             | Probe::Cow { .. }
-            | Probe::TmpfsRead { .. }
             | Probe::CowReuse { .. } => "fault",
+            Probe::TmpfsRead { .. } => "fault_file",
         }
     }
 }
@@ -351,6 +351,10 @@ pub fn catalogue() -> Vec<Probe> {
         (24576, PMD),
         (40000, PAGE),
         (40000, K64),
+        // Past the 256 MiB rows, so large folios' cold cost (large_folios_walked_cold) is
+        // bracketed: 64 KiB folios kept getting dearer a folio from 10 to 156 MiB.
+        (40000, K16),
+        (80000, K64),
     ] {
         v.push(Probe::Munmap { pages, folio });
     }
@@ -394,7 +398,8 @@ pub fn catalogue() -> Vec<Probe> {
     ] {
         v.push(Probe::Cow { pages, folio });
     }
-    for (pages, stride) in [(400, 1), (1600, 1), (800, 32), (1600, 32)] {
+    // 156 MiB: past the cache, where the folios' lines come from memory (the rows map 256).
+    for (pages, stride) in [(400, 1), (1600, 1), (800, 32), (1600, 32), (40000, 1)] {
         v.push(Probe::TmpfsRead { pages, stride });
     }
     for pages in [64, 1000, 3000] {
@@ -404,6 +409,7 @@ pub fn catalogue() -> Vec<Probe> {
         (64, PAGE),
         (1000, PAGE),
         (3000, PAGE),
+        (40000, PAGE),
         (1024, PMD),
         (2560, PMD),
     ] {
@@ -433,6 +439,7 @@ pub fn catalogue() -> Vec<Probe> {
     for (pages, folio, layout, munmap) in [
         (3000, PAGE, Layout::TmpfsPrivate, false),
         (12000, PAGE, Layout::TmpfsPrivate, false),
+        (40000, PAGE, Layout::TmpfsPrivate, false),
         (2560, K64, Layout::TmpfsShared, true),
         (24000, K64, Layout::TmpfsShared, true),
         (2560, PMD, Layout::TmpfsShared, true),

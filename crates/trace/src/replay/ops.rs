@@ -5,7 +5,7 @@
 //!
 //! | event | operation |
 //! |---|---|
-//! | FAULT | `fault` (a TLB hit included: no engine work, nothing filed) |
+//! | FAULT | `fault`, or `fault_file` where the engine took the file fault path (`faults_file`); a TLB hit included: no engine work, nothing filed |
 //! | FORK (own mm) | `fork`; a thread or vfork child shares the mm: no engine work, nothing filed |
 //! | SPAWN (the traced root) | `fork` (the recorder forked it) |
 //! | EXIT | `munmap`: the last user's exit tears the mm down as an unmap of every VMA (the same zap batching, TLB gather, folio, page-table and VMA frees); the task's own exit work and the parent's wait are no engine work, and not priced |
@@ -64,6 +64,13 @@ impl OpAccount {
         let d = now.delta(&self.last);
         self.last = now;
         let nz = d.nonzero();
+        // A fault on a file page runs the file fault path (`filemap_fault`, fault-around):
+        // the model prices it as its own operation.
+        let op = if op == "fault" && d.get(usermm::Ev::FaultFile) > 0 {
+            "fault_file"
+        } else {
+            op
+        };
         if !nz.is_empty() {
             *self.distinct.entry((op, nz)).or_insert(0) += 1;
         }
@@ -96,11 +103,21 @@ impl OpAccount {
 
 /// The operations of the cost model a replay files counters under (`file` and `other` are
 /// not among them: see the module's table).
-pub const MODEL_OPS: [&str; 9] = [
-    "fault", "fork", "munmap", "mmap", "mprotect", "mremap", "madvise", "mlock", "munlock",
+pub const MODEL_OPS: [&str; 10] = [
+    "fault",
+    "fault_file",
+    "fork",
+    "munmap",
+    "mmap",
+    "mprotect",
+    "mremap",
+    "madvise",
+    "mlock",
+    "munlock",
 ];
 
-/// The operation an event is filed under (exec and brk decide in their steps).
+/// The operation an event is filed under (exec and brk decide in their steps; a fault on a
+/// file page is filed as `fault_file` when settled).
 pub(super) fn op_of(ev: &Event) -> &'static str {
     match ev {
         Event::Fault { .. } => "fault",

@@ -13,6 +13,7 @@ use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, Pid};
 use crate::ops::mmap::prot_flags;
 use crate::ops::{vm_enough_memory, vm_unacct};
+use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::contpte::pte_mknoncont;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::entry::LeafEntry;
@@ -20,6 +21,7 @@ use crate::pgtable::Prot;
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
+use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, Vma};
 
@@ -176,22 +178,56 @@ fn new_pte<'m, E: LeafEntry>(cpu: &Cpu<'m>, vma: &Vma, e: E) -> E {
     n
 }
 
+/// `change_pte_range`: since 6.17 the present entries go in batches
+/// (`mprotect_folio_pte_batch`): a large folio's consecutive entries that agree on all but
+/// dirty and accessed are one batch (the zero page and small folios are batches of one),
+/// whose entries all get back the accessed and dirty bits any of them had
+/// (`modify_prot_start_ptes` gathers them, `modify_prot_commit_ptes` writes each entry).
+/// Whether each page may become writable is still asked page by page
+/// (`commit_anon_folio_batch`).
 fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &PmdStep) -> bool {
+    let arch = cpu.m.arch;
     let mut ptes = PteLock::lock(cpu.tables(mm), cpu.c(), table);
     let (i0, i1) = step.pte_indexes();
+    let flags = BatchFlags {
+        respect_soft_dirty: true,
+        respect_write: true,
+        ..BatchFlags::default()
+    };
     let mut changed = false;
-    for i in i0..i1 {
+    let mut i = i0;
+    while i < i1 {
         let e = ptes.get_raw(i);
         // A swap entry keeps no protection: the swap fault maps with the VMA's.
-        if e.is_none() || cpu.m.arch.is_swap_pte(e) {
+        if e.is_none() || arch.is_swap_pte(e) {
+            i += 1;
             continue;
         }
-        let n = new_pte(cpu, vma, e);
-        // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
-        if n != pte_mknoncont(cpu.m.arch, e) {
-            ptes.replace(i, n);
-            changed = true;
+        let nr = ptes.run(i, e, i1 - i, PteBatching::Batched, flags).nr;
+        cpu.c().add(Ev::MprotectBatch, 1);
+        let (mut young, mut dirty) = (false, false);
+        for j in i..i + nr {
+            let ej = ptes.peek_raw(j);
+            young |= arch.young(ej);
+            dirty |= arch.dirty(ej);
         }
+        for j in i..i + nr {
+            let ej = ptes.peek_raw(j);
+            let mut gathered = ej;
+            if young {
+                gathered = arch.mkyoung(gathered);
+            }
+            if dirty {
+                gathered = arch.mkdirty(gathered);
+            }
+            let n = new_pte(cpu, vma, gathered);
+            // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
+            if n != pte_mknoncont(arch, ej) {
+                ptes.replace(j, n);
+                changed = true;
+            }
+        }
+        i += nr;
     }
     changed
 }
