@@ -55,13 +55,19 @@ pub const WALK_COLD: &str = "pages_walked_cold";
 /// 256 MiB with 36 % (the allocator's state decides), and a fit whose cold price was per
 /// page over-priced 2 MiB folios, whose pages share one head.
 pub const FOLIOS_COLD: &str = "folios_walked_cold";
-/// Pseudo-counter: of [`FOLIOS_COLD`], the batches of large folios, priced apart. A large
-/// folio freed or copied touches lines a small one does not (its tail pages' `struct page`,
+/// Pseudo-counter: of [`FOLIOS_COLD`], zap's batches of large folios, priced apart. A large
+/// folio unmapped and freed touches lines a small one does not (its tail pages' `struct page`,
 /// the buddy it merges with outside the per-CPU lists, which take orders up to 3 only
 /// after a high-order free drains them), and on this AMD guest only large folios kept
 /// getting dearer past the cache: munmap of 64 KiB folios cost 493, 681 and 781 ns a folio
 /// at 10, 94 and 156 MiB, of 4 KiB folios 305 and 306 ns at 47 and 156 MiB.
 pub const LARGE_FOLIOS_COLD: &str = "large_folios_walked_cold";
+/// Pseudo-counter: the locked PTE writes (`pte_atomics`: fork's write-protect of the
+/// parent's entries) in the cold share of the walk. A locked RMW waits for its line, so a
+/// cold PTE line costs its miss once per eight entries: on this AMD guest fork of anonymous
+/// 4 KiB folios cost 83, 111 and 117 ns a page at 12, 47 and 156 MiB, of a private file's
+/// (read-only entries, nothing write-protected) 92, 97 and 86.
+pub const PTE_ATOMICS_COLD: &str = "pte_atomics_cold";
 /// Not priced: the host's measured share of folio boundaries far apart in physical memory,
 /// per mille, which a host cell or probe adds to the engine's counters to say how
 /// scattered its layout was ([`FOLIOS_COLD`]).
@@ -305,6 +311,7 @@ pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
     // A folio's head, LRU neighbours and free-list lines, from memory.
     p.insert(FOLIOS_COLD.into(), 3.0 * prims.line_rand);
     p.insert(LARGE_FOLIOS_COLD.into(), 3.0 * prims.line_rand);
+    p.insert(PTE_ATOMICS_COLD.into(), prims.line_rand / 8.0);
     for op in SYSCALL_OPS {
         p.insert(format!("syscalls_{op}"), prims.syscall + 20.0 * prims.kcall);
     }
@@ -401,9 +408,11 @@ pub fn features(
             f.insert(WALK_COLD.into(), cold as f64);
             // The folios handled one by one: fork's and zap's batches, the page-cache
             // folios a file fault maps (the faulting one and those mapped around it),
-            // the folios munlock visits.
+            // the folios munlock visits. Only zap's large ones are priced apart: fork
+            // touches a large folio's head as it does a small one's (fork of 16 KiB
+            // folios cost 69 and 72 ns a page more between 2.5, 10 and 47 MiB).
             let (folios, large) = [
-                (get("fork_batches"), get("fork_batches_large")),
+                (get("fork_batches"), 0),
                 (get("zap_batches"), get("zap_batches_large")),
                 (get("fault_around_pages") + get("faults_file"), 0),
                 (get("mlock_pte_folios"), 0),
@@ -411,6 +420,13 @@ pub fn features(
             .into_iter()
             .max()
             .unwrap_or_default();
+            let atomics = f.get("pte_atomics").copied().unwrap_or(0.0);
+            if atomics > 0.0 {
+                f.insert(
+                    PTE_ATOMICS_COLD.into(),
+                    atomics * cold as f64 / walked as f64,
+                );
+            }
             let share = cold as f64 / walked as f64 * far;
             if folios > large && share > 0.0 {
                 f.insert(FOLIOS_COLD.into(), (folios - large) as f64 * share);
@@ -897,6 +913,50 @@ mod tests {
         );
         assert_eq!((f["pages_zeroed"], f[PAGES_ZEROED_COLD]), (8192.0, 57344.0));
         assert!(!f.contains_key(PAGES_COPIED_COLD), "10 copies fit");
+        // Past a 32 MiB cache, 3/4 of a 32 768-page walk is cold; half of its folio
+        // boundaries far apart (HOST_FAR 500): zap's large batches apart from its small ones,
+        // fork's all one kind, its write-protects' cold lines, a file fault's mapped folios.
+        let f = features(
+            "munmap",
+            &c(&[
+                ("zap_ptes", 32768),
+                ("zap_batches", 3000),
+                ("zap_batches_large", 1000),
+                (HOST_FAR, 500),
+            ]),
+            &prims,
+            32 << 20,
+        );
+        assert_eq!((f[FOLIOS_COLD], f[LARGE_FOLIOS_COLD]), (750.0, 375.0));
+        let f = features(
+            "fork",
+            &c(&[
+                ("fork_ptes", 32768),
+                ("pte_atomics", 32768),
+                ("fork_batches", 2048),
+                ("fork_batches_large", 2048),
+                (HOST_FAR, 500),
+            ]),
+            &prims,
+            32 << 20,
+        );
+        assert_eq!(f[FOLIOS_COLD], 768.0);
+        assert!(
+            !f.contains_key(LARGE_FOLIOS_COLD),
+            "fork's large batches are not zap's"
+        );
+        assert_eq!(f[PTE_ATOMICS_COLD], 24576.0);
+        let f = features(
+            "fault_file",
+            &c(&[
+                ("pte_reads", 32768),
+                ("fault_around_pages", 30720),
+                ("faults_file", 2048),
+            ]),
+            &prims,
+            32 << 20,
+        );
+        assert_eq!(f[FOLIOS_COLD], 24576.0, "no HOST_FAR: scattered");
         // Spawn: fork and exit.
         let f = features("spawn", &c(&[("vmas_copied", 21)]), &prims, 0);
         assert_eq!((f[OP_FORK], f[OP_EXIT]), (1.0, 1.0));

@@ -393,6 +393,7 @@ pub fn catalogue() -> Vec<Probe> {
         (100, PAGE),
         (1200, PAGE),
         (12000, PAGE),
+        (40000, PAGE),
         (320, K64),
         (1280, K64),
     ] {
