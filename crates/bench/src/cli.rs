@@ -25,8 +25,9 @@ pub struct BenchArgs {
     /// munmap, spawn, sharing, anon-cow, munlock, linear-map, readahead, reclaim.
     #[arg(default_value = "all")]
     pub which: String,
-    /// Size of the memory layouts (fault, fork, munmap, sharing, munlock, readahead's file;
-    /// anon-cow: the area every instance copies, default 32M), e.g. 256M or 1G.
+    /// Size of the memory layouts (fault, fork, munmap, munlock, readahead's file, default
+    /// 256M; sharing, default 128M; anon-cow: the area every instance copies, default 32M),
+    /// e.g. 256M or 1G.
     #[arg(long = "scale", visible_alias = "size", value_name = "SIZE")]
     pub scale: Option<String>,
     /// Memory of the reclaim benchmark's machine and host memory cgroup (default 64M; swap
@@ -39,15 +40,15 @@ pub struct BenchArgs {
     /// Most repetitions of a row with gains: after --reps, a row repeats while a gain's 95%
     /// interval is wider than --tight, to the next count where the interval can narrow (9,
     /// then 12 after 7), up to this many and while the extra repetitions take no longer than
-    /// the first did (default 12; equal to --reps turns it off; below --reps it is raised to
-    /// --reps).
+    /// the first did (default: --reps, which turns it off; e.g. 12 to tighten the gains'
+    /// intervals at up to twice the time).
     #[arg(long, value_name = "N")]
     pub max_reps: Option<usize>,
     /// Percentage points: a gain's interval no wider than this is tight.
     #[arg(long, default_value_t = 10.0, value_name = "PP")]
     pub tight: f64,
     /// Seconds per point of the spawn benchmark.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.1)]
     pub seconds: f64,
     /// RAM sizes of the linear-map benchmark in GiB (default 16,64; 16,64,256,512 when
     /// linear-map runs alone).
@@ -102,6 +103,7 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
     let mut o = Options::default();
     if let Some(s) = &args.scale {
         o.scale = parse_size(s)?;
+        o.sharing_scale = o.scale;
         o.munlock_scale = o.scale;
         o.anon_cow_scale = o.scale;
     }
@@ -184,9 +186,10 @@ pub fn main(args: &BenchArgs) -> anyhow::Result<u8> {
     output::check(&outs)?;
     let host = HostSide::probe(!args.no_host);
     println!(
-        "usermm bench {}: layouts {} MiB, munlock {} MiB, anon-cow {} MiB per instance, reclaim {} MiB of memory, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
+        "usermm bench {}: layouts {} MiB, sharing {} MiB, munlock {} MiB, anon-cow {} MiB per instance, reclaim {} MiB of memory, {} repetitions (up to {} while a gain's interval is wider than {} points), spawn {} s per point; host kernel columns: {}",
         args.which,
         opts.scale >> 20,
+        opts.sharing_scale >> 20,
         opts.munlock_scale >> 20,
         opts.anon_cow_scale >> 20,
         opts.reclaim_memory >> 20,

@@ -330,7 +330,7 @@ pub fn column_variants(engine: &[EngineColumn], host: &str) -> Vec<Variant> {
 
 /// The micro-benchmark table.
 pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
-    let size = ctx.opts.scale;
+    let size = ctx.opts.sharing_scale;
     let host = ctx.host.session();
     let engine = ctx.engine_columns(stage_columns());
     let variants = column_variants(

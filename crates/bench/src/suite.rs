@@ -114,8 +114,11 @@ impl Bench {
 /// What to run and at which scale.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Size of the fault, fork, munmap and sharing layouts, bytes.
+    /// Size of the fault, fork and munmap layouts, bytes.
     pub scale: u64,
+    /// Size of the sharing layouts, bytes (8 rows of 6 trackers and the host: half the
+    /// others' by default, so that the suite stays within 5 minutes).
+    pub sharing_scale: u64,
     /// Size of the munlock layout, bytes.
     pub munlock_scale: u64,
     /// The area every anon-cow instance copies (the parent's shared THPs), bytes.
@@ -157,13 +160,16 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             scale: 256 << 20,
+            sharing_scale: 128 << 20,
             munlock_scale: 256 << 20,
             anon_cow_scale: 32 << 20,
             reclaim_memory: reclaim::DEFAULT_MEMORY,
             reps: 7,
-            max_reps: 12,
+            // Rows do not repeat past `reps` unless asked (`--max-reps`): the suite stays
+            // within 5 minutes on 2 cores.
+            max_reps: 7,
             tight_pp: 10.0,
-            spawn_seconds: 0.2,
+            spawn_seconds: 0.1,
             spawn_extra: spawn::EXTRA.to_vec(),
             folios: fork::FOLIOS.to_vec(),
             linear_map_gib: vec![16, 64],
@@ -493,7 +499,10 @@ mod tests {
             let (elapsed, first) = (Duration::from_secs(elapsed), Duration::from_secs(7));
             more_repetitions(opts, done, widest, elapsed, first)
         };
-        let opts = Options::default();
+        let opts = Options {
+            max_reps: 12,
+            ..Options::default()
+        };
         // 7 repetitions in 7 s: the interval narrows at 9 and at 12, not at 8, 10 or 11.
         assert_eq!(more(&opts, 7, Some(10.5), 7), Some(9), "wide: on to 9");
         assert_eq!(

@@ -11,6 +11,7 @@ use usermm_bench::{suite, Bench, Options, Report};
 pub fn tiny() -> Options {
     Options {
         scale: 4 << 20,
+        sharing_scale: 4 << 20,
         munlock_scale: 4 << 20,
         anon_cow_scale: 4 << 20,
         reclaim_memory: 8 << 20,
