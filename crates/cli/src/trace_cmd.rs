@@ -1,4 +1,4 @@
-//! `usermm trace show|stats|export`, `usermm replay` (crate `trace`).
+//! `usermm trace show|stats|export|reseal`, `usermm replay` (crate `trace`).
 //!
 //! Every command that reads a trace streams it (`trace::Decoder`): the file is never held
 //! whole, and each runs within a `trace::Budget` whose defaults a small hostile file cannot
@@ -86,6 +86,17 @@ enum TraceCmd {
         /// JSON output.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        budget: BudgetArgs,
+    },
+    /// Write a trace recorded before traces carried a checksum again, with one (the events
+    /// byte for byte the same); the reader refuses a trace without.
+    Reseal {
+        /// Trace file.
+        file: PathBuf,
+        /// The new trace file (a new path: nothing there is followed or overwritten).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
         #[command(flatten)]
         budget: BudgetArgs,
     },
@@ -180,6 +191,27 @@ impl Out {
 /// `usermm trace …`.
 pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
     match &a.cmd {
+        TraceCmd::Reseal { file, out, budget } => {
+            let b = budget.budget()?;
+            let len = std::fs::metadata(file)
+                .with_context(|| format!("{}", file.display()))?
+                .len();
+            // The compressed file of the largest payload the reader takes is smaller.
+            anyhow::ensure!(
+                len <= trace::format::MAX_PAYLOAD,
+                "{}: {len} bytes: larger than any trace",
+                file.display()
+            );
+            let bytes = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
+            let sealed = trace::format::reseal(&bytes, &b).map_err(|e| named(file, e))?;
+            anyhow::ensure!(
+                !out.exists() && out.symlink_metadata().is_err(),
+                "{}: exists (reseal writes a new file)",
+                out.display()
+            );
+            oracle::output::write_file(out, &sealed)?;
+            println!("{}: {} bytes, checksummed", out.display(), sealed.len());
+        }
         TraceCmd::Show {
             file,
             limit,

@@ -1,7 +1,8 @@
 //! The trace file format, version 1 (byte by byte in `docs/trace-format.md`).
 //!
 //! A file is a 12-byte preamble (`b"UMMTRACE"`, the version as u16 LE, reserved u16 0)
-//! followed by one zstd frame. The decompressed payload is the [`Header`] and then the
+//! followed by one zstd frame with a content checksum (the reader refuses a frame without
+//! one, and one whose payload does not match it). The decompressed payload is the [`Header`] and then the
 //! [`Event`]s, each a tag byte and LEB128 varints, ended by the `End` tag. Fault addresses
 //! are page numbers stored as the zigzag delta from the previous fault; an event names its
 //! process only when it differs from the previous event's (tag bit `0x20`).
@@ -791,8 +792,51 @@ pub fn seal(payload: &[u8]) -> std::io::Result<Vec<u8>> {
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
-    let z = zstd::bulk::compress(payload, ZSTD_LEVEL)?;
-    out.extend_from_slice(&z);
+    let mut c = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+    // The frame carries the payload's checksum (XXH64), which the reader requires: without
+    // it 7-9 % of single flipped bytes of a compressed trace decoded to another valid trace.
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    out.extend_from_slice(&c.compress(payload)?);
+    Ok(out)
+}
+
+/// The file bytes of a trace written before traces carried a checksum, with one: its payload
+/// decompressed (within the reader's bounds: [`MAX_PAYLOAD`], the zstd window) and sealed
+/// again ([`seal`]), byte for byte the same, then read back whole as any trace is (a file
+/// that is no trace is refused, not sealed). A trace with a checksum is checked and sealed
+/// again too.
+pub fn reseal(bytes: &[u8], budget: &crate::Budget) -> Result<Vec<u8>, FormatError> {
+    use std::io::Read as _;
+    let mut r = bytes;
+    decode::preamble(&mut r)?;
+    let mut dec = zstd::stream::read::Decoder::with_buffer(r)
+        .and_then(|mut d| d.window_log_max(decode::MAX_WINDOW_LOG).map(|()| d))
+        .map_err(|e| FormatError::File {
+            offset: PREAMBLE as u64,
+            what: format!("zstd: {e}"),
+        })?;
+    let mut payload = Vec::new();
+    (&mut dec)
+        .take(MAX_PAYLOAD + 1)
+        .read_to_end(&mut payload)
+        .map_err(|e| FormatError::File {
+            offset: PREAMBLE as u64,
+            what: format!("zstd frame: {e}"),
+        })?;
+    if payload.len() as u64 > MAX_PAYLOAD {
+        return Err(FormatError::File {
+            offset: PREAMBLE as u64,
+            what: "decompressed payload larger than 1 GiB".into(),
+        });
+    }
+    let out = seal(&payload).map_err(|e| FormatError::File {
+        offset: PREAMBLE as u64,
+        what: format!("zstd: {e}"),
+    })?;
+    {
+        let mut d = Decoder::from_bytes(&out, budget)?;
+        while d.next_event()?.is_some() {}
+    }
     Ok(out)
 }
 

@@ -74,6 +74,8 @@ fn a_zstd_window_past_16_mib_is_refused() {
         let mut enc = zstd::stream::write::Encoder::new(&mut z, 19).unwrap();
         enc.set_parameter(zstd::zstd_safe::CParameter::WindowLog(27))
             .unwrap();
+        enc.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .unwrap();
         std::io::Write::write_all(&mut enc, &payload).unwrap();
         enc.finish().unwrap();
     }
@@ -521,4 +523,57 @@ fn calls_that_walk_populated_memory_stop_at_the_walk_budget() {
     .unwrap();
     assert_eq!(r.walked, 10 * 1000 * 4096);
     assert_eq!(r.rss_compared, 10);
+}
+
+/// Every trace carries its payload's checksum: a shipped trace with any single byte of its
+/// zstd frame flipped (three bits each) is refused, or decodes to the very same trace (a
+/// flip that changes no decoded byte); before the checksum 7-9 % of flips decoded to another
+/// valid trace.
+#[test]
+fn a_flipped_byte_of_a_trace_is_refused_or_changes_nothing() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../traces/sh-pipeline.umt");
+    let bytes = std::fs::read(path).expect("shipped trace");
+    let good = format::read(&bytes).expect("the shipped trace reads");
+    let (mut refused, mut same) = (0, 0);
+    for i in format::PREAMBLE..bytes.len() {
+        for bit in [0x01u8, 0x10, 0x80] {
+            let mut z = bytes.clone();
+            z[i] ^= bit;
+            match format::read(&z) {
+                Err(_) => refused += 1,
+                Ok(t) => {
+                    assert_eq!(
+                        (&t.header, &t.events),
+                        (&good.header, &good.events),
+                        "byte {i} ^ {bit:#x}"
+                    );
+                    same += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        refused > 0 && refused > 10 * same,
+        "{refused} refused, {same} the same"
+    );
+}
+
+/// A trace written without a checksum (as before) is refused with the way out, and
+/// `reseal` gives it one: the same trace, which then reads.
+#[test]
+fn a_trace_without_a_checksum_is_refused_and_resealed() {
+    let payload = Payload::new(&["x"]).end();
+    let mut old = b"UMMTRACE\x01\x00\x00\x00".to_vec();
+    old.extend_from_slice(&zstd::bulk::compress(&payload, 3).unwrap());
+    match format::read(&old) {
+        Err(FormatError::File { offset: 16, what }) => assert!(what.contains("reseal"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    let sealed = format::reseal(&old, &trace::Budget::default()).expect("reseal");
+    assert_eq!(sealed, format::seal(&payload).unwrap());
+    assert!(format::read(&sealed).is_ok());
+    // Not a trace: refused, not sealed.
+    assert!(format::reseal(b"UMMTRACE\x01\x00\x00\x00junk", &trace::Budget::default()).is_err());
+    let garbage = format::seal(&[0xff; 8]).unwrap();
+    assert!(format::reseal(&garbage, &trace::Budget::default()).is_err());
 }

@@ -174,7 +174,7 @@ fn ferr(offset: u64, what: impl Into<String>) -> FormatError {
 }
 
 /// Checks the 12-byte preamble.
-fn preamble(r: &mut impl Read) -> Result<(), FormatError> {
+pub(crate) fn preamble(r: &mut impl Read) -> Result<(), FormatError> {
     let mut p = [0u8; PREAMBLE];
     let mut n = 0;
     while n < PREAMBLE {
@@ -206,9 +206,32 @@ fn preamble(r: &mut impl Read) -> Result<(), FormatError> {
     Ok(())
 }
 
+/// The zstd frame magic number, as stored (little-endian 0xFD2FB528).
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
 /// The payload of a compressed stream (after the preamble): a zstd decoder with the
 /// bounded window, read through a buffer.
-fn unzstd<'a, R: BufRead + 'a>(r: R) -> Result<impl BufRead + 'a, FormatError> {
+fn unzstd<'a, R: BufRead + 'a>(mut r: R) -> Result<impl BufRead + 'a, FormatError> {
+    // The frame header (RFC 8878 §3.1.1): the magic number, then the descriptor, whose bit 2
+    // says the frame ends with a checksum of its content, which the decoder then verifies
+    // when it reaches the end of the frame (the end tag's look past itself).
+    let head = loop {
+        match r.fill_buf() {
+            Ok(b) => break b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ferr(PREAMBLE as u64, format!("read: {e}"))),
+        }
+    };
+    if head.len() < 5 || head[..4] != ZSTD_MAGIC {
+        return Err(ferr(PREAMBLE as u64, "not a zstd frame (bad magic)"));
+    }
+    if head[4] & 0x04 == 0 {
+        return Err(ferr(
+            PREAMBLE as u64 + 4,
+            "the zstd frame has no content checksum (a trace written before traces were \
+             checked: `usermm trace reseal` adds one)",
+        ));
+    }
     let mut dec = zstd::stream::read::Decoder::with_buffer(r)
         .map_err(|e| ferr(PREAMBLE as u64, format!("zstd: {e}")))?;
     dec.window_log_max(MAX_WINDOW_LOG)
