@@ -130,6 +130,12 @@ pub struct ReplayArgs {
     /// JSON output.
     #[arg(long)]
     pub json: bool,
+    /// Exit with status 1 when the replay disagrees with what the host recorded (errno
+    /// mismatches, faults answered by a signal, file mappings replayed as anonymous,
+    /// unsupported calls, unknown processes, lost records, a failed --validate, an exit's
+    /// RssAnon), after printing the report and each disagreement.
+    #[arg(long)]
+    pub strict: bool,
     /// The machine profile the `model:` line predicts the kernel's mm time with (default:
     /// this machine's cached one, made by `usermm calibrate`; nothing is calibrated here).
     #[arg(long, value_name = "FILE")]
@@ -357,7 +363,7 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
             );
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
+        return Ok(strict_status(a.strict, &r));
     }
     println!(
         "replayed {}: {} events ({} faults, {} calls, {} processes) in {:.3} s = {:.2} M events/s",
@@ -416,5 +422,18 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
             usermm_bench::replay_model::fmt_ms(m.ns, m.ci95_ns)
         );
     }
-    Ok(0)
+    Ok(strict_status(a.strict, &r))
+}
+
+/// `replay`'s exit status: 1 under `--strict` when the replay disagrees with the host
+/// (each disagreement on standard error), else 0.
+fn strict_status(strict: bool, r: &trace::ReplayReport) -> u8 {
+    let problems = r.problems();
+    if !strict || problems.is_empty() {
+        return 0;
+    }
+    for p in &problems {
+        eprintln!("strict: {p}");
+    }
+    1
 }

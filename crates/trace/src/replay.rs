@@ -192,6 +192,44 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// What in this replay disagrees with what the host recorded, one line each (empty:
+    /// none): errno mismatches, faults the engine answered with a signal, file mappings
+    /// replayed as anonymous, unsupported calls, events of unknown processes, lost records,
+    /// a failed `validate`, and an exit whose RssAnon is not the host's. RssFile is not
+    /// among them: the engine's fault-around maps a few pages of file text more or less
+    /// than the host's (`mmap_miss`), within 1.1 % on the shipped traces.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p: Vec<String> = [
+            (self.errno_mismatches, "errno mismatches"),
+            (self.fault_signals, "faults answered by a signal"),
+            (self.file_as_anon, "file mappings replayed as anonymous"),
+            (self.unsupported, "unsupported calls"),
+            (self.unknown_process, "events of unknown processes"),
+            (self.lost, "lost records"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if let Some(v) = self.validate.as_deref().filter(|v| *v != "ok") {
+            p.push(format!("validate: {v}"));
+        }
+        p.extend(
+            self.rss
+                .iter()
+                .filter(|c| c.host_anon_kb != c.engine_anon_kb)
+                .map(|c| {
+                    format!(
+                        "exit of {}: RssAnon host {} kB, engine {} kB",
+                        c.pid, c.host_anon_kb, c.engine_anon_kb
+                    )
+                }),
+        );
+        p
+    }
+}
+
+impl ReplayReport {
     /// The largest relative RssAnon error over exits with at least `min_kb` recorded.
     pub fn max_anon_err(&self) -> f64 {
         self.rss_max_anon_err
