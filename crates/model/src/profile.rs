@@ -47,8 +47,9 @@ pub const PAGES_ZEROED_COLD: &str = "pages_zeroed_cold";
 /// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB.
 pub const WALK_COLD: &str = "pages_walked_cold";
 /// Pseudo-counter: the folios an operation handles one by one (fork's and zap's batches,
-/// a file fault's folios mapped, munlock's folios) in the cold share of its walk ([`WALK_COLD`] over the pages walked) that lie far from
-/// the folio before them in physical memory ([`HOST_FAR`]): a folio's own work (its
+/// a file fault's folios mapped, munlock's folios) in the cold share of its walk
+/// ([`WALK_COLD`] over the pages walked) that lie far from the folio before them in
+/// physical memory ([`HOST_FAR`]): a folio's own work (its
 /// `struct page` lines, its LRU and free lists' neighbours, the page allocator's buddies)
 /// misses where its lines are cold and no prefetch follows them. On this AMD guest fork of
 /// 4 KiB folios cost 119 ns a page at 156 MiB with 99 % of them scattered and 91 ns at
@@ -409,8 +410,8 @@ pub fn features(
             // The folios handled one by one: fork's and zap's batches, the page-cache
             // folios a file fault maps (the faulting one and those mapped around it),
             // the folios munlock visits. Only zap's large ones are priced apart: fork
-            // touches a large folio's head as it does a small one's (fork of 16 KiB
-            // folios cost 69 and 72 ns a page more between 2.5, 10 and 47 MiB).
+            // touches a large folio's head as it does a small one's (each page more of a
+            // fork of 16 KiB folios cost 69 ns from 2.5 to 10 MiB, 72 from 10 to 47).
             let (folios, large) = [
                 (get("fork_batches"), 0),
                 (get("zap_batches"), get("zap_batches_large")),

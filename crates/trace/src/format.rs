@@ -801,38 +801,37 @@ pub fn seal(payload: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// The file bytes of a trace written before traces carried a checksum, with one: its payload
-/// decompressed (within the reader's bounds: [`MAX_PAYLOAD`], the zstd window) and sealed
-/// again ([`seal`]), byte for byte the same, then read back whole as any trace is (a file
-/// that is no trace is refused, not sealed). A trace with a checksum is checked and sealed
-/// again too.
+/// streamed from the old frame (within the reader's bounds: [`MAX_PAYLOAD`], the zstd
+/// window) into a new one with a checksum ([`ZSTD_LEVEL`]), never held whole, then read back
+/// as any trace is (a file that is no trace is refused, not sealed). A trace with a checksum
+/// is checked and sealed again too.
 pub fn reseal(bytes: &[u8], budget: &crate::Budget) -> Result<Vec<u8>, FormatError> {
-    use std::io::Read as _;
+    let frame = |what: &str, e: std::io::Error| FormatError::File {
+        offset: PREAMBLE as u64,
+        what: format!("{what}: {e}"),
+    };
     let mut r = bytes;
     decode::preamble(&mut r)?;
     let mut dec = zstd::stream::read::Decoder::with_buffer(r)
         .and_then(|mut d| d.window_log_max(decode::MAX_WINDOW_LOG).map(|()| d))
-        .map_err(|e| FormatError::File {
-            offset: PREAMBLE as u64,
-            what: format!("zstd: {e}"),
-        })?;
-    let mut payload = Vec::new();
-    (&mut dec)
-        .take(MAX_PAYLOAD + 1)
-        .read_to_end(&mut payload)
-        .map_err(|e| FormatError::File {
-            offset: PREAMBLE as u64,
-            what: format!("zstd frame: {e}"),
-        })?;
-    if payload.len() as u64 > MAX_PAYLOAD {
+        .map_err(|e| frame("zstd", e))?;
+    let mut out = bytes[..PREAMBLE].to_vec();
+    let mut enc =
+        zstd::stream::write::Encoder::new(&mut out, ZSTD_LEVEL).map_err(|e| frame("zstd", e))?;
+    enc.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .map_err(|e| frame("zstd", e))?;
+    let n = std::io::copy(
+        &mut std::io::Read::take(&mut dec, MAX_PAYLOAD + 1),
+        &mut enc,
+    )
+    .map_err(|e| frame("zstd frame", e))?;
+    if n > MAX_PAYLOAD {
         return Err(FormatError::File {
             offset: PREAMBLE as u64,
             what: "decompressed payload larger than 1 GiB".into(),
         });
     }
-    let out = seal(&payload).map_err(|e| FormatError::File {
-        offset: PREAMBLE as u64,
-        what: format!("zstd: {e}"),
-    })?;
+    enc.finish().map_err(|e| frame("zstd", e))?;
     {
         let mut d = Decoder::from_bytes(&out, budget)?;
         while d.next_event()?.is_some() {}

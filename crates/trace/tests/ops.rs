@@ -67,33 +67,27 @@ fn check(name: &str, t: &trace::Trace, r: &ReplayReport) {
     }
     // Faults are the page touches: as many engine faults under `fault` and `fault_file` as
     // in the replay, and the file faults under `fault_file`.
-    let faults = |op: &str| {
+    let count = |op: &str, counter: &str| {
         r.ops
             .get(op)
-            .and_then(|c| c.get("faults"))
+            .and_then(|c| c.get(counter))
             .copied()
             .unwrap_or(0)
     };
+    let total = |counter: &str| r.counters.get(counter).copied().unwrap_or(0);
     assert_eq!(
-        faults("fault") + faults("fault_file"),
-        r.counters.get("faults").copied().unwrap_or(0),
+        count("fault", "faults") + count("fault_file", "faults"),
+        total("faults"),
         "{name}"
     );
-    let file_faults = |op: &str| {
-        r.ops
-            .get(op)
-            .and_then(|c| c.get("faults_file"))
-            .copied()
-            .unwrap_or(0)
-    };
     assert_eq!(
-        file_faults("fault"),
+        count("fault", "faults_file"),
         0,
         "{name}: a file fault filed as anonymous"
     );
     assert_eq!(
-        file_faults("fault_file"),
-        r.counters.get("faults_file").copied().unwrap_or(0),
+        count("fault_file", "faults_file"),
+        total("faults_file"),
         "{name}"
     );
     // One fork call per process forked with its own mm (and the spawned root).
