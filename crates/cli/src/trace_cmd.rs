@@ -211,7 +211,7 @@ pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
             let bytes = std::fs::read(file).with_context(|| format!("{}", file.display()))?;
             let sealed = trace::format::reseal(&bytes, &b).map_err(|e| named(file, e))?;
             anyhow::ensure!(
-                !out.exists() && out.symlink_metadata().is_err(),
+                out.symlink_metadata().is_err(),
                 "{}: exists (reseal writes a new file)",
                 out.display()
             );

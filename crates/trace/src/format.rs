@@ -812,9 +812,7 @@ pub fn reseal(bytes: &[u8], budget: &crate::Budget) -> Result<Vec<u8>, FormatErr
     };
     let mut r = bytes;
     decode::preamble(&mut r)?;
-    let mut dec = zstd::stream::read::Decoder::with_buffer(r)
-        .and_then(|mut d| d.window_log_max(decode::MAX_WINDOW_LOG).map(|()| d))
-        .map_err(|e| frame("zstd", e))?;
+    let mut dec = decode::zstd_decoder(r)?;
     let mut out = bytes[..PREAMBLE].to_vec();
     let mut enc =
         zstd::stream::write::Encoder::new(&mut out, ZSTD_LEVEL).map_err(|e| frame("zstd", e))?;

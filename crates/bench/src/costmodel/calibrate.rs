@@ -432,17 +432,14 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
             } else {
                 let rows: Vec<String> = outside
                     .iter()
-                    .map(|&r| {
-                        let e = crate::costmodel::model_error_pct(&t, r).unwrap_or(f64::NAN);
-                        format!("{} {e:+.0} %", t.rows[r].label)
-                    })
+                    .map(|&(r, e)| format!("{} {e:+.0} %", t.rows[r].label))
                     .collect();
                 format!("; outside: {}", rows.join(", "))
             }
         );
         // What the model's time of each outside row is made of, largest part first: the
         // counters to look at when a row misses.
-        for &r in &outside {
+        for &(r, _) in &outside {
             let Some(m) = model else { break };
             let _ = writeln!(
                 s,

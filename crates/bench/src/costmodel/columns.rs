@@ -260,7 +260,7 @@ pub fn add_profile_columns(
         Some(a) => {
             let outside: Vec<&str> = outside_rows(table)
                 .into_iter()
-                .map(|r| table.rows[r].label.as_str())
+                .map(|(r, _)| table.rows[r].label.as_str())
                 .collect();
             table.notes.push(format!(
                 "model: {} within ±20 % of the host median on {} of {} rows (median error {:+.0} %, worst {:+.0} % at {}){}; profile {source}; {quality}; nothing fitted to these rows",
@@ -301,10 +301,12 @@ pub fn row_op<'a>(id: &'a str, label: &str) -> &'a str {
     }
 }
 
-/// The rows (indexes) whose `model:<host_matches>` misses the host median by more than 20 %.
-pub fn outside_rows(table: &Table) -> Vec<usize> {
+/// The rows (index, error percent) whose `model:<host_matches>` misses the host median by
+/// more than 20 %.
+pub fn outside_rows(table: &Table) -> Vec<(usize, f64)> {
     (0..table.rows.len())
-        .filter(|&r| model_error_pct(table, r).is_some_and(|e| e.abs() > 20.0))
+        .filter_map(|r| model_error_pct(table, r).map(|e| (r, e)))
+        .filter(|&(_, e)| e.abs() > 20.0)
         .collect()
 }
 
@@ -704,7 +706,7 @@ mod tests {
         assert_eq!(
             outside_rows(&t)
                 .iter()
-                .map(|&r| &t.rows[r].label)
+                .map(|&(r, _)| &t.rows[r].label)
                 .collect::<Vec<_>>(),
             ["far"]
         );

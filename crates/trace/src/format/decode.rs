@@ -232,11 +232,22 @@ fn unzstd<'a, R: BufRead + 'a>(mut r: R) -> Result<impl BufRead + 'a, FormatErro
              checked: `usermm trace reseal` adds one)",
         ));
     }
+    Ok(std::io::BufReader::with_capacity(
+        READ_BUFFER,
+        zstd_decoder(r)?,
+    ))
+}
+
+/// A zstd decoder of the frame in `r` whose window may not pass [`MAX_WINDOW_LOG`]
+/// (whatever the frame header asks, the decoder's memory stays bounded).
+pub(crate) fn zstd_decoder<'a, R: BufRead + 'a>(
+    r: R,
+) -> Result<zstd::stream::read::Decoder<'a, R>, FormatError> {
     let mut dec = zstd::stream::read::Decoder::with_buffer(r)
         .map_err(|e| ferr(PREAMBLE as u64, format!("zstd: {e}")))?;
     dec.window_log_max(MAX_WINDOW_LOG)
         .map_err(|e| ferr(PREAMBLE as u64, format!("zstd: {e}")))?;
-    Ok(std::io::BufReader::with_capacity(READ_BUFFER, dec))
+    Ok(dec)
 }
 
 impl<'a> Decoder<Box<dyn BufRead + 'a>> {

@@ -205,11 +205,14 @@ fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &Pm
         }
         let nr = ptes.run(i, e, i1 - i, PteBatching::Batched, flags).nr;
         cpu.c().add(Ev::MprotectBatch, 1);
+        // A batch of one (a small folio, the zero page) gathers nothing.
         let (mut young, mut dirty) = (false, false);
-        for j in i..i + nr {
-            let ej = ptes.peek_raw(j);
-            young |= arch.young(ej);
-            dirty |= arch.dirty(ej);
+        if nr > 1 {
+            for j in i..i + nr {
+                let ej = ptes.peek_raw(j);
+                young |= arch.young(ej);
+                dirty |= arch.dirty(ej);
+            }
         }
         for j in i..i + nr {
             let ej = ptes.peek_raw(j);
