@@ -1,10 +1,48 @@
-//! Compiles the signal-safe memory accessors (`csrc/access.c`).
+//! Compiles the signal-safe memory accessors (`csrc/access.c`) into the crate, and the host
+//! agent (`csrc/host_agent.c`, which includes them) into `OUT_DIR/host_agent`: the program
+//! every host server runs (`src/server.rs`). The agent is linked statically where the C
+//! library has a static archive, dynamically otherwise (`cfg(host_agent_static)` says which).
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/access.c");
+    println!("cargo:rerun-if-changed=csrc/host_agent.c");
+    println!("cargo::rustc-check-cfg=cfg(host_agent_static)");
     cc::Build::new()
         .file("csrc/access.c")
         .opt_level(2)
         .warnings(true)
         .compile("usermm_oracle_access");
+    host_agent();
+}
+
+fn host_agent() {
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let exe = out.join("host_agent");
+    let compiler = cc::Build::new().opt_level(2).get_compiler();
+    let link = |extra: &[&str]| {
+        let mut cmd = compiler.to_command();
+        cmd.args(["-O2", "-Wall", "-Wextra", "-Icsrc"])
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .arg("csrc/host_agent.c");
+        cmd.output()
+    };
+    // Linked away from low memory, where scenarios place fixed mappings (0x10000000,
+    // 0x200000000, ...): a static program loads at 0x400000 and its heap follows it, and a
+    // scenario mapping over the agent's own would be refused. A dynamic (PIE) one loads
+    // high anyway.
+    match link(&["-static", "-no-pie", "-Wl,-Ttext-segment=0x500000000000"]) {
+        Ok(o) if o.status.success() => println!("cargo:rustc-cfg=host_agent_static"),
+        _ => match link(&[]) {
+            Ok(o) if o.status.success() => println!(
+                "cargo:warning=the C library has no static archive: the oracle's host agent is linked dynamically"
+            ),
+            Ok(o) => panic!(
+                "compiling csrc/host_agent.c failed:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => panic!("cannot run the C compiler for csrc/host_agent.c: {e}"),
+        },
+    }
 }

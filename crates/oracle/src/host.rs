@@ -1,9 +1,9 @@
 //! The host kernel as a scenario [`Backend`]: every scenario process is a real process.
 //!
-//! The controller (this process) forks one server per `spawn` and sends it requests over a
-//! socket pair. A server's `fork` makes a child server whose connection is a socket pair the
-//! parent server creates before forking: it sends the controller's end back attached
-//! (SCM_RIGHTS) to its reply. The controller listens on no socket, so no other local user
+//! The controller (this process) starts one server (the host agent, [`crate::server`]) per
+//! `spawn` and sends it requests over a socket pair. A server's `fork` makes a child server
+//! whose connection is a socket pair the parent server creates before forking: it sends the
+//! controller's end back attached (SCM_RIGHTS) to its reply. The controller listens on no socket, so no other local user
 //! can reach it: an earlier design had children connect back to a listening abstract Unix
 //! address, where any user could connect first, stall the root controller or forge a
 //! server's answers. The controller still checks each passed connection ([`check_peer`]):
@@ -631,15 +631,11 @@ impl Backend for HostBackend<'_> {
         let (ours, theirs) = UnixStream::pair().map_err(|e| unsupported(e.to_string()))?;
         let cfg = SpawnConfig {
             conn: theirs.as_raw_fd(),
-            stray: ours.as_raw_fd(),
             privileged,
             rlimit_memlock,
             cgroup_procs,
         };
-        let pid = sys::fork().map_err(|e| unsupported(format!("fork: errno {e}")))?;
-        if pid == 0 {
-            server::run_spawned(cfg);
-        }
+        let pid = server::spawn(&cfg).map_err(unsupported)?;
         drop(theirs);
         let mut conn = ours;
         conn.set_read_timeout(Some(POLL))

@@ -1,9 +1,9 @@
 //! The host-kernel oracle: runs a scenario in real processes and on the engine, and compares.
 //!
 //! `usermm oracle FILE` is [`compare()`]: every scenario process is a real process, a
-//! *server* ([`server`]) forked by this process, the *controller* ([`host`]), which sends it
-//! one request per statement (the system call or memory access to perform in that process)
-//! and reads what the kernel shows about it from `/proc` ([`procfs`]). The engine runs the
+//! *server* ([`server`]: the small static host agent) started by this process, the
+//! *controller* ([`host`]), which sends it one request per statement (the system call or
+//! memory access to perform in that process) and reads what the kernel shows about it from `/proc` ([`procfs`]). The engine runs the
 //! same statements beside it, and [`compare`](mod@compare) reports every outcome, verdict
 //! and observable the two disagree on ([`report`]). The host's THP policy knobs are saved,
 //! set per file, and restored ([`knobs`]); `set memory` and `set swap` put the file's host
@@ -12,7 +12,8 @@
 //! alone and times it (the host column of `usermm bench scenario`).
 //!
 //! This is the only crate of the workspace that calls libc; all of it is in [`sys`] (plus
-//! the small C file of fault-catching memory accessors that `build.rs` compiles).
+//! the C of the fault-catching memory accessors and of the host agent, which `build.rs`
+//! compiles).
 
 #![deny(unsafe_code)]
 
@@ -22,7 +23,6 @@ pub mod files;
 pub mod host;
 pub mod hostres;
 pub mod knobs;
-pub mod layout;
 pub mod output;
 pub mod procfs;
 pub mod proto;

@@ -1,33 +1,65 @@
 //! A host server: one real process of the scenario, driven by the controller.
 //!
-//! The server performs each request (a system call or a memory access in its own address
-//! space) and replies with the result. It is a fork of the controller (`spawn`) or of another
-//! server (`fork`). It keeps its state in fixed-size values and calls only the
-//! allocation-free wrappers of [`crate::sys`], so it never creates or grows a mapping of its
-//! own after it starts.
+//! A server is the *host agent* (`csrc/host_agent.c`): a small statically linked C program
+//! the controller executes from an in-memory file (`memfd_create`, then `execveat` of the
+//! descriptor, so no path on disk is involved that another user could plant or replace). It
+//! sets itself up, says hello (its pid, or the step that failed and the errno) and performs
+//! each request of [`crate::proto`] (a system call or a memory access in its own address
+//! space) until end of file or an exit request.
+//!
+//! Why a program of its own and not a fork of the controller: a fork would start every
+//! scenario process with the controller's 9 MB of text, its libraries, heap and thread
+//! stacks. The engine's processes start empty, and the kernel counts a process's whole
+//! address space in places a scenario observes: `mlockall(MCL_CURRENT)` compares `total_vm`
+//! with RLIMIT_MEMLOCK, so an ordinary process that mapped a few MiB and locked everything
+//! got ENOMEM on the host where the engine (and a minimal C program) succeeded; a fork of a
+//! server copied the controller's heap too. The agent holds its program (about 0.7 MB of
+//! static text), its stack, the vDSO and the fences below.
+//!
+//! Setup, in this order (each a [`Step`] of a refused hello):
+//! - join the scenario's memory cgroup (its `cgroup.procs`, opened by the controller);
+//! - move the connection to descriptor 3 and close every other descriptor;
+//! - default stop signals, SIGCHLD and SIGPIPE ignored (a dead controller is seen as EPIPE),
+//!   the fault handler of the memory accessors (`csrc/access.c`);
+//! - RLIMIT_MEMLOCK as the scenario set it;
+//! - the heap moved to the engine's heap start (`prctl(PR_SET_MM_MAP)`), so a scenario's
+//!   `brk` grows a heap of its own at the engine's address; then *fences*: every hole a
+//!   top-down search could choose above the first [`FENCE_ALIGN`] boundary below the
+//!   program's mappings is filled with a PROT_NONE shared anonymous mapping (one that never
+//!   merges with anything), so the scenario's first `mmap` ends at that boundary, as the
+//!   engine's ends at its aligned `mmap_base`;
+//! - credentials dropped to nobody unless the process was spawned privileged.
 //!
 //! A `fork` request makes a socket pair *before* forking: the child keeps one end as its
 //! connection, and the parent sends the other end to the controller attached (SCM_RIGHTS)
 //! to its reply. No socket is ever listening, so no other local user can connect to the
-//! controller, stall it or forge a server's answers (see [`crate::host`]).
-//!
-//! An `mmap` of a file comes with the controller's descriptor of it attached (SCM_RIGHTS):
-//! a server may run as nobody and could not open the file, and the file has no name anyway.
-//! Requests are received with `recvmsg` into fixed buffers; a descriptor passed with any
-//! other request is closed unused, and the one of an `mmap` is closed right after the call.
+//! controller, stall it or forge a server's answers (see [`crate::host`]). An `mmap` of a
+//! file comes with the controller's descriptor of it attached: a server may run as nobody
+//! and could not open the file, and the file has no name anyway. The agent never allocates
+//! after its start, so it never creates or grows a mapping of its own while it serves.
 
-use crate::layout;
-use crate::proto::{Op, Reply, Request, REPLY_BYTES, REQ_BYTES};
+use crate::proto::{Reply, REPLY_BYTES};
 use crate::sys;
+use std::ffi::CString;
+use std::sync::OnceLock;
 
-/// The descriptor a server talks to the controller on.
-const CONN_FD: i32 = 3;
-/// Pins a server can hold at once.
-const MAX_PINS: usize = 64;
 /// The user and group ordinary servers run as (nobody).
 const NOBODY: u32 = 65534;
 /// The refusal code of a fork whose connection could not be made or handed over.
 pub const FORK_CONNECTION: u64 = 6;
+/// The boundary a server's fences end at, and so the alignment of the end of a scenario's
+/// first mapping: the PMD size, the largest folio an anonymous or shmem mapping gets, so
+/// every THP alignment decision the kernel makes about scenario mappings is the one the
+/// engine makes below its aligned `mmap_base`. (A larger boundary would cost fence space,
+/// and fences count in `total_vm`: 1 GiB ones made every unprivileged `mlockall` ENOMEM.)
+pub const FENCE_ALIGN: u64 = 2 << 20;
+
+/// The agent program (`csrc/host_agent.c`, built by `build.rs`).
+const AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/host_agent"));
+
+/// Whether the agent is statically linked (`build.rs` links it dynamically where the C
+/// library has no static archive).
+pub const AGENT_STATIC: bool = cfg!(host_agent_static);
 
 /// The user a server spawned with `privileged` runs as (a forked server keeps its
 /// parent's): the controller's own effective user, or nobody.
@@ -55,6 +87,10 @@ pub enum Step {
     Descriptors = 5,
     /// Joining the scenario's memory cgroup.
     Cgroup = 6,
+    /// Executing the agent (in the controller's child).
+    Exec = 7,
+    /// The agent's arguments.
+    Arguments = 8,
 }
 
 impl Step {
@@ -67,6 +103,8 @@ impl Step {
             4 => "dropping root (setresuid/setresgid)",
             5 => "setting up descriptors",
             6 => "joining the scenario's memory cgroup (writing cgroup.procs)",
+            7 => "executing the host agent (execveat of its in-memory file)",
+            8 => "reading the host agent's arguments",
             _ => "an unknown step",
         }
     }
@@ -77,8 +115,6 @@ impl Step {
 pub struct SpawnConfig {
     /// The server's end of its connection.
     pub conn: i32,
-    /// The controller's end, to close in the server.
-    pub stray: i32,
     /// Keep root's capabilities.
     pub privileged: bool,
     /// RLIMIT_MEMLOCK (`None`: unlimited).
@@ -88,277 +124,38 @@ pub struct SpawnConfig {
     pub cgroup_procs: i32,
 }
 
-#[derive(Clone, Copy)]
-struct PinSlot {
-    addr: u64,
-    len: u64,
-    fd: i32,
+/// The agent's in-memory file, made once per controller.
+fn agent_image() -> Result<&'static std::fs::File, String> {
+    static IMAGE: OnceLock<Result<std::fs::File, sys::Errno>> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| sys::memfd_with(c"usermm-host-agent", AGENT))
+        .as_ref()
+        .map_err(|e| format!("memfd_create for the host agent: errno {e}"))
 }
 
-const FREE: PinSlot = PinSlot {
-    addr: 0,
-    len: 0,
-    fd: -1,
-};
-
-struct Server {
-    conn: i32,
-    pins: [PinSlot; MAX_PINS],
-    /// The descriptor attached to the current request (-1: none).
-    passed: i32,
-}
-
-/// Runs in the child of the controller's `fork`: sets up, says hello, serves. Never returns.
-pub fn run_spawned(cfg: SpawnConfig) -> ! {
-    sys::close(cfg.stray);
-    let hello = match setup(&cfg) {
-        Ok(()) => Reply::Ok(sys::getpid() as u64, 0),
-        Err((step, e)) => Reply::Refused(step as u64, e),
-    };
-    let early = [Step::Descriptors as u64, Step::Cgroup as u64];
-    let conn = if matches!(hello, Reply::Refused(s, _) if early.contains(&s)) {
-        cfg.conn
-    } else {
-        CONN_FD
-    };
-    if !send(conn, &hello) || !matches!(hello, Reply::Ok(..)) {
-        sys::exit_now(2);
-    }
-    let mut s = Server {
-        conn,
-        pins: [FREE; MAX_PINS],
-        passed: -1,
-    };
-    s.serve()
-}
-
-fn setup(cfg: &SpawnConfig) -> Result<(), (Step, i32)> {
-    if cfg.cgroup_procs >= 0 {
-        // "0" is the writer itself (cgroup v1 and v2).
-        sys::write(cfg.cgroup_procs, b"0").map_err(|e| (Step::Cgroup, e))?;
-    }
-    sys::dup2(cfg.conn, CONN_FD).map_err(|e| (Step::Descriptors, e))?;
-    sys::close_from(CONN_FD as u32 + 1);
-    sys::server_signals().map_err(|e| (Step::Signals, e))?;
-    sys::install_fault_handler().map_err(|e| (Step::Signals, e))?;
-    // A privileged process's memlock limit does not matter (CAP_IPC_LOCK); without
-    // CAP_SYS_RESOURCE a limit above the hard one cannot be set, so do not insist there.
-    match sys::set_memlock_limit(cfg.rlimit_memlock) {
-        Err(e) if !cfg.privileged => return Err((Step::Rlimit, e)),
-        _ => {}
-    }
-    layout::prepare().map_err(|e| (Step::Layout, e))?;
-    if !cfg.privileged {
-        sys::drop_privileges(NOBODY).map_err(|e| (Step::Credentials, e))?;
-    }
-    Ok(())
-}
-
-/// Reads a whole request into `buf`; the first descriptor attached to it, if any, goes to
-/// `passed` (others are closed). False at end of file or on an error.
-fn read_request(fd: i32, buf: &mut [u8], passed: &mut i32) -> bool {
-    use std::os::fd::IntoRawFd;
-    let mut got = 0;
-    while got < buf.len() {
-        match sys::recv_with_fd(fd, &mut buf[got..]) {
-            Ok((0, _)) => return false,
-            Ok((n, fd)) => {
-                got += n;
-                if let Some(fd) = fd {
-                    if *passed < 0 {
-                        *passed = fd.into_raw_fd();
-                    }
-                }
-            }
-            Err(libc::EINTR) => {}
-            Err(_) => return false,
-        }
-    }
-    true
-}
-
-fn send(fd: i32, r: &Reply) -> bool {
-    send_from(fd, &r.encode(), 0)
-}
-
-/// Writes `buf[put..]` completely.
-fn send_from(fd: i32, buf: &[u8; REPLY_BYTES], mut put: usize) -> bool {
-    while put < REPLY_BYTES {
-        match sys::write(fd, &buf[put..]) {
-            Ok(n) => put += n,
-            Err(libc::EINTR) => {}
-            Err(_) => return false,
-        }
-    }
-    true
-}
-
-fn unit(r: Result<(), sys::Errno>) -> Reply {
-    match r {
-        Ok(()) => Reply::Ok(0, 0),
-        Err(e) => Reply::Errno(e),
-    }
-}
-
-fn value(r: Result<u64, sys::Errno>) -> Reply {
-    match r {
-        Ok(v) => Reply::Ok(v, 0),
-        Err(e) => Reply::Errno(e),
-    }
-}
-
-fn access(r: Result<(), i32>) -> Reply {
-    match r {
-        Ok(()) => Reply::Ok(0, 0),
-        Err(sig) => Reply::Signal(sig),
-    }
-}
-
-impl Server {
-    fn serve(&mut self) -> ! {
-        loop {
-            let mut buf = [0u8; REQ_BYTES];
-            if !read_request(self.conn, &mut buf, &mut self.passed) {
-                self.exit();
-            }
-            let reply = match Request::decode(&buf) {
-                Some(req) => self.handle(&req),
-                None => Some(Reply::Refused(0, libc::EINVAL)),
-            };
-            if self.passed >= 0 {
-                sys::close(self.passed);
-                self.passed = -1;
-            }
-            if let Some(r) = reply {
-                if !send(self.conn, &r) {
-                    self.exit();
-                }
-            }
-        }
-    }
-
-    /// Performs one request; `None` when there is nothing to reply (a fork's child).
-    fn handle(&mut self, req: &Request) -> Option<Reply> {
-        let [a, b, c, d, e] = req.args;
-        Some(match req.op {
-            Op::Mmap => value(sys::mmap(a, b, c as i32, d as i32)),
-            Op::MmapFile if self.passed < 0 => Reply::Refused(0, libc::EBADF),
-            Op::MmapFile => value(sys::mmap_fd(a, b, c as i32, d as i32, self.passed, e)),
-            Op::Msync => unit(sys::msync(a, b, c as i32)),
-            Op::Munmap => unit(sys::munmap(a, b)),
-            Op::Mprotect => unit(sys::mprotect(a, b, c as i32)),
-            Op::Mremap => value(sys::mremap(a, b, c, d as i32, e)),
-            Op::Brk => Reply::Ok(sys::brk(a), 0),
-            Op::Madvise => unit(sys::madvise(a, b, c as i32)),
-            Op::Mlock2 => unit(sys::mlock2(a, b, c as u32)),
-            Op::Munlock => unit(sys::munlock(a, b)),
-            Op::Mlockall => unit(sys::mlockall(a as i32)),
-            Op::Munlockall => unit(sys::munlockall()),
-            Op::Pin => self.pin(a, b),
-            Op::Unpin => self.unpin(a, b),
-            Op::Fill => access(sys::fill(a, b, c as u8)),
-            Op::Touch => access(sys::touch(a, b, c != 0)),
-            Op::Check => match sys::check_bytes(a, b, c as u8) {
-                Ok(None) => Reply::Ok(u64::MAX, 0),
-                Ok(Some((off, v))) => Reply::Ok(off, u64::from(v)),
-                Err(sig) => Reply::Signal(sig),
-            },
-            Op::Fork => return self.fork(),
-            Op::Exit => self.exit(),
-        })
-    }
-
-    fn pin(&mut self, addr: u64, len: u64) -> Reply {
-        let Some(slot) = self.pins.iter_mut().find(|p| p.fd < 0) else {
-            return Reply::Refused(0, libc::ENOSPC);
-        };
-        match sys::io_uring_pin(addr, len) {
-            Ok(fd) => {
-                *slot = PinSlot { addr, len, fd };
-                Reply::Ok(0, 0)
-            }
-            Err(e) => Reply::Errno(e),
-        }
-    }
-
-    fn unpin(&mut self, addr: u64, len: u64) -> Reply {
-        match self
-            .pins
-            .iter_mut()
-            .find(|p| p.fd >= 0 && p.addr == addr && p.len == len)
-        {
-            Some(slot) => {
-                let r = sys::io_uring_unpin(slot.fd);
-                *slot = FREE;
-                unit(r)
-            }
-            None => Reply::Errno(libc::EINVAL),
-        }
-    }
-
-    /// Forks; the reply (sent here, with the controller's end of the child's connection
-    /// attached) is the child's pid.
-    fn fork(&mut self) -> Option<Reply> {
-        let (controller_end, child_end) = match sys::socketpair() {
-            Ok(pair) => pair,
-            Err(e) => return Some(Reply::Refused(FORK_CONNECTION, e)),
-        };
-        match sys::fork() {
-            Ok(0) => {
-                sys::close(controller_end);
-                self.become_child(child_end);
-                None
-            }
-            Ok(pid) => {
-                sys::close(child_end);
-                let sent = self.send_with_connection(&Reply::Ok(pid as u64, 0), controller_end);
-                sys::close(controller_end);
-                if !sent {
-                    // The child has no controller and sees end of file; so do we.
-                    self.exit();
-                }
-                None
-            }
-            Err(e) => {
-                sys::close(controller_end);
-                sys::close(child_end);
-                Some(Reply::Errno(e))
-            }
-        }
-    }
-
-    /// Sends `r` with descriptor `fd` attached to its first byte.
-    fn send_with_connection(&self, r: &Reply, fd: i32) -> bool {
-        let buf = r.encode();
-        loop {
-            match sys::send_with_fd(self.conn, &buf, fd) {
-                Ok(0) => return false,
-                Ok(n) => return send_from(self.conn, &buf, n),
-                Err(libc::EINTR) => {}
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// In a fork's child: drop the parent's connection and pins, take `conn` as the
-    /// connection, say hello.
-    fn become_child(&mut self, conn: i32) {
-        sys::close(self.conn);
-        for p in self.pins.iter_mut().filter(|p| p.fd >= 0) {
-            sys::close(p.fd);
-            *p = FREE;
-        }
-        self.conn = conn;
-        if !send(self.conn, &Reply::Ok(sys::getpid() as u64, 0)) {
-            sys::exit_now(3);
-        }
-    }
-
-    /// Releases the pins synchronously (a ring's teardown at exit is deferred) and exits.
-    fn exit(&mut self) -> ! {
-        for p in self.pins.iter().filter(|p| p.fd >= 0) {
-            let _ = sys::io_uring_unpin(p.fd);
-        }
-        sys::exit_now(0)
-    }
+/// Starts a server: forks, and executes the agent in the child with `cfg`. Returns the
+/// child's pid; its hello (or the refusal of the step that failed, [`Step::Exec`] when the
+/// agent could not be executed) arrives on the controller's end of `cfg.conn`.
+pub fn spawn(cfg: &SpawnConfig) -> Result<i32, String> {
+    use std::os::fd::AsRawFd;
+    let image = agent_image()?.as_raw_fd();
+    let arg = |s: String| CString::new(s).map_err(|e| e.to_string());
+    let argv = [
+        arg("usermm-host-agent".into())?,
+        arg(cfg.conn.to_string())?,
+        arg(cfg.cgroup_procs.to_string())?,
+        arg(u8::from(cfg.privileged).to_string())?,
+        arg(cfg
+            .rlimit_memlock
+            .map_or_else(|| "inf".to_string(), |v| v.to_string()))?,
+        arg(usermm::machine::START_BRK.to_string())?,
+        arg(FENCE_ALIGN.to_string())?,
+    ];
+    let keep = [cfg.conn, cfg.cgroup_procs];
+    let conn = cfg.conn;
+    sys::fork_exec_fd(image, &argv, &keep, move |e| {
+        let hello: [u8; REPLY_BYTES] = Reply::Refused(Step::Exec as u64, e).encode();
+        let _ = sys::write(conn, &hello);
+    })
+    .map_err(|e| format!("fork: errno {e}"))
 }

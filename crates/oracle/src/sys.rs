@@ -14,7 +14,6 @@ use std::sync::OnceLock;
 pub type Errno = i32;
 
 extern "C" {
-    fn usermm_oracle_install_fault_handler() -> libc::c_int;
     fn usermm_oracle_fill(addr: usize, len: usize, byte: u8) -> libc::c_int;
     fn usermm_oracle_touch(addr: usize, len: usize, write: libc::c_int) -> libc::c_int;
     fn usermm_oracle_check(
@@ -81,13 +80,6 @@ pub fn mremap(addr: u64, old: u64, new: u64, flags: i32, new_addr: u64) -> Resul
     check_long(unsafe { libc::syscall(libc::SYS_mremap, addr, old, new, flags, new_addr) })
 }
 
-/// The raw `brk` system call: the break after the call.
-pub fn brk(addr: u64) -> u64 {
-    // SAFETY: the raw system call only moves the heap area that `set_brk_area` placed away
-    // from everything the server uses.
-    unsafe { libc::syscall(libc::SYS_brk, addr) as u64 }
-}
-
 /// `madvise`.
 pub fn madvise(addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
     // SAFETY: scenario memory only (checked by the controller).
@@ -104,18 +96,6 @@ pub fn mlock2(addr: u64, len: u64, flags: u32) -> Result<(), Errno> {
 pub fn munlock(addr: u64, len: u64) -> Result<(), Errno> {
     // SAFETY: unlocking changes no memory contents.
     check(unsafe { libc::munlock(addr as *const c_void, len as usize) })
-}
-
-/// `mlockall`.
-pub fn mlockall(flags: i32) -> Result<(), Errno> {
-    // SAFETY: no memory is changed.
-    check(unsafe { libc::mlockall(flags) })
-}
-
-/// `munlockall`.
-pub fn munlockall() -> Result<(), Errno> {
-    // SAFETY: no memory is changed.
-    check(unsafe { libc::munlockall() })
 }
 
 /// Drains every CPU's LRU and mlock batches. `move_pages` with a node list disables the
@@ -147,6 +127,47 @@ pub fn fork() -> Result<i32, Errno> {
     if pid < 0 {
         Err(errno())
     } else {
+        Ok(pid)
+    }
+}
+
+/// Forks; the child lets the descriptors of `keep` (those ≥ 0) survive `exec` and
+/// executes the program in the file `image` refers to with `argv` and an empty environment
+/// (`execveat` with `AT_EMPTY_PATH`: no path is looked up). If that fails, the child calls
+/// `failed` with the errno and exits with status 127. Returns the child's pid.
+pub fn fork_exec_fd(
+    image: i32,
+    argv: &[CString],
+    keep: &[i32],
+    failed: impl FnOnce(i32),
+) -> Result<i32, Errno> {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    // SAFETY: the pointer arrays are built before the fork and outlive the call in both
+    // processes. The child (of a possibly multithreaded process) only makes system calls
+    // (fcntl, execveat; `failed` writes a reply already on its stack) and leaves with
+    // `exit_now`: nothing that takes a lock another thread may have held.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(errno());
+        }
+        if pid == 0 {
+            for &fd in keep.iter().filter(|&&fd| fd >= 0) {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            libc::syscall(
+                libc::SYS_execveat,
+                image,
+                c"".as_ptr(),
+                ptrs.as_ptr(),
+                envp.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            );
+            failed(errno());
+            exit_now(127);
+        }
         Ok(pid)
     }
 }
@@ -243,24 +264,6 @@ pub fn close(fd: i32) {
     let _ = unsafe { libc::close(fd) };
 }
 
-/// Closes every descriptor from `first` up.
-pub fn close_from(first: u32) {
-    // SAFETY: closes descriptors of a freshly forked server, which owns no Rust objects
-    // that wrap them.
-    let _ = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
-}
-
-/// `dup2`.
-pub fn dup2(old: i32, new: i32) -> Result<i32, Errno> {
-    // SAFETY: plain descriptor numbers.
-    let r = unsafe { libc::dup2(old, new) };
-    if r < 0 {
-        Err(errno())
-    } else {
-        Ok(r)
-    }
-}
-
 /// A connected pair of stream sockets.
 pub fn socketpair() -> Result<(i32, i32), Errno> {
     let mut fds = [0i32; 2];
@@ -274,150 +277,6 @@ pub fn socketpair() -> Result<(i32, i32), Errno> {
         )
     })?;
     Ok((fds[0], fds[1]))
-}
-
-/// Sets RLIMIT_MEMLOCK (soft and hard); `None` is unlimited.
-pub fn set_memlock_limit(limit: Option<u64>) -> Result<(), Errno> {
-    let v = limit.unwrap_or(libc::RLIM_INFINITY);
-    let r = libc::rlimit {
-        rlim_cur: v,
-        rlim_max: v,
-    };
-    // SAFETY: `r` is a valid rlimit.
-    check(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) })
-}
-
-/// The memory-map descriptor of `prctl(PR_SET_MM, PR_SET_MM_MAP)` (`struct prctl_mm_map`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MmMap {
-    /// start_code.
-    pub start_code: u64,
-    /// end_code.
-    pub end_code: u64,
-    /// start_data.
-    pub start_data: u64,
-    /// end_data.
-    pub end_data: u64,
-    /// start_brk.
-    pub start_brk: u64,
-    /// brk.
-    pub brk: u64,
-    /// start_stack.
-    pub start_stack: u64,
-    /// arg_start.
-    pub arg_start: u64,
-    /// arg_end.
-    pub arg_end: u64,
-    /// env_start.
-    pub env_start: u64,
-    /// env_end.
-    pub env_end: u64,
-    /// auxv pointer (0: unchanged).
-    pub auxv: u64,
-    /// auxv size (0: unchanged).
-    pub auxv_size: u32,
-    /// exe fd (`u32::MAX`: unchanged).
-    pub exe_fd: u32,
-}
-
-/// Replaces the process's memory-map descriptor (the checkpoint/restore interface, which
-/// needs no capability when the executable and auxv stay as they are).
-pub fn set_mm_map(map: &MmMap) -> Result<(), Errno> {
-    // SAFETY: `map` is a valid prctl_mm_map of the size passed; its auxv pointer is null.
-    check(unsafe {
-        libc::prctl(
-            libc::PR_SET_MM,
-            libc::PR_SET_MM_MAP as libc::c_ulong,
-            map as *const MmMap as libc::c_ulong,
-            std::mem::size_of::<MmMap>() as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    })
-}
-
-/// Opens a file read-only (close-on-exec).
-pub fn open_read(path: &std::ffi::CStr) -> Result<i32, Errno> {
-    // SAFETY: `path` is a NUL-terminated string.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        Err(errno())
-    } else {
-        Ok(fd)
-    }
-}
-
-/// Becomes user and group `id` with no supplementary groups: every capability is dropped.
-pub fn drop_privileges(id: u32) -> Result<(), Errno> {
-    // SAFETY: credential calls with plain integers; an empty group list.
-    unsafe {
-        check(libc::setgroups(0, std::ptr::null()))?;
-        check(libc::setresgid(id, id, id))?;
-        check(libc::setresuid(id, id, id))
-    }
-}
-
-/// io_uring_params: 120 bytes the kernel fills in.
-const IO_URING_PARAMS_WORDS: usize = 15;
-const IORING_REGISTER_BUFFERS: u32 = 0;
-const IORING_UNREGISTER_BUFFERS: u32 = 1;
-
-/// Registers `[addr, addr+len)` as the fixed buffer of a new io_uring: a long-term pin
-/// (FOLL_WRITE | FOLL_LONGTERM) that lasts until [`io_uring_unpin`]. Returns the ring's fd.
-pub fn io_uring_pin(addr: u64, len: u64) -> Result<i32, Errno> {
-    let mut params = [0u64; IO_URING_PARAMS_WORDS];
-    // SAFETY: `params` is a zeroed io_uring_params of the right size for the kernel to fill.
-    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let fd = fd as i32;
-    let iov = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: len as usize,
-    };
-    // SAFETY: one valid iovec; the kernel pins the user pages it names.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_io_uring_register,
-            fd,
-            IORING_REGISTER_BUFFERS,
-            &iov as *const libc::iovec,
-            1u32,
-        )
-    };
-    if r < 0 {
-        let e = errno();
-        close(fd);
-        return Err(e);
-    }
-    Ok(fd)
-}
-
-/// Releases the pin of ring `fd` synchronously (unregister), then closes the ring.
-pub fn io_uring_unpin(fd: i32) -> Result<(), Errno> {
-    // SAFETY: unregistering takes no memory argument.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_io_uring_register,
-            fd,
-            IORING_UNREGISTER_BUFFERS,
-            std::ptr::null::<c_void>(),
-            0u32,
-        )
-    };
-    let res = check_long(r).map(|_| ());
-    close(fd);
-    res
-}
-
-/// Installs the SIGSEGV/SIGBUS handler of the accessors (in a server).
-pub fn install_fault_handler() -> Result<(), Errno> {
-    // SAFETY: installs a handler that only jumps back into an accessor that armed it.
-    if unsafe { usermm_oracle_install_fault_handler() } != 0 {
-        return Err(errno());
-    }
-    Ok(())
 }
 
 /// Fills scenario memory with `byte`; `Err(signal)` if an access faulted.
@@ -528,16 +387,6 @@ pub fn install_stop_handler() -> Result<(), Errno> {
 /// Whether SIGINT/SIGTERM/SIGHUP arrived.
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
-}
-
-/// In a new server: default actions for the stop signals, children reaped by the kernel,
-/// SIGPIPE ignored (a dead controller is seen as EPIPE).
-pub fn server_signals() -> Result<(), Errno> {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        set_handler(sig, libc::SIG_DFL)?;
-    }
-    set_handler(libc::SIGCHLD, libc::SIG_IGN)?;
-    set_handler(libc::SIGPIPE, libc::SIG_IGN)
 }
 
 /// `kill(pid, SIGKILL)`.
@@ -872,12 +721,6 @@ pub fn mincore(addr: u64, len: u64) -> Result<Vec<u8>, Errno> {
     // SAFETY: `v` holds one byte for every page of the range; the kernel only writes there.
     check(unsafe { libc::mincore(addr as *mut c_void, len as usize, v.as_mut_ptr()) })?;
     Ok(v)
-}
-
-/// `msync`.
-pub fn msync(addr: u64, len: u64, flags: i32) -> Result<(), Errno> {
-    // SAFETY: writes back or invalidates scenario memory only; no memory of ours changes.
-    check(unsafe { libc::msync(addr as *mut c_void, len as usize, flags) })
 }
 
 /// Eight random bytes as sixteen hex digits (`getrandom`), for names nobody can guess.

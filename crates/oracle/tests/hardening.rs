@@ -232,3 +232,55 @@ expect p0 read a 64K pattern=0x2
     assert!(rep.expect_failures.is_empty(), "{rep}");
     assert_eq!(rep.statements, 8, "{rep}");
 }
+
+/// A host process is the small host agent, not a fork of this (large) test binary: it runs
+/// from the in-memory file, as nobody, its whole address space is under 4 MiB before the
+/// scenario maps anything (so `mlockall(MCL_CURRENT)` under an 8 MiB limit fits a few MiB of
+/// scenario, as in a minimal C program), its fences end at [`oracle::server::FENCE_ALIGN`]
+/// (where its first mapping ends), and a fork of it is an agent too.
+#[test]
+fn host_processes_are_the_small_agent() {
+    use scenario::backend::{Backend, MmapReq, Place};
+    use scenario::{Prot, Sharing};
+    if !host_ready() {
+        return;
+    }
+    let knobs = oracle::knobs::ThpKnobs::acquire().expect("knobs");
+    knobs.set_defaults().expect("defaults");
+    let mut h = host::HostBackend::new(&knobs).expect("host");
+    let p = h.spawn(false, Some(8 << 20)).expect("spawn");
+    let c = h.fork(p).expect("fork");
+    for pid in [p, c] {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("exe");
+        assert!(
+            exe.to_string_lossy().contains("memfd:usermm-host-agent"),
+            "{exe:?}"
+        );
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let field = |name: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(name)).expect(name);
+            line.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .expect(name)
+        };
+        // About 1.1 MiB of program, stack and vDSO, and up to FENCE_ALIGN of fences (the distance
+        // from the randomised mmap base down to the boundary).
+        assert!(field("VmSize:") < 4 << 10, "{status}");
+        assert_eq!(field("Uid:"), 65534, "{status}");
+    }
+    let req = MmapReq {
+        len: 1 << 20,
+        prot: Prot::Rw,
+        sharing: Sharing::Private,
+        populate: false,
+        locked: false,
+        noreserve: false,
+        place: Place::Anywhere,
+        file: None,
+    };
+    let a = h.mmap(p, &req).expect("mmap");
+    assert_eq!((a + (1 << 20)) % oracle::server::FENCE_ALIGN, 0, "{a:#x}");
+    h.exit(c).expect("exit");
+    h.exit(p).expect("exit");
+}
