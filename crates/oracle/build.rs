@@ -28,11 +28,10 @@ fn host_agent() {
             .arg("csrc/host_agent.c");
         cmd.output()
     };
-    // Linked away from low memory, where scenarios place fixed mappings (0x10000000,
-    // 0x200000000, ...): a static program loads at 0x400000 and its heap follows it, and a
-    // scenario mapping over the agent's own would be refused. A dynamic (PIE) one loads
-    // high anyway.
-    match link(&["-static", "-no-pie", "-Wl,-Ttext-segment=0x500000000000"]) {
+    // Position-independent, so the kernel loads it in the mmap area as it loads a dynamic
+    // program's libraries, and low memory stays free for the fixed mappings scenarios place
+    // there (0x10000000, 0x200000000, ...): a non-PIE static program loads at 0x400000.
+    match link(&["-static-pie"]) {
         Ok(o) if o.status.success() => println!("cargo:rustc-cfg=host_agent_static"),
         _ => match link(&[]) {
             Ok(o) if o.status.success() => println!(

@@ -46,8 +46,8 @@
 #define MAX_PINS 64
 #define NOBODY 65534
 #define FORK_CONNECTION 6
-#define MAPS_BUF (64 * 1024)
-#define MAX_MAPS 1024
+#define MAPS_BUF (16 * 1024)
+#define MAX_MAPS 512
 #define FENCE_FLAGS (MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE)
 
 /* Setup steps (src/server.rs `Step`). */
@@ -594,13 +594,14 @@ static int stat_fields(uint64_t *f, int count)
 	return 0;
 }
 
-/* Moves start_brk and brk to the engine's heap start when nothing is mapped within a
- * fence alignment below it or 64 alignments above, else to the middle of the largest gap
- * below the mmap area. */
-static int move_heap(uint64_t start_brk, uint64_t align)
+/* Moves start_brk and brk to the engine's heap start when nothing is mapped from 2 MiB below
+ * it to 64 GiB above (room to grow, and no neighbour to merge with), else to the middle of
+ * the largest gap, 1 GiB aligned. */
+static int move_heap(uint64_t start_brk)
 {
 	static struct range maps[MAX_MAPS];
-	uint64_t f[53] = { 0 }, lo = start_brk - align, hi = start_brk + 64 * align, at = start_brk;
+	const uint64_t room = 1ull << 30;
+	uint64_t f[53] = { 0 }, lo = start_brk - (2u << 20), hi = start_brk + 64 * room, at = start_brk;
 	struct prctl_mm_map m;
 	int n = read_maps(maps, MAX_MAPS), i, busy = 0;
 
@@ -615,7 +616,7 @@ static int move_heap(uint64_t start_brk, uint64_t align)
 			uint64_t gap = maps[i].start - maps[i - 1].end;
 			if (gap > best) {
 				best = gap;
-				at = (maps[i - 1].end / 2 + maps[i].start / 2) & ~(align - 1);
+				at = (maps[i - 1].end / 2 + maps[i].start / 2) & ~(room - 1);
 			}
 		}
 	}
@@ -709,7 +710,7 @@ int main(int argc, char **argv)
 		send_reply(conn, refused(STEP_RLIMIT, errno));
 		_exit(2);
 	}
-	e = move_heap(start_brk, align);
+	e = move_heap(start_brk);
 	if (!e)
 		e = place_fences(align);
 	if (e) {

@@ -23,7 +23,9 @@
 //!   the fault handler of the memory accessors (`csrc/access.c`);
 //! - RLIMIT_MEMLOCK as the scenario set it;
 //! - the heap moved to the engine's heap start (`prctl(PR_SET_MM_MAP)`), so a scenario's
-//!   `brk` grows a heap of its own at the engine's address; then *fences*: every hole a
+//!   `brk` grows a heap of its own at the engine's address (the agent runs without address
+//!   randomisation, as the engine's processes do, so the static program's own small heap,
+//!   which the kernel places at `ELF_ET_DYN_BASE`, is always 10 MiB below it); then *fences*: every hole a
 //!   top-down search could choose above the first [`FENCE_ALIGN`] boundary below the
 //!   program's mappings is filled with a PROT_NONE shared anonymous mapping (one that never
 //!   merges with anything), so the scenario's first `mmap` ends at that boundary, as the
@@ -153,7 +155,7 @@ pub fn spawn(cfg: &SpawnConfig) -> Result<i32, String> {
     ];
     let keep = [cfg.conn, cfg.cgroup_procs];
     let conn = cfg.conn;
-    sys::fork_exec_fd(image, &argv, &keep, move |e| {
+    sys::fork_exec_fd_no_aslr(image, &argv, &keep, move |e| {
         let hello: [u8; REPLY_BYTES] = Reply::Refused(Step::Exec as u64, e).encode();
         let _ = sys::write(conn, &hello);
     })

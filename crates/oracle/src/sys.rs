@@ -131,11 +131,13 @@ pub fn fork() -> Result<i32, Errno> {
     }
 }
 
-/// Forks; the child lets the descriptors of `keep` (those ≥ 0) survive `exec` and
-/// executes the program in the file `image` refers to with `argv` and an empty environment
-/// (`execveat` with `AT_EMPTY_PATH`: no path is looked up). If that fails, the child calls
-/// `failed` with the errno and exits with status 127. Returns the child's pid.
-pub fn fork_exec_fd(
+/// Forks; the child lets the descriptors of `keep` (those ≥ 0) survive `exec`, turns off
+/// address-space randomisation for itself and what it executes (`personality
+/// (ADDR_NO_RANDOMIZE)`) and executes the program in the file `image` refers to with `argv`
+/// and an empty environment (`execveat` with `AT_EMPTY_PATH`: no path is looked up). If that
+/// fails, the child calls `failed` with the errno and exits with status 127. Returns the
+/// child's pid.
+pub fn fork_exec_fd_no_aslr(
     image: i32,
     argv: &[CString],
     keep: &[i32],
@@ -146,7 +148,7 @@ pub fn fork_exec_fd(
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     // SAFETY: the pointer arrays are built before the fork and outlive the call in both
     // processes. The child (of a possibly multithreaded process) only makes system calls
-    // (fcntl, execveat; `failed` writes a reply already on its stack) and leaves with
+    // (fcntl, personality, execveat; `failed` writes a reply already on its stack) and leaves with
     // `exit_now`: nothing that takes a lock another thread may have held.
     unsafe {
         let pid = libc::fork();
@@ -157,6 +159,7 @@ pub fn fork_exec_fd(
             for &fd in keep.iter().filter(|&&fd| fd >= 0) {
                 libc::fcntl(fd, libc::F_SETFD, 0);
             }
+            libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
             libc::syscall(
                 libc::SYS_execveat,
                 image,

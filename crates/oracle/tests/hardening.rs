@@ -237,7 +237,8 @@ expect p0 read a 64K pattern=0x2
 /// from the in-memory file, as nobody, its whole address space is under 4 MiB before the
 /// scenario maps anything (so `mlockall(MCL_CURRENT)` under an 8 MiB limit fits a few MiB of
 /// scenario, as in a minimal C program), its fences end at [`oracle::server::FENCE_ALIGN`]
-/// (where its first mapping ends), and a fork of it is an agent too.
+/// (where its first mapping ends), its heap starts at the engine's heap start, and a fork of
+/// it is an agent too.
 #[test]
 fn host_processes_are_the_small_agent() {
     use scenario::backend::{Backend, MmapReq, Place};
@@ -264,10 +265,19 @@ fn host_processes_are_the_small_agent() {
                 .and_then(|v| v.parse().ok())
                 .expect(name)
         };
-        // About 1.1 MiB of program, stack and vDSO, and up to FENCE_ALIGN of fences (the distance
-        // from the randomised mmap base down to the boundary).
+        // About 1 MiB of program, stack and vDSO, and up to FENCE_ALIGN of fences (from below
+        // the program down to the boundary; 1.1 MiB without address randomisation on x86-64).
         assert!(field("VmSize:") < 4 << 10, "{status}");
         assert_eq!(field("Uid:"), 65534, "{status}");
+        // The scenario's heap starts where the engine's does (`/proc/PID/stat` field 47).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let after = &stat[stat.rfind(')').expect("stat") + 2..];
+        let start_brk: u64 = after
+            .split_whitespace()
+            .nth(47 - 3)
+            .and_then(|v| v.parse().ok())
+            .expect("start_brk");
+        assert_eq!(start_brk, usermm::machine::START_BRK, "{stat}");
     }
     let req = MmapReq {
         len: 1 << 20,
