@@ -294,3 +294,25 @@ fn host_processes_are_the_small_agent() {
     h.exit(c).expect("exit");
     h.exit(p).expect("exit");
 }
+
+/// `on cpuN` pins the host process to host CPU N; a CPU this host lacks is refused by name
+/// (the file cannot run, exit 2), never run on another CPU.
+#[test]
+fn on_cpu_refuses_a_cpu_the_host_lacks() {
+    if !host_ready() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let missing = 4096u32;
+    assert!((missing as usize) >= cpus);
+    let rep = oracle::compare(
+        &script(&format!(
+            "set cpus 8192\np0 = spawn\na = p0 mmap 64K rw private anon\np0 write a 4K pattern=0x1 on cpu{missing}\n"
+        )),
+        &[],
+    );
+    assert_eq!(rep.exit_code(), 2, "{rep}");
+    let (line, why) = rep.cannot_run.clone().expect("cannot run");
+    assert_eq!(line, 4, "{rep}");
+    assert!(why.contains(&format!("cpu{missing}")), "{why}");
+}
