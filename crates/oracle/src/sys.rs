@@ -176,13 +176,22 @@ pub fn fork_exec_fd_no_aslr(
 }
 
 /// An anonymous in-memory file holding `bytes` (`memfd_create` with `MFD_CLOEXEC`): a
-/// program can be executed from it through `/proc/self/fd/N` without any path on disk that
-/// another user could plant or replace.
+/// program can be executed from it (`execveat` of the descriptor, or `/proc/self/fd/N`)
+/// without any path on disk that another user could plant or replace. It asks for an
+/// executable file (`MFD_EXEC`, Linux 6.3+), which `vm.memfd_noexec=1` otherwise withholds;
+/// a kernel that does not know the flag (EINVAL) or refuses it (`vm.memfd_noexec=2`,
+/// EACCES) gets a plain one.
 pub fn memfd_with(name: &std::ffi::CStr, bytes: &[u8]) -> Result<std::fs::File, Errno> {
     use std::io::Write;
     use std::os::fd::FromRawFd;
-    // SAFETY: `name` is a valid C string; the call creates a new descriptor we own.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let create = |flags: libc::c_uint| {
+        // SAFETY: `name` is a valid C string; the call creates a new descriptor we own.
+        unsafe { libc::memfd_create(name.as_ptr(), flags) }
+    };
+    let mut fd = create(libc::MFD_CLOEXEC | libc::MFD_EXEC);
+    if fd < 0 && matches!(errno(), libc::EINVAL | libc::EACCES) {
+        fd = create(libc::MFD_CLOEXEC);
+    }
     if fd < 0 {
         return Err(errno());
     }
