@@ -1,12 +1,11 @@
 //! Compiles the signal-safe memory accessors (`csrc/access.c`) into the crate, and the host
 //! agent (`csrc/host_agent.c`, which includes them) into `OUT_DIR/host_agent`: the program
 //! every host server runs (`src/server.rs`). The agent is linked statically where the C
-//! library has a static archive, dynamically otherwise (`cfg(host_agent_static)` says which).
+//! library has a static archive, dynamically otherwise (with a build warning).
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/access.c");
     println!("cargo:rerun-if-changed=csrc/host_agent.c");
-    println!("cargo::rustc-check-cfg=cfg(host_agent_static)");
     cc::Build::new()
         .file("csrc/access.c")
         .opt_level(2)
@@ -32,7 +31,7 @@ fn host_agent() {
     // program's libraries, and low memory stays free for the fixed mappings scenarios place
     // there (0x10000000, 0x200000000, ...): a non-PIE static program loads at 0x400000.
     match link(&["-static-pie"]) {
-        Ok(o) if o.status.success() => println!("cargo:rustc-cfg=host_agent_static"),
+        Ok(o) if o.status.success() => {}
         _ => match link(&[]) {
             Ok(o) if o.status.success() => println!(
                 "cargo:warning=the C library has no static archive: the oracle's host agent is linked dynamically"

@@ -59,10 +59,6 @@ pub const FENCE_ALIGN: u64 = 2 << 20;
 /// The agent program (`csrc/host_agent.c`, built by `build.rs`).
 const AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/host_agent"));
 
-/// Whether the agent is statically linked (`build.rs` links it dynamically where the C
-/// library has no static archive).
-pub const AGENT_STATIC: bool = cfg!(host_agent_static);
-
 /// The user a server spawned with `privileged` runs as (a forked server keeps its
 /// parent's): the controller's own effective user, or nobody.
 pub fn server_uid(privileged: bool) -> u32 {
