@@ -259,24 +259,51 @@ fn online_cpus() -> Vec<i32> {
     v
 }
 
-/// Every file mappings refer to, keyed by (device, inode).
+/// Every file mappings refer to. A file is known by its device, inode and inode generation
+/// (`PERF_RECORD_MMAP2`'s `ino_generation`), so an inode number a program freed and the
+/// filesystem gave to a new file (git writes a 5 MB pack where a 4 KiB file was) is a new
+/// file, not the old one at the old size. The snapshot of a process image reads
+/// `/proc/PID/maps`, which shows no generation: such a file takes the generation of the
+/// first later MMAP2 that names its device and inode. The trace names each file once, with
+/// its size: a file mapped past the size its record already gave (it grew after that) gets
+/// a new record.
 #[derive(Debug, Default)]
 struct Files {
-    ids: HashMap<(u64, u64), u32>,
+    /// Per (device, inode), the files seen, latest last.
+    ids: HashMap<(u64, u64), Vec<Seen>>,
     list: Vec<(u64, u64, u64, String)>,
     emitted: usize,
 }
 
+/// A file seen under a (device, inode): its generation (`None`: not known yet) and id.
+type Seen = (Option<u64>, u32);
+
 impl Files {
-    fn id(&mut self, dev: u64, ino: u64, path: &str, extent: u64) -> u32 {
-        if let Some(&id) = self.ids.get(&(dev, ino)) {
+    fn id(&mut self, dev: u64, ino: u64, generation: Option<u64>, path: &str, extent: u64) -> u32 {
+        let known = self.ids.entry((dev, ino)).or_default();
+        let found = match generation {
+            Some(g) => match known.iter().rev().find(|(kg, _)| *kg == Some(g)) {
+                Some(&(_, id)) => Some(id),
+                None => known.last_mut().filter(|(kg, _)| kg.is_none()).map(|e| {
+                    e.0 = Some(g);
+                    e.1
+                }),
+            },
+            None => known.last().map(|&(_, id)| id),
+        };
+        if let Some(id) = found {
             let e = &mut self.list[id as usize];
-            e.2 = e.2.max(extent);
-            return id;
+            if (id as usize) >= self.emitted {
+                e.2 = e.2.max(extent);
+                return id;
+            }
+            if extent <= e.2 {
+                return id;
+            }
         }
         let size = std::fs::metadata(path).map_or(0, |m| m.len()).max(extent);
         let id = self.list.len() as u32;
-        self.ids.insert((dev, ino), id);
+        known.push((generation, id));
         self.list.push((dev, ino, size, path.to_string()));
         id
     }
@@ -332,7 +359,7 @@ fn snapshot_image(pid: i32, files: &mut Files) -> Image {
                 u64::from_str_radix(ma, 16).unwrap_or(0),
                 u64::from_str_radix(mi, 16).unwrap_or(0),
             );
-            Some(files.id(d, ino, &path, offset + (end - start)))
+            Some(files.id(d, ino, None, &path, offset + (end - start)))
         } else {
             None
         };
@@ -726,4 +753,53 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
     }
     let data = cpus.into_iter().map(|c| c.data).collect();
     Ok((data, ids, side, files, exit_status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Files;
+
+    /// A file's record: (size, id).
+    fn record(f: &Files, id: u32) -> u64 {
+        f.list[id as usize].2
+    }
+
+    #[test]
+    fn a_reused_inode_number_is_a_new_file() {
+        let mut f = Files::default();
+        let small = f.id(1, 7, Some(100), "/nonexistent/a", 4096);
+        f.emitted = f.list.len();
+        // The same inode number, another generation: git's pack where a 4 KiB file was.
+        let pack = f.id(1, 7, Some(101), "/nonexistent/pack", 5 << 20);
+        assert_ne!(small, pack);
+        assert_eq!((record(&f, small), record(&f, pack)), (4096, 5 << 20));
+        // Each generation keeps its id.
+        assert_eq!(f.id(1, 7, Some(100), "/nonexistent/a", 4096), small);
+        assert_eq!(f.id(1, 7, Some(101), "/nonexistent/pack", 4096), pack);
+    }
+
+    #[test]
+    fn a_snapshot_file_takes_the_first_generation_seen() {
+        let mut f = Files::default();
+        let lib = f.id(1, 9, None, "/nonexistent/lib.so", 8192);
+        assert_eq!(f.id(1, 9, Some(5), "/nonexistent/lib.so", 8192), lib);
+        assert_eq!(f.id(1, 9, None, "/nonexistent/lib.so", 4096), lib);
+        assert_ne!(f.id(1, 9, Some(6), "/nonexistent/lib.so", 4096), lib);
+    }
+
+    #[test]
+    fn a_file_mapped_past_its_written_record_gets_a_new_one() {
+        let mut f = Files::default();
+        let a = f.id(1, 3, Some(1), "/nonexistent/log", 4096);
+        // Not yet written to the trace: the record grows.
+        assert_eq!(f.id(1, 3, Some(1), "/nonexistent/log", 8192), a);
+        assert_eq!(record(&f, a), 8192);
+        f.emitted = f.list.len();
+        // Written: a larger extent is a new record, a smaller one the same file.
+        assert_eq!(f.id(1, 3, Some(1), "/nonexistent/log", 8192), a);
+        let b = f.id(1, 3, Some(1), "/nonexistent/log", 1 << 20);
+        assert_ne!(a, b);
+        assert_eq!(record(&f, b), 1 << 20);
+        assert_eq!(f.id(1, 3, Some(1), "/nonexistent/log", 4096), b);
+    }
 }

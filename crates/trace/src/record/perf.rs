@@ -19,6 +19,8 @@ enum Rec {
         pgoff: u64,
         dev: u64,
         ino: u64,
+        /// The inode's generation (`ino_generation`): tells a reused inode number apart.
+        generation: u64,
         len: u64,
         path: String,
     },
@@ -86,12 +88,13 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
                 let len = u64_at(r, 24);
                 let pgoff = u64_at(r, 32);
                 let build_id = misc & (1 << 14) != 0;
-                let (dev, ino) = if build_id {
-                    (0, 0)
+                let (dev, ino, generation) = if build_id {
+                    (0, 0, 0)
                 } else {
                     (
                         dev_of(u32_at(r, 40) as u64, u32_at(r, 44) as u64),
                         u64_at(r, 48),
+                        u64_at(r, 56),
                     )
                 };
                 let name = r.get(72..size.saturating_sub(24)).unwrap_or(&[]);
@@ -102,6 +105,7 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
                     pgoff,
                     dev,
                     ino,
+                    generation,
                     len,
                     path: String::from_utf8_lossy(&name[..end]).into_owned(),
                 }
@@ -127,6 +131,28 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
 
 const MAP_ANONYMOUS: u32 = 0x20;
 
+/// A thread's last `PERF_RECORD_MMAP2`: the VMA its `mmap` made or grew.
+struct LastMap {
+    addr: u64,
+    /// The VMA's offset in the file, bytes (perf reports `vm_pgoff << PAGE_SHIFT`).
+    pgoff: u64,
+    dev: u64,
+    ino: u64,
+    generation: u64,
+    len: u64,
+    path: String,
+}
+
+impl LastMap {
+    /// Whether this record is the VMA of an `mmap` that returned `ret`: one that starts
+    /// there, or one the new mapping merged into (a mapping placed right after a VMA of the
+    /// same file at the next offset extends it, and perf reports the merged VMA: Java's
+    /// second `classes.jsa` mapping). Its extent covers the new mapping's either way.
+    fn names(&self, ret: u64) -> bool {
+        self.ino != 0 && self.addr <= ret && ret - self.addr < self.len
+    }
+}
+
 pub(super) fn build_events(
     root: u32,
     cpus: &[Vec<u8>],
@@ -144,7 +170,7 @@ pub(super) fn build_events(
     recs.sort_by_key(|(t, _)| *t);
     let mut out = Vec::new();
     let mut pending: HashMap<u32, (usize, Vec<u64>)> = HashMap::new();
-    let mut last_map: HashMap<u32, (u64, u64, u64, u64, u64, String)> = HashMap::new();
+    let mut last_map: HashMap<u32, LastMap> = HashMap::new();
     let emit_files = |files: &mut Files, out: &mut Vec<Event>| {
         while files.emitted < files.list.len() {
             let (dev, ino, size, path) = files.list[files.emitted].clone();
@@ -217,10 +243,22 @@ pub(super) fn build_events(
                 pgoff,
                 dev,
                 ino,
+                generation,
                 len,
                 path,
             } => {
-                last_map.insert(tid, (addr, pgoff, dev, ino, len, path));
+                last_map.insert(
+                    tid,
+                    LastMap {
+                        addr,
+                        pgoff,
+                        dev,
+                        ino,
+                        generation,
+                        len,
+                        path,
+                    },
+                );
             }
             Rec::Sample { id, pid, tid, raw } => {
                 let Some(&i) = ids.get(&id) else {
@@ -254,11 +292,14 @@ pub(super) fn build_events(
                                 let mut file = None;
                                 if flags & MAP_ANONYMOUS == 0 && fd >= 0 && ret >= 0 {
                                     match last_map.remove(&tid) {
-                                        Some((addr, pgoff, dev, ino, len, path))
-                                            if addr == ret as u64 && ino != 0 =>
-                                        {
-                                            file =
-                                                Some(files.id(dev, ino, &path, pgoff * 4096 + len));
+                                        Some(m) if m.names(ret as u64) => {
+                                            file = Some(files.id(
+                                                m.dev,
+                                                m.ino,
+                                                Some(m.generation),
+                                                &m.path,
+                                                m.pgoff + m.len,
+                                            ));
                                             emit_files(&mut files, &mut out);
                                         }
                                         _ => summary.file_as_anon += 1,

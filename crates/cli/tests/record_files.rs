@@ -1,0 +1,76 @@
+//! `usermm record` identifies the file of every file mapping, including one the kernel
+//! merged into the VMA before it: a mapping placed right after a VMA of the same file at the
+//! next offset extends that VMA, and perf's `MMAP2` record names the merged VMA, which starts
+//! below the address `mmap` returned (Java's second `classes.jsa` mapping was replayed as
+//! anonymous memory). The replay of such a recording passes `--strict`: no mapping replayed
+//! as anonymous, no fault signal, every exit's RssAnon the host's.
+
+mod common;
+use common::{can_record, text, Scratch};
+use std::process::Command;
+
+/// Maps a 64 KiB file in two halves, the second right after the first (MAP_FIXED into a
+/// reserved range), so the kernel extends the first VMA; reads every page; checks the bytes.
+const MERGE: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+PROT_READ, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 1, 1, 2, 0x10, 0x20
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(b"\x5a" * 65536)
+fd = os.open(path, os.O_RDONLY)
+r = libc.mmap(None, 65536, 0, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+a = libc.mmap(r, 32768, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0)
+b = libc.mmap(a + 32768, 32768, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 32768)
+assert a == r and b == a + 32768, (a, b, r)
+maps = open("/proc/self/maps").read()
+assert "%x-%x" % (a, a + 65536) in maps, maps
+assert sum(ctypes.c_ubyte.from_address(a + o).value for o in range(0, 65536, 4096)) == 16 * 0x5a
+"#;
+
+#[test]
+fn a_mapping_merged_into_the_vma_before_it_is_still_the_file() {
+    if !can_record() {
+        return;
+    }
+    if Command::new("python3")
+        .arg("-c")
+        .arg("import ctypes")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        eprintln!("skipped: no python3 with ctypes");
+        return;
+    }
+    let s = Scratch::new("files");
+    let script = s.join("merge.py");
+    std::fs::write(&script, MERGE).expect("script");
+    let trace = s.join("merge.umt");
+    let data = s.join("data");
+    let out = s
+        .record(&[
+            "--out",
+            &trace.to_string_lossy(),
+            "--user",
+            "root",
+            "--",
+            "python3",
+        ])
+        .arg(&script)
+        .arg(&data)
+        .output()
+        .expect("record");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("command exit status 0"), "{t}");
+    assert!(t.contains("file mappings replayed as anonymous: 0"), "{t}");
+    let replay = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["replay", "--strict", "--validate"])
+        .arg(&trace)
+        .output()
+        .expect("replay");
+    assert!(replay.status.success(), "{}", text(&replay));
+}
