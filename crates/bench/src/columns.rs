@@ -10,8 +10,8 @@
 //! `--variants` every table keeps exactly its own columns.
 
 use crate::model::{Table, Variant};
-use crate::scenario_bench::{column_name, combinations, parse_sweeps_for, Sweep};
-use crate::suite::Bench;
+use crate::options::Bench;
+use crate::sweep::{column_name, combinations, parse_sweeps_for, Sweep};
 use usermm::{Machine, Tunables};
 
 /// One engine column of a table: its name, what it is, and the tunables it sets.

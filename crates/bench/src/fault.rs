@@ -4,11 +4,11 @@
 //! written (the pages are cached: read faults map them, 16 per fault by fault-around,
 //! `filemap_map_pages`); on the engine and on the host kernel.
 
+use crate::ctx::Ctx;
 use crate::engine::{counters, machine, size_label, warm_up, RO, RW};
 use crate::host::agent::HostCell;
 use crate::host::HostSession;
 use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::{Access, Ev, InodeKind, MmapArgs, Pfn, Privilege, Sharing};

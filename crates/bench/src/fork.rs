@@ -17,18 +17,19 @@
 //! its own in every repetition's rotation, whose gain is the noise.
 
 use crate::columns::EngineColumn;
+use crate::ctx::Ctx;
 use crate::engine::{counters, machine, populate, sig, size_label, warm_up, PMD, RW};
 use crate::host::agent::{self, HostCell};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
 use crate::stats::rotation_host_last;
-use crate::suite::Ctx;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::tunables::ShmemHuge;
 use usermm::{Access, Cpu, Ev, InodeKind, Machine, MmapArgs, Pid, Placement, Prot, Sharing};
 use usermm::{Privilege, ThpPolicy};
+
+pub use crate::host::Layout;
 
 /// The folio sizes of the seed's table.
 pub const FOLIOS: [u64; 9] = [
@@ -56,24 +57,7 @@ const SEED_FORK: [(u64, &str); 9] = [
     (2 << 20, "-30%"),
 ];
 
-/// The memory a row is made of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Layout {
-    /// Private anonymous memory, every page written (seed 000's layout); 2M THPs PTE-mapped
-    /// by an `mprotect` of one subpage per block.
-    Anon,
-    /// A tmpfs file of the layout's size mapped `MAP_PRIVATE` read-write: every page read
-    /// (page-cache folios of the row's size mapped by the faults and fault-around), then
-    /// the first page of every 2 MiB written (a COW copy: the VMA gets an anon_vma, so fork
-    /// must copy its page tables, `vma_needs_copy`). Fork copies 511 file PTEs per 2 MiB.
-    TmpfsPrivate,
-    /// A tmpfs file filled through a `MAP_SHARED` mapping (every page written: dirty
-    /// page-cache folios of the row's size). 2M folios are then mapped again 4 KiB off PMD
-    /// alignment and read page by page, so they are PTE-mapped (a misaligned mapping cannot
-    /// take a PMD), as seed 000's 2M rows are.
-    TmpfsShared,
-}
-
+// The table's side of a layout (the type is the host side's: the agent builds it too).
 impl Layout {
     /// The row label's prefix and the JSON's `layout`.
     pub fn describe(self) -> &'static str {
@@ -97,15 +81,6 @@ impl Layout {
         match self.prefix() {
             None => size_label(folio),
             Some(p) => format!("{p} {}", size_label(folio)),
-        }
-    }
-
-    /// Where the mapping goes relative to PMD alignment.
-    pub fn skew(self, folio: u64) -> u64 {
-        if self == Layout::TmpfsShared && folio == PMD {
-            4096
-        } else {
-            0
         }
     }
 }

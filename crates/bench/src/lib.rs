@@ -14,8 +14,10 @@
 //! | [`plot`] | PNG and SVG plots (`plotters`, embedded font) |
 //! | [`html`] | the self-contained HTML report |
 //! | [`output`] | writing JSON, HTML and plots |
-//! | [`suite`] | the benchmark list, options, and running them |
-//! | [`host`] | the host-kernel columns (THP knobs saved and restored) |
+//! | [`options`] | the benchmark list and the options |
+//! | [`ctx`] | what a benchmark sees while it runs; a row's repetitions |
+//! | [`suite`] | running a selection of the benchmarks into one report; the options' defaults |
+//! | [`host`] | the host-kernel columns (THP knobs saved and restored); the agent's cells and their timed parts, below every benchmark |
 //! | [`fault`], [`fork`], [`spawn`], [`sharing`], [`anon_cow`], [`munlock`], [`linear_map`] | the benchmarks (seeds 000–004) |
 //! | [`readahead`] | the page cache: sequential and random reads of a disk file |
 //! | [`reclaim`] | reclaim and swap: anonymous working sets larger than memory, `MADV_PAGEOUT`, page-cache reclaim |
@@ -26,6 +28,7 @@
 //! | [`replay_bench`] | `usermm bench replay`: the shipped real-program traces under the switches |
 //! | [`replay_model`] | the `model:` cells of a replay: its per-operation counters priced with a calibrated profile |
 //! | [`columns`] | a table's engine columns as tunables settings; `--variants NAME=V1,V2` |
+//! | [`sweep`] | `NAME=V1,V2` options of `--sweep` and `--variants`, their combinations |
 //! | [`cli`] | `usermm bench` |
 
 pub mod anon_cow;
@@ -33,6 +36,7 @@ pub mod cli;
 pub mod columns;
 pub mod compare;
 pub mod costmodel;
+pub mod ctx;
 pub mod engine;
 pub mod fault;
 pub mod fork;
@@ -41,6 +45,7 @@ pub mod html;
 pub mod linear_map;
 pub mod model;
 pub mod munlock;
+pub mod options;
 pub mod output;
 pub mod plot;
 pub mod progress;
@@ -53,8 +58,9 @@ pub mod sharing;
 pub mod spawn;
 pub mod stats;
 pub mod suite;
+pub mod sweep;
 pub mod text;
 
 pub use costmodel::{calibrate, probes};
 pub use model::{Report, Table, SCHEMA_VERSION};
-pub use suite::{Bench, Options};
+pub use options::{Bench, Options};

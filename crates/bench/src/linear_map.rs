@@ -10,8 +10,8 @@
 //! The seed's "before" is `remap_alloc_populate` (patches 1–2 applied), its "after"
 //! `single_map`, so that is the baseline here. The host cannot run this (arm64 boot code).
 
+use crate::ctx::Ctx;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::kmap::{

@@ -272,7 +272,7 @@ pub struct Table {
     /// before the table ran (the machine's state drifts over a run: on this 2-vCPU guest
     /// `kcall` read from 4 to 8 ns in one afternoon, with the host rows moving alike).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_model: Option<crate::costmodel::Primitives>,
+    pub cost_model: Option<usermm_model::prices::Primitives>,
 }
 
 impl Table {
@@ -389,7 +389,7 @@ pub struct Report {
     /// This machine's primitive costs as measured before the first modelled benchmark
     /// (absent when the run had no model columns); each table's own are in its `cost_model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_model: Option<crate::costmodel::Primitives>,
+    pub cost_model: Option<usermm_model::prices::Primitives>,
 }
 
 impl Report {

@@ -4,11 +4,11 @@
 //! tables show min/mean/stddev/max as the seed's mmtests output does.
 
 use crate::columns::EngineColumn;
+use crate::ctx::Ctx;
 use crate::engine::{counters, RW};
 use crate::host::agent::{self, CellResult, HostCell};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::machine::MemPolicy;

@@ -15,10 +15,10 @@
 //! in 4K folios, each asynchronous window two orders larger (`page_cache_ra_order`), up to
 //! 2M.
 
+use crate::ctx::Ctx;
 use crate::engine::{counters, size_label, warm_up};
 use crate::host::errno_text;
 use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use oracle::files::{check_ext4, ScratchDir, DISK_PARENT};
 use oracle::{procfs, sys};
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! Reclaim: anonymous memory swapped out and in, and page cache reclaimed, on a machine of
-//! [`Options::reclaim_memory`](crate::suite::Options::reclaim_memory) (64 MiB by default)
+//! [`Options::reclaim_memory`](crate::options::Options::reclaim_memory) (64 MiB by default)
 //! with [`SWAP_MULT`] times as much swap, on the engine (a `usermm::Machine` of that RAM and
 //! swap: direct reclaim at the watermark, `MADV_PAGEOUT`, swap-in with readahead) and on the
 //! host kernel (a memory cgroup of that size and a swap file of that size, made and removed
@@ -24,10 +24,10 @@
 //!
 //! No `model:` column: the cost model has no calibrated recipe for reclaim.
 
+use crate::ctx::Ctx;
 use crate::engine::{counters, size_label, RO, RW};
 use crate::host::HostSession;
 use crate::model::{Better, Column, Row, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use oracle::HostBackend;
 use scenario::backend::{Backend, Fail, FileId, MmapReq, Place, ProcId};
 use scenario::Setting;

@@ -3,10 +3,10 @@
 //! fork+exit+wait rate with N extra single-page VMAs.
 
 use crate::columns::EngineColumn;
+use crate::ctx::Ctx;
 use crate::engine::{counters, machine, RO, RW};
 use crate::host::agent::{self, HostCell};
 use crate::model::{Better, Column, Published, Row, SeedSign, Stat, Table, Unit, Variant};
-use crate::suite::Ctx;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use usermm::tunables::VmaTreeCopy;

@@ -42,7 +42,7 @@ pub fn cell_gain(table: &Table, row: usize, col: usize, stat: Stat) -> Option<f6
         VariantKind::Host => return None,
         VariantKind::Engine | VariantKind::Control => table.baseline_index()?,
         VariantKind::Model => {
-            table.variant_index(&crate::costmodel::model_name(&table.baseline))?
+            table.variant_index(&usermm_model::prices::model_name(&table.baseline))?
         }
     };
     let base = summary(stat, &r.columns.get(base_col)?.samples)?;

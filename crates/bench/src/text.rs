@@ -155,7 +155,7 @@ fn seed_line(table: &Table, row: usize) -> Option<Line> {
 /// interval, and in the host column the model's error against the host median, `!` when it
 /// is outside ±20 %.
 fn model_interval_line(table: &Table, row: usize) -> Option<Line> {
-    use crate::costmodel::{model_error_pct, MODEL_CI_HI, MODEL_CI_LO};
+    use crate::costmodel::columns::{model_error_pct, MODEL_CI_HI, MODEL_CI_LO};
     let r = &table.rows[row];
     let scale = display_scale(table);
     let mut any = false;
@@ -266,9 +266,10 @@ pub fn legend(table: &Table) -> String {
         s.push_str("; Seed = the seed's published gain");
     }
     if table.rows.iter().any(|r| {
-        r.columns
-            .iter()
-            .any(|c| c.counters.contains_key(crate::costmodel::MODEL_CI_LO))
+        r.columns.iter().any(|c| {
+            c.counters
+                .contains_key(crate::costmodel::columns::MODEL_CI_LO)
+        })
     }) {
         s.push_str("; Model95 = the calibrated model's 95% prediction interval, and under host the model's error against the host median (! outside ±20%); a model gain's (~%) is its interval from the fitted prices");
     }

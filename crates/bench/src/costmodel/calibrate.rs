@@ -39,7 +39,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
     let session = host
         .session()
         .map_err(|e| anyhow::anyhow!("calibration needs the host side: {e}"))?;
-    let prims = crate::suite::on_last_cpu(|| {
+    let prims = crate::host::on_last_cpu(|| {
         let all: Vec<Primitives> = (0..PRIOR_AGENTS)
             .filter_map(|_| crate::host::agent::fresh_primitives())
             .collect();
@@ -67,7 +67,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
     for pass in 0..PASSES {
         for k in 0..n {
             let at = (k * stride + pass) % n;
-            match crate::suite::on_last_cpu(|| host_ns(&session, &probes[at])) {
+            match crate::host::on_last_cpu(|| host_ns(&session, &probes[at])) {
                 Ok((ns, far)) => {
                     times[at].push(ns);
                     fars[at].extend(far.map(|f| f as f64));

@@ -26,154 +26,16 @@
 //! PMD-mapped THP copy-on-write, the arm64 linear map.
 
 use crate::engine::PMD;
-use crate::fork::Layout;
-use serde::{Deserialize, Serialize};
+use crate::host::Layout;
+
+pub use crate::host::probe::{host_run, Probe, HOST_REPS};
 
 /// Seconds of forking per spawn probe point.
 pub const SPAWN_SECS: f64 = 0.05;
 
-/// Host repetitions per probe point in one agent process; the median is kept.
-pub const HOST_REPS: usize = 7;
-
-/// Bytes an agent primes before its repetitions: the largest probe (156 MiB), and more.
-const PRIME: u64 = 192 << 20;
-
 const PAGE: u64 = 4096;
 
-/// One probe point.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Probe {
-    /// `mprotect(PROT_READ)` of one VMA of `pages` 4 KiB pages, written (each maps its own
-    /// frame) or read (each maps the shared zero page).
-    Mprotect {
-        /// Pages.
-        pages: u64,
-        /// Folio size of written pages, bytes (read pages are 4 KiB).
-        folio: u64,
-        /// Written rather than read.
-        written: bool,
-    },
-    /// `fork()` (the call, in the parent) of a process with `vmas` extra single-page VMAs
-    /// and `pages` written pages in folios of `folio` bytes (2 MiB ones PTE-mapped).
-    Fork {
-        /// Extra empty VMAs.
-        vmas: u64,
-        /// Written pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// fork + the child's `_exit` + `waitpid` of a process of `vmas` VMAs in all, 21 of
-    /// them written, measured as the spawn table's host cells are (the static spawn agent
-    /// where the build has it, the rate over [`SPAWN_SECS`]), at VMA counts no row has.
-    Spawn {
-        /// VMAs in all.
-        vmas: u64,
-    },
-    /// `munmap()` of `pages` written pages in folios of `folio` bytes.
-    Munmap {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// `madvise(MADV_DONTNEED)` of `pages` written pages in folios of `folio` bytes.
-    Dontneed {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// A write to each page of a fresh mapping (first-touch faults, one per folio).
-    Fault {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// A read of each page of a fresh mapping (zero-page faults).
-    ZeroFault {
-        /// Pages.
-        pages: u64,
-    },
-    /// After a fork whose child stays alive, a write to each page in the parent
-    /// (copy-on-write faults).
-    Cow {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// A read of every `stride`-th page of a fresh `MAP_SHARED` mapping of a cached tmpfs
-    /// file of `pages` pages (fault-around maps the rest of each 64 KiB).
-    TmpfsRead {
-        /// File pages.
-        pages: u64,
-        /// Pages between reads.
-        stride: u64,
-    },
-    /// `mlock()` of `pages` written 4 KiB pages.
-    Mlock {
-        /// Pages.
-        pages: u64,
-    },
-    /// `munlock()` of `pages` locked pages in folios of `folio` bytes (4 KiB or 2 MiB).
-    Munlock {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// `mremap()` moving `pages` written pages in folios of `folio` bytes to a reserved
-    /// address.
-    Mremap {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// `mmap()` and `munmap()` of one page with `vmas` extra VMAs present.
-    MmapVmas {
-        /// Extra VMAs.
-        vmas: u64,
-    },
-    /// `madvise(MADV_DONTNEED)` of each 4 KiB page of `pages` written pages in turn, one
-    /// call per page (folios of `folio` bytes, 2 MiB ones PTE-mapped): the system call's own
-    /// work apart from the pages'.
-    DontneedEach {
-        /// Pages (and calls).
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// `mprotect(PROT_READ)` of one 4 KiB subpage of each of `pages / 512` PMD-mapped THPs
-    /// in turn: a PMD split and two VMA splits per call.
-    MprotectSplit {
-        /// Pages (a multiple of 512).
-        pages: u64,
-    },
-    /// After a fork whose child has exited, a write to each page in the parent (write
-    /// faults that reuse the exclusive folio: no copy).
-    CowReuse {
-        /// Pages.
-        pages: u64,
-        /// Folio size, bytes.
-        folio: u64,
-    },
-    /// `fork()` or `munmap()` of one of the fork and munmap tables' tmpfs layouts, at a size
-    /// no row has.
-    File {
-        /// Pages.
-        pages: u64,
-        /// Folio size of the tmpfs file, bytes.
-        folio: u64,
-        /// The layout ([`Layout::TmpfsPrivate`] or [`Layout::TmpfsShared`]).
-        layout: Layout,
-        /// `munmap` rather than `fork`.
-        munmap: bool,
-    },
-}
-
+// What calibration calls a probe (the type is the host agent's request: `crate::host::probe`).
 impl Probe {
     /// The family: one workload swept over its grid, the unit the fit's validation leaves
     /// out (`munmap/64K`); its operation is the part before the slash.
@@ -459,33 +321,12 @@ pub fn catalogue() -> Vec<Probe> {
 mod engine;
 mod host;
 pub use engine::engine_counters;
-pub use host::{host_ns, host_run};
-
-/// The bytes a probe maps (its pages; 0 for VMA probes).
-fn probe_bytes(probe: &Probe) -> u64 {
-    match *probe {
-        Probe::Mprotect { pages, .. }
-        | Probe::Fork { pages, .. }
-        | Probe::Munmap { pages, .. }
-        | Probe::Dontneed { pages, .. }
-        | Probe::Fault { pages, .. }
-        | Probe::ZeroFault { pages }
-        | Probe::Cow { pages, .. }
-        | Probe::TmpfsRead { pages, .. }
-        | Probe::Mlock { pages }
-        | Probe::Munlock { pages, .. }
-        | Probe::Mremap { pages, .. }
-        | Probe::DontneedEach { pages, .. }
-        | Probe::MprotectSplit { pages }
-        | Probe::CowReuse { pages, .. }
-        | Probe::File { pages, .. } => pages * PAGE,
-        Probe::Spawn { .. } | Probe::MmapVmas { .. } => 0,
-    }
-}
+pub use host::host_ns;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::probe::probe_bytes;
 
     #[test]
     fn the_catalogue_has_twelve_families_or_more_and_the_engine_runs_every_probe() {

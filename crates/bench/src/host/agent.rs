@@ -16,8 +16,7 @@
 
 use super::measure::{fork_exit_rate, fork_time, vma_count};
 use super::region::{HostTmpfs, Region, SparseVmas};
-use super::{mthp_stat, vmstat};
-use crate::fork::Layout;
+use super::{mthp_stat, vmstat, Layout};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,7 +54,7 @@ pub enum HostCell {
         /// Layout size.
         size: u64,
         /// The micro benchmark.
-        micro: crate::sharing::Micro,
+        micro: super::sharing::Micro,
     },
     /// Read one byte per page of a fresh `MAP_SHARED` mapping of a `size`-byte tmpfs file,
     /// sparse or written first (`cached`).
@@ -86,12 +85,12 @@ pub enum HostCell {
         /// Bytes every writer copies.
         area: u64,
         /// The writers' page order.
-        order: crate::anon_cow::Order,
+        order: super::anon_cow::Order,
         /// Writers.
         instances: usize,
     },
     /// A calibration probe (`crate::probes`): its median time over its repetitions.
-    Probe(crate::probes::Probe),
+    Probe(super::probe::Probe),
     /// Write one byte per page of a fresh `size`-byte mapping.
     Fault {
         /// Mapping size.
@@ -246,7 +245,7 @@ const PRIMITIVES_REQUEST: &str = "primitives";
 
 /// The primitives as one fresh agent process measures them (on this thread's CPU); `None`
 /// when this process is not the `usermm` binary or the agent fails.
-pub fn fresh_primitives() -> Option<crate::costmodel::Primitives> {
+pub fn fresh_primitives() -> Option<usermm_model::prices::Primitives> {
     let (line, _) = ask_agent(&agent_exe()?, PRIMITIVES_REQUEST).ok()?;
     serde_json::from_str(&line).ok()
 }
@@ -262,7 +261,7 @@ pub fn serve() -> anyhow::Result<()> {
         // freed hundreds of MiB, kcall read 7 to 13 ns where the same binary read 2.8 to
         // 3.6 standalone a minute later.
         crate::host::prime(PRIMITIVES_PRIME);
-        let p = crate::costmodel::measure();
+        let p = crate::costmodel::primitives::measure();
         println!("{}", serde_json::to_string(&p)?);
         return Ok(());
     }
@@ -398,12 +397,12 @@ fn tmpfs_layout(
 /// Each sampled boundary's two `struct page`s are read: before a timed call that walks the
 /// range, at most 2 048 of them.
 fn sample_steps(addr: u64, len: u64, folio_pages: u64, phase: u64, c: &mut BTreeMap<String, u64>) {
-    if let Some(s) = crate::costmodel::folio_steps(
+    if let Some(s) = crate::costmodel::primitives::folio_steps(
         addr,
         len >> 12,
         folio_pages.max(1),
         phase,
-        crate::costmodel::Samples::Spread,
+        crate::costmodel::primitives::Samples::Spread,
     ) {
         c.insert(FOLIO_ADJACENCY.into(), (s.adjacent * 1000.0).round() as u64);
         c.insert(FOLIO_FAR.into(), (s.far * 1000.0).round() as u64);
@@ -415,7 +414,7 @@ fn run(cell: &HostCell) -> CellResult {
     let mut c = BTreeMap::new();
     match *cell {
         HostCell::Probe(probe) => {
-            let (secs, far) = crate::probes::host_run(&probe)?;
+            let (secs, far) = super::probe::host_run(&probe)?;
             if let Some(far) = far {
                 c.insert(FOLIO_FAR.into(), (far * 1000.0).round() as u64);
             }
@@ -462,7 +461,7 @@ fn run(cell: &HostCell) -> CellResult {
             };
             shape(&mut c);
             // Read after the timed call: the walk would warm every struct page before it.
-            let secs = crate::sharing::host_timed(r, size, micro, || huge_mapped(&mut c))?;
+            let secs = super::sharing::host_timed(r, size, micro, || huge_mapped(&mut c))?;
             Ok((secs, c))
         }
         HostCell::TmpfsRead { size, cached } => {
@@ -534,7 +533,7 @@ fn run(cell: &HostCell) -> CellResult {
             let r = Region::anon(area)?;
             r.populate()?;
             shape(&mut c);
-            let rate = crate::anon_cow::host_writers(&r, order, instances, &mut c)?;
+            let rate = super::anon_cow::host_writers(&r, order, instances, &mut c)?;
             huge_mapped(&mut c);
             Ok((rate, c))
         }

@@ -6,15 +6,54 @@
 //! takes the oracle's lock (so an oracle run and a benchmark never fight over them), and the
 //! [`HostSession`] restores them when dropped. Without root, or when the knobs cannot be
 //! written, every host cell says why ("n/a (not root)"). Only [`oracle::sys`] touches libc.
+//!
+//! This folder is the bench's ground floor: nothing in it imports a benchmark (only the cost
+//! model's primitive measurements, `crate::costmodel::primitives`, which import [`region`]).
+//! What a host cell asks for and times is here, beside the [`agent`] that measures it: the
+//! layouts ([`Layout`]), seed 003's micro benchmarks ([`sharing`]), the anon-cow writers
+//! ([`anon_cow`]) and the calibration probes ([`probe`]); the benchmarks import them.
 
 pub mod agent;
+pub mod anon_cow;
 pub mod measure;
+pub mod probe;
 pub mod region;
+pub mod sharing;
 
 use oracle::knobs::{ThpKnobs, THP_DIR};
 use oracle::sys;
 use scenario::{ShmemPolicy, ShmemSetting, ThpPolicy, ThpSetting, ThpSize, ThpTop};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+/// The memory a row is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Layout {
+    /// Private anonymous memory, every page written (seed 000's layout); 2M THPs PTE-mapped
+    /// by an `mprotect` of one subpage per block.
+    Anon,
+    /// A tmpfs file of the layout's size mapped `MAP_PRIVATE` read-write: every page read
+    /// (page-cache folios of the row's size mapped by the faults and fault-around), then
+    /// the first page of every 2 MiB written (a COW copy: the VMA gets an anon_vma, so fork
+    /// must copy its page tables, `vma_needs_copy`). Fork copies 511 file PTEs per 2 MiB.
+    TmpfsPrivate,
+    /// A tmpfs file filled through a `MAP_SHARED` mapping (every page written: dirty
+    /// page-cache folios of the row's size). 2M folios are then mapped again 4 KiB off PMD
+    /// alignment and read page by page, so they are PTE-mapped (a misaligned mapping cannot
+    /// take a PMD), as seed 000's 2M rows are.
+    TmpfsShared,
+}
+
+impl Layout {
+    /// Where the mapping goes relative to PMD alignment.
+    pub fn skew(self, folio: u64) -> u64 {
+        if self == Layout::TmpfsShared && folio == 2 << 20 {
+            4096
+        } else {
+            0
+        }
+    }
+}
 
 /// Whether host columns can be measured on this machine.
 #[derive(Clone, Debug)]
@@ -219,6 +258,21 @@ pub fn prime(len: u64) {
         let _ = sys::madvise(r.addr, r.len, region::MADV_NOHUGEPAGE);
         let _ = r.populate();
     }
+}
+
+/// Runs `f` with the calling thread pinned to the last CPU it may use (unpinned if the host
+/// refuses), then gives the thread back the CPUs it had. Host helpers forked meanwhile
+/// inherit the pinning.
+pub(crate) fn on_last_cpu<T>(f: impl FnOnce() -> T) -> T {
+    let had = oracle::sys::affinity(0).ok().filter(|all| {
+        all.last()
+            .is_some_and(|&last| oracle::sys::pin_to_cpu(0, last).is_ok())
+    });
+    let r = f();
+    if let Some(all) = had {
+        let _ = oracle::sys::set_affinity(0, &all);
+    }
+    r
 }
 
 /// Describes an errno.

@@ -1,9 +1,10 @@
 //! The engine side of the calibration probes: each probe run once on a fresh machine,
 //! its timed operation's exact counters.
 
-use super::{probe_bytes, Probe, PAGE};
+use super::{Probe, PAGE};
 use crate::engine::{machine, sig, PMD, RO, RW};
 use crate::fork::Op;
+use crate::host::probe::probe_bytes;
 use std::collections::BTreeMap;
 use usermm::{
     Access, Advice, Cpu, InodeKind, Machine, MmapArgs, MremapFlags, Pid, Placement, Privilege,
