@@ -814,7 +814,7 @@ impl Backend for HostBackend<'_> {
             .map(|(mut v, name)| {
                 v.kind = self.vma_kind(&name);
                 let shared = v.perms.ends_with('s');
-                v.smaps.split_pss_by_kind(v.kind, shared);
+                scenario::backend::split_pss_by_kind(&mut v.smaps, v.kind, shared);
                 v
             })
             .collect())

@@ -80,166 +80,32 @@ pub enum LockOp {
     Munlock,
 }
 
-/// The smaps fields, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SmapsView {
-    /// Size.
-    pub size: u64,
-    /// Rss.
-    pub rss: u64,
-    /// Pss (bytes, truncated to whole kB as `/proc` prints it).
-    pub pss: u64,
-    /// Shared_Clean.
-    pub shared_clean: u64,
-    /// Shared_Dirty.
-    pub shared_dirty: u64,
-    /// Private_Clean.
-    pub private_clean: u64,
-    /// Private_Dirty.
-    pub private_dirty: u64,
-    /// Anonymous.
-    pub anonymous: u64,
-    /// AnonHugePages.
-    pub anon_huge_pages: u64,
-    /// ShmemPmdMapped.
-    pub shmem_pmd_mapped: u64,
-    /// FilePmdMapped.
-    pub file_pmd_mapped: u64,
-    /// Locked.
-    pub locked: u64,
-    /// Referenced.
-    pub referenced: u64,
-    /// Pss_Dirty.
-    pub pss_dirty: u64,
-    /// Pss of anonymous, file and shmem folios (`smaps_rollup`'s Pss_Anon, Pss_File,
-    /// Pss_Shmem of these VMAs); `None` where this side cannot tell (the host's smaps has
-    /// no per-VMA split, see [`SmapsView::split_pss_by_kind`]).
-    pub pss_by_kind: Option<[u64; 3]>,
-    /// LazyFree.
-    pub lazyfree: u64,
-    /// KSM.
-    pub ksm: u64,
-    /// Swap.
-    pub swap: u64,
-    /// SwapPss.
-    pub swap_pss: u64,
-    /// Shared_Hugetlb.
-    pub shared_hugetlb: u64,
-    /// Private_Hugetlb.
-    pub private_hugetlb: u64,
-    /// KernelPageSize (the largest of the VMAs summed).
-    pub kernel_page_size: u64,
-    /// MMUPageSize (the largest of the VMAs summed).
-    pub mmu_page_size: u64,
-    /// THPeligible: 1 when THP may back the VMA (of the VMAs summed: 1 if any is).
-    pub thp_eligible: u64,
-}
+/// The smaps fields, in bytes: the engine's [`usermm::views::Smaps`], which the host side
+/// fills from `/proc/PID/smaps` text (one struct for both sides).
+pub type SmapsView = usermm::views::Smaps;
 
-impl Default for SmapsView {
-    /// No pages: every field 0 (the Pss split known, all 0).
-    fn default() -> Self {
-        SmapsView {
-            size: 0,
-            rss: 0,
-            pss: 0,
-            shared_clean: 0,
-            shared_dirty: 0,
-            private_clean: 0,
-            private_dirty: 0,
-            anonymous: 0,
-            anon_huge_pages: 0,
-            shmem_pmd_mapped: 0,
-            file_pmd_mapped: 0,
-            locked: 0,
-            referenced: 0,
-            pss_dirty: 0,
-            pss_by_kind: Some([0; 3]),
-            lazyfree: 0,
-            ksm: 0,
-            swap: 0,
-            swap_pss: 0,
-            shared_hugetlb: 0,
-            private_hugetlb: 0,
-            thp_eligible: 0,
-            kernel_page_size: 0,
-            mmu_page_size: 0,
-        }
-    }
-}
-
-impl SmapsView {
-    /// The host's Pss split by folio kind, where the VMA's kind and its `Anonymous` line
-    /// settle it: a private anonymous VMA holds only anonymous folios; a shared mapping only
-    /// the object's folios (shmem for shared anonymous memory and tmpfs, file for a disk
-    /// file); a private file mapping only the file's folios while `Anonymous` is 0 and only
-    /// COW copies when `Anonymous` equals `Rss`. Otherwise unknown (`None`).
-    pub fn split_pss_by_kind(&mut self, kind: VmaKind, shared: bool) {
-        let object = match kind {
-            VmaKind::Anon => None,
-            VmaKind::SharedAnon | VmaKind::TmpfsFile => Some(2),
-            VmaKind::DiskFile => Some(1),
-        };
-        let mut split = [0u64; 3];
-        let slot = match object {
-            None => Some(0),
-            Some(o) if shared || self.anonymous == 0 => Some(o),
-            Some(_) if self.anonymous == self.rss => Some(0),
-            Some(_) => None,
-        };
-        self.pss_by_kind = slot.map(|i| {
-            split[i] = self.pss;
-            split
-        });
-    }
-
-    /// Adds another VMA's fields.
-    pub fn add(&mut self, o: &SmapsView) {
-        self.size += o.size;
-        self.rss += o.rss;
-        self.pss += o.pss;
-        self.shared_clean += o.shared_clean;
-        self.shared_dirty += o.shared_dirty;
-        self.private_clean += o.private_clean;
-        self.private_dirty += o.private_dirty;
-        self.anonymous += o.anonymous;
-        self.anon_huge_pages += o.anon_huge_pages;
-        self.shmem_pmd_mapped += o.shmem_pmd_mapped;
-        self.file_pmd_mapped += o.file_pmd_mapped;
-        self.locked += o.locked;
-        self.referenced += o.referenced;
-        self.pss_dirty += o.pss_dirty;
-        self.pss_by_kind = match (self.pss_by_kind, o.pss_by_kind) {
-            (Some(a), Some(b)) => Some([a[0] + b[0], a[1] + b[1], a[2] + b[2]]),
-            _ => None,
-        };
-        self.lazyfree += o.lazyfree;
-        self.ksm += o.ksm;
-        self.swap += o.swap;
-        self.swap_pss += o.swap_pss;
-        self.shared_hugetlb += o.shared_hugetlb;
-        self.private_hugetlb += o.private_hugetlb;
-        self.kernel_page_size = self.kernel_page_size.max(o.kernel_page_size);
-        self.mmu_page_size = self.mmu_page_size.max(o.mmu_page_size);
-        self.thp_eligible = self.thp_eligible.max(o.thp_eligible);
-    }
-
-    /// (name, value) pairs, for reports.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
-        [
-            ("Size", self.size),
-            ("Rss", self.rss),
-            ("Pss", self.pss),
-            ("Shared_Clean", self.shared_clean),
-            ("Shared_Dirty", self.shared_dirty),
-            ("Private_Clean", self.private_clean),
-            ("Private_Dirty", self.private_dirty),
-            ("Anonymous", self.anonymous),
-            ("AnonHugePages", self.anon_huge_pages),
-            ("ShmemPmdMapped", self.shmem_pmd_mapped),
-            ("FilePmdMapped", self.file_pmd_mapped),
-            ("Locked", self.locked),
-        ]
-    }
+/// The host's Pss split by folio kind, where the VMA's kind and its `Anonymous` line
+/// settle it: a private anonymous VMA holds only anonymous folios; a shared mapping only
+/// the object's folios (shmem for shared anonymous memory and tmpfs, file for a disk
+/// file); a private file mapping only the file's folios while `Anonymous` is 0 and only
+/// COW copies when `Anonymous` equals `Rss`. Otherwise unknown (`None`).
+pub fn split_pss_by_kind(s: &mut SmapsView, kind: VmaKind, shared: bool) {
+    let object = match kind {
+        VmaKind::Anon => None,
+        VmaKind::SharedAnon | VmaKind::TmpfsFile => Some(2),
+        VmaKind::DiskFile => Some(1),
+    };
+    let mut split = [0u64; 3];
+    let slot = match object {
+        None => Some(0),
+        Some(o) if shared || s.anonymous == 0 => Some(o),
+        Some(_) if s.anonymous == s.rss => Some(0),
+        Some(_) => None,
+    };
+    s.pss_by_kind = slot.map(|i| {
+        split[i] = s.pss;
+        split
+    });
 }
 
 /// One VMA as `/proc/PID/smaps` shows it.

@@ -6,8 +6,8 @@ use crate::ast::{
     ShmemSetting, Signal, ThpSetting,
 };
 use crate::backend::{
-    Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, SmapsView,
-    StatusView, VmaKind, VmaView,
+    Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, StatusView,
+    VmaKind, VmaView,
 };
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
 
@@ -487,33 +487,7 @@ impl Backend for EngineBackend {
                         usermm::views::Backing::Tmpfs => VmaKind::TmpfsFile,
                         usermm::views::Backing::Disk => VmaKind::DiskFile,
                     },
-                    smaps: SmapsView {
-                        size: s.size,
-                        rss: s.rss,
-                        pss: s.pss() & !1023,
-                        shared_clean: s.shared_clean,
-                        shared_dirty: s.shared_dirty,
-                        private_clean: s.private_clean,
-                        private_dirty: s.private_dirty,
-                        anonymous: s.anonymous,
-                        anon_huge_pages: s.anon_huge_pages,
-                        shmem_pmd_mapped: s.shmem_pmd_mapped,
-                        file_pmd_mapped: s.file_pmd_mapped,
-                        locked: s.locked() & !1023,
-                        referenced: s.referenced(),
-                        pss_dirty: s.pss_dirty() & !1023,
-                        pss_by_kind: Some(s.pss_by_kind().map(|b| b & !1023)),
-                        lazyfree: s.lazyfree,
-                        // No KSM, no hugetlb in the engine; 4 KiB pages.
-                        ksm: 0,
-                        swap: s.swap,
-                        swap_pss: s.swap_pss() & !1023,
-                        shared_hugetlb: 0,
-                        private_hugetlb: 0,
-                        kernel_page_size: 4096,
-                        mmu_page_size: 4096,
-                        thp_eligible: u64::from(s.thp_eligible),
-                    },
+                    smaps: s,
                 })
                 .collect())
         })

@@ -59,9 +59,11 @@ impl Backing {
     }
 }
 
-/// The smaps fields of one VMA, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Smaps {
+/// What `smaps_account` accumulates over one VMA (Linux's `struct mem_size_stats`): sizes in
+/// bytes, the Pss family in Linux's `PSS_SHIFT` fixed point. [`MemSizeStats::view`] turns it
+/// into the [`Smaps`] lines `/proc/PID/smaps` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemSizeStats {
     /// Size.
     pub size: u64,
     /// Rss.
@@ -107,65 +109,208 @@ pub struct Smaps {
     pub thp_eligible: bool,
 }
 
-impl Smaps {
+impl MemSizeStats {
     /// Pss in bytes (truncated, as Linux prints it in kB).
-    pub fn pss(&self) -> u64 {
+    fn pss(&self) -> u64 {
         self.pss_fixed >> 12
     }
 
     /// Locked in bytes.
-    pub fn locked(&self) -> u64 {
+    fn locked(&self) -> u64 {
         self.locked_fixed >> 12
     }
 
-    /// Referenced in bytes: pages whose entry is young or whose folio is referenced.
-    pub fn referenced(&self) -> u64 {
-        self.referenced
-    }
-
     /// SwapPss in bytes.
-    pub fn swap_pss(&self) -> u64 {
+    fn swap_pss(&self) -> u64 {
         self.swap_pss_fixed >> 12
     }
 
     /// Pss_Dirty in bytes.
-    pub fn pss_dirty(&self) -> u64 {
+    fn pss_dirty(&self) -> u64 {
         self.pss_dirty_fixed >> 12
     }
 
     /// Pss of anonymous, file and shmem folios in bytes (the rollup's Pss_Anon, Pss_File,
     /// Pss_Shmem for this VMA).
-    pub fn pss_by_kind(&self) -> [u64; 3] {
+    fn pss_by_kind(&self) -> [u64; 3] {
         [
             self.pss_anon_fixed >> 12,
             self.pss_file_fixed >> 12,
             self.pss_shmem_fixed >> 12,
         ]
     }
+}
 
+/// The lines `/proc/PID/smaps` prints for one VMA (or a sum of VMAs), in bytes: the Pss
+/// family truncated to whole kB as Linux prints it. The engine's come from
+/// [`MemSizeStats::view`]; the oracle fills the same struct from the host's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Smaps {
+    /// Size.
+    pub size: u64,
+    /// Rss.
+    pub rss: u64,
+    /// Pss (bytes, truncated to whole kB as `/proc` prints it).
+    pub pss: u64,
+    /// Shared_Clean.
+    pub shared_clean: u64,
+    /// Shared_Dirty.
+    pub shared_dirty: u64,
+    /// Private_Clean.
+    pub private_clean: u64,
+    /// Private_Dirty.
+    pub private_dirty: u64,
+    /// Anonymous.
+    pub anonymous: u64,
+    /// AnonHugePages.
+    pub anon_huge_pages: u64,
+    /// ShmemPmdMapped.
+    pub shmem_pmd_mapped: u64,
+    /// FilePmdMapped.
+    pub file_pmd_mapped: u64,
+    /// Locked.
+    pub locked: u64,
+    /// Referenced.
+    pub referenced: u64,
+    /// Pss_Dirty.
+    pub pss_dirty: u64,
+    /// Pss of anonymous, file and shmem folios (`smaps_rollup`'s Pss_Anon, Pss_File,
+    /// Pss_Shmem of these VMAs); `None` where this side cannot tell (the host's smaps has
+    /// no per-VMA split, see `scenario::backend::split_pss_by_kind`).
+    pub pss_by_kind: Option<[u64; 3]>,
+    /// LazyFree.
+    pub lazyfree: u64,
+    /// KSM.
+    pub ksm: u64,
+    /// Swap.
+    pub swap: u64,
+    /// SwapPss.
+    pub swap_pss: u64,
+    /// Shared_Hugetlb.
+    pub shared_hugetlb: u64,
+    /// Private_Hugetlb.
+    pub private_hugetlb: u64,
+    /// KernelPageSize (the largest of the VMAs summed).
+    pub kernel_page_size: u64,
+    /// MMUPageSize (the largest of the VMAs summed).
+    pub mmu_page_size: u64,
+    /// THPeligible: 1 when THP may back the VMA (of the VMAs summed: 1 if any is).
+    pub thp_eligible: u64,
+}
+
+impl Default for Smaps {
+    /// No pages: every field 0 (the Pss split known, all 0).
+    fn default() -> Self {
+        Smaps {
+            size: 0,
+            rss: 0,
+            pss: 0,
+            shared_clean: 0,
+            shared_dirty: 0,
+            private_clean: 0,
+            private_dirty: 0,
+            anonymous: 0,
+            anon_huge_pages: 0,
+            shmem_pmd_mapped: 0,
+            file_pmd_mapped: 0,
+            locked: 0,
+            referenced: 0,
+            pss_dirty: 0,
+            pss_by_kind: Some([0; 3]),
+            lazyfree: 0,
+            ksm: 0,
+            swap: 0,
+            swap_pss: 0,
+            shared_hugetlb: 0,
+            private_hugetlb: 0,
+            thp_eligible: 0,
+            kernel_page_size: 0,
+            mmu_page_size: 0,
+        }
+    }
+}
+
+impl Smaps {
     /// Adds another VMA's fields.
     pub fn add(&mut self, o: &Smaps) {
         self.size += o.size;
         self.rss += o.rss;
-        self.pss_fixed += o.pss_fixed;
+        self.pss += o.pss;
         self.shared_clean += o.shared_clean;
         self.shared_dirty += o.shared_dirty;
         self.private_clean += o.private_clean;
         self.private_dirty += o.private_dirty;
         self.anonymous += o.anonymous;
         self.anon_huge_pages += o.anon_huge_pages;
-        self.referenced += o.referenced;
         self.shmem_pmd_mapped += o.shmem_pmd_mapped;
         self.file_pmd_mapped += o.file_pmd_mapped;
-        self.locked_fixed += o.locked_fixed;
-        self.pss_dirty_fixed += o.pss_dirty_fixed;
-        self.pss_anon_fixed += o.pss_anon_fixed;
-        self.pss_file_fixed += o.pss_file_fixed;
-        self.pss_shmem_fixed += o.pss_shmem_fixed;
+        self.locked += o.locked;
+        self.referenced += o.referenced;
+        self.pss_dirty += o.pss_dirty;
+        self.pss_by_kind = match (self.pss_by_kind, o.pss_by_kind) {
+            (Some(a), Some(b)) => Some([a[0] + b[0], a[1] + b[1], a[2] + b[2]]),
+            _ => None,
+        };
         self.lazyfree += o.lazyfree;
+        self.ksm += o.ksm;
         self.swap += o.swap;
-        self.swap_pss_fixed += o.swap_pss_fixed;
-        self.thp_eligible |= o.thp_eligible;
+        self.swap_pss += o.swap_pss;
+        self.shared_hugetlb += o.shared_hugetlb;
+        self.private_hugetlb += o.private_hugetlb;
+        self.kernel_page_size = self.kernel_page_size.max(o.kernel_page_size);
+        self.mmu_page_size = self.mmu_page_size.max(o.mmu_page_size);
+        self.thp_eligible = self.thp_eligible.max(o.thp_eligible);
+    }
+
+    /// (name, value) pairs, for reports.
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
+        [
+            ("Size", self.size),
+            ("Rss", self.rss),
+            ("Pss", self.pss),
+            ("Shared_Clean", self.shared_clean),
+            ("Shared_Dirty", self.shared_dirty),
+            ("Private_Clean", self.private_clean),
+            ("Private_Dirty", self.private_dirty),
+            ("Anonymous", self.anonymous),
+            ("AnonHugePages", self.anon_huge_pages),
+            ("ShmemPmdMapped", self.shmem_pmd_mapped),
+            ("FilePmdMapped", self.file_pmd_mapped),
+            ("Locked", self.locked),
+        ]
+    }
+}
+
+impl MemSizeStats {
+    /// The printed lines: the Pss family in whole kB; the engine has no KSM and no hugetlb,
+    /// and maps 4 KiB pages (KernelPageSize and MMUPageSize).
+    pub(crate) fn view(&self) -> Smaps {
+        Smaps {
+            size: self.size,
+            rss: self.rss,
+            pss: self.pss() & !1023,
+            shared_clean: self.shared_clean,
+            shared_dirty: self.shared_dirty,
+            private_clean: self.private_clean,
+            private_dirty: self.private_dirty,
+            anonymous: self.anonymous,
+            anon_huge_pages: self.anon_huge_pages,
+            shmem_pmd_mapped: self.shmem_pmd_mapped,
+            file_pmd_mapped: self.file_pmd_mapped,
+            locked: self.locked() & !1023,
+            referenced: self.referenced,
+            pss_dirty: self.pss_dirty() & !1023,
+            pss_by_kind: Some(self.pss_by_kind().map(|b| b & !1023)),
+            lazyfree: self.lazyfree,
+            ksm: 0,
+            swap: self.swap,
+            swap_pss: self.swap_pss() & !1023,
+            shared_hugetlb: 0,
+            private_hugetlb: 0,
+            kernel_page_size: 4096,
+            mmu_page_size: 4096,
+            thp_eligible: u64::from(self.thp_eligible),
+        }
     }
 }
 
@@ -250,7 +395,7 @@ struct Charge {
     private: bool,
 }
 
-fn accumulate(s: &mut Smaps, phys: &PhysMem, head: Pfn, ch: Charge) {
+fn accumulate(s: &mut MemSizeStats, phys: &PhysMem, head: Pfn, ch: Charge) {
     s.pss_fixed += ch.pss;
     if phys.memmap.test(head, PageFlag::Anon) {
         s.pss_anon_fixed += ch.pss;
@@ -276,7 +421,7 @@ fn accumulate(s: &mut Smaps, phys: &PhysMem, head: Pfn, ch: Charge) {
 
 /// `smaps_account` for `nr` pages from `page` mapped by one entry.
 fn smaps_account(
-    s: &mut Smaps,
+    s: &mut MemSizeStats,
     phys: &PhysMem,
     page: Pfn,
     nr: u64,
@@ -361,7 +506,7 @@ impl<'m> Cpu<'m> {
                 flags: v.flags.0,
                 backing: Backing::of(v),
             };
-            out.push((e, smaps_vma(self, &task.mm, v)));
+            out.push((e, smaps_vma(self, &task.mm, v).view()));
         }
         Ok(out)
     }
@@ -487,15 +632,15 @@ fn mm_of<'m>(cpu: &Cpu<'m>, pid: Pid) -> SysResult<std::sync::Arc<crate::mm::Tas
     cpu.m.task(pid)
 }
 
-fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> Smaps {
+fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> MemSizeStats {
     let phys = &cpu.m.phys;
     let pt = cpu.tables(mm);
     let locked = v.flags.has(VmFlags::LOCKED);
     let swap = cpu.m.swap.as_ref();
-    let mut s = Smaps {
+    let mut s = MemSizeStats {
         size: v.len(),
         thp_eligible: thp_eligible(&cpu.m.tunables(), v),
-        ..Smaps::default()
+        ..MemSizeStats::default()
     };
     if let Some(f) = v.file.as_ref().filter(|f| f.kind.is_shmem()) {
         // `shmem_swap_usage`: the object's pages in the VMA's range that are out on swap

@@ -63,7 +63,7 @@ fn forked_large_folios_swap_out_whole_and_copy_on_write_after_swap_in() {
     for pid in [p, c] {
         let s = smaps_of(&cpu, pid, a, M);
         assert_eq!((s.rss, s.swap), (0, M), "all swapped out");
-        assert_eq!(s.swap_pss(), M / 2, "each slot named by two entries");
+        assert_eq!(s.swap_pss, M / 2, "each slot named by two entries");
         assert_eq!(cpu.status(pid).expect("status").vm_swap, M);
         let pm = cpu.pagemap(pid, a + 4 * K).expect("pagemap");
         assert!(pm.swapped && !pm.present && !pm.exclusive, "{pm:?}");
