@@ -18,6 +18,12 @@ pub struct RecordArgs {
     /// keeps root under sudo.
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Record under this THP policy (repeatable), over `never` at every size, e.g.
+    /// `--thp 64K=always` or `--thp 2M=inherit --thp top=always` (sysfs semantics, as `set
+    /// thp`): a fault then maps the folio the kernel chose, touches inside it make no event,
+    /// and `usermm replay` sets the same policy from the trace's header.
+    #[arg(long, value_name = "SIZE=POLICY")]
+    pub thp: Vec<String>,
     /// The command and its arguments (after `--`).
     #[arg(required = true, last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -44,11 +50,13 @@ pub fn record_main(a: &RecordArgs) -> anyhow::Result<u8> {
             u.name, u.uid, u.gid
         );
     }
+    let thp = crate::trace_cmd::pairs(&a.thp, "--thp")?;
     let opts = trace::RecordOptions {
         out: a.out.clone(),
         ring_pages: a.ring_pages.next_power_of_two(),
         progress: true,
         user,
+        thp,
     };
     let s = trace::record(&a.cmd, &opts)?;
     println!(

@@ -120,7 +120,8 @@ pub struct ReplayArgs {
     /// A tunable, NAME=VALUE (repeatable; `usermm tunables` lists them).
     #[arg(long = "tunable", value_name = "NAME=VALUE")]
     pub tunables: Vec<String>,
-    /// A THP policy over the recorded one (every size `never`): SIZE=POLICY or top=POLICY
+    /// A THP policy over the recorded one (the trace header's: every size `never` unless
+    /// recorded with `--thp`): SIZE=POLICY or top=POLICY
     /// (repeatable), e.g. `--thp 64K=always`.
     #[arg(long = "thp", value_name = "SIZE=POLICY")]
     pub thp: Vec<String>,
@@ -324,7 +325,7 @@ fn header_line(h: &trace::Header) -> String {
     )
 }
 
-fn pairs(v: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+pub(crate) fn pairs(v: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
     v.iter()
         .map(|s| {
             s.split_once('=')
@@ -392,8 +393,11 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
         );
     }
     for c in &r.rss {
+        let huge = c.anon_huge_kb.map_or(String::new(), |(h, e)| {
+            format!(", AnonHugePages host {h} kB engine {e} kB")
+        });
         println!(
-            "  exit of {}: RssAnon host {} kB engine {} kB ({:+.1}%), RssFile host {} kB engine {} kB",
+            "  exit of {}: RssAnon host {} kB engine {} kB ({:+.1}%), RssFile host {} kB engine {} kB{huge}",
             c.pid,
             c.host_anon_kb,
             c.engine_anon_kb,

@@ -74,3 +74,106 @@ fn a_mapping_merged_into_the_vma_before_it_is_still_the_file() {
         .expect("replay");
     assert!(replay.status.success(), "{}", text(&replay));
 }
+
+/// Writes a 64 MiB heap page by page, then forks a child that writes half of it.
+const HEAP: &str = r#"
+import os
+b = bytearray(64 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+pid = os.fork()
+if pid == 0:
+    for i in range(0, len(b) // 2, 4096):
+        b[i] = 2
+    os._exit(0)
+os.waitpid(pid, 0)
+"#;
+
+/// A recording under THP `2M=always` (the host's real knobs, under the machine-wide lock,
+/// restored after) names that policy in its header, and its replay under it, the default,
+/// matches every exit's RssAnon exactly and AnonHugePages within 5 % (`--strict`), with
+/// the heap's PMD THPs seen on both sides.
+#[test]
+fn a_recording_under_a_thp_policy_replays_under_it() {
+    if !can_record()
+        || !std::path::Path::new(oracle::knobs::THP_DIR)
+            .join("hugepages-2048kB")
+            .exists()
+    {
+        return;
+    }
+    let s = Scratch::new("thp");
+    let script = s.join("heap.py");
+    std::fs::write(&script, HEAP).expect("script");
+    let trace = s.join("heap.umt");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_usermm"));
+    cmd.args(["record", "--thp", "2M=always", "--user", "root", "--out"])
+        .arg(&trace)
+        .args(["--", "python3"])
+        .arg(&script)
+        .env_remove("SUDO_UID");
+    let out = cmd.output().expect("record");
+    assert!(out.status.success(), "{}", text(&out));
+    let show = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["trace", "show"])
+        .arg(&trace)
+        .output()
+        .expect("show");
+    let header = text(&show);
+    assert!(
+        header.lines().next().unwrap_or("").contains("2048K=always"),
+        "{header}"
+    );
+    let replay = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["replay", "--strict", "--max-touch", "4G"])
+        .arg(&trace)
+        .output()
+        .expect("replay");
+    let r = text(&replay);
+    assert!(replay.status.success(), "{r}");
+    // The parent's heap: the same PMD THPs on both sides (at least 16 MiB of them).
+    let huge = r
+        .lines()
+        .filter_map(|l| l.split("AnonHugePages host ").nth(1))
+        .filter_map(|t| {
+            let v: Vec<u64> = t
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (v.len() >= 2).then(|| (v[0], v[1]))
+        })
+        .max();
+    assert!(
+        matches!(huge, Some((h, e)) if h >= 16 << 10 && h == e),
+        "{r}"
+    );
+}
+
+/// A `--thp` setting that is not a THP size or policy is refused before the knobs or the
+/// command are touched.
+#[test]
+fn a_bad_thp_setting_is_refused_before_anything_runs() {
+    if !can_record() {
+        return;
+    }
+    let s = Scratch::new("badthp");
+    let marker = s.join("ran");
+    for bad in ["48K=always", "64K=sometimes", "top=inherit", "64K"] {
+        let out = s
+            .record(&[
+                "--thp",
+                bad,
+                "--out",
+                &s.join("t.umt").to_string_lossy(),
+                "--",
+                "touch",
+            ])
+            .arg(&marker)
+            .output()
+            .expect("record");
+        assert!(!out.status.success(), "{bad}: {}", text(&out));
+        assert!(text(&out).contains("--thp"), "{bad}: {}", text(&out));
+        assert!(!marker.exists(), "{bad}: the command ran");
+        assert_eq!(s.knobs(), common::original(), "{bad}: the knobs changed");
+    }
+}

@@ -21,8 +21,12 @@
 //! Events are enabled at the command's exec (`enable_on_exec`) and inherited by its children;
 //! one ring buffer per CPU, drained every millisecond, merged by timestamp
 //! (`CLOCK_MONOTONIC`). The host's THP policy is set to `never` at every size for the
-//! recording (so every fault is a 4K fault), under the oracle's machine-wide knob lock with
-//! its journal, and restored afterwards.
+//! recording (so every fault is a 4K fault and the trace holds every page touched), or to
+//! the `--thp` policy over that (then a fault maps the folio the kernel chose and touches
+//! inside it make no event: the trace holds what the host faulted under that policy, and its
+//! replay under the same policy takes the same faults), under the oracle's machine-wide knob
+//! lock with its journal, and restored afterwards. The header names the policy in force
+//! (`thp top=never 16K=never ... 64K=always ...`), which replay sets.
 
 use crate::format::{self, Event, Header, Image, ImageVma, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
 use crate::sys;
@@ -52,6 +56,10 @@ pub enum RecordError {
     /// A system call failed.
     #[error("{0}: {1}")]
     Sys(String, std::io::Error),
+    /// A `--thp` setting is not `top=always|madvise|never` or `SIZE=always|madvise|never|inherit`
+    /// with a folio size from 16K to 2M.
+    #[error("--thp {0}={1}: expected top=always|madvise|never or SIZE=always|madvise|never|inherit (SIZE a power of two from 16K to 2M)")]
+    BadThp(String, String),
     /// The THP knobs could not be taken or set.
     #[error("THP knobs: {0}")]
     Knobs(String),
@@ -83,6 +91,9 @@ pub struct RecordOptions {
     /// Run the command as this user instead of root (its groups too); the recorder itself
     /// stays root for perf, ptrace and the knobs.
     pub user: Option<sys::Identity>,
+    /// THP policy (`top` or a folio size, POLICY) set on the host for the recording, over
+    /// `never` at every size; sysfs semantics, as the scenario language's `set thp`.
+    pub thp: Vec<(String, String)>,
 }
 
 impl Default for RecordOptions {
@@ -92,6 +103,7 @@ impl Default for RecordOptions {
             ring_pages: 2048,
             progress: true,
             user: None,
+            thp: Vec::new(),
         }
     }
 }
@@ -427,9 +439,31 @@ struct Side {
     shares_vm: HashMap<u32, bool>,
 }
 
-/// Sets the host's THP knobs to `never` at every size; returns the held knobs (restored on
-/// drop) and the policy text for the header.
-fn finest_policy() -> Result<(oracle::knobs::ThpKnobs, String), RecordError> {
+/// The `--thp` settings as the knobs take them (checked before anything changes).
+fn thp_settings(thp: &[(String, String)]) -> Result<Vec<scenario::ThpSetting>, RecordError> {
+    use scenario::{Keyword, ThpPolicy, ThpSetting, ThpSize, ThpTop};
+    thp.iter()
+        .map(|(k, v)| {
+            let bad = || RecordError::BadThp(k.clone(), v.clone());
+            if k == "top" {
+                return ThpTop::from_keyword(v).map(ThpSetting::Top).ok_or_else(bad);
+            }
+            let size = usermm::units::parse_size(k)
+                .ok()
+                .and_then(ThpSize::new)
+                .ok_or_else(bad)?;
+            let policy = ThpPolicy::from_keyword(v).ok_or_else(bad)?;
+            Ok(ThpSetting::Size { size, policy })
+        })
+        .collect()
+}
+
+/// Sets the host's THP knobs to `never` at every size, then `wanted` over that; returns the
+/// held knobs (restored on drop) and the policy for the header: `thp top=P SIZE=P ...`, every
+/// size the host has, which replay sets on its machine.
+fn recording_policy(
+    wanted: &[scenario::ThpSetting],
+) -> Result<(oracle::knobs::ThpKnobs, String), RecordError> {
     use scenario::{ThpPolicy, ThpSetting, ThpSize, ThpTop};
     let knobs =
         oracle::knobs::ThpKnobs::acquire().map_err(|e| RecordError::Knobs(e.to_string()))?;
@@ -450,14 +484,45 @@ fn finest_policy() -> Result<(oracle::knobs::ThpKnobs, String), RecordError> {
                     size,
                     policy: ThpPolicy::Never,
                 });
-                sizes.push(format!("{}K", bytes / 1024));
+                sizes.push(size);
             }
         }
     }
+    for w in wanted {
+        if let ThpSetting::Size { size, .. } = w {
+            if !sizes.contains(size) {
+                return Err(RecordError::Knobs(format!(
+                    "this host has no {}K THP size",
+                    size.bytes() / 1024
+                )));
+            }
+        }
+    }
+    settings.extend_from_slice(wanted);
     knobs
         .apply(&settings)
         .map_err(|e| RecordError::Knobs(e.to_string()))?;
-    let policy = format!("thp top=never; {} never", sizes.join(","));
+    // The policy in force: the last setting of each knob.
+    let top = settings
+        .iter()
+        .rev()
+        .find_map(|s| match s {
+            ThpSetting::Top(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(ThpTop::Never);
+    let mut policy = format!("thp top={top}");
+    for size in sizes {
+        let p = settings
+            .iter()
+            .rev()
+            .find_map(|s| match s {
+                ThpSetting::Size { size: z, policy } if *z == size => Some(*policy),
+                _ => None,
+            })
+            .unwrap_or(ThpPolicy::Never);
+        policy.push_str(&format!(" {}K={p}", size.bytes() / 1024));
+    }
     Ok((knobs, policy))
 }
 
@@ -556,6 +621,7 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     }
     // Everything that can be refused is refused before the host is changed or the command
     // runs: the output's directory, the command.
+    let thp = thp_settings(&opts.thp)?;
     let mut out = oracle::output::SafeOutput::create(&opts.out, false)?;
     if !command_exists(&cmd[0]) {
         return Err(RecordError::NoSuchCommand(cmd[0].clone()));
@@ -616,7 +682,7 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
-    let (knobs, policy) = finest_policy()?;
+    let (knobs, policy) = recording_policy(&thp)?;
     let header = Header { policy, ..header };
     let t0 = Instant::now();
     let root = sys::spawn_traced(&argv, opts.user.as_ref()).map_err(sys_err("fork"))?;

@@ -53,7 +53,8 @@ pub use ops::{OpCall, MODEL_OPS};
 pub struct ReplayOptions {
     /// Tunables (NAME, VALUE) applied to the machine.
     pub tunables: Vec<(String, String)>,
-    /// THP policy (SIZE or `top`, POLICY) applied over the recorded policy (`never`).
+    /// THP policy (SIZE or `top`, POLICY) applied over the recorded policy (the trace
+    /// header's: `never` at every size unless recorded with `usermm record --thp`).
     pub thp: Vec<(String, String)>,
     /// Simulated RAM.
     pub memory: u64,
@@ -127,6 +128,20 @@ pub struct RssCheck {
     pub engine_file_kb: u64,
     /// |engine − host| / host of RssAnon (0 when both are 0).
     pub anon_rel_err: f64,
+    /// Host and engine AnonHugePages (kB): compared where the replay may map PMD THPs (a
+    /// THP policy recorded or given) or the host had some; `None` otherwise.
+    pub anon_huge_kb: Option<(u64, u64)>,
+}
+
+/// How far the engine's AnonHugePages at an exit may be from the host's: 5 % of the host's.
+pub const ANON_HUGE_TOLERANCE: f64 = 0.05;
+
+impl RssCheck {
+    /// Whether the exit's AnonHugePages is off by more than [`ANON_HUGE_TOLERANCE`].
+    pub fn anon_huge_off(&self) -> bool {
+        self.anon_huge_kb
+            .is_some_and(|(h, e)| (e as f64 - h as f64).abs() > h as f64 * ANON_HUGE_TOLERANCE)
+    }
 }
 
 /// What a replay did.
@@ -225,6 +240,13 @@ impl ReplayReport {
                     )
                 }),
         );
+        p.extend(self.rss.iter().filter(|c| c.anon_huge_off()).map(|c| {
+            let (h, e) = c.anon_huge_kb.unwrap_or_default();
+            format!(
+                "exit of {}: AnonHugePages host {h} kB, engine {e} kB (over 5 %)",
+                c.pid
+            )
+        }));
         p
     }
 }
@@ -279,13 +301,49 @@ fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), R
     t.thp.apply(size, policy).map_err(|_| bad())
 }
 
-/// The machine a replay runs on: the recorded policy (THP `never` at every size, as the
-/// recorder set the host), then `opts`.
+/// The THP policy a trace was recorded under, from its header's `policy`: `thp top=P
+/// SIZE=P ...` (written since `usermm record --thp`), or the older `thp top=never; SIZES
+/// never` and an empty one (`never` at every size: no pairs over the baseline). Anything else
+/// is refused: the header comes from the trace file, hostile until parsed.
+pub fn recorded_policy(policy: &str) -> Result<Vec<(String, String)>, ReplayError> {
+    let bad = || ReplayError::Setting(format!("the trace's THP policy `{policy}` cannot be read"));
+    if policy.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rest = policy.strip_prefix("thp ").ok_or_else(bad)?;
+    if rest.contains(';') {
+        return Ok(Vec::new());
+    }
+    rest.split_whitespace()
+        .map(|t| {
+            t.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(bad)
+        })
+        .collect()
+}
+
+/// The machine a replay runs on: THP `never` at every size (what the recorder sets the host
+/// to), then `opts`.
 pub fn machine_config(opts: &ReplayOptions) -> Result<MachineConfig, ReplayError> {
+    machine_config_recorded("", opts)
+}
+
+/// The machine a replay of a trace recorded under `recorded` (its header's policy) runs on:
+/// THP `never` at every size, the recorded policy over that, then `opts`.
+pub fn machine_config_recorded(
+    recorded: &str,
+    opts: &ReplayOptions,
+) -> Result<MachineConfig, ReplayError> {
     let mut t = usermm::Tunables::default();
     t.thp.top = ThpPolicy::Never;
     for order in 2..=9 {
         let _ = t.thp.set_size(4096 << order, ThpPolicy::Never);
+    }
+    for (k, v) in recorded_policy(recorded)? {
+        apply_thp(&mut t, &k, &v).map_err(|_| {
+            ReplayError::Setting(format!("the trace's THP policy `{recorded}`: bad {k}={v}"))
+        })?;
     }
     for (k, v) in &opts.tunables {
         t.set(k, v)
@@ -317,6 +375,8 @@ struct Replayer<'m, 'c> {
     users: HashMap<Pid, u32>,
     brk: HashMap<Pid, u64>,
     files: HashMap<u32, FileId>,
+    /// Whether the machine may map PMD THPs (its AnonHugePages is compared at exits).
+    thp: bool,
     r: ReplayReport,
     index: u64,
     /// The counters per operation so far.
@@ -487,7 +547,7 @@ impl Replayer<'_, '_> {
                 pid,
                 rss_anon_kb,
                 rss_file_kb,
-                ..
+                anon_huge_kb,
             } => {
                 let Some(e) = self.pid(*pid) else { return };
                 if let Ok(s) = cpu.status(e) {
@@ -506,6 +566,13 @@ impl Replayer<'_, '_> {
                     // Listed up to a bound: one check a VALIDATE event, and a trace may hold
                     // a million of them.
                     if self.r.rss.len() < MAX_RSS_LISTED {
+                        // A walk of the process's pages: only where PMD THPs may be mapped.
+                        let anon_huge_kb = (self.thp || *anon_huge_kb > 0).then(|| {
+                            let huge = cpu.smaps(e, 0, u64::MAX).map_or(0, |v| {
+                                v.iter().map(|(_, s)| s.anon_huge_pages).sum::<u64>()
+                            });
+                            (*anon_huge_kb, huge / 1024)
+                        });
                         self.r.rss.push(RssCheck {
                             pid: *pid,
                             host_anon_kb: *rss_anon_kb,
@@ -513,6 +580,7 @@ impl Replayer<'_, '_> {
                             host_file_kb: *rss_file_kb,
                             engine_file_kb: s.rss_file / 1024,
                             anon_rel_err: err,
+                            anon_huge_kb,
                         });
                     }
                 }
@@ -717,7 +785,7 @@ type Next<'e, 'f> = dyn FnMut() -> Result<Option<(Cow<'e, Event>, Option<u64>)>,
 /// Replays `trace` on a new machine built from `opts`.
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
     let mut it = trace.events.iter();
-    on_machine(opts, &mut || {
+    on_machine(&trace.header.policy, opts, &mut || {
         Ok(it.next().map(|e| (Cow::Borrowed(e), None)))
     })
 }
@@ -728,16 +796,26 @@ pub fn replay_decoder<R: BufRead>(
     d: &mut Decoder<R>,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
-    on_machine(opts, &mut || {
+    let recorded = d.header().policy.clone();
+    on_machine(&recorded, opts, &mut || {
         Ok(d.next_event()?.map(|e| (Cow::Owned(e), Some(d.offset()))))
     })
 }
 
-fn on_machine(opts: &ReplayOptions, next: &mut Next<'_, '_>) -> Result<ReplayReport, ReplayError> {
-    let cfg = machine_config(opts)?;
+fn on_machine(
+    recorded: &str,
+    opts: &ReplayOptions,
+    next: &mut Next<'_, '_>,
+) -> Result<ReplayReport, ReplayError> {
+    let cfg = machine_config_recorded(recorded, opts)?;
+    // Any policy but `never`, recorded or given, may map PMD THPs: compare AnonHugePages.
+    let thp = recorded_policy(recorded)?
+        .iter()
+        .chain(&opts.thp)
+        .any(|(_, v)| v != "never");
     // The previous replay's RAM, already backed by the host (see `Machine::new_reusing`).
     let m = Machine::new_reusing(cfg, SPARE.with(|s| s.borrow_mut().take()));
-    let r = replay_on(&m, next, opts);
+    let r = replay_on(&m, next, opts, thp);
     SPARE.with(|s| *s.borrow_mut() = Some(m));
     r
 }
@@ -751,6 +829,7 @@ fn replay_on(
     m: &Machine,
     next: &mut Next<'_, '_>,
     opts: &ReplayOptions,
+    thp: bool,
 ) -> Result<ReplayReport, ReplayError> {
     if m.phys.nr_frames() == 0 {
         return Err(ReplayError::Engine(format!(
@@ -772,6 +851,7 @@ fn replay_on(
         users: HashMap::new(),
         brk: HashMap::new(),
         files: HashMap::new(),
+        thp,
         r: ReplayReport::default(),
         index: 0,
         ops: ops::OpAccount::default(),

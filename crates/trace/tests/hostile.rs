@@ -580,3 +580,42 @@ fn a_trace_without_a_checksum_is_refused_and_resealed() {
     let garbage = format::seal(&[0xff; 8]).unwrap();
     assert!(format::reseal(&garbage, &trace::Budget::default()).is_err());
 }
+
+/// The recorded THP policy comes from the trace's header: the recorder's forms are read (the
+/// `--thp` one applied, the older all-`never` one and an empty one the baseline), anything
+/// else is refused, and a readable one with a bad size or policy is refused by the machine.
+#[test]
+fn the_recorded_thp_policy_is_read_or_refused() {
+    use trace::replay::{machine_config_recorded, recorded_policy};
+    assert_eq!(recorded_policy("").ok(), Some(vec![]));
+    assert_eq!(
+        recorded_policy("thp top=never; 16K,32K,64K never").ok(),
+        Some(vec![])
+    );
+    assert_eq!(
+        recorded_policy("thp top=never 64K=always 2048K=never").ok(),
+        Some(vec![
+            ("top".into(), "never".into()),
+            ("64K".into(), "always".into()),
+            ("2048K".into(), "never".into())
+        ])
+    );
+    for bad in [
+        "always",
+        "thp 64K",
+        "thp 64K=always junk",
+        "\u{0}thp top=never",
+    ] {
+        assert!(recorded_policy(bad).is_err(), "{bad:?}");
+    }
+    let opts = ReplayOptions::default();
+    assert!(machine_config_recorded("thp top=never 64K=always", &opts).is_ok());
+    for bad in [
+        "thp 48K=always",
+        "thp 64K=sometimes",
+        "thp top=inherit",
+        "thp 99999999999999999999K=always",
+    ] {
+        assert!(machine_config_recorded(bad, &opts).is_err(), "{bad}");
+    }
+}
