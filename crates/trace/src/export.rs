@@ -38,6 +38,9 @@ pub enum ExportError {
     /// A file id defined twice.
     #[error("event {0}: file id {1} defined twice")]
     FileTwice(usize, u32),
+    /// The header's THP policy cannot be read or set.
+    #[error("{0}")]
+    Policy(String),
 }
 
 fn prot_word(p: u32) -> &'static str {
@@ -122,7 +125,28 @@ impl Exporter {
             escape(&h.kernel),
             escape(&h.policy)
         ))?;
-        x.line(format_args!("set thp top=never"))?;
+        // `never` at every size, then the recorded policy, each pair checked by the engine
+        // (a header replay cannot read is refused here too) and written in one spelling.
+        let policy_err = |e: crate::replay::ReplayError| ExportError::Policy(e.to_string());
+        crate::replay::machine_config_recorded(&h.policy, &Default::default())
+            .map_err(policy_err)?;
+        let mut pairs: Vec<(String, &str)> = vec![("top".into(), "never")];
+        for order in 2..=9u32 {
+            pairs.push((format!("{}K", 4u64 << order), "never"));
+        }
+        for (k, v) in crate::replay::recorded_policy(&h.policy).map_err(policy_err)? {
+            let key = match usermm::units::parse_size(&k) {
+                Ok(bytes) => format!("{}K", bytes >> 10),
+                Err(_) => "top".to_string(),
+            };
+            let policy = usermm::ThpPolicy::parse(&v).map_or("never", |p| p.name());
+            match pairs.iter_mut().find(|(k, _)| *k == key) {
+                Some(pair) => pair.1 = policy,
+                None => pairs.push((key, policy)),
+            }
+        }
+        let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        x.line(format_args!("set thp {}", pairs.join(" ")))?;
         x.line(format_args!("set rlimit memlock unlimited"))?;
         Ok(x)
     }

@@ -97,6 +97,7 @@ fn shipped_traces_replay_and_agree_with_the_host() {
         for c in &r.rss {
             assert!(c.host_anon_kb > 0, "{name}: {c:?}");
             assert!(c.anon_rel_err <= RSS_TOLERANCE, "{name}: {c:?}");
+            assert!(!c.anon_huge_off(), "{name}: {c:?}");
         }
         // Deterministic counters, also on the RAM the previous replay left behind (the
         // second replay on this thread reuses it, old contents and all).
@@ -110,7 +111,7 @@ fn shipped_traces_replay_and_agree_with_the_host() {
 fn a_policy_switch_changes_what_the_engine_does() {
     let (_, t) = shipped()
         .into_iter()
-        .find(|(p, _)| p.to_string_lossy().contains("python3"))
+        .find(|(p, _)| p.to_string_lossy().contains("python3-json"))
         .expect("the python3 trace");
     let base = replay(&t, &ReplayOptions::default()).unwrap();
     let mthp = replay(
@@ -150,4 +151,49 @@ fn small_traces_export_as_scenarios_that_run_on_the_engine() {
         ..Trace::default()
     };
     assert!(trace::export::to_scenario(&big).is_err());
+}
+
+/// The fork-heavy traces recorded under THP (`traces/python3-forkers.py`: a 32 MiB heap, four
+/// children writing a quarter each) replay under their recorded policy: every exit's RssAnon
+/// exactly the host's, and under 2M the same PMD THPs (AnonHugePages) in every process that
+/// has them; under 64K the heap faults 64K folios.
+#[test]
+fn thp_recordings_replay_under_their_policy() {
+    use usermm::Ev;
+    let all = shipped();
+    let get = |tag: &str| {
+        all.iter()
+            .find(|(p, _)| p.to_string_lossy().contains(tag))
+            .unwrap_or_else(|| panic!("no {tag} trace"))
+    };
+    let (_, t2m) = get("forkers-2m");
+    let (_, t64) = get("forkers-64k");
+    assert!(
+        t2m.header.policy.contains("2048K=always"),
+        "{}",
+        t2m.header.policy
+    );
+    assert!(
+        t64.header.policy.contains("64K=always"),
+        "{}",
+        t64.header.policy
+    );
+    let r2m = replay(t2m, &ReplayOptions::default()).unwrap();
+    let r64 = replay(t64, &ReplayOptions::default()).unwrap();
+    for r in [&r2m, &r64] {
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        assert!(
+            r.rss.iter().all(|c| c.host_anon_kb == c.engine_anon_kb),
+            "{:?}",
+            r.rss
+        );
+    }
+    let huge: Vec<(u64, u64)> = r2m.rss.iter().filter_map(|c| c.anon_huge_kb).collect();
+    assert!(
+        huge.iter().filter(|(h, _)| *h >= 16 << 10).count() >= 4,
+        "{huge:?}"
+    );
+    assert!(huge.iter().all(|(h, e)| h == e), "{huge:?}");
+    assert!(r2m.snapshot.get(Ev::FaultAnonPmd) > 0);
+    assert!(r64.snapshot.get(Ev::FaultAnonMthp) > 0);
 }
