@@ -204,18 +204,19 @@ pub fn default_traces() -> Vec<PathBuf> {
     Vec::new()
 }
 
+/// A column's replay options: its policy set whole (`never` at every size, then the
+/// policy's), whatever the trace was recorded under, and its switch's tunables.
 fn opts(v: &Variant) -> ReplayOptions {
+    let mut thp: Vec<(String, String)> = vec![("top".into(), "never".into())];
+    thp.extend((2..=9u32).map(|o| (format!("{}K", 4u64 << o), "never".to_string())));
+    thp.extend(v.thp.iter().map(|(a, b)| (a.to_string(), b.to_string())));
     ReplayOptions {
         tunables: v
             .tunables
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect(),
-        thp: v
-            .thp
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect(),
+        thp,
         ..Default::default()
     }
 }
@@ -240,6 +241,27 @@ pub struct TraceTable {
     pub reports: Vec<ReplayReport>,
     /// One model cell per variant (none without a profile).
     pub model: Vec<Option<ModelCell>>,
+    /// The THP policy the trace was recorded under (its header's).
+    pub recorded: String,
+    /// The column of the policy it was recorded under ([`recorded_column`]).
+    pub recorded_col: usize,
+}
+
+/// The baseline column of the policy a trace was recorded under: `2M` or `64K` where its
+/// header has that size `always`, else `4K` (THP off, the recorder's default). The other
+/// policies' columns replay its faults under them: what-ifs, and for a policy of smaller
+/// folios than the recording's, short of the touches made inside its folios.
+pub fn recorded_column(vs: &[Variant], policy: &str) -> usize {
+    let name = if policy.contains("2048K=always") {
+        "2M"
+    } else if policy.contains("64K=always") {
+        "64K"
+    } else {
+        "4K"
+    };
+    vs.iter()
+        .position(|v| v.switch.is_none() && v.policy == name)
+        .unwrap_or(0)
 }
 
 fn run_trace(path: &Path, reps: usize, profile: &ModelProfile) -> anyhow::Result<TraceTable> {
@@ -260,6 +282,7 @@ fn run_trace(path: &Path, reps: usize, profile: &ModelProfile) -> anyhow::Result
         reports.extend(best);
     }
     let model = model_cells(profile.profile(), &vs, &reports);
+    let recorded_col = recorded_column(&vs, &t.header.policy);
     Ok(TraceTable {
         name: path
             .file_stem()
@@ -272,6 +295,8 @@ fn run_trace(path: &Path, reps: usize, profile: &ModelProfile) -> anyhow::Result
         variants: vs,
         reports,
         model,
+        recorded: t.header.policy.clone(),
+        recorded_col,
     })
 }
 
@@ -315,6 +340,14 @@ pub fn render(t: &TraceTable) -> String {
         t.bytes as f64 / t.events.max(1) as f64,
         t.host_rss_anon_kb
     );
+    if t.recorded_col != 0 {
+        let _ = writeln!(
+            s,
+            "recorded under {} (the {} columns); the other policies' columns are what-ifs, short of the touches inside its folios where their folios are smaller",
+            t.recorded,
+            t.variants[t.recorded_col].policy
+        );
+    }
     let w = 22;
     for (policy, _) in POLICIES {
         let cols: Vec<usize> = (0..t.variants.len())
@@ -423,9 +456,11 @@ pub fn json(tables: &[TraceTable], profile: &ModelProfile) -> serde_json::Value 
     let summary: Vec<_> = tables
         .iter()
         .map(|t| {
-            let b = &t.reports[0];
+            let b = &t.reports[t.recorded_col];
             serde_json::json!({
                 "trace": t.name,
+                "recorded_policy": t.recorded,
+                "recorded_column": t.variants[t.recorded_col].name,
                 "events": t.events,
                 "bytes": t.bytes,
                 "bytes_per_event": t.bytes as f64 / t.events.max(1) as f64,
@@ -437,7 +472,7 @@ pub fn json(tables: &[TraceTable], profile: &ModelProfile) -> serde_json::Value 
                 "errno_mismatches": b.errno_mismatches,
                 "fault_signals": b.fault_signals,
                 "events_per_sec": b.events_per_sec,
-                "model": t.model.first().cloned().flatten(),
+                "model": t.model.get(t.recorded_col).cloned().flatten(),
             })
         })
         .collect();
@@ -530,7 +565,7 @@ pub fn main(a: &ReplayArgs) -> anyhow::Result<u8> {
             "M ev/s"
         );
         for t in &tables {
-            let b = &t.reports[0];
+            let b = &t.reports[t.recorded_col];
             let file = |f: fn(&trace::replay::RssCheck) -> u64| b.rss.iter().map(f).sum::<u64>();
             println!(
                 "{:<16}{:>8}{:>10.2}{:>12}{:>12}{:>12}{:>12}{:>8}{:>9.3}",

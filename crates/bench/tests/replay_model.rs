@@ -163,6 +163,8 @@ fn the_json_document_carries_columns_rows_and_model_cells() {
         model: model_cells(profile.profile(), &vs, &reports),
         variants: vs.clone(),
         reports,
+        recorded: t.header.policy.clone(),
+        recorded_col: 0,
     };
     let j = json(std::slice::from_ref(&table), &profile);
     assert_eq!(j["schema"], "usermm-bench-replay/2");

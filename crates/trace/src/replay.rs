@@ -301,19 +301,16 @@ fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), R
     t.thp.apply(size, policy).map_err(|_| bad())
 }
 
-/// The THP policy a trace was recorded under, from its header's `policy`: `thp top=P
-/// SIZE=P ...` (written since `usermm record --thp`), or the older `thp top=never; SIZES
-/// never` and an empty one (`never` at every size: no pairs over the baseline). Anything else
-/// is refused: the header comes from the trace file, hostile until parsed.
+/// The THP policy a trace was recorded under, from its header's `policy`: the form `usermm
+/// record --thp` writes, `thp top=P SIZE=P ...`, as pairs over the baseline (`never` at every
+/// size); a policy in that form that does not parse is refused (the header comes from the
+/// trace file, hostile until parsed). Any other text is an older recorder's note (`thp
+/// top=never; SIZES never`: those recorders always set `never`) and means the baseline.
 pub fn recorded_policy(policy: &str) -> Result<Vec<(String, String)>, ReplayError> {
     let bad = || ReplayError::Setting(format!("the trace's THP policy `{policy}` cannot be read"));
-    if policy.is_empty() {
+    let Some(rest) = policy.strip_prefix("thp ").filter(|r| !r.contains(';')) else {
         return Ok(Vec::new());
-    }
-    let rest = policy.strip_prefix("thp ").ok_or_else(bad)?;
-    if rest.contains(';') {
-        return Ok(Vec::new());
-    }
+    };
     rest.split_whitespace()
         .map(|t| {
             t.split_once('=')
