@@ -15,14 +15,7 @@ enum Rec {
     },
     Mmap2 {
         tid: u32,
-        addr: u64,
-        pgoff: u64,
-        dev: u64,
-        ino: u64,
-        /// The inode's generation (`ino_generation`): tells a reused inode number apart.
-        generation: u64,
-        len: u64,
-        path: String,
+        map: LastMap,
     },
     Comm {
         pid: u32,
@@ -101,13 +94,15 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
                 let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
                 Rec::Mmap2 {
                     tid,
-                    addr,
-                    pgoff,
-                    dev,
-                    ino,
-                    generation,
-                    len,
-                    path: String::from_utf8_lossy(&name[..end]).into_owned(),
+                    map: LastMap {
+                        addr,
+                        pgoff,
+                        dev,
+                        ino,
+                        generation,
+                        len,
+                        path: String::from_utf8_lossy(&name[..end]).into_owned(),
+                    },
                 }
             }
             3 => Rec::Comm {
@@ -131,13 +126,15 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
 
 const MAP_ANONYMOUS: u32 = 0x20;
 
-/// A thread's last `PERF_RECORD_MMAP2`: the VMA its `mmap` made or grew.
+/// A `PERF_RECORD_MMAP2` (a thread's last one is the VMA its `mmap` made or grew).
+#[derive(Debug)]
 struct LastMap {
     addr: u64,
     /// The VMA's offset in the file, bytes (perf reports `vm_pgoff << PAGE_SHIFT`).
     pgoff: u64,
     dev: u64,
     ino: u64,
+    /// The inode's generation (`ino_generation`): tells a reused inode number apart.
     generation: u64,
     len: u64,
     path: String,
@@ -237,28 +234,8 @@ pub(super) fn build_events(
                     out.push(Event::Exit { pid });
                 }
             }
-            Rec::Mmap2 {
-                tid,
-                addr,
-                pgoff,
-                dev,
-                ino,
-                generation,
-                len,
-                path,
-            } => {
-                last_map.insert(
-                    tid,
-                    LastMap {
-                        addr,
-                        pgoff,
-                        dev,
-                        ino,
-                        generation,
-                        len,
-                        path,
-                    },
-                );
+            Rec::Mmap2 { tid, map } => {
+                last_map.insert(tid, map);
             }
             Rec::Sample { id, pid, tid, raw } => {
                 let Some(&i) = ids.get(&id) else {
