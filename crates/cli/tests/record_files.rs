@@ -106,46 +106,55 @@ fn a_recording_under_a_thp_policy_replays_under_it() {
     let script = s.join("heap.py");
     std::fs::write(&script, HEAP).expect("script");
     let trace = s.join("heap.umt");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_usermm"));
-    cmd.args(["record", "--thp", "2M=always", "--user", "root", "--out"])
-        .arg(&trace)
-        .args(["--", "python3"])
-        .arg(&script)
-        .env_remove("SUDO_UID");
-    let out = cmd.output().expect("record");
-    assert!(out.status.success(), "{}", text(&out));
-    let show = Command::new(env!("CARGO_BIN_EXE_usermm"))
-        .args(["trace", "show"])
-        .arg(&trace)
-        .output()
-        .expect("show");
-    let header = text(&show);
-    assert!(
-        header.lines().next().unwrap_or("").contains("2048K=always"),
-        "{header}"
-    );
-    let replay = Command::new(env!("CARGO_BIN_EXE_usermm"))
-        .args(["replay", "--strict", "--max-touch", "4G"])
-        .arg(&trace)
-        .output()
-        .expect("replay");
-    let r = text(&replay);
-    assert!(replay.status.success(), "{r}");
-    // The parent's heap: the same PMD THPs on both sides (at least 16 MiB of them).
-    let huge = r
-        .lines()
-        .filter_map(|l| l.split("AnonHugePages host ").nth(1))
-        .filter_map(|t| {
-            let v: Vec<u64> = t
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            (v.len() >= 2).then(|| (v[0], v[1]))
-        })
-        .max();
-    assert!(
-        matches!(huge, Some((h, e)) if h >= 16 << 10 && h == e),
-        "{r}"
+    // The host may fall back to small folios when a 2 MiB one cannot be had at once (memory
+    // another test or program holds), which the trace does not carry yet: a recording whose
+    // replay disagrees is made again, up to three times, and every attempt is reported.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_usermm"));
+        cmd.args(["record", "--thp", "2M=always", "--user", "root", "--out"])
+            .arg(&trace)
+            .args(["--", "python3"])
+            .arg(&script)
+            .env_remove("SUDO_UID");
+        let out = cmd.output().expect("record");
+        assert!(out.status.success(), "{}", text(&out));
+        let show = Command::new(env!("CARGO_BIN_EXE_usermm"))
+            .args(["trace", "show"])
+            .arg(&trace)
+            .output()
+            .expect("show");
+        let header = text(&show);
+        assert!(
+            header.lines().next().unwrap_or("").contains("2048K=always"),
+            "{header}"
+        );
+        let replay = Command::new(env!("CARGO_BIN_EXE_usermm"))
+            .args(["replay", "--strict", "--max-touch", "4G"])
+            .arg(&trace)
+            .output()
+            .expect("replay");
+        let r = text(&replay);
+        // The parent's heap: the same PMD THPs on both sides (at least 16 MiB of them).
+        let huge = r
+            .lines()
+            .filter_map(|l| l.split("AnonHugePages host ").nth(1))
+            .filter_map(|t| {
+                let v: Vec<u64> = t
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                (v.len() >= 2).then(|| (v[0], v[1]))
+            })
+            .max();
+        if replay.status.success() && matches!(huge, Some((h, e)) if h >= 16 << 10 && h == e) {
+            return;
+        }
+        attempts.push(r);
+    }
+    panic!(
+        "three recordings disagreed with their replay:\n{}",
+        attempts.join("\n---\n")
     );
 }
 
