@@ -142,8 +142,9 @@ impl MemSizeStats {
 }
 
 /// The lines `/proc/PID/smaps` prints for one VMA (or a sum of VMAs), in bytes: the Pss
-/// family truncated to whole kB as Linux prints it. The engine's come from
-/// [`MemSizeStats::view`]; the oracle fills the same struct from the host's text.
+/// family truncated to whole kB as Linux prints it. The engine's come from its accumulator
+/// (`MemSizeStats::view`, crate-private); the oracle fills the same struct from the host's
+/// text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Smaps {
     /// Size.
