@@ -207,8 +207,7 @@ pub fn default_traces() -> Vec<PathBuf> {
 /// A column's replay options: its policy set whole (`never` at every size, then the
 /// policy's), whatever the trace was recorded under, and its switch's tunables.
 fn opts(v: &Variant) -> ReplayOptions {
-    let mut thp: Vec<(String, String)> = vec![("top".into(), "never".into())];
-    thp.extend((2..=9u32).map(|o| (format!("{}K", 4u64 << o), "never".to_string())));
+    let mut thp = trace::replay::baseline_policy();
     thp.extend(v.thp.iter().map(|(a, b)| (a.to_string(), b.to_string())));
     ReplayOptions {
         tunables: v
@@ -252,9 +251,18 @@ pub struct TraceTable {
 /// policies' columns replay its faults under them: what-ifs, and for a policy of smaller
 /// folios than the recording's, short of the touches made inside its folios.
 pub fn recorded_column(vs: &[Variant], policy: &str) -> usize {
-    let name = if policy.contains("2048K=always") {
+    // A header replay cannot read never gets this far (the replay refused it).
+    let pairs = trace::replay::recorded_pairs(policy).unwrap_or_default();
+    let always = |size: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k == size)
+            .is_some_and(|(_, v)| v == "always")
+    };
+    let name = if always("2048K") {
         "2M"
-    } else if policy.contains("64K=always") {
+    } else if always("64K") {
         "64K"
     } else {
         "4K"

@@ -125,21 +125,12 @@ impl Exporter {
             escape(&h.kernel),
             escape(&h.policy)
         ))?;
-        // `never` at every size, then the recorded policy, each pair checked by the engine
-        // (a header replay cannot read is refused here too) and written in one spelling.
-        let policy_err = |e: crate::replay::ReplayError| ExportError::Policy(e.to_string());
-        crate::replay::machine_config_recorded(&h.policy, &Default::default())
-            .map_err(policy_err)?;
-        let mut pairs: Vec<(String, &str)> = vec![("top".into(), "never")];
-        for order in 2..=9u32 {
-            pairs.push((format!("{}K", 4u64 << order), "never"));
-        }
-        for (k, v) in crate::replay::recorded_policy(&h.policy).map_err(policy_err)? {
-            let key = match usermm::units::parse_size(&k) {
-                Ok(bytes) => format!("{}K", bytes >> 10),
-                Err(_) => "top".to_string(),
-            };
-            let policy = usermm::ThpPolicy::parse(&v).map_or("never", |p| p.name());
+        // `never` at every size, then the recorded policy (each pair checked by the engine's
+        // parser, so a header replay cannot read is refused here too, and spelt one way).
+        let mut pairs = crate::replay::baseline_policy();
+        for (key, policy) in crate::replay::recorded_pairs(&h.policy)
+            .map_err(|e| ExportError::Policy(e.to_string()))?
+        {
             match pairs.iter_mut().find(|(k, _)| *k == key) {
                 Some(pair) => pair.1 = policy,
                 None => pairs.push((key, policy)),

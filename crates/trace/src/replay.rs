@@ -320,27 +320,59 @@ pub fn recorded_policy(policy: &str) -> Result<Vec<(String, String)>, ReplayErro
         .collect()
 }
 
+/// What the recorder sets the host to before a trace's own policy: `never` at every size and
+/// at the top, as `SIZE=POLICY` pairs (a replay's machine starts from them, and so does a
+/// trace export's `set thp` line).
+pub fn baseline_policy() -> Vec<(String, String)> {
+    std::iter::once("top".to_string())
+        .chain((2..=9u32).map(|order| format!("{}K", 4u64 << order)))
+        .map(|k| (k, "never".to_string()))
+        .collect()
+}
+
+/// [`recorded_policy`]'s pairs, each checked by the engine's THP parser and spelt one way
+/// (`top` or `NK`, the policy's name): a pair the machine would refuse is an error.
+pub fn recorded_pairs(policy: &str) -> Result<Vec<(String, String)>, ReplayError> {
+    let mut scratch = usermm::Tunables::default();
+    recorded_policy(policy)?
+        .into_iter()
+        .map(|(k, v)| {
+            let bad =
+                || ReplayError::Setting(format!("the trace's THP policy `{policy}`: bad {k}={v}"));
+            apply_thp(&mut scratch, &k, &v).map_err(|_| bad())?;
+            let key = match thp_size(&k) {
+                Some(bytes) => format!("{}K", bytes >> 10),
+                None => k.clone(),
+            };
+            let name = ThpPolicy::parse(&v).ok_or_else(bad)?.name();
+            Ok((key, name.to_string()))
+        })
+        .collect()
+}
+
 /// The machine a replay runs on: THP `never` at every size (what the recorder sets the host
 /// to), then `opts`.
 pub fn machine_config(opts: &ReplayOptions) -> Result<MachineConfig, ReplayError> {
-    machine_config_recorded("", opts)
+    machine_config_with(&[], opts)
 }
 
 /// The machine a replay of a trace recorded under `recorded` (its header's policy) runs on:
-/// THP `never` at every size, the recorded policy over that, then `opts`.
+/// [`baseline_policy`], the recorded policy over that, then `opts`.
 pub fn machine_config_recorded(
     recorded: &str,
     opts: &ReplayOptions,
 ) -> Result<MachineConfig, ReplayError> {
+    machine_config_with(&recorded_pairs(recorded)?, opts)
+}
+
+/// [`machine_config_recorded`] with the recorded policy's checked pairs.
+fn machine_config_with(
+    recorded: &[(String, String)],
+    opts: &ReplayOptions,
+) -> Result<MachineConfig, ReplayError> {
     let mut t = usermm::Tunables::default();
-    t.thp.top = ThpPolicy::Never;
-    for order in 2..=9 {
-        let _ = t.thp.set_size(4096 << order, ThpPolicy::Never);
-    }
-    for (k, v) in recorded_policy(recorded)? {
-        apply_thp(&mut t, &k, &v).map_err(|_| {
-            ReplayError::Setting(format!("the trace's THP policy `{recorded}`: bad {k}={v}"))
-        })?;
+    for (k, v) in baseline_policy().iter().chain(recorded) {
+        apply_thp(&mut t, k, v)?;
     }
     for (k, v) in &opts.tunables {
         t.set(k, v)
@@ -804,12 +836,10 @@ fn on_machine(
     opts: &ReplayOptions,
     next: &mut Next<'_, '_>,
 ) -> Result<ReplayReport, ReplayError> {
-    let cfg = machine_config_recorded(recorded, opts)?;
+    let pairs = recorded_pairs(recorded)?;
+    let cfg = machine_config_with(&pairs, opts)?;
     // Any policy but `never`, recorded or given, may map PMD THPs: compare AnonHugePages.
-    let thp = recorded_policy(recorded)?
-        .iter()
-        .chain(&opts.thp)
-        .any(|(_, v)| v != "never");
+    let thp = pairs.iter().chain(&opts.thp).any(|(_, v)| v != "never");
     // The previous replay's RAM, already backed by the host (see `Machine::new_reusing`).
     let m = Machine::new_reusing(cfg, SPARE.with(|s| s.borrow_mut().take()));
     let r = replay_on(&m, next, opts, thp);
