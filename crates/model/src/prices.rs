@@ -615,6 +615,15 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "mlock_pte_range per small folio or large folio's batch: vm_normal_folio, then folio_test_large and the mlock or munlock test on the folio's first struct page line, its first touch (pgmlocked and pgmunlocked price the folio's atomics as hot; one of them is this touch): streamed, and off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
+        counter: "gup_follows",
+        work: &[
+            (Prim::KCallLoop, 8.0),
+            (Prim::LockPair, 1.0),
+            (Prim::LoadSeq, 4.0),
+        ],
+        kernel: "one page of __get_user_pages' loop as populate (mlock, MAP_POPULATE, MADV_POPULATE_*) and pins run it: the signal and resched checks, follow_page_mask down p4d, pud and pmd (each level's entry read again, hot) to follow_page_pte, which maps and locks the PTE table (pte_offset_map_lock: the PTE lock taken and dropped for every page), vm_normal_page and FOLL_TOUCH's folio_mark_accessed: about 8 calls. A PMD-mapped folio is one lookup (follow_huge_pmd), its other pages stepped over",
+    },
+    Recipe {
         counter: "pmd_folio_visits",
         work: &[(Prim::LineFar, 1.0), (Prim::AtomicHot, -1.0)],
         kernel: "a PMD-mapped folio reached by mlock_pte_range's huge arm or copy_huge_pmd: the head's struct page line, 32 KiB of memmap from the last head, which no stream brought in (line_far; one of the folio's atomics priced hot is this touch). Measured on this 6.18 guest: munlock of 128 locked THPs took 50-56 us as the bench times it and 26-28 us when smaps_rollup had read every head just before",

@@ -247,6 +247,10 @@ pub(crate) fn gup_touch_page<'m>(
             LeafUse::Fault
         }
     })?;
+    // `__get_user_pages` steps over the rest of a PMD-mapped folio after one lookup.
+    if !pmd || addr % crate::vaddr::PMD_SIZE == 0 {
+        cpu.c().add(Ev::GupFollow, 1);
+    }
     let phys = &cpu.m.phys;
     let head = phys.memmap.folio_of(pfn);
     // A PMD leaf is only made young (and dirty) by `touch_pmd`; its folio's flags stay.

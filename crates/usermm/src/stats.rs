@@ -152,6 +152,11 @@ counters! {
     /// (32 KiB of memmap) from the next, so no stream brings its line in (not a Linux
     /// statistic).
     PmdFolioVisit => "pmd_folio_visits",
+    /// Pages GUP's slow path looked up one at a time (`follow_page_mask` from
+    /// `__get_user_pages`, for populate, mlock and pins): one per PTE, one per PMD-mapped
+    /// folio (its other pages come with it). A walk that starts inside a PMD-mapped folio
+    /// counts it at the next PMD boundary only (not a Linux statistic).
+    GupFollow => "gup_follows",
     /// Folios moved to the unevictable list (`UNEVICTABLE_PGCULLED`).
     Culled => "pgculled",
     /// Folios moved back to an evictable list (`UNEVICTABLE_PGRESCUED`).

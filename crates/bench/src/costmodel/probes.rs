@@ -60,8 +60,11 @@ impl Probe {
             Probe::ZeroFault { .. } => "zero-fault".into(),
             Probe::Cow { folio, .. } => sized("cow", folio),
             Probe::TmpfsRead { stride: 1, .. } => "tmpfs-read/every".into(),
+            // Every fourth page read: the touches apart from the faults, which every
+            // stride makes one per fault-around window.
+            Probe::TmpfsRead { stride: 2..=8, .. } => "tmpfs-read/dense".into(),
             Probe::TmpfsRead { .. } => "tmpfs-read/strided".into(),
-            Probe::Mlock { .. } => "mlock".into(),
+            Probe::Mlock { folio, .. } => sized("mlock", folio),
             Probe::Munlock { folio, .. } => sized("munlock", folio),
             Probe::Mremap { folio, .. } => sized("mremap", folio),
             Probe::MmapVmas { .. } => "mmap-vmas".into(),
@@ -85,7 +88,7 @@ impl Probe {
             Probe::TmpfsRead { pages, stride } => format!("{pages}p /{stride}"),
             Probe::Mprotect { pages, .. }
             | Probe::ZeroFault { pages }
-            | Probe::Mlock { pages }
+            | Probe::Mlock { pages, .. }
             | Probe::Mremap { pages, .. }
             | Probe::Munmap { pages, .. }
             | Probe::Dontneed { pages, .. }
@@ -110,6 +113,7 @@ impl Probe {
             | Probe::Fault { folio, .. }
             | Probe::Cow { folio, .. }
             | Probe::Munlock { folio, .. }
+            | Probe::Mlock { folio, .. }
             | Probe::DontneedEach { folio, .. }
             | Probe::CowReuse { folio, .. } => folio,
             Probe::MprotectSplit { .. } => PMD,
@@ -157,10 +161,11 @@ pub fn catalogue() -> Vec<Probe> {
             written: false,
         });
     }
-    for pages in [640, 2560] {
+    // Two large-folio sizes, so that a batch's price is not one size's alone.
+    for (pages, folio) in [(640, K16), (2560, K16), (640, K64), (2560, K64)] {
         v.push(Probe::Mprotect {
             pages,
-            folio: K64,
+            folio,
             written: true,
         });
     }
@@ -262,17 +267,34 @@ pub fn catalogue() -> Vec<Probe> {
         v.push(Probe::Cow { pages, folio });
     }
     // 156 MiB: past the cache, where the folios' lines come from memory (the rows map 256).
-    for (pages, stride) in [(400, 1), (1600, 1), (800, 32), (1600, 32), (40000, 1)] {
+    for (pages, stride) in [
+        (400, 1),
+        (1600, 1),
+        (800, 4),
+        (2400, 4),
+        (800, 32),
+        (1600, 32),
+        (40000, 1),
+    ] {
         v.push(Probe::TmpfsRead { pages, stride });
     }
-    for pages in [64, 1000, 3000] {
-        v.push(Probe::Mlock { pages });
+    // Large folios: GUP's walk still looks up every page, mlock takes a folio at a time.
+    for (pages, folio) in [
+        (64, PAGE),
+        (1000, PAGE),
+        (3000, PAGE),
+        (640, K64),
+        (2560, K64),
+    ] {
+        v.push(Probe::Mlock { pages, folio });
     }
     for (pages, folio) in [
         (64, PAGE),
         (1000, PAGE),
         (3000, PAGE),
         (40000, PAGE),
+        (640, K64),
+        (2560, K64),
         (1024, PMD),
         (2560, PMD),
     ] {

@@ -89,10 +89,12 @@ pub enum Probe {
         /// Pages between reads.
         stride: u64,
     },
-    /// `mlock()` of `pages` written 4 KiB pages.
+    /// `mlock()` of `pages` written pages in folios of `folio` bytes (PTE-mapped).
     Mlock {
         /// Pages.
         pages: u64,
+        /// Folio size, bytes.
+        folio: u64,
     },
     /// `munlock()` of `pages` locked pages in folios of `folio` bytes (4 KiB or 2 MiB).
     Munlock {
@@ -162,7 +164,7 @@ pub(crate) fn probe_bytes(probe: &Probe) -> u64 {
         | Probe::ZeroFault { pages }
         | Probe::Cow { pages, .. }
         | Probe::TmpfsRead { pages, .. }
-        | Probe::Mlock { pages }
+        | Probe::Mlock { pages, .. }
         | Probe::Munlock { pages, .. }
         | Probe::Mremap { pages, .. }
         | Probe::DontneedEach { pages, .. }
@@ -322,8 +324,12 @@ fn host_timed(probe: &Probe, scatter: &dyn Fn(&Region, u64)) -> Result<f64, Stri
                 })
             })
         }
-        Probe::Mlock { pages } => {
-            let r = small(pages, true)?;
+        Probe::Mlock { pages, folio } => {
+            let r = if folio > PAGE {
+                populated(pages)?
+            } else {
+                small(pages, true)?
+            };
             let secs =
                 time(&mut || sys::mlock2(r.addr, r.len, 0).map_err(|e| errno_text("mlock", e)));
             let _ = sys::munlock(r.addr, r.len);

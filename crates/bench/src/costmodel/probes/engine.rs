@@ -104,8 +104,12 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
                 }
             }
         }
-        Probe::Mlock { pages } => {
-            let a = small(&cpu, p, pages, true)?;
+        Probe::Mlock { pages, folio } => {
+            let a = if folio > PAGE {
+                populated(&cpu, p, pages, folio)?
+            } else {
+                small(&cpu, p, pages, true)?
+            };
             mark();
             cpu.mlock(p, a, pages * PAGE)?;
         }

@@ -45,7 +45,8 @@ pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<(f64, Option<u64>
     }
     match probe {
         Probe::TmpfsRead { .. } => session.shmem_folio(PAGE)?,
-        Probe::Munlock { folio, .. } => session.thp(*folio == PMD)?,
+        // The munlock table's THP column sets the top-level knob; mTHP sizes their own.
+        Probe::Munlock { folio: PMD, .. } => session.thp(true)?,
         _ => session.folio(probe.anon_folio())?,
     }
     crate::host::agent::measure(&crate::host::agent::HostCell::Probe(*probe))
