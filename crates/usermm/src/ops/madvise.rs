@@ -7,6 +7,7 @@
 
 use super::{aligned, page_align};
 use crate::access::gup_touch_page;
+use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::huge_memory::{split_anon_folio, split_huge_pmd_boundaries};
 use crate::khugepaged::{collapse_shmem, madvise_collapse, shmem_collapse_blocks};
@@ -395,7 +396,7 @@ fn madvise_populate<'m>(
         while a < stop {
             // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
             // object) and SIGSEGV are EFAULT.
-            gup_touch_page(cpu, mm, &st, a, access).map_err(|o| match o {
+            gup_touch_page(cpu, mm, &st, a, access, FaultSource::Gup).map_err(|o| match o {
                 crate::vm_fault::FaultOutcome::Oom => Errno::ENOMEM,
                 _ => Errno::EFAULT,
             })?;

@@ -8,6 +8,7 @@
 //! population errors map to `ENOMEM` (not mapped / not accessible) and `EAGAIN` (no memory).
 
 use crate::access::gup_touch_page;
+use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::huge_memory::split_huge_pmd_boundaries;
 use crate::machine::Cpu;
@@ -426,7 +427,7 @@ fn populate_range<'m>(
     while p < e {
         // GUP reports a fault's SIGSEGV/SIGBUS as EFAULT, which mlock turns into ENOMEM;
         // only a real out-of-memory is EAGAIN (6.18).
-        match gup_touch_page(cpu, mm, st, p, access) {
+        match gup_touch_page(cpu, mm, st, p, access, FaultSource::Populate) {
             Ok(_) => {}
             Err(crate::vm_fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
             Err(_) => return Err(Errno::ENOMEM),

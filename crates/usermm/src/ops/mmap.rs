@@ -6,6 +6,7 @@
 
 use super::{aligned, page_align};
 use crate::access::gup_touch_page;
+use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
@@ -311,7 +312,7 @@ pub(crate) fn populate<'m>(cpu: &Cpu<'m>, mm: &Mm, start: u64, end: u64, flags: 
                 if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
                     && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
             {
-                let _ = gup_touch_page(cpu, mm, &st, a, access);
+                let _ = gup_touch_page(cpu, mm, &st, a, access, FaultSource::Populate);
             }
             _ => {}
         }
