@@ -80,13 +80,13 @@ pub(crate) fn handle_mm_fault<'m>(
     };
     let huge =
         pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(&vmf.tun.thp, vma, addr);
-    if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
+    if vma.anon_vma().is_none() && vma.is_anon_private() && (access == Access::Write || huge) {
         // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
         // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
         if let Some(av) = st.vmas.mergeable_anon_vma(id) {
             c.add(Ev::LockPageTable, 1);
             let _g = mm.page_table_lock.lock();
-            if vma.anon_vma() == 0 {
+            if vma.anon_vma().is_none() {
                 vma.set_anon_vma(av, 1);
             }
         }
@@ -171,7 +171,7 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
         }
         return FaultOutcome::Completed;
     }
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     reclaim_for(cpu, 1);
     let Some((head, order, start)) = alloc_anon_folio(cpu, vmf) else {
         return oom(cpu);
@@ -187,7 +187,7 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
     if nr > 1 {
         rmap::folio_ref_add(&cpu.m.phys, c, head, nr as i32 - 1);
     }
-    rmap::add_new_anon(&cpu.m.phys, c, head, nr, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(&cpu.m.phys, c, head, nr, Level::Pte, anon_vma, mm.id);
     cpu.m.phys.memmap.set_index(head, vma.pgoff_at(start));
     folio_add_lru_vma(cpu, head, vma);
     let mut entry = arch.mk_pte(head, vma.page_prot());
@@ -299,7 +299,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
     let c = cpu.c();
     let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
     let phys = &cpu.m.phys;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let (old, lookup) = match filemap_fault(cpu, inode, vma, addr, vmf.pgoff) {
         Ok(r) => r,
         Err(o) => return o,
@@ -326,7 +326,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, mm.id);
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
     folio_add_lru_vma(cpu, new, vma);
@@ -605,7 +605,7 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
     let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
     let arch = vmf.pt.arch;
     let phys = &cpu.m.phys;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
     let Some(new) = phys.alloc_folio(c, 0, folio_node(cpu, addr, 0), FolioKind::Anon, zeroing)
     else {
@@ -622,7 +622,7 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, mm.id);
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
     folio_add_lru_vma(cpu, new, vma);

@@ -291,7 +291,10 @@ fn retract_page_tables<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64) {
             let Some((addr, end)) = file_range_in(vma, inode, idx, idx + 512) else {
                 continue;
             };
-            if vma.anon_vma() != 0 || !addr.is_pmd_aligned() || end.offset_from(addr) != PMD_SIZE {
+            if vma.anon_vma().is_some()
+                || !addr.is_pmd_aligned()
+                || end.offset_from(addr) != PMD_SIZE
+            {
                 continue;
             }
             if let Some(step) = pt.pmd_walk(addr, end).next() {
@@ -351,9 +354,9 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
             *slot = Some(pfn);
         }
     }
-    if vma.anon_vma() == 0 {
+    let Some(anon_vma) = vma.anon_vma() else {
         return Scan::Fail(Errno::EINVAL);
-    }
+    };
     let Some(head) = phys.alloc_folio(
         c,
         HPAGE_PMD_ORDER,
@@ -394,7 +397,7 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     // The emptied table stays with the PMD mapping, for a later split
     // (`pgtable_trans_huge_deposit`).
     deposit_table(cpu, mm, haddr, table);
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, vma.anon_vma() as u32);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let arch = pt.arch;
     let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));
     if vma.flags.has(VmFlags::WRITE) {

@@ -8,6 +8,7 @@ use crate::errno::{Errno, SysResult};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::{Arch, PageTables};
 use crate::phys::{FolioKind, PhysMem, Zeroing};
+use crate::rmap::AnonVmaId;
 use crate::stats::{CpuCounters, Snapshot};
 use crate::tlb::{self, FlushScope, Tlb};
 use crate::tunables::Tunables;
@@ -298,9 +299,16 @@ impl Machine {
         self.next_mm.fetch_add(1, Relaxed)
     }
 
-    /// A fresh anon_vma identifier.
-    pub(crate) fn alloc_anon_vma(&self) -> u64 {
-        self.next_anon_vma.fetch_add(1, Relaxed)
+    /// A fresh anon_vma identifier (`anon_vma_alloc`).
+    pub(crate) fn alloc_anon_vma(&self) -> AnonVmaId {
+        // The counter is 64 bits so it cannot wrap back to ids in use; the id must fit the
+        // folio's 32-bit mapping word, checked here once per anon_vma instead of truncated
+        // at every folio that records it.
+        let n = self.next_anon_vma.fetch_add(1, Relaxed);
+        u32::try_from(n)
+            .ok()
+            .and_then(AnonVmaId::new)
+            .expect("anon_vma ids exhausted: the memmap's mapping word holds 32 bits")
     }
 
     pub(crate) fn alloc_shmem_id(&self) -> u32 {

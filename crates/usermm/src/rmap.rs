@@ -15,6 +15,41 @@
 use crate::phys::{PageFlag, Pfn, PhysMem};
 use crate::sharing::Plain;
 use crate::stats::{CpuCounters, Ev};
+use std::num::NonZeroU32;
+
+/// The identity of an anon_vma (`struct anon_vma *`): what a VMA's `anon_vma` names and
+/// what an anonymous folio's mapping word records (`folio->mapping` with `PAGE_MAPPING_ANON`).
+///
+/// Deliberate differences from Linux: there is no anon_vma object (no interval tree, no
+/// root, no refcount: see the module docs), only its number, which merge compares and the
+/// folio keeps. The number is 32 bits because the memmap's mapping word is: ids are handed
+/// out by `Machine::alloc_anon_vma`, which checks that they fit (a panic past `u32::MAX`,
+/// where a cast would wrap to 0 or to an id in use), so [`AnonVmaId::mapping_word`] never
+/// truncates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AnonVmaId(NonZeroU32);
+
+impl AnonVmaId {
+    /// The id numbered `n`; `None` for 0, which the memmap and `Vma` use for "none".
+    #[inline]
+    pub(crate) fn new(n: u32) -> Option<AnonVmaId> {
+        NonZeroU32::new(n).map(AnonVmaId)
+    }
+
+    /// The anon_vma an anonymous folio's mapping word names (`folio_anon_vma`); `None` for a
+    /// folio that has none yet (a swap-cache folio read in but not mapped).
+    #[inline]
+    pub(crate) fn of_mapping_word(word: u32) -> Option<AnonVmaId> {
+        AnonVmaId::new(word)
+    }
+
+    /// The value stored in an anonymous folio's mapping word (the same number: ids are 32
+    /// bits from allocation on, so nothing is cut here).
+    #[inline]
+    pub(crate) fn mapping_word(self) -> u32 {
+        self.0.get()
+    }
+}
 
 /// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
 pub(crate) const GUP_PIN_COUNTING_BIAS: i32 = 1024;
@@ -226,8 +261,8 @@ pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: Pfn, n: i32) 
 }
 
 /// Maps a freshly allocated anon folio exclusively: its first `nr` pages by PTEs, or the
-/// whole folio by a PMD. Sets PageAnonExclusive and the owner id. The folio's initial reference
-/// must already be adjusted by the caller to one per mapping.
+/// whole folio by a PMD. Sets PageAnonExclusive and the folio's anon_vma. The folio's initial
+/// reference must already be adjusted by the caller to one per mapping.
 ///
 /// # Context
 /// The PTL (or, for a PMD, the PMD lock) of the table the new entries go into; the folio is
@@ -238,13 +273,13 @@ pub(crate) fn add_new_anon(
     head: Pfn,
     nr: u64,
     level: Level,
-    owner: u32,
+    anon_vma: AnonVmaId,
     mm_id: u32,
 ) {
     folio_rmap_sanity_checks(phys, head, head, nr);
     let mm = &phys.memmap;
     let folio = mm.folio(head);
-    folio.set_mapping(owner);
+    folio.set_mapping(anon_vma.mapping_word());
     let large = folio.is_large();
     let maps = match level {
         Level::Pte => {

@@ -69,7 +69,7 @@ fn rmap_walk_anon<'m>(
     let mut visit = |mm: &Mm, st: &MmState| {
         for id in st.vmas.all() {
             let vma = st.vmas.get(id);
-            if vma.file.is_some() || vma.anon_vma() == 0 {
+            if vma.file.is_some() || vma.anon_vma().is_none() {
                 continue;
             }
             let (first, last) = (vma.pgoff, vma.pgoff + (vma.len() >> 12));

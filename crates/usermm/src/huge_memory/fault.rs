@@ -95,7 +95,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
     let use_zero = vmf.tun.thp.use_zero_page;
     // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
     // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     if access == Access::Read && use_zero {
         let hz = phys.huge_zero_pfn()?;
         let deposit = alloc_deposit(cpu)?;
@@ -130,7 +130,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
         return Some(FaultOutcome::Completed);
     }
     deposit_table(cpu, mm, haddr, deposit);
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -199,7 +199,7 @@ fn huge_zero_wp<'m>(
     let phys = &cpu.m.phys;
     let arch = cpu.m.arch;
     let pt = vmf.pt;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let Some(head) = phys.alloc_folio(
         c,
         HPAGE_PMD_ORDER,
@@ -216,7 +216,7 @@ fn huge_zero_wp<'m>(
         phys.put_folio(c, head, 1);
         return Some(FaultOutcome::Completed);
     }
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
     // Break before make: the huge zero page leaves every TLB before the THP appears.
     pmdl.clear(pmd_idx);

@@ -32,7 +32,7 @@ use crate::mm::{mm_counter_file, Mm, MmState};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{Access, Pmd, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
-use crate::rmap::{self, Level};
+use crate::rmap::{self, AnonVmaId, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::tunables::{PteBatching, ThpSettings};
@@ -285,7 +285,7 @@ pub(crate) fn add_new_pmd_folio<'m>(
     vma: &Vma,
     head: Pfn,
     haddr: VirtAddr,
-    owner: u32,
+    anon_vma: AnonVmaId,
 ) {
     let phys = &cpu.m.phys;
     rmap::add_new_anon(
@@ -294,7 +294,7 @@ pub(crate) fn add_new_pmd_folio<'m>(
         head,
         1 << HPAGE_PMD_ORDER,
         Level::Pmd,
-        owner,
+        anon_vma,
         mm.id,
     );
     phys.memmap.set_index(head, vma.pgoff_at(haddr));

@@ -24,7 +24,7 @@ use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};
 use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
-use crate::rmap::{self, Level};
+use crate::rmap::{self, AnonVmaId, Level};
 use crate::rmap_walk::Held;
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
@@ -133,7 +133,8 @@ fn dup_mmap<'m>(
     };
     for id in pst.vmas.all() {
         let vma = pst.vmas.get(id);
-        let copy = !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
+        let copy =
+            !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma().is_some();
         if copy {
             copy_page_range(cpu, &ctx, held, vma)?;
         }
@@ -220,8 +221,8 @@ fn dup_vma<'m>(cpu: &Cpu<'m>, vma: &Vma) -> Vma {
     let mut child = vma.clone();
     child.flags = VmFlags(child.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT));
     if vma.flags.has(VmFlags::WIPEONFORK) {
-        child.set_anon_vma(0, 0);
-    } else if vma.anon_vma() != 0 {
+        child.clear_anon_vma();
+    } else if vma.anon_vma().is_some() {
         child.set_anon_vma(cpu.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
         cpu.c().add(Ev::AnonVmaFork, 1);
     }
@@ -528,8 +529,10 @@ fn copy_present_page<'m>(
     phys.arena.copy_frame(new, pfn);
     c.add(Ev::PagesCopied, 1);
     c.add(Ev::ForkPinnedCopies, 1);
-    let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
+    // The copy records the source folio's anon_vma (a mapped anon folio always has one).
+    let anon_vma = AnonVmaId::of_mapping_word(phys.memmap.mapping(phys.memmap.folio_of(pfn)))
+        .expect("a mapped anonymous folio names its anon_vma");
+    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, dst.id);
     phys.memmap.set_index(new, vma.pgoff_at(addr));
     folio_add_lru(cpu, new);
     let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));

@@ -99,7 +99,7 @@ fn mprotect_fixup<'m>(
     let uncharged = if !newflags.has(VmFlags::WRITE)
         && old.has(VmFlags::ACCOUNT)
         && vma.is_anon_private()
-        && vma.anon_vma() == 0
+        && vma.anon_vma().is_none()
     {
         newflags = VmFlags(newflags.0 & !VmFlags::ACCOUNT);
         (end - start) >> 12

@@ -21,7 +21,7 @@ use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
 use crate::vma::merge::{self, Proposal};
-use crate::vma::VmFlags;
+use crate::vma::{AnonLink, VmFlags};
 
 /// Whether a move's new address is searched THP-aligned: `vrm_set_new_addr` goes through
 /// `__get_unmapped_area`, whose THP branch takes private anonymous memory without a hint and
@@ -220,7 +220,7 @@ fn mremap_dup_shared<'m>(
         end: dst + new_len,
         flags: vflags,
         pgoff,
-        anon_vma: (0, 0),
+        anon_vma: AnonLink::default(),
         file: shmem.as_ref(),
     };
     merge::insert_new(&mut st.vmas, cpu.c(), p)?;
@@ -277,7 +277,10 @@ fn expand_in_place<'m>(
         // `vma_merge_extend` has no VMA it copies from: the fork-child test of
         // `is_mergeable_anon_vma` never applies to the growing VMA's own anon_vma
         // (measured: a forked, faulted VMA grown up to a fresh neighbour merges).
-        anon_vma: (vma.anon_vma(), 1),
+        anon_vma: AnonLink {
+            id: vma.anon_vma(),
+            chain: 1,
+        },
         file: None,
     };
     let shmem = vma.file.clone();
@@ -405,12 +408,12 @@ fn move_vma<'m>(
     let vma = st.vmas.get(id);
     // `copy_vma`: a private anonymous VMA that was never faulted takes the offset of its
     // new address, so it merges with fresh neighbours there.
-    let pgoff = if vma.is_anon_private() && vma.anon_vma() == 0 {
+    let pgoff = if vma.is_anon_private() && vma.anon_vma().is_none() {
         dst >> 12
     } else {
         vma.pgoff_at(VirtAddr::new(addr))
     };
-    let (flags, anon) = (vma.flags, (vma.anon_vma(), vma.anon_vma_chain()));
+    let (flags, anon) = (vma.flags, vma.anon_link());
     let shmem = vma.file.clone();
     let delta = new_len.saturating_sub(old_len);
     if flags.has(VmFlags::LOCKED) && delta > 0 {
@@ -462,7 +465,7 @@ fn move_vma<'m>(
         st.vmas.get_mut(id).flags = VmFlags(cleared);
         if whole {
             // Its anon_vma links are no longer needed: the pages moved.
-            st.vmas.get(id).set_anon_vma(0, 0);
+            st.vmas.get(id).clear_anon_vma();
         }
         if flags.has(VmFlags::LOCKED) {
             // The whole source VMA stops being VM_LOCKED, but neither its pages are
