@@ -84,8 +84,7 @@ pub(crate) fn handle_mm_fault<'m>(
         // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
         // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
         if let Some(av) = st.vmas.mergeable_anon_vma(id) {
-            c.add(Ev::LockPageTable, 1);
-            let _g = mm.page_table_lock.lock();
+            let _g = mm.page_table_lock.lock(c);
             if vma.anon_vma().is_none() {
                 vma.set_anon_vma(av, 1);
             }

@@ -43,7 +43,7 @@
 use crate::errno::{Errno, SysResult};
 use crate::filemap::cache::{delete_from_page_cache, file_range_in};
 use crate::filemap::Inode;
-use crate::huge_memory::{add_new_pmd_folio, deposit_table, do_set_pmd};
+use crate::huge_memory::{add_new_pmd_folio, do_set_pmd};
 use crate::machine::Cpu;
 use crate::mlock::{folio_add_lru, munlock_folio, munlocks_at_unmap};
 use crate::mm::{Mm, RssKind};
@@ -396,7 +396,7 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     }
     // The emptied table stays with the PMD mapping, for a later split
     // (`pgtable_trans_huge_deposit`).
-    deposit_table(cpu, mm, haddr, table);
+    mm.deposited.deposit(&pmdl, haddr, table);
     add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let arch = pt.arch;
     let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));

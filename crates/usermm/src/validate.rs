@@ -271,7 +271,7 @@ impl Machine {
             }
         });
         self.recount_leaves(mm, &st, pt, folios, &mut rss, r);
-        tables += mm.deposited.lock().len() as u64;
+        tables += mm.deposited.len() as u64;
         for (kind, n) in [
             (RssKind::Anon, rss[0]),
             (RssKind::Shmem, rss[1]),

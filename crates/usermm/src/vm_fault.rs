@@ -83,8 +83,7 @@ pub(crate) fn anon_vma_prepare<'m>(cpu: &Cpu<'m>, mm: &Mm, st_vma: &Vma) -> Anon
     if let Some(av) = st_vma.anon_vma() {
         return av;
     }
-    cpu.c().add(Ev::LockPageTable, 1);
-    let _g = mm.page_table_lock.lock();
+    let _g = mm.page_table_lock.lock(cpu.c());
     match st_vma.anon_vma() {
         Some(av) => av,
         None => {

@@ -7,7 +7,7 @@
 //! finished with [`MmuGather::finish`] (dropping it unfinished is a bug and is asserted).
 
 use crate::filemap::cache::folio_mark_accessed;
-use crate::huge_memory::{split_huge_pmd, zap_deposited_table};
+use crate::huge_memory::split_huge_pmd;
 use crate::machine::Cpu;
 use crate::mlock::{munlock_folio, munlock_vma_folio, munlocks_at_unmap};
 use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
@@ -201,8 +201,13 @@ fn zap_huge_pmd<'m>(
         mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
         tlb.remove_folio(pfn, 1);
     }
+    // `zap_deposited_table`: withdrawn under the PMD lock (Linux frees it there too; freeing
+    // it just after changes no count).
+    let deposit = mm.deposited.withdraw(&pmdl, haddr);
     drop(pmdl);
-    zap_deposited_table(cpu, mm, haddr);
+    if let Some(t) = deposit {
+        phys.put_folio(c, t, 1);
+    }
     c.add(Ev::ZapBatches, 1);
 }
 

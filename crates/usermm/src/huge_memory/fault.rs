@@ -6,9 +6,7 @@
 //! they build on (the deposit, `do_set_pmd`, `split_huge_pmd`) are [`super`]'s.
 
 use crate::filemap::io::filemap_fault;
-use crate::huge_memory::{
-    add_new_pmd_folio, alloc_deposit, deposit_table, do_set_pmd, split_huge_pmd,
-};
+use crate::huge_memory::{add_new_pmd_folio, alloc_deposit, do_set_pmd, split_huge_pmd};
 use crate::machine::Cpu;
 use crate::mm::RssKind;
 use crate::pgtable::cursor::PmdLock;
@@ -106,7 +104,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
             phys.put_folio(c, deposit, 1);
             return Some(FaultOutcome::Completed);
         }
-        deposit_table(cpu, mm, haddr, deposit);
+        mm.deposited.deposit(&pmdl, haddr, deposit);
         pmdl.install(pmd_idx, entry);
         c.add(Ev::FaultZeroPage, 1);
         return Some(FaultOutcome::Completed);
@@ -129,7 +127,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
         phys.put_folio(c, deposit, 1);
         return Some(FaultOutcome::Completed);
     }
-    deposit_table(cpu, mm, haddr, deposit);
+    mm.deposited.deposit(&pmdl, haddr, deposit);
     add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
     if vma.flags.has(VmFlags::WRITE) {

@@ -4,9 +4,9 @@
 //! Linux counterpart: `mm/huge_memory.c`: `do_huge_pmd_anonymous_page` (with the huge zero
 //! page, `set_huge_zero_folio`), `do_huge_pmd_wp_page` (reuse, or fall back to PTEs),
 //! `do_set_pmd` and the shmem PMD fault (`finish_fault` of a PMD-sized shmem folio),
-//! `thp_vma_allowable_order` ([`thp_pmd_eligible`]), `pgtable_trans_huge_deposit` /
-//! `_withdraw`, `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
-//! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf.
+//! `thp_vma_allowable_order` ([`thp_pmd_eligible`]), `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
+//! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf. The deposited
+//! table (`pgtable_trans_huge_deposit` / `_withdraw`) is `pgtable::deposit`'s.
 //!
 //! Splitting a folio (`split_folio` → `__folio_split`: `unmap_folio` with migration entries, `__split_unmapped_folio`, `remap_page`), as MADV_FREE, MADV_COLD
 //! and MADV_PAGEOUT call it for a large folio their range covers only in part and that no
@@ -255,29 +255,6 @@ pub(crate) fn alloc_deposit<'m>(cpu: &Cpu<'m>) -> Option<Pfn> {
         .alloc_folio(cpu.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
 }
 
-/// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
-///
-/// # Context
-/// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
-/// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
-/// exist.
-pub(crate) fn deposit_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr, table: Pfn) {
-    cpu.c().add(Ev::LockPageTable, 1);
-    mm.deposited.lock().insert(haddr, table);
-}
-
-pub(crate) fn withdraw_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
-    cpu.c().add(Ev::LockPageTable, 1);
-    mm.deposited.lock().remove(&haddr)
-}
-
-/// Frees the table deposited for a PMD mapping that is going away.
-pub(crate) fn zap_deposited_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) {
-    if let Some(t) = withdraw_table(cpu, mm, haddr) {
-        cpu.m.phys.put_folio(cpu.c(), t, 1);
-    }
-}
-
 /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
 pub(crate) fn add_new_pmd_folio<'m>(
     cpu: &Cpu<'m>,
@@ -347,7 +324,7 @@ pub(crate) fn split_huge_pmd<'m>(
         c.add(Ev::ThpSplitPmd, 1);
         return;
     }
-    let Some(table) = withdraw_table(cpu, mm, haddr) else {
+    let Some(table) = mm.deposited.withdraw(&pmdl, haddr) else {
         return;
     };
     let pfn = arch.pfn(pmd);

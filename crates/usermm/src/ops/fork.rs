@@ -306,7 +306,7 @@ fn copy_huge_pmd<'m>(
         e = arch.wrprotect(e);
     }
     dst.install(haddr.pmd_index(), arch.mkold(e));
-    ctx.dst.deposited.lock().insert(haddr, deposit);
+    ctx.dst.deposited.deposit(&dst, haddr, deposit);
     Ok(true)
 }
 

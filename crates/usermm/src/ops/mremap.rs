@@ -585,10 +585,8 @@ fn move_huge_pmd<'m>(cpu: &Cpu<'m>, mm: &Mm, step: &PmdStep, dst: VirtAddr) -> b
         Some(to) => to.install(dst.pmd_index(), entry),
         None => from.install(dst.pmd_index(), entry),
     }
-    let mut deposited = mm.deposited.lock();
-    if let Some(t) = deposited.remove(&step.start) {
-        deposited.insert(dst, t);
-    }
+    let to = other.as_ref().unwrap_or(&from);
+    mm.deposited.relocate(&from, to, step.start, dst);
     true
 }
 
