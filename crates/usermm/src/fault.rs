@@ -514,7 +514,7 @@ fn do_wp_page<'m>(
         // wp_page_shared: a page-cache page written through a shared mapping that tracks
         // dirtying (or one made read-only by mprotect) becomes writable and dirty.
         let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-        ptes.replace(idx, new);
+        ptes.replace_no_flush(idx, new);
         mem.set(mem.folio_of(pfn), PageFlag::Dirty);
         return FaultOutcome::Completed;
     }
@@ -533,7 +533,7 @@ fn do_wp_page<'m>(
                 c.add(Ev::FolioAtomic, 1);
             }
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-            ptes.replace(idx, new);
+            ptes.replace_no_flush(idx, new);
             c.add(Ev::CowReuse, 1);
             return FaultOutcome::Completed;
         }
@@ -628,8 +628,8 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
     let mut entry = arch.mk_pte(new, vma.page_prot());
     entry = arch.mkwrite(arch.mkdirty(entry));
     // ptep_clear_flush, then install the copy.
-    ptes.clear(idx, 1);
-    cpu.flush_tlb(mm, FlushScope::Page(addr.page_align_down()));
+    let (_, flush) = ptes.clear(idx, 1);
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Page(addr.page_align_down())));
     ptes.set_ptes(idx, entry, 1);
     drop(ptes);
     if zero {

@@ -52,7 +52,7 @@ use crate::pgtable::PMD_SIZE;
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::truncate::unmap_mapping_range;
 use crate::vaddr::VirtAddr;
 use crate::vm_fault::folio_node;
@@ -375,6 +375,7 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     }
     let mut pmdl = PmdLock::lock(pt, c, step.table);
     let mut old = Vec::new();
+    let mut flush = TlbFlushPending::none();
     let munlock = munlocks_at_unmap(cpu, vma);
     {
         let mut ptes = PteLock::lock(pt, c, table);
@@ -382,7 +383,7 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
             if ptes.get(i).is_none() {
                 continue;
             }
-            let _ = ptes.clear(i, 1);
+            flush.merge(ptes.clear(i, 1).1);
             if let Some(pfn) = *s {
                 let folio = mem.folio_of(pfn);
                 rmap::remove_ptes(phys, c, folio, pfn, 1, mm.id);
@@ -403,11 +404,11 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(entry);
     }
-    pmdl.replace(step.idx, entry);
+    flush.merge(pmdl.replace(step.idx, entry));
     drop(pmdl);
     mm.rss_add(RssKind::Anon, (1 << HPAGE_PMD_ORDER) - old.len() as i64);
     // `pmdp_collapse_flush`, then the old pages go.
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     for folio in old {
         phys.put_folio(c, folio, 1);
     }

@@ -10,7 +10,7 @@ use crate::pgtable::{Arch, PageTables};
 use crate::phys::{FolioKind, PhysMem, Zeroing};
 use crate::rmap::AnonVmaId;
 use crate::stats::{CpuCounters, Snapshot};
-use crate::tlb::{self, FlushScope, Tlb};
+use crate::tlb::{self, FlushScope, Tlb, TlbFlushed};
 use crate::tunables::Tunables;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
@@ -366,18 +366,19 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    /// Shoots down translations of `mm` (unless the test switch suppresses flushes).
-    pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
+    /// Shoots down translations of `mm` (unless the test switch suppresses flushes); the
+    /// receipt settles the [`crate::tlb::TlbFlushPending`] of the changes it covers.
+    pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) -> TlbFlushed {
         let t = self.m.tunables();
         if t.test_skip_tlb_flush {
-            return;
+            return TlbFlushed::skipped_for_test();
         }
         if t.test_local_flush_only {
             drop(t);
             return tlb::flush(&[self.tlb()], self.c(), mm.id, scope);
         }
         drop(t);
-        tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope);
+        tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope)
     }
 
     /// Creates a process with an empty address space.

@@ -20,7 +20,7 @@ use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
 use crate::phys::{PageFlag, Pfn};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
@@ -119,7 +119,7 @@ pub(crate) fn folio_referenced<'m>(
     rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
         let pt = cpu.tables(mm);
         let arch = pt.arch;
-        let mut hit = false;
+        let mut hit = TlbFlushPending::none();
         let mut mapped = false;
         let ours = |p: Pfn| p >= head && p < head.add(nr);
         for step in pt.pmd_walk(start, end) {
@@ -129,8 +129,7 @@ pub(crate) fn folio_referenced<'m>(
                         mapped = true;
                         if arch.young(e) {
                             let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
-                            pmdl.replace(step.idx, arch.mkold(e));
-                            hit = true;
+                            hit.merge(pmdl.replace(step.idx, arch.mkold(e)));
                         }
                     }
                 }
@@ -144,8 +143,7 @@ pub(crate) fn folio_referenced<'m>(
                         }
                         mapped = true;
                         if arch.young(e) {
-                            ptes.replace(i, arch.mkold(e));
-                            hit = true;
+                            hit.merge(ptes.replace(i, arch.mkold(e)));
                         }
                     }
                 }
@@ -154,9 +152,9 @@ pub(crate) fn folio_referenced<'m>(
         if mapped && vma.flags.has(VmFlags::LOCKED) {
             locked = true;
         }
-        if hit {
+        if hit.is_owed() {
             young += 1;
-            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+            hit.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
         }
     })?;
     Ok((young, locked))
@@ -217,8 +215,8 @@ pub(crate) fn try_to_unmap<'m>(
             abort = true;
             return;
         }
-        let mut unmapped = false;
-        for step in pt.pmd_walk(start, end) {
+        let mut unmapped = TlbFlushPending::none();
+        'walk: for step in pt.pmd_walk(start, end) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };
@@ -235,7 +233,7 @@ pub(crate) fn try_to_unmap<'m>(
                 }
                 if vma.flags.has(VmFlags::LOCKED) {
                     abort = true;
-                    return;
+                    break 'walk;
                 }
                 if arch.dirty(e) {
                     mem.set(head, PageFlag::Dirty);
@@ -245,35 +243,35 @@ pub(crate) fn try_to_unmap<'m>(
                         if mem.test(head, PageFlag::Dirty) {
                             mem.set(head, PageFlag::SwapBacked);
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         // Nothing but the mappings and reclaim's isolation holds it.
                         if mem.refcount(head) != 1 + mem.folio_mapcount(head) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
-                        ptes.clear(i, 1);
+                        unmapped.merge(ptes.clear(i, 1).1);
                     }
                     Unmap::ToSwap => {
                         let exclusive = mem.test(page, PageFlag::AnonExclusive);
                         // `folio_try_share_anon_rmap_pte`: a pinned exclusive page stays.
                         if exclusive && rmap::folio_maybe_dma_pinned(phys, head) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         let Some(swap) = swap else {
                             abort = true;
-                            return;
+                            break 'walk;
                         };
                         let slot = mem.swap_entry(head).add(page.offset_from(head));
                         if !swap.duplicate(slot) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         if exclusive {
                             mem.clear(page, PageFlag::AnonExclusive);
                         }
-                        ptes.replace(i, arch.mk_swap_pte(slot, exclusive));
+                        unmapped.merge(ptes.replace(i, arch.mk_swap_pte(slot, exclusive)));
                         mm.rss_add(RssKind::Swap, 1);
                     }
                 }
@@ -281,11 +279,17 @@ pub(crate) fn try_to_unmap<'m>(
                 rmap::remove_ptes(phys, c, head, page, 1, mm.id);
                 phys.put_folio(c, head, 1);
                 c.add(Ev::ZapPtes, 1);
-                unmapped = true;
             }
         }
-        if unmapped {
-            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+        if abort {
+            // Known gap, kept as it was: entries this VMA already unmapped before the abort
+            // are not flushed (Linux flushes each one, or batches the flush for reclaim:
+            // `set_tlb_ubc_flush_pending`).
+            unmapped.forgo();
+            return;
+        }
+        if unmapped.is_owed() {
+            unmapped.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
         }
     })?;
     Ok(!abort && mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0)

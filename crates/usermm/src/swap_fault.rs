@@ -120,7 +120,7 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
     }
     mlock_vma_folio(cpu, head, vma);
     // The swap entry is replaced: the table's count of used entries stays.
-    ptes.replace(idx, pte);
+    ptes.replace_no_flush(idx, pte);
     // A write mapped read-only here is a write-protect fault now (`do_wp_page`), which the
     // access takes on its retry.
     FaultOutcome::Completed

@@ -17,7 +17,7 @@ use crate::pgtable::{PageTables, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 
@@ -56,6 +56,13 @@ impl<'c, 'm> MmuGather<'c, 'm> {
             tables: Vec::new(),
             range: None,
         }
+    }
+
+    /// Takes over the flush owed by changes in `[start, end)` (`tlb_remove_tlb_entries`): the
+    /// range is flushed before anything gathered is freed.
+    pub(crate) fn defer_flush(&mut self, flush: TlbFlushPending, start: VirtAddr, end: VirtAddr) {
+        flush.gathered();
+        self.add_range(start, end);
     }
 
     /// Records that translations in `[start, end)` were removed.
@@ -184,8 +191,8 @@ fn zap_huge_pmd<'m>(
     let pt = cpu.tables(mm);
     let haddr = step.haddr();
     let mut pmdl = PmdLock::lock(pt, c, step.table);
-    let pmd = pmdl.clear(step.idx);
-    tlb.add_range(haddr, haddr.add(PMD_SIZE));
+    let (pmd, flush) = pmdl.clear(step.idx);
+    tlb.defer_flush(flush, haddr, haddr.add(PMD_SIZE));
     if let Some(pfn) = pt.vm_normal_folio(pmd) {
         let anon = phys.memmap.test(pfn, PageFlag::Anon);
         if !anon && pt.arch.dirty(pmd) {
@@ -230,7 +237,7 @@ fn zap_pte_range<'m>(
     // One read of the tunables for the whole table, not one per folio.
     let batching = cpu.m.tunables().zap_pte_batch;
     let munlock = munlocks_at_unmap(cpu, vma);
-    let mut cleared = 0usize;
+    let mut flush = TlbFlushPending::none();
     let mut i = i0;
     while i < i1 {
         let e = ptes.get(i);
@@ -242,7 +249,7 @@ fn zap_pte_range<'m>(
             // `zap_nonpresent_ptes`: the entry's reference on its slot goes (anonymous
             // memory only: a file-pages-only zap keeps the private copies).
             if details == ZapDetails::All {
-                ptes.clear(i, 1);
+                ptes.clear_nonpresent(i);
                 mm.rss_add(RssKind::Swap, -1);
                 if let Some(swap) = cpu.m.swap.as_ref() {
                     crate::swap_state::free_swap_and_cache(cpu, swap, arch.swp_entry(e), 1);
@@ -258,9 +265,9 @@ fn zap_pte_range<'m>(
             i += nr;
             continue;
         }
-        let dirty = ptes.clear(i, nr);
+        let (dirty, owed) = ptes.clear(i, nr);
+        flush.merge(owed);
         c.add(Ev::ZapPtes, nr as u64);
-        cleared += nr;
         i += nr;
         let Some(head) = run.folio else {
             continue;
@@ -294,8 +301,8 @@ fn zap_pte_range<'m>(
             c.add(Ev::ZapBatchesLarge, 1);
         }
     }
-    if cleared > 0 {
-        tlb.add_range(step.start, step.end);
+    if flush.is_owed() {
+        tlb.defer_flush(flush, step.start, step.end);
     }
 }
 

@@ -174,7 +174,7 @@ pub(crate) fn do_huge_pmd_wp_page<'m>(
     }
     if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
         mem.set(pfn, PageFlag::AnonExclusive);
-        pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
+        pmdl.replace_no_flush(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
         c.add(Ev::CowReuse, 1);
         return Some(FaultOutcome::Completed);
     }
@@ -217,8 +217,8 @@ fn huge_zero_wp<'m>(
     add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
     // Break before make: the huge zero page leaves every TLB before the THP appears.
-    pmdl.clear(pmd_idx);
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    let (_, flush) = pmdl.clear(pmd_idx);
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     pmdl.install(pmd_idx, entry);
     c.add(Ev::FaultAnonPmd, 1);
     mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);

@@ -34,7 +34,7 @@ use crate::pgtable::{Access, Pmd, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, AnonVmaId, Level};
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::tunables::{PteBatching, ThpSettings};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
@@ -147,15 +147,18 @@ fn split_mapped_anon_folio<'m>(
     if !isolated {
         rmap::folio_ref_add(phys, c, head, 1);
     }
+    let mut flush = TlbFlushPending::none();
     for &(t, i, _, pfn) in &maps {
         // `try_to_migrate_one`: a dirty entry dirties the folio, so every piece is dirty.
-        if locks[t].clear(i, 1) {
+        let (dirty, owed) = locks[t].clear(i, 1);
+        flush.merge(owed);
+        if dirty {
             mem.set(head, PageFlag::Dirty);
         }
         rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
     }
     rmap::folio_ref_add(phys, c, head, -mapped);
-    cpu.flush_tlb(mm, FlushScope::Range(first, end));
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(first, end)));
     let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
     // Each piece starts with one reference: the one held above, now per page.
     phys.split_unmapped_folio(c, head, &pieces);
@@ -307,8 +310,8 @@ pub(crate) fn split_huge_pmd<'m>(
     {
         // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
         // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
-        pmdl.clear(pmd_idx);
-        cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+        let (_, flush) = pmdl.clear(pmd_idx);
+        flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
         drop(pmdl);
         let mem = &phys.memmap;
         if arch.dirty(pmd) {
@@ -383,8 +386,8 @@ pub(crate) fn split_huge_pmd<'m>(
             c.add(Ev::FolioAtomic, nr);
         }
     }
-    pmdl.replace(pmd_idx, arch.mk_table(table));
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    let flush = pmdl.replace(pmd_idx, arch.mk_table(table));
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     drop(pmdl);
     c.add(Ev::ThpSplitPmd, 1);
 }

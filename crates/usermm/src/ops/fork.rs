@@ -27,11 +27,12 @@ use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap::{self, AnonVmaId, Level};
 use crate::rmap_walk::Held;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::tunables::{PteBatching, VmaTreeCopy};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use crate::vmscan::reclaim_for_held;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -49,6 +50,17 @@ struct ForkCtx<'a> {
     needs_cow_for_dma: bool,
     skip_wrprotect: bool,
     batching: PteBatching,
+    /// The flush the parent's write-protected entries owe: settled once, for the whole mm,
+    /// when the copy ends (`dup_mmap`'s `flush_tlb_mm`).
+    owed: RefCell<TlbFlushPending>,
+}
+
+impl ForkCtx<'_> {
+    /// Adds a flush owed by a change to the parent's tables.
+    #[inline]
+    fn owe(&self, flush: TlbFlushPending) {
+        self.owed.borrow_mut().merge(flush);
+    }
 }
 
 impl<'m> Cpu<'m> {
@@ -70,8 +82,9 @@ impl<'m> Cpu<'m> {
             cst.brk = pst.brk;
             cst.mmap_base = pst.mmap_base;
             cst.def_flags = pst.def_flags & VmFlags::NOHUGEPAGE;
-            let r = dup_mmap(self, &parent.mm, &mut pst, &child_mm, &mut cst);
-            self.flush_tlb(&parent.mm, FlushScope::Mm);
+            let mut owed = TlbFlushPending::none();
+            let r = dup_mmap(self, &parent.mm, &mut pst, &child_mm, &mut cst, &mut owed);
+            owed.flushed(self.flush_tlb(&parent.mm, FlushScope::Mm));
             r
         };
         drop(pst);
@@ -96,6 +109,7 @@ fn dup_mmap<'m>(
     pst: &mut MmState,
     dst: &Mm,
     cst: &mut MmState,
+    flush: &mut TlbFlushPending,
 ) -> SysResult<()> {
     let (skip_wrprotect, batching, mode) = {
         let t = cpu.m.tunables();
@@ -109,6 +123,7 @@ fn dup_mmap<'m>(
         needs_cow_for_dma: src.has_pinned.load(Relaxed),
         skip_wrprotect,
         batching,
+        owed: RefCell::new(TlbFlushPending::none()),
     };
     let nodes_before = pst.vmas.tree.stats().allocated;
     let res = match mode {
@@ -131,15 +146,21 @@ fn dup_mmap<'m>(
         st: pst,
         also: Some((dst, cst)),
     };
+    let mut copied = Ok(());
     for id in pst.vmas.all() {
         let vma = pst.vmas.get(id);
         let copy =
             !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma().is_some();
         if copy {
-            copy_page_range(cpu, &ctx, held, vma)?;
+            copied = copy_page_range(cpu, &ctx, held, vma);
+            if copied.is_err() {
+                break;
+            }
         }
     }
-    Ok(())
+    // A failed copy owes the flush of what it write-protected as much as a finished one.
+    flush.merge(ctx.owed.into_inner());
+    copied
 }
 
 /// Undoes a failed fork: the child's VMAs uncharge themselves when torn down; the part of
@@ -300,7 +321,7 @@ fn copy_huge_pmd<'m>(
     }
     let mut e = pmd;
     if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
-        src.replace(idx, arch.wrprotect(e));
+        ctx.owe(src.replace(idx, arch.wrprotect(e)));
     }
     if vma.is_cow() {
         e = arch.wrprotect(e);
@@ -381,7 +402,8 @@ fn copy_nonpresent_pte<'m>(
     let mut child = e;
     if arch.swp_exclusive(e) {
         child = arch.swp_clear_exclusive(e);
-        cp.tables.src.replace(i, child);
+        // A swap entry: no TLB holds it.
+        cp.tables.src.replace_no_flush(i, child);
     }
     cp.tables.dst.set_ptes(i, child, 1);
     cp.ctx.dst.rss_add(RssKind::Swap, 1);
@@ -479,7 +501,8 @@ fn write_copied_ptes<'m>(cpu: &Cpu<'m>, cp: &mut CopyPtes<'_, '_>, i: usize, e: 
         child = arch.mkclean(child);
     }
     child = arch.clear_uffd_wp(arch.mkold(child));
-    cp.tables.copy_run(i, child, nr, wrprotect_parent);
+    cp.ctx
+        .owe(cp.tables.copy_run(i, child, nr, wrprotect_parent));
 }
 
 /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
