@@ -184,11 +184,19 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
         return FaultOutcome::Completed; // raced with another fault: retry
     }
     if nr > 1 {
-        rmap::folio_ref_add(&cpu.m.phys, c, head, nr as i32 - 1);
+        rmap::folio_ref_add(c, cpu.m.phys.memmap.folio(head), nr as i32 - 1);
     }
-    rmap::add_new_anon(&cpu.m.phys, c, head, nr, Level::Pte, anon_vma, mm.id);
+    rmap::add_new_anon(
+        &cpu.m.phys,
+        c,
+        cpu.m.phys.memmap.folio(head),
+        nr,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     cpu.m.phys.memmap.set_index(head, vma.pgoff_at(start));
-    folio_add_lru_vma(cpu, head, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(head), vma);
     let mut entry = arch.mk_pte(head, vma.page_prot());
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -325,10 +333,18 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, mm.id);
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
-    folio_add_lru_vma(cpu, new, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(new), vma);
     let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
     ptes.set_ptes(idx, entry, 1);
     mm.rss_add(RssKind::Anon, 1);
@@ -393,11 +409,18 @@ fn finish_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool
             first_page = head;
             first_idx = idx - in_folio;
             nr = folio_pages;
-            rmap::folio_ref_add(phys, c, head, nr as i32 - 1);
+            rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32 - 1);
         }
     }
-    rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
-    mlock_vma_file_folio(cpu, head, vma, nr as u64);
+    rmap::add_ptes(
+        phys,
+        c,
+        phys.memmap.folio(head),
+        first_page,
+        nr as u64,
+        mm.id,
+    );
+    mlock_vma_file_folio(cpu, cpu.m.phys.memmap.folio(head), vma, nr as u64);
     let mut entry = arch.mk_pte(first_page, vma.page_prot());
     if write {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -443,9 +466,9 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
             return false;
         }
         let head = mem.folio_of(pfn);
-        rmap::folio_ref_add(&cpu.m.phys, c, head, 1);
-        rmap::add_ptes(&cpu.m.phys, c, head, pfn, 1, mm.id);
-        mlock_vma_folio(cpu, head, vma);
+        rmap::folio_ref_add(c, cpu.m.phys.memmap.folio(head), 1);
+        rmap::add_ptes(&cpu.m.phys, c, cpu.m.phys.memmap.folio(head), pfn, 1, mm.id);
+        mlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
         mm.rss_add(mm_counter_file(vma), 1);
         if a == addr.page_align_down() {
@@ -485,7 +508,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
                     .filter(|&i| map_page(&mut ptes, first.add(i * 4096), head.add(i)))
                     .count() as u64;
                 // One rmap call covered the whole folio: it is mlocked in a locked VMA.
-                mlock_vma_file_folio(cpu, head, vma, mapped);
+                mlock_vma_file_folio(cpu, cpu.m.phys.memmap.folio(head), vma, mapped);
                 whole_done = Some((first, last));
                 continue;
             }
@@ -578,14 +601,14 @@ fn can_reuse_large_anon_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, head: Pfn) -> bool {
         SharingTracker::Owner => {
             let mapcount = mem.large_mapcount(head);
             let quick = mapcount > 1
-                && !rmap::owner::maybe_mapped_shared(phys, head)
+                && !rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 && mem.entire_mapcount(head) == 0
                 && mapcount == mem.refcount(head);
             if !quick {
                 return false;
             }
             let _g = mem.lock_large_mapcount(head);
-            !rmap::owner::maybe_mapped_shared(phys, head)
+            !rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 && mem.large_mapcount(head) == mem.refcount(head)
         }
         SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
@@ -621,10 +644,18 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, mm.id);
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
-    folio_add_lru_vma(cpu, new, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(new), vma);
     let mut entry = arch.mk_pte(new, vma.page_prot());
     entry = arch.mkwrite(arch.mkdirty(entry));
     // ptep_clear_flush, then install the copy.
@@ -642,8 +673,8 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
             mm.rss_add(RssKind::Anon, 1);
             c.add(Ev::FaultFileCow, 1);
         }
-        rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
-        munlock_vma_folio(cpu, head, vma);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), old_pfn, 1, mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         phys.put_folio(c, head, 1);
     }
     c.add(Ev::CowCopy, 1);

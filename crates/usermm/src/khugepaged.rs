@@ -215,7 +215,7 @@ pub(crate) fn collapse_shmem<'m>(
         for &(_, p) in &old {
             delete_from_page_cache(cpu, p);
         }
-        crate::rmap::folio_ref_add(phys, c, new, nr as i32 - 1);
+        crate::rmap::folio_ref_add(c, phys.memmap.folio(new), nr as i32 - 1);
         mem.set_mapping(new, inode.id);
         mem.set_index(new, idx);
         mem.set(new, PageFlag::Uptodate);
@@ -225,7 +225,7 @@ pub(crate) fn collapse_shmem<'m>(
         }
         drop(cache);
         c.add(Ev::PageCacheAdd, 1);
-        folio_add_lru(cpu, new);
+        folio_add_lru(cpu, cpu.m.phys.memmap.folio(new));
         c.add(Ev::ThpCollapseAlloc, 1);
         retract_page_tables(cpu, inode, idx);
     }
@@ -261,7 +261,7 @@ fn collapse_pte_mapped_thp<'m>(cpu: &Cpu<'m>, mm: &Mm, inode: &Inode, haddr: Vir
         return;
     };
     let pmd_idx = haddr.pmd_index();
-    rmap::folio_ref_add(phys, c, head, 1);
+    rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
     if !do_set_pmd(
         cpu,
         mm,
@@ -386,10 +386,10 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
             flush.merge(ptes.clear(i, 1).1);
             if let Some(pfn) = *s {
                 let folio = mem.folio_of(pfn);
-                rmap::remove_ptes(phys, c, folio, pfn, 1, mm.id);
+                rmap::remove_ptes(phys, c, phys.memmap.folio(folio), pfn, 1, mm.id);
                 if munlock {
                     // `munlock_vma_folio`.
-                    munlock_folio(cpu, folio);
+                    munlock_folio(cpu, cpu.m.phys.memmap.folio(folio));
                 }
                 old.push(folio);
             }

@@ -255,7 +255,7 @@ pub(crate) fn try_to_unmap<'m>(
                     Unmap::ToSwap => {
                         let exclusive = mem.test(page, PageFlag::AnonExclusive);
                         // `folio_try_share_anon_rmap_pte`: a pinned exclusive page stays.
-                        if exclusive && rmap::folio_maybe_dma_pinned(phys, head) {
+                        if exclusive && rmap::folio_maybe_dma_pinned(phys.memmap.folio(head)) {
                             abort = true;
                             break 'walk;
                         }
@@ -276,7 +276,7 @@ pub(crate) fn try_to_unmap<'m>(
                     }
                 }
                 mm.rss_add(RssKind::Anon, -1);
-                rmap::remove_ptes(phys, c, head, page, 1, mm.id);
+                rmap::remove_ptes(phys, c, phys.memmap.folio(head), page, 1, mm.id);
                 phys.put_folio(c, head, 1);
                 c.add(Ev::ZapPtes, 1);
             }

@@ -178,7 +178,7 @@ pub(crate) fn shrink_file_lru<'m>(cpu: &Cpu<'m>, want: u64, priority: u32) -> u6
             if mem.test(folio, PageFlag::Anon) {
                 // A lazily freed anonymous folio sits on the file list (not swap-backed):
                 // reclaim discards it unless it was written again, swap or not.
-                crate::rmap::folio_ref_add(phys, cpu.c(), folio, 1);
+                crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(folio), 1);
                 let outcome = anon::reclaim_anon_folio(cpu, None, folio, true);
                 if outcome == anon::Outcome::Freed {
                     freed += nr;
@@ -362,7 +362,9 @@ pub(crate) fn pageout_file_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, addr: Vi
         // Without swap a shmem folio cannot be written out, and only kswapd writes
         // back dirty file folios: either way reclaim has already unmapped it and now
         // puts it back on the active list.
-        lru_relist(cpu, head, |_| mem.set(head, PageFlag::Active));
+        lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+            mem.set(head, PageFlag::Active)
+        });
         return;
     }
     // Only the page cache holds it now (one reference per page): drop it.

@@ -198,8 +198,8 @@ fn zap_huge_pmd<'m>(
         if !anon && pt.arch.dirty(pmd) {
             phys.memmap.set(pfn, PageFlag::Dirty);
         }
-        rmap::remove_pmd(phys, c, pfn, mm.id);
-        munlock_vma_folio(cpu, pfn, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(pfn), mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(pfn), vma);
         let kind = if anon {
             RssKind::Anon
         } else {
@@ -282,10 +282,10 @@ fn zap_pte_range<'m>(
                 folio_mark_accessed(cpu, head);
             }
         }
-        rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), run.pfn, nr as u64, mm.id);
         if munlock {
             // `munlock_vma_folio`.
-            munlock_folio(cpu, head);
+            munlock_folio(cpu, cpu.m.phys.memmap.folio(head));
         }
         mm.rss_add(
             if anon {

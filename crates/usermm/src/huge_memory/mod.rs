@@ -145,7 +145,7 @@ fn split_mapped_anon_folio<'m>(
         .collect();
     // Unmap, holding one reference so the folio survives without mappings.
     if !isolated {
-        rmap::folio_ref_add(phys, c, head, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
     }
     let mut flush = TlbFlushPending::none();
     for &(t, i, _, pfn) in &maps {
@@ -155,9 +155,9 @@ fn split_mapped_anon_folio<'m>(
         if dirty {
             mem.set(head, PageFlag::Dirty);
         }
-        rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), pfn, 1, mm.id);
     }
-    rmap::folio_ref_add(phys, c, head, -mapped);
+    rmap::folio_ref_add(c, phys.memmap.folio(head), -mapped);
     flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(first, end)));
     let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
     // Each piece starts with one reference: the one held above, now per page.
@@ -167,8 +167,8 @@ fn split_mapped_anon_folio<'m>(
     }
     for (&(t, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
         locks[t].set_ptes(i, e, 1);
-        rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
-        rmap::folio_ref_add(phys, c, pfn, 1);
+        rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn, 1, mm.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), 1);
         if excl {
             mem.set(pfn, PageFlag::AnonExclusive);
         }
@@ -238,8 +238,13 @@ pub(crate) fn do_set_pmd<'m>(
     if !pmdl.get(pmd_idx).is_none() {
         return false;
     }
-    rmap::add_file_pmd(phys, c, head, mm.id);
-    mlock_vma_file_folio(cpu, head, vma, 1 << HPAGE_PMD_ORDER);
+    rmap::add_file_pmd(phys, c, phys.memmap.folio(head), mm.id);
+    mlock_vma_file_folio(
+        cpu,
+        cpu.m.phys.memmap.folio(head),
+        vma,
+        1 << HPAGE_PMD_ORDER,
+    );
     let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
     if access == Access::Write {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -271,14 +276,14 @@ pub(crate) fn add_new_pmd_folio<'m>(
     rmap::add_new_anon(
         phys,
         cpu.c(),
-        head,
+        phys.memmap.folio(head),
         1 << HPAGE_PMD_ORDER,
         Level::Pmd,
         anon_vma,
         mm.id,
     );
     phys.memmap.set_index(head, vma.pgoff_at(haddr));
-    folio_add_lru_vma(cpu, head, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(head), vma);
 }
 
 /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
@@ -320,8 +325,8 @@ pub(crate) fn split_huge_pmd<'m>(
         if arch.young(pmd) {
             mem.set(head, PageFlag::Referenced);
         }
-        rmap::remove_pmd(phys, c, head, mm.id);
-        munlock_vma_folio(cpu, head, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(head), mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         phys.put_folio(c, head, 1);
         mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
         c.add(Ev::ThpSplitPmd, 1);
@@ -359,12 +364,12 @@ pub(crate) fn split_huge_pmd<'m>(
     } else if batch == PteBatching::PerPte {
         // v6.7: one rmap call and one PTE store per page.
         for i in 0..nr {
-            rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
+            rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn.add(i), 1, mm.id);
             ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
         }
     } else {
         ptes.set_ptes(0, base, nr as usize);
-        rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
+        rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn, nr, mm.id);
     }
     drop(ptes);
     if !zero {
@@ -374,9 +379,9 @@ pub(crate) fn split_huge_pmd<'m>(
             mem.set(pfn, PageFlag::Dirty);
         }
         let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-        rmap::remove_pmd(phys, c, pfn, mm.id);
-        rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
-        munlock_vma_folio(cpu, pfn, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(pfn), mm.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), nr as i32 - 1);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(pfn), vma);
         if exclusive {
             // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
             // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).

@@ -310,13 +310,13 @@ fn copy_huge_pmd<'m>(
     if let Some(pfn) = spt.vm_normal_folio(pmd) {
         c.add(Ev::PmdFolioVisit, 1);
         let needs = ctx.needs_cow_for_dma && vma.is_cow();
-        if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
+        if rmap::try_dup_anon_pmd(phys, c, phys.memmap.folio(pfn), needs, ctx.dst.id).is_err() {
             drop((src, dst));
             phys.put_folio(c, deposit, 1);
             split_huge_pmd(cpu, ctx.src, vma, table, idx, haddr);
             return Ok(false);
         }
-        rmap::folio_ref_add(phys, c, pfn, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), 1);
         ctx.dst.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
     }
     let mut e = pmd;
@@ -449,8 +449,8 @@ fn copy_present_ptes<'m>(
         // A page-cache folio of a private file mapping that has anon pages too
         // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
         let nr = run.nr as u64;
-        rmap::folio_ref_add(phys, c, head, nr as i32);
-        rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32);
+        rmap::add_ptes(phys, c, phys.memmap.folio(head), run.pfn, nr, cp.ctx.dst.id);
         c.add(Ev::ForkBatches, 1);
         if run.batched {
             c.add(Ev::ForkBatchesLarge, 1);
@@ -465,12 +465,22 @@ fn copy_present_ptes<'m>(
         return Ok((1, copy_present_pte(cpu, cp, i, e, addr)?));
     };
     let nr = run.nr as u64;
-    rmap::folio_ref_add(phys, c, head, nr as i32);
+    rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32);
     let needs = cp.ctx.needs_cow_for_dma && vma.is_cow();
-    if rmap::try_dup_anon_ptes(phys, c, head, run.pfn, nr, needs, cp.ctx.dst.id).is_err() {
+    if rmap::try_dup_anon_ptes(
+        phys,
+        c,
+        phys.memmap.folio(head),
+        run.pfn,
+        nr,
+        needs,
+        cp.ctx.dst.id,
+    )
+    .is_err()
+    {
         // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
         // the exclusive ones; the result is the same as the per-PTE path.
-        rmap::folio_ref_add(phys, c, head, -(nr as i32));
+        rmap::folio_ref_add(c, phys.memmap.folio(head), -(nr as i32));
         let mut rss = 0;
         for j in 0..run.nr {
             let ej = cp.tables.src.peek(i + j);
@@ -520,11 +530,21 @@ fn copy_present_pte<'m>(
     let mut rss = 0;
     c.add(Ev::ForkPtes, 1);
     if let Some(head) = cp.tables.src.tables().vm_normal_folio(e) {
-        rmap::folio_ref_add(phys, c, head, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
         c.add(Ev::ForkBatches, 1);
         let needs = cp.ctx.needs_cow_for_dma && cp.vma.is_cow();
-        if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, cp.ctx.dst.id).is_err() {
-            rmap::folio_ref_add(phys, c, head, -1);
+        if rmap::try_dup_anon_ptes(
+            phys,
+            c,
+            phys.memmap.folio(head),
+            pfn,
+            1,
+            needs,
+            cp.ctx.dst.id,
+        )
+        .is_err()
+        {
+            rmap::folio_ref_add(c, phys.memmap.folio(head), -1);
             let copy = copy_present_page(cpu, cp.ctx.dst, cp.vma, pfn, addr)?;
             cp.tables.dst.set_ptes(i, copy, 1);
             return Ok(1);
@@ -555,9 +575,17 @@ fn copy_present_page<'m>(
     // The copy records the source folio's anon_vma (a mapped anon folio always has one).
     let anon_vma = AnonVmaId::of_mapping_word(phys.memmap.mapping(phys.memmap.folio_of(pfn)))
         .expect("a mapped anonymous folio names its anon_vma");
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, anon_vma, dst.id);
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        dst.id,
+    );
     phys.memmap.set_index(new, vma.pgoff_at(addr));
-    folio_add_lru(cpu, new);
+    folio_add_lru(cpu, cpu.m.phys.memmap.folio(new));
     let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
     if vma.flags.has(VmFlags::WRITE) {
         e = arch.mkwrite(e);

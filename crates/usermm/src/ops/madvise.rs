@@ -718,7 +718,9 @@ fn anon_deactivate<'m>(cpu: &Cpu<'m>, head: Pfn) {
     let mem = &cpu.m.phys.memmap;
     mem.clear(head, PageFlag::Referenced);
     if mem.test(head, PageFlag::Active) {
-        lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+        lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+            mem.clear(head, PageFlag::Active)
+        });
     }
 }
 
@@ -730,7 +732,7 @@ fn folio_mark_lazyfree<'m>(cpu: &Cpu<'m>, head: Pfn) {
     if !mem.test(head, PageFlag::SwapBacked) {
         return;
     }
-    lru_relist(cpu, head, |_| {
+    lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
         mem.clear(head, PageFlag::SwapBacked);
         mem.clear(head, PageFlag::Active);
         mem.clear(head, PageFlag::Referenced);
@@ -812,7 +814,7 @@ fn madvise_cold_or_pageout_file<'m>(
                     })
                     .count() as u64;
                 let shared = if mem.test(head, PageFlag::OwnerTracked) {
-                    crate::rmap::owner::maybe_mapped_shared(phys, head)
+                    crate::rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 } else {
                     mem.large_mapcount(head) as u64 > batch
                 };
@@ -854,7 +856,9 @@ fn madvise_cold_or_pageout_file<'m>(
         if advice == Advice::PageOut {
             pageout_file_folio(cpu, mm, vma, addr, head);
         } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
-            lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+            lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+                mem.clear(head, PageFlag::Active)
+            });
         }
     }
 }

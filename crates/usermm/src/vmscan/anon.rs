@@ -94,7 +94,7 @@ fn reclaim_anon<'m>(
     if !lazy && !mem.test(head, PageFlag::SwapCache) {
         // A page that may be pinned for DMA is not given swap (measured on 6.18: a pinned
         // page stays, not in the swap cache, not activated).
-        if crate::rmap::folio_maybe_dma_pinned(phys, head) {
+        if crate::rmap::folio_maybe_dma_pinned(phys.memmap.folio(head)) {
             return Outcome::Keep;
         }
         if !add_to_swap(cpu, head, whole) {
@@ -168,7 +168,7 @@ pub(crate) fn isolate<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
     l.del(f, f.nr_pages());
     f.clear(PageFlag::Lru);
     drop(l);
-    crate::rmap::folio_ref_add(phys, cpu.c(), head, 1);
+    crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(head), 1);
     true
 }
 
