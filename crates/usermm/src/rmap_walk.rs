@@ -17,7 +17,7 @@
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
-use crate::phys::{PageFlag, Pfn};
+use crate::phys::{Folio, PageFlag, Pfn};
 use crate::rmap;
 use crate::stats::Ev;
 use crate::tlb::{FlushScope, TlbFlushPending};
@@ -56,13 +56,14 @@ impl<'a> Held<'a> {
 pub(crate) struct Contended;
 
 /// Calls `f(mm, vma, start, end)` for every private anonymous VMA whose range may hold
-/// the anonymous folio `head`, with the part of the folio's span inside it.
+/// the anonymous `folio`, with the part of the folio's span inside it.
 fn rmap_walk_anon<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mut f: impl FnMut(&Mm, &Vma, VirtAddr, VirtAddr),
 ) -> Result<(), Contended> {
+    let head = folio.pfn();
     let mem = &cpu.m.phys.memmap;
     let index = mem.index(head);
     let nr = 1u64 << mem.order(head);
@@ -112,11 +113,12 @@ fn rmap_walk_anon<'m>(
 pub(crate) fn folio_referenced<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
 ) -> Result<(u32, bool), Contended> {
+    let head = folio.pfn();
     let (mut young, mut locked) = (0, false);
     let nr = 1u64 << cpu.m.phys.memmap.order(head);
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         let pt = cpu.tables(mm);
         let arch = pt.arch;
         let mut hit = TlbFlushPending::none();
@@ -178,15 +180,16 @@ pub(crate) enum Unmap {
 pub(crate) fn try_to_unmap<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mode: Unmap,
 ) -> Result<bool, Contended> {
+    let head = folio.pfn();
     let (phys, c) = (&cpu.m.phys, cpu.c());
     let mem = &phys.memmap;
     let nr = 1u64 << mem.order(head);
     let swap = cpu.m.swap.as_ref();
     let mut abort = false;
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         if abort {
             return;
         }
@@ -207,7 +210,7 @@ pub(crate) fn try_to_unmap<'m>(
                 }
             }
         }
-        if mode == Unmap::Discard && maps_dirty(cpu, mm, head, nr, start, end) {
+        if mode == Unmap::Discard && maps_dirty(cpu, mm, folio, nr, start, end) {
             // Written since MADV_FREE (`try_to_unmap_one` looks at the folio's whole batch
             // of entries first): it must be kept, and swapped if anything.
             mem.set(head, PageFlag::Dirty);
@@ -299,11 +302,12 @@ pub(crate) fn try_to_unmap<'m>(
 fn maps_dirty<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
-    head: Pfn,
+    folio: Folio<'_>,
     nr: u64,
     start: VirtAddr,
     end: VirtAddr,
 ) -> bool {
+    let head = folio.pfn();
     let pt = cpu.tables(mm);
     let arch = pt.arch;
     pt.pmd_walk(start, end).any(|step| match step.kind {
@@ -321,15 +325,16 @@ fn maps_dirty<'m>(
     })
 }
 
-/// The one mm and VMA that map the anonymous folio `head`, when no other mm does (for a
-/// split reclaim makes), found by the walk; `f` is called with them. `None` when the folio
-/// is (maybe) mapped by several mms, or a lock could not be taken.
+/// The one mm and VMA that map the anonymous `folio`, when no other mm does (for a split
+/// reclaim makes), found by the walk; `f` is called with them. `None` when the folio is
+/// (maybe) mapped by several mms, or a lock could not be taken.
 pub(crate) fn with_sole_mapping<'m, R>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mut f: impl FnMut(&Mm, &Vma) -> Option<R>,
 ) -> Option<R> {
+    let head = folio.pfn();
     let mem = &cpu.m.phys.memmap;
     if mem.folio_mapcount(head) == 0 {
         return None;
@@ -337,7 +342,7 @@ pub(crate) fn with_sole_mapping<'m, R>(
     let nr = 1u64 << mem.order(head);
     let mut found: Vec<u32> = Vec::new();
     let mut out = None;
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         let pt = cpu.tables(mm);
         let maps = pt.pmd_walk(start, end).any(|step| match step.kind {
             PmdKind::Huge(e) => pt.vm_normal_folio(e) == Some(head),

@@ -74,7 +74,7 @@ fn reclaim_anon<'m>(
         return Outcome::Activate;
     }
     if check_references {
-        match folio_referenced(cpu, held, head) {
+        match folio_referenced(cpu, held, mem.folio(head)) {
             Err(_) => return Outcome::Keep,
             Ok((_, true)) => return Outcome::Activate,
             Ok((young, false)) => {
@@ -113,7 +113,7 @@ fn reclaim_anon<'m>(
     let mapped = mem.folio_mapcount(head) > 0 || mem.entire_mapcount(head) > 0;
     if mapped {
         let mode = if lazy { Unmap::Discard } else { Unmap::ToSwap };
-        match try_to_unmap(cpu, held, head, mode) {
+        match try_to_unmap(cpu, held, mem.folio(head), mode) {
             Err(_) => return Outcome::Keep,
             Ok(false) => return Outcome::Activate,
             Ok(true) => {}
@@ -249,7 +249,7 @@ pub(crate) fn shrink_anon_lru<'m>(
                     }
                     let nr = 1u64 << mem.order(active);
                     scanned += nr;
-                    let _ = folio_referenced(cpu, held, active);
+                    let _ = folio_referenced(cpu, held, mem.folio(active));
                     mem.clear(active, PageFlag::Active);
                     cpu.c().add(Ev::PgDeactivate, nr);
                     putback(cpu, active, Outcome::Keep);
@@ -275,7 +275,7 @@ pub(crate) fn shrink_anon_lru<'m>(
                         continue;
                     }
                     // No run of slots fits it: split it and reclaim the pieces now.
-                    let pieces = with_sole_mapping(cpu, held, folio, |mm, vma| {
+                    let pieces = with_sole_mapping(cpu, held, mem.folio(folio), |mm, vma| {
                         split_isolated_anon_folio(cpu, mm, vma, folio)
                     });
                     let Some(pieces) = pieces else {
