@@ -609,8 +609,7 @@ impl<'m> Cpu<'m> {
             return Ok(None);
         }
         Ok(Some(self.m.phys.sharing.answers(
-            &self.m.phys,
-            head,
+            mem.folio(head),
             task.mm.id,
             task.mm.id,
         )))
