@@ -832,24 +832,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4K"), Ok(4096));
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("0x2000"), Ok(0x2000));
-        assert_eq!(parse_size("0x10M"), Ok(16 << 20));
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("K"), Err(NumErr::Syntax));
-        assert_eq!(parse_size("0x"), Err(NumErr::Syntax));
-        assert_eq!(parse_size("4KB"), Err(NumErr::Syntax));
-        assert_eq!(parse_size("1.5G"), Err(NumErr::Syntax));
-        assert_eq!(parse_size("17179869184G"), Err(NumErr::Overflow));
-        assert_eq!(parse_size("18446744073709551616"), Err(NumErr::Overflow));
-        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
-        assert_eq!(parse_size("99999999999999999999x"), Err(NumErr::Syntax));
-    }
-
-    #[test]
     fn tunable_suggestions() {
         assert_eq!(edit_distance("fork_pte_bach", "fork_pte_batch"), 1);
         assert_eq!(edit_distance("ab", "ba"), 1);
