@@ -248,66 +248,63 @@ impl Smaps {
 
     /// The number on the line `name` (`Rss`, `Shared_Clean`, `THPeligible`: the names
     /// `/proc/PID/smaps` prints), to read or set; `None` for any other name, and for the Pss
-    /// split, which is not one number ([`Smaps::pss_by_kind`]). The workspace's one table of
-    /// smaps line names: the oracle fills the struct from the host's text with it, and the
-    /// scenario language's `expect smaps` and `dump` read it.
+    /// split, which is not one number ([`Smaps::pss_by_kind`]). The oracle fills the struct
+    /// from the host's text with it, and the scenario language's `expect smaps` and `dump`
+    /// read it.
     pub fn line_mut(&mut self, name: &str) -> Option<&mut u64> {
-        Some(match name {
-            "Size" => &mut self.size,
-            "Rss" => &mut self.rss,
-            "Pss" => &mut self.pss,
-            "Shared_Clean" => &mut self.shared_clean,
-            "Shared_Dirty" => &mut self.shared_dirty,
-            "Private_Clean" => &mut self.private_clean,
-            "Private_Dirty" => &mut self.private_dirty,
-            "Anonymous" => &mut self.anonymous,
-            "AnonHugePages" => &mut self.anon_huge_pages,
-            "ShmemPmdMapped" => &mut self.shmem_pmd_mapped,
-            "FilePmdMapped" => &mut self.file_pmd_mapped,
-            "Locked" => &mut self.locked,
-            "Referenced" => &mut self.referenced,
-            "Pss_Dirty" => &mut self.pss_dirty,
-            "LazyFree" => &mut self.lazyfree,
-            "KSM" => &mut self.ksm,
-            "Swap" => &mut self.swap,
-            "SwapPss" => &mut self.swap_pss,
-            "Shared_Hugetlb" => &mut self.shared_hugetlb,
-            "Private_Hugetlb" => &mut self.private_hugetlb,
-            "KernelPageSize" => &mut self.kernel_page_size,
-            "MMUPageSize" => &mut self.mmu_page_size,
-            "THPeligible" => &mut self.thp_eligible,
-            _ => return None,
-        })
+        let &(_, field) = SMAPS_LINES.iter().find(|&&(n, _)| n == name)?;
+        Some(field(self))
     }
 
-    /// The number on the line `name` ([`Smaps::line_mut`]'s table).
+    /// The number on the line `name` ([`Smaps::line_mut`]).
     pub fn line(&self, name: &str) -> Option<u64> {
         // A copy (the struct is a few hundred bytes) lets the one mutable table serve reads.
         let mut copy = *self;
         copy.line_mut(name).copied()
     }
 
-    /// The lines reports and the oracle's comparison list, as (name, value) pairs.
+    /// The lines reports show and the oracle compares, as (name, value) pairs: the first
+    /// twelve of the table, Size to Locked.
     pub fn fields(&self) -> [(&'static str, u64); 12] {
-        Self::REPORTED.map(|name| (name, self.line(name).unwrap_or_default()))
+        let mut copy = *self;
+        std::array::from_fn(|i| {
+            let (name, field) = SMAPS_LINES[i];
+            (name, *field(&mut copy))
+        })
     }
-
-    /// The lines of [`Smaps::fields`], each a name of [`Smaps::line_mut`]'s table (tested).
-    const REPORTED: [&'static str; 12] = [
-        "Size",
-        "Rss",
-        "Pss",
-        "Shared_Clean",
-        "Shared_Dirty",
-        "Private_Clean",
-        "Private_Dirty",
-        "Anonymous",
-        "AnonHugePages",
-        "ShmemPmdMapped",
-        "FilePmdMapped",
-        "Locked",
-    ];
 }
+
+/// One line of [`SMAPS_LINES`]: its name and its field.
+type SmapsLine = (&'static str, fn(&mut Smaps) -> &mut u64);
+
+/// Each line a [`Smaps`] holds as one number, by the name `/proc/PID/smaps` prints it, with
+/// its field: the workspace's one table of smaps line names. The first twelve are
+/// [`Smaps::fields`].
+const SMAPS_LINES: [SmapsLine; 23] = [
+    ("Size", |s| &mut s.size),
+    ("Rss", |s| &mut s.rss),
+    ("Pss", |s| &mut s.pss),
+    ("Shared_Clean", |s| &mut s.shared_clean),
+    ("Shared_Dirty", |s| &mut s.shared_dirty),
+    ("Private_Clean", |s| &mut s.private_clean),
+    ("Private_Dirty", |s| &mut s.private_dirty),
+    ("Anonymous", |s| &mut s.anonymous),
+    ("AnonHugePages", |s| &mut s.anon_huge_pages),
+    ("ShmemPmdMapped", |s| &mut s.shmem_pmd_mapped),
+    ("FilePmdMapped", |s| &mut s.file_pmd_mapped),
+    ("Locked", |s| &mut s.locked),
+    ("Referenced", |s| &mut s.referenced),
+    ("Pss_Dirty", |s| &mut s.pss_dirty),
+    ("LazyFree", |s| &mut s.lazyfree),
+    ("KSM", |s| &mut s.ksm),
+    ("Swap", |s| &mut s.swap),
+    ("SwapPss", |s| &mut s.swap_pss),
+    ("Shared_Hugetlb", |s| &mut s.shared_hugetlb),
+    ("Private_Hugetlb", |s| &mut s.private_hugetlb),
+    ("KernelPageSize", |s| &mut s.kernel_page_size),
+    ("MMUPageSize", |s| &mut s.mmu_page_size),
+    ("THPeligible", |s| &mut s.thp_eligible),
+];
 
 impl MemSizeStats {
     /// The printed lines: the byte counts as accumulated, the Pss family in whole kB; the
@@ -865,28 +862,25 @@ impl<'m> Cpu<'m> {
 
 #[cfg(test)]
 mod tests {
-    use super::Smaps;
+    use super::{Smaps, SMAPS_LINES};
 
     #[test]
     fn lines_are_set_and_read_by_name() {
         // Every name the scenario language knows is checked there (`scenario::run`); here
-        // the reported ones and the lines that are not named alike in the struct.
+        // the table's own, in its order.
         let mut s = Smaps::default();
-        let names =
-            Smaps::REPORTED
-                .into_iter()
-                .chain(["KSM", "SwapPss", "MMUPageSize", "THPeligible"]);
-        for (n, name) in (1u64..).zip(names.clone()) {
+        for (n, &(name, _)) in (1u64..).zip(&SMAPS_LINES) {
             *s.line_mut(name).unwrap_or_else(|| panic!("{name}")) = n << 12;
         }
         // Each name is its own field: every value read back as set.
-        for (n, name) in (1u64..).zip(names) {
+        for (n, &(name, _)) in (1u64..).zip(&SMAPS_LINES) {
             assert_eq!(s.line(name), Some(n << 12), "{name}");
         }
-        assert_eq!(s.fields()[1], ("Rss", 2 << 12));
+        assert_eq!(s.fields()[0], ("Size", 1 << 12));
+        assert_eq!(s.fields()[11], ("Locked", 12 << 12));
         assert_eq!(
             (s.size, s.ksm, s.thp_eligible),
-            (1 << 12, 13 << 12, 16 << 12)
+            (1 << 12, 16 << 12, 23 << 12)
         );
         for name in ["Pss_Anon", "VmFlags", "rss", ""] {
             assert_eq!(s.line(name), None, "{name}");
