@@ -5,7 +5,6 @@
 //! ([`crate::compare`]); `usermm bench scenario FILE… --sweep NAME=V1,V2` times scenario
 //! files under tunable sweeps ([`crate::scenario_bench`]).
 
-use crate::engine::parse_size;
 use crate::host::HostSide;
 use crate::output::{self, Outputs};
 use crate::progress::Progress;
@@ -102,7 +101,7 @@ pub enum BenchCmd {
 pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
     let mut o = Options::default();
     if let Some(s) = &args.scale {
-        o.scale = parse_size(s)?;
+        o.scale = usermm::units::parse_size_arg(s)?;
         o.sharing_scale = o.scale;
         o.munlock_scale = o.scale;
         o.anon_cow_scale = o.scale;
@@ -112,7 +111,7 @@ pub fn options(args: &BenchArgs, which: &[Bench]) -> anyhow::Result<Options> {
         "--scale must be a multiple of 2M"
     );
     if let Some(s) = &args.reclaim_memory {
-        o.reclaim_memory = parse_size(s)?;
+        o.reclaim_memory = usermm::units::parse_size_arg(s)?;
         anyhow::ensure!(
             o.reclaim_memory >= 4 << 20 && o.reclaim_memory % (1 << 20) == 0,
             "--reclaim-memory must be a multiple of 1M, at least 4M"

@@ -1,22 +1,14 @@
 //! Engine helpers shared by the benchmarks: a fresh machine per repetition, warm-up, the
 //! seed-000 layout (populated folios of one size, 2M ones PTE-mapped by an `mprotect` of one
-//! subpage per block), sizes, and counters as a name → value map.
+//! subpage per block), size labels, and counters as a name → value map.
 
 use std::collections::BTreeMap;
-use usermm::{Cpu, Machine, MachineConfig, MmapArgs, Pid, Prot, Snapshot, ThpPolicy};
+use usermm::{Cpu, Machine, MachineConfig, MmapArgs, Pid, Prot, Snapshot};
 
-/// Read-write.
-pub const RW: Prot = Prot {
-    read: true,
-    write: true,
-    exec: false,
-};
-/// Read-only.
-pub const RO: Prot = Prot {
-    read: true,
-    write: false,
-    exec: false,
-};
+/// Read-write (the engine's `PROT_READ | PROT_WRITE`).
+pub const RW: Prot = Prot::RW;
+/// Read-only (`PROT_READ`).
+pub const RO: Prot = Prot::RO;
 /// PMD size.
 pub const PMD: u64 = 2 << 20;
 
@@ -35,12 +27,7 @@ pub fn machine_with_cpus(size: u64, folio: u64, cpus: usize) -> Machine {
     };
     cfg.tunables.check_tlb = false;
     let m = Machine::new(cfg);
-    m.update_tunables(|t| {
-        t.thp.top = ThpPolicy::Never;
-        if folio > 4096 {
-            let _ = t.thp.set_size(folio, ThpPolicy::Always);
-        }
-    });
+    m.update_tunables(|t| t.thp.only_folio(folio));
     m
 }
 
@@ -91,19 +78,10 @@ pub fn size_label(bytes: u64) -> String {
     }
 }
 
-/// Parses `256M`, `1G`, `64K` or a byte count (the workspace's one grammar,
-/// `usermm::units`).
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    usermm::units::parse_size(s).map_err(|e| anyhow::anyhow!("bad size `{s}`: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn sizes() {
-        assert_eq!(super::parse_size("256M").ok(), Some(256 << 20));
-        assert_eq!(super::parse_size("4096").ok(), Some(4096));
-        assert!(super::parse_size("x").is_err());
         assert_eq!(super::size_label(64 << 10), "64K");
         assert_eq!(super::size_label(2 << 20), "2M");
     }

@@ -118,12 +118,7 @@ fn file_machine(size: u64, folio: u64) -> Machine {
 /// `[a + skew, a + skew + len)` with `a` PMD-aligned and nothing mapped there: a
 /// `PROT_NONE` reservation with its head and tail unmapped again.
 pub(crate) fn reserve_aligned(cpu: &Cpu<'_>, p: Pid, len: u64, skew: u64) -> anyhow::Result<u64> {
-    let none = Prot {
-        read: false,
-        write: false,
-        exec: false,
-    };
-    let r = cpu.mmap(p, MmapArgs::anon(len + PMD, none))?;
+    let r = cpu.mmap(p, MmapArgs::anon(len + PMD, Prot::NONE))?;
     let a = (r + PMD - 1) & !(PMD - 1);
     cpu.munmap(p, r, len + PMD)?;
     Ok(a + skew)

@@ -177,9 +177,9 @@ impl HostFile {
 
     /// The folios of the file's page cache by order (needs root for `/proc/kpageflags`).
     fn folios_by_order(&self, size: u64) -> Result<BTreeMap<String, u64>, String> {
-        const MADV_RANDOM: i32 = 1;
-        const PROT_READ: i32 = 1;
-        const MAP_SHARED: i32 = 1;
+        const MADV_RANDOM: i32 = usermm::Advice::Random.number();
+        const PROT_READ: i32 = usermm::Prot::RO.bits() as i32;
+        const MAP_SHARED: i32 = oracle::sys::MAP_SHARED;
         let flags = File::open("/proc/kpageflags").map_err(|e| format!("kpageflags: {e}"))?;
         let pagemap = File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
         let addr = sys::mmap_fd(0, size, PROT_READ, MAP_SHARED, self.file.as_raw_fd(), 0)

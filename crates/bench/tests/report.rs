@@ -116,16 +116,9 @@ fn file_rows_batch_file_folios_and_readahead_reads_every_byte_once() {
     let cached: u64 = seq
         .iter()
         .filter_map(|(k, &n)| {
-            let size = k.strip_prefix("folios_")?;
-            let kib: u64 = size
-                .strip_suffix('K')
-                .map(|k| k.parse().ok())
-                .unwrap_or_else(|| {
-                    size.strip_suffix('M')
-                        .and_then(|m| m.parse::<u64>().ok())
-                        .map(|m| m << 10)
-                })?;
-            Some(n * kib * 1024)
+            // `folios_16K`, `folios_2M`: the report's size labels, read by the one grammar.
+            let bytes = usermm::units::parse_size(k.strip_prefix("folios_")?).ok()?;
+            Some(n * bytes)
         })
         .sum();
     assert_eq!(cached, scale, "{seq:?}");

@@ -48,11 +48,10 @@ pub struct KmapArgs {
 /// this long, and a map has hundreds of thousands of them.
 const MAX_TLBI_NS: u64 = 100_000;
 
-/// Parses `4096`, `0x1000`, `64K`, `2M`, `1G` (the workspace's one grammar,
-/// `usermm::units`), spaces around it allowed.
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    usermm::units::parse_size(s).with_context(|| format!("bad size `{s}`"))
+/// A size of `--ram` or `--ranges` (`4096`, `0x1000`, `64K`, `2M`, `1G`: the workspace's one
+/// grammar, `usermm::units::parse_size_arg`), spaces around it allowed (`0-1G, 2G+1G`).
+fn size_arg(s: &str) -> anyhow::Result<u64> {
+    Ok(usermm::units::parse_size_arg(s.trim())?)
 }
 
 /// Parses `START-END` / `START+SIZE` lists.
@@ -60,13 +59,13 @@ fn parse_ranges(s: &str) -> anyhow::Result<Vec<PhysRange>> {
     s.split(',')
         .map(|part| {
             if let Some((a, b)) = part.split_once('+') {
-                let start = parse_size(a)?;
+                let start = size_arg(a)?;
                 let end = start
-                    .checked_add(parse_size(b)?)
+                    .checked_add(size_arg(b)?)
                     .with_context(|| format!("range `{part}` overflows"))?;
                 Ok(PhysRange::new(start, end))
             } else if let Some((a, b)) = part.split_once('-') {
-                Ok(PhysRange::new(parse_size(a)?, parse_size(b)?))
+                Ok(PhysRange::new(size_arg(a)?, size_arg(b)?))
             } else {
                 anyhow::bail!("range `{part}` is not START-END or START+SIZE")
             }
@@ -104,7 +103,7 @@ pub fn kmap_main(args: &KmapArgs) -> anyhow::Result<()> {
     })?;
     let layout = match &args.ranges {
         Some(r) => RamLayout::with_ranges(parse_ranges(r)?),
-        None => RamLayout::single(parse_size(&args.ram)?),
+        None => RamLayout::single(size_arg(&args.ram)?),
     };
     let gran = if args.pages {
         LinearGranularity::ForcePages

@@ -11,7 +11,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use trace::Budget;
 
-/// A byte count: digits with an optional K, M, G or T (powers of 1024).
+/// A byte count in the workspace's one size grammar (`usermm::units::parse_size`: decimal or
+/// `0x` hex, an optional K, M or G, powers of 1024).
 fn bytes(s: &str) -> Result<u64, String> {
     usermm::units::parse_size(s)
         .map_err(|_| format!("`{s}`: expected a byte count such as 4096, 64K, 256M"))

@@ -82,8 +82,9 @@ pub struct Price {
     pub multiplier: f64,
     /// Its standard error.
     pub multiplier_se: f64,
-    /// The probe families that carry at least 5 % of their time on this group, most first
-    /// (empty: no probe excites it, the price is the recipe's at the common scale).
+    /// The probe families that carry at least 5 % of their time on this group, in any
+    /// operation (those of [`Fit::op_prices`] for it, each operation's most first; empty: no
+    /// probe excites it, the price is the recipe's at the common scale).
     pub families: Vec<String>,
 }
 
@@ -349,17 +350,7 @@ impl Fit {
         );
         let n_unknowns = layout.parent.len();
         let se = |u: usize| covariance[u * n_unknowns + u].max(0.0).sqrt();
-        let prices = groups
-            .iter()
-            .enumerate()
-            .map(|(g, counters)| Price {
-                counters: counters.clone(),
-                multiplier: m[g],
-                multiplier_se: se(g),
-                families: carriers(&families, &obs, &rows, &m, g),
-            })
-            .collect();
-        let op_prices = pairs
+        let op_prices: Vec<OpPrice> = pairs
             .iter()
             .enumerate()
             .map(|(j, (op, g))| OpPrice {
@@ -368,6 +359,32 @@ impl Fit {
                 multiplier: m[k + j],
                 multiplier_se: se(k + j),
                 families: carriers(&families, &obs, &rows, &m, k + j),
+            })
+            .collect();
+        // A probe's time on a group lands on its operation's multiplier, which the ridge
+        // ties to the shared one: the families that determine the shared price are those of
+        // its operations' prices (its own column carried none, and `calibrate --show` named
+        // every price unprobed).
+        let prices = groups
+            .iter()
+            .enumerate()
+            .map(|(g, counters)| {
+                let mut by = carriers(&families, &obs, &rows, &m, g);
+                for f in op_prices
+                    .iter()
+                    .filter(|p| p.group == g)
+                    .flat_map(|p| &p.families)
+                {
+                    if !by.contains(f) {
+                        by.push(f.clone());
+                    }
+                }
+                Price {
+                    counters: counters.clone(),
+                    multiplier: m[g],
+                    multiplier_se: se(g),
+                    families: by,
+                }
             })
             .collect();
         Ok(Fit {

@@ -76,34 +76,6 @@ pub const HOST_FAR: &str = "host_folio_far_permille";
 /// Pseudo-counter: pages copied past half of what the last-level cache holds.
 pub const PAGES_COPIED_COLD: &str = "pages_copied_cold";
 
-/// The last-level cache of CPU 0, bytes (`/sys/devices/system/cpu/cpu0/cache/index*`, the
-/// highest level); 0 if unknown.
-pub fn llc_bytes() -> u64 {
-    let mut best = (0u64, 0u64);
-    for i in 0..8 {
-        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
-        let read =
-            |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).map(|t| t.trim().to_string());
-        let (Ok(level), Ok(size)) = (read("level"), read("size")) else {
-            continue;
-        };
-        let level: u64 = level.parse().unwrap_or(0);
-        let bytes = match size.strip_suffix('K') {
-            Some(k) => k.parse::<u64>().unwrap_or(0) << 10,
-            None => {
-                size.strip_suffix('M')
-                    .and_then(|m| m.parse::<u64>().ok())
-                    .unwrap_or(0)
-                    << 20
-            }
-        };
-        if level >= best.0 {
-            best = (level, bytes);
-        }
-    }
-    best.1
-}
-
 /// The engine's counter of the accesses its MMU model walked the page table for.
 pub const TLB_MISSES: &str = "tlb_misses";
 
@@ -269,8 +241,8 @@ pub struct Profile {
     pub observations: Vec<Observation>,
     /// Wall time of the calibration, seconds.
     pub calibrate_seconds: f64,
-    /// The machine's last-level cache, bytes ([`llc_bytes`]): zeroing and copying beyond it
-    /// are priced apart.
+    /// The machine's last-level cache, bytes (the bench's host side reads it from sysfs,
+    /// `usermm_bench::host::llc_bytes`): zeroing and copying beyond it are priced apart.
     #[serde(default)]
     pub llc_bytes: u64,
     /// The median share of folio boundaries far apart in physical memory over the probes

@@ -23,7 +23,7 @@
 //! fit in the host's `MemAvailable` with its reserve: a scenario's `file 1G` on a 64 MiB
 //! `/dev/shm` is refused instead of filling it.
 
-use crate::sys;
+use crate::sys::{self, errno_text};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -50,10 +50,6 @@ pub struct ScratchDir {
     name: CString,
     dir: File,
     path: PathBuf,
-}
-
-fn errno_text(e: sys::Errno) -> String {
-    std::io::Error::from_raw_os_error(e).to_string()
 }
 
 /// Opens the parent `path` without following a symbolic link; it must be a directory

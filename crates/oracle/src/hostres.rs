@@ -92,16 +92,7 @@ impl Cleanup {
 
 /// Removes what the journal `text` names; an error if it is not a journal of ours.
 pub fn replay(text: &str) -> Result<Cleanup, String> {
-    let mut lines = text.lines();
-    if lines.next() != Some(MAGIC) {
-        return Err(format!("does not start with {MAGIC:?}"));
-    }
-    let pid = lines
-        .next()
-        .and_then(|l| l.strip_prefix("pid "))
-        .and_then(|n| n.parse::<i32>().ok())
-        .filter(|&p| p > 0)
-        .ok_or("its second line is not \"pid N\"")?;
+    let (pid, lines) = knobs::journal_header(text, MAGIC)?;
     let mut c = Cleanup {
         pid,
         ..Cleanup::default()

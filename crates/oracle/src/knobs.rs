@@ -261,10 +261,15 @@ struct Journal {
     ignored: Vec<String>,
 }
 
-fn parse_journal(text: &str, thp: &Path) -> Result<Journal, String> {
+/// A journal's first two lines, `magic` and `pid N` (N > 0): N and the lines after them.
+/// The knob journal and the host resources' journal (`hostres`) start alike.
+pub(crate) fn journal_header<'a>(
+    text: &'a str,
+    magic: &str,
+) -> Result<(i32, std::str::Lines<'a>), String> {
     let mut lines = text.lines();
-    if lines.next() != Some(JOURNAL_MAGIC) {
-        return Err(format!("does not start with {JOURNAL_MAGIC:?}"));
+    if lines.next() != Some(magic) {
+        return Err(format!("does not start with {magic:?}"));
     }
     let pid = lines
         .next()
@@ -272,6 +277,11 @@ fn parse_journal(text: &str, thp: &Path) -> Result<Journal, String> {
         .and_then(|n| n.parse::<i32>().ok())
         .filter(|&p| p > 0)
         .ok_or("its second line is not \"pid N\"")?;
+    Ok((pid, lines))
+}
+
+fn parse_journal(text: &str, thp: &Path) -> Result<Journal, String> {
+    let (pid, lines) = journal_header(text, JOURNAL_MAGIC)?;
     let mut j = Journal {
         pid,
         boot: None,

@@ -11,9 +11,11 @@
 //! journaled and removed after the file ([`hostres`]). [`timed`] runs a file on the host
 //! alone and times it (the host column of `usermm bench scenario`).
 //!
-//! This is the only crate of the workspace that calls libc; all of it is in [`sys`] (plus
-//! the C of the fault-catching memory accessors and of the host agent, which `build.rs`
-//! compiles).
+//! All of this crate's libc calls are in [`sys`] (plus the C of the fault-catching memory
+//! accessors and of the host agent, which `build.rs` compiles). [`sys`] is also the
+//! workspace's host side: bench's host cells and `usermm record` call the host through it
+//! (its `mmap` flags, errno text, signals, memory accessors); only the recorder's own
+//! `perf_event_open`/`ptrace` wrappers live apart, in `trace::sys`.
 
 #![deny(unsafe_code)]
 

@@ -4,7 +4,7 @@
 //! Folio order is derived from kpageflags: a compound page's head has KPF_COMPOUND_HEAD and
 //! its tails KPF_COMPOUND_TAIL, so the folio is the run from the head over the tails.
 
-use scenario::backend::{SmapsView, VmaView};
+use scenario::backend::VmaView;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -56,8 +56,10 @@ pub fn parse_smaps_named(text: &str) -> Vec<(VmaView, String)> {
             cur.smaps.thp_eligible = u64::from(rest.trim() == "1");
             continue;
         }
-        if let Some(bytes) = parse_kb(rest) {
-            set_field(&mut cur.smaps, key, bytes);
+        // The struct's one table of line names (`usermm::views::Smaps::line_mut`); a line
+        // it does not hold (VmFlags, a newer kernel's) is passed over.
+        if let (Some(bytes), Some(line)) = (parse_kb(rest), cur.smaps.line_mut(key)) {
+            *line = bytes;
         }
     }
     out
@@ -99,39 +101,24 @@ fn parse_kb(rest: &str) -> Option<u64> {
     (it.next()? == "kB").then_some(n * 1024)
 }
 
-fn set_field(s: &mut SmapsView, key: &str, v: u64) {
-    match key {
-        "Size" => s.size = v,
-        "Rss" => s.rss = v,
-        "Pss" => s.pss = v,
-        "Shared_Clean" => s.shared_clean = v,
-        "Shared_Dirty" => s.shared_dirty = v,
-        "Private_Clean" => s.private_clean = v,
-        "Private_Dirty" => s.private_dirty = v,
-        "Anonymous" => s.anonymous = v,
-        "AnonHugePages" => s.anon_huge_pages = v,
-        "ShmemPmdMapped" => s.shmem_pmd_mapped = v,
-        "FilePmdMapped" => s.file_pmd_mapped = v,
-        "Locked" => s.locked = v,
-        "Referenced" => s.referenced = v,
-        "Pss_Dirty" => s.pss_dirty = v,
-        "LazyFree" => s.lazyfree = v,
-        "KSM" => s.ksm = v,
-        "Swap" => s.swap = v,
-        "SwapPss" => s.swap_pss = v,
-        "Shared_Hugetlb" => s.shared_hugetlb = v,
-        "Private_Hugetlb" => s.private_hugetlb = v,
-        "KernelPageSize" => s.kernel_page_size = v,
-        "MMUPageSize" => s.mmu_page_size = v,
-        _ => {}
-    }
-}
-
-/// A `kB` line of `/proc/PID/status`, in bytes.
+/// A `kB` line of `/proc/PID/status` (or `smaps_rollup`), in bytes.
 pub fn status_field(text: &str, key: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(parse_kb)
+}
+
+/// [`status_field`] in kB, 0 where the line is absent or unreadable (the host side's
+/// counters: bench's host cells and `usermm record`'s exit snapshots).
+pub fn status_kb(text: &str, key: &str) -> u64 {
+    status_field(text, key).map_or(0, |bytes| bytes >> 10)
+}
+
+/// The `Tgid:` line of `/proc/PID/status`: the thread group (process) a task belongs to.
+pub fn status_tgid(text: &str) -> Option<i32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn read_words(f: &File, index: u64, out: &mut [u64]) -> io::Result<()> {
@@ -267,5 +254,17 @@ VmFlags: rd sh mr mw me ms
             status_field("VmPin:\t     12 kB\nVmLck: 0 kB\n", "VmPin"),
             Some(12288)
         );
+    }
+
+    #[test]
+    fn status_kb_and_tgid() {
+        let status = "Name:\tpython3\nTgid:\t4242\nPid:\t4243\nRssAnon:\t    1536 kB\n";
+        assert_eq!(status_kb(status, "RssAnon"), 1536);
+        // Absent, or a line without its unit: 0 (the host's counter is unknown).
+        assert_eq!(status_kb(status, "RssFile"), 0);
+        assert_eq!(status_kb("RssFile:\t12\n", "RssFile"), 0);
+        assert_eq!(status_tgid(status), Some(4242));
+        assert_eq!(status_tgid("Pid:\t1\n"), None);
+        assert_eq!(status_tgid("Tgid:\tx\n"), None);
     }
 }

@@ -19,7 +19,7 @@
 //! the file from the signal handler ([`sys::arm_emergency_swapoff`]).
 
 use crate::files::{self, ScratchDir};
-use crate::sys;
+use crate::sys::{self, errno_text};
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -49,10 +49,6 @@ pub struct SwapFile {
     path: PathBuf,
     size: u64,
     active: bool,
-}
-
-fn errno_text(e: sys::Errno) -> String {
-    std::io::Error::from_raw_os_error(e).to_string()
 }
 
 /// Page 0 of a swap area of `pages` pages of `page` bytes (version 1, no bad pages).

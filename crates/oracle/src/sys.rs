@@ -31,6 +31,12 @@ fn errno() -> Errno {
         .unwrap_or(libc::EIO)
 }
 
+/// The host's words for errno `e` (`strerror`'s, through std): the one description every
+/// host-side error message uses.
+pub fn errno_text(e: Errno) -> String {
+    std::io::Error::from_raw_os_error(e).to_string()
+}
+
 fn check(ret: libc::c_int) -> Result<(), Errno> {
     if ret == -1 {
         Err(errno())
@@ -46,6 +52,11 @@ fn check_long(ret: libc::c_long) -> Result<u64, Errno> {
         Ok(ret as u64)
     }
 }
+
+/// `mmap(2)`'s flags as libc names them, for the host-side callers outside this crate (bench):
+/// no other crate writes the ABI's numbers again. Protections are `usermm::Prot::bits` and
+/// advice `usermm::Advice::number`, the workspace's one `PROT_*` and `MADV_*` tables.
+pub use libc::{MAP_ANONYMOUS, MAP_FIXED, MAP_LOCKED, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED};
 
 /// `mmap` of anonymous memory.
 pub fn mmap(addr: u64, len: u64, prot: i32, flags: i32) -> Result<u64, Errno> {

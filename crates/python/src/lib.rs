@@ -67,13 +67,13 @@ impl Size {
     fn bytes(&self) -> PyResult<u64> {
         match self {
             Size::Bytes(b) => Ok(*b),
-            Size::Text(s) => parse_size(s),
+            Size::Text(s) => size_text(s),
         }
     }
 }
 
 /// A size in the workspace's one grammar (`usermm::units`), spaces around it allowed.
-fn parse_size(s: &str) -> PyResult<u64> {
+fn size_text(s: &str) -> PyResult<u64> {
     usermm::units::parse_size(s.trim()).map_err(|e| {
         PyValueError::new_err(format!("bad size {s:?}: {e} (e.g. 4096, \"64K\", \"2M\")"))
     })
@@ -500,7 +500,7 @@ impl Session {
             self.addr(base)?
         };
         for p in parts {
-            a = a.checked_add(parse_size(p)?).ok_or_else(bad)?;
+            a = a.checked_add(size_text(p)?).ok_or_else(bad)?;
         }
         Ok(a)
     }

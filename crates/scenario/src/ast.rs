@@ -540,6 +540,22 @@ keyword_enum! {
 }
 
 impl Prot {
+    /// The keyword of `PROT_*` bits (READ 1, WRITE 2, EXEC 4; other bits left out, as
+    /// `usermm::Prot::from_bits` decodes them): the language names only readable
+    /// combinations, so write or exec without read is written with read, as x86 and arm64
+    /// page tables map them (a writable or executable user page is readable). What a
+    /// recorded `mmap`/`mprotect` becomes in `usermm trace export`.
+    pub fn from_bits(bits: u32) -> Prot {
+        let p = usermm::Prot::from_bits(bits);
+        match (p.read, p.write, p.exec) {
+            (_, true, true) => Prot::Rwx,
+            (_, true, false) => Prot::Rw,
+            (_, false, true) => Prot::Rx,
+            (true, false, false) => Prot::R,
+            (false, false, false) => Prot::None,
+        }
+    }
+
     /// The `PROT_*` bits (READ 1, WRITE 2, EXEC 4).
     pub fn bits(self) -> u32 {
         match self {

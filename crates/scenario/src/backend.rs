@@ -151,9 +151,10 @@ pub struct StatusView {
 pub struct PageView {
     /// pagemap bit 63.
     pub present: bool,
-    /// pagemap bit 56.
+    /// pagemap bit 56: the page is mapped once. Linux 6.18 sets it on present pages only
+    /// (`pte_to_pagemap_entry` tests the mapcount under PM_PRESENT): clear on a swap entry.
     pub exclusive: bool,
-    /// pagemap bit 62: a swap entry.
+    /// pagemap bit 62: a swap entry (`pte_to_pagemap_entry`'s PM_SWAP).
     pub swapped: bool,
     /// `/proc/kpageflags` word, when readable.
     pub kpageflags: Option<u64>,

@@ -9,6 +9,7 @@ use crate::backend::{
     Backend, Fail, FileId, LockOp, MmapReq, MremapOpts, PageView, Place, ProcId, Res, StatusView,
     VmaKind, VmaView,
 };
+use crate::thp::apply_thp;
 use usermm::{Machine, MachineConfig, MmapArgs, Privilege};
 
 /// Runs scenarios on a [`usermm::Machine`], built at the first statement that needs it.
@@ -115,18 +116,6 @@ fn signal(s: usermm::Signal) -> Fail {
 /// `usermm::Prot::from_bits`, the workspace's one conversion).
 pub fn prot(p: Prot) -> usermm::Prot {
     usermm::Prot::from_bits(p.bits())
-}
-
-/// One `set thp` pair on the engine's settings (`usermm::ThpSettings::set_policy`; the
-/// scenario's keywords are the sysfs words `usermm::ThpPolicy::parse` reads).
-fn apply_thp(t: &mut usermm::Tunables, s: &ThpSetting) {
-    let (size, word) = match s {
-        ThpSetting::Top(top) => (None, top.as_str()),
-        ThpSetting::Size { size, policy } => (Some(size.bytes()), policy.as_str()),
-    };
-    if let Some(p) = usermm::ThpPolicy::parse(word) {
-        let _ = t.thp.set_policy(size, p);
-    }
 }
 
 fn apply_shmem(t: &mut usermm::Tunables, s: &ShmemSetting) {
@@ -613,6 +602,17 @@ mod tests {
     fn prot_goes_through_the_bits() {
         for &p in Prot::ALL {
             assert_eq!(prot(p).bits(), p.bits(), "{p}");
+            assert_eq!(Prot::from_bits(p.bits()), p, "{p}");
+        }
+    }
+
+    #[test]
+    fn every_prot_combination_has_its_nearest_keyword() {
+        // Write or exec without read is written with read; bits past EXEC are left out.
+        let expected = ["none", "r", "rw", "rw", "rx", "rx", "rwx", "rwx"];
+        for (bits, word) in (0..8u32).zip(expected) {
+            assert_eq!(Prot::from_bits(bits).as_str(), word, "{bits}");
+            assert_eq!(Prot::from_bits(bits | 0x0100_0000).as_str(), word, "{bits}");
         }
     }
 }

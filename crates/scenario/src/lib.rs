@@ -112,6 +112,7 @@ mod lexer;
 mod parser;
 pub mod run;
 mod source;
+mod thp;
 
 pub use ast::{
     Access, Action, AddrExpr, Advice, Arch, BenchMark, BrkDelta, Delta, Errno, Expect, FlagCheck,
@@ -124,3 +125,4 @@ pub use display::Bytes;
 pub use error::{ErrorKind, ParseError, ParseErrors, MAX_ECHO, MAX_ERRORS};
 pub use parser::parse;
 pub use source::{read_source, SourceError, MAX_SOURCE};
+pub use thp::{apply_thp, ThpPairError};

@@ -872,35 +872,38 @@ impl<B: Backend> Runner<B> {
     }
 }
 
-/// One smaps field of a sum (`None`: this side cannot tell it).
+/// One smaps field of a sum (`None`: this side cannot tell it): the line of that name
+/// (`usermm::views::Smaps::line`, the one table of smaps names), or the Pss split.
 pub fn smaps_field(t: &SmapsView, f: SmapsField) -> Option<u64> {
     let kind = |i: usize| t.pss_by_kind.map(|k| k[i]);
-    Some(match f {
-        SmapsField::Size => t.size,
-        SmapsField::Rss => t.rss,
-        SmapsField::Referenced => t.referenced,
-        SmapsField::Pss => t.pss,
-        SmapsField::SharedClean => t.shared_clean,
-        SmapsField::SharedDirty => t.shared_dirty,
-        SmapsField::PrivateClean => t.private_clean,
-        SmapsField::PrivateDirty => t.private_dirty,
-        SmapsField::Anonymous => t.anonymous,
-        SmapsField::AnonHugePages => t.anon_huge_pages,
-        SmapsField::ShmemPmdMapped => t.shmem_pmd_mapped,
-        SmapsField::FilePmdMapped => t.file_pmd_mapped,
-        SmapsField::Locked => t.locked,
-        SmapsField::Swap => t.swap,
-        SmapsField::KernelPageSize => t.kernel_page_size,
-        SmapsField::MmuPageSize => t.mmu_page_size,
-        SmapsField::PssDirty => t.pss_dirty,
-        SmapsField::PssAnon => return kind(0),
-        SmapsField::PssFile => return kind(1),
-        SmapsField::PssShmem => return kind(2),
-        SmapsField::Ksm => t.ksm,
-        SmapsField::LazyFree => t.lazyfree,
-        SmapsField::SharedHugetlb => t.shared_hugetlb,
-        SmapsField::PrivateHugetlb => t.private_hugetlb,
-        SmapsField::SwapPss => t.swap_pss,
-        SmapsField::ThpEligible => t.thp_eligible,
-    })
+    match f {
+        SmapsField::PssAnon => kind(0),
+        SmapsField::PssFile => kind(1),
+        SmapsField::PssShmem => kind(2),
+        _ => t.line(f.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{smaps_field, SmapsField, SmapsView};
+    use crate::ast::Keyword;
+
+    #[test]
+    fn every_smaps_field_reads_its_own_line() {
+        // Each field but the Pss split names a line of the engine's table, none another's.
+        let mut t = SmapsView::default();
+        for (n, f) in (1u64..).zip(SmapsField::ALL) {
+            if let Some(line) = t.line_mut(f.as_str()) {
+                *line = n;
+            }
+        }
+        for (n, f) in (1u64..).zip(SmapsField::ALL) {
+            let want = match f {
+                SmapsField::PssAnon | SmapsField::PssFile | SmapsField::PssShmem => 0,
+                _ => n,
+            };
+            assert_eq!(smaps_field(&t, *f), Some(want), "{f}");
+        }
+    }
 }

@@ -38,31 +38,31 @@ pub enum ExportError {
     Policy(String),
 }
 
-fn prot_word(p: u32) -> &'static str {
-    match (p & 1 != 0, p & 2 != 0, p & 4 != 0) {
-        (_, true, true) => "rwx",
-        (_, true, false) => "rw",
-        (_, false, true) => "rx",
-        (true, false, false) => "r",
-        (false, false, false) => "none",
-    }
-}
+/// The errnos an export asserts (`expect STMT = E`); a recorded failure with any other becomes
+/// a `# host: errno N` comment. Their names and numbers are the scenario language's one table
+/// (`scenario::Errno::from_number`), not written again here.
+const ASSERTED_ERRNOS: [scenario::Errno; 10] = {
+    use scenario::Errno as E;
+    [
+        E::EPERM,
+        E::EBADF,
+        E::EAGAIN,
+        E::ENOMEM,
+        E::EACCES,
+        E::EFAULT,
+        E::EEXIST,
+        E::ENODEV,
+        E::EINVAL,
+        E::EOVERFLOW,
+    ]
+};
 
 fn errno_name(ret: i64) -> Option<&'static str> {
     // `checked_neg`: a recorded result of i64::MIN has no negation (the fuzzer's first find).
-    Some(match ret.checked_neg()? {
-        1 => "EPERM",
-        9 => "EBADF",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        17 => "EEXIST",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        75 => "EOVERFLOW",
-        _ => return None,
-    })
+    let n = i32::try_from(ret.checked_neg()?).ok()?;
+    scenario::Errno::from_number(n)
+        .filter(|e| ASSERTED_ERRNOS.contains(e))
+        .map(scenario::Keyword::as_str)
 }
 
 /// The scenario keyword of `MADV_*` number `a` (the engine's one table through the scenario
@@ -235,7 +235,7 @@ impl Exporter {
                     self.line(format_args!(
                         "{m} = {n} mmap {:#x} {} {share} {backing} fixed {start:#x}",
                         v.end.saturating_sub(start),
-                        prot_word(v.prot as u32)
+                        scenario::Prot::from_bits(v.prot as u32)
                     ))?;
                     prev_end = v.end;
                 }
@@ -325,7 +325,7 @@ impl Exporter {
                 let m = self.fresh("m");
                 let stmt = format!(
                     "{n} mmap {len:#x} {} {share} {backing}{place}{extra}",
-                    prot_word(*prot)
+                    scenario::Prot::from_bits(*prot)
                 );
                 if *ret >= 0 {
                     self.line(format_args!("{m} = {stmt}"))?;
@@ -346,7 +346,10 @@ impl Exporter {
             } => {
                 let Some(n) = name else { return Ok(()) };
                 self.outcome(
-                    format!("{n} mprotect {addr:#x} {len:#x} {}", prot_word(*prot)),
+                    format!(
+                        "{n} mprotect {addr:#x} {len:#x} {}",
+                        scenario::Prot::from_bits(*prot)
+                    ),
                     *ret,
                 )?;
             }
@@ -448,5 +451,32 @@ impl Exporter {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::errno_name;
+
+    #[test]
+    fn asserted_errnos_by_number() {
+        for (ret, name) in [
+            (-1, "EPERM"),
+            (-9, "EBADF"),
+            (-11, "EAGAIN"),
+            (-12, "ENOMEM"),
+            (-13, "EACCES"),
+            (-14, "EFAULT"),
+            (-17, "EEXIST"),
+            (-19, "ENODEV"),
+            (-22, "EINVAL"),
+            (-75, "EOVERFLOW"),
+        ] {
+            assert_eq!(errno_name(ret), Some(name), "{ret}");
+        }
+        // Others stay comments: not asserted (ENOENT, ENOSYS), unknown, or not an error.
+        for ret in [-2, -38, -4096, 0, 22, i64::MIN, -(1i64 << 40)] {
+            assert_eq!(errno_name(ret), None, "{ret}");
+        }
     }
 }

@@ -30,6 +30,7 @@
 
 use crate::format::{self, Event, Header, Image, ImageVma, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
 use crate::sys;
+use oracle::procfs::{status_kb, status_tgid};
 
 mod perf;
 
@@ -57,9 +58,9 @@ pub enum RecordError {
     #[error("{0}: {1}")]
     Sys(String, std::io::Error),
     /// A `--thp` setting is not `top=always|madvise|never` or `SIZE=always|madvise|never|inherit`
-    /// with a folio size from 16K to 2M.
-    #[error("--thp {0}={1}: expected top=always|madvise|never or SIZE=always|madvise|never|inherit (SIZE a power of two from 16K to 2M)")]
-    BadThp(String, String),
+    /// with a folio size from 16K to 2M (what was wrong with it last).
+    #[error("--thp {0}={1}: expected top=always|madvise|never or SIZE=always|madvise|never|inherit (SIZE a power of two from 16K to 2M): {2}")]
+    BadThp(String, String, scenario::ThpPairError),
     /// The THP knobs could not be taken or set.
     #[error("THP knobs: {0}")]
     Knobs(String),
@@ -408,26 +409,18 @@ fn snapshot_image(pid: i32, files: &mut Files) -> Image {
     img
 }
 
-fn status_kb(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// (RssAnon, RssFile, AnonHugePages) in kB of a process stopped at its exit; `None` for a
 /// thread that is not the group leader.
 fn snapshot_rss(pid: i32) -> Option<(u64, u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    if status_kb(&status, "Tgid:") != pid as u64 {
+    if status_tgid(&status) != Some(pid) {
         return None;
     }
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
     Some((
-        status_kb(&status, "RssAnon:"),
-        status_kb(&status, "RssFile:"),
-        status_kb(&rollup, "AnonHugePages:"),
+        status_kb(&status, "RssAnon"),
+        status_kb(&status, "RssFile"),
+        status_kb(&rollup, "AnonHugePages"),
     ))
 }
 
@@ -440,20 +433,13 @@ struct Side {
 }
 
 /// The `--thp` settings as the knobs take them (checked before anything changes).
+/// Each pair is read by the workspace's one THP parser (`scenario::ThpSetting::from_pair`:
+/// `set thp`'s grammar, which the docs promise `record --thp`).
 fn thp_settings(thp: &[(String, String)]) -> Result<Vec<scenario::ThpSetting>, RecordError> {
-    use scenario::{Keyword, ThpPolicy, ThpSetting, ThpSize, ThpTop};
     thp.iter()
         .map(|(k, v)| {
-            let bad = || RecordError::BadThp(k.clone(), v.clone());
-            if k == "top" {
-                return ThpTop::from_keyword(v).map(ThpSetting::Top).ok_or_else(bad);
-            }
-            let size = usermm::units::parse_size(k)
-                .ok()
-                .and_then(ThpSize::new)
-                .ok_or_else(bad)?;
-            let policy = ThpPolicy::from_keyword(v).ok_or_else(bad)?;
-            Ok(ThpSetting::Size { size, policy })
+            scenario::ThpSetting::from_pair(k, v)
+                .map_err(|e| RecordError::BadThp(k.clone(), v.clone(), e))
         })
         .collect()
 }
@@ -615,7 +601,7 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     if cmd.is_empty() {
         return Err(RecordError::NoCommand);
     }
-    let euid = sys::geteuid();
+    let euid = oracle::sys::geteuid();
     if euid != 0 {
         return Err(RecordError::NotRoot(euid));
     }
@@ -695,7 +681,7 @@ pub fn record(cmd: &[String], opts: &RecordOptions) -> Result<RecordSummary, Rec
     let (cpus, ids, side, files, exit_status) = match res {
         Ok(v) => v,
         Err(e) => {
-            sys::kill(root);
+            oracle::sys::kill(root);
             return Err(e);
         }
     };
@@ -744,7 +730,7 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
             // Asked to stop: end every traced process now; their exits drain the loop.
             killed = true;
             for &pid in &live {
-                sys::kill(pid);
+                oracle::sys::kill(pid);
             }
         }
         match sys::wait_any().map_err(sys_err("waitpid"))? {
@@ -775,7 +761,7 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
                 live.insert(pid);
                 if killed {
                     // A task that appeared after the kill (a fork in flight).
-                    sys::kill(pid);
+                    oracle::sys::kill(pid);
                 }
                 let mut inject = 0;
                 match event {

@@ -34,13 +34,14 @@ use crate::format::{
     Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
 };
 use crate::Budget;
+use scenario::ThpSetting;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::BufRead;
 use std::time::Instant;
 use usermm::{
     Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MlockallFlags, MmapArgs,
-    MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot, ThpPolicy,
+    MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot,
 };
 
 mod budget;
@@ -263,14 +264,6 @@ const MAX_LISTED: usize = 20;
 pub const MAX_RSS_LISTED: usize = 4096;
 const STACK_DEPTH: u64 = 8 << 20;
 
-fn prot(p: u32) -> Prot {
-    Prot::from_bits(p)
-}
-
-fn advice(a: u32) -> Option<Advice> {
-    Advice::from_number(i64::from(a))
-}
-
 fn page_up(v: u64) -> u64 {
     v.saturating_add(4095) & !4095
 }
@@ -285,20 +278,26 @@ pub fn thp_size(size: &str) -> Option<u64> {
     usermm::units::parse_size(size).ok()
 }
 
-/// Parses a THP setting `SIZE=POLICY` (`64K=always`, `top=never`).
-pub fn parse_thp(s: &str) -> Result<(String, String), ReplayError> {
-    let (k, v) = s
-        .split_once('=')
-        .ok_or_else(|| ReplayError::Setting(format!("--thp {s}: expected SIZE=POLICY")))?;
-    Ok((k.to_string(), v.to_string()))
+/// One `--thp` (or recorded) pair, read by the workspace's one THP parser
+/// (`scenario::ThpSetting::from_pair`). Replay's size is narrower than `set thp`'s, as
+/// documented (docs/record-replay.md): `NK` or `NM` only ([`thp_size`]), so a bare byte
+/// count or hex size is refused here. The error says what is wrong; callers say where the
+/// pair came from.
+fn thp_setting(size: &str, policy: &str) -> Result<ThpSetting, String> {
+    if size != "top" && thp_size(size).is_none() {
+        return Err(format!(
+            "bad THP size `{size}` (expected top or NK or NM, a power of two from 16K to 2M)"
+        ));
+    }
+    ThpSetting::from_pair(size, policy).map_err(|e| e.to_string())
 }
 
+/// [`thp_setting`] set on `t` (`scenario::apply_thp`, the engine's one way in).
 fn apply_thp(t: &mut usermm::Tunables, size: &str, policy: &str) -> Result<(), ReplayError> {
-    let bad = || ReplayError::Setting(format!("--thp {size}={policy}: bad setting"));
-    if size != "top" {
-        thp_size(size).ok_or_else(bad)?;
-    }
-    t.thp.apply(size, policy).map_err(|_| bad())
+    let s = thp_setting(size, policy)
+        .map_err(|why| ReplayError::Setting(format!("--thp {size}={policy}: {why}")))?;
+    scenario::apply_thp(t, &s);
+    Ok(())
 }
 
 /// The THP policy a trace was recorded under, from its header's `policy`: the form `usermm
@@ -333,19 +332,13 @@ pub fn baseline_policy() -> Vec<(String, String)> {
 /// [`recorded_policy`]'s pairs, each checked by the engine's THP parser and spelt one way
 /// (`top` or `NK`, the policy's name): a pair the machine would refuse is an error.
 pub fn recorded_pairs(policy: &str) -> Result<Vec<(String, String)>, ReplayError> {
-    let mut scratch = usermm::Tunables::default();
     recorded_policy(policy)?
         .into_iter()
         .map(|(k, v)| {
-            let bad =
-                || ReplayError::Setting(format!("the trace's THP policy `{policy}`: bad {k}={v}"));
-            apply_thp(&mut scratch, &k, &v).map_err(|_| bad())?;
-            let key = match thp_size(&k) {
-                Some(bytes) => format!("{}K", bytes >> 10),
-                None => k.clone(),
-            };
-            let name = ThpPolicy::parse(&v).ok_or_else(bad)?.name();
-            Ok((key, name.to_string()))
+            let s = thp_setting(&k, &v).map_err(|why| {
+                ReplayError::Setting(format!("the trace's THP policy `{policy}`: {k}={v}: {why}"))
+            })?;
+            Ok((s.key_kb(), s.policy_word().to_string()))
         })
         .collect()
 }
@@ -488,7 +481,7 @@ impl Replayer<'_, '_> {
             let args = MmapArgs {
                 // Saturating: a trace built in memory (not decoded) may hold any range.
                 len: v.end.saturating_sub(start),
-                prot: prot(v.prot as u32),
+                prot: Prot::from_bits(v.prot as u32),
                 sharing: if v.flags & IMG_SHARED != 0 {
                     Sharing::Shared
                 } else {
@@ -672,7 +665,7 @@ impl Replayer<'_, '_> {
                 };
                 let args = MmapArgs {
                     len,
-                    prot: prot(p),
+                    prot: Prot::from_bits(p),
                     sharing: if flags & 3 == 2 {
                         Sharing::Private
                     } else {
@@ -709,7 +702,7 @@ impl Replayer<'_, '_> {
                     self.r.unsupported += 1;
                     return;
                 }
-                let r = unit(cpu.mprotect(e, addr, len, prot(p)));
+                let r = unit(cpu.mprotect(e, addr, len, Prot::from_bits(p)));
                 self.check("mprotect", ret, r);
             }
             Event::Mremap {
@@ -747,7 +740,7 @@ impl Replayer<'_, '_> {
                         self.r.brk_as_mmap += 1;
                         let args = MmapArgs {
                             placement: Placement::Fixed(o),
-                            ..MmapArgs::anon(n - o, prot(3))
+                            ..MmapArgs::anon(n - o, Prot::RW)
                         };
                         engine_ret(cpu.mmap(e, args).map(|_| 0))
                     } else if n < o {
@@ -767,7 +760,7 @@ impl Replayer<'_, '_> {
                 ret,
                 ..
             } => {
-                let Some(adv) = advice(a) else {
+                let Some(adv) = Advice::from_number(i64::from(a)) else {
                     self.r.unsupported += 1;
                     return;
                 };

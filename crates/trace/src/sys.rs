@@ -1,6 +1,7 @@
 //! Every system call the recorder makes that the standard library does not wrap:
 //! `perf_event_open` and its ring buffers, `ptrace`, `fork`/`execvp` of the traced command,
-//! `waitpid`, `kcmp`. All `unsafe` of the crate is in this file.
+//! `waitpid`, `kcmp`. All `unsafe` of the crate is in this file. The host calls the oracle
+//! also makes (`kill`, `geteuid`, the stop handler) are `oracle::sys`'s, not wrapped again.
 
 #![allow(unsafe_code)]
 
@@ -439,20 +440,6 @@ pub fn same_vm(a: i32, b: i32) -> Option<bool> {
     // SAFETY: kcmp only compares kernel objects of the two processes; no memory is passed.
     let r = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
     (r >= 0).then_some(r == 0)
-}
-
-/// Sends SIGKILL to `pid` (cleanup after an error).
-pub fn kill(pid: i32) {
-    // SAFETY: a signal to a process we started.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-}
-
-/// The effective uid.
-pub fn geteuid() -> u32 {
-    // SAFETY: no arguments, cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// `CLOCK_MONOTONIC` in ns (the clock perf timestamps use here).

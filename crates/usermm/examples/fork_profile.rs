@@ -5,7 +5,7 @@
 //! the forks alone (the layout's population dominates otherwise).
 
 use std::time::Instant;
-use usermm::{Machine, MachineConfig, MmapArgs, Privilege, Prot, ThpPolicy};
+use usermm::{Machine, MachineConfig, MmapArgs, Privilege, Prot};
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -22,20 +22,11 @@ fn main() {
     cfg.tunables.check_tlb = false;
     cfg.tunables.sharing_shadow = false;
     let m = Machine::new(cfg);
-    m.update_tunables(|t| {
-        t.thp.top = ThpPolicy::Never;
-        if folio > 4096 {
-            let _ = t.thp.set_size(folio, ThpPolicy::Always);
-        }
-    });
+    m.update_tunables(|t| t.thp.only_folio(folio));
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = cpu.spawn(Privilege::Ordinary, 8 << 20).expect("spawn");
-    let rw = Prot {
-        read: true,
-        write: true,
-        exec: false,
-    };
-    let ro = Prot { write: false, ..rw };
+    let rw = Prot::RW;
+    let ro = Prot::RO;
     let open = |var: &str, write: bool| {
         std::env::var_os(var).map(|path| {
             std::fs::OpenOptions::new()

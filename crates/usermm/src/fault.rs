@@ -85,13 +85,12 @@ pub(crate) fn handle_mm_fault<'m>(
     };
     let huge =
         pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(&vmf.tun.thp, vma, addr);
-    if vma.anon_vma() == 0 && vma.is_anon_private() && (access == Access::Write || huge) {
+    if vma.anon_vma().is_none() && vma.is_anon_private() && (access == Access::Write || huge) {
         // This fault will prepare the anon_vma: Linux first looks for a neighbour's to
         // share (`find_mergeable_anon_vma`), which later lets the two VMAs merge.
         if let Some(av) = st.vmas.mergeable_anon_vma(id) {
-            c.add(Ev::LockPageTable, 1);
-            let _g = mm.page_table_lock.lock();
-            if vma.anon_vma() == 0 {
+            let _g = mm.page_table_lock.lock(c);
+            if vma.anon_vma().is_none() {
                 vma.set_anon_vma(av, 1);
             }
         }
@@ -176,7 +175,7 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
         }
         return FaultOutcome::Completed;
     }
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     reclaim_for(cpu, 1);
     let Some((head, order, start)) = alloc_anon_folio(cpu, vmf) else {
         return oom(cpu);
@@ -190,11 +189,19 @@ fn do_anonymous_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome 
         return FaultOutcome::Completed; // raced with another fault: retry
     }
     if nr > 1 {
-        rmap::folio_ref_add(&cpu.m.phys, c, head, nr as i32 - 1);
+        rmap::folio_ref_add(c, cpu.m.phys.memmap.folio(head), nr as i32 - 1);
     }
-    rmap::add_new_anon(&cpu.m.phys, c, head, nr, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(
+        &cpu.m.phys,
+        c,
+        cpu.m.phys.memmap.folio(head),
+        nr,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     cpu.m.phys.memmap.set_index(head, vma.pgoff_at(start));
-    folio_add_lru_vma(cpu, head, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(head), vma);
     let mut entry = arch.mk_pte(head, vma.page_prot());
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -333,7 +340,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
     let c = cpu.c();
     let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
     let phys = &cpu.m.phys;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let (old, lookup) = match write_fault_page(cpu, vmf, inode) {
         Ok(r) => r,
         Err(o) => return o,
@@ -360,10 +367,18 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
-    folio_add_lru_vma(cpu, new, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(new), vma);
     let entry = arch.mkwrite(arch.mkdirty(arch.mk_pte(new, vma.page_prot())));
     ptes.set_ptes(idx, entry, 1);
     mm.rss_add(RssKind::Anon, 1);
@@ -428,11 +443,18 @@ fn finish_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool
             first_page = head;
             first_idx = idx - in_folio;
             nr = folio_pages;
-            rmap::folio_ref_add(phys, c, head, nr as i32 - 1);
+            rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32 - 1);
         }
     }
-    rmap::add_ptes(phys, c, head, first_page, nr as u64, mm.id);
-    mlock_vma_file_folio(cpu, head, vma, nr as u64);
+    rmap::add_ptes(
+        phys,
+        c,
+        phys.memmap.folio(head),
+        first_page,
+        nr as u64,
+        mm.id,
+    );
+    mlock_vma_file_folio(cpu, cpu.m.phys.memmap.folio(head), vma, nr as u64);
     let mut entry = arch.mk_pte(first_page, vma.page_prot());
     if write {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -483,9 +505,9 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
             return false;
         }
         let head = mem.folio_of(pfn);
-        rmap::folio_ref_add(&cpu.m.phys, c, head, 1);
-        rmap::add_ptes(&cpu.m.phys, c, head, pfn, 1, mm.id);
-        mlock_vma_folio(cpu, head, vma);
+        rmap::folio_ref_add(c, cpu.m.phys.memmap.folio(head), 1);
+        rmap::add_ptes(&cpu.m.phys, c, cpu.m.phys.memmap.folio(head), pfn, 1, mm.id);
+        mlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         ptes.set_ptes(idx, pt.arch.mk_pte(pfn, vma.page_prot()), 1);
         mm.rss_add(mm_counter_file(vma), 1);
         if a == addr.page_align_down() {
@@ -527,7 +549,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
                     .filter(|&i| map_page(&mut ptes, first.add(i * 4096), head.add(i)))
                     .count() as u64;
                 // One rmap call covered the whole folio: it is mlocked in a locked VMA.
-                mlock_vma_file_folio(cpu, head, vma, mapped);
+                mlock_vma_file_folio(cpu, cpu.m.phys.memmap.folio(head), vma, mapped);
                 whole_done = Some((first, last));
                 hits += nr * hit;
                 continue;
@@ -560,7 +582,7 @@ fn do_wp_page<'m>(
         // wp_page_shared: a page-cache page written through a shared mapping that tracks
         // dirtying (or one made read-only by mprotect) becomes writable and dirty.
         let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-        ptes.replace(idx, new);
+        ptes.replace_no_flush(idx, new);
         mem.set(mem.folio_of(pfn), PageFlag::Dirty);
         return FaultOutcome::Completed;
     }
@@ -579,7 +601,7 @@ fn do_wp_page<'m>(
                 c.add(Ev::FolioAtomic, 1);
             }
             let new = arch.mkyoung(arch.mkdirty(arch.mkwrite(pte)));
-            ptes.replace(idx, new);
+            ptes.replace_no_flush(idx, new);
             c.add(Ev::CowReuse, 1);
             return FaultOutcome::Completed;
         }
@@ -624,14 +646,14 @@ fn can_reuse_large_anon_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, head: Pfn) -> bool {
         SharingTracker::Owner => {
             let mapcount = mem.large_mapcount(head);
             let quick = mapcount > 1
-                && !rmap::owner::maybe_mapped_shared(phys, head)
+                && !rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 && mem.entire_mapcount(head) == 0
                 && mapcount == mem.refcount(head);
             if !quick {
                 return false;
             }
             let _g = mem.lock_large_mapcount(head);
-            !rmap::owner::maybe_mapped_shared(phys, head)
+            !rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 && mem.large_mapcount(head) == mem.refcount(head)
         }
         SharingTracker::RmapId(_) | SharingTracker::RmapIdSq => {
@@ -650,7 +672,7 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
     let (mm, vma, addr, idx) = (vmf.mm, vmf.vma, vmf.addr, vmf.idx());
     let arch = vmf.pt.arch;
     let phys = &cpu.m.phys;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let zeroing = if zero { Zeroing::Zero } else { Zeroing::NoZero };
     let Some(new) = phys.alloc_folio(c, 0, folio_node(cpu, addr, 0), FolioKind::Anon, zeroing)
     else {
@@ -667,15 +689,23 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
         phys.put_folio(c, new, 1);
         return FaultOutcome::Completed;
     }
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, mm.id);
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        mm.id,
+    );
     phys.memmap
         .set_index(new, vma.pgoff_at(addr.page_align_down()));
-    folio_add_lru_vma(cpu, new, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(new), vma);
     let mut entry = arch.mk_pte(new, vma.page_prot());
     entry = arch.mkwrite(arch.mkdirty(entry));
     // ptep_clear_flush, then install the copy.
-    ptes.clear(idx, 1);
-    cpu.flush_tlb(mm, FlushScope::Page(addr.page_align_down()));
+    let (_, flush) = ptes.clear(idx, 1);
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Page(addr.page_align_down())));
     ptes.set_ptes(idx, entry, 1);
     drop(ptes);
     if zero {
@@ -688,8 +718,8 @@ fn wp_page_copy<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, old: Pte, zero: bool)
             mm.rss_add(RssKind::Anon, 1);
             c.add(Ev::FaultFileCow, 1);
         }
-        rmap::remove_ptes(phys, c, head, old_pfn, 1, mm.id);
-        munlock_vma_folio(cpu, head, vma);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), old_pfn, 1, mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         phys.put_folio(c, head, 1);
     }
     c.add(Ev::CowCopy, 1);

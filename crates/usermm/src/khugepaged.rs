@@ -43,7 +43,7 @@
 use crate::errno::{Errno, SysResult};
 use crate::filemap::cache::{delete_from_page_cache, file_range_in};
 use crate::filemap::Inode;
-use crate::huge_memory::{add_new_pmd_folio, deposit_table, do_set_pmd};
+use crate::huge_memory::{add_new_pmd_folio, do_set_pmd};
 use crate::machine::Cpu;
 use crate::mlock::{folio_add_lru, munlock_folio, munlocks_at_unmap};
 use crate::mm::{Mm, RssKind};
@@ -52,7 +52,7 @@ use crate::pgtable::PMD_SIZE;
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::truncate::unmap_mapping_range;
 use crate::vaddr::VirtAddr;
 use crate::vm_fault::folio_node;
@@ -215,7 +215,7 @@ pub(crate) fn collapse_shmem<'m>(
         for &(_, p) in &old {
             delete_from_page_cache(cpu, p);
         }
-        crate::rmap::folio_ref_add(phys, c, new, nr as i32 - 1);
+        crate::rmap::folio_ref_add(c, phys.memmap.folio(new), nr as i32 - 1);
         mem.set_mapping(new, inode.id);
         mem.set_index(new, idx);
         mem.set(new, PageFlag::Uptodate);
@@ -225,7 +225,7 @@ pub(crate) fn collapse_shmem<'m>(
         }
         drop(cache);
         c.add(Ev::PageCacheAdd, 1);
-        folio_add_lru(cpu, new);
+        folio_add_lru(cpu, cpu.m.phys.memmap.folio(new));
         c.add(Ev::ThpCollapseAlloc, 1);
         retract_page_tables(cpu, inode, idx);
     }
@@ -261,7 +261,7 @@ fn collapse_pte_mapped_thp<'m>(cpu: &Cpu<'m>, mm: &Mm, inode: &Inode, haddr: Vir
         return;
     };
     let pmd_idx = haddr.pmd_index();
-    rmap::folio_ref_add(phys, c, head, 1);
+    rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
     if !do_set_pmd(
         cpu,
         mm,
@@ -291,7 +291,10 @@ fn retract_page_tables<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64) {
             let Some((addr, end)) = file_range_in(vma, inode, idx, idx + 512) else {
                 continue;
             };
-            if vma.anon_vma() != 0 || !addr.is_pmd_aligned() || end.offset_from(addr) != PMD_SIZE {
+            if vma.anon_vma().is_some()
+                || !addr.is_pmd_aligned()
+                || end.offset_from(addr) != PMD_SIZE
+            {
                 continue;
             }
             if let Some(step) = pt.pmd_walk(addr, end).next() {
@@ -351,9 +354,9 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
             *slot = Some(pfn);
         }
     }
-    if vma.anon_vma() == 0 {
+    let Some(anon_vma) = vma.anon_vma() else {
         return Scan::Fail(Errno::EINVAL);
-    }
+    };
     let Some(head) = phys.alloc_folio(
         c,
         HPAGE_PMD_ORDER,
@@ -372,6 +375,7 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     }
     let mut pmdl = PmdLock::lock(pt, c, step.table);
     let mut old = Vec::new();
+    let mut flush = TlbFlushPending::none();
     let munlock = munlocks_at_unmap(cpu, vma);
     {
         let mut ptes = PteLock::lock(pt, c, table);
@@ -379,13 +383,13 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
             if ptes.get(i).is_none() {
                 continue;
             }
-            let _ = ptes.clear(i, 1);
+            flush.merge(ptes.clear(i, 1).1);
             if let Some(pfn) = *s {
                 let folio = mem.folio_of(pfn);
-                rmap::remove_ptes(phys, c, folio, pfn, 1, mm.id);
+                rmap::remove_ptes(phys, c, phys.memmap.folio(folio), pfn, 1, mm.id);
                 if munlock {
                     // `munlock_vma_folio`.
-                    munlock_folio(cpu, folio);
+                    munlock_folio(cpu, cpu.m.phys.memmap.folio(folio));
                 }
                 old.push(folio);
             }
@@ -393,18 +397,18 @@ fn collapse_block<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, haddr: VirtAddr) -> Sca
     }
     // The emptied table stays with the PMD mapping, for a later split
     // (`pgtable_trans_huge_deposit`).
-    deposit_table(cpu, mm, haddr, table);
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, vma.anon_vma() as u32);
+    mm.deposited.deposit(&pmdl, haddr, table);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let arch = pt.arch;
     let mut entry = arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot()));
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(entry);
     }
-    pmdl.replace(step.idx, entry);
+    flush.merge(pmdl.replace(step.idx, entry));
     drop(pmdl);
     mm.rss_add(RssKind::Anon, (1 << HPAGE_PMD_ORDER) - old.len() as i64);
     // `pmdp_collapse_flush`, then the old pages go.
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     for folio in old {
         phys.put_folio(c, folio, 1);
     }

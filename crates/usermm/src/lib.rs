@@ -13,7 +13,7 @@
 //! let m = Machine::new(MachineConfig { memory: 64 << 20, ..Default::default() });
 //! let cpu = m.enter_cpu(0).unwrap();
 //! let p = cpu.spawn(Privilege::Ordinary, 8 << 20).unwrap();
-//! let rw = Prot { read: true, write: true, exec: false };
+//! let rw = Prot::RW;
 //! let a = cpu.mmap(p, MmapArgs::anon(1 << 20, rw)).unwrap();
 //! cpu.write_fill(p, a, 1 << 20, 0xa5).unwrap();
 //! let c = cpu.fork(p).unwrap();

@@ -8,8 +8,9 @@ use crate::errno::{Errno, SysResult};
 use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::pgtable::{Arch, PageTables};
 use crate::phys::{FolioKind, PhysMem, Zeroing};
+use crate::rmap::AnonVmaId;
 use crate::stats::{CpuCounters, Snapshot};
-use crate::tlb::{self, FlushScope, Tlb};
+use crate::tlb::{self, FlushScope, Tlb, TlbFlushed};
 use crate::tunables::Tunables;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
@@ -298,9 +299,16 @@ impl Machine {
         self.next_mm.fetch_add(1, Relaxed)
     }
 
-    /// A fresh anon_vma identifier.
-    pub(crate) fn alloc_anon_vma(&self) -> u64 {
-        self.next_anon_vma.fetch_add(1, Relaxed)
+    /// A fresh anon_vma identifier (`anon_vma_alloc`).
+    pub(crate) fn alloc_anon_vma(&self) -> AnonVmaId {
+        // The counter is 64 bits so it cannot wrap back to ids in use; the id must fit the
+        // folio's 32-bit mapping word, checked here once per anon_vma instead of truncated
+        // at every folio that records it.
+        let n = self.next_anon_vma.fetch_add(1, Relaxed);
+        u32::try_from(n)
+            .ok()
+            .and_then(AnonVmaId::new)
+            .expect("anon_vma ids exhausted: the memmap's mapping word holds 32 bits")
     }
 
     pub(crate) fn alloc_shmem_id(&self) -> u32 {
@@ -358,18 +366,19 @@ impl<'m> Cpu<'m> {
         }
     }
 
-    /// Shoots down translations of `mm` (unless the test switch suppresses flushes).
-    pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) {
+    /// Shoots down translations of `mm` (unless the test switch suppresses flushes); the
+    /// receipt settles the [`crate::tlb::TlbFlushPending`] of the changes it covers.
+    pub(crate) fn flush_tlb(&self, mm: &Mm, scope: FlushScope) -> TlbFlushed {
         let t = self.m.tunables();
         if t.test_skip_tlb_flush {
-            return;
+            return TlbFlushed::skipped_for_test();
         }
         if t.test_local_flush_only {
             drop(t);
             return tlb::flush(&[self.tlb()], self.c(), mm.id, scope);
         }
         drop(t);
-        tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope);
+        tlb::flush(&self.m.tlbs(), self.c(), mm.id, scope)
     }
 
     /// Creates a process with an empty address space.

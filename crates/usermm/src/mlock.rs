@@ -32,11 +32,11 @@ pub(crate) struct MlockQueue<'a, 'm> {
 impl MlockQueue<'_, '_> {
     /// Queues `op` for a folio, taking a reference for the batch; processes the batch (with the
     /// lock released) when it is full or the folio is large.
-    pub(crate) fn push(&mut self, head: Pfn, op: MlockOp) {
+    pub(crate) fn push(&mut self, folio: Folio<'_>, op: MlockOp) {
         let cpu = self.cpu;
-        crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
-        self.batches.mlock.push((head, op));
-        if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || cpu.folio(head).is_large() {
+        crate::rmap::folio_ref_add(cpu.c(), folio, 1);
+        self.batches.mlock.push((folio.pfn(), op));
+        if self.batches.mlock.len() >= FOLIO_BATCH_SIZE || folio.is_large() {
             // Processed in place under the batch lock, as `mlock_folio_batch` runs under the
             // local lock, then emptied (`folio_batch_reinit`): no copy of the batch.
             process_mlock(cpu, &self.batches.mlock);
@@ -45,22 +45,22 @@ impl MlockQueue<'_, '_> {
     }
 
     /// `mlock_folio`: marks mlocked now, moves to the unevictable list when the batch runs.
-    pub(crate) fn mlock(&mut self, head: Pfn) {
-        set_mlocked(self.cpu, head);
-        self.push(head, MlockOp::Mlock);
+    pub(crate) fn mlock(&mut self, folio: Folio<'_>) {
+        set_mlocked(self.cpu, folio);
+        self.push(folio, MlockOp::Mlock);
     }
 
     /// `munlock_folio`: the decision is deferred to the batch (it may be locked elsewhere).
-    pub(crate) fn munlock(&mut self, head: Pfn) {
-        self.push(head, MlockOp::Munlock);
+    pub(crate) fn munlock(&mut self, folio: Folio<'_>) {
+        self.push(folio, MlockOp::Munlock);
     }
 
     /// [`MlockQueue::mlock`] (`lock`) or [`MlockQueue::munlock`].
-    pub(crate) fn mlock_or_munlock(&mut self, head: Pfn, lock: bool) {
+    pub(crate) fn mlock_or_munlock(&mut self, folio: Folio<'_>, lock: bool) {
         if lock {
-            self.mlock(head);
+            self.mlock(folio);
         } else {
-            self.munlock(head);
+            self.munlock(folio);
         }
     }
 }
@@ -95,12 +95,12 @@ impl<'m> Cpu<'m> {
 }
 
 /// Queues a new folio for the LRU (`folio_add_lru`).
-pub(crate) fn folio_add_lru<'m>(cpu: &Cpu<'m>, head: Pfn) {
-    crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
+pub(crate) fn folio_add_lru<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
+    crate::rmap::folio_ref_add(cpu.c(), folio, 1);
     let full = {
         let mut b = cpu.batches().lock();
-        b.lru_add.push(head);
-        b.lru_add.len() >= FOLIO_BATCH_SIZE || cpu.folio(head).is_large()
+        b.lru_add.push(folio.pfn());
+        b.lru_add.len() >= FOLIO_BATCH_SIZE || folio.is_large()
     };
     if full {
         drain_lru_add(cpu);
@@ -108,11 +108,11 @@ pub(crate) fn folio_add_lru<'m>(cpu: &Cpu<'m>, head: Pfn) {
 }
 
 /// Queues a new folio of `vma` for the LRU, mlocked if the VMA is (`folio_add_lru_vma`).
-pub(crate) fn folio_add_lru_vma<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
+pub(crate) fn folio_add_lru_vma<'m>(cpu: &Cpu<'m>, folio: Folio<'_>, vma: &Vma) {
     if vma_locked(vma) {
-        mlock_new_folio(cpu, head);
+        mlock_new_folio(cpu, folio);
     } else {
-        folio_add_lru(cpu, head);
+        folio_add_lru(cpu, folio);
     }
 }
 
@@ -124,37 +124,36 @@ pub(crate) fn mlock_queue<'a, 'm>(cpu: &'a Cpu<'m>) -> MlockQueue<'a, 'm> {
     }
 }
 
-fn set_mlocked<'m>(cpu: &Cpu<'m>, head: Pfn) {
-    let folio = cpu.folio(head);
+fn set_mlocked<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
     if !folio.test_and_set(PageFlag::Mlocked) {
         cpu.m
             .phys
-            .mod_nr_mlock(cpu.c(), head, folio.nr_pages() as i64);
+            .mod_nr_mlock(cpu.c(), folio.pfn(), folio.nr_pages() as i64);
         cpu.c().add(Ev::NrMlockUpdate, 1);
         cpu.c().add(Ev::Mlocked, 1);
     }
 }
 
 /// `mlock_new_folio`.
-pub(crate) fn mlock_new_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
-    set_mlocked(cpu, head);
-    mlock_queue(cpu).push(head, MlockOp::New);
+pub(crate) fn mlock_new_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
+    set_mlocked(cpu, folio);
+    mlock_queue(cpu).push(folio, MlockOp::New);
 }
 
 /// `mlock_folio` of one folio.
-pub(crate) fn mlock_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
-    mlock_queue(cpu).mlock(head);
+pub(crate) fn mlock_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
+    mlock_queue(cpu).mlock(folio);
 }
 
 /// `munlock_folio` of one folio.
-pub(crate) fn munlock_folio<'m>(cpu: &Cpu<'m>, head: Pfn) {
-    mlock_queue(cpu).munlock(head);
+pub(crate) fn munlock_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
+    mlock_queue(cpu).munlock(folio);
 }
 
 /// `mlock_vma_folio`: a small folio newly mapped into a locked VMA.
-pub(crate) fn mlock_vma_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
-    if vma_locked(vma) && !cpu.folio(head).is_large() {
-        mlock_folio(cpu, head);
+pub(crate) fn mlock_vma_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>, vma: &Vma) {
+    if vma_locked(vma) && !folio.is_large() {
+        mlock_folio(cpu, folio);
     }
 }
 
@@ -162,18 +161,18 @@ pub(crate) fn mlock_vma_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
 /// VMA is mlocked when one rmap call maps it whole (`nr` is all its pages: a small folio,
 /// a large folio by all its PTEs, or a PMD); a large folio mapped in part is not
 /// (measured: a 64K tmpfs folio faulted whole into a locked VMA reads `mlocked`).
-pub(crate) fn mlock_vma_file_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma, nr: u64) {
-    if vma_locked(vma) && nr == cpu.folio(head).nr_pages() {
-        mlock_folio(cpu, head);
+pub(crate) fn mlock_vma_file_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>, vma: &Vma, nr: u64) {
+    if vma_locked(vma) && nr == folio.nr_pages() {
+        mlock_folio(cpu, folio);
     }
 }
 
 /// `munlock_vma_folio`: a mapping of the folio in a locked VMA went away.
 ///
 /// With a 2013 munlock design the munlock pass ran before the unmap, so nothing is done.
-pub(crate) fn munlock_vma_folio<'m>(cpu: &Cpu<'m>, head: Pfn, vma: &Vma) {
+pub(crate) fn munlock_vma_folio<'m>(cpu: &Cpu<'m>, folio: Folio<'_>, vma: &Vma) {
     if vma_locked(vma) && cpu.m.tunables().munlock == crate::tunables::MunlockDesign::Modern {
-        munlock_folio(cpu, head);
+        munlock_folio(cpu, folio);
     }
 }
 
@@ -323,13 +322,12 @@ fn munlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn
 
 /// Changes the flags that choose a folio's LRU list (`change(on_lru)`) under its lruvec
 /// lock, taking it off its evictable list first and putting it back on the new one.
-pub(crate) fn lru_relist<'m>(cpu: &Cpu<'m>, head: Pfn, change: impl FnOnce(bool)) {
+pub(crate) fn lru_relist<'m>(cpu: &Cpu<'m>, folio: Folio<'_>, change: impl FnOnce(bool)) {
     use crate::phys::PageFlag;
     let phys = &cpu.m.phys;
-    let folio = phys.memmap.folio(head);
     let nr = folio.nr_pages();
     cpu.c().add(Ev::LockLru, 1);
-    let mut lists = phys.lruvec_of(head).lock();
+    let mut lists = phys.lruvec_of(folio.pfn()).lock();
     let on_lru = folio.test(PageFlag::Lru) && !folio.test(PageFlag::Unevictable);
     if on_lru {
         lists.del(folio, nr);

@@ -17,8 +17,9 @@
 //!        table, then the parent's (`copy_pte_range`, `copy_huge_pmd`); at mremap the source
 //!        table, then the destination (`move_ptes`, `move_huge_pmd`) — safe because both
 //!        belong to one mm whose mmap lock is held for writing
-//!       -> Mm::deposited (the deposited-table map, leaf: taken under a PMD lock when a THP
-//!          is mapped, copied or moved)
+//!       -> Mm::deposited (the deposited-table map's mutex, leaf and not counted: taken only
+//!          under a PMD lock, which its methods take as an argument; Linux guards the list
+//!          with that PMD lock alone)
 //!       -> Machine::tunables read lock (leaf; read under the PTL by zap and split)
 //!       -> folio flags / mapcounts (atomics, no lock)
 //!       -> folio owner bit lock (`folio_lock_large_mapcount`, leaf)
@@ -33,11 +34,11 @@
 //! A fault holds the mmap lock for reading; every system call that changes VMAs holds it for
 //! writing. Page-table pages are freed only with the mmap lock held for writing.
 
+use crate::pgtable::deposit::DepositedTables;
+use crate::pgtable::PageTableLock;
 use crate::phys::Pfn;
-use crate::vaddr::VirtAddr;
 use crate::vma::{Vma, VmaSet};
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -116,13 +117,15 @@ pub struct Mm {
     pub(crate) pgd: Pfn,
     /// The mmap lock and the VMA state it protects.
     pub lock: RwLock<MmState>,
-    /// Protects populating upper page-table levels and the deposited tables.
-    pub(crate) page_table_lock: Mutex<()>,
+    /// `page_table_lock`: populating and unlinking upper page-table levels, and attaching a
+    /// VMA's first anon_vma.
+    pub(crate) page_table_lock: PageTableLock,
     rss: [AtomicI64; 4],
     /// `MMF_HAS_PINNED`: this mm has ever had a long-term pin.
     pub(crate) has_pinned: AtomicBool,
-    /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address.
-    pub(crate) deposited: Mutex<HashMap<VirtAddr, Pfn>>,
+    /// Page tables deposited by PMD-mapped THPs for a later split, by PMD address; changed
+    /// only under the PMD table's lock (see [`DepositedTables`]).
+    pub(crate) deposited: DepositedTables,
 }
 
 impl Mm {
@@ -132,10 +135,10 @@ impl Mm {
             id,
             pgd,
             lock: RwLock::new(state),
-            page_table_lock: Mutex::new(()),
+            page_table_lock: PageTableLock::default(),
             rss: Default::default(),
             has_pinned: AtomicBool::new(false),
-            deposited: Mutex::new(HashMap::new()),
+            deposited: DepositedTables::default(),
         }
     }
 

@@ -107,7 +107,7 @@ fn follow_page<'m>(cpu: &Cpu<'m>, pt: PageTables<'m>, addr: VirtAddr) -> Option<
                 return None;
             }
             let head = pt.vm_normal_folio(e)?;
-            crate::rmap::folio_ref_add(phys, c, head, 1);
+            crate::rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
             Some(Found { head, thp: false })
         }
         Walk::PmdLeaf { table, idx, .. } => {
@@ -116,7 +116,7 @@ fn follow_page<'m>(cpu: &Cpu<'m>, pt: PageTables<'m>, addr: VirtAddr) -> Option<
             if phys.is_zero_pfn(pfn) {
                 return None;
             }
-            crate::rmap::folio_ref_add(phys, c, pfn, 1);
+            crate::rmap::folio_ref_add(c, phys.memmap.folio(pfn), 1);
             Some(Found {
                 head: pfn,
                 thp: true,
@@ -160,10 +160,10 @@ fn munlock_pagevec_fill<'m>(
             }
             if phys.node_of(head) != node {
                 // Already found under this PTL: it starts the next pagevec.
-                crate::rmap::folio_ref_add(phys, cpu.c(), head, 1);
+                crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(head), 1);
                 return (addr, Some(Found { head, thp: false }));
             }
-            crate::rmap::folio_ref_add(phys, cpu.c(), head, 1);
+            crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(head), 1);
             pvec.push(head);
             addr = addr.add(4096);
         }
@@ -199,7 +199,7 @@ fn munlock_vma_page<'m>(cpu: &Cpu<'m>, mm: &Mm, st: &MmState, head: Pfn, design:
         return;
     }
     lists.del(folio, nr);
-    crate::rmap::folio_ref_add(phys, cpu.c(), head, 1);
+    crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(head), 1);
     cpu.c().add(Ev::Isolated, 1);
     drop(lists);
     munlock_isolated_page(cpu, mm, st, head, design);
@@ -248,7 +248,7 @@ fn putback_lru_page<'m>(cpu: &Cpu<'m>, head: Pfn, design: MunlockDesign) {
     }
     folio.set_mlock_count(0);
     // lru_cache_add: the per-CPU pagevec takes its own reference; ours is dropped.
-    folio_add_lru(cpu, head);
+    folio_add_lru(cpu, cpu.m.phys.memmap.folio(head));
     phys.put_folio(cpu.c(), head, 1);
     if !design.has_patch(2) {
         cpu.lru_add_drain();
@@ -279,7 +279,7 @@ fn munlock_pagevec<'m>(cpu: &Cpu<'m>, mm: &Mm, st: &MmState, pvec: Pagevec, desi
                     lists.del(mem.folio(p), nr as u64);
                     cpu.c().add(Ev::Isolated, 1);
                     if !design.has_patch(6) {
-                        crate::rmap::folio_ref_add(phys, cpu.c(), p, 1);
+                        crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(p), 1);
                     }
                     isolated.push(p);
                     continue;

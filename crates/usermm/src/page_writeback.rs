@@ -96,8 +96,8 @@ pub(crate) fn mkclean_one<'m>(cpu: &Cpu<'m>, mm: &Mm, addr: VirtAddr) {
         if e.is_none() || !arch.present(e) || !(arch.write(e) || arch.dirty(e)) {
             continue;
         }
-        ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));
+        let flush = ptes.replace(i0, arch.mkclean(arch.wrprotect(e)));
         drop(ptes);
-        cpu.flush_tlb(mm, FlushScope::Page(addr));
+        flush.flushed(cpu.flush_tlb(mm, FlushScope::Page(addr)));
     }
 }

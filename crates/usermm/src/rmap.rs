@@ -12,9 +12,44 @@
 //! the mappings of a page from the page (no reclaim or migration); anon_vma identities are kept
 //! because they decide VMA merging.
 
-use crate::phys::{PageFlag, Pfn, PhysMem};
+use crate::phys::{Folio, PageFlag, Pfn, PhysMem};
 use crate::sharing::Plain;
 use crate::stats::{CpuCounters, Ev};
+use std::num::NonZeroU32;
+
+/// The identity of an anon_vma (`struct anon_vma *`): what a VMA's `anon_vma` names and
+/// what an anonymous folio's mapping word records (`folio->mapping` with `PAGE_MAPPING_ANON`).
+///
+/// Deliberate differences from Linux: there is no anon_vma object (no interval tree, no
+/// root, no refcount: see the module docs), only its number, which merge compares and the
+/// folio keeps. The number is 32 bits because the memmap's mapping word is: ids are handed
+/// out by `Machine::alloc_anon_vma`, which checks that they fit (a panic past `u32::MAX`,
+/// where a cast would wrap to 0 or to an id in use), so [`AnonVmaId::mapping_word`] never
+/// truncates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AnonVmaId(NonZeroU32);
+
+impl AnonVmaId {
+    /// The id numbered `n`; `None` for 0, which the memmap and `Vma` use for "none".
+    #[inline]
+    pub(crate) fn new(n: u32) -> Option<AnonVmaId> {
+        NonZeroU32::new(n).map(AnonVmaId)
+    }
+
+    /// The anon_vma an anonymous folio's mapping word names (`folio_anon_vma`); `None` for a
+    /// folio that has none yet (a swap-cache folio read in but not mapped).
+    #[inline]
+    pub(crate) fn of_mapping_word(word: u32) -> Option<AnonVmaId> {
+        AnonVmaId::new(word)
+    }
+
+    /// The value stored in an anonymous folio's mapping word (the same number: ids are 32
+    /// bits from allocation on, so nothing is cut here).
+    #[inline]
+    pub(crate) fn mapping_word(self) -> u32 {
+        self.0.get()
+    }
+}
 
 /// Refcount bias of a long-term pin on a small folio (`GUP_PIN_COUNTING_BIAS`).
 pub(crate) const GUP_PIN_COUNTING_BIAS: i32 = 1024;
@@ -23,7 +58,7 @@ pub(crate) const GUP_PIN_COUNTING_BIAS: i32 = 1024;
 /// with that mm's number of mappings, and a "maybe mapped shared" bit that is cleared only when
 /// one tracked slot provably owns every mapping. Stored in the folio's auxiliary words.
 pub mod owner {
-    use crate::phys::{Pfn, PhysMem};
+    use crate::phys::Folio;
 
     const ID0: usize = 0;
     const CNT0: usize = 1;
@@ -31,72 +66,72 @@ pub mod owner {
     const CNT1: usize = 3;
     const SHARED: usize = 4;
 
-    fn slot(phys: &PhysMem, head: Pfn, i: usize) -> (u32, i32) {
-        let m = &phys.memmap;
+    fn slot(folio: Folio<'_>, i: usize) -> (u32, i32) {
+        let (m, head) = (folio.memmap(), folio.pfn());
         (
             m.folio_aux(head, if i == 0 { ID0 } else { ID1 }),
             m.folio_aux(head, if i == 0 { CNT0 } else { CNT1 }) as i32,
         )
     }
 
-    fn set_slot(phys: &PhysMem, head: Pfn, i: usize, id: u32, cnt: i32) {
-        let m = &phys.memmap;
+    fn set_slot(folio: Folio<'_>, i: usize, id: u32, cnt: i32) {
+        let (m, head) = (folio.memmap(), folio.pfn());
         m.set_folio_aux(head, if i == 0 { ID0 } else { ID1 }, id);
         m.set_folio_aux(head, if i == 0 { CNT0 } else { CNT1 }, cnt as u32);
     }
 
     /// `folio_maybe_mapped_shared` for a large folio (a single mapping is never shared).
-    pub fn maybe_mapped_shared(phys: &PhysMem, head: Pfn) -> bool {
-        phys.memmap.folio_aux(head, SHARED) != 0 && phys.memmap.large_mapcount(head) > 1
+    pub fn maybe_mapped_shared(folio: Folio<'_>) -> bool {
+        folio.memmap().folio_aux(folio.pfn(), SHARED) != 0 && folio.large_mapcount() > 1
     }
 
     /// The two slots (for views and validation).
-    pub fn slots(phys: &PhysMem, head: Pfn) -> [(u32, i32); 2] {
-        [slot(phys, head, 0), slot(phys, head, 1)]
+    pub fn slots(folio: Folio<'_>) -> [(u32, i32); 2] {
+        [slot(folio, 0), slot(folio, 1)]
     }
 
     /// Records `diff` new mappings by mm `mm`; `total` is the folio's mapcount after them.
-    pub fn map(phys: &PhysMem, head: Pfn, mm: u32, diff: i32, total: i32) {
+    pub fn map(folio: Folio<'_>, mm: u32, diff: i32, total: i32) {
         for i in 0..2 {
-            let (id, cnt) = slot(phys, head, i);
+            let (id, cnt) = slot(folio, i);
             if id == mm {
-                set_slot(phys, head, i, id, cnt + diff);
+                set_slot(folio, i, id, cnt + diff);
                 return;
             }
         }
         for i in 0..2 {
-            if slot(phys, head, i).0 == 0 {
-                set_slot(phys, head, i, mm, diff);
+            if slot(folio, i).0 == 0 {
+                set_slot(folio, i, mm, diff);
                 if i == 1 || total != diff {
-                    phys.memmap.set_folio_aux(head, SHARED, 1);
+                    folio.memmap().set_folio_aux(folio.pfn(), SHARED, 1);
                 }
                 return;
             }
         }
-        phys.memmap.set_folio_aux(head, SHARED, 1);
+        folio.memmap().set_folio_aux(folio.pfn(), SHARED, 1);
     }
 
     /// Records `diff` removed mappings of mm `mm`; `total` is the mapcount after the removal.
-    pub fn unmap(phys: &PhysMem, head: Pfn, mm: u32, diff: i32, total: i32) {
+    pub fn unmap(folio: Folio<'_>, mm: u32, diff: i32, total: i32) {
         for i in 0..2 {
-            let (id, cnt) = slot(phys, head, i);
+            let (id, cnt) = slot(folio, i);
             if id == mm {
                 if cnt - diff >= 1 {
-                    set_slot(phys, head, i, id, cnt - diff);
+                    set_slot(folio, i, id, cnt - diff);
                     return;
                 }
-                set_slot(phys, head, i, 0, 0);
+                set_slot(folio, i, 0, 0);
             }
         }
-        if (0..2).any(|i| slot(phys, head, i).1 == total) {
-            phys.memmap.set_folio_aux(head, SHARED, 0);
+        if (0..2).any(|i| slot(folio, i).1 == total) {
+            folio.memmap().set_folio_aux(folio.pfn(), SHARED, 0);
         }
     }
 
     /// Resets the tracking of a folio being allocated.
-    pub fn reset(phys: &PhysMem, head: Pfn) {
+    pub fn reset(folio: Folio<'_>) {
         for i in 0..crate::phys::memmap::AUX_WORDS {
-            phys.memmap.set_folio_aux(head, i, 0);
+            folio.memmap().set_folio_aux(folio.pfn(), i, 0);
         }
     }
 }
@@ -127,12 +162,12 @@ fn page_mapcounts(phys: &PhysMem, c: &CpuCounters, page: Pfn, nr: u64, delta: i3
 fn folio_rmap(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: Pfn,
+    folio: Folio<'_>,
     mm_id: u32,
     delta: i32,
     pages: impl FnOnce(Plain),
 ) {
-    let folio = phys.memmap.folio(head);
+    let head = folio.pfn();
     if !folio.is_large() {
         pages(Plain::No);
         return;
@@ -143,9 +178,9 @@ fn folio_rmap(
         let guard = phys.memmap.lock_large_mapcount(head);
         let total = phys.memmap.large_mapcount_add_locked(&guard, head, delta);
         if delta > 0 {
-            owner::map(phys, head, mm_id, delta, total);
+            owner::map(folio, mm_id, delta, total);
         } else {
-            owner::unmap(phys, head, mm_id, -delta, total);
+            owner::unmap(folio, mm_id, -delta, total);
         }
         drop(guard);
         c.add(Ev::FolioAtomic, 1);
@@ -190,13 +225,13 @@ fn count_map(c: &CpuCounters, n: u64) {
 /// Beside `validate()`, which checks the whole state between steps, these catch a bad call
 /// where it is made. Release builds compile them out.
 #[inline]
-fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
+fn folio_rmap_sanity_checks(folio: Folio<'_>, page: Pfn, nr: u64) {
     if !cfg!(debug_assertions) {
         return;
     }
-    let folio = phys.memmap.folio(head);
+    let head = folio.pfn();
     debug_assert_eq!(
-        phys.memmap.folio_of(head),
+        folio.memmap().folio_of(head),
         head,
         "rmap on tail page {head:#x}"
     );
@@ -220,14 +255,14 @@ fn folio_rmap_sanity_checks(phys: &PhysMem, head: Pfn, page: Pfn, nr: u64) {
 /// # Context
 /// Any; the caller holds a reference or the PTL of an entry that maps the folio.
 #[inline]
-pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: Pfn, n: i32) {
+pub(crate) fn folio_ref_add(c: &CpuCounters, folio: Folio<'_>, n: i32) {
     count_ref(c);
-    phys.memmap.folio(head).ref_add(n);
+    folio.ref_add(n);
 }
 
 /// Maps a freshly allocated anon folio exclusively: its first `nr` pages by PTEs, or the
-/// whole folio by a PMD. Sets PageAnonExclusive and the owner id. The folio's initial reference
-/// must already be adjusted by the caller to one per mapping.
+/// whole folio by a PMD. Sets PageAnonExclusive and the folio's anon_vma. The folio's initial
+/// reference must already be adjusted by the caller to one per mapping.
 ///
 /// # Context
 /// The PTL (or, for a PMD, the PMD lock) of the table the new entries go into; the folio is
@@ -235,16 +270,16 @@ pub(crate) fn folio_ref_add(phys: &PhysMem, c: &CpuCounters, head: Pfn, n: i32) 
 pub(crate) fn add_new_anon(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: Pfn,
+    folio: Folio<'_>,
     nr: u64,
     level: Level,
-    owner: u32,
+    anon_vma: AnonVmaId,
     mm_id: u32,
 ) {
-    folio_rmap_sanity_checks(phys, head, head, nr);
-    let mm = &phys.memmap;
-    let folio = mm.folio(head);
-    folio.set_mapping(owner);
+    let head = folio.pfn();
+    folio_rmap_sanity_checks(folio, head, nr);
+    let mm = folio.memmap();
+    folio.set_mapping(anon_vma.mapping_word());
     let large = folio.is_large();
     let maps = match level {
         Level::Pte => {
@@ -268,8 +303,8 @@ pub(crate) fn add_new_anon(
             count_map(c, 1);
         }
         if folio.test(PageFlag::OwnerTracked) {
-            owner::reset(phys, head);
-            owner::map(phys, head, mm_id, maps as i32, maps as i32);
+            owner::reset(folio);
+            owner::map(folio, mm_id, maps as i32, maps as i32);
         }
         if phys.sharing.on_new(head, folio.order(), mm_id, maps) {
             folio.set(PageFlag::SharingRecord);
@@ -282,9 +317,16 @@ pub(crate) fn add_new_anon(
 /// # Context
 /// The PTL of the table the entries are written to (a split: the PMD lock, the new table
 /// still unlinked); takes the folio's owner bit lock or rmap seqcount as the tracker needs.
-pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: Pfn, page: Pfn, nr: u64, mm_id: u32) {
-    folio_rmap_sanity_checks(phys, head, page, nr);
-    folio_rmap(phys, c, head, mm_id, nr as i32, |plain| {
+pub(crate) fn add_ptes(
+    phys: &PhysMem,
+    c: &CpuCounters,
+    folio: Folio<'_>,
+    page: Pfn,
+    nr: u64,
+    mm_id: u32,
+) {
+    folio_rmap_sanity_checks(folio, page, nr);
+    folio_rmap(phys, c, folio, mm_id, nr as i32, |plain| {
         page_mapcounts(phys, c, page, nr, 1, plain)
     });
 }
@@ -294,8 +336,7 @@ pub(crate) fn add_ptes(phys: &PhysMem, c: &CpuCounters, head: Pfn, page: Pfn, nr
 /// # Context
 /// Any; the answer is a snapshot (a pin taken afterwards needs the mmap lock for writing
 /// in fork's case, which the caller holds).
-pub(crate) fn folio_maybe_dma_pinned(phys: &PhysMem, head: Pfn) -> bool {
-    let folio = phys.memmap.folio(head);
+pub(crate) fn folio_maybe_dma_pinned(folio: Folio<'_>) -> bool {
     if folio.is_large() {
         folio.pincount() > 0
     } else {
@@ -317,21 +358,21 @@ pub(crate) struct MaybePinned;
 pub(crate) fn try_dup_anon_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: Pfn,
+    folio: Folio<'_>,
     page: Pfn,
     nr: u64,
     needs_cow_for_dma: bool,
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
-    folio_rmap_sanity_checks(phys, head, page, nr);
-    let mm = &phys.memmap;
+    folio_rmap_sanity_checks(folio, page, nr);
+    let mm = folio.memmap();
     if needs_cow_for_dma
-        && folio_maybe_dma_pinned(phys, head)
+        && folio_maybe_dma_pinned(folio)
         && (page.range(nr)).any(|p| mm.test(p, PageFlag::AnonExclusive))
     {
         return Err(MaybePinned);
     }
-    folio_rmap(phys, c, head, dst_mm, nr as i32, |plain| {
+    folio_rmap(phys, c, folio, dst_mm, nr as i32, |plain| {
         // One pass over the pages' memmap entries, as `__folio_try_dup_anon_rmap`: each page
         // loses PageAnonExclusive and gains a mapcount, in one add on one word (the memmap's
         // docs say why); the counters count Linux's two RMWs.
@@ -357,22 +398,18 @@ pub(crate) fn try_dup_anon_ptes(
 pub(crate) fn try_dup_anon_pmd(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: Pfn,
+    folio: Folio<'_>,
     needs_cow_for_dma: bool,
     dst_mm: u32,
 ) -> Result<(), MaybePinned> {
-    folio_rmap_sanity_checks(phys, head, head, 1);
-    let folio = phys.memmap.folio(head);
-    if needs_cow_for_dma
-        && folio_maybe_dma_pinned(phys, head)
-        && folio.test(PageFlag::AnonExclusive)
-    {
+    folio_rmap_sanity_checks(folio, folio.pfn(), 1);
+    if needs_cow_for_dma && folio_maybe_dma_pinned(folio) && folio.test(PageFlag::AnonExclusive) {
         return Err(MaybePinned);
     }
     folio.clear(PageFlag::AnonExclusive);
     folio.entire_mapcount_add(1);
     count_map(c, 1);
-    folio_rmap(phys, c, head, dst_mm, 1, |_| {});
+    folio_rmap(phys, c, folio, dst_mm, 1, |_| {});
     Ok(())
 }
 
@@ -384,13 +421,13 @@ pub(crate) fn try_dup_anon_pmd(
 pub(crate) fn remove_ptes(
     phys: &PhysMem,
     c: &CpuCounters,
-    head: Pfn,
+    folio: Folio<'_>,
     page: Pfn,
     nr: u64,
     mm_id: u32,
 ) {
-    folio_rmap_sanity_checks(phys, head, page, nr);
-    folio_rmap(phys, c, head, mm_id, -(nr as i32), |plain| {
+    folio_rmap_sanity_checks(folio, page, nr);
+    folio_rmap(phys, c, folio, mm_id, -(nr as i32), |plain| {
         page_mapcounts(phys, c, page, nr, -1, plain)
     });
 }
@@ -399,20 +436,20 @@ pub(crate) fn remove_ptes(
 ///
 /// # Context
 /// The PMD lock of the table the leaf is written to.
-pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
-    phys.memmap.folio(head).entire_mapcount_add(1);
+pub(crate) fn add_file_pmd(phys: &PhysMem, c: &CpuCounters, folio: Folio<'_>, mm_id: u32) {
+    folio.entire_mapcount_add(1);
     count_map(c, 1);
-    folio_rmap(phys, c, head, mm_id, 1, |_| {});
+    folio_rmap(phys, c, folio, mm_id, 1, |_| {});
 }
 
 /// Removes a PMD mapping (`folio_remove_rmap_pmd`).
 ///
 /// # Context
 /// The PMD lock of the table the leaf was cleared from.
-pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, head: Pfn, mm_id: u32) {
-    phys.memmap.folio(head).entire_mapcount_add(-1);
+pub(crate) fn remove_pmd(phys: &PhysMem, c: &CpuCounters, folio: Folio<'_>, mm_id: u32) {
+    folio.entire_mapcount_add(-1);
     count_map(c, 1);
-    folio_rmap(phys, c, head, mm_id, -1, |_| {});
+    folio_rmap(phys, c, folio, mm_id, -1, |_| {});
 }
 
 /// The precise mapcount of one page: its PTE mappings plus the folio's PMD mappings.

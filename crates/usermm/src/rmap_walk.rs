@@ -17,10 +17,10 @@
 use crate::machine::Cpu;
 use crate::mm::{Mm, MmState, RssKind};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
-use crate::phys::{PageFlag, Pfn};
+use crate::phys::{Folio, PageFlag, Pfn};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 
@@ -56,20 +56,21 @@ impl<'a> Held<'a> {
 pub(crate) struct Contended;
 
 /// Calls `f(mm, vma, start, end)` for every private anonymous VMA whose range may hold
-/// the anonymous folio `head`, with the part of the folio's span inside it.
+/// the anonymous `folio`, with the part of the folio's span inside it.
 fn rmap_walk_anon<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mut f: impl FnMut(&Mm, &Vma, VirtAddr, VirtAddr),
 ) -> Result<(), Contended> {
+    let head = folio.pfn();
     let mem = &cpu.m.phys.memmap;
     let index = mem.index(head);
     let nr = 1u64 << mem.order(head);
     let mut visit = |mm: &Mm, st: &MmState| {
         for id in st.vmas.all() {
             let vma = st.vmas.get(id);
-            if vma.file.is_some() || vma.anon_vma() == 0 {
+            if vma.file.is_some() || vma.anon_vma().is_none() {
                 continue;
             }
             let (first, last) = (vma.pgoff, vma.pgoff + (vma.len() >> 12));
@@ -112,14 +113,15 @@ fn rmap_walk_anon<'m>(
 pub(crate) fn folio_referenced<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
 ) -> Result<(u32, bool), Contended> {
+    let head = folio.pfn();
     let (mut young, mut locked) = (0, false);
     let nr = 1u64 << cpu.m.phys.memmap.order(head);
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         let pt = cpu.tables(mm);
         let arch = pt.arch;
-        let mut hit = false;
+        let mut hit = TlbFlushPending::none();
         let mut mapped = false;
         let ours = |p: Pfn| p >= head && p < head.add(nr);
         for step in pt.pmd_walk(start, end) {
@@ -129,8 +131,7 @@ pub(crate) fn folio_referenced<'m>(
                         mapped = true;
                         if arch.young(e) {
                             let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
-                            pmdl.replace(step.idx, arch.mkold(e));
-                            hit = true;
+                            hit.merge(pmdl.replace(step.idx, arch.mkold(e)));
                         }
                     }
                 }
@@ -144,8 +145,7 @@ pub(crate) fn folio_referenced<'m>(
                         }
                         mapped = true;
                         if arch.young(e) {
-                            ptes.replace(i, arch.mkold(e));
-                            hit = true;
+                            hit.merge(ptes.replace(i, arch.mkold(e)));
                         }
                     }
                 }
@@ -154,9 +154,9 @@ pub(crate) fn folio_referenced<'m>(
         if mapped && vma.flags.has(VmFlags::LOCKED) {
             locked = true;
         }
-        if hit {
+        if hit.is_owed() {
             young += 1;
-            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+            hit.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
         }
     })?;
     Ok((young, locked))
@@ -180,15 +180,16 @@ pub(crate) enum Unmap {
 pub(crate) fn try_to_unmap<'m>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mode: Unmap,
 ) -> Result<bool, Contended> {
+    let head = folio.pfn();
     let (phys, c) = (&cpu.m.phys, cpu.c());
     let mem = &phys.memmap;
     let nr = 1u64 << mem.order(head);
     let swap = cpu.m.swap.as_ref();
     let mut abort = false;
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         if abort {
             return;
         }
@@ -209,7 +210,7 @@ pub(crate) fn try_to_unmap<'m>(
                 }
             }
         }
-        if mode == Unmap::Discard && maps_dirty(cpu, mm, head, nr, start, end) {
+        if mode == Unmap::Discard && maps_dirty(cpu, mm, folio, nr, start, end) {
             // Written since MADV_FREE (`try_to_unmap_one` looks at the folio's whole batch
             // of entries first): it must be kept, and swapped if anything.
             mem.set(head, PageFlag::Dirty);
@@ -217,8 +218,8 @@ pub(crate) fn try_to_unmap<'m>(
             abort = true;
             return;
         }
-        let mut unmapped = false;
-        for step in pt.pmd_walk(start, end) {
+        let mut unmapped = TlbFlushPending::none();
+        'walk: for step in pt.pmd_walk(start, end) {
             let PmdKind::Table(table) = step.kind else {
                 continue;
             };
@@ -235,7 +236,7 @@ pub(crate) fn try_to_unmap<'m>(
                 }
                 if vma.flags.has(VmFlags::LOCKED) {
                     abort = true;
-                    return;
+                    break 'walk;
                 }
                 if arch.dirty(e) {
                     mem.set(head, PageFlag::Dirty);
@@ -245,47 +246,53 @@ pub(crate) fn try_to_unmap<'m>(
                         if mem.test(head, PageFlag::Dirty) {
                             mem.set(head, PageFlag::SwapBacked);
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         // Nothing but the mappings and reclaim's isolation holds it.
                         if mem.refcount(head) != 1 + mem.folio_mapcount(head) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
-                        ptes.clear(i, 1);
+                        unmapped.merge(ptes.clear(i, 1).1);
                     }
                     Unmap::ToSwap => {
                         let exclusive = mem.test(page, PageFlag::AnonExclusive);
                         // `folio_try_share_anon_rmap_pte`: a pinned exclusive page stays.
-                        if exclusive && rmap::folio_maybe_dma_pinned(phys, head) {
+                        if exclusive && rmap::folio_maybe_dma_pinned(phys.memmap.folio(head)) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         let Some(swap) = swap else {
                             abort = true;
-                            return;
+                            break 'walk;
                         };
                         let slot = mem.swap_entry(head).add(page.offset_from(head));
                         if !swap.duplicate(slot) {
                             abort = true;
-                            return;
+                            break 'walk;
                         }
                         if exclusive {
                             mem.clear(page, PageFlag::AnonExclusive);
                         }
-                        ptes.replace(i, arch.mk_swap_pte(slot, exclusive));
+                        unmapped.merge(ptes.replace(i, arch.mk_swap_pte(slot, exclusive)));
                         mm.rss_add(RssKind::Swap, 1);
                     }
                 }
                 mm.rss_add(RssKind::Anon, -1);
-                rmap::remove_ptes(phys, c, head, page, 1, mm.id);
+                rmap::remove_ptes(phys, c, phys.memmap.folio(head), page, 1, mm.id);
                 phys.put_folio(c, head, 1);
                 c.add(Ev::ZapPtes, 1);
-                unmapped = true;
             }
         }
-        if unmapped {
-            cpu.flush_tlb(mm, FlushScope::Range(start, end));
+        if abort {
+            // Known gap, kept as it was: entries this VMA already unmapped before the abort
+            // are not flushed (Linux flushes each one, or batches the flush for reclaim:
+            // `set_tlb_ubc_flush_pending`).
+            unmapped.forgo();
+            return;
+        }
+        if unmapped.is_owed() {
+            unmapped.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
         }
     })?;
     Ok(!abort && mem.folio_mapcount(head) == 0 && mem.entire_mapcount(head) == 0)
@@ -295,11 +302,12 @@ pub(crate) fn try_to_unmap<'m>(
 fn maps_dirty<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
-    head: Pfn,
+    folio: Folio<'_>,
     nr: u64,
     start: VirtAddr,
     end: VirtAddr,
 ) -> bool {
+    let head = folio.pfn();
     let pt = cpu.tables(mm);
     let arch = pt.arch;
     pt.pmd_walk(start, end).any(|step| match step.kind {
@@ -317,15 +325,16 @@ fn maps_dirty<'m>(
     })
 }
 
-/// The one mm and VMA that map the anonymous folio `head`, when no other mm does (for a
-/// split reclaim makes), found by the walk; `f` is called with them. `None` when the folio
-/// is (maybe) mapped by several mms, or a lock could not be taken.
+/// The one mm and VMA that map the anonymous `folio`, when no other mm does (for a split
+/// reclaim makes), found by the walk; `f` is called with them. `None` when the folio is
+/// (maybe) mapped by several mms, or a lock could not be taken.
 pub(crate) fn with_sole_mapping<'m, R>(
     cpu: &Cpu<'m>,
     held: Option<Held<'_>>,
-    head: Pfn,
+    folio: Folio<'_>,
     mut f: impl FnMut(&Mm, &Vma) -> Option<R>,
 ) -> Option<R> {
+    let head = folio.pfn();
     let mem = &cpu.m.phys.memmap;
     if mem.folio_mapcount(head) == 0 {
         return None;
@@ -333,7 +342,7 @@ pub(crate) fn with_sole_mapping<'m, R>(
     let nr = 1u64 << mem.order(head);
     let mut found: Vec<u32> = Vec::new();
     let mut out = None;
-    rmap_walk_anon(cpu, held, head, |mm, vma, start, end| {
+    rmap_walk_anon(cpu, held, folio, |mm, vma, start, end| {
         let pt = cpu.tables(mm);
         let maps = pt.pmd_walk(start, end).any(|step| match step.kind {
             PmdKind::Huge(e) => pt.vm_normal_folio(e) == Some(head),

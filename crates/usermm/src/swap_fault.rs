@@ -43,7 +43,7 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
         return FaultOutcome::Sigbus;
     };
     let entry = arch.swp_entry(orig);
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let node = folio_node(cpu, vmf.addr, 0);
     if swap.cache_lookup(entry).is_none() {
         reclaim_for(cpu, 1);
@@ -107,20 +107,28 @@ pub(crate) fn do_swap_page<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, orig: Pte)
     }
     if mem.mapping(head) == 0 {
         // First mapping since it was read in (`folio_add_new_anon_rmap`).
-        rmap::add_new_anon(phys, c, head, 1, Level::Pte, owner, mm.id);
+        rmap::add_new_anon(
+            phys,
+            c,
+            phys.memmap.folio(head),
+            1,
+            Level::Pte,
+            anon_vma,
+            mm.id,
+        );
         mem.set_index(head, vma.pgoff_at(vmf.addr.page_align_down()));
         if !sole {
             mem.clear(page, PageFlag::AnonExclusive);
         }
     } else {
-        rmap::add_ptes(phys, c, head, page, 1, mm.id);
+        rmap::add_ptes(phys, c, phys.memmap.folio(head), page, 1, mm.id);
         if sole {
             mem.set(page, PageFlag::AnonExclusive);
         }
     }
-    mlock_vma_folio(cpu, head, vma);
+    mlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
     // The swap entry is replaced: the table's count of used entries stays.
-    ptes.replace(idx, pte);
+    ptes.replace_no_flush(idx, pte);
     // A write mapped read-only here is a write-protect fault now (`do_wp_page`), which the
     // access takes on its retry.
     FaultOutcome::Completed

@@ -43,7 +43,7 @@ pub(crate) fn add_to_swap<'m>(cpu: &Cpu<'m>, head: Pfn, whole: bool) -> bool {
         return false;
     };
     swap.cache_add(entry, head, nr);
-    crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, nr as i32);
+    crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(head), nr as i32);
     cpu.m.phys.memmap.set_swap_entry(head, entry);
     folio.set(PageFlag::SwapCache);
     folio.set(PageFlag::Dirty);
@@ -131,7 +131,7 @@ pub(crate) fn read_swap_cache<'m>(
 ) -> Option<(Pfn, bool)> {
     let (phys, c) = (&cpu.m.phys, cpu.c());
     if let Some(page) = swap.cache_lookup(entry) {
-        crate::rmap::folio_ref_add(phys, c, phys.memmap.folio_of(page), 1);
+        crate::rmap::folio_ref_add(c, phys.memmap.page_folio(page), 1);
         return Some((page, true));
     }
     let new = phys.alloc_folio(c, 0, node, FolioKind::Anon, Zeroing::NoZero)?;
@@ -139,7 +139,7 @@ pub(crate) fn read_swap_cache<'m>(
         phys.put_folio(c, new, 1);
         // Cached meanwhile by someone else, or freed.
         let page = swap.cache_lookup(entry)?;
-        crate::rmap::folio_ref_add(phys, c, phys.memmap.folio_of(page), 1);
+        crate::rmap::folio_ref_add(c, phys.memmap.page_folio(page), 1);
         return Some((page, true));
     }
     swap.read(entry, phys, new);
@@ -151,8 +151,8 @@ pub(crate) fn read_swap_cache<'m>(
     mem.set(new, PageFlag::SwapCache);
     swap.cache_add(entry, new, 1);
     // The cache's reference, then the caller's.
-    crate::rmap::folio_ref_add(phys, c, new, 1);
-    folio_add_lru(cpu, new);
+    crate::rmap::folio_ref_add(c, phys.memmap.folio(new), 1);
+    folio_add_lru(cpu, cpu.m.phys.memmap.folio(new));
     Some((new, false))
 }
 

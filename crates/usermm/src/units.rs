@@ -5,7 +5,9 @@
 //! [`parse_size`]: a decimal number or a `0x`/`0X` hexadecimal one, with an optional unit `K`,
 //! `M` or `G` (also `k`, `m`, `g`), powers of 1024. Nothing else is accepted: no sign, no
 //! space, no fraction, no `KB`. A caller that allows surrounding spaces trims them first.
-//! Each caller turns [`NumErr`] into its own error type.
+//! The scenario parser and the Python module turn [`NumErr`] into their own error types; a
+//! command-line argument ([`parse_size_arg`]) is refused with [`BadSize`], which names the
+//! text, so that no caller writes the grammar or its message again.
 
 /// Why a number did not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,9 +69,36 @@ pub fn parse_size(s: &str) -> Result<u64, NumErr> {
         .ok_or(NumErr::Overflow)
 }
 
+/// A size argument [`parse_size`] refused, with the text given: `bad size `64X`: not a size
+/// (e.g. 4096, 0x1000, 64K, 2M, 1G)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSize {
+    /// The argument as given.
+    pub text: String,
+    /// Why it is not a size.
+    pub why: NumErr,
+}
+
+impl std::fmt::Display for BadSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bad size `{}`: {}", self.text, self.why)
+    }
+}
+
+impl std::error::Error for BadSize {}
+
+/// [`parse_size`] of a command-line argument (`usermm bench --scale`, `usermm kmap --ram`):
+/// a refusal names the text ([`BadSize`]).
+pub fn parse_size_arg(s: &str) -> Result<u64, BadSize> {
+    parse_size(s).map_err(|why| BadSize {
+        text: s.into(),
+        why,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_size, parse_uint, NumErr};
+    use super::{parse_size, parse_size_arg, parse_uint, NumErr};
 
     #[test]
     fn units_and_radix() {
@@ -86,6 +115,7 @@ mod tests {
         assert_eq!(parse_size("0"), Ok(0));
         assert_eq!(parse_size("0K"), Ok(0));
         assert_eq!(parse_uint("0xff"), Ok(255));
+        assert_eq!(parse_size_arg("256M"), Ok(256 << 20));
     }
 
     #[test]
@@ -129,5 +159,20 @@ mod tests {
         assert_eq!(parse_size(&long), Err(NumErr::Overflow));
         let zeros = format!("{}1K", "0".repeat(100_000));
         assert_eq!(parse_size(&zeros), Ok(1024));
+    }
+
+    #[test]
+    fn arguments_name_their_text() {
+        let e = parse_size_arg("64X").expect_err("not a size");
+        assert_eq!(e.why, NumErr::Syntax);
+        assert_eq!(
+            e.to_string(),
+            "bad size `64X`: not a size (e.g. 4096, 0x1000, 64K, 2M, 1G)"
+        );
+        let e = parse_size_arg("17179869184G").expect_err("too large");
+        assert_eq!(
+            e.to_string(),
+            "bad size `17179869184G`: does not fit in 64 bits"
+        );
     }
 }

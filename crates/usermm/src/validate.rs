@@ -271,7 +271,7 @@ impl Machine {
             }
         });
         self.recount_leaves(mm, &st, pt, folios, &mut rss, r);
-        tables += mm.deposited.lock().len() as u64;
+        tables += mm.deposited.len() as u64;
         for (kind, n) in [
             (RssKind::Anon, rss[0]),
             (RssKind::Shmem, rss[1]),
@@ -607,7 +607,7 @@ impl Machine {
     /// The MM-owner tracker of a large folio: tracked slots count exactly their mm's mappings,
     /// and "exclusive" (the shared bit clear) is never claimed while two mms map the folio.
     fn check_owner(&self, head: Pfn, f: &FolioRecount, r: &mut Report) {
-        for (id, cnt) in crate::rmap::owner::slots(&self.phys, head) {
+        for (id, cnt) in crate::rmap::owner::slots(self.phys.memmap.folio(head)) {
             // A slot may under-count (its mm mapped pages while untracked, as in Linux) but never
             // over-count.
             if id != 0 && cnt > f.per_mm.get(&id).copied().unwrap_or(0) {
@@ -632,7 +632,10 @@ impl Machine {
         }
         let mms = f.per_mm.values().filter(|&&n| n > 0).count();
         let owner_tracked = self.phys.memmap.test(head, PageFlag::OwnerTracked);
-        if owner_tracked && mms > 1 && !crate::rmap::owner::maybe_mapped_shared(&self.phys, head) {
+        if owner_tracked
+            && mms > 1
+            && !crate::rmap::owner::maybe_mapped_shared(self.phys.memmap.folio(head))
+        {
             r.err(format!(
                 "folio {head:#x}: owner tracker says exclusive but {mms} mms map it"
             ));

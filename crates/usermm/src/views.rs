@@ -59,35 +59,23 @@ impl Backing {
     }
 }
 
-/// What `smaps_account` accumulates over one VMA (Linux's `struct mem_size_stats`): sizes in
-/// bytes, the Pss family in Linux's `PSS_SHIFT` fixed point. [`MemSizeStats::view`] turns it
-/// into the [`Smaps`] lines `/proc/PID/smaps` prints.
+/// What `smaps_account` accumulates over one VMA (Linux's `struct mem_size_stats`): the
+/// lines counted in whole bytes go straight into the [`Smaps`] they are printed as (one list
+/// of smaps fields in the workspace, not a second struct copied field by field); the Pss
+/// family is kept apart in Linux's `PSS_SHIFT` fixed point, and [`MemSizeStats::view`]
+/// truncates it into those lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MemSizeStats {
-    /// Size.
-    pub size: u64,
-    /// Rss.
-    pub rss: u64,
+    /// Size, Rss, Shared_*/Private_*, Referenced (pages whose PTE is young or whose folio is
+    /// referenced), Anonymous, AnonHugePages, ShmemPmdMapped (shmem folios mapped by a PMD),
+    /// FilePmdMapped (other page-cache folios mapped by a PMD), LazyFree (anonymous folios
+    /// MADV_FREE made clean and not swap-backed, whose entry is clean too: reclaim may drop
+    /// them without writing them anywhere) and Swap (pages of the VMA whose entry is a swap
+    /// entry), in bytes. Its Pss family, Locked, SwapPss and constant lines are
+    /// [`MemSizeStats::view`]'s to fill.
+    pub(crate) lines: Smaps,
     /// Pss in bytes << 12 (Linux's `PSS_SHIFT` fixed point).
     pub(crate) pss_fixed: u64,
-    /// Shared_Clean.
-    pub shared_clean: u64,
-    /// Shared_Dirty.
-    pub shared_dirty: u64,
-    /// Private_Clean.
-    pub private_clean: u64,
-    /// Private_Dirty.
-    pub private_dirty: u64,
-    /// Anonymous.
-    pub anonymous: u64,
-    /// AnonHugePages.
-    pub anon_huge_pages: u64,
-    /// Referenced: pages whose PTE is young or whose folio is referenced.
-    pub(crate) referenced: u64,
-    /// ShmemPmdMapped: shmem folios mapped by a PMD.
-    pub shmem_pmd_mapped: u64,
-    /// FilePmdMapped: other page-cache folios mapped by a PMD.
-    pub file_pmd_mapped: u64,
     /// Locked (Pss of a locked VMA, fixed point like `pss_fixed`).
     pub(crate) locked_fixed: u64,
     /// Pss_Dirty: the Pss of dirty pages (fixed point).
@@ -98,15 +86,10 @@ pub(crate) struct MemSizeStats {
     pub(crate) pss_file_fixed: u64,
     /// The Pss of shmem folios (Pss_Shmem; fixed point).
     pub(crate) pss_shmem_fixed: u64,
-    /// LazyFree: anonymous folios MADV_FREE made clean and not swap-backed, whose entry is
-    /// clean too (reclaim may drop them without writing them anywhere).
-    pub lazyfree: u64,
-    /// Swap: pages of the VMA whose entry is a swap entry.
-    pub swap: u64,
-    /// SwapPss: each of those divided by the swap entries naming its slot (fixed point).
+    /// SwapPss: each swapped page divided by the swap entries naming its slot (fixed point).
     pub(crate) swap_pss_fixed: u64,
     /// THPeligible: whether a THP of some enabled size may back the VMA.
-    pub thp_eligible: bool,
+    pub(crate) thp_eligible: bool,
 }
 
 impl MemSizeStats {
@@ -263,54 +246,84 @@ impl Smaps {
         self.thp_eligible = self.thp_eligible.max(o.thp_eligible);
     }
 
-    /// (name, value) pairs, for reports.
+    /// The number on the line `name` (`Rss`, `Shared_Clean`, `THPeligible`: the names
+    /// `/proc/PID/smaps` prints), to read or set; `None` for any other name, and for the Pss
+    /// split, which is not one number ([`Smaps::pss_by_kind`]). The oracle fills the struct
+    /// from the host's text with it, and the scenario language's `expect smaps` and `dump`
+    /// read it.
+    pub fn line_mut(&mut self, name: &str) -> Option<&mut u64> {
+        let &(_, field) = SMAPS_LINES.iter().find(|&&(n, _)| n == name)?;
+        Some(field(self))
+    }
+
+    /// The number on the line `name` ([`Smaps::line_mut`]).
+    pub fn line(&self, name: &str) -> Option<u64> {
+        // A copy (the struct is a few hundred bytes) lets the one mutable table serve reads.
+        let mut copy = *self;
+        copy.line_mut(name).copied()
+    }
+
+    /// The lines reports show and the oracle compares, as (name, value) pairs: the first
+    /// twelve of the table, Size to Locked.
     pub fn fields(&self) -> [(&'static str, u64); 12] {
-        [
-            ("Size", self.size),
-            ("Rss", self.rss),
-            ("Pss", self.pss),
-            ("Shared_Clean", self.shared_clean),
-            ("Shared_Dirty", self.shared_dirty),
-            ("Private_Clean", self.private_clean),
-            ("Private_Dirty", self.private_dirty),
-            ("Anonymous", self.anonymous),
-            ("AnonHugePages", self.anon_huge_pages),
-            ("ShmemPmdMapped", self.shmem_pmd_mapped),
-            ("FilePmdMapped", self.file_pmd_mapped),
-            ("Locked", self.locked),
-        ]
+        let mut copy = *self;
+        std::array::from_fn(|i| {
+            let (name, field) = SMAPS_LINES[i];
+            (name, *field(&mut copy))
+        })
     }
 }
 
+/// One line of [`SMAPS_LINES`]: its name and its field.
+type SmapsLine = (&'static str, fn(&mut Smaps) -> &mut u64);
+
+/// Each line a [`Smaps`] holds as one number, by the name `/proc/PID/smaps` prints it, with
+/// its field: the workspace's one table of smaps line names. The first twelve are
+/// [`Smaps::fields`].
+const SMAPS_LINES: [SmapsLine; 23] = [
+    ("Size", |s| &mut s.size),
+    ("Rss", |s| &mut s.rss),
+    ("Pss", |s| &mut s.pss),
+    ("Shared_Clean", |s| &mut s.shared_clean),
+    ("Shared_Dirty", |s| &mut s.shared_dirty),
+    ("Private_Clean", |s| &mut s.private_clean),
+    ("Private_Dirty", |s| &mut s.private_dirty),
+    ("Anonymous", |s| &mut s.anonymous),
+    ("AnonHugePages", |s| &mut s.anon_huge_pages),
+    ("ShmemPmdMapped", |s| &mut s.shmem_pmd_mapped),
+    ("FilePmdMapped", |s| &mut s.file_pmd_mapped),
+    ("Locked", |s| &mut s.locked),
+    ("Referenced", |s| &mut s.referenced),
+    ("Pss_Dirty", |s| &mut s.pss_dirty),
+    ("LazyFree", |s| &mut s.lazyfree),
+    ("KSM", |s| &mut s.ksm),
+    ("Swap", |s| &mut s.swap),
+    ("SwapPss", |s| &mut s.swap_pss),
+    ("Shared_Hugetlb", |s| &mut s.shared_hugetlb),
+    ("Private_Hugetlb", |s| &mut s.private_hugetlb),
+    ("KernelPageSize", |s| &mut s.kernel_page_size),
+    ("MMUPageSize", |s| &mut s.mmu_page_size),
+    ("THPeligible", |s| &mut s.thp_eligible),
+];
+
 impl MemSizeStats {
-    /// The printed lines: the Pss family in whole kB; the engine has no KSM and no hugetlb,
-    /// and maps 4 KiB pages (KernelPageSize and MMUPageSize).
+    /// The printed lines: the byte counts as accumulated, the Pss family in whole kB; the
+    /// engine has no KSM and no hugetlb, and maps 4 KiB pages (KernelPageSize and
+    /// MMUPageSize).
     pub(crate) fn view(&self) -> Smaps {
         Smaps {
-            size: self.size,
-            rss: self.rss,
             pss: self.pss() & !1023,
-            shared_clean: self.shared_clean,
-            shared_dirty: self.shared_dirty,
-            private_clean: self.private_clean,
-            private_dirty: self.private_dirty,
-            anonymous: self.anonymous,
-            anon_huge_pages: self.anon_huge_pages,
-            shmem_pmd_mapped: self.shmem_pmd_mapped,
-            file_pmd_mapped: self.file_pmd_mapped,
             locked: self.locked() & !1023,
-            referenced: self.referenced,
             pss_dirty: self.pss_dirty() & !1023,
             pss_by_kind: Some(self.pss_by_kind().map(|b| b & !1023)),
-            lazyfree: self.lazyfree,
-            ksm: 0,
-            swap: self.swap,
             swap_pss: self.swap_pss() & !1023,
+            ksm: 0,
             shared_hugetlb: 0,
             private_hugetlb: 0,
             kernel_page_size: 4096,
             mmu_page_size: 4096,
             thp_eligible: u64::from(self.thp_eligible),
+            ..self.lines
         }
     }
 }
@@ -413,10 +426,10 @@ fn accumulate(s: &mut MemSizeStats, phys: &PhysMem, head: Pfn, ch: Charge) {
         s.pss_dirty_fixed += ch.pss;
     }
     match (dirty, ch.private) {
-        (true, true) => s.private_dirty += ch.size,
-        (true, false) => s.shared_dirty += ch.size,
-        (false, true) => s.private_clean += ch.size,
-        (false, false) => s.shared_clean += ch.size,
+        (true, true) => s.lines.private_dirty += ch.size,
+        (true, false) => s.lines.shared_dirty += ch.size,
+        (false, true) => s.lines.private_clean += ch.size,
+        (false, false) => s.lines.shared_clean += ch.size,
     }
 }
 
@@ -433,16 +446,16 @@ fn smaps_account(
     let head = phys.memmap.folio_of(page);
     let size = nr * 4096;
     if young || phys.memmap.test(head, PageFlag::Referenced) {
-        s.referenced += size;
+        s.lines.referenced += size;
     }
     if phys.memmap.test(head, PageFlag::Anon) {
-        s.anonymous += size;
+        s.lines.anonymous += size;
         let clean = !dirty && !phys.memmap.test(head, PageFlag::Dirty);
         if clean && !phys.memmap.test(head, PageFlag::SwapBacked) {
-            s.lazyfree += size;
+            s.lines.lazyfree += size;
         }
     }
-    s.rss += size;
+    s.lines.rss += size;
     if phys.memmap.refcount(head) == 1 {
         let ch = Charge {
             size,
@@ -609,8 +622,7 @@ impl<'m> Cpu<'m> {
             return Ok(None);
         }
         Ok(Some(self.m.phys.sharing.answers(
-            &self.m.phys,
-            head,
+            mem.folio(head),
             task.mm.id,
             task.mm.id,
         )))
@@ -639,7 +651,10 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> MemSizeStats {
     let locked = v.flags.has(VmFlags::LOCKED);
     let swap = cpu.m.swap.as_ref();
     let mut s = MemSizeStats {
-        size: v.len(),
+        lines: Smaps {
+            size: v.len(),
+            ..Smaps::default()
+        },
         thp_eligible: thp_eligible(&cpu.m.tunables(), v),
         ..MemSizeStats::default()
     };
@@ -647,7 +662,7 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> MemSizeStats {
         // `shmem_swap_usage`: the object's pages in the VMA's range that are out on swap
         // (no SwapPss: they are the object's, not any process's).
         let last = v.pgoff + (v.len() >> 12);
-        s.swap += f.swapped.lock().range(v.pgoff..last).count() as u64 * 4096;
+        s.lines.swap += f.swapped.lock().range(v.pgoff..last).count() as u64 * 4096;
     }
     for step in pt.pmd_walk(v.vm_start(), v.vm_end()) {
         match step.kind {
@@ -664,11 +679,11 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> MemSizeStats {
                         locked,
                     );
                     if phys.memmap.test(pfn, PageFlag::Anon) {
-                        s.anon_huge_pages += PMD_SIZE;
+                        s.lines.anon_huge_pages += PMD_SIZE;
                     } else if phys.memmap.test(pfn, PageFlag::SwapBacked) {
-                        s.shmem_pmd_mapped += PMD_SIZE;
+                        s.lines.shmem_pmd_mapped += PMD_SIZE;
                     } else {
-                        s.file_pmd_mapped += PMD_SIZE;
+                        s.lines.file_pmd_mapped += PMD_SIZE;
                     }
                 }
             }
@@ -680,7 +695,7 @@ fn smaps_vma<'m>(cpu: &Cpu<'m>, mm: &Mm, v: &Vma) -> MemSizeStats {
                         // `smaps_pte_entry` of a swap entry: Swap, and SwapPss shared by
                         // the entries that name the slot.
                         let n = swap.map_or(1, |sw| sw.swapcount(pt.arch.swp_entry(e)).max(1));
-                        s.swap += 4096;
+                        s.lines.swap += 4096;
                         s.swap_pss_fixed += (4096u64 << 12) / u64::from(n);
                         continue;
                     }
@@ -842,5 +857,33 @@ impl<'m> Cpu<'m> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Smaps, SMAPS_LINES};
+
+    #[test]
+    fn lines_are_set_and_read_by_name() {
+        // Every name the scenario language knows is checked there (`scenario::run`); here
+        // the table's own, in its order.
+        let mut s = Smaps::default();
+        for (n, &(name, _)) in (1u64..).zip(&SMAPS_LINES) {
+            *s.line_mut(name).unwrap_or_else(|| panic!("{name}")) = n << 12;
+        }
+        // Each name is its own field: every value read back as set.
+        for (n, &(name, _)) in (1u64..).zip(&SMAPS_LINES) {
+            assert_eq!(s.line(name), Some(n << 12), "{name}");
+        }
+        assert_eq!(s.fields()[0], ("Size", 1 << 12));
+        assert_eq!(s.fields()[11], ("Locked", 12 << 12));
+        assert_eq!(
+            (s.size, s.ksm, s.thp_eligible),
+            (1 << 12, 16 << 12, 23 << 12)
+        );
+        for name in ["Pss_Anon", "VmFlags", "rss", ""] {
+            assert_eq!(s.line(name), None, "{name}");
+        }
     }
 }

@@ -11,6 +11,7 @@ use crate::machine::Cpu;
 use crate::mm::Mm;
 use crate::pgtable::{Access, PageTables};
 use crate::phys::Pfn;
+use crate::rmap::AnonVmaId;
 use crate::stats::Ev;
 use crate::tunables::{ThpSettings, Tunables};
 use crate::vaddr::VirtAddr;
@@ -150,16 +151,19 @@ impl FaultTunables {
 /// Gives `vma` an anon_vma if it has none (`__anon_vma_prepare`): a new one. A compatible
 /// neighbour's (`find_mergeable_anon_vma`) was already taken by `handle_mm_fault`, which
 /// has the VMA tree at hand.
-pub(crate) fn anon_vma_prepare<'m>(cpu: &Cpu<'m>, mm: &Mm, st_vma: &Vma) -> u64 {
-    if st_vma.anon_vma() != 0 {
-        return st_vma.anon_vma();
+pub(crate) fn anon_vma_prepare<'m>(cpu: &Cpu<'m>, mm: &Mm, st_vma: &Vma) -> AnonVmaId {
+    if let Some(av) = st_vma.anon_vma() {
+        return av;
     }
-    cpu.c().add(Ev::LockPageTable, 1);
-    let _g = mm.page_table_lock.lock();
-    if st_vma.anon_vma() == 0 {
-        st_vma.set_anon_vma(cpu.m.alloc_anon_vma(), 1);
+    let _g = mm.page_table_lock.lock(cpu.c());
+    match st_vma.anon_vma() {
+        Some(av) => av,
+        None => {
+            let av = cpu.m.alloc_anon_vma();
+            st_vma.set_anon_vma(av, 1);
+            av
+        }
     }
-    st_vma.anon_vma()
 }
 
 pub(crate) fn count_file_fault<'m>(cpu: &Cpu<'m>, inode: &Inode, lookup: CacheLookup) {

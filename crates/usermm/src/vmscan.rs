@@ -17,7 +17,7 @@ use crate::pgtable::cursor::{PmdKind, PteLock};
 use crate::phys::{PageFlag, Pfn};
 use crate::rmap_walk::Held;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::truncate::{drop_cache_pages, unmap_mapping_range};
 use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
@@ -180,7 +180,7 @@ pub(crate) fn shrink_file_lru<'m>(cpu: &Cpu<'m>, want: u64, priority: u32) -> u6
             if mem.test(folio, PageFlag::Anon) {
                 // A lazily freed anonymous folio sits on the file list (not swap-backed):
                 // reclaim discards it unless it was written again, swap or not.
-                crate::rmap::folio_ref_add(phys, cpu.c(), folio, 1);
+                crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(folio), 1);
                 let outcome = anon::reclaim_anon_folio(cpu, None, folio, true);
                 if outcome == anon::Outcome::Freed {
                     freed += nr;
@@ -235,7 +235,10 @@ pub(crate) fn folio_referenced<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, nr: u
             };
             let pt = cpu.tables(mm);
             let arch = pt.arch;
-            let mut hit = false;
+            let mut hit = TlbFlushPending::none();
+            // A young PMD leaf is counted but not aged here: it owes no flush, yet the
+            // mapping is flushed all the same.
+            let mut young_pmd = false;
             for step in pt.pmd_walk(start, end) {
                 match step.kind {
                     PmdKind::Table(table) => {
@@ -244,17 +247,16 @@ pub(crate) fn folio_referenced<'m>(cpu: &Cpu<'m>, inode: &Inode, idx: u64, nr: u
                         for i in i0..i1 {
                             let e = ptes.get(i);
                             if !e.is_none() && arch.present(e) && arch.young(e) {
-                                ptes.replace(i, arch.mkold(e));
-                                hit = true;
+                                hit.merge(ptes.replace(i, arch.mkold(e)));
                             }
                         }
                     }
-                    PmdKind::Huge(e) => hit |= arch.young(e),
+                    PmdKind::Huge(e) => young_pmd |= arch.young(e),
                 }
             }
-            if hit {
+            if hit.is_owed() || young_pmd {
                 young += 1;
-                cpu.flush_tlb(mm, FlushScope::Range(start, end));
+                hit.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
             }
         }
     }
@@ -362,7 +364,9 @@ pub(crate) fn pageout_file_folio<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, addr: Vi
         // Without swap a shmem folio cannot be written out, and only kswapd writes
         // back dirty file folios: either way reclaim has already unmapped it and now
         // puts it back on the active list.
-        lru_relist(cpu, head, |_| mem.set(head, PageFlag::Active));
+        lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+            mem.set(head, PageFlag::Active)
+        });
         return;
     }
     // Only the page cache holds it now (one reference per page): drop it.

@@ -7,7 +7,7 @@
 //! finished with [`MmuGather::finish`] (dropping it unfinished is a bug and is asserted).
 
 use crate::filemap::cache::folio_mark_accessed;
-use crate::huge_memory::{split_huge_pmd, zap_deposited_table};
+use crate::huge_memory::split_huge_pmd;
 use crate::machine::Cpu;
 use crate::mlock::{munlock_folio, munlock_vma_folio, munlocks_at_unmap};
 use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
@@ -17,7 +17,7 @@ use crate::pgtable::{PageTables, PMD_SIZE};
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::vaddr::VirtAddr;
 use crate::vma::Vma;
 
@@ -56,6 +56,13 @@ impl<'c, 'm> MmuGather<'c, 'm> {
             tables: Vec::new(),
             range: None,
         }
+    }
+
+    /// Takes over the flush owed by changes in `[start, end)` (`tlb_remove_tlb_entries`): the
+    /// range is flushed before anything gathered is freed.
+    pub(crate) fn defer_flush(&mut self, flush: TlbFlushPending, start: VirtAddr, end: VirtAddr) {
+        flush.gathered();
+        self.add_range(start, end);
     }
 
     /// Records that translations in `[start, end)` were removed.
@@ -184,15 +191,15 @@ fn zap_huge_pmd<'m>(
     let pt = cpu.tables(mm);
     let haddr = step.haddr();
     let mut pmdl = PmdLock::lock(pt, c, step.table);
-    let pmd = pmdl.clear(step.idx);
-    tlb.add_range(haddr, haddr.add(PMD_SIZE));
+    let (pmd, flush) = pmdl.clear(step.idx);
+    tlb.defer_flush(flush, haddr, haddr.add(PMD_SIZE));
     if let Some(pfn) = pt.vm_normal_folio(pmd) {
         let anon = phys.memmap.test(pfn, PageFlag::Anon);
         if !anon && pt.arch.dirty(pmd) {
             phys.memmap.set(pfn, PageFlag::Dirty);
         }
-        rmap::remove_pmd(phys, c, pfn, mm.id);
-        munlock_vma_folio(cpu, pfn, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(pfn), mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(pfn), vma);
         let kind = if anon {
             RssKind::Anon
         } else {
@@ -201,8 +208,13 @@ fn zap_huge_pmd<'m>(
         mm.rss_add(kind, -(1 << HPAGE_PMD_ORDER));
         tlb.remove_folio(pfn, 1);
     }
+    // `zap_deposited_table`: withdrawn under the PMD lock (Linux frees it there too; freeing
+    // it just after changes no count).
+    let deposit = mm.deposited.withdraw(&pmdl, haddr);
     drop(pmdl);
-    zap_deposited_table(cpu, mm, haddr);
+    if let Some(t) = deposit {
+        phys.put_folio(c, t, 1);
+    }
     c.add(Ev::ZapBatches, 1);
 }
 
@@ -225,7 +237,7 @@ fn zap_pte_range<'m>(
     // One read of the tunables for the whole table, not one per folio.
     let batching = cpu.m.tunables().zap_pte_batch;
     let munlock = munlocks_at_unmap(cpu, vma);
-    let mut cleared = 0usize;
+    let mut flush = TlbFlushPending::none();
     let mut i = i0;
     while i < i1 {
         let e = ptes.get(i);
@@ -237,7 +249,7 @@ fn zap_pte_range<'m>(
             // `zap_nonpresent_ptes`: the entry's reference on its slot goes (anonymous
             // memory only: a file-pages-only zap keeps the private copies).
             if details == ZapDetails::All {
-                ptes.clear(i, 1);
+                ptes.clear_nonpresent(i);
                 mm.rss_add(RssKind::Swap, -1);
                 if let Some(swap) = cpu.m.swap.as_ref() {
                     crate::swap_state::free_swap_and_cache(cpu, swap, arch.swp_entry(e), 1);
@@ -253,9 +265,9 @@ fn zap_pte_range<'m>(
             i += nr;
             continue;
         }
-        let dirty = ptes.clear(i, nr);
+        let (dirty, owed) = ptes.clear(i, nr);
+        flush.merge(owed);
         c.add(Ev::ZapPtes, nr as u64);
-        cleared += nr;
         i += nr;
         let Some(head) = run.folio else {
             continue;
@@ -270,10 +282,10 @@ fn zap_pte_range<'m>(
                 folio_mark_accessed(cpu, head);
             }
         }
-        rmap::remove_ptes(phys, c, head, run.pfn, nr as u64, mm.id);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), run.pfn, nr as u64, mm.id);
         if munlock {
             // `munlock_vma_folio`.
-            munlock_folio(cpu, head);
+            munlock_folio(cpu, cpu.m.phys.memmap.folio(head));
         }
         mm.rss_add(
             if anon {
@@ -289,8 +301,8 @@ fn zap_pte_range<'m>(
             c.add(Ev::ZapBatchesLarge, 1);
         }
     }
-    if cleared > 0 {
-        tlb.add_range(step.start, step.end);
+    if flush.is_owed() {
+        tlb.defer_flush(flush, step.start, step.end);
     }
 }
 

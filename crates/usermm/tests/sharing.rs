@@ -371,9 +371,9 @@ impl Model {
         }
         let total = mem.large_mapcount_add(HEAD, n as i32);
         if !self.live {
-            owner::reset(&self.phys, HEAD);
+            owner::reset(self.phys.memmap.folio(HEAD));
         }
-        owner::map(&self.phys, HEAD, id, n as i32, total);
+        owner::map(self.phys.memmap.folio(HEAD), id, n as i32, total);
         for (_, s) in &self.trackers {
             if self.live {
                 s.on_map(HEAD, self.order, id, n);
@@ -402,7 +402,7 @@ impl Model {
             mem.entire_mapcount_add(HEAD, -1);
         }
         let total = mem.large_mapcount_add(HEAD, -(n as i32));
-        owner::unmap(&self.phys, HEAD, id, n as i32, total);
+        owner::unmap(self.phys.memmap.folio(HEAD), id, n as i32, total);
         for (_, s) in &self.trackers {
             s.on_unmap(HEAD, self.order, id, n);
         }
@@ -489,13 +489,13 @@ impl Model {
         prop_assert_eq!(i64::from(mem.large_mapcount(HEAD)), total as i64);
         let truth_list: Vec<(u32, u64)> =
             (0..NR_MMS).map(|m| (self.ids[m], self.count(m))).collect();
-        let est_excl = !estimate::likely_mapped_shared(mem, HEAD);
+        let est_excl = !estimate::likely_mapped_shared(mem.folio(HEAD));
         // The v6.7 first-page estimate errs the same way, never toward "shared".
-        let v67_excl = !estimate::estimated_shared(mem, HEAD);
+        let v67_excl = !estimate::estimated_shared(mem.folio(HEAD));
         if mappers.len() == 1 {
             prop_assert!(v67_excl, "v6.7 estimate falsely shared");
         }
-        let owner_shared = owner::maybe_mapped_shared(&self.phys, HEAD);
+        let owner_shared = owner::maybe_mapped_shared(self.phys.memmap.folio(HEAD));
         for mm in 0..NR_MMS {
             let id = self.ids[mm];
             let truth = self.count(mm) > 0 && mappers.len() == 1;
@@ -510,13 +510,13 @@ impl Model {
             for (t, s) in &self.trackers {
                 match t {
                     SharingTracker::Owner => {
-                        let a = s.answers(&self.phys, HEAD, id, id);
+                        let a = s.answers(self.phys.memmap.folio(HEAD), id, id);
                         if maps {
                             prop_assert!(
                                 !a.owner || truth,
                                 "owner falsely exclusive for mm {} ({:?})",
                                 mm,
-                                owner::slots(&self.phys, HEAD)
+                                owner::slots(self.phys.memmap.folio(HEAD))
                             );
                             prop_assert!(owner_shared || truth, "owner: bit clear but shared");
                             if truth && owner_shared {
@@ -617,7 +617,7 @@ fn estimate_and_owner_errors_are_the_documented_ones() {
     m.map(1, &all, false);
     m.unmap(0, &all[8..], false);
     m.unmap(1, &all[..8], false);
-    assert!(!estimate::likely_mapped_shared(&m.phys.memmap, HEAD));
+    assert!(!estimate::likely_mapped_shared(m.phys.memmap.folio(HEAD)));
     m.check().expect("trackers");
     assert!(m.estimate_false_exclusive > 0);
     // owner: A, B take the slots, C maps untracked, A and B leave -> C alone, still "shared".
@@ -628,7 +628,7 @@ fn estimate_and_owner_errors_are_the_documented_ones() {
     m.unmap(0, &all, false);
     m.unmap(1, &all, false);
     m.check().expect("trackers");
-    assert!(owner::maybe_mapped_shared(&m.phys, HEAD));
+    assert!(owner::maybe_mapped_shared(m.phys.memmap.folio(HEAD)));
     assert!(m.owner_false_shared > 0);
 }
 
@@ -772,8 +772,8 @@ fn tracker_cost() {
         for threads in [1usize, 2] {
             let s = Arc::new(Sharing::new(phys.nr_frames(), t, false));
             s.on_new(HEAD, order, 1, 1);
-            owner::reset(&phys, HEAD);
-            owner::map(&phys, HEAD, 1, 1, 1);
+            owner::reset(phys.memmap.folio(HEAD));
+            owner::map(phys.memmap.folio(HEAD), 1, 1, 1);
             phys.memmap.large_mapcount_add(HEAD, 1);
             let iters = 2_000_000u64;
             let start = std::time::Instant::now();
@@ -790,9 +790,9 @@ fn tracker_cost() {
                                         let total =
                                             phys.memmap.large_mapcount_add_locked(&g, HEAD, d);
                                         if up {
-                                            owner::map(&phys, HEAD, id, 1, total);
+                                            owner::map(phys.memmap.folio(HEAD), id, 1, total);
                                         } else {
-                                            owner::unmap(&phys, HEAD, id, 1, total);
+                                            owner::unmap(phys.memmap.folio(HEAD), id, 1, total);
                                         }
                                     }
                                     SharingTracker::Estimate => {

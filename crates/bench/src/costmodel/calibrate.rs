@@ -57,7 +57,7 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         .rev()
         .find(|s| gcd(*s, n) == 1 && *s <= n / 3 + 1)
         .unwrap_or(1);
-    let llc = usermm_model::profile::llc_bytes();
+    let llc = crate::host::llc_bytes();
     let counters: Vec<_> = probes
         .iter()
         .map(engine_counters)

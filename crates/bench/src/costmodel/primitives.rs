@@ -253,7 +253,7 @@ fn dontneed_difference_ns() -> Option<f64> {
 /// host may refuse it): each line holds the number of its successor in the cycle `next`
 /// (one entry per line), followed for 64 Ki steps.
 fn far_line_ns(next: &[u32]) -> f64 {
-    const MADV_HUGEPAGE: i32 = 14;
+    const MADV_HUGEPAGE: i32 = usermm::Advice::HugePage.number();
     const PMD: u64 = 2 << 20;
     let mut words: Vec<u64> = Vec::with_capacity(BUF / 8 + (PMD / 8) as usize);
     let start = (words.as_ptr() as u64).next_multiple_of(PMD);
@@ -442,7 +442,7 @@ const ADJACENCY_SAMPLES: u64 = 1024;
 /// kernel work without the exception; `None` if the host refuses a step (before 5.14).
 fn trap_ns() -> Option<f64> {
     const LEN: u64 = 32 << 20;
-    const MADV_POPULATE_READ: i32 = 22;
+    const MADV_POPULATE_READ: i32 = usermm::Advice::PopulateRead.number();
     let per_page = |populate: bool| -> Option<f64> {
         let r = crate::host::region::Region::anon_small_pages(LEN).ok()?;
         let t = Instant::now();

@@ -17,6 +17,7 @@
 use super::measure::{fork_exit_rate, fork_time, vma_count};
 use super::region::{HostTmpfs, Region, SparseVmas};
 use super::{mthp_stat, vmstat, Layout};
+use oracle::procfs::status_kb;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -278,7 +279,7 @@ pub fn serve() -> anyhow::Result<()> {
 fn shape(c: &mut BTreeMap<String, u64>) -> String {
     c.insert("host_vmas".into(), vma_count());
     let status = proc_text("/proc/self/status");
-    c.insert("host_rss_anon_kb".into(), kb(&status, "RssAnon"));
+    c.insert("host_rss_anon_kb".into(), status_kb(&status, "RssAnon"));
     status
 }
 
@@ -288,21 +289,19 @@ fn shape(c: &mut BTreeMap<String, u64>) -> String {
 /// then, has none; its `host_mthp_*` counters say what the layout's folios were).
 fn huge_mapped(c: &mut BTreeMap<String, u64>) {
     let rollup = proc_text("/proc/self/smaps_rollup");
-    c.insert("host_anon_huge_kb".into(), kb(&rollup, "AnonHugePages"));
+    c.insert(
+        "host_anon_huge_kb".into(),
+        status_kb(&rollup, "AnonHugePages"),
+    );
     c.insert(
         "host_shmem_pmd_mapped_kb".into(),
-        kb(&rollup, "ShmemPmdMapped"),
+        status_kb(&rollup, "ShmemPmdMapped"),
     );
 }
 
 /// A `/proc` file's text (empty if it cannot be read).
 fn proc_text(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// The `key: N kB` figure of a `/proc/self/status`-style text, in kB (0 if absent).
-fn kb(text: &str, key: &str) -> u64 {
-    oracle::procfs::status_field(text, key).map_or(0, |bytes| bytes >> 10)
 }
 
 /// Interleaves this thread's allocations over `nodes` nodes (fewer than 2: back to the
@@ -510,7 +509,7 @@ fn run(cell: &HostCell) -> CellResult {
             let r = r?;
             oracle::sys::drain_lru_batches();
             let status = shape(&mut c);
-            c.insert("host_locked_kb".into(), kb(&status, "VmLck"));
+            c.insert("host_locked_kb".into(), status_kb(&status, "VmLck"));
             // Small folios only: a sample of PMD-mapped THPs would read every head the timed
             // munlock is about to (each boundary's second entry is one).
             if folio < 2 << 20 {

@@ -215,6 +215,27 @@ impl HostSession {
     }
 }
 
+/// The last-level cache of CPU 0, bytes (`/sys/devices/system/cpu/cpu0/cache/index*`, the
+/// highest level); 0 if unknown. Sysfs writes the size as `32K` or `16M`, which the
+/// workspace's one size grammar (`usermm::units::parse_size`) reads.
+pub fn llc_bytes() -> u64 {
+    let mut best = (0u64, 0u64);
+    for i in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read =
+            |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).map(|t| t.trim().to_string());
+        let (Ok(level), Ok(size)) = (read("level"), read("size")) else {
+            continue;
+        };
+        let level: u64 = level.parse().unwrap_or(0);
+        let bytes = usermm::units::parse_size(&size).unwrap_or(0);
+        if level >= best.0 {
+            best = (level, bytes);
+        }
+    }
+    best.1
+}
+
 /// A `/proc/vmstat` counter.
 pub fn vmstat(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/vmstat").ok()?;
@@ -277,5 +298,5 @@ pub(crate) fn on_last_cpu<T>(f: impl FnOnce() -> T) -> T {
 
 /// Describes an errno.
 pub fn errno_text(what: &str, e: i32) -> String {
-    format!("{what}: {}", std::io::Error::from_raw_os_error(e))
+    format!("{what}: {}", sys::errno_text(e))
 }

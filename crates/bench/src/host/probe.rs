@@ -385,9 +385,8 @@ fn host_timed(probe: &Probe, scatter: &dyn Fn(&Region, u64)) -> Result<f64, Stri
         Probe::MmapVmas { vmas } => {
             let _sparse = SparseVmas::new(vmas)?;
             time(&mut || {
-                const PRIVATE_ANON: i32 = 0x02 | 0x20;
-                let a =
-                    sys::mmap(0, PAGE, RW_HOST, PRIVATE_ANON).map_err(|e| errno_text("mmap", e))?;
+                let a = sys::mmap(0, PAGE, RW_HOST, super::region::PRIVATE_ANON)
+                    .map_err(|e| errno_text("mmap", e))?;
                 sys::munmap(a, PAGE).map_err(|e| errno_text("munmap", e))
             })
         }

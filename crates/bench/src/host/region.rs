@@ -3,35 +3,33 @@
 
 use super::errno_text;
 use oracle::files::{ScratchDir, TMPFS_PARENT};
-use oracle::sys;
+use oracle::sys::{
+    self, MAP_ANONYMOUS, MAP_FIXED, MAP_LOCKED, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED,
+};
 use std::os::fd::AsRawFd;
+use usermm::{Advice, Prot};
+
+// The host's protections and advice are the engine's tables' numbers (`Prot::bits`,
+// `Advice::number`: Linux's ABI, written once in the workspace); the mapping flags are
+// libc's, through `oracle::sys`.
 
 /// `PROT_READ | PROT_WRITE`.
-pub const RW: i32 = libc_prot::READ | libc_prot::WRITE;
+pub const RW: i32 = Prot::RW.bits() as i32;
 /// `PROT_READ`.
-pub const RO: i32 = libc_prot::READ;
+pub const RO: i32 = Prot::RO.bits() as i32;
+/// `PROT_NONE`.
+const NONE: i32 = Prot::NONE.bits() as i32;
 const PMD: u64 = 2 << 20;
 const PAGE: u64 = 4096;
 
-/// The protection and mapping flag values of Linux (stable ABI).
-mod libc_prot {
-    pub const NONE: i32 = 0;
-    pub const READ: i32 = 1;
-    pub const WRITE: i32 = 2;
-    pub const SHARED: i32 = 0x01;
-    pub const PRIVATE: i32 = 0x02;
-    pub const FIXED: i32 = 0x10;
-    pub const ANONYMOUS: i32 = 0x20;
-    pub const POPULATE: i32 = 0x8000;
-    pub const LOCKED: i32 = 0x2000;
-}
-
 /// `MADV_DONTNEED`.
-pub const MADV_DONTNEED: i32 = 4;
+pub const MADV_DONTNEED: i32 = Advice::DontNeed.number();
 /// `MADV_NOHUGEPAGE`.
-pub const MADV_NOHUGEPAGE: i32 = 15;
+pub const MADV_NOHUGEPAGE: i32 = Advice::NoHugePage.number();
 /// `MADV_POPULATE_WRITE` (Linux 5.14+).
-const MADV_POPULATE_WRITE: i32 = 23;
+const MADV_POPULATE_WRITE: i32 = Advice::PopulateWrite.number();
+/// `MAP_PRIVATE | MAP_ANONYMOUS`.
+pub const PRIVATE_ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 
 /// A private anonymous mapping `[addr, addr + len)`.
 #[derive(Debug)]
@@ -46,9 +44,8 @@ pub struct Region {
 impl Region {
     /// Reserves `len` bytes aligned to 2 MiB, `PROT_NONE`.
     fn reserve(len: u64) -> Result<Region, String> {
-        let flags = libc_prot::PRIVATE | libc_prot::ANONYMOUS;
-        let map =
-            sys::mmap(0, len + PMD, libc_prot::NONE, flags).map_err(|e| errno_text("mmap", e))?;
+        let flags = PRIVATE_ANON;
+        let map = sys::mmap(0, len + PMD, NONE, flags).map_err(|e| errno_text("mmap", e))?;
         let addr = (map + PMD - 1) & !(PMD - 1);
         if addr > map {
             sys::munmap(map, addr - map).map_err(|e| errno_text("munmap", e))?;
@@ -67,7 +64,7 @@ impl Region {
     /// Maps `extra_flags` anonymous memory over the reservation.
     fn map_over(len: u64, prot: i32, extra_flags: i32) -> Result<Region, String> {
         let r = Region::reserve(len)?;
-        let flags = libc_prot::PRIVATE | libc_prot::ANONYMOUS | libc_prot::FIXED | extra_flags;
+        let flags = PRIVATE_ANON | MAP_FIXED | extra_flags;
         sys::mmap(r.addr, len, prot, flags).map_err(|e| errno_text("mmap", e))?;
         Ok(r)
     }
@@ -77,14 +74,9 @@ impl Region {
     pub fn file(len: u64, fd: i32, shared: bool, skew: u64) -> Result<Region, String> {
         let r = Region::reserve(len + PMD)?;
         let addr = r.addr + skew;
-        let kind = if shared {
-            libc_prot::SHARED
-        } else {
-            libc_prot::PRIVATE
-        };
+        let kind = if shared { MAP_SHARED } else { MAP_PRIVATE };
         // MAP_FIXED over our own reservation, then the reservation's rest goes.
-        sys::mmap_fd(addr, len, RW, kind | libc_prot::FIXED, fd, 0)
-            .map_err(|e| errno_text("mmap", e))?;
+        sys::mmap_fd(addr, len, RW, kind | MAP_FIXED, fd, 0).map_err(|e| errno_text("mmap", e))?;
         let ends = [(r.addr, skew), (addr + len, PMD - skew)];
         std::mem::forget(r);
         for (a, n) in ends {
@@ -102,7 +94,7 @@ impl Region {
     /// A `MAP_SHARED | MAP_LOCKED | MAP_POPULATE` mapping of the file `fd`.
     pub fn file_locked(len: u64, fd: i32) -> Result<Region, String> {
         let r = Region::reserve(len)?;
-        let flags = libc_prot::SHARED | libc_prot::FIXED | libc_prot::LOCKED | libc_prot::POPULATE;
+        let flags = MAP_SHARED | MAP_FIXED | MAP_LOCKED | MAP_POPULATE;
         sys::mmap_fd(r.addr, len, RW, flags, fd, 0).map_err(|e| errno_text("mmap", e))?;
         Ok(r)
     }
@@ -128,7 +120,7 @@ impl Region {
 
     /// A read-write mapping populated and mlocked at mmap (`MAP_LOCKED | MAP_POPULATE`).
     pub fn locked(len: u64) -> Result<Region, String> {
-        Region::map_over(len, RW, libc_prot::LOCKED | libc_prot::POPULATE)
+        Region::map_over(len, RW, MAP_LOCKED | MAP_POPULATE)
     }
 
     /// Write-faults every page in (`MADV_POPULATE_WRITE`, else one write per page), so the

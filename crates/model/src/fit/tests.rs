@@ -112,6 +112,8 @@ fn synthetic_prices_are_recovered_within_their_reported_errors() {
             vec![c.clone()],
             "nothing merged: every counter swept apart"
         );
+        // The families that carry it are named on the shared price too.
+        assert!(!fit.prices[g].families.is_empty(), "{c}: no family named");
         // In every operation that has it: its own price, or the shared one.
         let ops: BTreeSet<&str> = obs
             .iter()

@@ -25,21 +25,10 @@ pub(super) const SAMPLE_STRIDE: usize = 16;
 /// Page-difference lines reported per process and statement.
 const MAX_PAGE_LINES: usize = 16;
 
-/// What one page looks like.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PageObs {
-    /// pagemap bit 63.
-    pub present: bool,
-    /// pagemap bit 56: the page is mapped once. Linux 6.18 sets it on present pages only
-    /// (`pte_to_pagemap_entry` tests the mapcount under PM_PRESENT): clear on a swap entry.
-    pub exclusive: bool,
-    /// pagemap bit 62: a swap entry (`pte_to_pagemap_entry`'s PM_SWAP).
-    pub swapped: bool,
-    /// The compared kpageflags bits (sampled pages that are present).
-    pub flags: Option<u64>,
-    /// Folio order (sampled pages that are present).
-    pub order: Option<u32>,
-}
+/// What one page looks like as compared: the backends' one page view (pagemap and
+/// kpageflags, `scenario::backend::PageView`), with only the compared kpageflags bits and,
+/// like the folio order, only on sampled pages that are present.
+pub type PageObs = scenario::backend::PageView;
 
 /// The pages of one VMA that are shown, sparsely: `(index, page)` in index order for every
 /// page whose observation is not [`PageObs::default`] (absent, no swap entry, not exclusive), out of
@@ -150,11 +139,9 @@ impl ObservePages for EngineBackend {
             pages.push((
                 addr,
                 PageObs {
-                    present: v.present,
-                    exclusive: v.exclusive,
-                    swapped: v.swapped,
-                    flags: v.kpageflags.filter(|_| keep).map(compared_bits),
-                    order: v.folio_order.filter(|_| keep),
+                    kpageflags: v.kpageflags.filter(|_| keep).map(compared_bits),
+                    folio_order: v.folio_order.filter(|_| keep),
+                    ..v
                 },
             ));
         }
@@ -193,8 +180,8 @@ impl ObservePages for HostBackend<'_> {
             if o.present && sampled(i, n) && skipped.is_empty() {
                 match self.frame(e) {
                     Ok((f, ord)) => {
-                        o.flags = f.map(compared_bits);
-                        o.order = ord;
+                        o.kpageflags = f.map(compared_bits);
+                        o.folio_order = ord;
                     }
                     Err(f) => {
                         skipped.push(format!("kpageflags and folio order: {}", fail_name(&f)))
@@ -219,8 +206,8 @@ fn disk_page(o: &PageObs) -> PageObs {
         | KpageFlag::Dirty.mask()
         | KpageFlag::Writeback.mask();
     PageObs {
-        flags: o.flags.map(|f| f & !mask),
-        order: None,
+        kpageflags: o.kpageflags.map(|f| f & !mask),
+        folio_order: None,
         ..*o
     }
 }
@@ -264,9 +251,9 @@ impl PageField {
             PageField::Present => Some(u8::from(o.present).to_string()),
             PageField::Exclusive => Some(u8::from(o.exclusive).to_string()),
             PageField::Swapped => Some(u8::from(o.swapped).to_string()),
-            PageField::Order => o.order.map(|x| x.to_string()),
+            PageField::Order => o.folio_order.map(|x| x.to_string()),
             PageField::Flag(f) => o
-                .flags
+                .kpageflags
                 .map(|w| if w & f.mask() != 0 { "1" } else { "0" }.to_string()),
         }
     }
@@ -464,8 +451,8 @@ mod tests {
             3 => PageObs {
                 present: true,
                 exclusive: true,
-                flags: flags[(r / 6 % 4) as usize],
-                order: Some((r / 24 % 2) as u32),
+                kpageflags: flags[(r / 6 % 4) as usize],
+                folio_order: Some((r / 24 % 2) as u32),
                 ..PageObs::default()
             },
             4 => PageObs {

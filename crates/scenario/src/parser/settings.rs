@@ -123,29 +123,19 @@ fn policy_pairs<T: Keyword, P: Keyword>(
             }
             out.push(PolicyPair::Top(policy));
         } else {
-            let size = match parse_size(k.text) {
-                Ok(v) => ThpSize::new(v).ok_or_else(|| Fail {
-                    col: k.col,
-                    kind: ErrorKind::BadThpSize {
-                        text: k.text.into(),
-                    },
-                })?,
-                Err(NumErr::Syntax) if is_ident(k.text) => {
-                    return fail(
-                        k.col,
-                        unknown_option(k.text, what, "SIZE=POLICY or top=POLICY"),
-                    )
-                }
-                Err(NumErr::Syntax) => {
-                    return fail(
-                        k.col,
-                        ErrorKind::BadSize {
-                            text: k.text.into(),
-                        },
-                    )
-                }
-                Err(NumErr::Overflow) => return fail(k.col, too_big(k.text)),
-            };
+            // A word that is no size at all is a misspelt option; else the size's own errors.
+            if is_ident(k.text) && parse_size(k.text) == Err(NumErr::Syntax) {
+                return fail(
+                    k.col,
+                    unknown_option(k.text, what, "SIZE=POLICY or top=POLICY"),
+                );
+            }
+            let size = ThpSize::new(size_of(k)?).ok_or_else(|| Fail {
+                col: k.col,
+                kind: ErrorKind::BadThpSize {
+                    text: k.text.into(),
+                },
+            })?;
             c.eq(k.text)?;
             let (policy, _) = c.keyword::<P>(&format!("a {name} policy"))?;
             if out

@@ -62,7 +62,7 @@ pub(crate) fn cache_alloc_order<'m>(
         .alloc_folio(cpu.c(), order, node, kind, zeroing)?;
     let nr = 1u64 << order;
     if nr > 1 {
-        crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), p, nr as i32 - 1);
+        crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(p), nr as i32 - 1);
     }
     let mem = &cpu.m.phys.memmap;
     mem.set_mapping(p, inode.id);
@@ -79,7 +79,7 @@ pub(crate) fn cache_alloc_order<'m>(
         crate::swap_state::shmem_swapin(cpu, inode, idx, p);
     }
     crate::workingset::workingset_refault(cpu, inode, idx, p);
-    folio_add_lru(cpu, p);
+    folio_add_lru(cpu, cpu.m.phys.memmap.folio(p));
     Some(p)
 }
 
@@ -131,7 +131,7 @@ pub(crate) fn folio_mark_accessed<'m>(cpu: &Cpu<'m>, head: Pfn) {
     if !mem.test(head, PageFlag::Referenced) {
         mem.set(head, PageFlag::Referenced);
     } else if !mem.test(head, PageFlag::Unevictable) && !mem.test(head, PageFlag::Active) {
-        lru_relist(cpu, head, |_| {
+        lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
             mem.set(head, PageFlag::Active);
             mem.clear(head, PageFlag::Referenced);
         });

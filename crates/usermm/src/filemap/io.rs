@@ -188,7 +188,7 @@ pub(crate) fn filemap_fault<'m>(
     let mem = &cpu.m.phys.memmap;
     let hit = |p: Pfn, retry: bool| {
         let head = mem.folio_of(p);
-        crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
+        crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(head), 1);
         if !mem.test(head, PageFlag::Uptodate) {
             // A fallocated tmpfs page: cleared on first use.
             cpu.m.phys.arena.zero_frame(p);
@@ -257,7 +257,7 @@ pub(crate) fn filemap_fault<'m>(
         }
     };
     let head = cpu.m.phys.memmap.folio_of(p);
-    crate::rmap::folio_ref_add(&cpu.m.phys, cpu.c(), head, 1);
+    crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(head), 1);
     drop(cache);
     // A disk miss waits for its read with the lock dropped when it may (in
     // `do_sync_mmap_readahead`, or `filemap_read_folio` when readahead read nothing).

@@ -6,9 +6,7 @@
 //! they build on (the deposit, `do_set_pmd`, `split_huge_pmd`) are [`super`]'s.
 
 use crate::filemap::io::filemap_fault;
-use crate::huge_memory::{
-    add_new_pmd_folio, alloc_deposit, deposit_table, do_set_pmd, split_huge_pmd,
-};
+use crate::huge_memory::{add_new_pmd_folio, alloc_deposit, do_set_pmd, split_huge_pmd};
 use crate::machine::Cpu;
 use crate::mm::RssKind;
 use crate::pgtable::cursor::PmdLock;
@@ -97,7 +95,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
     let use_zero = vmf.tun.thp.use_zero_page;
     // The anon_vma comes first, even for the huge zero page (6.18: after a huge-zero read
     // fault and a fork, the child's VMA is an anon_vma child and no longer merges).
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     if access == Access::Read && use_zero {
         let hz = phys.huge_zero_pfn()?;
         let deposit = alloc_deposit(cpu)?;
@@ -108,7 +106,7 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
             phys.put_folio(c, deposit, 1);
             return Some(FaultOutcome::Completed);
         }
-        deposit_table(cpu, mm, haddr, deposit);
+        mm.deposited.deposit(&pmdl, haddr, deposit);
         pmdl.install(pmd_idx, entry);
         c.add(Ev::FaultZeroPage, 1);
         return Some(FaultOutcome::Completed);
@@ -131,8 +129,8 @@ pub(crate) fn do_huge_pmd_anonymous_page<'m>(
         phys.put_folio(c, deposit, 1);
         return Some(FaultOutcome::Completed);
     }
-    deposit_table(cpu, mm, haddr, deposit);
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    mm.deposited.deposit(&pmdl, haddr, deposit);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
     if vma.flags.has(VmFlags::WRITE) {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -178,7 +176,7 @@ pub(crate) fn do_huge_pmd_wp_page<'m>(
     }
     if mem.test(pfn, PageFlag::AnonExclusive) || mem.refcount(pfn) == 1 {
         mem.set(pfn, PageFlag::AnonExclusive);
-        pmdl.replace(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
+        pmdl.replace_no_flush(pmd_idx, arch.mkyoung(arch.mkdirty(arch.mkwrite(pmd))));
         c.add(Ev::CowReuse, 1);
         return Some(FaultOutcome::Completed);
     }
@@ -201,7 +199,7 @@ fn huge_zero_wp<'m>(
     let phys = &cpu.m.phys;
     let arch = cpu.m.arch;
     let pt = vmf.pt;
-    let owner = anon_vma_prepare(cpu, mm, vma) as u32;
+    let anon_vma = anon_vma_prepare(cpu, mm, vma);
     let Some(head) = phys.alloc_folio(
         c,
         HPAGE_PMD_ORDER,
@@ -218,11 +216,11 @@ fn huge_zero_wp<'m>(
         phys.put_folio(c, head, 1);
         return Some(FaultOutcome::Completed);
     }
-    add_new_pmd_folio(cpu, mm, vma, head, haddr, owner);
+    add_new_pmd_folio(cpu, mm, vma, head, haddr, anon_vma);
     let entry = arch.mkwrite(arch.mkdirty(arch.mk_pmd_leaf(head, vma.page_prot())));
     // Break before make: the huge zero page leaves every TLB before the THP appears.
-    pmdl.clear(pmd_idx);
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    let (_, flush) = pmdl.clear(pmd_idx);
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     pmdl.install(pmd_idx, entry);
     c.add(Ev::FaultAnonPmd, 1);
     mm.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);

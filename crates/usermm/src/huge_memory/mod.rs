@@ -4,9 +4,9 @@
 //! Linux counterpart: `mm/huge_memory.c`: `do_huge_pmd_anonymous_page` (with the huge zero
 //! page, `set_huge_zero_folio`), `do_huge_pmd_wp_page` (reuse, or fall back to PTEs),
 //! `do_set_pmd` and the shmem PMD fault (`finish_fault` of a PMD-sized shmem folio),
-//! `thp_vma_allowable_order` ([`thp_pmd_eligible`]), `pgtable_trans_huge_deposit` /
-//! `_withdraw`, `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
-//! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf.
+//! `thp_vma_allowable_order` ([`thp_pmd_eligible`]), `__split_huge_pmd_locked` and `vma_adjust_trans_huge`. They are called from
+//! [`crate::fault`]'s `handle_mm_fault` when the PMD is empty or a huge leaf. The deposited
+//! table (`pgtable_trans_huge_deposit` / `_withdraw`) is `pgtable::deposit`'s.
 //!
 //! Splitting a folio (`split_folio` → `__folio_split`: `unmap_folio` with migration entries, `__split_unmapped_folio`, `remap_page`), as MADV_FREE, MADV_COLD
 //! and MADV_PAGEOUT call it for a large folio their range covers only in part and that no
@@ -32,9 +32,9 @@ use crate::mm::{mm_counter_file, Mm, MmState};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock, UnlinkedPtes};
 use crate::pgtable::{Access, Pmd, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
-use crate::rmap::{self, Level};
+use crate::rmap::{self, AnonVmaId, Level};
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::tunables::{PteBatching, ThpSettings};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
@@ -145,17 +145,20 @@ fn split_mapped_anon_folio<'m>(
         .collect();
     // Unmap, holding one reference so the folio survives without mappings.
     if !isolated {
-        rmap::folio_ref_add(phys, c, head, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
     }
+    let mut flush = TlbFlushPending::none();
     for &(t, i, _, pfn) in &maps {
         // `try_to_migrate_one`: a dirty entry dirties the folio, so every piece is dirty.
-        if locks[t].clear(i, 1) {
+        let (dirty, owed) = locks[t].clear(i, 1);
+        flush.merge(owed);
+        if dirty {
             mem.set(head, PageFlag::Dirty);
         }
-        rmap::remove_ptes(phys, c, head, pfn, 1, mm.id);
+        rmap::remove_ptes(phys, c, phys.memmap.folio(head), pfn, 1, mm.id);
     }
-    rmap::folio_ref_add(phys, c, head, -mapped);
-    cpu.flush_tlb(mm, FlushScope::Range(first, end));
+    rmap::folio_ref_add(c, phys.memmap.folio(head), -mapped);
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(first, end)));
     let pieces: Vec<(u64, u32)> = (0..nr).map(|i| (i, 0)).collect();
     // Each piece starts with one reference: the one held above, now per page.
     phys.split_unmapped_folio(c, head, &pieces);
@@ -164,8 +167,8 @@ fn split_mapped_anon_folio<'m>(
     }
     for (&(t, i, e, pfn), &excl) in maps.iter().zip(&exclusive) {
         locks[t].set_ptes(i, e, 1);
-        rmap::add_ptes(phys, c, pfn, pfn, 1, mm.id);
-        rmap::folio_ref_add(phys, c, pfn, 1);
+        rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn, 1, mm.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), 1);
         if excl {
             mem.set(pfn, PageFlag::AnonExclusive);
         }
@@ -235,8 +238,13 @@ pub(crate) fn do_set_pmd<'m>(
     if !pmdl.get(pmd_idx).is_none() {
         return false;
     }
-    rmap::add_file_pmd(phys, c, head, mm.id);
-    mlock_vma_file_folio(cpu, head, vma, 1 << HPAGE_PMD_ORDER);
+    rmap::add_file_pmd(phys, c, phys.memmap.folio(head), mm.id);
+    mlock_vma_file_folio(
+        cpu,
+        cpu.m.phys.memmap.folio(head),
+        vma,
+        1 << HPAGE_PMD_ORDER,
+    );
     let mut entry = arch.mk_pmd_leaf(head, vma.page_prot());
     if access == Access::Write {
         entry = arch.mkwrite(arch.mkdirty(entry));
@@ -255,29 +263,6 @@ pub(crate) fn alloc_deposit<'m>(cpu: &Cpu<'m>) -> Option<Pfn> {
         .alloc_folio(cpu.c(), 0, 0, FolioKind::Pgtable, Zeroing::Zero)
 }
 
-/// Deposits `table` for the PMD mapping at `haddr` (`pgtable_trans_huge_deposit`).
-///
-/// # Context
-/// The PMD table's lock is held and the PMD leaf is being installed (a fault, or
-/// MADV_COLLAPSE replacing the table it deposits), so no other deposit for `haddr` can
-/// exist.
-pub(crate) fn deposit_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr, table: Pfn) {
-    cpu.c().add(Ev::LockPageTable, 1);
-    mm.deposited.lock().insert(haddr, table);
-}
-
-pub(crate) fn withdraw_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) -> Option<Pfn> {
-    cpu.c().add(Ev::LockPageTable, 1);
-    mm.deposited.lock().remove(&haddr)
-}
-
-/// Frees the table deposited for a PMD mapping that is going away.
-pub(crate) fn zap_deposited_table<'m>(cpu: &Cpu<'m>, mm: &Mm, haddr: VirtAddr) {
-    if let Some(t) = withdraw_table(cpu, mm, haddr) {
-        cpu.m.phys.put_folio(cpu.c(), t, 1);
-    }
-}
-
 /// rmap, index and LRU of a freshly allocated PMD-sized folio mapped at `haddr`.
 pub(crate) fn add_new_pmd_folio<'m>(
     cpu: &Cpu<'m>,
@@ -285,20 +270,20 @@ pub(crate) fn add_new_pmd_folio<'m>(
     vma: &Vma,
     head: Pfn,
     haddr: VirtAddr,
-    owner: u32,
+    anon_vma: AnonVmaId,
 ) {
     let phys = &cpu.m.phys;
     rmap::add_new_anon(
         phys,
         cpu.c(),
-        head,
+        phys.memmap.folio(head),
         1 << HPAGE_PMD_ORDER,
         Level::Pmd,
-        owner,
+        anon_vma,
         mm.id,
     );
     phys.memmap.set_index(head, vma.pgoff_at(haddr));
-    folio_add_lru_vma(cpu, head, vma);
+    folio_add_lru_vma(cpu, cpu.m.phys.memmap.folio(head), vma);
 }
 
 /// Replaces a huge PMD leaf by a PTE table mapping the same pages (`__split_huge_pmd`).
@@ -330,8 +315,8 @@ pub(crate) fn split_huge_pmd<'m>(
     {
         // A page-cache folio: the PMD is simply cleared and the pages refault as PTEs
         // (`__split_huge_pmd_locked` for file VMAs); dirtiness and access go to the folio.
-        pmdl.clear(pmd_idx);
-        cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+        let (_, flush) = pmdl.clear(pmd_idx);
+        flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
         drop(pmdl);
         let mem = &phys.memmap;
         if arch.dirty(pmd) {
@@ -340,14 +325,14 @@ pub(crate) fn split_huge_pmd<'m>(
         if arch.young(pmd) {
             mem.set(head, PageFlag::Referenced);
         }
-        rmap::remove_pmd(phys, c, head, mm.id);
-        munlock_vma_folio(cpu, head, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(head), mm.id);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(head), vma);
         phys.put_folio(c, head, 1);
         mm.rss_add(mm_counter_file(vma), -(1 << HPAGE_PMD_ORDER));
         c.add(Ev::ThpSplitPmd, 1);
         return;
     }
-    let Some(table) = withdraw_table(cpu, mm, haddr) else {
+    let Some(table) = mm.deposited.withdraw(&pmdl, haddr) else {
         return;
     };
     let pfn = arch.pfn(pmd);
@@ -379,12 +364,12 @@ pub(crate) fn split_huge_pmd<'m>(
     } else if batch == PteBatching::PerPte {
         // v6.7: one rmap call and one PTE store per page.
         for i in 0..nr {
-            rmap::add_ptes(phys, c, pfn, pfn.add(i), 1, mm.id);
+            rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn.add(i), 1, mm.id);
             ptes.set_ptes(i as usize, arch.advance_pfn(base, i), 1);
         }
     } else {
         ptes.set_ptes(0, base, nr as usize);
-        rmap::add_ptes(phys, c, pfn, pfn, nr, mm.id);
+        rmap::add_ptes(phys, c, phys.memmap.folio(pfn), pfn, nr, mm.id);
     }
     drop(ptes);
     if !zero {
@@ -394,9 +379,9 @@ pub(crate) fn split_huge_pmd<'m>(
             mem.set(pfn, PageFlag::Dirty);
         }
         let exclusive = mem.test(pfn, PageFlag::AnonExclusive);
-        rmap::remove_pmd(phys, c, pfn, mm.id);
-        rmap::folio_ref_add(phys, c, pfn, nr as i32 - 1);
-        munlock_vma_folio(cpu, pfn, vma);
+        rmap::remove_pmd(phys, c, phys.memmap.folio(pfn), mm.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), nr as i32 - 1);
+        munlock_vma_folio(cpu, cpu.m.phys.memmap.folio(pfn), vma);
         if exclusive {
             // `folio_add_anon_rmap_ptes(.., RMAP_EXCLUSIVE)` sets the flag page by page,
             // each with a locked bit operation (`SetPageAnonExclusive` is a `set_bit`).
@@ -406,8 +391,8 @@ pub(crate) fn split_huge_pmd<'m>(
             c.add(Ev::FolioAtomic, nr);
         }
     }
-    pmdl.replace(pmd_idx, arch.mk_table(table));
-    cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE)));
+    let flush = pmdl.replace(pmd_idx, arch.mk_table(table));
+    flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(haddr, haddr.add(PMD_SIZE))));
     drop(pmdl);
     c.add(Ev::ThpSplitPmd, 1);
 }

@@ -13,7 +13,7 @@ use crate::ops::munmap::do_munmap;
 use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::stats::Ev;
 use crate::vma::merge::{self, Proposal};
-use crate::vma::VmFlags;
+use crate::vma::{AnonLink, VmFlags};
 
 /// Gap kept between the heap and the next mapping above it (`stack_guard_gap` is only for
 /// stacks; Linux checks one page).
@@ -82,7 +82,7 @@ impl<'m> Cpu<'m> {
             end: newbrk,
             flags,
             pgoff: oldbrk >> 12,
-            anon_vma: (0, 0),
+            anon_vma: AnonLink::default(),
             file: None,
         };
         let heap = merge::MergeWith::HeapFrom(st.start_brk);

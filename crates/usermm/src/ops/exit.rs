@@ -49,7 +49,7 @@ pub(crate) fn teardown_mm<'m>(cpu: &Cpu<'m>, mm: &Mm) {
     free_pgtables(cpu, &mut tlb, mm, &st, start, end);
     tlb.finish();
     cpu.lru_add_drain();
-    for (_, t) in mm.deposited.lock().drain() {
+    for t in mm.deposited.drain() {
         cpu.m.phys.put_folio(cpu.c(), t, 1);
     }
     if cpu.m.phys.memmap.pt_entries(mm.pgd) == 0 && cpu.m.phys.memmap.refcount(mm.pgd) > 0 {

@@ -24,14 +24,15 @@ use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteCopy, PteLock};
 use crate::pgtable::{Arch, Pte};
 use crate::phys::{FolioKind, Pfn, Zeroing, HPAGE_PMD_ORDER};
-use crate::rmap::{self, Level};
+use crate::rmap::{self, AnonVmaId, Level};
 use crate::rmap_walk::Held;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::tunables::{PteBatching, VmaTreeCopy};
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use crate::vmscan::reclaim_for_held;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -49,6 +50,17 @@ struct ForkCtx<'a> {
     needs_cow_for_dma: bool,
     skip_wrprotect: bool,
     batching: PteBatching,
+    /// The flush the parent's write-protected entries owe: settled once, for the whole mm,
+    /// when the copy ends (`dup_mmap`'s `flush_tlb_mm`).
+    owed: RefCell<TlbFlushPending>,
+}
+
+impl ForkCtx<'_> {
+    /// Adds a flush owed by a change to the parent's tables.
+    #[inline]
+    fn owe(&self, flush: TlbFlushPending) {
+        self.owed.borrow_mut().merge(flush);
+    }
 }
 
 impl<'m> Cpu<'m> {
@@ -70,8 +82,9 @@ impl<'m> Cpu<'m> {
             cst.brk = pst.brk;
             cst.mmap_base = pst.mmap_base;
             cst.def_flags = pst.def_flags & VmFlags::NOHUGEPAGE;
-            let r = dup_mmap(self, &parent.mm, &mut pst, &child_mm, &mut cst);
-            self.flush_tlb(&parent.mm, FlushScope::Mm);
+            let mut owed = TlbFlushPending::none();
+            let r = dup_mmap(self, &parent.mm, &mut pst, &child_mm, &mut cst, &mut owed);
+            owed.flushed(self.flush_tlb(&parent.mm, FlushScope::Mm));
             r
         };
         drop(pst);
@@ -96,6 +109,7 @@ fn dup_mmap<'m>(
     pst: &mut MmState,
     dst: &Mm,
     cst: &mut MmState,
+    flush: &mut TlbFlushPending,
 ) -> SysResult<()> {
     let (skip_wrprotect, batching, mode) = {
         let t = cpu.m.tunables();
@@ -109,6 +123,7 @@ fn dup_mmap<'m>(
         needs_cow_for_dma: src.has_pinned.load(Relaxed),
         skip_wrprotect,
         batching,
+        owed: RefCell::new(TlbFlushPending::none()),
     };
     let nodes_before = pst.vmas.tree.stats().allocated;
     let res = match mode {
@@ -131,14 +146,21 @@ fn dup_mmap<'m>(
         st: pst,
         also: Some((dst, cst)),
     };
+    let mut copied = Ok(());
     for id in pst.vmas.all() {
         let vma = pst.vmas.get(id);
-        let copy = !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma() != 0;
+        let copy =
+            !vma.flags.has(VmFlags::DONTCOPY | VmFlags::WIPEONFORK) && vma.anon_vma().is_some();
         if copy {
-            copy_page_range(cpu, &ctx, held, vma)?;
+            copied = copy_page_range(cpu, &ctx, held, vma);
+            if copied.is_err() {
+                break;
+            }
         }
     }
-    Ok(())
+    // A failed copy owes the flush of what it write-protected as much as a finished one.
+    flush.merge(ctx.owed.into_inner());
+    copied
 }
 
 /// Undoes a failed fork: the child's VMAs uncharge themselves when torn down; the part of
@@ -220,8 +242,8 @@ fn dup_vma<'m>(cpu: &Cpu<'m>, vma: &Vma) -> Vma {
     let mut child = vma.clone();
     child.flags = VmFlags(child.flags.0 & !(VmFlags::LOCKED | VmFlags::LOCKONFAULT));
     if vma.flags.has(VmFlags::WIPEONFORK) {
-        child.set_anon_vma(0, 0);
-    } else if vma.anon_vma() != 0 {
+        child.clear_anon_vma();
+    } else if vma.anon_vma().is_some() {
         child.set_anon_vma(cpu.m.alloc_anon_vma(), vma.anon_vma_chain() + 1);
         cpu.c().add(Ev::AnonVmaFork, 1);
     }
@@ -288,24 +310,24 @@ fn copy_huge_pmd<'m>(
     if let Some(pfn) = spt.vm_normal_folio(pmd) {
         c.add(Ev::PmdFolioVisit, 1);
         let needs = ctx.needs_cow_for_dma && vma.is_cow();
-        if rmap::try_dup_anon_pmd(phys, c, pfn, needs, ctx.dst.id).is_err() {
+        if rmap::try_dup_anon_pmd(phys, c, phys.memmap.folio(pfn), needs, ctx.dst.id).is_err() {
             drop((src, dst));
             phys.put_folio(c, deposit, 1);
             split_huge_pmd(cpu, ctx.src, vma, table, idx, haddr);
             return Ok(false);
         }
-        rmap::folio_ref_add(phys, c, pfn, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(pfn), 1);
         ctx.dst.rss_add(RssKind::Anon, 1 << HPAGE_PMD_ORDER);
     }
     let mut e = pmd;
     if vma.is_cow() && arch.write(e) && !ctx.skip_wrprotect {
-        src.replace(idx, arch.wrprotect(e));
+        ctx.owe(src.replace(idx, arch.wrprotect(e)));
     }
     if vma.is_cow() {
         e = arch.wrprotect(e);
     }
     dst.install(haddr.pmd_index(), arch.mkold(e));
-    ctx.dst.deposited.lock().insert(haddr, deposit);
+    ctx.dst.deposited.deposit(&dst, haddr, deposit);
     Ok(true)
 }
 
@@ -380,7 +402,8 @@ fn copy_nonpresent_pte<'m>(
     let mut child = e;
     if arch.swp_exclusive(e) {
         child = arch.swp_clear_exclusive(e);
-        cp.tables.src.replace(i, child);
+        // A swap entry: no TLB holds it.
+        cp.tables.src.replace_no_flush(i, child);
     }
     cp.tables.dst.set_ptes(i, child, 1);
     cp.ctx.dst.rss_add(RssKind::Swap, 1);
@@ -426,8 +449,8 @@ fn copy_present_ptes<'m>(
         // A page-cache folio of a private file mapping that has anon pages too
         // (`folio_dup_file_rmap_ptes`): one more mapping of the same pages.
         let nr = run.nr as u64;
-        rmap::folio_ref_add(phys, c, head, nr as i32);
-        rmap::add_ptes(phys, c, head, run.pfn, nr, cp.ctx.dst.id);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32);
+        rmap::add_ptes(phys, c, phys.memmap.folio(head), run.pfn, nr, cp.ctx.dst.id);
         c.add(Ev::ForkBatches, 1);
         if run.batched {
             c.add(Ev::ForkBatchesLarge, 1);
@@ -442,12 +465,22 @@ fn copy_present_ptes<'m>(
         return Ok((1, copy_present_pte(cpu, cp, i, e, addr)?));
     };
     let nr = run.nr as u64;
-    rmap::folio_ref_add(phys, c, head, nr as i32);
+    rmap::folio_ref_add(c, phys.memmap.folio(head), nr as i32);
     let needs = cp.ctx.needs_cow_for_dma && vma.is_cow();
-    if rmap::try_dup_anon_ptes(phys, c, head, run.pfn, nr, needs, cp.ctx.dst.id).is_err() {
+    if rmap::try_dup_anon_ptes(
+        phys,
+        c,
+        phys.memmap.folio(head),
+        run.pfn,
+        nr,
+        needs,
+        cp.ctx.dst.id,
+    )
+    .is_err()
+    {
         // A maybe-pinned folio with exclusive pages: Linux retries page by page, copying
         // the exclusive ones; the result is the same as the per-PTE path.
-        rmap::folio_ref_add(phys, c, head, -(nr as i32));
+        rmap::folio_ref_add(c, phys.memmap.folio(head), -(nr as i32));
         let mut rss = 0;
         for j in 0..run.nr {
             let ej = cp.tables.src.peek(i + j);
@@ -478,7 +511,8 @@ fn write_copied_ptes<'m>(cpu: &Cpu<'m>, cp: &mut CopyPtes<'_, '_>, i: usize, e: 
         child = arch.mkclean(child);
     }
     child = arch.clear_uffd_wp(arch.mkold(child));
-    cp.tables.copy_run(i, child, nr, wrprotect_parent);
+    cp.ctx
+        .owe(cp.tables.copy_run(i, child, nr, wrprotect_parent));
 }
 
 /// Copies one present PTE (the per-PTE path); returns the anon RSS it adds to the child.
@@ -496,11 +530,21 @@ fn copy_present_pte<'m>(
     let mut rss = 0;
     c.add(Ev::ForkPtes, 1);
     if let Some(head) = cp.tables.src.tables().vm_normal_folio(e) {
-        rmap::folio_ref_add(phys, c, head, 1);
+        rmap::folio_ref_add(c, phys.memmap.folio(head), 1);
         c.add(Ev::ForkBatches, 1);
         let needs = cp.ctx.needs_cow_for_dma && cp.vma.is_cow();
-        if rmap::try_dup_anon_ptes(phys, c, head, pfn, 1, needs, cp.ctx.dst.id).is_err() {
-            rmap::folio_ref_add(phys, c, head, -1);
+        if rmap::try_dup_anon_ptes(
+            phys,
+            c,
+            phys.memmap.folio(head),
+            pfn,
+            1,
+            needs,
+            cp.ctx.dst.id,
+        )
+        .is_err()
+        {
+            rmap::folio_ref_add(c, phys.memmap.folio(head), -1);
             let copy = copy_present_page(cpu, cp.ctx.dst, cp.vma, pfn, addr)?;
             cp.tables.dst.set_ptes(i, copy, 1);
             return Ok(1);
@@ -528,10 +572,20 @@ fn copy_present_page<'m>(
     phys.arena.copy_frame(new, pfn);
     c.add(Ev::PagesCopied, 1);
     c.add(Ev::ForkPinnedCopies, 1);
-    let owner = phys.memmap.mapping(phys.memmap.folio_of(pfn));
-    rmap::add_new_anon(phys, c, new, 1, Level::Pte, owner, dst.id);
+    // The copy records the source folio's anon_vma (a mapped anon folio always has one).
+    let anon_vma = AnonVmaId::of_mapping_word(phys.memmap.mapping(phys.memmap.folio_of(pfn)))
+        .expect("a mapped anonymous folio names its anon_vma");
+    rmap::add_new_anon(
+        phys,
+        c,
+        phys.memmap.folio(new),
+        1,
+        Level::Pte,
+        anon_vma,
+        dst.id,
+    );
     phys.memmap.set_index(new, vma.pgoff_at(addr));
-    folio_add_lru(cpu, new);
+    folio_add_lru(cpu, cpu.m.phys.memmap.folio(new));
     let mut e = arch.mkdirty(arch.mk_pte(new, vma.page_prot()));
     if vma.flags.has(VmFlags::WRITE) {
         e = arch.mkwrite(e);

@@ -19,6 +19,7 @@ use crate::readahead::madvise_willneed_file;
 use crate::rmap_walk::Held;
 use crate::stats::Ev;
 use crate::swap_state::{folio_free_swap, free_swap_and_cache};
+use crate::tlb::TlbFlushPending;
 use crate::truncate::{punch_hole, split_folio_to_order0};
 use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, VmaId};
@@ -115,12 +116,20 @@ impl Advice {
             .map(|&(a, _)| a)
     }
 
-    /// The `MADV_*` number.
-    pub fn number(self) -> i32 {
-        ADVICE_NUMBERS
-            .iter()
-            .find(|&&(a, _)| a == self)
-            .map_or(-1, |&(_, k)| k)
+    /// The `MADV_*` number. A `const fn` so that the host side (bench's regions) names its
+    /// advice constants from this table instead of writing the numbers again.
+    pub const fn number(self) -> i32 {
+        let mut i = 0;
+        while i < ADVICE_NUMBERS.len() {
+            let (a, n) = ADVICE_NUMBERS[i];
+            // A fieldless enum's discriminant: `==` of the derived `PartialEq` is not const.
+            if a as u8 == self as u8 {
+                return n;
+            }
+            i += 1;
+        }
+        // Every variant is in the table (tested); -1 is no advice the kernel knows.
+        -1
     }
 }
 
@@ -422,11 +431,12 @@ fn madvise_free<'m>(
     end: VirtAddr,
 ) {
     cpu.lru_add_drain();
-    let splits = madvise_free_range(cpu, mm, vma, start, end);
+    let mut flush = TlbFlushPending::none();
+    let splits = madvise_free_range(cpu, mm, vma, start, end, &mut flush);
     split_and_revisit(cpu, mm, vma, splits, (start, end), |s, e| {
-        let _ = madvise_free_range(cpu, mm, vma, s, e);
+        let _ = madvise_free_range(cpu, mm, vma, s, e, &mut flush);
     });
-    cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    flush.flushed(cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end)));
 }
 
 /// Splits each large folio of `splits` (head, first address, pages) with
@@ -448,13 +458,14 @@ fn split_and_revisit<'m>(
 }
 
 /// One pass of [`madvise_free`]; returns the large folios to split (head, first
-/// address, pages).
+/// address, pages). The entries it makes old and clean add to `flush`.
 fn madvise_free_range<'m>(
     cpu: &Cpu<'m>,
     mm: &crate::mm::Mm,
     vma: &crate::vma::Vma,
     start: VirtAddr,
     end: VirtAddr,
+    flush: &mut TlbFlushPending,
 ) -> Vec<(Pfn, VirtAddr, u64)> {
     use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
     use crate::phys::PageFlag;
@@ -475,7 +486,7 @@ fn madvise_free_range<'m>(
                     continue;
                 }
                 let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
-                pmdl.replace(step.idx, pt.arch.mkclean(pt.arch.mkold(e)));
+                flush.merge(pmdl.replace(step.idx, pt.arch.mkclean(pt.arch.mkold(e))));
                 drop(pmdl);
                 folio_mark_lazyfree(cpu, head);
                 continue;
@@ -488,7 +499,7 @@ fn madvise_free_range<'m>(
             let entry = ptes.get(i);
             if pt.arch.is_swap_pte(entry) {
                 // A swapped-out page is freed with its slot (`free_swap_and_cache_nr`).
-                ptes.clear(i, 1);
+                ptes.clear_nonpresent(i);
                 mm.rss_add(crate::mm::RssKind::Swap, -1);
                 if let Some(swap) = cpu.m.swap.as_ref() {
                     free_swap_and_cache(cpu, swap, pt.arch.swp_entry(entry), 1);
@@ -523,7 +534,7 @@ fn madvise_free_range<'m>(
                 || (mem.folio_mapcount(head) == nr as i32
                     && (!cached || folio_free_swap(cpu, head)));
             if eligible {
-                ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry)));
+                flush.merge(ptes.replace(i, pt.arch.mkclean(pt.arch.mkold(entry))));
                 folio_mark_lazyfree(cpu, head);
             }
         }
@@ -583,7 +594,7 @@ fn madvise_cold_or_pageout_anon<'m>(
     split_and_revisit(cpu, mm, vma, splits, (start, end), |s, e| {
         todo.push(anon_folios_in(cpu, mm, s, e).0)
     });
-    let mut aged = false;
+    let mut aged = TlbFlushPending::none();
     for (head, addr, _) in todo.into_iter().flatten() {
         let nr = 1u64 << mem.order(head);
         match advice {
@@ -599,29 +610,28 @@ fn madvise_cold_or_pageout_anon<'m>(
                 // a PMD by `pmd_mkold`): with PG_referenced cleared, nothing of the folio's
                 // recent use is left for reclaim's `folio_referenced` (measured on 6.18:
                 // smaps Referenced drops by the advised folios).
-                aged |= make_old(cpu, mm, addr, addr.add(nr * 4096));
+                aged.merge(make_old(cpu, mm, addr, addr.add(nr * 4096)));
                 anon_deactivate(cpu, head);
             }
         }
     }
-    if aged {
-        cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+    if aged.is_owed() {
+        aged.flushed(cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end)));
     }
 }
 
-/// Clears the accessed bit of every present entry mapping `[start, end)`; whether one was
-/// young (the caller flushes the TLB then, as `tlb_remove_tlb_entries` does).
-fn make_old(cpu: &Cpu<'_>, mm: &crate::mm::Mm, start: VirtAddr, end: VirtAddr) -> bool {
+/// Clears the accessed bit of every present entry mapping `[start, end)`; the flush owed if
+/// one was young (the caller flushes the TLB then, as `tlb_remove_tlb_entries` does).
+fn make_old(cpu: &Cpu<'_>, mm: &crate::mm::Mm, start: VirtAddr, end: VirtAddr) -> TlbFlushPending {
     use crate::pgtable::cursor::{PmdKind, PmdLock, PteLock};
     let pt = cpu.tables(mm);
-    let mut aged = false;
+    let mut aged = TlbFlushPending::none();
     for step in pt.pmd_walk(start, end) {
         match step.kind {
             PmdKind::Huge(e) => {
                 if pt.arch.young(e) {
                     let mut pmdl = PmdLock::lock(pt, cpu.c(), step.table);
-                    pmdl.replace(step.idx, pt.arch.mkold(e));
-                    aged = true;
+                    aged.merge(pmdl.replace(step.idx, pt.arch.mkold(e)));
                 }
             }
             PmdKind::Table(table) => {
@@ -630,8 +640,7 @@ fn make_old(cpu: &Cpu<'_>, mm: &crate::mm::Mm, start: VirtAddr, end: VirtAddr) -
                 for i in i0..i1 {
                     let e = ptes.get(i);
                     if !e.is_none() && pt.arch.present(e) && pt.arch.young(e) {
-                        ptes.replace(i, pt.arch.mkold(e));
-                        aged = true;
+                        aged.merge(ptes.replace(i, pt.arch.mkold(e)));
                     }
                 }
             }
@@ -718,7 +727,9 @@ fn anon_deactivate<'m>(cpu: &Cpu<'m>, head: Pfn) {
     let mem = &cpu.m.phys.memmap;
     mem.clear(head, PageFlag::Referenced);
     if mem.test(head, PageFlag::Active) {
-        lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+        lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+            mem.clear(head, PageFlag::Active)
+        });
     }
 }
 
@@ -730,7 +741,7 @@ fn folio_mark_lazyfree<'m>(cpu: &Cpu<'m>, head: Pfn) {
     if !mem.test(head, PageFlag::SwapBacked) {
         return;
     }
-    lru_relist(cpu, head, |_| {
+    lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
         mem.clear(head, PageFlag::SwapBacked);
         mem.clear(head, PageFlag::Active);
         mem.clear(head, PageFlag::Referenced);
@@ -758,6 +769,8 @@ fn madvise_cold_or_pageout_file<'m>(
     let mem = &phys.memmap;
     cpu.lru_add_drain();
     let mut found = Vec::new();
+    // What COLD's aging owes (PAGEOUT changes no entry here).
+    let mut flush = TlbFlushPending::none();
     for step in pt.pmd_walk(start, end) {
         if let PmdKind::Huge(e) = step.kind {
             // A PMD-mapped folio only partly advised and mapped by no one else is split
@@ -810,7 +823,7 @@ fn madvise_cold_or_pageout_file<'m>(
                     })
                     .count() as u64;
                 let shared = if mem.test(head, PageFlag::OwnerTracked) {
-                    crate::rmap::owner::maybe_mapped_shared(phys, head)
+                    crate::rmap::owner::maybe_mapped_shared(phys.memmap.folio(head))
                 } else {
                     mem.large_mapcount(head) as u64 > batch
                 };
@@ -828,7 +841,7 @@ fn madvise_cold_or_pageout_file<'m>(
                     for j in at..i {
                         let f = ptes.get(j);
                         if pt.arch.young(f) {
-                            ptes.replace(j, pt.arch.mkold(f));
+                            flush.merge(ptes.replace(j, pt.arch.mkold(f)));
                         }
                     }
                 }
@@ -839,20 +852,22 @@ fn madvise_cold_or_pageout_file<'m>(
                 continue;
             }
             if advice == Advice::Cold && pt.arch.young(e) {
-                ptes.replace(at, pt.arch.mkold(e));
+                flush.merge(ptes.replace(at, pt.arch.mkold(e)));
             }
             found.push((addr, head));
         }
     }
     if advice == Advice::Cold {
-        cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end));
+        flush.flushed(cpu.flush_tlb(mm, crate::tlb::FlushScope::Range(start, end)));
     }
     for (addr, head) in found {
         mem.clear(head, PageFlag::Referenced);
         if advice == Advice::PageOut {
             pageout_file_folio(cpu, mm, vma, addr, head);
         } else if mem.test(head, PageFlag::Active) && !mem.test(head, PageFlag::Unevictable) {
-            lru_relist(cpu, head, |_| mem.clear(head, PageFlag::Active));
+            lru_relist(cpu, cpu.m.phys.memmap.folio(head), |_| {
+                mem.clear(head, PageFlag::Active)
+            });
         }
     }
 }

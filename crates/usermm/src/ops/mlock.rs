@@ -308,7 +308,7 @@ fn mlock_vma_pages_range<'m>(
                 let pfn = pt.arch.pfn(entry);
                 if pt.arch.is_pmd_leaf(entry) && !phys.is_zero_pfn(pfn) {
                     cpu.c().add(Ev::PmdFolioVisit, 1);
-                    mlock_queue(cpu).mlock_or_munlock(pfn, lock);
+                    mlock_queue(cpu).mlock_or_munlock(phys.memmap.folio(pfn), lock);
                 }
                 drop(pmdl);
                 if pt.arch.is_table(entry) {
@@ -354,7 +354,7 @@ fn mlock_pte_table<'m>(
         cpu.c().add(Ev::MlockPteFolio, 1);
         let folio = mem.folio(head);
         if !folio.is_large() {
-            queue.mlock_or_munlock(head, lock);
+            queue.mlock_or_munlock(folio, lock);
             i += 1;
             continue;
         }
@@ -366,7 +366,7 @@ fn mlock_pte_table<'m>(
         let within = folio_start >= range.0.max(vma.vm_start())
             && folio_start.add(nr_pages * 4096) <= range.1.min(vma.vm_end());
         if !lock || (within && n as u64 == nr_pages) {
-            queue.mlock_or_munlock(head, lock);
+            queue.mlock_or_munlock(folio, lock);
         }
         i += n;
     }

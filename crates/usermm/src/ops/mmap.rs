@@ -15,7 +15,7 @@ use crate::ops::munmap::{do_munmap, split_range_edges};
 use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::{Access, Prot, PMD_SIZE, TASK_SIZE};
 use crate::vma::merge::{self, Proposal};
-use crate::vma::VmFlags;
+use crate::vma::{AnonLink, VmFlags};
 use std::sync::Arc;
 
 /// Private or shared.
@@ -273,7 +273,7 @@ fn insert_mapping<'m>(
         end: addr + len,
         flags,
         pgoff,
-        anon_vma: (0, 0),
+        anon_vma: AnonLink::default(),
         file: file.as_ref(),
     };
     merge::insert_new(&mut st.vmas, cpu.c(), p)?;

@@ -20,7 +20,7 @@ use crate::pgtable::entry::LeafEntry;
 use crate::pgtable::Prot;
 use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::tunables::PteBatching;
 use crate::vaddr::VirtAddr;
 use crate::vma::{merge, VmFlags, Vma};
@@ -99,7 +99,7 @@ fn mprotect_fixup<'m>(
     let uncharged = if !newflags.has(VmFlags::WRITE)
         && old.has(VmFlags::ACCOUNT)
         && vma.is_anon_private()
-        && vma.anon_vma() == 0
+        && vma.anon_vma().is_none()
     {
         newflags = VmFlags(newflags.0 & !VmFlags::ACCOUNT);
         (end - start) >> 12
@@ -154,21 +154,21 @@ pub(crate) fn change_protection<'m>(
     end: VirtAddr,
 ) {
     let pt = cpu.tables(mm);
-    let mut changed = false;
+    let mut flush = TlbFlushPending::none();
     for step in pt.pmd_walk(start, end) {
         if let PmdKind::Huge(_) = step.kind {
             if step.whole() {
-                changed |= change_huge_pmd(cpu, mm, vma, step.table, step.idx);
+                flush.merge(change_huge_pmd(cpu, mm, vma, step.table, step.idx));
                 continue;
             }
             split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
         if let Some(table) = pt.pte_table_at(step.table, step.idx) {
-            changed |= change_pte_range(cpu, mm, vma, table, &step);
+            flush.merge(change_pte_range(cpu, mm, vma, table, &step));
         }
     }
-    if changed {
-        cpu.flush_tlb(mm, FlushScope::Range(start, end));
+    if flush.is_owed() {
+        flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
     }
 }
 
@@ -193,7 +193,13 @@ fn new_pte<'m, E: LeafEntry>(cpu: &Cpu<'m>, vma: &Vma, e: E) -> E {
 /// (`modify_prot_start_ptes` gathers them, `modify_prot_commit_ptes` writes each entry).
 /// Whether each page may become writable is still asked page by page
 /// (`commit_anon_folio_batch`).
-fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &PmdStep) -> bool {
+fn change_pte_range<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    step: &PmdStep,
+) -> TlbFlushPending {
     let arch = cpu.m.arch;
     let mut ptes = PteLock::lock(cpu.tables(mm), cpu.c(), table);
     let (i0, i1) = step.pte_indexes();
@@ -202,7 +208,7 @@ fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &Pm
         respect_write: true,
         ..BatchFlags::default()
     };
-    let mut changed = false;
+    let mut flush = TlbFlushPending::none();
     let mut i = i0;
     while i < i1 {
         let e = ptes.get_raw(i);
@@ -234,21 +240,26 @@ fn change_pte_range<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, step: &Pm
             let n = new_pte(cpu, vma, gathered);
             // `replace` unfolds a folded block: an entry that differs only in CONT is unchanged.
             if n != pte_mknoncont(arch, ej) {
-                ptes.replace(j, n);
-                changed = true;
+                flush.merge(ptes.replace(j, n));
             }
         }
         i += nr;
     }
-    changed
+    flush
 }
 
-fn change_huge_pmd<'m>(cpu: &Cpu<'m>, mm: &Mm, vma: &Vma, table: Pfn, idx: usize) -> bool {
+fn change_huge_pmd<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    idx: usize,
+) -> TlbFlushPending {
     let mut pmdl = PmdLock::lock(cpu.tables(mm), cpu.c(), table);
     let e = pmdl.get(idx);
     let n = new_pte(cpu, vma, e);
     if n != e {
-        pmdl.replace(idx, n);
+        return pmdl.replace(idx, n);
     }
-    n != e
+    TlbFlushPending::none()
 }

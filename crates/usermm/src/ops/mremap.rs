@@ -18,10 +18,10 @@ use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PMD_SIZE, TASK_SIZE};
 use crate::phys::Pfn;
 use crate::stats::Ev;
-use crate::tlb::FlushScope;
+use crate::tlb::{FlushScope, TlbFlushPending};
 use crate::vaddr::VirtAddr;
 use crate::vma::merge::{self, Proposal};
-use crate::vma::VmFlags;
+use crate::vma::{AnonLink, VmFlags};
 
 /// Whether a move's new address is searched THP-aligned: `vrm_set_new_addr` goes through
 /// `__get_unmapped_area`, whose THP branch takes private anonymous memory without a hint and
@@ -220,7 +220,7 @@ fn mremap_dup_shared<'m>(
         end: dst + new_len,
         flags: vflags,
         pgoff,
-        anon_vma: (0, 0),
+        anon_vma: AnonLink::default(),
         file: shmem.as_ref(),
     };
     merge::insert_new(&mut st.vmas, cpu.c(), p)?;
@@ -277,7 +277,10 @@ fn expand_in_place<'m>(
         // `vma_merge_extend` has no VMA it copies from: the fork-child test of
         // `is_mergeable_anon_vma` never applies to the growing VMA's own anon_vma
         // (measured: a forked, faulted VMA grown up to a fresh neighbour merges).
-        anon_vma: (vma.anon_vma(), 1),
+        anon_vma: AnonLink {
+            id: vma.anon_vma(),
+            chain: 1,
+        },
         file: None,
     };
     let shmem = vma.file.clone();
@@ -405,12 +408,12 @@ fn move_vma<'m>(
     let vma = st.vmas.get(id);
     // `copy_vma`: a private anonymous VMA that was never faulted takes the offset of its
     // new address, so it merges with fresh neighbours there.
-    let pgoff = if vma.is_anon_private() && vma.anon_vma() == 0 {
+    let pgoff = if vma.is_anon_private() && vma.anon_vma().is_none() {
         dst >> 12
     } else {
         vma.pgoff_at(VirtAddr::new(addr))
     };
-    let (flags, anon) = (vma.flags, (vma.anon_vma(), vma.anon_vma_chain()));
+    let (flags, anon) = (vma.flags, vma.anon_link());
     let shmem = vma.file.clone();
     let delta = new_len.saturating_sub(old_len);
     if flags.has(VmFlags::LOCKED) && delta > 0 {
@@ -462,7 +465,7 @@ fn move_vma<'m>(
         st.vmas.get_mut(id).flags = VmFlags(cleared);
         if whole {
             // Its anon_vma links are no longer needed: the pages moved.
-            st.vmas.get(id).set_anon_vma(0, 0);
+            st.vmas.get(id).clear_anon_vma();
         }
         if flags.has(VmFlags::LOCKED) {
             // The whole source VMA stops being VM_LOCKED, but neither its pages are
@@ -537,13 +540,16 @@ fn move_page_tables<'m>(
     len: u64,
 ) {
     let pt = cpu.tables(mm);
-    let mut moved = false;
+    // What the moves owe: the source entries they cleared.
+    let mut flush = TlbFlushPending::none();
     for step in pt.pmd_walk(src, src.add(len)) {
         let d0 = dst.add(step.start.offset_from(src));
         if let PmdKind::Huge(_) = step.kind {
-            if step.whole() && d0.is_pmd_aligned() && move_huge_pmd(cpu, mm, &step, d0) {
-                moved = true;
-                continue;
+            if step.whole() && d0.is_pmd_aligned() {
+                if let Some(owed) = move_huge_pmd(cpu, mm, &step, d0) {
+                    flush.merge(owed);
+                    continue;
+                }
             }
             split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
@@ -558,39 +564,44 @@ fn move_page_tables<'m>(
             let piece_end = step
                 .end
                 .min(s.add(d.next_boundary(PMD_SIZE).offset_from(d)));
-            moved |= move_ptes(cpu, mm, table, s, piece_end, d);
+            flush.merge(move_ptes(cpu, mm, table, s, piece_end, d));
             s = piece_end;
         }
     }
-    if moved {
-        cpu.flush_tlb(mm, FlushScope::Range(src, src.add(len)));
+    if flush.is_owed() {
+        flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(src, src.add(len))));
     }
 }
 
-/// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table; false if
-/// the destination PMD table cannot be had (the caller splits and moves PTEs instead).
-fn move_huge_pmd<'m>(cpu: &Cpu<'m>, mm: &Mm, step: &PmdStep, dst: VirtAddr) -> bool {
+/// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table, and returns
+/// the flush the source leaf owes; `None` if the destination PMD table cannot be had (the
+/// caller splits and moves PTEs instead).
+fn move_huge_pmd<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    step: &PmdStep,
+    dst: VirtAddr,
+) -> Option<TlbFlushPending> {
     let c = cpu.c();
     let pt = cpu.tables(mm);
     let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, dst) else {
-        return false;
+        return None;
     };
     let mut from = PmdLock::lock(pt, c, step.table);
     let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
-    let entry = from.clear(step.idx);
+    let (entry, flush) = from.clear(step.idx);
     match other.as_mut() {
         Some(to) => to.install(dst.pmd_index(), entry),
         None => from.install(dst.pmd_index(), entry),
     }
-    let mut deposited = mm.deposited.lock();
-    if let Some(t) = deposited.remove(&step.start) {
-        deposited.insert(dst, t);
-    }
-    true
+    let to = other.as_ref().unwrap_or(&from);
+    mm.deposited.relocate(&from, to, step.start, dst);
+    Some(flush)
 }
 
 /// `move_ptes`: moves the entries of `[s, e)` in PTE table `table` to `d`, which lies in
-/// one destination table; the source table is locked first, then the destination.
+/// one destination table; the source table is locked first, then the destination. Returns
+/// the flush the cleared source entries owe (nothing if none moved).
 fn move_ptes<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
@@ -598,11 +609,11 @@ fn move_ptes<'m>(
     s: VirtAddr,
     e: VirtAddr,
     d: VirtAddr,
-) -> bool {
+) -> TlbFlushPending {
     let c = cpu.c();
     let pt = cpu.tables(mm);
     let Ok(Some(dt)) = pt.alloc_pte_table(c, &mm.page_table_lock, d) else {
-        return false;
+        return TlbFlushPending::none();
     };
     let (si, di, n) = (
         s.pte_index(),
@@ -611,18 +622,18 @@ fn move_ptes<'m>(
     );
     let mut from = PteLock::lock(pt, c, table);
     let mut to = (dt != table).then(|| PteLock::lock(pt, c, dt));
-    let mut moved = false;
+    let mut flush = TlbFlushPending::none();
     for j in 0..n {
         let entry = from.get(si + j);
         if entry.is_none() {
             continue;
         }
-        from.clear(si + j, 1);
+        // A swap entry owes nothing, but the move flushes the range once whatever it moved.
+        flush.merge(from.clear(si + j, 1).1);
         match to.as_mut() {
             Some(to) => to.set_ptes(di + j, entry, 1),
             None => from.set_ptes(di + j, entry, 1),
         }
-        moved = true;
     }
-    moved
+    flush
 }

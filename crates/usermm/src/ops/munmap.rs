@@ -155,7 +155,7 @@ pub(crate) fn munlock_before_unmap<'m>(
 pub(crate) fn release_vma<'m>(cpu: &Cpu<'m>, st: &mut MmState, id: crate::vma::VmaId) {
     let v = st.vmas.release(id);
     cpu.c().add(Ev::VmaFreed, 1);
-    if v.anon_vma() != 0 {
+    if v.anon_vma().is_some() {
         cpu.c().add(Ev::AnonVmaUnlink, 1);
     }
     let pages = v.len() >> 12;

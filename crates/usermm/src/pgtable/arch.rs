@@ -33,11 +33,11 @@ pub struct Prot {
 
 impl Prot {
     /// PROT_NONE.
-    pub const NONE: Prot = Prot {
-        read: false,
-        write: false,
-        exec: false,
-    };
+    pub const NONE: Prot = Prot::from_bits(0);
+    /// PROT_READ.
+    pub const RO: Prot = Prot::from_bits(1);
+    /// PROT_READ | PROT_WRITE.
+    pub const RW: Prot = Prot::from_bits(3);
 
     /// The protection of `mmap(2)`'s `PROT_*` bits (READ 1, WRITE 2, EXEC 4; other bits are
     /// not protections and are left out): the workspace's one conversion from the ABI.
@@ -619,16 +619,8 @@ impl Arch {
 mod tests {
     use super::*;
 
-    const RW: Prot = Prot {
-        read: true,
-        write: true,
-        exec: false,
-    };
-    const RO: Prot = Prot {
-        read: true,
-        write: false,
-        exec: false,
-    };
+    const RW: Prot = Prot::RW;
+    const RO: Prot = Prot::RO;
 
     #[test]
     fn x86_bits_are_at_linux_positions() {

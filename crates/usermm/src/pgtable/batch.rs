@@ -170,11 +170,7 @@ mod tests {
     use crate::phys::{FolioKind, Pfn, PhysMem, Zeroing};
     use crate::stats::CpuCounters;
 
-    const RO: Prot = Prot {
-        read: true,
-        write: false,
-        exec: false,
-    };
+    const RO: Prot = Prot::RO;
 
     fn setup(arch: Arch) -> (PhysMem, Pfn) {
         let phys = PhysMem::new(16 << 20, 1);

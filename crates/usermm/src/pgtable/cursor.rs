@@ -16,6 +16,16 @@
 //!   applies Linux's batch primitives (`set_ptes`, `clear_ptes`, `wrprotect_ptes`, a single
 //!   `set_pte`) and folds the table's entry-count bookkeeping in once, when it is dropped.
 //!
+//! Every write that a TLB may still hold the old version of returns a
+//! [`TlbFlushPending`] (see `tlb`): [`PteLock::clear`], [`PteLock::replace`],
+//! [`PteLock::wrprotect`], [`PteCopy::copy_run`] when it write-protects the parent,
+//! [`PmdLock::clear`] and [`PmdLock::replace`]. The writes that cannot leave a stale
+//! translation owe nothing: filling empty entries (`set_ptes`, [`PmdLock::install`]),
+//! setting accessed/dirty as the hardware does, clearing a swap entry
+//! ([`PteLock::clear_nonpresent`]), and [`PteLock::replace_no_flush`] /
+//! [`PmdLock::replace_no_flush`] (a non-present entry replaced, or a present one given more
+//! rights over the same page: a write fault's reuse).
+//!
 //! Deliberate differences: there is no `pte_offset_map` without the lock (the engine's
 //! lockless readers are the MMU model in `access.rs`, which keeps its own walker because it
 //! models hardware); a walk does not clear bad entries (the engine never writes one, and
@@ -32,6 +42,7 @@ use super::{PageTables, Pmd, Pte, PtlGuard, PGD_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::pgtable::entry::AnyLeaf;
 use crate::phys::Pfn;
 use crate::stats::{CpuCounters, Ev};
+use crate::tlb::TlbFlushPending;
 use crate::tunables::PteBatching;
 use crate::vaddr::{VirtAddr, PTRS_PER_TABLE};
 
@@ -333,11 +344,26 @@ impl<'a> PteLock<'a> {
         run
     }
 
-    /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty.
+    /// Clears `nr` entries from `idx` (`clear_ptes`); returns whether any was dirty, and the
+    /// flush the cleared translations owe.
     #[inline]
-    pub(crate) fn clear(&mut self, idx: usize, nr: usize) -> bool {
+    pub(crate) fn clear(&mut self, idx: usize, nr: usize) -> (bool, TlbFlushPending) {
         self.entries.delta -= nr as i32;
-        self.pt.clear_ptes(self.c, self.table, idx, nr)
+        let dirty = self.pt.clear_ptes(self.c, self.table, idx, nr);
+        (dirty, TlbFlushPending::owed())
+    }
+
+    /// Clears the non-present entry `idx` (a swap entry: `zap_nonpresent_ptes`,
+    /// `free_swap_and_cache_nr`'s caller). No TLB holds it, so nothing is owed; counted as
+    /// [`PteLock::clear`] is.
+    #[inline]
+    pub(crate) fn clear_nonpresent(&mut self, idx: usize) {
+        debug_assert!(
+            !self.pt.arch.present(self.peek_raw(idx)),
+            "clear_nonpresent of a present entry"
+        );
+        self.entries.delta -= 1;
+        let _ = self.pt.clear_ptes(self.c, self.table, idx, 1);
     }
 
     /// Fills `nr` empty entries from `idx` with consecutive pages, `e` first (`set_ptes`).
@@ -347,9 +373,28 @@ impl<'a> PteLock<'a> {
         self.pt.set_ptes(self.c, self.table, idx, e, nr);
     }
 
-    /// Replaces a present entry with another present one (`set_pte_at`).
+    /// Replaces a present entry (`set_pte_at`) by one with fewer rights (old, clean,
+    /// write-protected, another protection, or a swap entry): the flush is owed.
     #[inline]
-    pub(crate) fn replace(&mut self, idx: usize, e: Pte) {
+    pub(crate) fn replace(&mut self, idx: usize, e: Pte) -> TlbFlushPending {
+        self.pt.set_pte(self.c, self.table, idx, e);
+        TlbFlushPending::owed()
+    }
+
+    /// Replaces entry `idx` (`set_pte_at`) where no TLB can hold a translation the new
+    /// entry forbids: the old entry is not present (a swap entry), or the new one maps the
+    /// same page with no fewer rights (a write fault's reuse). Counted as
+    /// [`PteLock::replace`] is.
+    #[inline]
+    pub(crate) fn replace_no_flush(&mut self, idx: usize, e: Pte) {
+        debug_assert!(
+            {
+                let (arch, old) = (self.pt.arch, self.peek_raw(idx));
+                !arch.present(old)
+                    || (arch.pfn(old) == arch.pfn(e) && (!arch.write(old) || arch.write(e)))
+            },
+            "replace_no_flush would take rights a TLB may hold"
+        );
         self.pt.set_pte(self.c, self.table, idx, e);
     }
 
@@ -363,8 +408,9 @@ impl<'a> PteLock<'a> {
 
     /// Write-protects `nr` entries from `idx` (`wrprotect_ptes`).
     #[inline]
-    pub(crate) fn wrprotect(&mut self, idx: usize, nr: usize) {
+    pub(crate) fn wrprotect(&mut self, idx: usize, nr: usize) -> TlbFlushPending {
         self.pt.wrprotect_ptes(self.c, self.table, idx, nr);
+        TlbFlushPending::owed()
     }
 }
 
@@ -455,19 +501,36 @@ impl<'a> PmdLock<'a> {
         self.c.add(Ev::PteWrite, 1);
     }
 
-    /// Empties entry `idx`; returns what it held.
+    /// Empties entry `idx`; returns what it held, and the flush its translations owe.
     #[inline]
-    pub(crate) fn clear(&mut self, idx: usize) -> Pmd {
+    pub(crate) fn clear(&mut self, idx: usize) -> (Pmd, TlbFlushPending) {
         let old = self.get(idx);
         self.pt.set(self.table, idx, Pmd::NONE.val());
         self.entries.delta -= 1;
         self.c.add(Ev::PteWrite, 1);
-        old
+        (old, TlbFlushPending::owed())
     }
 
-    /// Replaces the live entry `idx` (a leaf by a leaf, or a leaf by its PTE table).
+    /// Replaces the live entry `idx` (a leaf by a leaf with fewer rights, a leaf by its PTE
+    /// table, or a PTE table by a leaf): the flush is owed.
     #[inline]
-    pub(crate) fn replace(&mut self, idx: usize, e: Pmd) {
+    pub(crate) fn replace(&mut self, idx: usize, e: Pmd) -> TlbFlushPending {
+        self.pt.set(self.table, idx, e.val());
+        self.c.add(Ev::PteWrite, 1);
+        TlbFlushPending::owed()
+    }
+
+    /// Replaces leaf `idx` by one mapping the same folio with no fewer rights (a write
+    /// fault's reuse): nothing to flush. Counted as [`PmdLock::replace`] is.
+    #[inline]
+    pub(crate) fn replace_no_flush(&mut self, idx: usize, e: Pmd) {
+        debug_assert!(
+            {
+                let (arch, old) = (self.pt.arch, self.get(idx));
+                arch.pfn(old) == arch.pfn(e) && (!arch.write(old) || arch.write(e))
+            },
+            "replace_no_flush would take rights a TLB may hold"
+        );
         self.pt.set(self.table, idx, e.val());
         self.c.add(Ev::PteWrite, 1);
     }
@@ -503,15 +566,25 @@ impl<'a> PteCopy<'a> {
     /// both tables together (each parent entry is read once, each child entry written once);
     /// arm64 goes through the contpte-aware `wrprotect_ptes` and `set_ptes`. The counters
     /// are the same either way.
+    ///
+    /// Returns the flush the parent's write-protected entries owe (nothing without
+    /// `wrprotect_parent`).
     #[inline]
-    pub(crate) fn copy_run(&mut self, idx: usize, child: Pte, nr: usize, wrprotect_parent: bool) {
+    pub(crate) fn copy_run(
+        &mut self,
+        idx: usize,
+        child: Pte,
+        nr: usize,
+        wrprotect_parent: bool,
+    ) -> TlbFlushPending {
         let arch = self.src.pt.arch;
         if arch != super::Arch::X86_64 || nr == 1 {
+            let mut flush = TlbFlushPending::none();
             if wrprotect_parent {
-                self.src.wrprotect(idx, nr);
+                flush = self.src.wrprotect(idx, nr);
             }
             self.dst.set_ptes(idx, child, nr);
-            return;
+            return flush;
         }
         let (spt, dpt) = (self.src.pt, self.dst.pt);
         let (st, dt) = (self.src.table, self.dst.table);
@@ -529,6 +602,11 @@ impl<'a> PteCopy<'a> {
         self.dst.entries.delta += nr as i32;
         self.src.c.add(Ev::PteWrite, writes);
         self.src.c.add(Ev::PteAtomic, writes - nr as u64);
+        if wrprotect_parent {
+            TlbFlushPending::owed()
+        } else {
+            TlbFlushPending::none()
+        }
     }
 }
 

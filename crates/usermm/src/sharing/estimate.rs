@@ -12,16 +12,18 @@
 //! wrongly whenever the first page is not mapped by every sharer (COWed or unmapped in one of
 //! them). They are therefore unusable for COW reuse; the engine copies instead.
 
-use crate::phys::{Memmap, Pfn};
+use crate::phys::Folio;
 
 /// `folio_estimated_sharers() > 1` (v6.7) for a large anon folio: the first page is mapped
 /// more than once (by PTE or by PMD).
-pub fn estimated_shared(mem: &Memmap, head: Pfn) -> bool {
+pub fn estimated_shared(folio: Folio<'_>) -> bool {
+    let (mem, head) = (folio.memmap(), folio.pfn());
     mem.mapcount(head) + mem.entire_mapcount(head) > 1
 }
 
 /// `folio_likely_mapped_shared` (v6.9–v6.14) for a large anon folio.
-pub fn likely_mapped_shared(mem: &Memmap, head: Pfn) -> bool {
+pub fn likely_mapped_shared(folio: Folio<'_>) -> bool {
+    let (mem, head) = (folio.memmap(), folio.pfn());
     let total = mem.folio_mapcount(head);
     if total <= 1 {
         return false;

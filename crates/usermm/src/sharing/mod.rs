@@ -46,7 +46,7 @@ pub(crate) mod tracker;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::phys::{Pfn, PhysMem};
+use crate::phys::{Folio, Pfn};
 pub(crate) use rmap_id::{FolioWords, Maintained, RmapIdAllocator, Snapshot};
 pub use seqcount::WriterMode;
 pub(crate) use subid::Sizing;
@@ -237,6 +237,10 @@ impl Sharing {
         }
     }
 
+    // The side-table methods below stay keyed by the head frame number, not by a
+    // `Folio`: like the memmap's accessors they are the table itself, indexed by frame
+    // number, and their unit and property tests drive them with no memmap at all. What
+    // reads folio state (`answers`, the `estimate` guesses) takes a `Folio`.
     #[inline]
     fn entry(&self, head: Pfn) -> Option<&[AtomicU64]> {
         let i = (head.val() >> 2) as usize * STRIDE;
@@ -396,15 +400,15 @@ impl Sharing {
         matches!(r, Some((_, true)))
     }
 
-    /// Every tracker's answer for the folio at `head` and the MM (`mm_id` for the owner
-    /// tracker, `rmap_id` for the others).
-    pub fn answers(&self, phys: &PhysMem, head: Pfn, mm_id: u32, rmap_id: u32) -> SharingAnswers {
-        let mem = &phys.memmap;
+    /// Every tracker's answer for `folio` and the MM (`mm_id` for the owner tracker,
+    /// `rmap_id` for the others).
+    pub fn answers(&self, folio: Folio<'_>, mm_id: u32, rmap_id: u32) -> SharingAnswers {
+        let (mem, head) = (folio.memmap(), folio.pfn());
         let order = mem.order(head);
         let snap = self.snapshot(head, order);
         let owner = mem.test(head, crate::phys::PageFlag::OwnerTracked)
-            && !crate::rmap::owner::maybe_mapped_shared(phys, head)
-            && crate::rmap::owner::slots(phys, head)
+            && !crate::rmap::owner::maybe_mapped_shared(folio)
+            && crate::rmap::owner::slots(folio)
                 .iter()
                 .any(|&(id, cnt)| id == mm_id && cnt > 0);
         SharingAnswers {
@@ -412,8 +416,8 @@ impl Sharing {
             order,
             large_mapcount: mem.folio_mapcount(head),
             tracked_total: snap.map(|s| s.1.total),
-            estimate: !estimate::estimated_shared(mem, head),
-            mapcount: !estimate::likely_mapped_shared(mem, head),
+            estimate: !estimate::estimated_shared(folio),
+            mapcount: !estimate::likely_mapped_shared(folio),
             owner,
             rmap_id: snap.and_then(|(w, s)| w.rmap.map(|l| s.rmap_exclusive(&l, order, rmap_id))),
             rmap_id_sizing: snap

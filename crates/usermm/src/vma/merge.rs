@@ -6,7 +6,7 @@
 //! object, contiguous page offsets, and compatible anon_vmas (equal, or one absent while the
 //! other has never been forked: a chain of length one).
 
-use super::{VmFlags, Vma, VmaId, VmaSet};
+use super::{AnonLink, VmFlags, Vma, VmaId, VmaSet};
 use crate::errno::{Errno, SysResult};
 use crate::stats::{CpuCounters, Ev};
 use crate::vaddr::VirtAddr;
@@ -23,8 +23,8 @@ pub(crate) struct Proposal<'a> {
     pub(crate) flags: VmFlags,
     /// Page offset of `start`.
     pub(crate) pgoff: u64,
-    /// anon_vma id (0 = none) and chain length.
-    pub(crate) anon_vma: (u64, u32),
+    /// anon_vma and chain length.
+    pub(crate) anon_vma: AnonLink,
     /// Backing shmem object.
     pub(crate) file: Option<&'a Arc<crate::filemap::Inode>>,
 }
@@ -37,18 +37,18 @@ impl<'a> Proposal<'a> {
             end,
             flags,
             pgoff: vma.pgoff_at(VirtAddr::new(start)),
-            anon_vma: (vma.anon_vma(), vma.anon_vma_chain()),
+            anon_vma: vma.anon_link(),
             file: vma.file.as_ref(),
         }
     }
 }
 
-fn anon_compatible(src: (u64, u32), tgt: (u64, u32)) -> bool {
-    match (src.0, tgt.0) {
-        (0, 0) => true,
-        (0, _) => tgt.1 <= 1,
-        (_, 0) => src.1 <= 1,
-        (a, b) => a == b,
+fn anon_compatible(src: AnonLink, tgt: AnonLink) -> bool {
+    match (src.id, tgt.id) {
+        (None, None) => true,
+        (None, Some(_)) => tgt.chain <= 1,
+        (Some(_), None) => src.chain <= 1,
+        (Some(a), Some(b)) => a == b,
     }
 }
 
@@ -70,7 +70,7 @@ fn neighbours_compatible(set: &VmaSet, left: Option<VmaId>, right: Option<VmaId>
             // `can_vma_merge_right`: each side already passed its own test against the
             // proposal (fork children included); the two only need one anon_vma between them.
             let (a, b) = (set.get(pv).anon_vma(), set.get(nx).anon_vma());
-            a == 0 || b == 0 || a == b
+            a.is_none() || b.is_none() || a == b
         }
         _ => false,
     }
@@ -82,7 +82,7 @@ pub(crate) fn can_merge_after(prev: &Vma, p: &Proposal<'_>) -> bool {
         && prev.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
         && same_object(prev.file.as_ref(), p.file)
         && prev.pgoff + (prev.len() >> 12) == p.pgoff
-        && anon_compatible(p.anon_vma, (prev.anon_vma(), prev.anon_vma_chain()))
+        && anon_compatible(p.anon_vma, prev.anon_link())
 }
 
 /// Whether `p` can merge with its right neighbour `next` (which starts at `p.end`).
@@ -91,7 +91,7 @@ pub(crate) fn can_merge_before(p: &Proposal<'_>, next: &Vma) -> bool {
         && next.flags.0 & !VmFlags::IGNORE_MERGE == p.flags.0 & !VmFlags::IGNORE_MERGE
         && same_object(next.file.as_ref(), p.file)
         && p.pgoff + ((p.end - p.start) >> 12) == next.pgoff
-        && anon_compatible(p.anon_vma, (next.anon_vma(), next.anon_vma_chain()))
+        && anon_compatible(p.anon_vma, next.anon_link())
 }
 
 fn store(set: &mut VmaSet, start: u64, end: u64, id: Option<VmaId>) -> SysResult<()> {
@@ -142,10 +142,10 @@ fn drop_absorbed(set: &mut VmaSet, id: VmaId) {
 }
 
 /// Carries an anon_vma into a merge target that has none (`dup_anon_vma`).
-fn inherit_anon(set: &VmaSet, tgt: VmaId, src: (u64, u32)) {
+fn inherit_anon(set: &VmaSet, tgt: VmaId, src: AnonLink) {
     let t = set.get(tgt);
-    if t.anon_vma() == 0 && src.0 != 0 {
-        t.set_anon_vma(src.0, src.1);
+    if let (None, Some(id)) = (t.anon_vma(), src.id) {
+        t.set_anon_vma(id, src.chain);
     }
 }
 
@@ -181,7 +181,7 @@ pub(crate) fn modify_flags(
             let nend = set.get(nx).end;
             let pstart = set.get(pv).start;
             store(set, pstart, nend, Some(pv))?;
-            let nx_anon = (set.get(nx).anon_vma(), set.get(nx).anon_vma_chain());
+            let nx_anon = set.get(nx).anon_link();
             set.get_mut(pv).end = nend;
             inherit_anon(set, pv, src);
             inherit_anon(set, pv, nx_anon);
@@ -280,7 +280,7 @@ pub(crate) fn insert_new_with(
         (Some(pv), Some(nx)) if both => {
             let (pstart, nend) = (set.get(pv).start, set.get(nx).end);
             store(set, pstart, nend, Some(pv))?;
-            let nx_anon = (set.get(nx).anon_vma(), set.get(nx).anon_vma_chain());
+            let nx_anon = set.get(nx).anon_link();
             set.get_mut(pv).end = nend;
             inherit_anon(set, pv, p.anon_vma);
             inherit_anon(set, pv, nx_anon);
@@ -308,8 +308,8 @@ pub(crate) fn insert_new_with(
         }
         (None, None) => {
             let vma = Vma::new(p.start, p.end, p.flags, p.pgoff, p.file.cloned());
-            if p.anon_vma.0 != 0 {
-                vma.set_anon_vma(p.anon_vma.0, p.anon_vma.1);
+            if let Some(id) = p.anon_vma.id {
+                vma.set_anon_vma(id, p.anon_vma.chain);
             }
             if let Some(s) = &vma.file {
                 s.get();

@@ -11,6 +11,7 @@ pub(crate) mod merge;
 
 use crate::filemap::Inode;
 use crate::pgtable::Prot;
+use crate::rmap::AnonVmaId;
 use crate::vaddr::VirtAddr;
 use maple::MapleTree;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -82,6 +83,16 @@ impl VmFlags {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VmaId(pub(crate) u32);
 
+/// A VMA's anon_vma and the length of its anon_vma chain (`vma->anon_vma` and the length of
+/// `vma->anon_vma_chain`): what decides whether two anonymous VMAs may merge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AnonLink {
+    /// The anon_vma, if any.
+    pub(crate) id: Option<AnonVmaId>,
+    /// The chain length: 1 for a VMA that owns its anon_vma, +1 per fork generation.
+    pub(crate) chain: u32,
+}
+
 /// A virtual memory area.
 #[derive(Debug)]
 pub(crate) struct Vma {
@@ -93,8 +104,8 @@ pub(crate) struct Vma {
     pub(crate) flags: VmFlags,
     /// Page offset (anon private: `start >> PAGE_SHIFT` at creation; file: offset in the object).
     pub(crate) pgoff: u64,
-    /// Identifier of the anon_vma (0 = none yet). Set once by the first fault.
-    anon_vma: AtomicU64,
+    /// The anon_vma's [`AnonVmaId`] number (0 = none yet). Set once by the first fault.
+    anon_vma: AtomicU32,
     /// Length of the anon_vma chain (1 for a VMA that owns its anon_vma; +1 per fork generation).
     anon_vma_chain: AtomicU32,
     /// The file mapped (`vm_file`): a disk or tmpfs file, or the shmem object of a shared
@@ -112,7 +123,7 @@ impl Clone for Vma {
             end: self.end,
             flags: self.flags,
             pgoff: self.pgoff,
-            anon_vma: AtomicU64::new(self.anon_vma()),
+            anon_vma: AtomicU32::new(self.anon_vma.load(Relaxed)),
             anon_vma_chain: AtomicU32::new(self.anon_vma_chain()),
             file: self.file.clone(),
             swap_ra: AtomicU64::new(self.swap_ra.load(Relaxed)),
@@ -134,16 +145,16 @@ impl Vma {
             end,
             flags,
             pgoff,
-            anon_vma: AtomicU64::new(0),
+            anon_vma: AtomicU32::new(0),
             anon_vma_chain: AtomicU32::new(0),
             file,
             swap_ra: AtomicU64::new(0),
         }
     }
 
-    /// The anon_vma id (0 = none).
-    pub(crate) fn anon_vma(&self) -> u64 {
-        self.anon_vma.load(Relaxed)
+    /// The anon_vma (`vma->anon_vma`), if the VMA has one.
+    pub(crate) fn anon_vma(&self) -> Option<AnonVmaId> {
+        AnonVmaId::new(self.anon_vma.load(Relaxed))
     }
 
     /// The anon_vma chain length.
@@ -151,13 +162,28 @@ impl Vma {
         self.anon_vma_chain.load(Relaxed)
     }
 
+    /// The anon_vma with its chain length, as merge compares them.
+    pub(crate) fn anon_link(&self) -> AnonLink {
+        AnonLink {
+            id: self.anon_vma(),
+            chain: self.anon_vma_chain(),
+        }
+    }
+
     /// Sets the anon_vma and chain length.
     ///
     /// # Context
     /// mmap write lock, or `page_table_lock` when attaching the first anon_vma in a fault.
-    pub(crate) fn set_anon_vma(&self, id: u64, chain: u32) {
-        self.anon_vma.store(id, Relaxed);
+    pub(crate) fn set_anon_vma(&self, id: AnonVmaId, chain: u32) {
+        self.anon_vma.store(id.mapping_word(), Relaxed);
         self.anon_vma_chain.store(chain, Relaxed);
+    }
+
+    /// Drops the anon_vma link (a `MADV_WIPEONFORK` child starts without one; so does the
+    /// source left behind by `MREMAP_DONTUNMAP`).
+    pub(crate) fn clear_anon_vma(&self) {
+        self.anon_vma.store(0, Relaxed);
+        self.anon_vma_chain.store(0, Relaxed);
     }
 
     /// Whether the VMA is private anonymous memory.
@@ -282,7 +308,7 @@ impl VmaSet {
     /// differ in flags only by access bits and soft-dirty, map the same object (anonymous)
     /// and their page offsets continue; the neighbour's anon_vma is reusable when it is
     /// its only one (a chain of one: not a fork child's).
-    pub(crate) fn mergeable_anon_vma(&self, id: VmaId) -> Option<u64> {
+    pub(crate) fn mergeable_anon_vma(&self, id: VmaId) -> Option<AnonVmaId> {
         let v = self.get(id);
         let ignored = VmFlags::READ | VmFlags::WRITE | VmFlags::EXEC | VmFlags::SOFTDIRTY;
         let compatible = |a: &Vma, b: &Vma| {
@@ -292,8 +318,7 @@ impl VmaSet {
                 && (a.flags.0 ^ b.flags.0) & !ignored == 0
                 && b.pgoff == a.pgoff + ((b.start - a.start) >> 12)
         };
-        let reusable =
-            |n: &Vma| (n.anon_vma() != 0 && n.anon_vma_chain() == 1).then(|| n.anon_vma());
+        let reusable = |n: &Vma| n.anon_vma().filter(|_| n.anon_vma_chain() == 1);
         if let Some(next) = self.find(v.end).map(|n| self.get(n)) {
             if let Some(av) = compatible(v, next).then(|| reusable(next)).flatten() {
                 return Some(av);

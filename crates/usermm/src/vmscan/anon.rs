@@ -74,7 +74,7 @@ fn reclaim_anon<'m>(
         return Outcome::Activate;
     }
     if check_references {
-        match folio_referenced(cpu, held, head) {
+        match folio_referenced(cpu, held, mem.folio(head)) {
             Err(_) => return Outcome::Keep,
             Ok((_, true)) => return Outcome::Activate,
             Ok((young, false)) => {
@@ -94,7 +94,7 @@ fn reclaim_anon<'m>(
     if !lazy && !mem.test(head, PageFlag::SwapCache) {
         // A page that may be pinned for DMA is not given swap (measured on 6.18: a pinned
         // page stays, not in the swap cache, not activated).
-        if crate::rmap::folio_maybe_dma_pinned(phys, head) {
+        if crate::rmap::folio_maybe_dma_pinned(phys.memmap.folio(head)) {
             return Outcome::Keep;
         }
         if !add_to_swap(cpu, head, whole) {
@@ -113,7 +113,7 @@ fn reclaim_anon<'m>(
     let mapped = mem.folio_mapcount(head) > 0 || mem.entire_mapcount(head) > 0;
     if mapped {
         let mode = if lazy { Unmap::Discard } else { Unmap::ToSwap };
-        match try_to_unmap(cpu, held, head, mode) {
+        match try_to_unmap(cpu, held, mem.folio(head), mode) {
             Err(_) => return Outcome::Keep,
             Ok(false) => return Outcome::Activate,
             Ok(true) => {}
@@ -168,7 +168,7 @@ pub(crate) fn isolate<'m>(cpu: &Cpu<'m>, head: Pfn) -> bool {
     l.del(f, f.nr_pages());
     f.clear(PageFlag::Lru);
     drop(l);
-    crate::rmap::folio_ref_add(phys, cpu.c(), head, 1);
+    crate::rmap::folio_ref_add(cpu.c(), phys.memmap.folio(head), 1);
     true
 }
 
@@ -249,7 +249,7 @@ pub(crate) fn shrink_anon_lru<'m>(
                     }
                     let nr = 1u64 << mem.order(active);
                     scanned += nr;
-                    let _ = folio_referenced(cpu, held, active);
+                    let _ = folio_referenced(cpu, held, mem.folio(active));
                     mem.clear(active, PageFlag::Active);
                     mem.set(active, PageFlag::Workingset);
                     cpu.c().add(Ev::PgDeactivate, nr);
@@ -276,7 +276,7 @@ pub(crate) fn shrink_anon_lru<'m>(
                         continue;
                     }
                     // No run of slots fits it: split it and reclaim the pieces now.
-                    let pieces = with_sole_mapping(cpu, held, folio, |mm, vma| {
+                    let pieces = with_sole_mapping(cpu, held, mem.folio(folio), |mm, vma| {
                         split_isolated_anon_folio(cpu, mm, vma, folio)
                     });
                     let Some(pieces) = pieces else {

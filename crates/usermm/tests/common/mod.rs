@@ -3,16 +3,8 @@
 
 use usermm::{Machine, MachineConfig, Prot};
 
-pub const RW: Prot = Prot {
-    read: true,
-    write: true,
-    exec: false,
-};
-pub const RO: Prot = Prot {
-    read: true,
-    write: false,
-    exec: false,
-};
+pub const RW: Prot = Prot::RW;
+pub const RO: Prot = Prot::RO;
 pub const K: u64 = 1024;
 pub const M: u64 = 1024 * 1024;
 
