@@ -196,10 +196,12 @@ fn walk_or_fault<'m>(
         match walk_leaf(cpu, pt, addr).map_or(LeafUse::Fault, &mut judge) {
             LeafUse::Take(pfn) => return Ok(pfn),
             LeafUse::Rewalk => continue,
-            LeafUse::Fault => match handle_mm_fault(cpu, mm, st, VirtAddr::new(addr), access, src) {
-                FaultOutcome::Completed => {}
-                failed => return Err(failed),
-            },
+            LeafUse::Fault => {
+                match handle_mm_fault(cpu, mm, st, VirtAddr::new(addr), access, src) {
+                    FaultOutcome::Completed => {}
+                    failed => return Err(failed),
+                }
+            }
         }
     }
     Err(FaultOutcome::Sigbus)

@@ -66,7 +66,8 @@ fn read_around_stops_once_misses_exceed_hits_by_more_than_100() {
     // One more hit (99): the next miss counts 100, not past the limit, and reads around
     // (2048 pages centred on page 288: the whole file, read in two parts around the two
     // cached pages).
-    cpu.touch(p, PRIVATE + M + 64 * K, 1, Access::Write).unwrap();
+    cpu.touch(p, PRIVATE + M + 64 * K, 1, Access::Write)
+        .unwrap();
     let d = read_fault(&m, &cpu, p, M + 128 * K);
     assert_eq!(d.get(Ev::Readahead), 2);
     assert_eq!(d.get(Ev::FaultAroundPages), 15);

@@ -7,7 +7,6 @@
 
 use super::{aligned, page_align};
 use crate::access::gup_touch_page;
-use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::huge_memory::{split_anon_folio, split_huge_pmd_boundaries};
 use crate::khugepaged::{collapse_shmem, madvise_collapse, shmem_collapse_blocks};
@@ -22,6 +21,7 @@ use crate::swap_state::{folio_free_swap, free_swap_and_cache};
 use crate::tlb::TlbFlushPending;
 use crate::truncate::{punch_hole, split_folio_to_order0};
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::FaultSource;
 use crate::vma::{merge, VmFlags, VmaId};
 use crate::vmscan::anon::{isolate, putback, reclaim_anon_folio};
 use crate::vmscan::pageout_file_folio;

@@ -8,7 +8,6 @@
 //! population errors map to `ENOMEM` (not mapped / not accessible) and `EAGAIN` (no memory).
 
 use crate::access::gup_touch_page;
-use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::huge_memory::split_huge_pmd_boundaries;
 use crate::machine::Cpu;
@@ -22,6 +21,7 @@ use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::FaultSource;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
 
 /// `VM_LOCKED_MASK`.

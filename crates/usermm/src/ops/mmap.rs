@@ -6,7 +6,6 @@
 
 use super::{aligned, page_align};
 use crate::access::gup_touch_page;
-use crate::vm_fault::FaultSource;
 use crate::errno::{Errno, SysResult};
 use crate::filemap::{Inode, InodeKind};
 use crate::machine::{Cpu, MMAP_MIN_ADDR};
@@ -14,6 +13,7 @@ use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::ops::munmap::{do_munmap, split_range_edges};
 use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::{Access, Prot, PMD_SIZE, TASK_SIZE};
+use crate::vm_fault::FaultSource;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::{AnonLink, VmFlags};
 use std::sync::Arc;
