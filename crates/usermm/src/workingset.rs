@@ -17,6 +17,13 @@
 //! a shadow is activated and marked again (a restored working set). Its only reader here is
 //! fault-around's `mmap_miss` count ([`crate::readahead`]).
 //!
+//! What of `PG_workingset` is left out, all of it without a reader in the engine:
+//! anonymous folios get the flag when deactivated (as on Linux) but never back on swap-in
+//! (no anonymous shadows, below); the kernel's other readers — PSI's memory-stall
+//! accounting of a working-set read (`filemap_read_folio`, readahead), the
+//! `workingset_restore` counter and `lru_note_cost_refault` — are not modelled; and nothing
+//! compares it with the host, as `/proc/kpageflags` has no bit for it.
+//!
 //! Deliberate differences: the shadows are kept beside the page cache (a map per inode)
 //! instead of as value entries in its xarray, so they cost no node reclaim (`shadow_lru`);
 //! anonymous pages leave no shadows in the swap cache (measured on
