@@ -31,6 +31,10 @@ pub struct ReplayArgs {
     /// one, made by `usermm calibrate`; without one the rows say so).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// What each replay may cost (the defaults are `usermm replay`'s: a large recording
+    /// needs `--max-touch`, e.g. 3G for a 500 MB heap that forks).
+    #[command(flatten)]
+    pub budget: trace::BudgetArgs,
 }
 
 /// A folio policy: its name and THP settings over the recorded policy.
@@ -206,7 +210,7 @@ pub fn default_traces() -> Vec<PathBuf> {
 
 /// A column's replay options: its policy set whole (`never` at every size, then the
 /// policy's), whatever the trace was recorded under, and its switch's tunables.
-fn opts(v: &Variant) -> ReplayOptions {
+fn opts(v: &Variant, budget: &trace::Budget) -> ReplayOptions {
     let mut thp = trace::replay::baseline_policy();
     thp.extend(v.thp.iter().map(|(a, b)| (a.to_string(), b.to_string())));
     ReplayOptions {
@@ -216,6 +220,7 @@ fn opts(v: &Variant) -> ReplayOptions {
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect(),
         thp,
+        budget: budget.clone(),
         ..Default::default()
     }
 }
@@ -272,14 +277,20 @@ pub fn recorded_column(vs: &[Variant], policy: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn run_trace(path: &Path, reps: usize, profile: &ModelProfile) -> anyhow::Result<TraceTable> {
-    let t = trace::read_file(path)?;
+fn run_trace(
+    path: &Path,
+    reps: usize,
+    budget: &trace::Budget,
+    profile: &ModelProfile,
+) -> anyhow::Result<TraceTable> {
+    let t = trace::format::read_file_with(path, budget)?;
     let vs = variants();
     let mut reports = Vec::new();
     for v in &vs {
         let mut best: Option<ReplayReport> = None;
         for _ in 0..reps.max(1) {
-            let r = trace::replay(&t, &opts(v))?;
+            let r = trace::replay(&t, &opts(v, budget))
+                .map_err(|e| anyhow::anyhow!("column {}: {e}", v.name))?;
             if best
                 .as_ref()
                 .is_none_or(|b| r.wall_seconds < b.wall_seconds)
@@ -460,7 +471,11 @@ fn long_gain(m: &ModelCell) -> String {
 }
 
 /// The JSON document (`usermm-bench-replay/2`, `docs/bench-schema.md`).
-pub fn json(tables: &[TraceTable], profile: &ModelProfile) -> serde_json::Value {
+pub fn json(
+    tables: &[TraceTable],
+    failed: &[(String, String)],
+    profile: &ModelProfile,
+) -> serde_json::Value {
     let summary: Vec<_> = tables
         .iter()
         .map(|t| {
@@ -528,6 +543,10 @@ pub fn json(tables: &[TraceTable], profile: &ModelProfile) -> serde_json::Value 
         "model": profile.note(),
         "summary": summary,
         "tables": per_trace,
+        "failed": failed
+            .iter()
+            .map(|(t, e)| serde_json::json!({ "trace": t, "error": e }))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -546,18 +565,29 @@ pub fn main(a: &ReplayArgs) -> anyhow::Result<u8> {
     if !a.json {
         println!("{}", profile.note());
     }
+    let budget = a.budget.budget().map_err(anyhow::Error::msg)?;
     let mut tables = Vec::new();
+    // A trace that cannot be read or replayed is named and skipped, the others still run;
+    // the exit status says some failed.
+    let mut failed = Vec::new();
     for p in &paths {
-        let t = run_trace(p, a.reps, &profile)?;
-        if !a.json {
-            print!("{}", render(&t));
+        match run_trace(p, a.reps, &budget, &profile) {
+            Ok(t) => {
+                if !a.json {
+                    print!("{}", render(&t));
+                }
+                tables.push(t);
+            }
+            Err(e) => {
+                eprintln!("{}: {e:#}", p.display());
+                failed.push((p.display().to_string(), format!("{e:#}")));
+            }
         }
-        tables.push(t);
     }
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json(&tables, &profile))?
+            serde_json::to_string_pretty(&json(&tables, &failed, &profile))?
         );
     } else {
         println!(
@@ -589,6 +619,9 @@ pub fn main(a: &ReplayArgs) -> anyhow::Result<u8> {
             );
         }
         println!("(RSS in kB, summed over the recorded process exits)");
+        for (p, _) in &failed {
+            println!("{p}: not replayed (the error is above)");
+        }
     }
-    Ok(0)
+    Ok(u8::from(!failed.is_empty()))
 }

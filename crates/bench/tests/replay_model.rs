@@ -166,7 +166,10 @@ fn the_json_document_carries_columns_rows_and_model_cells() {
         recorded: t.header.policy.clone(),
         recorded_col: 0,
     };
-    let j = json(std::slice::from_ref(&table), &profile);
+    let failed = [("bad.umt".to_string(), "not a trace".to_string())];
+    let j = json(std::slice::from_ref(&table), &failed, &profile);
+    assert_eq!(j["failed"][0]["trace"], "bad.umt");
+    assert_eq!(j["failed"][0]["error"], "not a trace");
     assert_eq!(j["schema"], "usermm-bench-replay/2");
     assert_eq!(j["model"], "model: profile example");
     let tab = &j["tables"][0];

@@ -9,57 +9,7 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
-use trace::Budget;
-
-/// A byte count in the workspace's one size grammar (`usermm::units::parse_size`: decimal or
-/// `0x` hex, an optional K, M or G, powers of 1024).
-fn bytes(s: &str) -> Result<u64, String> {
-    usermm::units::parse_size(s)
-        .map_err(|_| format!("`{s}`: expected a byte count such as 4096, 64K, 256M"))
-}
-
-/// What reading the trace may cost (defaults: `trace::Budget::default()`).
-#[derive(clap::Args, Debug, Clone)]
-pub struct BudgetArgs {
-    /// Stop with an error after this many events.
-    #[arg(long, value_name = "N", default_value_t = Budget::default().max_events)]
-    max_events: u64,
-    /// Stop with an error after this many seconds of reading or replaying.
-    #[arg(long, value_name = "SECONDS", default_value_t = Budget::default().max_seconds)]
-    max_seconds: f64,
-    /// Stop with an error past this many exec-image pages in all (16 bytes of memory each).
-    #[arg(long, value_name = "N", default_value_t = Budget::default().max_image_pages)]
-    max_image_pages: u64,
-    /// replay: the most memory the trace may make the engine populate, copy or hold
-    /// (faults, populating and locking calls, forks, frames in use).
-    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "256M")]
-    max_touch: u64,
-    /// replay: the most bytes of already-mapped ranges the calls may walk (mprotect,
-    /// mremap, madvise, munlock, munmap, mmap over a mapping).
-    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "64G")]
-    max_walk: u64,
-    /// show, export: the most text written.
-    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "64M")]
-    max_output: u64,
-}
-
-impl BudgetArgs {
-    fn budget(&self) -> anyhow::Result<Budget> {
-        anyhow::ensure!(
-            self.max_seconds >= 0.0 && !self.max_seconds.is_nan(),
-            "--max-seconds {}: expected a number of seconds, 0 or more",
-            self.max_seconds
-        );
-        Ok(Budget {
-            max_events: self.max_events,
-            max_seconds: self.max_seconds,
-            max_image_pages: self.max_image_pages,
-            max_touch: self.max_touch,
-            max_walk: self.max_walk,
-            max_output: self.max_output,
-        })
-    }
-}
+use trace::{Budget, BudgetArgs};
 
 /// Arguments of `usermm trace`.
 #[derive(clap::Args, Debug)]
@@ -200,7 +150,7 @@ impl Out {
 pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
     match &a.cmd {
         TraceCmd::Reseal { file, out, budget } => {
-            let b = budget.budget()?;
+            let b = budget.budget().map_err(anyhow::Error::msg)?;
             let len = std::fs::metadata(file)
                 .with_context(|| format!("{}", file.display()))?
                 .len();
@@ -225,7 +175,7 @@ pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
             limit,
             budget,
         } => {
-            let b = budget.budget()?;
+            let b = budget.budget().map_err(anyhow::Error::msg)?;
             let mut d = open(file, &b)?;
             let mut out = Out::new(b.max_output);
             if !out.put(&header_line(d.header()))? {
@@ -246,7 +196,7 @@ pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
             out.finish()?;
         }
         TraceCmd::Stats { file, json, budget } => {
-            let b = budget.budget()?;
+            let b = budget.budget().map_err(anyhow::Error::msg)?;
             let mut d = open(file, &b)?;
             let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
             let mut lost = 0u64;
@@ -291,7 +241,7 @@ pub fn trace_main(a: &TraceArgs) -> anyhow::Result<u8> {
             scenario,
             budget,
         } => {
-            let b = budget.budget()?;
+            let b = budget.budget().map_err(anyhow::Error::msg)?;
             let mut d = open(file, &b)?;
             let mut x = trace::export::Exporter::new(d.header(), &b)?;
             while let Some(e) = d.next_event().map_err(|e| named(file, e))? {
@@ -338,7 +288,7 @@ pub(crate) fn pairs(v: &[String], what: &str) -> anyhow::Result<Vec<(String, Str
 
 /// `usermm replay`.
 pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
-    let budget = a.budget.budget()?;
+    let budget = a.budget.budget().map_err(anyhow::Error::msg)?;
     let opts = trace::ReplayOptions {
         tunables: pairs(&a.tunables, "--tunable")?,
         thp: pairs(&a.thp, "--thp")?,

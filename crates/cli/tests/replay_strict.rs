@@ -49,3 +49,36 @@ fn a_replay_that_disagrees_fails_only_under_strict() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("strict: 3 lost records"), "{err}");
 }
+
+/// `bench replay`: a trace that cannot be replayed within the budget is named and skipped,
+/// the others still make their tables, and the status says one failed.
+#[test]
+fn bench_replay_names_a_failed_trace_and_goes_on() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces");
+    let good = dir.join("sh-pipeline.umt");
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench_replay_failed");
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    let bad = d.join("not-a-trace.umt");
+    std::fs::write(&bad, b"not a trace").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["bench", "replay", "--json"])
+        .arg(&bad)
+        .arg(&good)
+        .output()
+        .expect("usermm runs");
+    assert_eq!(out.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(j["tables"].as_array().map(Vec::len), Some(1));
+    assert_eq!(j["tables"][0]["trace"], "sh-pipeline");
+    assert_eq!(j["failed"][0]["trace"], bad.display().to_string());
+    // A budget flag reaches every replay: too few events for the good trace fails it too.
+    let out = Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(["bench", "replay", "--max-events", "3"])
+        .arg(&good)
+        .output()
+        .expect("usermm runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sh-pipeline.umt"), "{err}");
+}

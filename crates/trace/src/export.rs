@@ -17,9 +17,10 @@
 //! file the trace never defined is refused, as the reader refuses it.
 
 use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
-use crate::{escape, Budget};
+use crate::{escape, placed_at, Budget};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use usermm::{Placement, Sharing};
 
 /// Why a trace cannot be exported.
 #[derive(Debug, thiserror::Error)]
@@ -293,32 +294,31 @@ impl Exporter {
                 ..
             } => {
                 let Some(n) = name else { return Ok(()) };
-                let share = if flags & 3 == 2 { "private" } else { "shared" };
-                let backing = match (flags & 0x20 != 0, file) {
+                let mf = usermm::MapFlags(*flags);
+                let share = match mf.sharing() {
+                    Sharing::Private => "private",
+                    Sharing::Shared => "shared",
+                };
+                let backing = match (mf.anonymous(), file) {
                     (false, Some(f)) if !self.files.contains(f) => {
                         return Err(ExportError::UndefinedFile(self.events, *f))
                     }
                     (false, Some(f)) => format!("file f{f} offset {offset:#x}"),
                     _ => "anon".into(),
                 };
-                let place = if *ret >= 0 {
-                    format!(" fixed {ret:#x}")
-                } else if flags & 0x100000 != 0 {
-                    format!(" noreplace {addr:#x}")
-                } else if flags & 0x10 != 0 {
-                    format!(" fixed {addr:#x}")
-                } else if *addr != 0 {
-                    format!(" hint {addr:#x}")
-                } else {
-                    String::new()
+                let place = match placed_at(mf, *addr, *ret) {
+                    Placement::Fixed(a) => format!(" fixed {a:#x}"),
+                    Placement::FixedNoReplace(a) => format!(" noreplace {a:#x}"),
+                    Placement::Hint(a) => format!(" hint {a:#x}"),
+                    Placement::Any => String::new(),
                 };
                 let mut extra = String::new();
-                for (bit, w) in [
-                    (0x8000, " populate"),
-                    (0x2000, " locked"),
-                    (0x4000, " norserve"),
+                for (set, w) in [
+                    (mf.populate(), " populate"),
+                    (mf.locked(), " locked"),
+                    (mf.noreserve(), " norserve"),
                 ] {
-                    if flags & bit != 0 {
+                    if set {
                         extra.push_str(w);
                     }
                 }
@@ -424,7 +424,7 @@ impl Exporter {
                 ..
             } => {
                 let Some(n) = name else { return Ok(()) };
-                let stmt = if flags & 1 != 0 {
+                let stmt = if flags & usermm::MLOCK_ONFAULT != 0 {
                     format!("{n} mlock2 {addr:#x} {len:#x} onfault")
                 } else {
                     format!("{n} mlock {addr:#x} {len:#x}")
@@ -437,9 +437,14 @@ impl Exporter {
             }
             Event::Mlockall { flags, ret, .. } => {
                 let Some(n) = name else { return Ok(()) };
+                let f = usermm::MlockallFlags::from_bits(*flags);
                 let mut w = Vec::new();
-                for (b, k) in [(1, "current"), (2, "future"), (4, "onfault")] {
-                    if flags & b != 0 {
+                for (set, k) in [
+                    (f.current, "current"),
+                    (f.future, "future"),
+                    (f.onfault, "onfault"),
+                ] {
+                    if set {
                         w.push(k);
                     }
                 }

@@ -6,18 +6,21 @@
 //! | [`record`](mod@record) | `usermm record`: perf tracepoints and ptrace stops of a command and its children |
 //! | [`replay`](mod@replay) | `usermm replay`: the trace's processes, calls and faults on a [`usermm::Machine`] |
 //! | [`export`] | a small trace as a scenario file (`usermm trace export --scenario`) |
+//! | [`args`] | the command-line flags of a [`Budget`] |
 //! | [`sys`] | the raw system calls of the recorder (all `unsafe` of the crate) |
 //!
 //! Every reader of a trace streams it ([`Decoder`]) within a [`Budget`] of events, seconds,
 //! image pages, bytes made present, bytes walked and text written, so that a small hostile
 //! file cannot make a command amplify it; trace strings are printed through [`escape`].
 
+pub mod args;
 pub mod export;
 pub mod format;
 pub mod record;
 pub mod replay;
 pub mod sys;
 
+pub use args::BudgetArgs;
 pub use format::{read, read_file, Decoder, Event, Header, Image, ImageVma, Trace};
 pub use record::{record, RecordOptions, RecordSummary};
 pub use replay::{replay, ReplayOptions, ReplayReport};
@@ -25,6 +28,16 @@ pub use replay::{replay, ReplayOptions, ReplayReport};
 /// End of the x86-64 user address space (47-bit): faults above it (vsyscall, kernel
 /// addresses) are not user memory.
 pub const USER_TOP: u64 = 0x7fff_ffff_f000;
+
+/// Where a recorded `mmap` goes on replay and export: where the host placed it when the call
+/// succeeded (a trace keeps the host's addresses), else where its flags and address
+/// argument asked ([`usermm::MapFlags::placement`]).
+pub fn placed_at(flags: usermm::MapFlags, addr: u64, ret: i64) -> usermm::Placement {
+    match u64::try_from(ret) {
+        Ok(at) => usermm::Placement::Fixed(at),
+        Err(_) => flags.placement(addr),
+    }
+}
 
 /// `s` with every character that could act on a terminal or end a line escaped, as Rust
 /// writes them (`\n`, `\u{1b}`; `\` itself doubled): C0 and C1 controls, DEL, and the

@@ -33,15 +33,15 @@
 use crate::format::{
     Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
 };
-use crate::Budget;
+use crate::{placed_at, Budget};
 use scenario::ThpSetting;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::BufRead;
 use std::time::Instant;
 use usermm::{
-    Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MlockallFlags, MmapArgs,
-    MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot,
+    Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MapFlags, MlockallFlags,
+    MmapArgs, MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot, MLOCK_ONFAULT,
 };
 
 mod budget;
@@ -630,18 +630,12 @@ impl Replayer<'_, '_> {
                 ret,
                 ..
             } => {
-                const MAP_FIXED: u32 = 0x10;
-                const MAP_ANONYMOUS: u32 = 0x20;
-                const MAP_LOCKED: u32 = 0x2000;
-                const MAP_NORESERVE: u32 = 0x4000;
-                const MAP_POPULATE: u32 = 0x8000;
-                const MAP_HUGETLB: u32 = 0x40000;
-                const MAP_FIXED_NOREPLACE: u32 = 0x100000;
-                if flags & MAP_HUGETLB != 0 || p & !7 != 0 {
+                let mf = MapFlags(flags);
+                if mf.hugetlb() || p & !7 != 0 {
                     self.r.unsupported += 1;
                     return;
                 }
-                let file = if flags & MAP_ANONYMOUS != 0 {
+                let file = if mf.anonymous() {
                     None
                 } else {
                     match file.and_then(|f| self.files.get(&f).copied()) {
@@ -652,33 +646,18 @@ impl Replayer<'_, '_> {
                         }
                     }
                 };
-                let placement = if ret >= 0 {
-                    Placement::Fixed(ret as u64)
-                } else if flags & MAP_FIXED_NOREPLACE != 0 {
-                    Placement::FixedNoReplace(addr)
-                } else if flags & MAP_FIXED != 0 {
-                    Placement::Fixed(addr)
-                } else if addr != 0 {
-                    Placement::Hint(addr)
-                } else {
-                    Placement::Any
-                };
                 let args = MmapArgs {
                     len,
                     prot: Prot::from_bits(p),
-                    sharing: if flags & 3 == 2 {
-                        Sharing::Private
-                    } else {
-                        Sharing::Shared
-                    },
-                    placement,
-                    populate: flags & MAP_POPULATE != 0,
-                    locked: flags & MAP_LOCKED != 0,
-                    noreserve: flags & MAP_NORESERVE != 0,
+                    sharing: mf.sharing(),
+                    placement: placed_at(mf, addr, ret),
+                    populate: mf.populate(),
+                    locked: mf.locked(),
+                    noreserve: mf.noreserve(),
                     file,
                 };
                 let res = cpu.mmap(e, args);
-                if flags & MAP_LOCKED != 0 && res.is_ok() {
+                if mf.locked() && res.is_ok() {
                     self.locked.insert(e);
                 }
                 if let (Ok(a), true) = (res, ret < 0) {
@@ -714,11 +693,7 @@ impl Replayer<'_, '_> {
                 ret,
                 ..
             } => {
-                let mut f = MremapFlags {
-                    maymove: flags & 1 != 0,
-                    fixed: (flags & 2 != 0).then_some(new_addr),
-                    dontunmap: flags & 4 != 0,
-                };
+                let mut f = MremapFlags::from_bits(flags, new_addr);
                 if ret >= 0 && ret as u64 != addr && f.fixed.is_none() {
                     f.maymove = true;
                     f.fixed = Some(ret as u64);
@@ -774,7 +749,7 @@ impl Replayer<'_, '_> {
                 ret,
                 ..
             } => {
-                let r = unit(cpu.mlock2(e, addr, len, flags & 1 != 0));
+                let r = unit(cpu.mlock2(e, addr, len, flags & MLOCK_ONFAULT != 0));
                 self.locked.insert(e);
                 self.check("mlock", ret, r);
             }
@@ -783,12 +758,7 @@ impl Replayer<'_, '_> {
                 self.check("munlock", ret, r);
             }
             Event::Mlockall { flags, ret, .. } => {
-                let f = MlockallFlags {
-                    current: flags & 1 != 0,
-                    future: flags & 2 != 0,
-                    onfault: flags & 4 != 0,
-                };
-                let r = unit(cpu.mlockall(e, f));
+                let r = unit(cpu.mlockall(e, MlockallFlags::from_bits(flags)));
                 self.locked.insert(e);
                 self.check("mlockall", ret, r);
             }

@@ -284,13 +284,10 @@ pub(crate) fn try_to_unmap<'m>(
                 c.add(Ev::ZapPtes, 1);
             }
         }
-        if abort {
-            // Known gap, kept as it was: entries this VMA already unmapped before the abort
-            // are not flushed (Linux flushes each one, or batches the flush for reclaim:
-            // `set_tlb_ubc_flush_pending`).
-            unmapped.forgo();
-            return;
-        }
+        // Entries cleared before an abort are flushed too: Linux flushes each one it clears
+        // (`ptep_clear_flush`, or reclaim's batched flush, `set_tlb_ubc_flush_pending`, which
+        // runs whether or not the folio is then freed), so no CPU keeps writing through a
+        // translation the page tables no longer hold.
         if unmapped.is_owed() {
             unmapped.flushed(cpu.flush_tlb(mm, FlushScope::Range(start, end)));
         }

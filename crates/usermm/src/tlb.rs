@@ -159,13 +159,6 @@ impl TlbFlushPending {
         self.owed = false;
     }
 
-    /// Dropped without a flush: only for a known gap of the engine, which its call site
-    /// names (a flush added there would change the engine's behaviour and counters).
-    #[inline]
-    pub(crate) fn forgo(mut self) {
-        self.owed = false;
-    }
-
     /// Settled by the mmu_gather that recorded the changed range: it flushes before it
     /// frees. Only `MmuGather::add_range` calls this.
     #[inline]

@@ -397,6 +397,7 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let (mut within, mut rows) = (0, 0);
+    let mut host = crate::costmodel::HostSteadiness::default();
     for t in &report.tables {
         let Some(host_matches) = t.host_matches.clone() else {
             continue;
@@ -451,6 +452,9 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
         if JUDGED.contains(&t.id.as_str()) {
             within += a.within_20pct;
             rows += a.rows;
+            if let Some(h) = crate::costmodel::host_steadiness(&t) {
+                host.add(&h);
+            }
         }
         for (ri, r) in t.rows.iter().enumerate() {
             for p in &r.published {
@@ -474,8 +478,9 @@ pub fn evaluate(profile: &Profile, report: &crate::model::Report) -> String {
     }
     let _ = writeln!(
         s,
-        "judged tables ({}): {within} of {rows} rows within ±20 %",
-        JUDGED.join(", ")
+        "judged tables ({}): {within} of {rows} rows within ±20 %; {}",
+        JUDGED.join(", "),
+        host.describe()
     );
     s
 }

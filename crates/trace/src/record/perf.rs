@@ -124,8 +124,6 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
     }
 }
 
-const MAP_ANONYMOUS: u32 = 0x20;
-
 /// A `PERF_RECORD_MMAP2` (a thread's last one is the VMA its `mmap` made or grew).
 #[derive(Debug)]
 struct LastMap {
@@ -267,7 +265,7 @@ pub(super) fn build_events(
                                 let flags = g(3) as u32;
                                 let fd = g(4) as i64 as i32;
                                 let mut file = None;
-                                if flags & MAP_ANONYMOUS == 0 && fd >= 0 && ret >= 0 {
+                                if !usermm::MapFlags(flags).anonymous() && fd >= 0 && ret >= 0 {
                                     match last_map.remove(&tid) {
                                         Some(m) if m.names(ret as u64) => {
                                             file = Some(files.id(

@@ -17,8 +17,6 @@ impl Replayer<'_, '_> {
     /// ever locked memory is charged the full length of its later mappings, growths and
     /// protection changes (with `VM_LOCKED` or `MCL_FUTURE` each of them may populate).
     fn cost(&self, ev: &Event) -> u64 {
-        const MAP_LOCKED: u32 = 0x2000;
-        const MAP_POPULATE: u32 = 0x8000;
         let engine = |pid: u32| self.procs.get(&pid).copied();
         let locked = |pid: u32| engine(pid).is_some_and(|e| self.locked.contains(&e));
         let status = |pid: u32| engine(pid).and_then(|e| self.cpu.status(e).ok());
@@ -41,7 +39,9 @@ impl Replayer<'_, '_> {
             Event::Fault { .. } => PAGE_COST,
             Event::Mmap {
                 pid, len, flags, ..
-            } if flags & (MAP_POPULATE | MAP_LOCKED) != 0 || locked(pid) => page_up(len),
+            } if MapFlags(flags).populate() || MapFlags(flags).locked() || locked(pid) => {
+                page_up(len)
+            }
             Event::Mremap {
                 pid,
                 old_len,
@@ -54,13 +54,19 @@ impl Replayer<'_, '_> {
                 old.map_or(0, |o| page_up(ret as u64).saturating_sub(page_up(o)))
             }
             // WILLNEED reads a file range ahead, POPULATE_(READ|WRITE) fault it in.
-            Event::Madvise {
-                len,
-                advice: 3 | 22 | 23,
-                ..
-            } => page_up(len),
-            Event::Mlock { len, flags, .. } if flags & 1 == 0 => page_up(len),
-            Event::Mlockall { pid, flags, .. } if flags & 1 != 0 && flags & 4 == 0 => {
+            Event::Madvise { len, advice, .. }
+                if matches!(
+                    Advice::from_number(i64::from(advice)),
+                    Some(Advice::WillNeed | Advice::PopulateRead | Advice::PopulateWrite)
+                ) =>
+            {
+                page_up(len)
+            }
+            Event::Mlock { len, flags, .. } if flags & MLOCK_ONFAULT == 0 => page_up(len),
+            Event::Mlockall { pid, flags, .. }
+                if MlockallFlags::from_bits(flags).current
+                    && !MlockallFlags::from_bits(flags).onfault =>
+            {
                 status(pid).map_or(0, |s| s.vm_size)
             }
             _ => 0,

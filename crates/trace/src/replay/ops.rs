@@ -5,7 +5,7 @@
 //!
 //! | event | operation |
 //! |---|---|
-//! | FAULT | `fault`, or `fault_file` where the engine took the file fault path (`faults_file`); a TLB hit included: no engine work, nothing filed |
+//! | FAULT | `fault`, or `fault_file` where the engine took the file fault path (`faults_file`); `touch` where the engine took no fault (its walk found the entry that fault-around or a large folio had mapped: a TLB refill, no kernel work, not priced); a TLB hit: no engine work, nothing filed |
 //! | FORK (own mm) | `fork`; a thread or vfork child shares the mm: no engine work, nothing filed |
 //! | SPAWN (the traced root) | `fork` (the recorder forked it) |
 //! | EXIT | `munmap`: the last user's exit tears the mm down as an unmap of every VMA (the same zap batching, TLB gather, folio, page-table and VMA frees); the task's own exit work and the parent's wait are no engine work, and not priced |
@@ -66,10 +66,13 @@ impl OpAccount {
         let nz = d.nonzero();
         // A fault on a file page runs the file fault path (`filemap_fault`, fault-around):
         // the model prices it as its own operation.
-        let op = if op == "fault" && d.get(usermm::Ev::FaultFile) > 0 {
-            "fault_file"
-        } else {
-            op
+        // A recorded fault the engine served without faulting (its page-table walk found
+        // the entry: a page its fault-around or a THP had mapped already) costs the kernel
+        // nothing; the hardware walk that refilled the TLB is not priced.
+        let op = match op {
+            "fault" if d.get(usermm::Ev::Fault) == 0 => "touch",
+            "fault" if d.get(usermm::Ev::FaultFile) > 0 => "fault_file",
+            op => op,
         };
         if !nz.is_empty() {
             *self.distinct.entry((op, nz)).or_insert(0) += 1;
@@ -101,8 +104,8 @@ impl OpAccount {
     }
 }
 
-/// The operations of the cost model a replay files counters under (`file` and `other` are
-/// not among them: see the module's table).
+/// The operations of the cost model a replay files counters under (`touch`, `file` and
+/// `other` are not among them: see the module's table).
 pub const MODEL_OPS: [&str; 10] = [
     "fault",
     "fault_file",

@@ -38,6 +38,21 @@ pub struct MlockallFlags {
     pub onfault: bool,
 }
 
+/// `MLOCK_ONFAULT`, `mlock2`'s one flag (`uapi/asm-generic/mman-common.h`).
+pub const MLOCK_ONFAULT: u32 = 0x01;
+
+impl MlockallFlags {
+    /// The flags of Linux's `mlockall` from its raw word (`MCL_CURRENT` 1, `MCL_FUTURE` 2,
+    /// `MCL_ONFAULT` 4 on x86-64 and arm64: `uapi/asm-generic/mman.h`).
+    pub fn from_bits(flags: u32) -> MlockallFlags {
+        MlockallFlags {
+            current: flags & 1 != 0,
+            future: flags & 2 != 0,
+            onfault: flags & 4 != 0,
+        }
+    }
+}
+
 /// Whether errors while faulting pages in are reported or ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PopulateErrors {

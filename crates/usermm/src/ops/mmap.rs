@@ -40,6 +40,83 @@ pub enum Placement {
     FixedNoReplace(u64),
 }
 
+/// The `flags` word of Linux's `mmap` (`MAP_*`, the same bits on x86-64 and arm64:
+/// `uapi/linux/mman.h`, `uapi/asm-generic/mman-common.h`, `mman.h`), for a caller that holds
+/// the raw word, as a recorded trace does; the engine's own calls take [`MmapArgs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapFlags(pub u32);
+
+impl MapFlags {
+    /// `MAP_PRIVATE` (the low bits: `MAP_SHARED` is 1, `MAP_SHARED_VALIDATE` 3).
+    pub const PRIVATE: u32 = 0x02;
+    /// `MAP_FIXED`.
+    pub const FIXED: u32 = 0x10;
+    /// `MAP_ANONYMOUS`.
+    pub const ANONYMOUS: u32 = 0x20;
+    /// `MAP_LOCKED`.
+    pub const LOCKED: u32 = 0x2000;
+    /// `MAP_NORESERVE`.
+    pub const NORESERVE: u32 = 0x4000;
+    /// `MAP_POPULATE`.
+    pub const POPULATE: u32 = 0x8000;
+    /// `MAP_HUGETLB`.
+    pub const HUGETLB: u32 = 0x40000;
+    /// `MAP_FIXED_NOREPLACE`.
+    pub const FIXED_NOREPLACE: u32 = 0x100000;
+
+    fn has(self, bit: u32) -> bool {
+        self.0 & bit != 0
+    }
+
+    /// Private for `MAP_PRIVATE`, shared for `MAP_SHARED` and `MAP_SHARED_VALIDATE`.
+    pub fn sharing(self) -> Sharing {
+        if self.0 & 3 == Self::PRIVATE {
+            Sharing::Private
+        } else {
+            Sharing::Shared
+        }
+    }
+
+    /// `MAP_ANONYMOUS`.
+    pub fn anonymous(self) -> bool {
+        self.has(Self::ANONYMOUS)
+    }
+
+    /// `MAP_HUGETLB` (the engine has no hugetlbfs).
+    pub fn hugetlb(self) -> bool {
+        self.has(Self::HUGETLB)
+    }
+
+    /// `MAP_POPULATE`.
+    pub fn populate(self) -> bool {
+        self.has(Self::POPULATE)
+    }
+
+    /// `MAP_LOCKED`.
+    pub fn locked(self) -> bool {
+        self.has(Self::LOCKED)
+    }
+
+    /// `MAP_NORESERVE`.
+    pub fn noreserve(self) -> bool {
+        self.has(Self::NORESERVE)
+    }
+
+    /// Where a call with these flags and address argument asks to map: `MAP_FIXED_NOREPLACE`
+    /// before `MAP_FIXED` (the kernel's order), a non-zero address without either a hint.
+    pub fn placement(self, addr: u64) -> Placement {
+        if self.has(Self::FIXED_NOREPLACE) {
+            Placement::FixedNoReplace(addr)
+        } else if self.has(Self::FIXED) {
+            Placement::Fixed(addr)
+        } else if addr != 0 {
+            Placement::Hint(addr)
+        } else {
+            Placement::Any
+        }
+    }
+}
+
 /// Arguments of an anonymous `mmap`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmapArgs {

@@ -50,6 +50,18 @@ pub struct MremapFlags {
     pub dontunmap: bool,
 }
 
+impl MremapFlags {
+    /// The flags of Linux's `mremap` from its raw word (`MREMAP_MAYMOVE` 1, `MREMAP_FIXED` 2,
+    /// `MREMAP_DONTUNMAP` 4: `uapi/linux/mman.h`) and its new-address argument.
+    pub fn from_bits(flags: u32, new_addr: u64) -> MremapFlags {
+        MremapFlags {
+            maymove: flags & 1 != 0,
+            fixed: (flags & 2 != 0).then_some(new_addr),
+            dontunmap: flags & 4 != 0,
+        }
+    }
+}
+
 impl<'m> Cpu<'m> {
     /// Resizes or moves `[addr, addr+old_len)` of process `pid` to `new_len` bytes.
     ///
