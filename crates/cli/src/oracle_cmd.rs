@@ -29,6 +29,12 @@ pub struct OracleArgs {
     /// ignores it (except `thp_use_zero_page`, which is the host's `use_zero_page`).
     #[arg(long = "tunable", value_name = "NAME=VALUE")]
     pub tunables: Vec<String>,
+    /// Compare the processes' state (VMAs, smaps, status, pages) only after every N
+    /// statements that may change an address space, before each exit and at the end, not
+    /// after each (outcomes and expectations are still compared at every statement): for
+    /// long trace exports, whose full observation is linear in their mapped pages.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub observe_every: usize,
     /// Print each statement with both outcomes as it runs.
     #[arg(short, long)]
     pub verbose: bool,
@@ -60,6 +66,7 @@ pub fn oracle_main(args: &OracleArgs) -> anyhow::Result<u8> {
     let opts = oracle::CompareOptions {
         tunables,
         verbose: args.verbose,
+        observe_every: args.observe_every,
     };
     use crate::run_cmd::Format;
     if args.format == Format::Text {

@@ -67,7 +67,8 @@ fn staging_checks_room_and_sweeps_what_a_killed_run_left() {
     // The dead run's directory is gone; pid 1's (alive) is left; nothing else remains.
     assert!(!out.contains(&format!("usermm-oracle-{dead}-")), "{out}");
     assert!(out.contains("usermm-oracle-1-fedcba9876543210"), "{out}");
-    let used_kb: u64 = out
+    // The df line is the script's last line of standard output (notes go to stderr).
+    let used_kb: u64 = String::from_utf8_lossy(&o.stdout)
         .lines()
         .last()
         .and_then(|l| l.trim().parse().ok())

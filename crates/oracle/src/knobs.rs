@@ -10,7 +10,8 @@
 //! `never`, 2M `inherit`, other sizes `never`) before each file, applies `set shmem`, and
 //! slows khugepaged down for the run (a long sleep, and `max_ptes_none` 0 for the scans it
 //! still makes when woken), so a background collapse cannot change a page between two
-//! observations.
+//! observations. A running DAMON monitor is paused for the run and restarted after, saved and
+//! journaled like the knobs ([`crate::damon`]).
 //!
 //! # The lock directory
 //!
@@ -185,6 +186,15 @@ fn size_dirs(dir: &Path) -> Result<Vec<(u64, PathBuf)>, HostError> {
     Ok(out)
 }
 
+/// Writes a saved value back, unless the knob reads it already (a kdamond refuses `on`
+/// while it runs).
+fn restore_knob(path: &Path, value: &str) -> io::Result<()> {
+    if crate::damon::already(path, value) {
+        return Ok(());
+    }
+    write_knob(path, value)
+}
+
 /// Writes one knob. Never creates a file: a knob this kernel lacks is NotFound.
 fn write_knob(path: &Path, value: &str) -> io::Result<()> {
     // Truncation matters only for the plain files of a fake tree (sysfs ignores it).
@@ -227,13 +237,19 @@ fn valid_value(v: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// One `PATH=VALUE` line of a journal, checked: the knob path rebuilt under `thp`.
+/// One `PATH=VALUE` line of a journal, checked: the knob path rebuilt under `thp`, or a
+/// paused kdamond's `state` to set `on` again ([`crate::damon`]).
 fn knob_line(thp: &Path, line: &str) -> Result<(PathBuf, String), String> {
     let (p, v) = line
         .rsplit_once('=')
         .ok_or_else(|| format!("{line:?} is not PATH=VALUE"))?;
     if !valid_value(v) {
         return Err(format!("{p}: {v:?} is not a knob value"));
+    }
+    if let Some(d) = crate::damon::damon_dir() {
+        if crate::damon::is_journal_line(&d, Path::new(p), v) {
+            return Ok((PathBuf::from(p), v.to_string()));
+        }
     }
     let rel = Path::new(p)
         .strip_prefix(thp)
@@ -568,7 +584,7 @@ impl OracleLock {
             rec.ignored.clear();
         } else {
             for (p, v) in j.knobs {
-                match write_knob(&p, &v) {
+                match restore_knob(&p, &v) {
                     Ok(()) => rec.restored.push((p, v)),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => rec
                         .ignored
@@ -664,7 +680,17 @@ impl ThpKnobs {
                 });
             }
         }
-        let saved = read_knobs(&dir)?;
+        let mut saved = read_knobs(&dir)?;
+        // Running kdamonds after the THP knobs: restored last, they start on the policy
+        // the machine had.
+        let damon = crate::damon::damon_dir()
+            .map(|d| crate::damon::running(&d))
+            .unwrap_or_default();
+        saved.extend(
+            damon
+                .iter()
+                .map(|p| (p.clone(), crate::damon::ON.to_string())),
+        );
         lock.write_journal(&saved)?;
         crate::sys::arm_emergency_restore(
             saved
@@ -675,6 +701,15 @@ impl ThpKnobs {
                 })
                 .collect(),
         );
+        for p in &damon {
+            match write_knob(p, crate::damon::OFF) {
+                Ok(()) => eprintln!(
+                    "usermm: DAMON paused while the lock is held ({} off; it ages and reclaims the pages compared and timed)",
+                    p.display()
+                ),
+                Err(e) => eprintln!("usermm: DAMON left running: {}: {e}", p.display()),
+            }
+        }
         Ok(ThpKnobs { dir, saved, lock })
     }
 
@@ -779,7 +814,7 @@ impl ThpKnobs {
     pub fn restore(&self) -> Vec<String> {
         let mut failed = Vec::new();
         for (p, v) in &self.saved {
-            if let Err(e) = write_knob(p, v) {
+            if let Err(e) = restore_knob(p, v) {
                 failed.push(format!("{}: {e}", p.display()));
             }
         }

@@ -21,6 +21,7 @@
 
 pub mod cgroup;
 pub mod compare;
+pub mod damon;
 pub mod files;
 pub mod host;
 pub mod hostres;

@@ -179,6 +179,12 @@ pub fn kpageflags(f: &File, pfn: u64) -> io::Result<u64> {
 }
 
 /// Order of the folio that contains `pfn` (whose flags are `flags`).
+///
+/// The words around the page are read in growing chunks ([`FOLIO_SCAN_FIRST`] words, then
+/// twice as many each time) up to [`MAX_FOLIO_PAGES`]: a long trace's oracle run reads the
+/// order of thousands of sampled pages after every statement, and reading the whole
+/// 1024-page neighbourhood of each (what a 2 MiB folio needs) made a 64K folio cost
+/// sixty times its size in kernel `stable_page_flags` calls.
 pub fn folio_order(f: &File, pfn: u64, flags: u64) -> io::Result<u32> {
     if flags & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) == 0 {
         return Ok(0);
@@ -188,24 +194,46 @@ pub fn folio_order(f: &File, pfn: u64, flags: u64) -> io::Result<u32> {
     } else {
         find_head(f, pfn)?
     };
-    let mut tails = vec![0u64; MAX_FOLIO_PAGES as usize - 1];
-    read_words(f, head + 1, &mut tails)?;
-    let n = 1 + tails
-        .iter()
-        .take_while(|w| **w & KPF_COMPOUND_TAIL != 0)
-        .count() as u64;
+    let mut n = 1u64;
+    let mut chunk = FOLIO_SCAN_FIRST;
+    while n < MAX_FOLIO_PAGES {
+        let mut tails = vec![0u64; chunk.min(MAX_FOLIO_PAGES - n) as usize];
+        read_words(f, head + n, &mut tails)?;
+        let t = tails
+            .iter()
+            .take_while(|w| **w & KPF_COMPOUND_TAIL != 0)
+            .count();
+        n += t as u64;
+        if t < tails.len() {
+            break;
+        }
+        chunk *= 2;
+    }
     Ok(63 - n.leading_zeros())
 }
 
+/// Words [`folio_order`] reads first on either side of a page.
+const FOLIO_SCAN_FIRST: u64 = 16;
+
+/// The compound head at or before `pfn`, at most `MAX_FOLIO_PAGES - 1` pages back: the
+/// nearest one, looked for in growing chunks as [`folio_order`] reads its tails.
 fn find_head(f: &File, pfn: u64) -> io::Result<u64> {
-    let first = pfn.saturating_sub(MAX_FOLIO_PAGES - 1);
-    let mut before = vec![0u64; (pfn - first) as usize];
-    read_words(f, first, &mut before)?;
-    before
-        .iter()
-        .rposition(|w| w & KPF_COMPOUND_HEAD != 0)
-        .map(|i| first + i as u64)
-        .ok_or_else(|| io::Error::other(format!("no compound head before pfn {pfn:#x}")))
+    let floor = pfn.saturating_sub(MAX_FOLIO_PAGES - 1);
+    let mut end = pfn;
+    let mut chunk = FOLIO_SCAN_FIRST;
+    while end > floor {
+        let first = end.saturating_sub(chunk).max(floor);
+        let mut before = vec![0u64; (end - first) as usize];
+        read_words(f, first, &mut before)?;
+        if let Some(i) = before.iter().rposition(|w| w & KPF_COMPOUND_HEAD != 0) {
+            return Ok(first + i as u64);
+        }
+        end = first;
+        chunk *= 2;
+    }
+    Err(io::Error::other(format!(
+        "no compound head before pfn {pfn:#x}"
+    )))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! touched. The tests need root (the lock directory must be owned by our euid, which the
 //! oracle expects to be root); without it each prints why and returns.
 
+use oracle::damon::DAMON_DIR_ENV;
 use oracle::knobs::{self, LOCK_DIR_ENV, THP_DIR_ENV};
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -132,6 +133,8 @@ fn child(role: &str, thp: &Path, lock: &Path) -> Command {
     c.args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
         .env(ROLE_ENV, role)
         .env(THP_DIR_ENV, thp)
+        // A fake DAMON tree beside the fake THP one (absent unless a test makes it).
+        .env(DAMON_DIR_ENV, thp.with_file_name("damon"))
         .env(LOCK_DIR_ENV, lock)
         .stdin(Stdio::null());
     c
@@ -418,6 +421,50 @@ fn knobs_left_by_a_sigkilled_run_are_restored() {
     assert_eq!(knob_values(&thp), original_values());
     assert!(!journal.exists());
     assert!(!lock.join("knobs.journal.tmp").exists());
+}
+
+#[test]
+fn a_running_kdamond_is_paused_and_restarted_even_after_a_sigkill() {
+    if !is_root() {
+        return;
+    }
+    let s = Scratch::new("damon");
+    let thp = fake_thp(&s);
+    let lock = s.join("lock");
+    let damon = s.join("damon");
+    write(&damon.join("0/state"), "on\n");
+    write(&damon.join("1/state"), "off\n");
+    let holder = start_holder(&s, &thp, &lock);
+    assert_eq!(read(&damon.join("0/state")), "off", "paused under the lock");
+    assert_eq!(
+        read(&damon.join("1/state")),
+        "off\n",
+        "a stopped one is left alone"
+    );
+    kill(holder);
+    assert_eq!(
+        read(&damon.join("0/state")),
+        "off",
+        "the killed run restarted nothing"
+    );
+
+    let out = run(child("recover", &thp, &lock));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        read(&damon.join("0/state")),
+        "on",
+        "restarted from the journal"
+    );
+    assert_eq!(read(&damon.join("1/state")), "off\n");
+
+    let out = run(child("acquire-release", &thp, &lock));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("DAMON paused"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(read(&damon.join("0/state")), "on", "restarted by the drop");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! A small trace as a scenario file (`../shared/SCENARIO.md`), for the oracle and for reading.
+//! A trace as a scenario file (`../shared/SCENARIO.md`), for the oracle and for reading.
 //!
 //! Processes are spawned privileged; an exec is a new `spawn` whose recorded image is mapped
 //! with `fixed` and whose present pages are touched; every call uses the host's addresses
@@ -8,10 +8,13 @@
 //!
 //! The trace's strings (command, host, kernel, policy, file paths) appear only in comments,
 //! escaped ([`crate::escape`]): a newline or any control character in them can never end
-//! the comment and start a statement. The text is built event by event and stops at the
-//! budget's output size ([`Budget::max_output`]): an exec image of 2²⁴ pages is 2²⁴ `touch`
-//! lines. A file reference to a file the trace never defined is refused, as the reader
-//! refuses it.
+//! the comment and start a statement. The text is built event by event as the trace is
+//! decoded and stops at the budget's output size ([`Budget::max_output`], 64 MiB by
+//! default: about 1.5 M lines): an exec image of 2²⁴ pages is 2²⁴ `touch` lines. There is
+//! no cap on events beyond the decoder's ([`Budget::max_events`]): what the exporter keeps
+//! besides the text is one name per live process and one id per defined file, so memory is
+//! bounded by the output budget plus the trace's processes and files. A file reference to a
+//! file the trace never defined is refused, as the reader refuses it.
 
 use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
 use crate::{escape, placed_at, Budget};
@@ -19,17 +22,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use usermm::{Placement, Sharing};
 
-/// Largest trace exported (events).
-pub const MAX_EXPORT_EVENTS: usize = 50_000;
-
 /// Why a trace cannot be exported.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    /// Too many events for a readable scenario.
-    #[error(
-        "the trace has more than {0} events; export is for traces of at most {MAX_EXPORT_EVENTS}"
-    )]
-    TooBig(usize),
     /// The text would be larger than the budget.
     #[error("event {0}: the scenario text would exceed {1} bytes (--max-output)")]
     Output(usize, u64),
@@ -181,9 +176,6 @@ impl Exporter {
 
     /// Appends one event.
     pub fn event(&mut self, ev: &Event) -> Result<(), ExportError> {
-        if self.events >= MAX_EXPORT_EVENTS {
-            return Err(ExportError::TooBig(MAX_EXPORT_EVENTS));
-        }
         self.export(ev)?;
         self.events += 1;
         Ok(())

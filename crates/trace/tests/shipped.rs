@@ -146,11 +146,21 @@ fn small_traces_export_as_scenarios_that_run_on_the_engine() {
         assert_eq!(r.exit_code(), 0, "{}: {:?}", p.display(), r.abort);
         assert!(r.counters.get(usermm::Ev::Fault) > 0);
     }
+    // No cap on events: 60 000 of them export; the text stops at the output budget.
     let big = Trace {
-        events: vec![Event::Lost { count: 1 }; trace::export::MAX_EXPORT_EVENTS + 1],
+        events: vec![Event::Lost { count: 1 }; 60_000],
         ..Trace::default()
     };
-    assert!(trace::export::to_scenario(&big).is_err());
+    let text = trace::export::to_scenario(&big).unwrap();
+    assert_eq!(text.matches("records lost").count(), 60_000);
+    let small = trace::Budget {
+        max_output: 100_000,
+        ..trace::Budget::default()
+    };
+    assert!(matches!(
+        trace::export::to_scenario_with(&big, &small),
+        Err(trace::export::ExportError::Output(_, 100_000))
+    ));
 }
 
 /// The fork-heavy traces recorded under THP (`traces/python3-forkers.py`: a 32 MiB heap, four

@@ -15,7 +15,7 @@ use crate::phys::{PageFlag, Pfn};
 use crate::stats::Ev;
 use crate::tlb::TlbEntry;
 use crate::vaddr::VirtAddr;
-use crate::vm_fault::FaultOutcome;
+use crate::vm_fault::{FaultOutcome, FaultSource};
 
 /// A signal delivered to the accessing process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -167,7 +167,7 @@ pub(crate) fn translate_or_fault<'m>(
     }
     c.add(Ev::TlbMiss, 1);
     let pt = cpu.tables(mm);
-    walk_or_fault(cpu, mm, st, addr, access, |leaf| {
+    walk_or_fault(cpu, mm, st, addr, access, FaultSource::User, |leaf| {
         if !hw_permits(cpu, leaf.entry, access) {
             LeafUse::Fault
         } else {
@@ -180,14 +180,15 @@ pub(crate) fn translate_or_fault<'m>(
 }
 
 /// The loop both the MMU and GUP run: walk to the leaf, let `judge` take it, walk again,
-/// or fault and walk again. A page that keeps faulting after 64 rounds is a SIGBUS (a
-/// livelock guard; Linux's callers retry without bound).
+/// or fault (taken by `src`) and walk again. A page that keeps faulting after 64 rounds is
+/// a SIGBUS (a livelock guard; Linux's callers retry without bound).
 fn walk_or_fault<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
     st: &MmState,
     addr: u64,
     access: Access,
+    src: FaultSource,
     mut judge: impl FnMut(Leaf) -> LeafUse,
 ) -> Result<Pfn, FaultOutcome> {
     let pt = cpu.tables(mm);
@@ -195,10 +196,12 @@ fn walk_or_fault<'m>(
         match walk_leaf(cpu, pt, addr).map_or(LeafUse::Fault, &mut judge) {
             LeafUse::Take(pfn) => return Ok(pfn),
             LeafUse::Rewalk => continue,
-            LeafUse::Fault => match handle_mm_fault(cpu, mm, st, VirtAddr::new(addr), access) {
-                FaultOutcome::Completed => {}
-                failed => return Err(failed),
-            },
+            LeafUse::Fault => {
+                match handle_mm_fault(cpu, mm, st, VirtAddr::new(addr), access, src) {
+                    FaultOutcome::Completed => {}
+                    failed => return Err(failed),
+                }
+            }
         }
     }
     Err(FaultOutcome::Sigbus)
@@ -229,17 +232,19 @@ pub(crate) fn gup_fast_page<'m>(cpu: &Cpu<'m>, mm: &Mm, addr: u64, access: Acces
 /// entry's accessed and dirty bits stay as they are and no TLB entry is filled. The shared
 /// zero pages are left alone: their flags are machine-wide state on Linux, touched by every
 /// process (measured on 6.18: the host's zero page's `referenced` flips between runs).
+/// `src` says which caller's retry rules a fault follows.
 pub(crate) fn gup_touch_page<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
     st: &MmState,
     addr: u64,
     access: Access,
+    src: FaultSource,
 ) -> Result<Pfn, FaultOutcome> {
     let arch = cpu.tables(mm).arch;
     let addr = arch.user_va(addr).ok_or(FaultOutcome::Sigsegv)?;
     let (mut clean, mut pmd) = (false, false);
-    let pfn = walk_or_fault(cpu, mm, st, addr, access, |leaf| {
+    let pfn = walk_or_fault(cpu, mm, st, addr, access, src, |leaf| {
         if hw_permits(cpu, leaf.entry, access) && arch.present(leaf.entry) {
             (clean, pmd) = (!arch.dirty(leaf.entry), leaf.entry.is_pmd());
             LeafUse::Take(leaf.pfn)

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 pub const DUMP_MAX_PAGES: u64 = 1 << 18;
 
 /// Flags shown for a folio, in this order, with the names `kpageflags` uses where it has one.
-const SHOWN: [(PageFlag, &str); 18] = [
+const SHOWN: [(PageFlag, &str); 19] = [
     (PageFlag::Locked, "locked"),
     (PageFlag::Anon, "anon"),
     (PageFlag::Lru, "lru"),
@@ -34,6 +34,7 @@ const SHOWN: [(PageFlag, &str); 18] = [
     (PageFlag::SwapBacked, "swapbacked"),
     (PageFlag::MappedToDisk, "mappedtodisk"),
     (PageFlag::Readahead, "readahead"),
+    (PageFlag::Workingset, "workingset"),
     (PageFlag::Zero, "zero"),
     (PageFlag::LargeRmappable, "large_rmappable"),
     (PageFlag::TotalMapcount, "total_mapcount"),

@@ -16,7 +16,7 @@
 //! is mapped exclusively by this mm.
 
 use crate::filemap::io::filemap_fault;
-use crate::filemap::{CacheLookup, Inode, InodeKind, PAGE_SIZE};
+use crate::filemap::{CacheLookup, Inode, PAGE_SIZE};
 use crate::huge_memory::fault::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_shmem_pmd_fault, shmem_pmd_suitable,
 };
@@ -27,17 +27,20 @@ use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::cursor::PteLock;
 use crate::pgtable::{Access, Pte, PMD_SIZE};
 use crate::phys::{FolioKind, PageFlag, Pfn, Zeroing, HPAGE_PMD_ORDER};
+use crate::readahead::mmap_miss_hits;
 use crate::rmap::{self, Level};
 use crate::stats::Ev;
 use crate::tlb::FlushScope;
 use crate::vaddr::VirtAddr;
 use crate::vm_fault::{
-    anon_vma_prepare, count_file_fault, folio_node, FaultCtx, FaultOutcome, FaultTunables,
+    anon_vma_prepare, count_file_fault, folio_node, FaultAttempt, FaultCtx, FaultOutcome,
+    FaultSource, FaultTunables, MAX_FAULT_ATTEMPTS,
 };
 use crate::vma::VmFlags;
 use crate::vmscan::reclaim_for;
 
-/// Handles a fault at `addr` in `mm`.
+/// Handles a fault at `addr` in `mm`, taken by `src`. A file fault that Linux would retry
+/// after dropping the mmap lock for I/O runs its retries here ([`FaultAttempt`]).
 ///
 /// # Context
 /// `st` is the mm's state under the mmap lock (read).
@@ -47,6 +50,7 @@ pub(crate) fn handle_mm_fault<'m>(
     st: &MmState,
     addr: VirtAddr,
     access: Access,
+    src: FaultSource,
 ) -> FaultOutcome {
     let c = cpu.c();
     c.add(Ev::Fault, 1);
@@ -77,6 +81,7 @@ pub(crate) fn handle_mm_fault<'m>(
         access,
         pgoff: vma.pgoff_at(addr),
         tun: FaultTunables::snapshot(&cpu.m.tunables()),
+        src,
     };
     let huge =
         pt.pmdp_get(pmd_table, pmd_idx).is_none() && thp_pmd_eligible(&vmf.tun.thp, vma, addr);
@@ -271,33 +276,62 @@ fn do_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>) -> FaultOutcome {
 /// `do_read_fault`: fault-around first; if it did not map the faulting page, find or read
 /// the page and map it read-only (or writable-clean in a shared mapping without dirty
 /// tracking, as `vm_page_prot` says).
+///
+/// An attempt that dropped the mmap lock for I/O (a miss of a disk file, or a hit that
+/// started asynchronous readahead) is taken again, as Linux returns `VM_FAULT_RETRY` and
+/// the fault is retried: fault-around then finds the pages the I/O brought in (measured on
+/// 6.18: a cold read fault in a 512K file maps the whole 64K window), and counts them as
+/// `mmap_miss` hits again.
 fn do_read_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-    if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
-        count_file_fault(cpu, inode, CacheLookup::Hit);
-        return FaultOutcome::Completed;
-    }
-    let pgoff = vmf.pgoff;
-    let (mut pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
-        Ok(r) => r,
-        Err(o) => return o,
-    };
-    count_file_fault(cpu, inode, lookup);
-    if lookup == CacheLookup::Miss && inode.kind == InodeKind::Disk {
-        // The read dropped the mmap lock (`maybe_unlock_mmap_for_io`), so the fault
-        // returns VM_FAULT_RETRY and is taken again: fault-around now finds the pages
-        // readahead brought in. Measured on 6.18: a cold read fault in a 512K file maps
-        // the whole 64K window.
-        let phys = &cpu.m.phys;
-        phys.put_folio(cpu.c(), phys.memmap.folio_of(pfn), 1);
+    let mut at = FaultAttempt::first(vmf.src);
+    let mut counted = false;
+    loop {
         if vmf.tun.fault_around_bytes > PAGE_SIZE && do_fault_around(cpu, vmf, inode) {
+            if !counted {
+                count_file_fault(cpu, inode, CacheLookup::Hit);
+            }
             return FaultOutcome::Completed;
         }
-        pfn = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, pgoff) {
-            Ok((p, _)) => p,
+        let page = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.pgoff, at) {
+            Ok(r) => r,
             Err(o) => return o,
         };
+        if !counted {
+            count_file_fault(cpu, inode, page.lookup);
+            counted = true;
+        }
+        if page.retry && at.n < MAX_FAULT_ATTEMPTS {
+            let phys = &cpu.m.phys;
+            phys.put_folio(cpu.c(), phys.memmap.folio_of(page.pfn), 1);
+            at = at.retry(page.lookup == CacheLookup::Miss);
+            continue;
+        }
+        return finish_fault(cpu, vmf, page.pfn, false);
     }
-    finish_fault(cpu, vmf, pfn, false)
+}
+
+/// `__do_fault` for a write fault: `filemap_fault` until an attempt did not drop the mmap
+/// lock (as [`do_read_fault`] retries, without fault-around). Returns the page, with a
+/// reference, and the first attempt's lookup (a miss is a major fault even if its retry
+/// found the page).
+fn write_fault_page<'m>(
+    cpu: &Cpu<'m>,
+    vmf: &FaultCtx<'_, 'm>,
+    inode: &Inode,
+) -> Result<(Pfn, CacheLookup), FaultOutcome> {
+    let mut at = FaultAttempt::first(vmf.src);
+    let mut first = None;
+    loop {
+        let page = filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.pgoff, at)?;
+        let lookup = *first.get_or_insert(page.lookup);
+        if page.retry && at.n < MAX_FAULT_ATTEMPTS {
+            let phys = &cpu.m.phys;
+            phys.put_folio(cpu.c(), phys.memmap.folio_of(page.pfn), 1);
+            at = at.retry(page.lookup == CacheLookup::Miss);
+            continue;
+        }
+        return Ok((page.pfn, lookup));
+    }
 }
 
 /// `do_cow_fault`: a write to an empty PTE of a private file mapping copies the file's
@@ -307,7 +341,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
     let (mm, vma, addr) = (vmf.mm, vmf.vma, vmf.addr);
     let phys = &cpu.m.phys;
     let anon_vma = anon_vma_prepare(cpu, mm, vma);
-    let (old, lookup) = match filemap_fault(cpu, inode, vma, addr, vmf.pgoff) {
+    let (old, lookup) = match write_fault_page(cpu, vmf, inode) {
         Ok(r) => r,
         Err(o) => return o,
     };
@@ -357,7 +391,7 @@ fn do_cow_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> Fau
 /// writable and dirty and dirties the folio (`fault_dirty_shared_page`; a disk file's
 /// `page_mkwrite` has nothing more to do here).
 fn do_shared_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> FaultOutcome {
-    let (pfn, lookup) = match filemap_fault(cpu, inode, vmf.vma, vmf.addr, vmf.pgoff) {
+    let (pfn, lookup) = match write_fault_page(cpu, vmf, inode) {
         Ok(r) => r,
         Err(o) => return o,
     };
@@ -436,6 +470,11 @@ fn finish_fault<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, pfn: Pfn, write: bool
 /// window is mapped whole when all of it lies inside the VMA, the PTE table and the file
 /// (6.18 maps entire large folios on fault-around). Returns whether the faulting page
 /// itself got mapped.
+///
+/// Every page of every folio the walk looks at, mapped now or before, counts as an
+/// `mmap_miss` hit unless its folio is `PG_workingset` (`filemap_map_folio_range`; a
+/// folio mapped whole counts all its pages); the count is taken from the file's
+/// `mmap_miss` at the end ([`mmap_miss_hits`]).
 fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> bool {
     let c = cpu.c();
     let (mm, vma, pt, addr) = (vmf.mm, vmf.vma, vmf.pt, vmf.addr);
@@ -483,6 +522,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
     let first_pgoff = vma.pgoff_at(start);
     let last_pgoff = vma.pgoff_at(end.sub(4096));
     let mut whole_done: Option<(VirtAddr, VirtAddr)> = None;
+    let mut hits = 0u64;
     for (pgoff, pfn) in cache.range(first_pgoff..=last_pgoff) {
         let a = start.add((pgoff - first_pgoff) * 4096);
         let head = mem.folio_of(pfn);
@@ -494,6 +534,7 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
             continue;
         }
         let nr = 1u64 << mem.order(head);
+        let hit = u64::from(!mem.test(head, PageFlag::Workingset));
         if nr > 1 {
             let first = a.sub(pfn.offset_from(head) * 4096);
             let last = first.add(nr * 4096);
@@ -510,12 +551,16 @@ fn do_fault_around<'m>(cpu: &Cpu<'m>, vmf: &FaultCtx<'_, 'm>, inode: &Inode) -> 
                 // One rmap call covered the whole folio: it is mlocked in a locked VMA.
                 mlock_vma_file_folio(cpu, cpu.m.phys.memmap.folio(head), vma, mapped);
                 whole_done = Some((first, last));
+                hits += nr * hit;
                 continue;
             }
         }
         map_page(&mut ptes, a, pfn);
+        hits += hit;
     }
     drop(ptes);
+    drop(cache);
+    mmap_miss_hits(inode, hits);
     mapped_fault
 }
 

@@ -2,8 +2,33 @@
 //!
 //! Linux counterparts: `mm/readahead.c` (`page_cache_sync_ra`, `page_cache_async_ra`,
 //! `force_page_cache_ra`, `page_cache_ra_unbounded`, `do_page_cache_ra`, `get_init_ra_size`,
-//! `get_next_ra_size`), `mm/filemap.c` (`do_sync_mmap_readahead`) and `mm/madvise.c`'s
-//! `MADV_WILLNEED` on files (`vfs_fadvise`). The per-file state is [`RaState`].
+//! `get_next_ra_size`), `mm/filemap.c` (`do_sync_mmap_readahead`, `do_async_mmap_readahead`)
+//! and `mm/madvise.c`'s `MADV_WILLNEED` on files (`vfs_fadvise`). The per-file state is
+//! [`RaState`].
+//!
+//! # `mmap_miss` (6.18)
+//! A file's `ra->mmap_miss` counts the page faults that missed the page cache, net of the
+//! hits, and read-around stops once it passes [`MMAP_LOTSAMISS`]:
+//! - a fault that misses adds one ([`mmap_sync_readahead`]), unless the mapping asked for
+//!   `MADV_HUGEPAGE` readahead, `MADV_SEQUENTIAL` or `MADV_RANDOM` (without `PROT_EXEC`), or
+//!   the file has no readahead window: those return before the count. The count stops at
+//!   ten times the limit. Past the limit, the fault reads its page alone;
+//! - a fault whose page is in the cache takes one away ([`mmap_async_readahead`]), unless
+//!   the mapping is `MADV_RANDOM`, the file has no window, or the attempt is the retry of a
+//!   fault that dropped the mmap lock with `FAULT_FLAG_TRIED` (the retry of a major fault
+//!   taken by the CPU; [`crate::vm_fault::FaultSource`]). 6.18 (commit "mm: readahead:
+//!   improve mmap_miss heuristic for concurrent faults") skips a folio that is locked, i.e.
+//!   under I/O or held by a concurrent fault; the engine's reads complete in the call that
+//!   starts them, so its folios are never locked there;
+//! - fault-around (`filemap_map_pages`) takes away one for every page of every folio it
+//!   looks at, mapped now or already, that is not `PG_workingset` (6.18 since "mm/filemap:
+//!   don't decrease mmap_miss when folio has workingset flag": a refaulted working set
+//!   counts as misses), at most down to zero ([`mmap_miss_hits`]). A folio it skips (not
+//!   uptodate, carrying the readahead mark, past the end of the file) does not count.
+//!
+//! Only read-around depends on the count: `MADV_HUGEPAGE`'s PMD readahead and
+//! `MADV_SEQUENTIAL`'s windows run whatever it is (Roman Gushchin's "make thp readahead
+//! conditional to mmap_miss logic" is not in 6.18).
 
 use crate::filemap::cache::{cache_alloc, cache_alloc_order, read_blocks};
 use crate::filemap::{Inode, InodeKind, RaState, PAGE_SIZE};
@@ -13,6 +38,51 @@ use crate::stats::Ev;
 use crate::vaddr::VirtAddr;
 use crate::vma::{VmFlags, Vma};
 use crate::vmscan::reclaim_for;
+
+/// `MMAP_LOTSAMISS`: past this many more fault misses than hits on a file, a miss of a
+/// mapping without `MADV_SEQUENTIAL` or `MADV_HUGEPAGE` reads its page alone.
+pub(crate) const MMAP_LOTSAMISS: u16 = 100;
+
+/// `do_async_mmap_readahead`: a fault (not a `FAULT_FLAG_TRIED` retry) found page `pgoff`
+/// of `inode`, whose folio is `head`, in the cache. Unless the mapping is `MADV_RANDOM` or
+/// the file has no window, the hit takes one from `mmap_miss`, and a folio carrying the
+/// readahead mark starts the next asynchronous window. Returns whether it did (Linux drops
+/// the mmap lock for that I/O, so the fault is retried).
+pub(crate) fn mmap_async_readahead<'m>(
+    cpu: &Cpu<'m>,
+    inode: &Inode,
+    vma: &Vma,
+    pgoff: u64,
+    head: Pfn,
+) -> bool {
+    if vma.flags.has(VmFlags::RAND_READ) || ra_pages(cpu) == 0 {
+        return false;
+    }
+    {
+        let mut ra = inode.ra.lock();
+        ra.mmap_miss = ra.mmap_miss.saturating_sub(1);
+    }
+    if !cpu.m.phys.memmap.test(head, PageFlag::Readahead) {
+        return false;
+    }
+    page_cache_async_ra(cpu, inode, pgoff, head, ra_pages(cpu));
+    true
+}
+
+/// The end of `filemap_map_pages`: fault-around looked at `hits` pages that count as hits
+/// (see the module docs); `mmap_miss` loses as many, down to zero.
+///
+/// # Context
+/// No cache lock held (`ra` is taken before `pages`).
+pub(crate) fn mmap_miss_hits(inode: &Inode, hits: u64) {
+    if hits == 0 {
+        return;
+    }
+    let mut ra = inode.ra.lock();
+    ra.mmap_miss = ra
+        .mmap_miss
+        .saturating_sub(u16::try_from(hits).unwrap_or(u16::MAX));
+}
 
 /// `force_page_cache_ra` reads in chunks of 2 MiB.
 const FORCE_RA_CHUNK: u64 = (2 << 20) / PAGE_SIZE;
@@ -258,6 +328,8 @@ pub(crate) fn page_cache_async_ra<'m>(
 ///   `MADV_RANDOM`), the second marked;
 /// - `MADV_RANDOM`: nothing (the fault reads its page alone);
 /// - `MADV_SEQUENTIAL`: a synchronous window of the full size from the fault;
+/// - otherwise the miss counts in [`RaState::mmap_miss`] (up to 10 × [`MMAP_LOTSAMISS`]),
+///   and past [`MMAP_LOTSAMISS`] nothing is read ahead: the fault reads its page alone;
 /// - an executable mapping: `ra_pages` order-0 pages from the fault, clipped to the VMA,
 ///   unmarked (`exec_folio_order` is 0 on x86-64);
 /// - otherwise read-around: `ra_pages` order-0 pages centred on the fault, the last
@@ -281,6 +353,14 @@ pub(crate) fn mmap_sync_readahead<'m>(cpu: &Cpu<'m>, inode: &Inode, vma: &Vma, p
     if vma.flags.has(VmFlags::SEQ_READ) {
         drop(ra);
         page_cache_sync_ra(cpu, inode, pgoff, ra_pages);
+        return;
+    }
+    // Measured on 6.18 (files-disk-mmap-miss.scn): once more than 100 cold misses than
+    // hits were counted on a file, a cold read fault reads and maps its page alone.
+    if ra.mmap_miss < MMAP_LOTSAMISS * 10 {
+        ra.mmap_miss += 1;
+    }
+    if ra.mmap_miss > MMAP_LOTSAMISS {
         return;
     }
     if vma.flags.has(VmFlags::EXEC) {

@@ -30,6 +30,76 @@ pub(crate) enum FaultOutcome {
     Sigbus,
 }
 
+/// Who takes a fault. That decides what happens when a fault had to drop the mmap lock to
+/// wait for I/O (`VM_FAULT_RETRY`): whether it is retried, and whether the retry carries
+/// `FAULT_FLAG_TRIED`, under which `filemap_fault` neither counts a page-cache hit against
+/// `mmap_miss` nor starts asynchronous readahead (6.18; [`FaultAttempt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultSource {
+    /// An access by the CPU (`do_user_addr_fault` on x86): the first attempt runs under the
+    /// VMA lock; its retry runs under the mmap lock, with `FAULT_FLAG_TRIED` only when the
+    /// first attempt was a major fault (a miss), and a third attempt always with it.
+    User,
+    /// `__mm_populate` (MAP_POPULATE, mlock, mlockall): after a retry the walk starts again
+    /// at the faulting page with flags that never include `FAULT_FLAG_TRIED`.
+    Populate,
+    /// `__get_user_pages_locked` (MADV_POPULATE_READ/WRITE, pins): the page is retried with
+    /// `FOLL_TRIED`.
+    Gup,
+    /// `populate_vma_page_range` with no lock to give up (mprotect making a locked VMA
+    /// writable): `FAULT_FLAG_ALLOW_RETRY` is not set, so the fault waits for its I/O in
+    /// place and is never retried.
+    NoRetry,
+}
+
+/// One attempt at a file fault: its number and whether it runs with `FAULT_FLAG_TRIED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FaultAttempt {
+    /// Who takes the fault.
+    pub(crate) src: FaultSource,
+    /// 1 for the first attempt.
+    pub(crate) n: u32,
+    /// `FAULT_FLAG_TRIED`.
+    pub(crate) tried: bool,
+}
+
+impl FaultAttempt {
+    /// The first attempt of a fault taken by `src`.
+    pub(crate) fn first(src: FaultSource) -> FaultAttempt {
+        FaultAttempt {
+            src,
+            n: 1,
+            tried: false,
+        }
+    }
+
+    /// Whether waiting for I/O drops the mmap lock and ends this attempt with
+    /// `VM_FAULT_RETRY` (`maybe_unlock_mmap_for_io`: `FAULT_FLAG_ALLOW_RETRY` without
+    /// `FAULT_FLAG_TRIED`).
+    pub(crate) fn may_drop_lock(self) -> bool {
+        self.src != FaultSource::NoRetry && !self.tried
+    }
+
+    /// The attempt after this one returned `VM_FAULT_RETRY`, with `VM_FAULT_MAJOR` when it
+    /// missed the page cache (see [`FaultSource`]).
+    pub(crate) fn retry(self, major: bool) -> FaultAttempt {
+        let tried = match self.src {
+            FaultSource::User => self.n >= 2 || major,
+            FaultSource::Populate => false,
+            FaultSource::Gup | FaultSource::NoRetry => true,
+        };
+        FaultAttempt {
+            src: self.src,
+            n: self.n + 1,
+            tried,
+        }
+    }
+}
+
+/// Retries a fault may take before it goes on with what it has: Linux has no bound, but a
+/// page that a retry found is not missed again (a bound against an engine bug, not a rule).
+pub(crate) const MAX_FAULT_ATTEMPTS: u32 = 4;
+
 /// One fault (Linux's `struct vm_fault`): where it happened, what it asked, the page-table
 /// slots found on the way down, and the tunables it reads. Built once by `handle_mm_fault`
 /// when the PMD table is there; the PMD-level handlers take it as it is, the PTE-level ones
@@ -53,6 +123,8 @@ pub(crate) struct FaultCtx<'a, 'm> {
     pub(crate) pgoff: u64,
     /// The tunables this fault reads, taken once ([`FaultTunables::snapshot`]).
     pub(crate) tun: FaultTunables,
+    /// Who takes the fault (how a fault that dropped the mmap lock is retried).
+    pub(crate) src: FaultSource,
 }
 
 /// The tunables a fault reads, copied under one acquisition of the tunables lock when the

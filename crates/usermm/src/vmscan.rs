@@ -159,7 +159,9 @@ pub(crate) fn shrink_file_lru<'m>(cpu: &Cpu<'m>, want: u64, priority: u32) -> u6
                     let f = mem.folio(f);
                     let nr = f.nr_pages();
                     l.del(f, nr);
+                    // `shrink_active_list` marks what it deactivates as working set.
                     f.clear(PageFlag::Active);
+                    f.set(PageFlag::Workingset);
                     l.add(f, nr);
                     scanned += nr;
                     cpu.c().add(Ev::PgDeactivate, nr);

@@ -11,11 +11,13 @@ use crate::errno::{Errno, SysResult};
 use crate::filemap::cache::{cache_alloc, cache_alloc_order, folio_mark_accessed, read_blocks};
 use crate::machine::Cpu;
 use crate::phys::{PageFlag, Pfn};
-use crate::readahead::{mmap_sync_readahead, page_cache_async_ra, page_cache_sync_ra, ra_pages};
+use crate::readahead::{
+    mmap_async_readahead, mmap_sync_readahead, page_cache_async_ra, page_cache_sync_ra,
+};
 use crate::shmem::{shmem_fault_order, shmem_force, shmem_nofault_order};
 use crate::stats::Ev;
 use crate::vaddr::VirtAddr;
-use crate::vma::{VmFlags, Vma};
+use crate::vma::Vma;
 use crate::vmscan::{enough_free, reclaim_for};
 
 /// `generic_perform_write` / `shmem_file_write_iter`: page by page through the cache.
@@ -148,8 +150,26 @@ pub(crate) fn filemap_read<'m>(
     inode.ra.lock().prev_pos = pos;
 }
 
-/// Finds (or creates / reads) the page-cache page of `pgoff` for a fault, with a
-/// reference for the caller. SIGBUS past the end of file; `None` when out of memory.
+/// What `filemap_fault` found for one attempt of a fault.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FaultPage {
+    /// The page, with a reference for the caller.
+    pub(crate) pfn: Pfn,
+    /// Whether it was in the page cache.
+    pub(crate) lookup: CacheLookup,
+    /// The attempt dropped the mmap lock for I/O (`VM_FAULT_RETRY`): Linux takes the fault
+    /// again ([`crate::vm_fault::FaultAttempt::retry`], with `VM_FAULT_MAJOR` for a miss).
+    pub(crate) retry: bool,
+}
+
+/// Finds (or creates / reads) the page-cache page of `pgoff` for attempt `at` of a fault.
+/// SIGBUS past the end of file; `None` when out of memory.
+///
+/// A disk file's hit runs `do_async_mmap_readahead` unless the attempt is a retry with
+/// `FAULT_FLAG_TRIED` ([`mmap_async_readahead`]: one `mmap_miss` hit, and the next window
+/// when the page carries the readahead mark, which drops the lock); a miss runs
+/// `do_sync_mmap_readahead` ([`mmap_sync_readahead`]) and drops the lock to wait for the
+/// read whenever the attempt may.
 ///
 /// # Context
 /// mmap lock held for reading; no PTE lock.
@@ -159,13 +179,14 @@ pub(crate) fn filemap_fault<'m>(
     vma: &Vma,
     addr: VirtAddr,
     pgoff: u64,
-) -> Result<(Pfn, CacheLookup), crate::vm_fault::FaultOutcome> {
+    at: crate::vm_fault::FaultAttempt,
+) -> Result<FaultPage, crate::vm_fault::FaultOutcome> {
     if pgoff >= inode.size_pages() {
         cpu.c().add(Ev::FaultSigbus, 1);
         return Err(crate::vm_fault::FaultOutcome::Sigbus);
     }
     let mem = &cpu.m.phys.memmap;
-    let hit = |p: Pfn| {
+    let hit = |p: Pfn, retry: bool| {
         let head = mem.folio_of(p);
         crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(head), 1);
         if !mem.test(head, PageFlag::Uptodate) {
@@ -173,24 +194,33 @@ pub(crate) fn filemap_fault<'m>(
             cpu.m.phys.arena.zero_frame(p);
             mem.set(head, PageFlag::Uptodate);
         }
-        Ok((p, CacheLookup::Hit))
+        Ok(FaultPage {
+            pfn: p,
+            lookup: CacheLookup::Hit,
+            retry,
+        })
     };
     // One lookup for a hit; the lock is dropped only to read ahead or reclaim (both take
     // cache locks of their own).
     let mut cache = inode.pages.lock();
     if let Some(p) = cache.get(pgoff) {
+        if inode.kind != InodeKind::Disk || at.tried {
+            return hit(p, false);
+        }
         let head = mem.folio_of(p);
-        let async_ra = inode.kind == InodeKind::Disk
-            && mem.test(head, PageFlag::Readahead)
-            && !vma.flags.has(VmFlags::RAND_READ);
-        if !async_ra {
-            return hit(p);
+        if !mem.test(head, PageFlag::Readahead) {
+            // The hit is counted after the cache lock is dropped (`ra` is taken before
+            // `pages`, never under it).
+            let r = hit(p, false);
+            drop(cache);
+            mmap_async_readahead(cpu, inode, vma, pgoff, head);
+            return r;
         }
         drop(cache);
-        page_cache_async_ra(cpu, inode, pgoff, head, ra_pages(cpu));
+        let read = mmap_async_readahead(cpu, inode, vma, pgoff, head);
         cache = inode.pages.lock();
         if let Some(p) = cache.get(pgoff) {
-            return hit(p);
+            return hit(p, read && at.may_drop_lock());
         }
     }
     // A miss allocates: reclaim first if memory is short (as the allocator would), and a
@@ -229,5 +259,11 @@ pub(crate) fn filemap_fault<'m>(
     let head = cpu.m.phys.memmap.folio_of(p);
     crate::rmap::folio_ref_add(cpu.c(), cpu.m.phys.memmap.folio(head), 1);
     drop(cache);
-    Ok((p, CacheLookup::Miss))
+    // A disk miss waits for its read with the lock dropped when it may (in
+    // `do_sync_mmap_readahead`, or `filemap_read_folio` when readahead read nothing).
+    Ok(FaultPage {
+        pfn: p,
+        lookup: CacheLookup::Miss,
+        retry: inode.kind == InodeKind::Disk && at.may_drop_lock(),
+    })
 }

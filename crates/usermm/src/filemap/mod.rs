@@ -183,6 +183,11 @@ pub(crate) struct RaState {
     /// Folio order of the last window (`ra->order`, 6.17+): synchronous windows reset it to
     /// 0, each asynchronous one raises it by 2 (clamped by `page_cache_ra_order`).
     pub(crate) order: u32,
+    /// Fault misses less hits (`ra->mmap_miss`): a miss that may read around adds one (up
+    /// to [`crate::readahead::MMAP_LOTSAMISS`] × 10), a fault's hit takes one and
+    /// fault-around takes the pages it looked at; past `MMAP_LOTSAMISS` a miss reads its
+    /// page alone (the rules: [`crate::readahead`]).
+    pub(crate) mmap_miss: u16,
 }
 
 /// A file (an inode and its address_space).
@@ -199,8 +204,8 @@ pub struct Inode {
     pub disk: Mutex<DiskStore>,
     /// Readahead state (one open file per inode: every process shares the descriptor).
     pub(crate) ra: Mutex<RaState>,
-    /// Shadows of evicted pages: index → the node's non-resident age at eviction
-    /// ([`crate::workingset`]).
+    /// Shadows of evicted pages: index → the node's non-resident age at eviction, and
+    /// whether the page was `PG_workingset` ([`crate::workingset`]).
     pub(crate) shadows: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// Pages of a shmem object that are out on swap: index → slot (the page cache's swap
     /// entries, [`crate::swap_state::shmem_writeout`]).

@@ -49,8 +49,10 @@ pub(crate) fn do_shmem_pmd_fault<'m>(
     let c = cpu.c();
     let phys = &cpu.m.phys;
     let inode = vma.file.clone()?;
-    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vmf.pgoff) {
-        Ok(r) => r,
+    // A shmem object: no readahead, no I/O, so never a retry.
+    let at = crate::vm_fault::FaultAttempt::first(vmf.src);
+    let (page, lookup) = match filemap_fault(cpu, &inode, vma, addr, vmf.pgoff, at) {
+        Ok(r) => (r.pfn, r.lookup),
         Err(o) => return Some(o),
     };
     let head = phys.memmap.folio_of(page);

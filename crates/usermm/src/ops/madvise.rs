@@ -21,6 +21,7 @@ use crate::swap_state::{folio_free_swap, free_swap_and_cache};
 use crate::tlb::TlbFlushPending;
 use crate::truncate::{punch_hole, split_folio_to_order0};
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::FaultSource;
 use crate::vma::{merge, VmFlags, VmaId};
 use crate::vmscan::anon::{isolate, putback, reclaim_anon_folio};
 use crate::vmscan::pageout_file_folio;
@@ -404,7 +405,7 @@ fn madvise_populate<'m>(
         while a < stop {
             // As `madvise_populate`: out of memory is ENOMEM; SIGBUS (beyond a shared
             // object) and SIGSEGV are EFAULT.
-            gup_touch_page(cpu, mm, &st, a, access).map_err(|o| match o {
+            gup_touch_page(cpu, mm, &st, a, access, FaultSource::Gup).map_err(|o| match o {
                 crate::vm_fault::FaultOutcome::Oom => Errno::ENOMEM,
                 _ => Errno::EFAULT,
             })?;

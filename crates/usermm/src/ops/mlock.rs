@@ -21,6 +21,7 @@ use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tunables::MunlockDesign;
 use crate::vaddr::VirtAddr;
+use crate::vm_fault::FaultSource;
 use crate::vma::{merge, VmFlags, Vma, VmaId};
 
 /// `VM_LOCKED_MASK`.
@@ -441,7 +442,7 @@ fn populate_range<'m>(
     while p < e {
         // GUP reports a fault's SIGSEGV/SIGBUS as EFAULT, which mlock turns into ENOMEM;
         // only a real out-of-memory is EAGAIN (6.18).
-        match gup_touch_page(cpu, mm, st, p, access) {
+        match gup_touch_page(cpu, mm, st, p, access, FaultSource::Populate) {
             Ok(_) => {}
             Err(crate::vm_fault::FaultOutcome::Oom) => return Err(Errno::EAGAIN),
             Err(_) => return Err(Errno::ENOMEM),

@@ -13,6 +13,7 @@ use crate::mm::{Mm, MmState, Pid, Privilege, Task};
 use crate::ops::munmap::{do_munmap, split_range_edges};
 use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::{Access, Prot, PMD_SIZE, TASK_SIZE};
+use crate::vm_fault::FaultSource;
 use crate::vma::merge::{self, Proposal};
 use crate::vma::{AnonLink, VmFlags};
 use std::sync::Arc;
@@ -388,7 +389,7 @@ pub(crate) fn populate<'m>(cpu: &Cpu<'m>, mm: &Mm, start: u64, end: u64, flags: 
                 if st.vmas.get(id).flags.has(VmFlags::READ | VmFlags::WRITE)
                     && !st.vmas.get(id).flags.has(VmFlags::LOCKONFAULT) =>
             {
-                let _ = gup_touch_page(cpu, mm, &st, a, access);
+                let _ = gup_touch_page(cpu, mm, &st, a, access, FaultSource::Populate);
             }
             _ => {}
         }

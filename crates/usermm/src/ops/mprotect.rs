@@ -130,7 +130,15 @@ fn mprotect_fixup<'m>(
         && !newflags.has(VmFlags::LOCKONFAULT)
     {
         for a in (start..end).step_by(4096) {
-            let _ = gup_touch_page(cpu, mm, st, a, crate::pgtable::Access::Write);
+            // `populate_vma_page_range` with no lock to drop: faults are never retried.
+            let _ = gup_touch_page(
+                cpu,
+                mm,
+                st,
+                a,
+                crate::pgtable::Access::Write,
+                crate::vm_fault::FaultSource::NoRetry,
+            );
         }
     }
     Ok(())

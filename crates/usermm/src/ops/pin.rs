@@ -14,7 +14,7 @@ use crate::pgtable::Access;
 use crate::phys::PageFlag;
 use crate::rmap::GUP_PIN_COUNTING_BIAS;
 use crate::stats::Ev;
-use crate::vm_fault::FaultOutcome;
+use crate::vm_fault::{FaultOutcome, FaultSource};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// io_uring's limit on one registered buffer (`SZ_1G` in `io_buffer_validate`): longer ones
@@ -85,7 +85,7 @@ impl<'m> Cpu<'m> {
                 slow = true;
             }
             // As GUP's fault-in: out of memory is ENOMEM, SIGSEGV and SIGBUS are EFAULT.
-            match gup_touch_page(self, mm, &st, a, Access::Write) {
+            match gup_touch_page(self, mm, &st, a, Access::Write, FaultSource::Gup) {
                 Ok(pfn) => pfns.push(pfn),
                 Err(FaultOutcome::Oom) => return Err(Errno::ENOMEM),
                 Err(_) => return Err(Errno::EFAULT),

@@ -115,6 +115,10 @@ pub enum PageFlag {
     /// In the swap cache (`PG_swapcache`): an anonymous folio with swap slots, one per page,
     /// the first kept in the head's swap word (`Memmap::swap_entry`).
     SwapCache = 24,
+    /// Part of a working set (`PG_workingset`): a file folio reclaim moved from the active
+    /// to the inactive list, or one that refaulted over the shadow of such a folio
+    /// ([`crate::workingset`]). Fault-around does not count it as an `mmap_miss` hit.
+    Workingset = 25,
 }
 
 impl PageFlag {

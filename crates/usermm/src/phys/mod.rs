@@ -326,6 +326,7 @@ impl PhysMem {
             PageFlag::Referenced,
             PageFlag::Active,
             PageFlag::MappedToDisk,
+            PageFlag::Workingset,
         ];
         let flags: Vec<PageFlag> = carried.into_iter().filter(|&f| folio.test(f)).collect();
         let (mapping, index) = (folio.mapping(), folio.index());

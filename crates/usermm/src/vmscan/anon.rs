@@ -251,6 +251,7 @@ pub(crate) fn shrink_anon_lru<'m>(
                     scanned += nr;
                     let _ = folio_referenced(cpu, held, mem.folio(active));
                     mem.clear(active, PageFlag::Active);
+                    mem.set(active, PageFlag::Workingset);
                     cpu.c().add(Ev::PgDeactivate, nr);
                     putback(cpu, active, Outcome::Keep);
                 }
