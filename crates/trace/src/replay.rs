@@ -500,6 +500,20 @@ impl Replayer<'_, '_> {
             prev_end = v.end;
             let _ = IMG_SPECIAL;
         }
+        // The pages present after exec are 4 KiB folios whatever the THP policy: exec copies
+        // argv, envp and the auxiliary vector into a stack VMA that covers only them, and the
+        // ELF loader's zeroing of the data page's tail is a file COW. Faulted under the
+        // recorded policy instead, the first stack page of a 64K=always trace took a 64 KiB
+        // folio whenever the stack's top was 64 KiB aligned (1 recording of sqlite in 7 on
+        // 6.18: the exit of `sh` 52 kB over the host's RssAnon).
+        let policy = self.m.tunables().thp;
+        self.m.update_tunables(|t| {
+            t.thp.top = usermm::ThpPolicy::Never;
+            // Every anonymous folio size, 16K to 2M.
+            for shift in 14..=21 {
+                let _ = t.thp.set_size(1 << shift, usermm::ThpPolicy::Never);
+            }
+        });
         for &(a, write) in &img.pages {
             let acc = if write { Access::Write } else { Access::Read };
             self.r.image_pages += 1;
@@ -508,6 +522,7 @@ impl Replayer<'_, '_> {
             }
             self.ops.settle(self.m, "fault");
         }
+        self.m.update_tunables(|t| t.thp = policy);
     }
 
     fn event(&mut self, ev: &Event) {
