@@ -83,9 +83,9 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub json: bool,
     /// Exit with status 1 when the replay disagrees with what the host recorded (errno
-    /// mismatches, faults answered by a signal, file mappings replayed as anonymous,
+    /// mismatches, a fault signal only one side sent, file mappings replayed as anonymous,
     /// unsupported calls, unknown processes, lost records, a failed --validate, an exit's
-    /// RssAnon), after printing the report and each disagreement.
+    /// RssAnon or AnonHugePages), after printing the report and each disagreement.
     #[arg(long)]
     pub strict: bool,
     /// The machine profile the `model:` line predicts the kernel's mm time with (default:
@@ -328,9 +328,12 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
         r.events_per_sec / 1e6
     );
     println!(
-        "errno mismatches {}; faults answered by a signal {}; file mappings replayed as anonymous {}; unsupported calls {}; unknown-process events {}; lost records {}; brk as mmap {}",
+        "errno mismatches {}; faults answered by a signal the host did not send {}; host fault signals {} ({} sent by the engine too, {} not); file mappings replayed as anonymous {}; unsupported calls {}; unknown-process events {}; lost records {}; brk as mmap {}",
         r.errno_mismatches,
         r.fault_signals,
+        r.host_signals,
+        r.signals_matched,
+        r.signals_missed,
         r.file_as_anon,
         r.unsupported,
         r.unknown_process,

@@ -278,6 +278,18 @@ impl Exporter {
             Event::Lost { count } => {
                 self.line(format_args!("# {count} records lost while recording"))?;
             }
+            Event::Signal { signo, addr, .. } => {
+                // The touch before it faults on both sides; the oracle compares the signal.
+                let sig = if i32::from(*signo) == libc::SIGBUS {
+                    "SIGBUS"
+                } else {
+                    "SIGSEGV"
+                };
+                self.line(format_args!(
+                    "# host: {sig} at {addr:#x} in {}",
+                    name.unwrap_or_default()
+                ))?;
+            }
             Event::Fault { addr, write, .. } => {
                 let Some(n) = name else { return Ok(()) };
                 let acc = if *write { "write" } else { "read" };

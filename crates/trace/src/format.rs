@@ -293,6 +293,17 @@ pub enum Event {
         /// Raised in user mode (else by the kernel, e.g. `copy_to_user`).
         user: bool,
     },
+    /// The host answered a fault with a signal: the kernel sent the process `SIGSEGV` or
+    /// `SIGBUS` for an access (a JVM's polling page and stack banging do this on purpose).
+    /// It follows the fault it answers.
+    Signal {
+        /// Process.
+        pid: u32,
+        /// `SIGSEGV` (11) or `SIGBUS` (7).
+        signo: u8,
+        /// The faulting address (`si_addr`).
+        addr: u64,
+    },
     /// The process's memory when it exited (read at its exit, before its mm was torn down).
     Validate {
         /// Process.
@@ -335,6 +346,7 @@ mod tag {
     pub const FAULT_WK: u8 = 19;
     pub const VALIDATE: u8 = 20;
     pub const LOST: u8 = 21;
+    pub const SIGNAL: u8 = 22;
     /// Tag bit: same process as the previous event (no pid follows).
     pub const SAME_PID: u8 = 0x20;
     /// Tag bits that must be zero.
@@ -360,6 +372,7 @@ impl Event {
             | Mlockall { pid, .. }
             | Munlockall { pid, .. }
             | Fault { pid, .. }
+            | Signal { pid, .. }
             | Validate { pid, .. } => Some(pid),
             Fork { parent, .. } => Some(parent),
             File { .. } | Lost { .. } => None,
@@ -405,6 +418,7 @@ impl Event {
                 user: false,
                 ..
             } => "fault-write-kernel",
+            Signal { .. } => "signal",
             Validate { .. } => "validate",
             Lost { .. } => "lost",
         }
@@ -763,6 +777,11 @@ impl Writer {
             Lost { count } => {
                 self.tag(tag::LOST, None);
                 self.varint(*count);
+            }
+            Signal { pid, signo, addr } => {
+                self.tag(tag::SIGNAL, Some(*pid));
+                self.varint(*signo as u64);
+                self.varint(*addr);
             }
         }
     }

@@ -430,6 +430,31 @@ struct Side {
     images: HashMap<u32, VecDeque<Image>>,
     rss: HashMap<u32, VecDeque<(u64, u64, u64)>>,
     shares_vm: HashMap<u32, bool>,
+    /// The fault signals the kernel sent, in delivery order: (`CLOCK_MONOTONIC` ns at the
+    /// stop, process, signal, faulting address).
+    signals: Vec<(u64, u32, u8, u64)>,
+}
+
+/// The most fault signals a recording keeps (a program faulting on purpose in a loop could
+/// otherwise grow the list without bound); later ones are not recorded.
+const MAX_SIGNALS: usize = 1 << 20;
+
+/// A fault signal at `tid`'s signal-delivery stop, if the kernel sent it for an access
+/// (`si_code` a fault's reason: not a `kill`, not `SI_KERNEL`): the time, the process
+/// (thread group) and the faulting address.
+fn fault_signal(tid: i32, sig: i32) -> Option<(u64, u32, u8, u64)> {
+    let (code, addr) = sys::ptrace_fault_siginfo(tid).ok()?;
+    if !(1..libc::SI_KERNEL).contains(&code) {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((sys::monotonic_ns(), tgid, sig as u8, addr))
 }
 
 /// The `--thp` settings as the knobs take them (checked before anything changes).
@@ -789,7 +814,14 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
                     }
                     0 if sig == libc::SIGSTOP && expect_stop.remove(&pid) => {}
                     0 if sig == libc::SIGTRAP => {}
-                    0 => inject = sig,
+                    0 => {
+                        inject = sig;
+                        if (sig == libc::SIGSEGV || sig == libc::SIGBUS)
+                            && side.signals.len() < MAX_SIGNALS
+                        {
+                            side.signals.extend(fault_signal(pid, sig));
+                        }
+                    }
                     _ => {}
                 }
                 // A tracee may have been killed meanwhile (ESRCH): it is reported as gone.

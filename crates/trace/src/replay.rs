@@ -160,8 +160,16 @@ pub struct ReplayReport {
     pub errno_mismatches: u64,
     /// The first mismatches.
     pub mismatches: Vec<Mismatch>,
-    /// Recorded faults the engine answered with a signal (no mapping or no permission).
+    /// Recorded faults the engine answered with a signal (no mapping or no permission) that
+    /// the host did not answer with the same signal (a trace without signal records: every
+    /// one).
     pub fault_signals: u64,
+    /// Signals the host sent for a fault (`SIGSEGV`, `SIGBUS`), as recorded.
+    pub host_signals: u64,
+    /// Host signals the engine sent too, for a fault at the same page.
+    pub signals_matched: u64,
+    /// Host signals the engine did not send (it mapped the page).
+    pub signals_missed: u64,
     /// File mappings without an identified file, replayed as anonymous.
     pub file_as_anon: u64,
     /// Calls with arguments the engine does not model (counted, skipped).
@@ -217,7 +225,11 @@ impl ReplayReport {
     pub fn problems(&self) -> Vec<String> {
         let mut p: Vec<String> = [
             (self.errno_mismatches, "errno mismatches"),
-            (self.fault_signals, "faults answered by a signal"),
+            (
+                self.fault_signals,
+                "faults answered by a signal the host did not send",
+            ),
+            (self.signals_missed, "host signals the engine did not send"),
             (self.file_as_anon, "file mappings replayed as anonymous"),
             (self.unsupported, "unsupported calls"),
             (self.unknown_process, "events of unknown processes"),
@@ -405,6 +417,10 @@ struct Replayer<'m, 'c> {
     ops: ops::OpAccount,
     /// The operation the current event is filed under.
     op: &'static str,
+    /// Engine signals not yet matched with a host signal: (trace pid, page, signal number).
+    /// The host's record follows its fault, with other processes' (and threads') events
+    /// possibly between; what is left at the end is counted in `fault_signals`.
+    unmatched: Vec<(u32, u64, u8)>,
 }
 
 fn engine_ret(r: Result<i64, Errno>) -> i64 {
@@ -576,8 +592,26 @@ impl Replayer<'_, '_> {
                 let Some(e) = self.pid(*pid) else { return };
                 self.r.faults += 1;
                 let acc = if *write { Access::Write } else { Access::Read };
-                if cpu.touch(e, *addr, 1, acc).is_err() {
-                    self.r.fault_signals += 1;
+                let signo = match cpu.touch(e, *addr, 1, acc) {
+                    Ok(()) => return,
+                    Err(usermm::Signal::Bus(_)) => libc::SIGBUS,
+                    Err(_) => libc::SIGSEGV,
+                };
+                self.unmatched.push((*pid, *addr & !4095, signo as u8));
+            }
+            Event::Signal { pid, signo, addr } => {
+                self.r.host_signals += 1;
+                let page = *addr & !4095;
+                match self
+                    .unmatched
+                    .iter()
+                    .position(|&(p, a, s)| p == *pid && a == page && s == *signo)
+                {
+                    Some(i) => {
+                        self.unmatched.remove(i);
+                        self.r.signals_matched += 1;
+                    }
+                    None => self.r.signals_missed += 1,
                 }
             }
             Event::Validate {
@@ -861,6 +895,7 @@ fn replay_on(
         index: 0,
         ops: ops::OpAccount::default(),
         op: "other",
+        unmatched: Vec::new(),
     };
     let t0 = Instant::now();
     let deadline = opts.budget.deadline();
@@ -895,6 +930,7 @@ fn replay_on(
     // Anything counted after the last event (nothing today) is filed too: the sums stay exact.
     rp.ops.settle(m, "other");
     let mut r = rp.r;
+    r.fault_signals = rp.unmatched.len() as u64;
     rp.ops.finish(&mut r);
     r.events = n;
     r.touched = rp.touched;

@@ -354,6 +354,29 @@ pub fn ptrace_cont(pid: i32, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// `PTRACE_GETSIGINFO` at the signal-delivery stop of a `SIGSEGV` or `SIGBUS`: the
+/// signal's `si_code` and the faulting address `si_addr`.
+pub fn ptrace_fault_siginfo(pid: i32) -> io::Result<(i32, u64)> {
+    // SAFETY: siginfo_t is plain data; all-zero is a valid value.
+    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes one siginfo_t into `si`, which lives for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETSIGINFO,
+            pid,
+            0,
+            &mut si as *mut libc::siginfo_t as *mut libc::c_void,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `si_addr` is the union member a SIGSEGV or SIGBUS carries (the only signals
+    // this is called for); for another it reads bits that are then ignored.
+    let addr = unsafe { si.si_addr() } as u64;
+    Ok((si.si_code, addr))
+}
+
 /// `PTRACE_GETEVENTMSG` (the new pid at a fork stop).
 pub fn ptrace_geteventmsg(pid: i32) -> io::Result<u64> {
     let mut msg: libc::c_ulong = 0;

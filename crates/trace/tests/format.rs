@@ -188,6 +188,8 @@ fn event() -> impl Strategy<Value = Event> {
             }
         }),
         any::<u64>().prop_map(|count| Event::Lost { count }),
+        (pid(), prop_oneof![Just(7u8), Just(11u8)], any::<u64>())
+            .prop_map(|(pid, signo, addr)| Event::Signal { pid, signo, addr }),
     ]
 }
 

@@ -323,6 +323,8 @@ fn event() -> impl Strategy<Value = Event> {
         }),
         1 => prop_oneof![Just(1u64 << 63), Just(u64::MAX), any::<u64>()]
             .prop_map(|count| Event::Lost { count }),
+        1 => (pid(), prop_oneof![Just(7u8), Just(11u8)], addr())
+            .prop_map(|(pid, signo, addr)| Event::Signal { pid, signo, addr }),
     ]
 }
 

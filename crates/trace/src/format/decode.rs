@@ -595,6 +595,17 @@ impl<R: BufRead> Decoder<R> {
                 anon_huge_kb: c.varint()?,
             },
             tag::LOST => Event::Lost { count: c.varint()? },
+            tag::SIGNAL => {
+                let signo = c.varint()?;
+                if signo != libc::SIGSEGV as u64 && signo != libc::SIGBUS as u64 {
+                    return Err(c.err(at, format!("signal {signo} is not SIGSEGV or SIGBUS")));
+                }
+                Event::Signal {
+                    pid,
+                    signo: signo as u8,
+                    addr: c.varint()?,
+                }
+            }
             k => return Err(c.err(at, format!("unknown event tag {k}"))),
         };
         self.events += 1;

@@ -192,7 +192,13 @@ pub(super) fn build_events(
     take_image(root, &mut files, &mut out);
     let mut root_exec_seen = false;
     let mut procs: HashSet<u32> = HashSet::from([root]);
-    for (_, rec) in recs {
+    // Each fault signal goes right after the records stamped before its delivery (its fault's
+    // among them).
+    let mut signals = std::mem::take(&mut side.signals).into_iter().peekable();
+    for (t, rec) in recs {
+        while let Some((_, pid, signo, addr)) = signals.next_if(|s| s.0 <= t) {
+            out.push(Event::Signal { pid, signo, addr });
+        }
         match rec {
             Rec::Lost(n) => {
                 summary.lost = summary.lost.saturating_add(n);
@@ -373,6 +379,7 @@ pub(super) fn build_events(
             }
         }
     }
+    out.extend(signals.map(|(_, pid, signo, addr)| Event::Signal { pid, signo, addr }));
     summary.processes = out
         .iter()
         .filter(|e| matches!(e, Event::Spawn { .. } | Event::Fork { .. }))
