@@ -156,6 +156,10 @@ fn published(extra: u64) -> Vec<Published> {
 pub fn table(ctx: &Ctx<'_>) -> anyhow::Result<Table> {
     let secs = ctx.opts.spawn_seconds;
     let host_ok = ctx.host.enabled();
+    // The machine-wide lock when it can be had (root), as the other host tables hold it: no
+    // oracle run or recording beside the timed cells, and a running DAMON monitor paused.
+    // Without it the host column still runs (spawn needs no knob).
+    let _session = host_ok.as_ref().ok().and_then(|_| ctx.host.session().ok());
     let engine = ctx.engine_columns(own_columns());
     let variants = variants(&engine);
     let mut rows = Vec::new();
