@@ -417,10 +417,10 @@ struct Replayer<'m, 'c> {
     ops: ops::OpAccount,
     /// The operation the current event is filed under.
     op: &'static str,
-    /// Engine signals not yet matched with a host signal: (trace pid, page, signal number).
-    /// The host's record follows its fault, with other processes' (and threads') events
-    /// possibly between; what is left at the end is counted in `fault_signals`.
-    unmatched: Vec<(u32, u64, u8)>,
+    /// Engine signals not yet matched with a host signal, counted per (trace pid, page,
+    /// signal number). The host's record follows its fault, with other processes' (and
+    /// threads') events possibly between; what is left at the end is `fault_signals`.
+    unmatched: HashMap<(u32, u64, u8), u64>,
 }
 
 fn engine_ret(r: Result<i64, Errno>) -> i64 {
@@ -597,18 +597,20 @@ impl Replayer<'_, '_> {
                     Err(usermm::Signal::Bus(_)) => libc::SIGBUS,
                     Err(_) => libc::SIGSEGV,
                 };
-                self.unmatched.push((*pid, *addr & !4095, signo as u8));
+                *self
+                    .unmatched
+                    .entry((*pid, *addr & !4095, signo as u8))
+                    .or_insert(0) += 1;
             }
             Event::Signal { pid, signo, addr } => {
                 self.r.host_signals += 1;
-                let page = *addr & !4095;
-                match self
-                    .unmatched
-                    .iter()
-                    .position(|&(p, a, s)| p == *pid && a == page && s == *signo)
-                {
-                    Some(i) => {
-                        self.unmatched.remove(i);
+                let key = (*pid, *addr & !4095, *signo);
+                match self.unmatched.get_mut(&key) {
+                    Some(n) => {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.unmatched.remove(&key);
+                        }
                         self.r.signals_matched += 1;
                     }
                     None => self.r.signals_missed += 1,
@@ -895,7 +897,7 @@ fn replay_on(
         index: 0,
         ops: ops::OpAccount::default(),
         op: "other",
-        unmatched: Vec::new(),
+        unmatched: HashMap::new(),
     };
     let t0 = Instant::now();
     let deadline = opts.budget.deadline();
@@ -930,7 +932,7 @@ fn replay_on(
     // Anything counted after the last event (nothing today) is filed too: the sums stay exact.
     rp.ops.settle(m, "other");
     let mut r = rp.r;
-    r.fault_signals = rp.unmatched.len() as u64;
+    r.fault_signals = rp.unmatched.values().sum();
     rp.ops.finish(&mut r);
     r.events = n;
     r.touched = rp.touched;
