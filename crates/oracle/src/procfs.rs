@@ -180,8 +180,8 @@ pub fn kpageflags(f: &File, pfn: u64) -> io::Result<u64> {
 
 /// Order of the folio that contains `pfn` (whose flags are `flags`).
 ///
-/// The words around the page are read in growing chunks ([`FOLIO_SCAN_FIRST`] words, then
-/// twice as many each time) up to [`MAX_FOLIO_PAGES`]: a long trace's oracle run reads the
+/// The words around the page are read in growing chunks (`FOLIO_SCAN_FIRST` words, then
+/// twice as many each time) up to `MAX_FOLIO_PAGES`: a long trace's oracle run reads the
 /// order of thousands of sampled pages after every statement, and reading the whole
 /// 1024-page neighbourhood of each (what a 2 MiB folio needs) made a 64K folio cost
 /// sixty times its size in kernel `stable_page_flags` calls.

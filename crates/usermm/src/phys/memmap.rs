@@ -117,7 +117,7 @@ pub enum PageFlag {
     SwapCache = 24,
     /// Part of a working set (`PG_workingset`): a file folio reclaim moved from the active
     /// to the inactive list, or one that refaulted over the shadow of such a folio
-    /// ([`crate::workingset`]). Fault-around does not count it as an `mmap_miss` hit.
+    /// (`workingset.rs`). Fault-around does not count it as an `mmap_miss` hit.
     Workingset = 25,
 }
 
