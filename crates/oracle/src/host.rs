@@ -120,12 +120,7 @@ const WRITEBACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 fn settle_writeback() {
     let t0 = std::time::Instant::now();
     while t0.elapsed() < WRITEBACK_WAIT {
-        let busy = std::fs::read_to_string("/proc/vmstat").ok().and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("nr_writeback "))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        });
-        if busy.unwrap_or(0) == 0 {
+        if crate::procfs::vmstat("nr_writeback").unwrap_or(0) == 0 {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));

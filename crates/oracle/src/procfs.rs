@@ -114,6 +114,15 @@ pub fn status_kb(text: &str, key: &str) -> u64 {
     status_field(text, key).map_or(0, |bytes| bytes >> 10)
 }
 
+/// A `/proc/vmstat` counter (`None` where the line is absent or unreadable).
+pub fn vmstat(name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
 /// The `Tgid:` line of `/proc/PID/status`: the thread group (process) a task belongs to.
 pub fn status_tgid(text: &str) -> Option<i32> {
     text.lines()

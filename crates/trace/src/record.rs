@@ -448,12 +448,7 @@ fn fault_signal(tid: i32, sig: i32) -> Option<(u64, u32, u8, u64)> {
         return None;
     }
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    let tgid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()?;
+    let tgid = u32::try_from(oracle::procfs::status_tgid(&status)?).ok()?;
     Some((sys::monotonic_ns(), tgid, sig as u8, addr))
 }
 

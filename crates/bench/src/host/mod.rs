@@ -236,14 +236,7 @@ pub fn llc_bytes() -> u64 {
     best.1
 }
 
-/// A `/proc/vmstat` counter.
-pub fn vmstat(name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == name).then(|| v.trim().parse().ok()).flatten()
-    })
-}
+pub use oracle::procfs::vmstat;
 
 /// An mTHP statistic of one size (`anon_fault_alloc`), summed over CPUs by the kernel.
 pub fn mthp_stat(bytes: u64, name: &str) -> Option<u64> {
