@@ -90,6 +90,8 @@ struct Trace {
     steps: Vec<Step>,
     /// Counters after the last statement (before the final exits).
     counters: usermm::Snapshot,
+    /// The folio fail point's countdown after the last statement.
+    folio_remaining: u64,
 }
 
 /// Runs `script` on a fresh engine like `run()` does (stopping at the first abort unless
@@ -134,6 +136,10 @@ fn run_checked(
         }
     }
     let counters = r.backend.built().map(|m| m.counters()).unwrap_or_default();
+    let folio_remaining = r
+        .backend
+        .built()
+        .map_or(0, |m| m.phys.fail_folio.remaining());
     if let Some(m) = r.backend.built() {
         m.phys.fail_folio.arm(None);
         m.phys.fail_pgtable.arm(None);
@@ -160,7 +166,11 @@ fn run_checked(
             ));
         }
     }
-    Ok(Trace { steps, counters })
+    Ok(Trace {
+        steps,
+        counters,
+        folio_remaining,
+    })
 }
 
 /// Words whose statements are left out of generated scripts: `USERMM_FUZZ_SKIP=pin,unpin`
@@ -705,7 +715,12 @@ fn sweep_examples(pick: impl Fn(&str) -> bool) {
         }
         let script = scenario::parse(&file, &text).unwrap_or_else(|e| panic!("{e}"));
         let mut forks = Vec::new();
-        let reference = run_checked(&script, true, &mut |_, _| {}).unwrap();
+        let reference = run_checked(&script, true, &mut |m, _| {
+            if m.counters().get(Ev::FramesAlloc) == 0 {
+                m.phys.fail_folio.arm(Some(u64::MAX));
+            }
+        })
+        .unwrap();
         for (i, s) in script.stmts.iter().enumerate() {
             if let StmtKind::Action { action, .. } = &s.kind {
                 if action.verb() == "fork" {
@@ -713,47 +728,45 @@ fn sweep_examples(pick: impl Fn(&str) -> bool) {
                 }
             }
         }
-        // Measure: page tables exactly, folios bounded by frames.
-        let counters = {
-            let mut r = Runner::new(EngineBackend::new(Vec::new()));
-            for s in &script.stmts {
-                let _ = r.step(&s.kind);
-            }
-            r.backend.built().map(|m| m.counters()).unwrap_or_default()
-        };
-        let pgtables = counters.get(Ev::PgtableAlloc);
-        let folio_bound = counters.get(Ev::FramesAlloc) - pgtables;
+        // Page tables come from the counters; folio allocations from the fail point armed so
+        // far away that it never fires (a failure armed at N is hit exactly when the run makes
+        // at least N of them).
+        let pgtables = reference.counters.get(Ev::PgtableAlloc);
+        let folios = u64::MAX - reference.folio_remaining;
         let mut tried = [0u64; 3];
-        // The number of folio allocations: the last N whose failure is still hit (a failure
-        // at N is hit exactly when there are at least N allocations).
-        let (mut lo, mut hi) = (0, folio_bound + 1);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if injected(&file, &script, &reference, Kind::Folio, mid) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        let folios = lo;
-        for n in sample(folios) {
-            assert!(
-                injected(&file, &script, &reference, Kind::Folio, n),
-                "{file}: folio fail point {n} of {folios} was not hit"
-            );
-            tried[0] += 1;
-        }
-        for n in sample(pgtables) {
-            assert!(
-                injected(&file, &script, &reference, Kind::Pgtable, n),
-                "{file}: page-table fail point {n} of {pgtables} was not hit"
-            );
-            tried[1] += 1;
-        }
-        assert!(
-            !injected(&file, &script, &reference, Kind::Pgtable, pgtables + 1),
-            "{file}: more page tables than counted"
+        // Every sampled point must be hit, and the one past the count must not be.
+        let mut points: Vec<(Kind, u64, bool)> = Vec::new();
+        points.extend(sample(folios).into_iter().map(|n| (Kind::Folio, n, true)));
+        points.push((Kind::Folio, folios + 1, false));
+        points.extend(
+            sample(pgtables)
+                .into_iter()
+                .map(|n| (Kind::Pgtable, n, true)),
         );
+        points.push((Kind::Pgtable, pgtables + 1, false));
+        // Each injected run is a whole machine of its own: run them on every core.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::thread::scope(|sc| {
+            for _ in 0..workers.min(points.len()) {
+                sc.spawn(|| {
+                    while let Some(&(kind, n, hit)) = points.get(next.fetch_add(1, Relaxed)) {
+                        let count = if matches!(kind, Kind::Folio) {
+                            folios
+                        } else {
+                            pgtables
+                        };
+                        assert_eq!(
+                            injected(&file, &script, &reference, kind, n),
+                            hit,
+                            "{file}: {kind:?} fail point {n} of {count}: hit must be {hit}"
+                        );
+                    }
+                });
+            }
+        });
+        tried[0] = sample(folios).len() as u64;
+        tried[1] = sample(pgtables).len() as u64;
         for &at in &forks {
             let mut n = 1;
             while injected(&file, &script, &reference, Kind::ForkTree(at), n) {

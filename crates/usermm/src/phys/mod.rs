@@ -59,6 +59,13 @@ impl FailPoint {
         self.countdown.store(n.unwrap_or(0), Relaxed);
     }
 
+    /// Allocations still to pass before the armed one fails (0: disarmed or fired). Armed
+    /// with `u64::MAX`, a run counts its allocations without failing one: a failure armed at
+    /// `n` is hit exactly when the run makes at least `n` of them.
+    pub fn remaining(&self) -> u64 {
+        self.countdown.load(Relaxed)
+    }
+
     /// Consumes one allocation; true if this one must fail.
     fn should_fail(&self) -> bool {
         let v = self.countdown.load(Relaxed);
