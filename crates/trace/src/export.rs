@@ -4,6 +4,8 @@
 //! with `fixed` and whose present pages are touched; every call uses the host's addresses
 //! (`fixed` at the returned address); a failed call becomes `expect … = ERRNO`; every fault is
 //! a `touch` of its page; `brk` becomes fixed anonymous mmap/munmap (as in the replay); the
+//! main stack is mapped as exec left it and grows before a fault below it, as in the replay
+//! (`stack` module; the mapping below it is looked for in the exec image only); the
 //! recorded RSS at each exit is a comment.
 //!
 //! The trace's strings (command, host, kernel, policy, file paths) appear only in comments,
@@ -17,6 +19,7 @@
 //! file the trace never defined is refused, as the reader refuses it.
 
 use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
+use crate::stack::Stack;
 use crate::{escape, placed_at, Budget};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -96,6 +99,9 @@ pub struct Exporter {
     max_output: u64,
     names: HashMap<u32, String>,
     brk: HashMap<String, u64>,
+    /// Each process's main stack, with the end of the image mapping below it and whether
+    /// that mapping is accessible.
+    stacks: HashMap<String, (Stack, u64, bool)>,
     files: HashSet<u32>,
     gen: u64,
     events: usize,
@@ -109,6 +115,7 @@ impl Exporter {
             max_output: budget.max_output,
             names: HashMap::new(),
             brk: HashMap::new(),
+            stacks: HashMap::new(),
             files: HashSet::new(),
             gen: 0,
             events: 0,
@@ -202,6 +209,9 @@ impl Exporter {
                     if let Some(&b) = self.brk.get(&p) {
                         self.brk.insert(n.clone(), b);
                     }
+                    if let Some(&s) = self.stacks.get(&p) {
+                        self.stacks.insert(n.clone(), s);
+                    }
                     self.names.insert(*child, n);
                 }
             }
@@ -214,11 +224,16 @@ impl Exporter {
                 let n = self.fresh(&format!("p{pid}"));
                 self.line(format_args!("# exec of trace pid {pid}"))?;
                 self.line(format_args!("{n} = spawn privileged"))?;
-                let mut prev_end = 0x10000u64;
+                let mut prev = (0u64, false);
                 for v in &image.vmas {
-                    let mut start = v.start;
+                    let start = v.start;
                     if v.flags & IMG_STACK != 0 {
-                        start = v.end.saturating_sub(8 << 20).max(prev_end).min(v.start);
+                        let stack = Stack {
+                            start,
+                            end: v.end,
+                            prot: v.prot,
+                        };
+                        self.stacks.insert(n.clone(), (stack, prev.0, prev.1));
                     }
                     let share = if v.flags & IMG_SHARED != 0 {
                         "shared"
@@ -238,7 +253,7 @@ impl Exporter {
                         v.end.saturating_sub(start),
                         scenario::Prot::from_bits(v.prot as u32)
                     ))?;
-                    prev_end = v.end;
+                    prev = (v.end, v.prot & 7 != 0);
                 }
                 for &(a, w) in &image.pages {
                     let acc = if w { "write" } else { "read" };
@@ -253,6 +268,7 @@ impl Exporter {
                 if self.names.values().any(|v| *v == n) {
                     return Ok(()); // a vfork child leaving its parent's memory
                 }
+                self.stacks.remove(&n);
                 self.line(format_args!("{n} exit"))?;
             }
             Event::File { id, size, path, .. } => {
@@ -292,6 +308,17 @@ impl Exporter {
             }
             Event::Fault { addr, write, .. } => {
                 let Some(n) = name else { return Ok(()) };
+                if let Some((stack, prev_end, accessible)) = self.stacks.get_mut(&n) {
+                    if let Some((from, len)) = stack.growth(*addr, *prev_end, *accessible) {
+                        stack.grown(from);
+                        let prot = scenario::Prot::from_bits(stack.prot as u32);
+                        let m = self.fresh("m");
+                        self.line(format_args!("# the stack of {n} grows"))?;
+                        self.line(format_args!(
+                            "{m} = {n} mmap {len:#x} {prot} private anon fixed {from:#x}"
+                        ))?;
+                    }
+                }
                 let acc = if *write { "write" } else { "read" };
                 self.line(format_args!("{n} touch {addr:#x} 4K {acc}"))?;
             }

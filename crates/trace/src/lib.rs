@@ -18,6 +18,7 @@ pub mod export;
 pub mod format;
 pub mod record;
 pub mod replay;
+mod stack;
 pub mod sys;
 
 pub use args::BudgetArgs;

@@ -16,8 +16,9 @@
 //! - `brk`: the engine's heap starts at its own `START_BRK`, and its API cannot place it
 //!   where the host's was, so each change of the break is replayed as a fixed anonymous
 //!   `mmap` (grow) or `munmap` (shrink) of the same pages: the same addresses, RSS and faults;
-//! - the main stack of an exec image is mapped 8 MiB deep (the default `RLIMIT_STACK`), since
-//!   the engine has no stack expansion on fault.
+//! - the main stack of an exec image is mapped as exec left it, and a fault below it first
+//!   maps the pages down to the faulting one, as the kernel's stack expansion moves the
+//!   stack's start (the engine has no `VM_GROWSDOWN`; see the `stack` module).
 //!
 //! A replay runs within a [`Budget`] (`ReplayOptions::budget`): events, seconds, and bytes
 //! made present. Each event is charged *before* it runs with what its arguments can make the
@@ -33,6 +34,7 @@
 use crate::format::{
     Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
 };
+use crate::stack::Stack;
 use crate::{placed_at, Budget};
 use scenario::ThpSetting;
 use std::borrow::Cow;
@@ -274,7 +276,6 @@ impl ReplayReport {
 const MAX_LISTED: usize = 20;
 /// Most RSS checks listed in a report.
 pub const MAX_RSS_LISTED: usize = 4096;
-const STACK_DEPTH: u64 = 8 << 20;
 
 fn page_up(v: u64) -> u64 {
     v.saturating_add(4095) & !4095
@@ -408,6 +409,8 @@ struct Replayer<'m, 'c> {
     procs: HashMap<u32, Pid>,
     users: HashMap<Pid, u32>,
     brk: HashMap<Pid, u64>,
+    /// Each engine process's main stack (from its exec image; a fork inherits it).
+    stacks: HashMap<Pid, Stack>,
     files: HashMap<u32, FileId>,
     /// Whether the machine may map PMD THPs (its AnonHugePages is compared at exits).
     thp: bool,
@@ -479,16 +482,21 @@ impl Replayer<'_, '_> {
         if *n == 0 {
             self.users.remove(&e);
             self.brk.remove(&e);
+            self.stacks.remove(&e);
             let _ = self.cpu.exit(e);
         }
     }
 
     fn image(&mut self, e: Pid, img: &Image) {
-        let mut prev_end = 0x10000u64;
         for v in &img.vmas {
-            let mut start = v.start;
+            let start = v.start;
             if v.flags & IMG_STACK != 0 {
-                start = v.end.saturating_sub(STACK_DEPTH).max(prev_end).min(v.start);
+                let stack = Stack {
+                    start,
+                    end: v.end,
+                    prot: v.prot,
+                };
+                self.stacks.insert(e, stack);
             }
             let file = v
                 .file
@@ -513,7 +521,6 @@ impl Replayer<'_, '_> {
                 self.r.image_errors += 1;
             }
             self.ops.settle(self.m, "mmap");
-            prev_end = v.end;
             let _ = IMG_SPECIAL;
         }
         // The pages present after exec are 4 KiB folios whatever the THP policy: exec copies
@@ -541,6 +548,44 @@ impl Replayer<'_, '_> {
         self.m.update_tunables(|t| t.thp = policy);
     }
 
+    /// A fault below `e`'s main stack first grows the stack to the faulting page, when the
+    /// kernel would (see the `stack` module): the pages are mapped as the stack is, fixed,
+    /// just below it.
+    fn grow_stack(&mut self, e: Pid, addr: u64) {
+        let Some(stack) = self.stacks.get(&e).copied() else {
+            return;
+        };
+        if addr >= stack.start {
+            return;
+        }
+        let Ok(maps) = self.cpu.maps(e) else { return };
+        let prev = maps
+            .iter()
+            .filter(|v| v.start < stack.start)
+            .max_by_key(|v| v.start);
+        let (prev_end, accessible) = prev.map_or((0, false), |v| {
+            (v.end, v.perms.bytes().take(3).any(|b| b != b'-'))
+        });
+        let Some((from, len)) = stack.growth(addr, prev_end, accessible) else {
+            return;
+        };
+        let args = MmapArgs {
+            len,
+            prot: Prot::from_bits(stack.prot as u32),
+            sharing: Sharing::Private,
+            placement: Placement::Fixed(from),
+            populate: false,
+            locked: false,
+            noreserve: false,
+            file: None,
+        };
+        if self.cpu.mmap(e, args).is_ok() {
+            if let Some(s) = self.stacks.get_mut(&e) {
+                s.grown(from);
+            }
+        }
+    }
+
     fn event(&mut self, ev: &Event) {
         let cpu = self.cpu;
         match ev {
@@ -565,6 +610,9 @@ impl Replayer<'_, '_> {
                         self.users.insert(c, 1);
                         if let Some(&b) = self.brk.get(&p) {
                             self.brk.insert(c, b);
+                        }
+                        if let Some(&s) = self.stacks.get(&p) {
+                            self.stacks.insert(c, s);
                         }
                     }
                     Err(e) => self.check("fork", 0, -(e as i64)),
@@ -591,6 +639,7 @@ impl Replayer<'_, '_> {
             } => {
                 let Some(e) = self.pid(*pid) else { return };
                 self.r.faults += 1;
+                self.grow_stack(e, *addr);
                 let acc = if *write { Access::Write } else { Access::Read };
                 let signo = match cpu.touch(e, *addr, 1, acc) {
                     Ok(()) => return,
@@ -891,6 +940,7 @@ fn replay_on(
         procs: HashMap::new(),
         users: HashMap::new(),
         brk: HashMap::new(),
+        stacks: HashMap::new(),
         files: HashMap::new(),
         thp,
         r: ReplayReport::default(),
