@@ -304,6 +304,7 @@ impl Backend for EngineBackend {
             populate: r.populate,
             locked: r.locked,
             noreserve: r.noreserve,
+            stack: false,
             file: r.file,
         };
         self.with(|cpu| cpu.mmap(p, args).map_err(errno))

@@ -3,10 +3,11 @@
 //! Processes are spawned privileged; an exec is a new `spawn` whose recorded image is mapped
 //! with `fixed` and whose present pages are touched; every call uses the host's addresses
 //! (`fixed` at the returned address); a failed call becomes `expect … = ERRNO`; every fault is
-//! a `touch` of its page; `brk` becomes fixed anonymous mmap/munmap (as in the replay); the
-//! main stack is mapped as exec left it and grows before a fault below it, as in the replay
-//! (`stack` module; the mapping below it is looked for in the exec image only); the
-//! recorded RSS at each exit is a comment.
+//! a `touch` of its page; `brk` becomes fixed anonymous mmap/munmap (as in the replay);
+//! `MAP_STACK`, which the language lacks, becomes a `madvise … nohugepage` after the mmap
+//! (6.18 makes such a VMA `VM_NOHUGEPAGE`); the main stack is mapped as exec left it and
+//! grows before a fault below it, as in the replay (`stack` module; the mapping below it is
+//! looked for in the exec image only); the recorded RSS at each exit is a comment.
 //!
 //! The trace's strings (command, host, kernel, policy, file paths) appear only in comments,
 //! escaped ([`crate::escape`]): a newline or any control character in them can never end
@@ -368,6 +369,11 @@ impl Exporter {
                 );
                 if *ret >= 0 {
                     self.line(format_args!("{m} = {stmt}"))?;
+                    if mf.stack() {
+                        // The language has no MAP_STACK; 6.18 makes such a VMA
+                        // VM_NOHUGEPAGE, and so does this advice.
+                        self.line(format_args!("{n} madvise {m} {len:#x} nohugepage"))?;
+                    }
                 } else {
                     self.outcome(stmt, *ret)?;
                 }

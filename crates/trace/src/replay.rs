@@ -515,6 +515,7 @@ impl Replayer<'_, '_> {
                 populate: false,
                 locked: false,
                 noreserve: false,
+                stack: false,
                 file,
             };
             if self.cpu.mmap(e, args).is_err() {
@@ -577,6 +578,7 @@ impl Replayer<'_, '_> {
             populate: false,
             locked: false,
             noreserve: false,
+            stack: false,
             file: None,
         };
         if self.cpu.mmap(e, args).is_ok() {
@@ -754,6 +756,7 @@ impl Replayer<'_, '_> {
                     populate: mf.populate(),
                     locked: mf.locked(),
                     noreserve: mf.noreserve(),
+                    stack: mf.stack(),
                     file,
                 };
                 let res = cpu.mmap(e, args);

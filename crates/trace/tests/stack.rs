@@ -2,7 +2,8 @@
 //! faulting page only, within 8 MiB and the 256-page guard gap. Under `2M=always` or
 //! `64K=always` a stack grown page by page therefore takes 4 KiB folios, as the host gave
 //! (a program recursing 6 MiB deep: `AnonHugePages` 0 kB at exit on the host, 6 144 kB when
-//! the replay mapped the stack 8 MiB deep from the start).
+//! the replay mapped the stack 8 MiB deep from the start). A `MAP_STACK` mapping (a thread
+//! stack) takes no large folio at all: 6.18 makes it `VM_NOHUGEPAGE`.
 
 use trace::format::{Event, Header, Image, ImageVma, IMG_STACK};
 use trace::{replay, ReplayOptions, ReplayReport, Trace};
@@ -115,4 +116,43 @@ fn the_stack_limit_and_the_guard_gap_end_growth_with_a_signal() {
     assert_eq!(r.fault_signals, 0);
     let r = run(&trace(Some(below), &[ok - 4096]), "2M");
     assert_eq!(r.fault_signals, 1);
+}
+
+/// A thread stack as glibc maps it (`MAP_STACK`), touched at its top, under `size=always`.
+fn thread_stack(flags: u32, size: &str) -> ReplayReport {
+    const AT: u64 = 0x7f00_0000_0000;
+    let mut t = trace(None, &[]);
+    let mmap = Event::Mmap {
+        pid: 1,
+        addr: 0,
+        len: 8 << 20,
+        prot: 3,
+        flags,
+        fd: -1,
+        offset: 0,
+        file: None,
+        ret: AT as i64,
+    };
+    let touch = Event::Fault {
+        pid: 1,
+        addr: AT + (8 << 20) - 4096,
+        write: true,
+        user: true,
+    };
+    t.events.splice(2..2, [mmap, touch]);
+    run(&t, size)
+}
+
+#[test]
+fn a_map_stack_mapping_takes_no_large_folio_as_6_18_makes_it_nohugepage() {
+    const PRIVATE_ANON: u32 = 0x22;
+    const MAP_STACK: u32 = 0x20000;
+    for (size, folio_kb) in [("2M", 2048), ("64K", 64)] {
+        // Without MAP_STACK the top page's empty aligned block is one large folio.
+        let r = thread_stack(PRIVATE_ANON, size);
+        assert_eq!(r.rss[0].engine_anon_kb, 4 + folio_kb, "{size}");
+        // With it, the VMA is VM_NOHUGEPAGE: one 4 KiB page.
+        let r = thread_stack(PRIVATE_ANON | MAP_STACK, size);
+        assert_eq!(r.rss[0].engine_anon_kb, 4 + 4, "{size}");
+    }
 }

@@ -176,6 +176,7 @@ fn mmap_errnos() {
             p,
             MmapArgs {
                 noreserve: true,
+                stack: false,
                 ..MmapArgs::anon(128 * M, RW)
             }
         )

@@ -29,6 +29,7 @@ fn at(addr: u64, len: u64) -> MmapArgs {
 fn norserve(len: u64) -> MmapArgs {
     MmapArgs {
         noreserve: true,
+        stack: false,
         ..at(A, len)
     }
 }
@@ -239,6 +240,7 @@ fn strict_overcommit_refuses_mmap_mprotect_mremap_brk_and_fork_beyond_the_limit(
     // MAP_NORESERVE is ignored in strict mode.
     let nr = MmapArgs {
         noreserve: true,
+        stack: false,
         ..at(A + 48 * M, 4 * M)
     };
     assert_eq!(cpu.mmap(p, nr), Err(Errno::ENOMEM));
@@ -312,6 +314,7 @@ fn absurd_sizes_get_linux_errnos() {
         );
         let nr = MmapArgs {
             noreserve: true,
+            stack: false,
             ..MmapArgs::anon(len, RW)
         };
         assert_eq!(

@@ -59,6 +59,8 @@ impl MapFlags {
     pub const NORESERVE: u32 = 0x4000;
     /// `MAP_POPULATE`.
     pub const POPULATE: u32 = 0x8000;
+    /// `MAP_STACK`.
+    pub const STACK: u32 = 0x20000;
     /// `MAP_HUGETLB`.
     pub const HUGETLB: u32 = 0x40000;
     /// `MAP_FIXED_NOREPLACE`.
@@ -102,6 +104,11 @@ impl MapFlags {
         self.has(Self::NORESERVE)
     }
 
+    /// `MAP_STACK`.
+    pub fn stack(self) -> bool {
+        self.has(Self::STACK)
+    }
+
     /// Where a call with these flags and address argument asks to map: `MAP_FIXED_NOREPLACE`
     /// before `MAP_FIXED` (the kernel's order), a non-zero address without either a hint.
     pub fn placement(self, addr: u64) -> Placement {
@@ -134,6 +141,9 @@ pub struct MmapArgs {
     pub locked: bool,
     /// `MAP_NORESERVE`.
     pub noreserve: bool,
+    /// `MAP_STACK`: since 6.7 the VMA is `VM_NOHUGEPAGE` (`calc_vm_flag_bits`), so glibc's
+    /// thread stacks never take a large folio whatever the THP policy.
+    pub stack: bool,
     /// A file (an open file of the machine) and the byte offset of the mapping in it;
     /// `None` for `MAP_ANONYMOUS`.
     pub file: Option<(crate::machine::FileId, u64)>,
@@ -150,6 +160,7 @@ impl MmapArgs {
             populate: false,
             locked: false,
             noreserve: false,
+            stack: false,
             file: None,
         }
     }
@@ -282,6 +293,9 @@ fn do_mmap<'m>(
     }
     if args.noreserve && cpu.m.tunables().overcommit_memory != 2 {
         flags |= VmFlags::NORESERVE;
+    }
+    if args.stack {
+        flags |= VmFlags::NOHUGEPAGE;
     }
     let accountable =
         args.sharing == Sharing::Private && args.prot.write && flags & VmFlags::NORESERVE == 0;
