@@ -556,7 +556,8 @@ impl Replayer<'_, '_> {
         let Some(stack) = self.stacks.get(&e).copied() else {
             return;
         };
-        if addr >= stack.start {
+        // Most faults are not below the stack; one too deep to grow to needs no lookup.
+        if stack.growth(addr, 0, false).is_none() {
             return;
         }
         let Ok(maps) = self.cpu.maps(e) else { return };

@@ -44,7 +44,7 @@ impl Stack {
     /// the range and then calls [`Stack::grown`].
     pub fn growth(&self, addr: u64, prev_end: u64, prev_accessible: bool) -> Option<(u64, u64)> {
         let page = addr & !4095;
-        if page >= self.start || self.end - page > STACK_LIMIT || page < prev_end {
+        if page >= self.start || self.end.saturating_sub(page) > STACK_LIMIT || page < prev_end {
             return None;
         }
         if prev_accessible && page - prev_end < GUARD_GAP {
