@@ -550,8 +550,7 @@ impl Replayer<'_, '_> {
     }
 
     /// A fault below `e`'s main stack first grows the stack to the faulting page, when the
-    /// kernel would (see the `stack` module): the pages are mapped as the stack is, fixed,
-    /// just below it.
+    /// kernel would (see the `stack` module), with the engine's `Cpu::expand_stack`.
     fn grow_stack(&mut self, e: Pid, addr: u64) {
         let Some(stack) = self.stacks.get(&e).copied() else {
             return;
@@ -571,18 +570,8 @@ impl Replayer<'_, '_> {
         let Some((from, len)) = stack.growth(addr, prev_end, accessible) else {
             return;
         };
-        let args = MmapArgs {
-            len,
-            prot: Prot::from_bits(stack.prot as u32),
-            sharing: Sharing::Private,
-            placement: Placement::Fixed(from),
-            populate: false,
-            locked: false,
-            noreserve: false,
-            stack: false,
-            file: None,
-        };
-        if self.cpu.mmap(e, args).is_ok() {
+        let prot = Prot::from_bits(stack.prot as u32);
+        if self.cpu.expand_stack(e, from, len, prot).is_ok() {
             if let Some(s) = self.stacks.get_mut(&e) {
                 s.grown(from);
             }

@@ -218,6 +218,23 @@ impl<'m> Cpu<'m> {
         }
         Ok(addr)
     }
+
+    /// The main stack's growth on a fault below it (`expand_downwards`, reached from the
+    /// fault path: no system call is counted): maps `[from, from + len)` private anonymous
+    /// with `prot`, fixed, just below the stack, whose VMA it merges into. The engine has no
+    /// `VM_GROWSDOWN`; the caller that models a stack (the replay, `trace::stack`) decides
+    /// when and by how much. Nothing is populated: the fault that grew the stack maps its
+    /// page.
+    pub fn expand_stack(&self, pid: Pid, from: u64, len: u64, prot: Prot) -> SysResult<()> {
+        let task = self.m.task(pid)?;
+        self.c().add(crate::stats::Ev::LockMmap, 1);
+        let mut st = task.mm.lock.write();
+        let args = MmapArgs {
+            placement: Placement::Fixed(from),
+            ..MmapArgs::anon(len, prot)
+        };
+        do_mmap(self, &task, &mut st, args).map(|_| ())
+    }
 }
 
 fn do_mmap<'m>(
