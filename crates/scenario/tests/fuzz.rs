@@ -750,6 +750,10 @@ fn sweep_examples(pick: impl Fn(&str) -> bool) {
         // far away that it never fires (a failure armed at N is hit exactly when the run makes
         // at least N of them).
         let pgtables = reference.counters.get(Ev::PgtableAlloc);
+        assert!(
+            reference.folio_remaining > 0,
+            "{file}: the folio fail point was never armed"
+        );
         let folios = u64::MAX - reference.folio_remaining;
         let mut tried = [0u64; 3];
         // Every sampled point must be hit, and the one past the count must not be.
