@@ -31,9 +31,7 @@
 //! costs no memory but took minutes. Running out is an error naming the event and its
 //! payload byte.
 
-use crate::format::{
-    Decoder, Event, FormatError, Image, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_SPECIAL, IMG_STACK,
-};
+use crate::format::{Decoder, Event, FormatError, Trace, FORK_SHARES_VM};
 use crate::stack::Stack;
 use crate::{placed_at, Budget};
 use scenario::ThpSetting;
@@ -43,10 +41,11 @@ use std::io::BufRead;
 use std::time::Instant;
 use usermm::{
     Access, Advice, Cpu, Errno, FileId, InodeKind, Machine, MachineConfig, MapFlags, MlockallFlags,
-    MmapArgs, MremapFlags, Pid, Placement, Privilege, Prot, Sharing, Snapshot, MLOCK_ONFAULT,
+    MmapArgs, MremapFlags, Pid, Placement, Privilege, Prot, Snapshot, MLOCK_ONFAULT,
 };
 
 mod budget;
+mod image;
 mod ops;
 
 pub use ops::{OpCall, MODEL_OPS};
@@ -484,97 +483,6 @@ impl Replayer<'_, '_> {
             self.brk.remove(&e);
             self.stacks.remove(&e);
             let _ = self.cpu.exit(e);
-        }
-    }
-
-    fn image(&mut self, e: Pid, img: &Image) {
-        for v in &img.vmas {
-            let start = v.start;
-            if v.flags & IMG_STACK != 0 {
-                let stack = Stack {
-                    start,
-                    end: v.end,
-                    prot: v.prot,
-                };
-                self.stacks.insert(e, stack);
-            }
-            let file = v
-                .file
-                .and_then(|f| self.files.get(&f).copied())
-                .map(|f| (f, v.offset));
-            let args = MmapArgs {
-                // Saturating: a trace built in memory (not decoded) may hold any range.
-                len: v.end.saturating_sub(start),
-                prot: Prot::from_bits(v.prot as u32),
-                sharing: if v.flags & IMG_SHARED != 0 {
-                    Sharing::Shared
-                } else {
-                    Sharing::Private
-                },
-                placement: Placement::Fixed(start),
-                populate: false,
-                locked: false,
-                noreserve: false,
-                stack: false,
-                file,
-            };
-            if self.cpu.mmap(e, args).is_err() {
-                self.r.image_errors += 1;
-            }
-            self.ops.settle(self.m, "mmap");
-            let _ = IMG_SPECIAL;
-        }
-        // The pages present after exec are 4 KiB folios whatever the THP policy: exec copies
-        // argv, envp and the auxiliary vector into a stack VMA that covers only them, and the
-        // ELF loader's zeroing of the data page's tail is a file COW. Faulted under the
-        // recorded policy instead, the first stack page of a 64K=always trace took a 64 KiB
-        // folio whenever the stack's top was 64 KiB aligned (1 recording of sqlite in 7 on
-        // 6.18: the exit of `sh` 52 kB over the host's RssAnon).
-        let policy = self.m.tunables().thp;
-        self.m.update_tunables(|t| {
-            t.thp.top = usermm::ThpPolicy::Never;
-            // Every anonymous folio size, 16K to 2M.
-            for shift in 14..=21 {
-                let _ = t.thp.set_size(1 << shift, usermm::ThpPolicy::Never);
-            }
-        });
-        for &(a, write) in &img.pages {
-            let acc = if write { Access::Write } else { Access::Read };
-            self.r.image_pages += 1;
-            if self.cpu.touch(e, a, 1, acc).is_err() {
-                self.r.image_errors += 1;
-            }
-            self.ops.settle(self.m, "fault");
-        }
-        self.m.update_tunables(|t| t.thp = policy);
-    }
-
-    /// A fault below `e`'s main stack first grows the stack to the faulting page, when the
-    /// kernel would (see the `stack` module), with the engine's `Cpu::expand_stack`.
-    fn grow_stack(&mut self, e: Pid, addr: u64) {
-        let Some(stack) = self.stacks.get(&e).copied() else {
-            return;
-        };
-        // Most faults are not below the stack; one too deep to grow to needs no lookup.
-        if stack.growth(addr, 0, false).is_none() {
-            return;
-        }
-        let Ok(maps) = self.cpu.maps(e) else { return };
-        let prev = maps
-            .iter()
-            .filter(|v| v.start < stack.start)
-            .max_by_key(|v| v.start);
-        let (prev_end, accessible) = prev.map_or((0, false), |v| {
-            (v.end, v.perms.bytes().take(3).any(|b| b != b'-'))
-        });
-        let Some((from, len)) = stack.growth(addr, prev_end, accessible) else {
-            return;
-        };
-        let prot = Prot::from_bits(stack.prot as u32);
-        if self.cpu.expand_stack(e, from, len, prot).is_ok() {
-            if let Some(s) = self.stacks.get_mut(&e) {
-                s.grown(from);
-            }
         }
     }
 

@@ -1,0 +1,100 @@
+//! An exec image on replay: its mappings and present pages, and its main stack's growth
+//! on faults below it (`crate::stack`).
+
+use super::Replayer;
+use crate::format::{Image, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
+use crate::stack::Stack;
+use usermm::{Access, MmapArgs, Pid, Placement, Prot, Sharing};
+
+impl Replayer<'_, '_> {
+    pub(super) fn image(&mut self, e: Pid, img: &Image) {
+        for v in &img.vmas {
+            let start = v.start;
+            if v.flags & IMG_STACK != 0 {
+                let stack = Stack {
+                    start,
+                    end: v.end,
+                    prot: v.prot,
+                };
+                self.stacks.insert(e, stack);
+            }
+            let file = v
+                .file
+                .and_then(|f| self.files.get(&f).copied())
+                .map(|f| (f, v.offset));
+            let args = MmapArgs {
+                // Saturating: a trace built in memory (not decoded) may hold any range.
+                len: v.end.saturating_sub(start),
+                prot: Prot::from_bits(v.prot as u32),
+                sharing: if v.flags & IMG_SHARED != 0 {
+                    Sharing::Shared
+                } else {
+                    Sharing::Private
+                },
+                placement: Placement::Fixed(start),
+                populate: false,
+                locked: false,
+                noreserve: false,
+                stack: false,
+                file,
+            };
+            if self.cpu.mmap(e, args).is_err() {
+                self.r.image_errors += 1;
+            }
+            self.ops.settle(self.m, "mmap");
+            let _ = IMG_SPECIAL;
+        }
+        // The pages present after exec are 4 KiB folios whatever the THP policy: exec copies
+        // argv, envp and the auxiliary vector into a stack VMA that covers only them, and the
+        // ELF loader's zeroing of the data page's tail is a file COW. Faulted under the
+        // recorded policy instead, the first stack page of a 64K=always trace took a 64 KiB
+        // folio whenever the stack's top was 64 KiB aligned (1 recording of sqlite in 7 on
+        // 6.18: the exit of `sh` 52 kB over the host's RssAnon).
+        let policy = self.m.tunables().thp;
+        self.m.update_tunables(|t| {
+            t.thp.top = usermm::ThpPolicy::Never;
+            // Every anonymous folio size, 16K to 2M.
+            for shift in 14..=21 {
+                let _ = t.thp.set_size(1 << shift, usermm::ThpPolicy::Never);
+            }
+        });
+        for &(a, write) in &img.pages {
+            let acc = if write { Access::Write } else { Access::Read };
+            self.r.image_pages += 1;
+            if self.cpu.touch(e, a, 1, acc).is_err() {
+                self.r.image_errors += 1;
+            }
+            self.ops.settle(self.m, "fault");
+        }
+        self.m.update_tunables(|t| t.thp = policy);
+    }
+
+    /// A fault below `e`'s main stack first grows the stack to the faulting page, when the
+    /// kernel would (see the `stack` module), with the engine's `Cpu::expand_stack`.
+    pub(super) fn grow_stack(&mut self, e: Pid, addr: u64) {
+        let Some(stack) = self.stacks.get(&e).copied() else {
+            return;
+        };
+        // Most faults are not below the stack; one too deep to grow to needs no lookup.
+        if stack.growth(addr, 0, false).is_none() {
+            return;
+        }
+        let Ok(maps) = self.cpu.maps(e) else { return };
+        let prev = maps
+            .iter()
+            .filter(|v| v.start < stack.start)
+            .max_by_key(|v| v.start);
+        let (prev_end, accessible) = prev.map_or((0, false), |v| {
+            (v.end, v.perms.bytes().take(3).any(|b| b != b'-'))
+        });
+        let Some((from, len)) = stack.growth(addr, prev_end, accessible) else {
+            return;
+        };
+        let prot = Prot::from_bits(stack.prot as u32);
+        if self.cpu.expand_stack(e, from, len, prot).is_ok() {
+            if let Some(s) = self.stacks.get_mut(&e) {
+                s.grown(from);
+            }
+        }
+    }
+}
