@@ -19,7 +19,7 @@
 //! bounded by the output budget plus the trace's processes and files. A file reference to a
 //! file the trace never defined is refused, as the reader refuses it.
 
-use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED, IMG_STACK};
+use crate::format::{Event, Header, Trace, FORK_SHARES_VM, IMG_SHARED};
 use crate::stack::Stack;
 use crate::{escape, placed_at, Budget};
 use std::collections::{HashMap, HashSet};
@@ -228,12 +228,7 @@ impl Exporter {
                 let mut prev = (0u64, false);
                 for v in &image.vmas {
                     let start = v.start;
-                    if v.flags & IMG_STACK != 0 {
-                        let stack = Stack {
-                            start,
-                            end: v.end,
-                            prot: v.prot,
-                        };
+                    if let Some(stack) = Stack::of(v) {
                         self.stacks.insert(n.clone(), (stack, prev.0, prev.1));
                     }
                     let share = if v.flags & IMG_SHARED != 0 {

@@ -20,6 +20,8 @@
 //! not carry the recorded process's limit), and export (which has no engine to ask) finds
 //! the mapping below the stack among the exec image's only.
 
+use crate::format::{ImageVma, IMG_STACK};
+
 /// The default `RLIMIT_STACK`: how deep the main stack may grow.
 pub(crate) const STACK_LIMIT: u64 = 8 << 20;
 /// `stack_guard_gap`: 256 pages kept free below the stack (mm/mmap.c, default).
@@ -37,6 +39,15 @@ pub(crate) struct Stack {
 }
 
 impl Stack {
+    /// The main stack exec left, if `v` is it (`IMG_STACK`).
+    pub fn of(v: &ImageVma) -> Option<Stack> {
+        (v.flags & IMG_STACK != 0).then_some(Stack {
+            start: v.start,
+            end: v.end,
+            prot: v.prot,
+        })
+    }
+
     /// The range `[from, self.start)` a fault at `addr` grows the stack by, or `None` when
     /// `addr` is not below the stack, lies in the mapping below it (which ends at
     /// `prev_end`, 0 if none), or growing to it breaks the stack limit or, when that mapping

@@ -2,7 +2,7 @@
 //! on faults below it (`crate::stack`).
 
 use super::Replayer;
-use crate::format::{Image, IMG_SHARED, IMG_SPECIAL, IMG_STACK};
+use crate::format::{Image, IMG_SHARED, IMG_SPECIAL};
 use crate::stack::Stack;
 use usermm::{Access, MmapArgs, Pid, Placement, Prot, Sharing};
 
@@ -10,12 +10,7 @@ impl Replayer<'_, '_> {
     pub(super) fn image(&mut self, e: Pid, img: &Image) {
         for v in &img.vmas {
             let start = v.start;
-            if v.flags & IMG_STACK != 0 {
-                let stack = Stack {
-                    start,
-                    end: v.end,
-                    prot: v.prot,
-                };
+            if let Some(stack) = Stack::of(v) {
                 self.stacks.insert(e, stack);
             }
             let file = v
