@@ -227,7 +227,6 @@ impl Exporter {
                 self.line(format_args!("{n} = spawn privileged"))?;
                 let mut prev = (0u64, false);
                 for v in &image.vmas {
-                    let start = v.start;
                     if let Some(stack) = Stack::of(v) {
                         self.stacks.insert(n.clone(), (stack, prev.0, prev.1));
                     }
@@ -245,9 +244,10 @@ impl Exporter {
                     };
                     let m = self.fresh("m");
                     self.line(format_args!(
-                        "{m} = {n} mmap {:#x} {} {share} {backing} fixed {start:#x}",
-                        v.end.saturating_sub(start),
-                        scenario::Prot::from_bits(v.prot as u32)
+                        "{m} = {n} mmap {:#x} {} {share} {backing} fixed {:#x}",
+                        v.end.saturating_sub(v.start),
+                        scenario::Prot::from_bits(v.prot as u32),
+                        v.start
                     ))?;
                     prev = (v.end, v.prot & 7 != 0);
                 }

@@ -2,14 +2,13 @@
 //! on faults below it (`crate::stack`).
 
 use super::Replayer;
-use crate::format::{Image, IMG_SHARED, IMG_SPECIAL};
+use crate::format::{Image, IMG_SHARED};
 use crate::stack::Stack;
 use usermm::{Access, MmapArgs, Pid, Placement, Prot, Sharing};
 
 impl Replayer<'_, '_> {
     pub(super) fn image(&mut self, e: Pid, img: &Image) {
         for v in &img.vmas {
-            let start = v.start;
             if let Some(stack) = Stack::of(v) {
                 self.stacks.insert(e, stack);
             }
@@ -19,14 +18,14 @@ impl Replayer<'_, '_> {
                 .map(|f| (f, v.offset));
             let args = MmapArgs {
                 // Saturating: a trace built in memory (not decoded) may hold any range.
-                len: v.end.saturating_sub(start),
+                len: v.end.saturating_sub(v.start),
                 prot: Prot::from_bits(v.prot as u32),
                 sharing: if v.flags & IMG_SHARED != 0 {
                     Sharing::Shared
                 } else {
                     Sharing::Private
                 },
-                placement: Placement::Fixed(start),
+                placement: Placement::Fixed(v.start),
                 populate: false,
                 locked: false,
                 noreserve: false,
@@ -37,7 +36,6 @@ impl Replayer<'_, '_> {
                 self.r.image_errors += 1;
             }
             self.ops.settle(self.m, "mmap");
-            let _ = IMG_SPECIAL;
         }
         // The pages present after exec are 4 KiB folios whatever the THP policy: exec copies
         // argv, envp and the auxiliary vector into a stack VMA that covers only them, and the
