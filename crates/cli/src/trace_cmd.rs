@@ -328,7 +328,7 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
         r.events_per_sec / 1e6
     );
     println!(
-        "errno mismatches {}; faults answered by a signal the host did not send {}; host fault signals {} ({} sent by the engine too, {} not); file mappings replayed as anonymous {}; unsupported calls {}; unknown-process events {}; lost records {}; brk as mmap {}",
+        "errno mismatches {}; faults answered by a signal the host did not send {}; host fault signals {} ({} sent by the engine too, {} not); file mappings replayed as anonymous {}; unsupported calls {}; unknown-process events {}; lost records {}; brk as mmap {}; page cache seeded {} pages ({} folios failed)",
         r.errno_mismatches,
         r.fault_signals,
         r.host_signals,
@@ -338,7 +338,9 @@ pub fn replay_main(a: &ReplayArgs) -> anyhow::Result<u8> {
         r.unsupported,
         r.unknown_process,
         r.lost,
-        r.brk_as_mmap
+        r.brk_as_mmap,
+        r.cache_seeded,
+        r.cache_errors
     );
     for m in &r.mismatches {
         println!(

@@ -19,7 +19,8 @@ pub struct BudgetArgs {
     /// Stop with an error after this many seconds of reading or replaying.
     #[arg(long, value_name = "SECONDS", default_value_t = Budget::default().max_seconds)]
     pub max_seconds: f64,
-    /// Stop with an error past this many exec-image pages in all (16 bytes of memory each).
+    /// Stop with an error past this many exec-image pages and cached folios (`CACHE` events)
+    /// in all (16 bytes of memory each).
     #[arg(long, value_name = "N", default_value_t = Budget::default().max_image_pages)]
     pub max_image_pages: u64,
     /// replay: the most memory the trace may make the engine populate, copy or hold

@@ -277,6 +277,16 @@ impl Exporter {
                     (size.saturating_add(4095) & !4095).max(4096)
                 ))?;
             }
+            Event::Cache { file, folios } => {
+                // The language cannot place folios in the host's page cache: the scenario
+                // starts cold on both sides of the oracle (replay seeds them).
+                let pages: u64 = folios.iter().map(|f| 1u64 << f.order).sum();
+                let marked = folios.iter().filter(|f| f.readahead).count();
+                self.line(format_args!(
+                    "# host page cache of f{file} when first mapped: {} folios, {pages} pages, {marked} marked for readahead (not exported)",
+                    folios.len()
+                ))?;
+            }
             Event::Validate {
                 rss_anon_kb,
                 rss_file_kb,

@@ -75,8 +75,9 @@ pub struct Budget {
     pub max_events: u64,
     /// Most wall-clock seconds a command reads or replays (`--max-seconds`).
     pub max_seconds: f64,
-    /// Most exec-image pages decoded over the whole trace (`--max-image-pages`): an image is
-    /// held in memory while it is replayed or exported, 16 bytes a page.
+    /// Most exec-image pages and cached folios (`CACHE` events) decoded over the whole trace
+    /// (`--max-image-pages`): an image or a file's cache is held in memory while it is
+    /// replayed or exported, 16 bytes a page or folio.
     pub max_image_pages: u64,
     /// Most bytes the replay may make present (`--max-touch`): the sum of what the events
     /// ask for (4 KiB a fault or image page, the length of a populating or locking call, the

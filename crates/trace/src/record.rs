@@ -32,6 +32,7 @@ use crate::format::{self, Event, Header, Image, ImageVma, IMG_SHARED, IMG_SPECIA
 use crate::sys;
 use oracle::procfs::{status_kb, status_tgid};
 
+mod cache;
 mod perf;
 
 use perf::build_events;
@@ -286,6 +287,11 @@ struct Files {
     ids: HashMap<(u64, u64), Vec<Seen>>,
     list: Vec<(u64, u64, u64, String)>,
     emitted: usize,
+    /// Per (device, inode), the page cache when the recorder first saw the file (`None`:
+    /// it could not be read; taken from the map when its first `File` event is written).
+    cache: HashMap<(u64, u64), Option<Vec<format::CachedFolio>>>,
+    /// Pages the snapshots read so far (at most [`cache::MAX_SNAPSHOT_PAGES`]).
+    cache_pages: u64,
 }
 
 /// A file seen under a (device, inode): its generation (`None`: not known yet) and id.
@@ -319,6 +325,25 @@ impl Files {
         known.push((generation, id));
         self.list.push((dev, ino, size, path.to_string()));
         id
+    }
+}
+
+impl Files {
+    /// Snapshots the page cache of the file (`dev`, `ino`) at `path`, the first time only.
+    fn snapshot_cache(&mut self, dev: u64, ino: u64, path: &str) {
+        if ino == 0 || !path.starts_with('/') || self.cache.contains_key(&(dev, ino)) {
+            return;
+        }
+        let mut left = cache::MAX_SNAPSHOT_PAGES.saturating_sub(self.cache_pages);
+        let before = left;
+        let folios = cache::cached_folios(path, dev, ino, &mut left);
+        self.cache_pages += before - left;
+        self.cache.insert((dev, ino), folios);
+    }
+
+    /// The snapshot of a file whose `File` event is being written (once).
+    fn take_cache(&mut self, dev: u64, ino: u64) -> Option<Vec<format::CachedFolio>> {
+        self.cache.get_mut(&(dev, ino)).and_then(Option::take)
     }
 }
 
@@ -554,6 +579,8 @@ struct CpuEvents {
     _fds: Vec<OwnedFd>,
     ring: sys::Ring,
     data: Vec<u8>,
+    /// Bytes of `data` already scanned for new files (`MMAP2` records).
+    scanned: usize,
 }
 
 fn open_events(
@@ -610,6 +637,7 @@ fn open_events(
                 _fds: fds,
                 ring,
                 data: Vec::new(),
+                scanned: 0,
             });
         }
     }
@@ -758,6 +786,11 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
             sys::Wait::Nothing => {
                 for c in &mut cpus {
                     c.ring.drain(&mut c.data);
+                    // A file seen for the first time: its page cache now, before the
+                    // process's faults change it further.
+                    for (dev, ino, path) in perf::new_files(&c.data, &mut c.scanned) {
+                        files.snapshot_cache(dev, ino, &path);
+                    }
                 }
                 if opts.progress && last_progress.elapsed() > Duration::from_millis(250) {
                     last_progress = Instant::now();
@@ -800,6 +833,11 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
                     }
                     libc::PTRACE_EVENT_EXEC => {
                         let img = snapshot_image(pid, &mut files);
+                        // Stopped at exec: the cache is what exec's reads left.
+                        for id in img.vmas.iter().filter_map(|v| v.file) {
+                            let (dev, ino, _, path) = files.list[id as usize].clone();
+                            files.snapshot_cache(dev, ino, &path);
+                        }
                         side.images.entry(pid as u32).or_default().push_back(img);
                     }
                     libc::PTRACE_EVENT_EXIT => {

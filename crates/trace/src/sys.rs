@@ -475,3 +475,97 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// A read-only, shared mapping of a window of a file, for reading its page-cache state
+/// (`record::cache`); unmapped on drop.
+pub struct FileWindow {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl FileWindow {
+    /// Maps `len` bytes of `fd` from `offset` (page-aligned) read-only and shared, with
+    /// `MADV_RANDOM` so that faults on it read nothing ahead.
+    pub fn map(fd: &std::fs::File, offset: u64, len: usize) -> io::Result<FileWindow> {
+        use std::os::fd::AsRawFd;
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a fresh mapping chosen by the kernel (no address given), of a file we
+        // hold open; it is only read through the kernel (mincore, madvise, pagemap).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let w = FileWindow { base, len };
+        // SAFETY: advice on the mapping just made, inside its bounds.
+        if unsafe { libc::madvise(w.base, len, libc::MADV_RANDOM) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(w)
+    }
+
+    /// The window's address.
+    pub fn addr(&self) -> u64 {
+        self.base as u64
+    }
+
+    /// `mincore`: one byte per page, bit 0 set when the page is in the page cache.
+    pub fn mincore(&self) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; self.len.div_ceil(4096)];
+        // SAFETY: `v` has one byte per page of the mapping, as mincore writes.
+        if unsafe { libc::mincore(self.base, self.len, v.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(v)
+    }
+
+    /// `MADV_POPULATE_READ` of `n` pages from page `first`: maps them (cached pages are
+    /// mapped, not read; failure, e.g. past a concurrent truncation, is an error, never a
+    /// signal).
+    pub fn populate(&self, first: usize, n: usize) -> io::Result<()> {
+        if (first + n) * 4096 > self.len {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range lies inside the mapping (checked above).
+        let r = unsafe {
+            libc::madvise(
+                self.base.cast::<u8>().add(first * 4096).cast(),
+                n * 4096,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FileWindow {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`, which nothing else references.
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
+}
+
+/// `POSIX_FADV_DONTNEED` of the whole of `f`: drops its clean cached pages (tests start
+/// from a cold file with it).
+pub fn fadvise_dontneed(f: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on a descriptor the caller holds open; no memory is passed.
+    match unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}

@@ -1,7 +1,7 @@
 //! The trace format: every event round-trips, and no input makes the reader panic.
 
 use proptest::prelude::*;
-use trace::format::{self, Event, FormatError, Header, Image, ImageVma};
+use trace::format::{self, CachedFolio, Event, FormatError, Header, Image, ImageVma};
 
 fn pid() -> impl Strategy<Value = u32> {
     prop_oneof![1u32..5, any::<u32>()]
@@ -190,6 +190,22 @@ fn event() -> impl Strategy<Value = Event> {
         any::<u64>().prop_map(|count| Event::Lost { count }),
         (pid(), prop_oneof![Just(7u8), Just(11u8)], any::<u64>())
             .prop_map(|(pid, signo, addr)| Event::Signal { pid, signo, addr }),
+        // Any folios: the writer keeps the aligned, ascending, non-overlapping ones.
+        (
+            0u32..9,
+            proptest::collection::vec((0u64..1 << 12, 0u8..12, any::<bool>()), 0..12)
+        )
+            .prop_map(|(file, f)| Event::Cache {
+                file,
+                folios: f
+                    .into_iter()
+                    .map(|(index, order, readahead)| CachedFolio {
+                        index,
+                        order,
+                        readahead
+                    })
+                    .collect(),
+            }),
     ]
 }
 
@@ -220,6 +236,19 @@ fn as_written(ev: &[Event]) -> Vec<Event> {
         let mut e = e.clone();
         match &mut e {
             Event::File { id, .. } if !files.insert(*id) => continue,
+            Event::Cache { file, .. } if !files.contains(file) => continue,
+            Event::Cache { folios, .. } => {
+                let mut end = 0;
+                folios.retain(|f| {
+                    let ok = f.order <= format::MAX_CACHE_ORDER
+                        && f.index >= end
+                        && f.index % (1 << f.order) == 0;
+                    if ok {
+                        end = f.end();
+                    }
+                    ok
+                });
+            }
             Event::Mmap { file, .. } => *file = file.filter(|f| files.contains(f)),
             Event::Exec { image, .. } => {
                 for v in &mut image.vmas {

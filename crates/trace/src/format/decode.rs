@@ -194,10 +194,10 @@ pub(crate) fn preamble(r: &mut impl Read) -> Result<(), FormatError> {
         return Err(ferr(0, "not a usermm trace (bad magic)"));
     }
     let version = u16::from_le_bytes([p[8], p[9]]);
-    if version != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&version) {
         return Err(ferr(
             8,
-            format!("version {version} (this reader knows version {VERSION})"),
+            format!("version {version} (this reader knows versions {MIN_VERSION} to {VERSION})"),
         ));
     }
     if p[10..12] != [0, 0] {
@@ -410,7 +410,7 @@ impl<R: BufRead> Decoder<R> {
             ));
         }
         let c = &mut self.c;
-        let has_pid = !matches!(kind, tag::FILE | tag::LOST);
+        let has_pid = !matches!(kind, tag::FILE | tag::CACHE | tag::LOST);
         let pid = if !has_pid {
             if t & tag::SAME_PID != 0 {
                 return Err(c.err(at, "same-process bit on an event without a process"));
@@ -500,6 +500,64 @@ impl<R: BufRead> Decoder<R> {
                     size: c.varint()?,
                     path: c.string()?,
                 }
+            }
+            tag::CACHE => {
+                let fat = c.at;
+                let file = c.u32("file id")?;
+                if !self.files.contains(&file) {
+                    return Err(c.err(
+                        fat,
+                        format!("file id {file} is used before a FILE event defines it"),
+                    ));
+                }
+                let nat = c.at;
+                let n = c.bounded(MAX_CACHE_FOLIOS, "cached folio count")?;
+                // Held in memory like an exec image's pages: the same budget.
+                let left = self.budget.max_image_pages.saturating_sub(self.image_pages);
+                if n > left {
+                    return Err(self.over(
+                        nat,
+                        format!(
+                            "{n} cached folios: over the budget of {} exec-image pages and cached folios in all (--max-image-pages)",
+                            self.budget.max_image_pages
+                        ),
+                    ));
+                }
+                self.image_pages += n;
+                let c = &mut self.c;
+                let mut folios = Vec::new();
+                let mut end = 0u64;
+                for _ in 0..n {
+                    let at = c.at;
+                    let gap = c.varint()?;
+                    let b = c.byte()?;
+                    let (order, readahead) = (b & 0x7f, b & 0x80 != 0);
+                    if order > MAX_CACHE_ORDER {
+                        return Err(
+                            c.err(at, format!("folio order {order} above {MAX_CACHE_ORDER}"))
+                        );
+                    }
+                    let index = end
+                        .checked_add(gap)
+                        .filter(|i| i.checked_add(1 << order).is_some())
+                        .ok_or_else(|| c.err(at, "cached folio past the largest page index"))?;
+                    if !index.is_multiple_of(1 << order) {
+                        return Err(c.err(
+                            at,
+                            format!(
+                                "cached folio at page {index} not aligned to its order {order}"
+                            ),
+                        ));
+                    }
+                    let f = CachedFolio {
+                        index,
+                        order,
+                        readahead,
+                    };
+                    end = f.end();
+                    folios.push(f);
+                }
+                Event::Cache { file, folios }
             }
             tag::MMAP => {
                 let (addr, len) = (c.varint()?, c.varint()?);

@@ -52,6 +52,12 @@ fn field(raw: &[u8], (o, s): (usize, usize)) -> u64 {
 
 /// Splits one CPU's ring data into (time, record).
 fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
+    parse_records(data, out, false);
+}
+
+/// Appends the records of `data` to `out` (only the `MMAP2` ones with `only_mmap2`), up to
+/// the last whole one; returns the bytes they take.
+fn parse_records(data: &[u8], out: &mut Vec<(u64, Rec)>, only_mmap2: bool) -> usize {
     let mut at = 0;
     while at + 8 <= data.len() {
         let ty = u32_at(data, at);
@@ -62,6 +68,9 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
         }
         let r = &data[at..at + size];
         at += size;
+        if only_mmap2 && ty != 10 {
+            continue;
+        }
         // sample_id_all tail: pid, tid (8), time (8), identifier (8).
         let tail_time = if size >= 32 { u64_at(r, size - 16) } else { 0 };
         let rec = match ty {
@@ -122,6 +131,21 @@ fn parse_cpu(data: &[u8], out: &mut Vec<(u64, Rec)>) {
         };
         out.push((tail_time, rec));
     }
+    at
+}
+
+/// The files (device, inode, path) of the `MMAP2` records in `data` from byte `*from`,
+/// which moves past the last whole record.
+pub(super) fn new_files(data: &[u8], from: &mut usize) -> Vec<(u64, u64, String)> {
+    let mut recs = Vec::new();
+    let used = parse_records(&data[(*from).min(data.len())..], &mut recs, true);
+    *from += used;
+    recs.into_iter()
+        .filter_map(|(_, r)| match r {
+            Rec::Mmap2 { map, .. } if map.ino != 0 => Some((map.dev, map.ino, map.path)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A `PERF_RECORD_MMAP2` (a thread's last one is the VMA its `mmap` made or grew).
@@ -176,6 +200,12 @@ pub(super) fn build_events(
                 size,
                 path,
             });
+            if let Some(folios) = files.take_cache(dev, ino).filter(|f| !f.is_empty()) {
+                out.push(Event::Cache {
+                    file: files.emitted as u32,
+                    folios,
+                });
+            }
             files.emitted += 1;
         }
     };

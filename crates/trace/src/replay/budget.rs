@@ -31,6 +31,10 @@ impl Replayer<'_, '_> {
                 }))
             }
             Event::File { .. } => PAGE_COST,
+            Event::Cache { ref folios, .. } => folios
+                .iter()
+                .fold(0u64, |a, f| a.saturating_add(1 << f.order))
+                .saturating_mul(PAGE_COST),
             Event::Exec { ref image, .. } => PROCESS_COST.saturating_add(
                 (image.vmas.len() as u64)
                     .saturating_add(image.pages.len() as u64)

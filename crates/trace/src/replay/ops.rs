@@ -14,6 +14,7 @@
 //! | brk | `mmap` (growth) or `munmap` (shrink), as replayed |
 //! | mlock, mlock2, mlockall / munlock, munlockall | `mlock` / `munlock` |
 //! | FILE | `file`: the engine creates the recorded file (one `syscalls` each); the host's file existed before the program ran, so this is no work of the workload and no model operation: it is not priced |
+//! | CACHE | `file`: the engine reads the folios the host had cached into its page cache; they were there before the program ran, so this is not priced either |
 //! | VALIDATE, LOST | none: they make the engine count nothing (if one ever did, its counts are filed under `other`, so the sums stay exact; `other` is not priced) |
 //!
 //! Each filed step is one *call* of its operation: a distinct delta is kept once with its
@@ -132,7 +133,7 @@ pub(super) fn op_of(ev: &Event) -> &'static str {
         Event::Madvise { .. } => "madvise",
         Event::Mlock { .. } | Event::Mlockall { .. } => "mlock",
         Event::Munlock { .. } | Event::Munlockall { .. } => "munlock",
-        Event::File { .. } => "file",
+        Event::File { .. } | Event::Cache { .. } => "file",
         _ => "other",
     }
 }

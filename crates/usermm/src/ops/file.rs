@@ -344,6 +344,67 @@ impl<'m> Cpu<'m> {
         Ok(cached * PAGE_SIZE)
     }
 
+    /// Puts a folio of `order` at page `index` of disk file `f` into the page cache: read,
+    /// uptodate, on the LRU, marked `PG_readahead` when `readahead`. This is the page cache
+    /// a program finds when it starts, not work it does: `usermm replay` seeds each file
+    /// with the folios the host had cached when the recording first saw the file mapped,
+    /// because a warm cache makes fault-around map more and readahead read less than a
+    /// cold one. No system call is counted.
+    ///
+    /// Returns whether it was added: nothing is done where a page of the folio is cached
+    /// already or the folio starts past the end of the file, and a folio crossing the end
+    /// is added as order-0 pages up to it (Linux's readahead never makes a folio cross
+    /// it). `EBADF` without the file, `EINVAL` for a file that is not on disk, an order
+    /// above the PMD's or an index not aligned to the order, `ENOMEM` when no frame is free
+    /// after reclaim.
+    pub fn page_cache_seed(
+        &self,
+        f: FileId,
+        index: u64,
+        order: u32,
+        readahead: bool,
+    ) -> SysResult<bool> {
+        let inode = self.m.file(f)?;
+        if inode.kind != InodeKind::Disk
+            || order > crate::phys::HPAGE_PMD_ORDER
+            || !index.is_multiple_of(1 << order)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let pages = inode.size_pages();
+        if index >= pages {
+            return Ok(false);
+        }
+        let (order, nr) = if index + (1 << order) > pages {
+            (0, pages - index)
+        } else {
+            (order, 1)
+        };
+        let len = nr << order;
+        reclaim_for(self, len);
+        let mut cache = inode.pages.lock();
+        if cache.range(index..index + len).next().is_some() {
+            return Ok(false);
+        }
+        let mut heads = Vec::new();
+        for i in 0..nr {
+            let Some(p) = cache_alloc_order(self, &inode, &mut cache, index + i, order) else {
+                break;
+            };
+            heads.push(p);
+        }
+        drop(cache);
+        let frames: Vec<Pfn> = heads.iter().flat_map(|h| h.range(1 << order)).collect();
+        crate::filemap::cache::read_blocks(self, &inode, index, &frames);
+        if heads.len() as u64 != nr {
+            return Err(Errno::ENOMEM);
+        }
+        if readahead {
+            self.m.phys.memmap.set(heads[0], PageFlag::Readahead);
+        }
+        Ok(true)
+    }
+
     /// How many folios of each order (index: order) the file's page cache holds, as
     /// `/proc/kpageflags` of its cached pages would tell.
     pub fn file_folios_by_order(&self, f: FileId) -> SysResult<Vec<u64>> {
