@@ -11,6 +11,8 @@
 //!   flag) — the information of `sched:sched_process_fork/exec/exit`, with thread and process
 //!   told apart — and `PERF_RECORD_MMAP2` (data mappings too), which names the file (device,
 //!   inode, path) of every file mapping as the kernel made it;
+//! - the page cache of each mapped file as the mapping finds it ([`cache`]): at exec, and at
+//!   each file `mmap`, which a seccomp filter stops for the recorder before it runs;
 //! - what no tracepoint gives is read under ptrace, with the process stopped: at each exec,
 //!   the new address space (`/proc/PID/maps` and the pages `pagemap` shows present: the
 //!   arguments the kernel copied to the stack, the zeroed bss); at each exit, before the mm
@@ -287,9 +289,10 @@ struct Files {
     ids: HashMap<(u64, u64), Vec<Seen>>,
     list: Vec<(u64, u64, u64, String)>,
     emitted: usize,
-    /// Per (device, inode), the page cache when the recorder first saw the file (`None`:
-    /// it could not be read; taken from the map when its first `File` event is written).
-    cache: HashMap<(u64, u64), Option<Vec<format::CachedFolio>>>,
+    /// Per (device, inode), the page cache when the recorder first saw the file, and again
+    /// each time a mapping reached past the size of the last snapshot (a file the program
+    /// writes and maps as it grows, such as git's packs, gets a FILE per size).
+    cache: HashMap<(u64, u64), Vec<cache::Snapshot>>,
     /// Pages the snapshots read so far (at most [`cache::MAX_SNAPSHOT_PAGES`]).
     cache_pages: u64,
 }
@@ -329,21 +332,39 @@ impl Files {
 }
 
 impl Files {
-    /// Snapshots the page cache of the file (`dev`, `ino`) at `path`, the first time only.
-    fn snapshot_cache(&mut self, dev: u64, ino: u64, path: &str) {
-        if ino == 0 || !path.starts_with('/') || self.cache.contains_key(&(dev, ino)) {
+    /// Snapshots the page cache of the file (`dev`, `ino`), mapped up to byte `extent`,
+    /// opened by `open`: the first time, and again when `extent` passes the last
+    /// snapshot's size.
+    fn snapshot_cache(
+        &mut self,
+        (dev, ino): (u64, u64),
+        extent: u64,
+        open: impl FnOnce() -> Option<std::fs::File>,
+    ) {
+        let known = self.cache.entry((dev, ino)).or_default();
+        if ino == 0 || known.last().is_some_and(|s| s.size >= extent) {
             return;
         }
         let mut left = cache::MAX_SNAPSHOT_PAGES.saturating_sub(self.cache_pages);
         let before = left;
-        let folios = cache::cached_folios(path, dev, ino, &mut left);
+        let snap = open().and_then(|f| cache::snapshot(&f, &mut left));
         self.cache_pages += before - left;
-        self.cache.insert((dev, ino), folios);
+        // One that could not be read is not tried again.
+        known.push(snap.unwrap_or(cache::Snapshot {
+            size: u64::MAX,
+            folios: Vec::new(),
+        }));
     }
 
-    /// The snapshot of a file whose `File` event is being written (once).
-    fn take_cache(&mut self, dev: u64, ino: u64) -> Option<Vec<format::CachedFolio>> {
-        self.cache.get_mut(&(dev, ino)).and_then(Option::take)
+    /// The snapshot for the `File` event of (`dev`, `ino`) at `size`: the first taken when
+    /// the file had that size or more, else the last.
+    fn cache_for(&self, dev: u64, ino: u64, size: u64) -> Option<&[format::CachedFolio]> {
+        let known = self.cache.get(&(dev, ino))?;
+        known
+            .iter()
+            .find(|s| s.size >= size)
+            .or(known.last())
+            .map(|s| s.folios.as_slice())
     }
 }
 
@@ -432,6 +453,23 @@ fn snapshot_image(pid: i32, files: &mut Files) -> Image {
         }
     }
     img
+}
+
+/// (fd, end of the mapping in the file) of the `mmap` a process is stopped in, from
+/// `/proc/PID/syscall` (the number, then the six arguments, in hex).
+fn file_mmap_args(pid: i32) -> Option<(i32, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    let mut it = s.split_whitespace();
+    if it.next()? != "9" {
+        return None;
+    }
+    let args: Vec<u64> = it
+        .take(6)
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect::<Option<_>>()?;
+    // The argument is an `int`: its low half.
+    let fd = *args.get(4)? as u32 as i32;
+    (fd >= 0).then(|| (fd, args[5].saturating_add(args[1])))
 }
 
 /// (RssAnon, RssFile, AnonHugePages) in kB of a process stopped at its exit; `None` for a
@@ -788,8 +826,10 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
                     c.ring.drain(&mut c.data);
                     // A file seen for the first time: its page cache now, before the
                     // process's faults change it further.
-                    for (dev, ino, path) in perf::new_files(&c.data, &mut c.scanned) {
-                        files.snapshot_cache(dev, ino, &path);
+                    for (dev, ino, path, extent) in perf::new_files(&c.data, &mut c.scanned) {
+                        files.snapshot_cache((dev, ino), extent, || {
+                            cache::open_verified(&path, dev, ino)
+                        });
                     }
                 }
                 if opts.progress && last_progress.elapsed() > Duration::from_millis(250) {
@@ -835,10 +875,23 @@ fn trace_child(root: i32, tps: &[TpFormat], opts: &RecordOptions) -> Result<Trac
                         let img = snapshot_image(pid, &mut files);
                         // Stopped at exec: the cache is what exec's reads left.
                         for id in img.vmas.iter().filter_map(|v| v.file) {
-                            let (dev, ino, _, path) = files.list[id as usize].clone();
-                            files.snapshot_cache(dev, ino, &path);
+                            let (dev, ino, size, path) = files.list[id as usize].clone();
+                            files.snapshot_cache((dev, ino), size, || {
+                                cache::open_verified(&path, dev, ino)
+                            });
                         }
                         side.images.entry(pid as u32).or_default().push_back(img);
+                    }
+                    libc::PTRACE_EVENT_SECCOMP => {
+                        // An mmap of a file, stopped before it runs (`sys::spawn_traced`'s
+                        // filter): the cache as this mapping finds it.
+                        if let Some((fd, extent)) = file_mmap_args(pid) {
+                            if let Some(f) = cache::open_fd(pid, fd) {
+                                if let Some(key) = cache::identity(&f) {
+                                    files.snapshot_cache(key, extent, || Some(f));
+                                }
+                            }
+                        }
                     }
                     libc::PTRACE_EVENT_EXIT => {
                         if let Some(r) = snapshot_rss(pid) {

@@ -417,6 +417,8 @@ struct Replayer<'m, 'c> {
     brk: HashMap<Pid, u64>,
     /// Each engine process's main stack (from its exec image; a fork inherits it).
     stacks: HashMap<Pid, Stack>,
+    /// Each engine process's `[vdso]` and the pages it faulted there (see [`image::Vdso`]).
+    vdso: HashMap<Pid, image::Vdso>,
     files: HashMap<u32, FileId>,
     /// Whether the machine may map PMD THPs (its AnonHugePages is compared at exits).
     thp: bool,
@@ -489,6 +491,7 @@ impl Replayer<'_, '_> {
             self.users.remove(&e);
             self.brk.remove(&e);
             self.stacks.remove(&e);
+            self.vdso.remove(&e);
             let _ = self.cpu.exit(e);
         }
     }
@@ -520,6 +523,9 @@ impl Replayer<'_, '_> {
                         }
                         if let Some(&s) = self.stacks.get(&p) {
                             self.stacks.insert(c, s);
+                        }
+                        if let Some(v) = self.vdso.get(&p) {
+                            self.vdso.insert(c, v.forked());
                         }
                     }
                     Err(e) => self.check("fork", 0, -(e as i64)),
@@ -558,6 +564,9 @@ impl Replayer<'_, '_> {
             } => {
                 let Some(e) = self.pid(*pid) else { return };
                 self.r.faults += 1;
+                if let Some(v) = self.vdso.get_mut(&e) {
+                    v.fault(*addr);
+                }
                 self.grow_stack(e, *addr);
                 let acc = if *write { Access::Write } else { Access::Read };
                 let signo = match cpu.touch(e, *addr, 1, acc) {
@@ -619,7 +628,8 @@ impl Replayer<'_, '_> {
                             host_anon_kb: *rss_anon_kb,
                             engine_anon_kb: engine,
                             host_file_kb: *rss_file_kb,
-                            engine_file_kb: s.rss_file / 1024,
+                            engine_file_kb: s.rss_file / 1024
+                                + self.vdso.get(&e).map_or(0, image::Vdso::rss_kb),
                             anon_rel_err: err,
                             anon_huge_kb,
                         });
@@ -861,6 +871,7 @@ fn replay_on(
         users: HashMap::new(),
         brk: HashMap::new(),
         stacks: HashMap::new(),
+        vdso: HashMap::new(),
         files: HashMap::new(),
         thp,
         r: ReplayReport::default(),

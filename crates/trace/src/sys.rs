@@ -249,6 +249,9 @@ pub fn spawn_traced(argv: &[CString], user: Option<&Identity>) -> io::Result<i32
         }
         if pid == 0 {
             libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            // Still root here (no `no_new_privs` needed); a failure leaves the file
+            // mappings to the `MMAP2` records.
+            install_file_mmap_filter();
             // Groups, then group, then user: once the uid is dropped the rest is refused.
             if let Some(u) = user {
                 if libc::setgroups(groups.len(), groups.as_ptr()) != 0
@@ -263,6 +266,69 @@ pub fn spawn_traced(argv: &[CString], user: Option<&Identity>) -> io::Result<i32
             libc::_exit(127);
         }
         Ok(pid)
+    }
+}
+
+/// `seccomp_data`: the offset of the low half of argument `n`.
+const fn seccomp_arg(n: u32) -> u32 {
+    16 + 8 * n
+}
+
+/// Installs in the calling process a seccomp filter that stops every x86-64 `mmap` of a
+/// file (fd not -1) for the tracer, before it runs (`SECCOMP_RET_TRACE`: a
+/// `PTRACE_EVENT_SECCOMP` stop, then the call goes on), and lets every other call through.
+/// It is inherited by every child, as the tracing is ([`PTRACE_OPTIONS`] has
+/// `PTRACE_O_TRACESECCOMP`; `PTRACE_O_EXITKILL` ends the tracees with the tracer, so the
+/// filter never outlives it: without a tracer such an mmap would fail with `ENOSYS`).
+/// The recorder reads the file's page cache at the stop (`record::cache`). Returns whether
+/// it is installed (other architectures: never).
+fn install_file_mmap_filter() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const NR_MMAP: u32 = 9;
+    let ld = |k| libc::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k, jt, jf| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ret = |k| libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let prog = [
+        ld(4),                        // arch
+        jeq(AUDIT_ARCH_X86_64, 0, 5), // else allow
+        ld(0),                        // nr
+        jeq(NR_MMAP, 0, 3),           // else allow
+        ld(seccomp_arg(4)),           // fd (low half)
+        jeq(u32::MAX, 1, 0),          // -1: allow
+        ret(libc::SECCOMP_RET_TRACE),
+        ret(libc::SECCOMP_RET_ALLOW),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points to `prog`, which lives across the call; the kernel copies it.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &fprog as *const libc::sock_fprog,
+            0,
+            0,
+        ) == 0
     }
 }
 
@@ -332,6 +398,7 @@ pub const PTRACE_OPTIONS: i32 = libc::PTRACE_O_TRACEFORK
     | libc::PTRACE_O_TRACECLONE
     | libc::PTRACE_O_TRACEEXEC
     | libc::PTRACE_O_TRACEEXIT
+    | libc::PTRACE_O_TRACESECCOMP
     | libc::PTRACE_O_EXITKILL;
 
 /// `PTRACE_SETOPTIONS`.

@@ -44,9 +44,19 @@ fn a_recorded_shell_replays_in_agreement() {
     assert!(count(|e| matches!(e, Event::Mmap { .. })) > 10);
     assert!(count(|e| matches!(e, Event::Fault { user: true, .. })) > 50);
     assert!(count(|e| matches!(e, Event::Validate { .. })) >= 2);
+    // The page cache of each file as its first mapping found it: libc's is cached (the
+    // recorder's own libc), and the seccomp stop at ld.so's mmap of it saw it.
+    let libc = t.events.iter().find_map(|e| match e {
+        Event::File { id, path, .. } if path.contains("libc.so") => Some(*id),
+        _ => None,
+    });
+    let libc = libc.expect("libc is mapped");
+    assert!(t.events.iter().any(|e| matches!(e,
+        Event::Cache { file, folios } if *file == libc && !folios.is_empty())));
     let r = trace::replay(&t, &trace::ReplayOptions::default()).unwrap();
     assert_eq!(r.unknown_process, 0);
     assert_eq!(r.errno_mismatches, 0, "{:?}", r.mismatches);
+    assert_eq!(r.cache_errors, 0);
     for c in &r.rss {
         assert!(c.anon_rel_err <= 0.05, "{c:?}");
     }

@@ -134,15 +134,20 @@ fn parse_records(data: &[u8], out: &mut Vec<(u64, Rec)>, only_mmap2: bool) -> us
     at
 }
 
-/// The files (device, inode, path) of the `MMAP2` records in `data` from byte `*from`,
-/// which moves past the last whole record.
-pub(super) fn new_files(data: &[u8], from: &mut usize) -> Vec<(u64, u64, String)> {
+/// The files (device, inode, path, the mapping's end in the file) of the `MMAP2` records in
+/// `data` from byte `*from`, which moves past the last whole record.
+pub(super) fn new_files(data: &[u8], from: &mut usize) -> Vec<(u64, u64, String, u64)> {
     let mut recs = Vec::new();
     let used = parse_records(&data[(*from).min(data.len())..], &mut recs, true);
     *from += used;
     recs.into_iter()
         .filter_map(|(_, r)| match r {
-            Rec::Mmap2 { map, .. } if map.ino != 0 => Some((map.dev, map.ino, map.path)),
+            Rec::Mmap2 { map, .. } if map.ino != 0 => Some((
+                map.dev,
+                map.ino,
+                map.path,
+                map.pgoff.saturating_add(map.len),
+            )),
             _ => None,
         })
         .collect()
@@ -200,10 +205,10 @@ pub(super) fn build_events(
                 size,
                 path,
             });
-            if let Some(folios) = files.take_cache(dev, ino).filter(|f| !f.is_empty()) {
+            if let Some(folios) = files.cache_for(dev, ino, size).filter(|f| !f.is_empty()) {
                 out.push(Event::Cache {
                     file: files.emitted as u32,
-                    folios,
+                    folios: folios.to_vec(),
                 });
             }
             files.emitted += 1;

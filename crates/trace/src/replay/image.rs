@@ -2,15 +2,60 @@
 //! on faults below it (`crate::stack`).
 
 use super::Replayer;
-use crate::format::{Image, IMG_SHARED};
+use crate::format::{Image, IMG_SHARED, IMG_SPECIAL};
 use crate::stack::Stack;
+use std::collections::HashSet;
 use usermm::{Access, MmapArgs, Pid, Placement, Prot, Sharing};
+
+/// A process's `[vdso]` (the executable special mapping of its image) and the pages it
+/// faulted there. The engine maps the image's special mappings as anonymous memory, where a
+/// read maps the zero page; 6.18 maps a vdso page through `vdso_fault` and `finish_fault`,
+/// which counts it in `RssFile`, and fork copies none of them (the VMA has no `anon_vma`
+/// and no `VM_PFNMAP`), so a child faults them again. Each replayed exit's RssFile adds
+/// them: measured on 6.18, every exit of seven programs was 4 kB short of the host without
+/// it (the one vdso page `ld.so` reads).
+#[derive(Clone, Debug)]
+pub(super) struct Vdso {
+    start: u64,
+    end: u64,
+    pages: HashSet<u64>,
+}
+
+impl Vdso {
+    fn new(start: u64, end: u64) -> Vdso {
+        Vdso {
+            start,
+            end,
+            pages: HashSet::new(),
+        }
+    }
+
+    /// A fork child's: the same range, no page mapped.
+    pub(super) fn forked(&self) -> Vdso {
+        Vdso::new(self.start, self.end)
+    }
+
+    /// A recorded fault at `addr`.
+    pub(super) fn fault(&mut self, addr: u64) {
+        if (self.start..self.end).contains(&addr) {
+            self.pages.insert(addr & !4095);
+        }
+    }
+
+    /// What its mapped pages add to `RssFile` (kB).
+    pub(super) fn rss_kb(&self) -> u64 {
+        self.pages.len() as u64 * 4
+    }
+}
 
 impl Replayer<'_, '_> {
     pub(super) fn image(&mut self, e: Pid, img: &Image) {
         for v in &img.vmas {
             if let Some(stack) = Stack::of(v) {
                 self.stacks.insert(e, stack);
+            }
+            if v.flags & IMG_SPECIAL != 0 && v.prot & 4 != 0 {
+                self.vdso.insert(e, Vdso::new(v.start, v.end));
             }
             let file = v
                 .file
