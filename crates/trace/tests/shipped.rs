@@ -205,6 +205,15 @@ fn thp_recordings_replay_under_their_policy() {
         if p.to_string_lossy().contains("redis-bgsave") {
             assert!(r.snapshot.get(Ev::CowCopy) > 1000, "{name}");
         }
+        // Recorded with the page cache each file mapping found (format 2): the replay
+        // starts from it, and every exit's RssFile is within 1 % of the host's.
+        if t.events.iter().any(|e| matches!(e, trace::format::Event::Cache { .. })) {
+            assert!(r.cache_seeded > 0 && r.cache_errors == 0, "{name}");
+            for c in &r.rss {
+                let off = c.engine_file_kb.abs_diff(c.host_file_kb) as f64;
+                assert!(off <= 0.01 * c.host_file_kb as f64, "{name}: {c:?}");
+            }
+        }
     }
     assert!(thp >= 4, "{thp} traces recorded under THP");
 }
