@@ -207,7 +207,10 @@ fn thp_recordings_replay_under_their_policy() {
         }
         // Recorded with the page cache each file mapping found (format 2): the replay
         // starts from it, and every exit's RssFile is within 1 % of the host's.
-        if t.events.iter().any(|e| matches!(e, trace::format::Event::Cache { .. })) {
+        if t.events
+            .iter()
+            .any(|e| matches!(e, trace::format::Event::Cache { .. }))
+        {
             assert!(r.cache_seeded > 0 && r.cache_errors == 0, "{name}");
             for c in &r.rss {
                 let off = c.engine_file_kb.abs_diff(c.host_file_kb) as f64;
