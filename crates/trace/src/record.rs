@@ -11,7 +11,7 @@
 //!   flag) — the information of `sched:sched_process_fork/exec/exit`, with thread and process
 //!   told apart — and `PERF_RECORD_MMAP2` (data mappings too), which names the file (device,
 //!   inode, path) of every file mapping as the kernel made it;
-//! - the page cache of each mapped file as the mapping finds it ([`cache`]): at exec, and at
+//! - the page cache of each mapped file as the mapping finds it (`record/cache.rs`): at exec, and at
 //!   each file `mmap`, which a seccomp filter stops for the recorder before it runs;
 //! - what no tracepoint gives is read under ptrace, with the process stopped: at each exec,
 //!   the new address space (`/proc/PID/maps` and the pages `pagemap` shows present: the
