@@ -10,8 +10,9 @@
 //! to thousands of times, a hostile varint written over a field, the stream cut) and the
 //! compressed file, and feeds the original and every mutant to every reader: the decoder,
 //! `show` (header and events printed escaped), `stats`, `export` and a replay within a
-//! budget. Nothing may panic; every error names a byte; every reader ends within a few
-//! seconds and the process's live heap stays under 512 MiB (a counting allocator); no
+//! budget. Nothing may panic; every error names a byte; every reader stays within the
+//! budget (its own 5 s limit stops one that spins: no wall time is asserted, timings live in
+//! benchmarks) and the process's live heap stays under 512 MiB (a counting allocator); no
 //! printed or exported text carries a control character or lets a trace string start a
 //! line.
 //!
@@ -23,7 +24,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::time::{Duration, Instant};
 use trace::format::{self, Decoder, Event, FormatError, Header, Image, ImageVma};
 use trace::replay::{replay_decoder, ReplayError};
 use trace::{Budget, ReplayOptions};
@@ -100,8 +100,6 @@ static REACHED: Reached = Reached {
 /// Most live heap in this test binary at any time (the replay machine's 64 MiB arena and
 /// every reader's buffers included).
 const MAX_HEAP: usize = 512 << 20;
-/// Most time one reader may take on one input.
-const MAX_TIME: Duration = Duration::from_secs(10);
 
 fn cases() -> u32 {
     std::env::var("USERMM_FUZZ_CASES")
@@ -456,10 +454,9 @@ fn no_control(text: &str, what: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn timed<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, TestCaseError> {
-    let t0 = Instant::now();
+/// Runs one reader on one input and checks the live heap stayed bounded.
+fn bounded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, TestCaseError> {
     let r = f();
-    prop_assert!(t0.elapsed() < MAX_TIME, "{what} took {:?}", t0.elapsed());
     let peak = PEAK.load(Relaxed);
     prop_assert!(peak < MAX_HEAP, "{what}: {} MiB of heap", peak >> 20);
     Ok(r)
@@ -475,7 +472,7 @@ fn named_byte(e: &impl std::fmt::Display) -> Result<(), TestCaseError> {
 fn every_reader(bytes: &[u8]) -> Result<(), TestCaseError> {
     let b = budget();
     // decode (and stats: counts per kind, lost records saturating)
-    let stats = timed("decode", || -> Result<(u64, u64), FormatError> {
+    let stats = bounded("decode", || -> Result<(u64, u64), FormatError> {
         let mut d = Decoder::from_bytes(bytes, &b)?;
         let mut lost = 0u64;
         let mut kinds = std::collections::BTreeMap::new();
@@ -496,7 +493,7 @@ fn every_reader(bytes: &[u8]) -> Result<(), TestCaseError> {
         named_byte(e)?;
     }
     // show: the header escaped, events as Debug, within the output budget
-    timed("show", || -> Result<(), TestCaseError> {
+    bounded("show", || -> Result<(), TestCaseError> {
         let Ok(mut d) = Decoder::from_bytes(bytes, &b) else {
             return Ok(());
         };
@@ -519,7 +516,7 @@ fn every_reader(bytes: &[u8]) -> Result<(), TestCaseError> {
         Ok(())
     })??;
     // export
-    timed("export", || -> Result<(), TestCaseError> {
+    bounded("export", || -> Result<(), TestCaseError> {
         let Ok(mut d) = Decoder::from_bytes(bytes, &b) else {
             return Ok(());
         };
@@ -544,7 +541,7 @@ fn every_reader(bytes: &[u8]) -> Result<(), TestCaseError> {
         Ok(())
     })??;
     // replay within the budget, on a small machine
-    timed("replay", || -> Result<(), TestCaseError> {
+    bounded("replay", || -> Result<(), TestCaseError> {
         let Ok(mut d) = Decoder::from_bytes(bytes, &b) else {
             return Ok(());
         };
@@ -606,7 +603,7 @@ fn fuzz_every_reader_on_hostile_and_mutated_traces() {
                 ..trace::Trace::default()
             };
             let b = budget();
-            if let Ok(text) = timed("export (in memory)", || {
+            if let Ok(text) = bounded("export (in memory)", || {
                 trace::export::to_scenario_with(&raw, &b)
             })? {
                 no_control(&text, "export (in memory)")?;
@@ -616,7 +613,7 @@ fn fuzz_every_reader_on_hostile_and_mutated_traces() {
                 budget: b,
                 ..ReplayOptions::default()
             };
-            let _ = timed("replay (in memory)", || trace::replay(&raw, &opts))?;
+            let _ = bounded("replay (in memory)", || trace::replay(&raw, &opts))?;
             // The payload mutated, then sealed again.
             let mut p = payload_of(&bytes);
             for m in &muts {

@@ -6,7 +6,6 @@
 mod common;
 
 use common::{Payload, EVIL, POPULATE_FIXED};
-use std::time::{Duration, Instant};
 use trace::format::{self, Decoder, Event, FormatError, Header, Image, ImageVma, Writer};
 use trace::replay::{machine_config, replay, replay_decoder, thp_size, ReplayError};
 use trace::{Budget, ReplayOptions, Trace};
@@ -27,12 +26,10 @@ fn a_small_file_of_millions_of_events_stops_at_the_event_budget() {
     p.spawn().faults(3 << 20, 0);
     let bytes = p.file_bytes();
     assert!(bytes.len() < 1024, "{} bytes", bytes.len());
-    let t0 = Instant::now();
     let (offset, what) = budget_err(format::read(&bytes));
     assert!(what.contains("--max-events"), "{what}");
     // The tag of event 2^20 + 1: header (10 bytes), spawn (2), then 2 bytes a fault.
     assert_eq!(offset, 10 + 2 + 2 * ((1 << 20) - 1));
-    assert!(t0.elapsed() < Duration::from_secs(5));
     // Streamed with the budget raised, every event comes out one at a time.
     let b = Budget {
         max_events: u64::MAX,
@@ -131,7 +128,7 @@ fn a_populate_past_the_touch_budget_is_refused_before_it_runs() {
     let p = populate_loop();
     let bytes = p.file_bytes();
     assert!(bytes.len() < 128, "{} bytes", bytes.len());
-    let t0 = Instant::now();
+    // Refused at event 2, before it runs (the event and offset say so: no timing needed).
     let mut d = Decoder::from_bytes(&bytes, &Budget::default()).unwrap();
     match replay_decoder(&mut d, &ReplayOptions::default()) {
         Err(ReplayError::Budget {
@@ -144,7 +141,6 @@ fn a_populate_past_the_touch_budget_is_refused_before_it_runs() {
         ),
         other => panic!("{:?}", other.map(|r| r.events)),
     }
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     // With the budget raised to 4 GiB of work, the first populate runs and the second is
     // refused: the budget is a sum over the replay, not a per-event cap.
     let opts = ReplayOptions {
@@ -486,7 +482,6 @@ fn calls_that_walk_populated_memory_stop_at_the_walk_budget() {
     }
     let bytes = p.file_bytes();
     assert!(bytes.len() < 400, "{} bytes", bytes.len());
-    let t0 = Instant::now();
     let mut d = Decoder::from_bytes(&bytes, &Budget::default()).unwrap();
     match replay_decoder(&mut d, &ReplayOptions::default()) {
         Err(ReplayError::Budget { event, what, .. }) => {
@@ -496,7 +491,6 @@ fn calls_that_walk_populated_memory_stop_at_the_walk_budget() {
         }
         other => panic!("{:?}", other.map(|r| r.events)),
     }
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     // A call over at most 2 MiB is charged its length, without a walk.
     let mut p = Payload::new(&["x"]);
     p.spawn()
