@@ -202,6 +202,25 @@ fn model_interval_line(table: &Table, row: usize) -> Option<Line> {
     })
 }
 
+/// Under a row whose host samples fall in two speed bands ([`crate::stats::bands`]): in the
+/// host column each band's median and how many samples it holds, lower band first.
+fn host_bands_line(table: &Table, row: usize) -> Option<Line> {
+    let h = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host)?;
+    let [(a, n), (b, m)] = crate::stats::bands(&table.rows[row].columns[h].samples)?;
+    let scale = display_scale(table);
+    let dec = decimals_for(b * scale);
+    let mut cells = vec![Cell::default(); table.variants.len()];
+    cells[h] = Cell::plain(format!("{:.dec$}×{n} | {:.dec$}×{m}", a * scale, b * scale));
+    Some(Line {
+        label: format!("Bands {}", table.rows[row].label),
+        kind: LineKind::Counter,
+        cells,
+    })
+}
+
 /// The counters of a row that at least one cell has, one line each.
 fn counter_lines(table: &Table, row: usize) -> Vec<Line> {
     let r = &table.rows[row];
@@ -243,6 +262,7 @@ pub fn cells(table: &Table) -> Vec<Vec<Line>> {
                 .collect();
             lines.extend(seed_line(table, row));
             lines.extend(model_interval_line(table, row));
+            lines.extend(host_bands_line(table, row));
             lines.extend(counter_lines(table, row));
             lines
         })
@@ -272,6 +292,18 @@ pub fn legend(table: &Table) -> String {
         })
     }) {
         s.push_str("; Model95 = the calibrated model's 95% prediction interval, and under host the model's error against the host median (! outside ±20%); a model gain's (~%) is its interval from the fitted prices");
+    }
+    let host = table
+        .variants
+        .iter()
+        .position(|v| v.kind == VariantKind::Host);
+    if host.is_some_and(|h| {
+        table
+            .rows
+            .iter()
+            .any(|r| crate::stats::bands(&r.columns[h].samples).is_some())
+    }) {
+        s.push_str("; Bands = the host's samples fell in two speed bands more than 20% apart (each band's median × its samples): the machine's memory speed changed during the row, and the host median is the band most samples fell in");
     }
     if let Some(v) = table
         .variants
