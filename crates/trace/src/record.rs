@@ -329,9 +329,7 @@ impl Files {
         self.list.push((dev, ino, size, path.to_string()));
         id
     }
-}
 
-impl Files {
     /// Snapshots the page cache of the file (`dev`, `ino`), mapped up to byte `extent`,
     /// opened by `open`: the first time, and again when `extent` passes the last
     /// snapshot's size.
