@@ -35,12 +35,11 @@ pub const BAND_GAP: f64 = 0.2;
 pub fn bands(samples: &[f64]) -> Option<[(f64, usize); 2]> {
     let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
-    let cut = (2..v.len().saturating_sub(1))
-        .filter(|&i| v[i - 1] > 0.0 && (v[i] - v[i - 1]) / v[i - 1] > BAND_GAP)
-        .max_by(|&a, &b| {
-            let gap = |i: usize| (v[i] - v[i - 1]) / v[i - 1];
-            gap(a).total_cmp(&gap(b))
-        })?;
+    let (cut, _) = (2..v.len().saturating_sub(1))
+        .filter(|&i| v[i - 1] > 0.0)
+        .map(|i| (i, (v[i] - v[i - 1]) / v[i - 1]))
+        .filter(|&(_, gap)| gap > BAND_GAP)
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
     let (lo, hi) = v.split_at(cut);
     let median = |s: &[f64]| summary(Stat::Median, s).unwrap_or(f64::NAN);
     Some([(median(lo), lo.len()), (median(hi), hi.len())])

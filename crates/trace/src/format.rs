@@ -139,6 +139,16 @@ impl CachedFolio {
     pub fn end(&self) -> u64 {
         self.index.saturating_add(1 << self.order.min(63))
     }
+
+    /// Whether the reader takes it after a folio ending at page `end`: an order of at most
+    /// [`MAX_CACHE_ORDER`], an index aligned to it, at or past `end`, and an end that does
+    /// not overflow (the writer keeps only such folios).
+    pub fn fits_after(&self, end: u64) -> bool {
+        self.order <= MAX_CACHE_ORDER
+            && self.index >= end
+            && self.index.is_multiple_of(1 << self.order)
+            && self.index.checked_add(1 << self.order).is_some()
+    }
 }
 
 /// `Fork::flags`: the child shares the parent's address space (`CLONE_VM`, e.g. vfork).

@@ -240,9 +240,7 @@ fn as_written(ev: &[Event]) -> Vec<Event> {
             Event::Cache { folios, .. } => {
                 let mut end = 0;
                 folios.retain(|f| {
-                    let ok = f.order <= format::MAX_CACHE_ORDER
-                        && f.index >= end
-                        && f.index % (1 << f.order) == 0;
+                    let ok = f.fits_after(end);
                     if ok {
                         end = f.end();
                     }

@@ -214,10 +214,7 @@ impl Writer {
                 let kept: Vec<&CachedFolio> = folios
                     .iter()
                     .filter(|f| {
-                        let ok = f.order <= MAX_CACHE_ORDER
-                            && f.index >= end
-                            && f.index.is_multiple_of(1 << f.order)
-                            && f.index.checked_add(1 << f.order).is_some();
+                        let ok = f.fits_after(end);
                         if ok {
                             end = f.end();
                         }
