@@ -54,9 +54,11 @@
 //! **Profiles.** A calibration is saved as a machine profile ([`profile::Profile`]: the
 //! machine's fingerprint — CPU, kernel build, mitigations, THP settings —, the priors, the
 //! probe points, the prices, the fit's quality), cached per machine and kernel under
-//! `~/.cache/usermm`, reused by `usermm bench` while fresh, and portable: `usermm bench
-//! --profile FILE` predicts with another machine's prices. A profile file is untrusted
-//! input (bounded, validated, never read or written through a symbolic link).
+//! `~/.cache/usermm`, reused by `usermm bench` while fresh (the same machine, kernel build
+//! and probes, and its probe points still timed at its times: the bench's freshness check),
+//! and portable: `usermm bench --profile FILE` predicts with another machine's prices. A
+//! profile file is untrusted input (bounded, validated, never read or written through a
+//! symbolic link).
 //!
 //! **Honest output.** A prediction carries a 95 % interval from the prices' covariance
 //! plus the fit's transfer error (the leave-one-family-out errors' spread); a predicted

@@ -2,6 +2,7 @@
 //! fits the prices ([`usermm_model::fit`]) and writes a machine profile
 //! ([`usermm_model::profile`]); and the cached profile `usermm bench` predicts with.
 
+use crate::costmodel::freshness::{self, SpeedCheck};
 use crate::host::HostSide;
 use crate::probes::{catalogue, engine_counters, host_ns};
 use std::path::{Path, PathBuf};
@@ -142,10 +143,12 @@ fn now() -> u64 {
 pub enum Source {
     /// `--profile FILE`.
     File(PathBuf),
-    /// The cache, fresh.
-    Cached(PathBuf),
-    /// Calibrated now (and cached at the path, if it could be).
-    Calibrated(Option<PathBuf>),
+    /// The cache, fresh: its probe points timed again at the start of the run (none when
+    /// the host side could not run them).
+    Cached(PathBuf, Option<SpeedCheck>),
+    /// Calibrated now (and cached at the path, if it could be), with the check that found
+    /// the cached profile stale, if that is why.
+    Calibrated(Option<PathBuf>, Option<SpeedCheck>),
 }
 
 impl Source {
@@ -163,18 +166,34 @@ impl Source {
         } else {
             ", another machine or kernel than this one"
         };
+        let check = |c: &Option<SpeedCheck>, what: &str| {
+            c.map_or(String::new(), |c| format!("; {what} {}", c.describe()))
+        };
         match self {
             Source::File(f) => format!("{} {made}{foreign}", f.display()),
-            Source::Cached(f) => format!("{} (cached) {made}", f.display()),
-            Source::Calibrated(Some(f)) => format!("{} (calibrated now) {made}", f.display()),
-            Source::Calibrated(None) => format!("calibrated now, not cached, {made}"),
+            Source::Cached(f, c) => format!(
+                "{} (cached) {made}{}",
+                f.display(),
+                check(c, "at the start of this run")
+            ),
+            Source::Calibrated(f, c) => format!(
+                "{} {made}{}",
+                f.as_ref()
+                    .map_or("calibrated now, not cached,".into(), |f| format!(
+                        "{} (calibrated now)",
+                        f.display()
+                    )),
+                check(c, "the cached profile was stale:")
+            ),
         }
     }
 }
 
 /// The profile `usermm bench` predicts with: `explicit` if given (another machine's may
-/// predict here), else the cached profile of this machine when fresh, else a calibration now
-/// (cached for the next run). `Err` when none can be had (no host side to calibrate).
+/// predict here), else the cached profile of this machine when fresh — made by this build's
+/// probes on this machine and kernel, and its probe points still running at its times
+/// ([`crate::costmodel::freshness`]) —, else a calibration now (cached for the next run).
+/// `Err` when none can be had (no host side to calibrate).
 pub fn profile_for_bench(
     host: &HostSide,
     explicit: Option<&Path>,
@@ -186,14 +205,32 @@ pub fn profile_for_bench(
     }
     let machine = Fingerprint::read();
     let cached = cache_dir().map(|d| cache_file(&d, &machine));
+    let mut stale = None;
     if let Ok(path) = &cached {
         if let Ok(p) = Profile::load(path) {
             if p.fresh_for(&machine, &model_key(), now()) {
-                return Ok((p, Source::Cached(path.clone())));
+                // Without the host side no check can run, and no calibration either.
+                let Ok(session) = host.session() else {
+                    return Ok((p, Source::Cached(path.clone(), None)));
+                };
+                let check = freshness::check(&session, &p);
+                drop(session);
+                match check {
+                    Some(c) if !c.fresh() => {
+                        log(&format!(
+                            "the cached profile no longer describes this machine: {}; calibrating again",
+                            c.describe()
+                        ));
+                        stale = Some(c);
+                    }
+                    c => return Ok((p, Source::Cached(path.clone(), c))),
+                }
             }
         }
     }
-    log("no fresh profile of this machine: calibrating once (usermm calibrate)");
+    if stale.is_none() {
+        log("no fresh profile of this machine: calibrating once (usermm calibrate)");
+    }
     let p = calibrate(host, log)?;
     let saved = match &cached {
         Ok(path) => match p.save(path) {
@@ -208,7 +245,7 @@ pub fn profile_for_bench(
             None
         }
     };
-    Ok((p, Source::Calibrated(saved)))
+    Ok((p, Source::Calibrated(saved, stale)))
 }
 
 /// A profile as text: the machine, the fit's quality, and every price.
