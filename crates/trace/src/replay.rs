@@ -553,8 +553,7 @@ impl Replayer<'_, '_> {
                 };
                 for c in folios {
                     match cpu.page_cache_seed(f, c.index, u32::from(c.order), c.readahead) {
-                        Ok(true) => self.r.cache_seeded += 1 << c.order,
-                        Ok(false) => {}
+                        Ok(pages) => self.r.cache_seeded += pages,
                         Err(_) => self.r.cache_errors += 1,
                     }
                 }

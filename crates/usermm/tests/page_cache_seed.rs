@@ -15,7 +15,7 @@ fn seeded_folios_are_cached_with_their_order_and_refused_where_linux_could_not_h
     let cpu = m.enter_cpu(0).unwrap();
     let f = cpu.file_create(FILE, InodeKind::Disk, Some(0x5a)).unwrap();
     let (added, d) = counted(&m, || cpu.page_cache_seed(f, 32, 5, false));
-    assert!(added);
+    assert_eq!(added, 32);
     // Seeding is state, not a call the program made.
     assert_eq!(d.get(Ev::Syscall), 0);
     valid(&m);
@@ -26,14 +26,14 @@ fn seeded_folios_are_cached_with_their_order_and_refused_where_linux_could_not_h
     // Its bytes are the file's.
     assert_eq!(cpu.pread(f, 40 * 4096, 4).unwrap(), vec![0x5a; 4]);
     // Overlapping what is cached: nothing is done.
-    assert_eq!(cpu.page_cache_seed(f, 48, 0, false), Ok(false));
-    assert_eq!(cpu.page_cache_seed(f, 0, 6, false), Ok(false));
+    assert_eq!(cpu.page_cache_seed(f, 48, 0, false), Ok(0));
+    assert_eq!(cpu.page_cache_seed(f, 0, 6, false), Ok(0));
     // Past the end of the file: nothing; crossing it: its pages up to the end, order 0.
-    assert_eq!(cpu.page_cache_seed(f, 256, 0, false), Ok(false));
+    assert_eq!(cpu.page_cache_seed(f, 256, 0, false), Ok(0));
     let g = cpu
         .file_create(10 * 4096, InodeKind::Disk, Some(1))
         .unwrap();
-    assert_eq!(cpu.page_cache_seed(g, 8, 3, false), Ok(true));
+    assert_eq!(cpu.page_cache_seed(g, 8, 3, false), Ok(2));
     assert_eq!(cpu.file_folios_by_order(g).unwrap()[0], 2);
     assert_eq!(cpu.fincore(g, 0, 10 * 4096).unwrap(), 2 * 4096);
     // What no page cache holds: a misaligned folio, one above PMD order, a tmpfs file, no file.
@@ -51,7 +51,10 @@ fn mapped_by_first_fault(seed: &[(u64, u32, bool)]) -> u64 {
     let cpu = m.enter_cpu(0).unwrap();
     let f = cpu.file_create(FILE, InodeKind::Disk, Some(0x5a)).unwrap();
     for &(index, order, readahead) in seed {
-        assert!(cpu.page_cache_seed(f, index, order, readahead).unwrap());
+        assert_eq!(
+            cpu.page_cache_seed(f, index, order, readahead),
+            Ok(1 << order)
+        );
         valid(&m);
     }
     let p = cpu.spawn(usermm::Privilege::Ordinary, 8 * M).unwrap();

@@ -351,10 +351,9 @@ impl<'m> Cpu<'m> {
     /// because a warm cache makes fault-around map more and readahead read less than a
     /// cold one. No system call is counted.
     ///
-    /// Returns whether it was added: nothing is done where a page of the folio is cached
-    /// already or the folio starts past the end of the file, and a folio crossing the end
-    /// is added as order-0 pages up to it (Linux's readahead never makes a folio cross
-    /// it). `EBADF` without the file, `EINVAL` for a file that is not on disk, an order
+    /// Returns the pages it added: none where a page of the folio is cached already or the
+    /// folio starts past the end of the file, and a folio crossing the end is added as
+    /// order-0 pages up to it (Linux's readahead never makes a folio cross it). `EBADF` without the file, `EINVAL` for a file that is not on disk, an order
     /// above the PMD's or an index not aligned to the order, `ENOMEM` when no frame is free
     /// after reclaim.
     pub fn page_cache_seed(
@@ -363,7 +362,7 @@ impl<'m> Cpu<'m> {
         index: u64,
         order: u32,
         readahead: bool,
-    ) -> SysResult<bool> {
+    ) -> SysResult<u64> {
         let inode = self.m.file(f)?;
         if inode.kind != InodeKind::Disk
             || order > crate::phys::HPAGE_PMD_ORDER
@@ -373,7 +372,7 @@ impl<'m> Cpu<'m> {
         }
         let pages = inode.size_pages();
         if index >= pages {
-            return Ok(false);
+            return Ok(0);
         }
         let (order, nr) = if index + (1 << order) > pages {
             (0, pages - index)
@@ -384,7 +383,7 @@ impl<'m> Cpu<'m> {
         reclaim_for(self, len);
         let mut cache = inode.pages.lock();
         if cache.range(index..index + len).next().is_some() {
-            return Ok(false);
+            return Ok(0);
         }
         let mut heads = Vec::new();
         for i in 0..nr {
@@ -402,7 +401,7 @@ impl<'m> Cpu<'m> {
         if readahead {
             self.m.phys.memmap.set(heads[0], PageFlag::Readahead);
         }
-        Ok(true)
+        Ok(len)
     }
 
     /// How many folios of each order (index: order) the file's page cache holds, as
