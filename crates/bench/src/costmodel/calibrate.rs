@@ -205,6 +205,7 @@ pub fn profile_for_bench(
     }
     let machine = Fingerprint::read();
     let cached = cache_dir().map(|d| cache_file(&d, &machine));
+    // A stale profile is still better than the recipes if the calibration fails.
     let mut stale = None;
     if let Ok(path) = &cached {
         if let Ok(p) = Profile::load(path) {
@@ -221,7 +222,7 @@ pub fn profile_for_bench(
                             "the cached profile no longer describes this machine: {}; calibrating again",
                             c.describe()
                         ));
-                        stale = Some(c);
+                        stale = Some((p, path.clone(), c));
                     }
                     c => return Ok((p, Source::Cached(path.clone(), c))),
                 }
@@ -231,7 +232,16 @@ pub fn profile_for_bench(
     if stale.is_none() {
         log("no fresh profile of this machine: calibrating once (usermm calibrate)");
     }
-    let p = calibrate(host, log)?;
+    let (p, stale) = match (calibrate(host, log), stale) {
+        (Ok(p), stale) => (p, stale.map(|s| s.2)),
+        (Err(e), Some((p, path, c))) => {
+            log(&format!(
+                "calibration failed ({e:#}): predicting with the stale profile"
+            ));
+            return Ok((p, Source::Cached(path, Some(c))));
+        }
+        (Err(e), None) => return Err(e),
+    };
     let saved = match &cached {
         Ok(path) => match p.save(path) {
             Ok(()) => Some(path.clone()),
