@@ -3,9 +3,10 @@
 //!
 //! A profile's prices are the machine's at calibration time, and a shared guest does not
 //! keep one speed. On the AMD EPYC guest (kernel 6.18.44-fc-v782), the 124 probe points
-//! timed again at 21:05 ran a median 1.36 times their times of 12:28, 41 of the 44 families
-//! between 1.1 and 1.9 times: mm work got slower together, a fork of 2 500 empty VMAs as
-//! much as a fork of 47 MiB. The fork table predicted with the 12:28 profile sat 10 to 17 %
+//! timed again at 21:05 ran a median 1.36 times their times of 12:28, and 39 of the 44
+//! families' medians were between 1.1 and 1.9 times (the others 0.93 to 1.07, and 1.91): mm
+//! work got slower together, a fork of 2 500 empty VMAs (×1.44) about as much as a fork of
+//! 47 MiB (×1.50). The fork table predicted with the 12:28 profile sat 10 to 17 %
 //! below the host (median of 11 rows, 6 of 11 within ±20 %, two runs); with a profile
 //! made at 21:05, 2 to 3 % above (8 and 7 of 11).
 //!
