@@ -90,16 +90,24 @@ int usermm_oracle_fill(uintptr_t addr, size_t len, uint8_t byte)
 	return 0;
 }
 
-/* One access per page, starting at addr; a write access is one atomic read-modify-write
- * that keeps the byte (a write fault, never a read fault first). */
-int usermm_oracle_touch(uintptr_t addr, size_t len, int write)
+/* One access every `step` pages (at least one), starting at addr, within one armed
+ * region: a caller timing strided reads must not pay a sigsetjmp per read (it saves the
+ * signal mask, a system call). A write access is one atomic read-modify-write that keeps
+ * the byte (a write fault, never a read fault first). */
+int usermm_oracle_touch_every(uintptr_t addr, size_t len, size_t step, int write)
 {
 	volatile uintptr_t a = addr;
 	uintptr_t end;
+	size_t stride;
 	int sig;
 
 	if (wraps(addr, len))
 		return SIGSEGV;
+	if (step == 0)
+		step = 1;
+	if (step > SIZE_MAX / PAGE)
+		step = SIZE_MAX / PAGE;
+	stride = step * PAGE;
 	end = addr + len;
 	sig = sigsetjmp(fault_env, 1);
 	if (sig)
@@ -107,17 +115,25 @@ int usermm_oracle_touch(uintptr_t addr, size_t len, int write)
 	armed = 1;
 	while (a < end) {
 		uint8_t *p = (uint8_t *)a;
+		uintptr_t next;
 		if (write)
 			rmw_keep(p);
 		else
 			(void)*(volatile uint8_t *)p;
-		/* Stop at the page holding the last byte: the next page's address could wrap. */
-		if ((a | (PAGE - 1)) >= end - 1)
+		/* Stop when the next access would pass the end (or wrap the address space). */
+		next = (a & ~(uintptr_t)(PAGE - 1)) + stride;
+		if (next < a || next >= end)
 			break;
-		a = (a | (PAGE - 1)) + 1;
+		a = next;
 	}
 	armed = 0;
 	return 0;
+}
+
+/* One access per page, starting at addr. */
+int usermm_oracle_touch(uintptr_t addr, size_t len, int write)
+{
+	return usermm_oracle_touch_every(addr, len, 1, write);
 }
 
 /* Finds the first byte of [addr, addr+len) that is not `byte`: *at = its offset (or
