@@ -15,7 +15,6 @@ pub type Errno = i32;
 
 extern "C" {
     fn usermm_oracle_fill(addr: usize, len: usize, byte: u8) -> libc::c_int;
-    fn usermm_oracle_touch(addr: usize, len: usize, write: libc::c_int) -> libc::c_int;
     fn usermm_oracle_touch_every(
         addr: usize,
         len: usize,
@@ -321,18 +320,14 @@ pub fn fill(addr: u64, len: u64, byte: u8) -> Result<(), i32> {
 
 /// One read or write access (keeping the contents) per page.
 pub fn touch(addr: u64, len: u64, write: bool) -> Result<(), i32> {
-    // SAFETY: as `fill`; a write access rewrites the byte it read.
-    match unsafe { usermm_oracle_touch(addr as usize, len as usize, i32::from(write)) } {
-        0 => Ok(()),
-        sig => Err(sig),
-    }
+    touch_every(addr, len, 1, write)
 }
 
 /// One read or write access (keeping the contents) every `step` pages from `addr`, in one
 /// call: a per-access call would add a system call per access (the fault guard saves the
 /// signal mask), which a timed strided read must not pay.
 pub fn touch_every(addr: u64, len: u64, step: u64, write: bool) -> Result<(), i32> {
-    // SAFETY: as `touch`.
+    // SAFETY: as `fill`; a write access rewrites the byte it read.
     match unsafe {
         usermm_oracle_touch_every(addr as usize, len as usize, step as usize, i32::from(write))
     } {

@@ -353,9 +353,9 @@ impl<'m> Cpu<'m> {
     ///
     /// Returns the pages it added: none where a page of the folio is cached already or the
     /// folio starts past the end of the file, and a folio crossing the end is added as
-    /// order-0 pages up to it (Linux's readahead never makes a folio cross it). `EBADF` without the file, `EINVAL` for a file that is not on disk, an order
-    /// above the PMD's or an index not aligned to the order, `ENOMEM` when no frame is free
-    /// after reclaim.
+    /// order-0 pages up to it (Linux's readahead never makes a folio cross it). `EBADF`
+    /// without the file, `EINVAL` for a file that is not on disk, an order above the PMD's
+    /// or an index not aligned to the order, `ENOMEM` when no frame is free after reclaim.
     pub fn page_cache_seed(
         &self,
         f: FileId,
