@@ -288,7 +288,7 @@ impl Fit {
             let mut held = Vec::new();
             for &f in &families {
                 let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].family != f).collect();
-                let m = solve(&layout, &rows, &times, &keep, lambda, op_lambda).0;
+                let m = multipliers(&layout, &rows, &times, &keep, lambda, op_lambda);
                 for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
                     held.push(HeldOut {
                         family: o.family.clone(),
@@ -336,7 +336,7 @@ impl Fit {
         let mut op_errors = Vec::new();
         for &op in &ops {
             let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].op != op).collect();
-            let m = solve(&layout, &rows, &times, &keep, lambda, op_lambda).0;
+            let m = multipliers(&layout, &rows, &times, &keep, lambda, op_lambda);
             for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.op == op) {
                 op_errors.push((dot(&rows[i], &m) - o.ns) / o.ns * 100.0);
             }
@@ -613,6 +613,19 @@ fn carriers(
 /// μ freely.
 const MU_PULL: f64 = 1e-3;
 
+/// [`solve`]'s multipliers without their covariance: the fits that leave a family or an
+/// operation out need only these (the covariance was half of a calibration's 16 s of fitting).
+fn multipliers(
+    layout: &Layout,
+    rows: &[Vec<f64>],
+    times: &[f64],
+    keep: &[usize],
+    lambda: f64,
+    op_lambda: f64,
+) -> Vec<f64> {
+    solve_with(layout, rows, times, keep, lambda, op_lambda, false).0
+}
+
 /// The multipliers fitted to the observations `keep` at strengths `lambda` (shared toward
 /// μ) and `op_lambda` (an operation's toward the shared), and their covariance (row-major).
 ///
@@ -628,6 +641,19 @@ fn solve(
     keep: &[usize],
     lambda: f64,
     op_lambda: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    solve_with(layout, rows, times, keep, lambda, op_lambda, true)
+}
+
+/// [`solve`], the covariance only if `covariance` (else empty).
+fn solve_with(
+    layout: &Layout,
+    rows: &[Vec<f64>],
+    times: &[f64],
+    keep: &[usize],
+    lambda: f64,
+    op_lambda: f64,
+    covariance: bool,
 ) -> (Vec<f64>, Vec<f64>) {
     let total = layout.parent.len();
     let excited: Vec<bool> = (0..total)
@@ -698,6 +724,9 @@ fn solve(
             (None, None) => scale,
             (None, Some(g)) => index[g].map_or(scale, |j| x[j]),
         };
+    }
+    if !covariance {
+        return (m, Vec::new());
     }
     // The spread of each level's determined multipliers around their parents.
     let spread = |level_op: bool| {

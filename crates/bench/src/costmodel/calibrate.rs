@@ -73,10 +73,15 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         .collect::<anyhow::Result<_>>()?;
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut fars: Vec<Vec<f64>> = vec![Vec::new(); n];
+    // Wall seconds per family (agents, setups and repetitions), for the log.
+    let mut wall: std::collections::BTreeMap<String, f64> = Default::default();
     for pass in 0..PASSES {
         for k in 0..n {
             let at = (k * stride + pass) % n;
-            match crate::host::on_last_cpu(|| host_ns(&session, &probes[at])) {
+            let t = Instant::now();
+            let timed = crate::host::on_last_cpu(|| host_ns(&session, &probes[at]));
+            *wall.entry(probes[at].family()).or_default() += t.elapsed().as_secs_f64();
+            match timed {
                 Ok((ns, far)) => {
                     times[at].push(ns);
                     fars[at].extend(far.map(|f| f as f64));
@@ -94,6 +99,17 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
             start.elapsed().as_secs_f64()
         ));
     }
+    let mut costliest: Vec<(String, f64)> = wall.into_iter().collect();
+    costliest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    log(&format!(
+        "the costliest families: {}",
+        costliest
+            .iter()
+            .take(8)
+            .map(|(f, s)| format!("{f} {s:.1} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     let median = |v: &[f64]| usermm_model::prices::median(v.iter().copied());
     let observations: Vec<Observation> = (0..n)
         .filter_map(|i| {

@@ -4,16 +4,17 @@
 //!
 //! Every probe is one timed operation after an untimed setup, run the same way on both
 //! sides: on the host in a fresh agent process (as the bench's host cells are, so the fixed
-//! work of a `fork` is the same small process's), the median of [`HOST_REPS`] repetitions,
-//! each on a fresh setup; on the engine once (its counters are exact). The grids sweep each
-//! family's factors apart (pages, VMAs, folio order, stride), always with a low level of
-//! the others, so that per-call, per-VMA, per-page and per-folio counters do not move
-//! together. No probe uses a benchmark row's layout and size: the rows are 16, 64, 256 MiB
-//! and 1 GiB, 21 + N VMAs with N in 0…6400 and whole-layout operations; the probes are at
-//! most 12 MiB but for the fault, COW, fork, munmap, dontneed and mprotect probes of 47 to
-//! 156 MiB that zero, copy and walk past the last-level cache, where the rows of 256 MiB
-//! are (their own prices per folio and page there: on this AMD guest munmap of 4 KiB folios
-//! cost 209 ns a page at 12 MiB and 310 at 47 MiB).
+//! work of a `fork` is the same small process's), the median of [`HOST_REPS`] repetitions
+//! (5 past 32 MiB: [`reps_for`]), each on a fresh setup; on the engine once (its counters
+//! are exact). The grids sweep each family's factors apart (pages, VMAs, folio order,
+//! stride), always with a low level of the others, so that per-call, per-VMA, per-page and
+//! per-folio counters do not move together. No probe uses a benchmark row's layout and
+//! size: the rows are 16, 64, 256 MiB and 1 GiB, 21 + N VMAs with N in 0…6400 and
+//! whole-layout operations; the probes are at most 12 MiB but for the fault, COW, fork,
+//! munmap, dontneed and mprotect probes of 47 to 156 MiB that zero, copy and walk past the
+//! last-level cache, where the rows of 256 MiB are (their own prices per folio and page
+//! there: on this AMD guest munmap of 4 KiB folios cost 209 ns a page at 12 MiB and 310 at
+//! 47 MiB).
 //!
 //! Beyond the tables' own operations, three kinds of probes separate what whole-layout
 //! calls cannot: one call per page (`dontneed-each`, `mprotect-split`: a system call's own
@@ -28,7 +29,7 @@
 use crate::engine::PMD;
 use crate::host::Layout;
 
-pub use crate::host::probe::{host_run, Probe, HOST_REPS};
+pub use crate::host::probe::{host_run, reps_for, Probe, HOST_REPS};
 
 /// Seconds of forking per spawn probe point.
 pub const SPAWN_SECS: f64 = 0.05;

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 /// Host repetitions per probe point in one agent process; the median is kept.
 pub const HOST_REPS: usize = 7;
 
-/// Bytes an agent primes before its repetitions: the largest probe (156 MiB), and more.
-const PRIME: u64 = 192 << 20;
+/// Bytes an agent primes past what one repetition maps ([`prime_bytes`]): the page tables,
+/// a forked child's, the agent's own heap, and more than the last-level cache.
+const PRIME_MARGIN: u64 = 32 << 20;
 
 const PAGE: u64 = 4096;
 const PMD: u64 = 2 << 20;
@@ -153,6 +154,28 @@ pub enum Probe {
     },
 }
 
+/// Repetitions of a probe that maps `bytes`: [`HOST_REPS`], 5 past 32 MiB. The probes past
+/// the cache take 20-50 ms each with their setup: fewer repetitions keep a calibration
+/// within its 90 s on 2 busy cores.
+pub fn reps_for(bytes: u64) -> usize {
+    if bytes > 32 << 20 {
+        5
+    } else {
+        HOST_REPS
+    }
+}
+
+/// Bytes the agent primes for `probe`: one repetition's pages (twice for a copy-on-write
+/// probe's copies) and [`PRIME_MARGIN`]. Not one size for all: priming 192 MiB took 0.16 s of
+/// an agent's 0.17 s for an 8-page probe, 60 of a calibration's 128 s (0.03 s at 32 MiB).
+fn prime_bytes(probe: &Probe) -> u64 {
+    let copies = match probe {
+        Probe::Cow { .. } | Probe::CowReuse { .. } => 2,
+        _ => 1,
+    };
+    probe_bytes(probe) * copies + PRIME_MARGIN
+}
+
 /// The bytes a probe maps (its pages; 0 for VMA probes).
 pub(crate) fn probe_bytes(probe: &Probe) -> u64 {
     match *probe {
@@ -180,14 +203,8 @@ pub(crate) fn probe_bytes(probe: &Probe) -> u64 {
 pub fn host_run(probe: &Probe) -> Result<(f64, Option<f64>), String> {
     // Memory the hypervisor backs: the probes' pages, a COW's copies, with room to spare
     // (`crate::host::prime`: first touches of reported pages cost 4-8 times a fault).
-    super::prime(PRIME);
-    // The probes past the cache take 20-50 ms each with their setup: fewer repetitions keep
-    // a calibration within its 90 s on 2 busy cores.
-    let reps = if probe_bytes(probe) > 32 << 20 {
-        5
-    } else {
-        HOST_REPS
-    };
+    super::prime(prime_bytes(probe));
+    let reps = reps_for(probe_bytes(probe));
     let runs: Vec<(f64, Option<f64>)> = (0..reps)
         .map(|_| host_once(probe))
         .collect::<Result<_, _>>()?;

@@ -2,7 +2,7 @@
 //! (which runs it with `crate::host::probe`), its mTHP or shmem knob set, and the scatter of
 //! its layout sampled.
 
-use super::{Probe, HOST_REPS, PAGE, PMD, SPAWN_SECS};
+use super::{Probe, PAGE, PMD, SPAWN_SECS};
 use crate::host::HostSession;
 use usermm_model::profile::HOST_FAR;
 
@@ -27,13 +27,14 @@ pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<(f64, Option<u64>
     {
         // One repetition per agent, as the tables' cells.
         session.shmem_folio(folio)?;
+        let reps = crate::host::probe::reps_for(pages * PAGE);
         let cell = crate::host::agent::HostCell::ForkOrMunmap {
             size: pages * PAGE,
             folio,
             layout,
             munmap,
         };
-        let runs: Vec<(f64, Option<u64>)> = (0..HOST_REPS)
+        let runs: Vec<(f64, Option<u64>)> = (0..reps)
             .map(|_| {
                 crate::host::agent::measure(&cell)
                     .map(|(secs, c)| (secs * 1e9, c.get(HOST_FAR).copied()))
