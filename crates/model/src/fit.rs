@@ -284,11 +284,15 @@ impl Fit {
             .iter()
             .flat_map(|&l| OP_LAMBDAS.iter().map(move |&o| (l, o)))
             .collect();
-        let held_out_at = |(lambda, op_lambda): (f64, f64)| -> Vec<HeldOut> {
+        let all: Vec<usize> = (0..obs.len()).collect();
+        let held_out_at = |strengths: (f64, f64)| -> Vec<HeldOut> {
+            // Each family's fit starts from the fit of all points (warm: the same solution,
+            // a few factorisations instead of 28 on average).
+            let full = multipliers(&layout, &rows, &times, &all, strengths, None);
             let mut held = Vec::new();
             for &f in &families {
                 let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].family != f).collect();
-                let m = multipliers(&layout, &rows, &times, &keep, lambda, op_lambda);
+                let m = multipliers(&layout, &rows, &times, &keep, strengths, Some(&full)).m;
                 for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.family == f) {
                     held.push(HeldOut {
                         family: o.family.clone(),
@@ -334,14 +338,22 @@ impl Fit {
         }
         let (lambda, op_lambda, lofo, held_out) = best.expect("LAMBDAS is not empty");
         let mut op_errors = Vec::new();
+        let full = multipliers(&layout, &rows, &times, &all, (lambda, op_lambda), None);
         for &op in &ops {
             let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].op != op).collect();
-            let m = multipliers(&layout, &rows, &times, &keep, lambda, op_lambda);
+            let m = multipliers(
+                &layout,
+                &rows,
+                &times,
+                &keep,
+                (lambda, op_lambda),
+                Some(&full),
+            )
+            .m;
             for (i, o) in obs.iter().enumerate().filter(|(_, o)| o.op == op) {
                 op_errors.push((dot(&rows[i], &m) - o.ns) / o.ns * 100.0);
             }
         }
-        let all: Vec<usize> = (0..obs.len()).collect();
         let (m, covariance) = solve(&layout, &rows, &times, &all, lambda, op_lambda);
         let in_sample = median_abs(
             rows.iter()
@@ -613,17 +625,25 @@ fn carriers(
 /// μ freely.
 const MU_PULL: f64 = 1e-3;
 
-/// [`solve`]'s multipliers without their covariance: the fits that leave a family or an
-/// operation out need only these (the covariance was half of a calibration's 16 s of fitting).
+/// A fit's multipliers (one per unknown) and its common scale μ.
+struct Solution {
+    m: Vec<f64>,
+    mu: f64,
+}
+
+/// [`solve`]'s multipliers without their covariance, started from `warm` if given (a fit
+/// of nearly the same points): the fits that leave a family or an operation out need only
+/// these (the covariance was half of a calibration's 16 s of fitting).
 fn multipliers(
     layout: &Layout,
     rows: &[Vec<f64>],
     times: &[f64],
     keep: &[usize],
-    lambda: f64,
-    op_lambda: f64,
-) -> Vec<f64> {
-    solve_with(layout, rows, times, keep, lambda, op_lambda, false).0
+    strengths: (f64, f64),
+    warm: Option<&Solution>,
+) -> Solution {
+    let (m, _, mu) = solve_with(layout, rows, times, keep, strengths, false, warm);
+    Solution { m, mu }
 }
 
 /// The multipliers fitted to the observations `keep` at strengths `lambda` (shared toward
@@ -642,19 +662,21 @@ fn solve(
     lambda: f64,
     op_lambda: f64,
 ) -> (Vec<f64>, Vec<f64>) {
-    solve_with(layout, rows, times, keep, lambda, op_lambda, true)
+    let (m, cov, _) = solve_with(layout, rows, times, keep, (lambda, op_lambda), true, None);
+    (m, cov)
 }
 
-/// [`solve`], the covariance only if `covariance` (else empty).
+/// [`solve`], the covariance only if `covariance` (else empty), the NNLS started from
+/// `warm`'s multipliers if given; with μ.
 fn solve_with(
     layout: &Layout,
     rows: &[Vec<f64>],
     times: &[f64],
     keep: &[usize],
-    lambda: f64,
-    op_lambda: f64,
+    (lambda, op_lambda): (f64, f64),
     covariance: bool,
-) -> (Vec<f64>, Vec<f64>) {
+    warm: Option<&Solution>,
+) -> (Vec<f64>, Vec<f64>, f64) {
     let total = layout.parent.len();
     let excited: Vec<bool> = (0..total)
         .map(|u| keep.iter().any(|&i| rows[i][u] > 0.0))
@@ -681,7 +703,7 @@ fn solve_with(
     let mut m = vec![1.0; total];
     let mut cov = vec![0.0; total * total];
     if p == 0 {
-        return (m, cov);
+        return (m, cov, 1.0);
     }
     let n = keep.len();
     // Unknowns: the free multipliers, then μ. Data rows are relative residuals (row i divided
@@ -715,7 +737,17 @@ fn solve_with(
     a[(n + p, mu)] = MU_PULL.sqrt();
     y[n + p] = MU_PULL.sqrt();
     let gram_all = a.transpose() * &a;
-    let x = nnls_gram(&gram_all, &(a.transpose() * &y));
+    let start = warm.map(|w| {
+        let mut x = DVector::<f64>::zeros(p + 1);
+        for (u, at) in index.iter().enumerate() {
+            if let Some(j) = *at {
+                x[j] = w.m[u].max(0.0);
+            }
+        }
+        x[mu] = w.mu.max(0.0);
+        x
+    });
+    let x = nnls_gram(&gram_all, &(a.transpose() * &y), start);
     let scale = x[mu];
     // Values: the free from the solution, groups then operations from their parents.
     for u in 0..total {
@@ -726,7 +758,7 @@ fn solve_with(
         };
     }
     if !covariance {
-        return (m, Vec::new());
+        return (m, Vec::new(), scale);
     }
     // The spread of each level's determined multipliers around their parents.
     let spread = |level_op: bool| {
@@ -747,7 +779,7 @@ fn solve_with(
     let resid = &data * &x - y.rows(0, n);
     let gram = data.transpose() * &data;
     let Some(inv) = gram_all.clone().try_inverse() else {
-        return (m, cov);
+        return (m, cov, scale);
     };
     let dof = (&gram * &inv).trace();
     let sigma2 = resid.norm_squared() / (n as f64 - dof).max(1.0);
@@ -775,7 +807,7 @@ fn solve_with(
             cov[ua * total + ub] = c;
         }
     }
-    (m, cov)
+    (m, cov, scale)
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {

@@ -4,13 +4,23 @@
 use nalgebra::{DMatrix, DVector};
 
 /// Lawson and Hanson's active-set non-negative least squares on the normal equations:
-/// `min ½xᵀGx − bᵀx` with `x ≥ 0`, `G` positive definite (the ridge makes it so), started
-/// from the feasible point x = 1 (the recipes) with every variable passive, so that the usual
-/// solution, positive throughout, costs one solve.
-pub(super) fn nnls_gram(g: &DMatrix<f64>, b: &DVector<f64>) -> DVector<f64> {
+/// `min ½xᵀGx − bᵀx` with `x ≥ 0`, `G` positive definite (the ridge makes it so). Started
+/// from `start` (non-negative; its positive entries passive), else from the feasible point
+/// x = 1 (the recipes) with every variable passive, so that the usual solution, positive
+/// throughout, costs one solve. The solution is unique, so the start changes only the work:
+/// from the fit of all points, a fit leaving one family out took a few factorisations
+/// where x = 1 took 28 on average.
+pub(super) fn nnls_gram(
+    g: &DMatrix<f64>,
+    b: &DVector<f64>,
+    start: Option<DVector<f64>>,
+) -> DVector<f64> {
     let p = g.nrows();
-    let mut x = DVector::<f64>::from_element(p, 1.0);
-    let mut passive = vec![true; p];
+    let mut x = start
+        .filter(|s| s.len() == p)
+        .map(|s| s.map(|v| if v > 0.0 { v } else { 0.0 }))
+        .unwrap_or_else(|| DVector::<f64>::from_element(p, 1.0));
+    let mut passive: Vec<bool> = x.iter().map(|&v| v > 0.0).collect();
     let tol = 1e-12 * g.norm().max(1.0);
     let limit = 3 * p + 10;
     for outer in 0..limit {
