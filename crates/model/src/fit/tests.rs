@@ -332,3 +332,39 @@ fn prices_stay_non_negative_and_bad_input_is_refused() {
     assert_eq!(Fit::new(&priors, &[]), Err(FitError::NoData));
     assert_eq!(Fit::new(&priors, &obs[..1]), Err(FitError::OneFamily(1)));
 }
+
+#[test]
+fn nnls_from_any_start_reaches_the_same_solution() {
+    // A positive definite system whose unconstrained minimum has negative entries, so
+    // that the bounds bind.
+    let mut rng = Rng(7);
+    let p = 12;
+    let a = DMatrix::from_fn(30, p, |_, _| rng.normal());
+    let g = a.transpose() * &a + DMatrix::identity(p, p) * 0.1;
+    let b = DVector::from_fn(p, |_, _| rng.normal());
+    let cold = nnls_gram(&g, &b, None);
+    assert!(cold.iter().all(|&v| v >= 0.0));
+    assert!(cold.iter().any(|&v| v == 0.0), "no bound binds: {cold}");
+    // Optimality (KKT): the gradient is zero where x > 0 and points outward where x = 0.
+    let w = &b - &g * &cold;
+    for j in 0..p {
+        if cold[j] > 0.0 {
+            assert!(w[j].abs() < 1e-8, "{j}: {}", w[j]);
+        } else {
+            assert!(w[j] < 1e-8, "{j}: {}", w[j]);
+        }
+    }
+    let starts = [
+        DVector::zeros(p),
+        DVector::from_element(p, 5.0),
+        cold.map(|v| v * 1.1 + 0.01),
+        DVector::from_fn(p, |_, _| rng.next() - 0.5),
+    ];
+    for s in starts {
+        let warm = nnls_gram(&g, &b, Some(s.clone()));
+        assert!(
+            (&warm - &cold).norm() < 1e-9,
+            "from {s}: {warm} against {cold}"
+        );
+    }
+}
