@@ -90,6 +90,13 @@ pub enum Probe {
         /// Pages between reads.
         stride: u64,
     },
+    /// A read of every page of a fresh `MAP_SHARED` mapping of a sparse tmpfs file of
+    /// `pages` pages: every read fault allocates, zeroes and caches a page (`shmem_fault`),
+    /// and fault-around has nothing cached to map.
+    TmpfsSparseRead {
+        /// File pages.
+        pages: u64,
+    },
     /// `mlock()` of `pages` written pages in folios of `folio` bytes (PTE-mapped).
     Mlock {
         /// Pages.
@@ -187,6 +194,7 @@ pub(crate) fn probe_bytes(probe: &Probe) -> u64 {
         | Probe::ZeroFault { pages }
         | Probe::Cow { pages, .. }
         | Probe::TmpfsRead { pages, .. }
+        | Probe::TmpfsSparseRead { pages }
         | Probe::Mlock { pages, .. }
         | Probe::Munlock { pages, .. }
         | Probe::Mremap { pages, .. }
@@ -340,6 +348,14 @@ fn host_timed(probe: &Probe, scatter: &dyn Fn(&Region, u64)) -> Result<f64, Stri
             // table's cached tmpfs rows, one call for the whole mapping, read 450 to 590.
             time(&mut || {
                 sys::touch_every(r.addr, pages * PAGE, stride, false)
+                    .map_err(|s| format!("signal {s} reading"))
+            })
+        }
+        Probe::TmpfsSparseRead { pages } => {
+            let f = HostTmpfs::new(pages * PAGE)?;
+            let r = Region::file(pages * PAGE, f.fd(), true, 0)?;
+            time(&mut || {
+                sys::touch_every(r.addr, pages * PAGE, 1, false)
                     .map_err(|s| format!("signal {s} reading"))
             })
         }

@@ -104,6 +104,17 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
                 }
             }
         }
+        Probe::TmpfsSparseRead { pages } => {
+            let f = cpu.file_create(pages * PAGE, InodeKind::Tmpfs, None)?;
+            let args = MmapArgs {
+                sharing: Sharing::Shared,
+                file: Some((f, 0)),
+                ..MmapArgs::anon(pages * PAGE, RW)
+            };
+            let a = aligned(&cpu, p, pages * PAGE, args)?;
+            mark();
+            cpu.touch(p, a, pages * PAGE, Access::Read).map_err(sig)?;
+        }
         Probe::Mlock { pages, folio } => {
             let a = if folio > PAGE {
                 populated(&cpu, p, pages, folio)?

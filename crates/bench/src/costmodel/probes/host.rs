@@ -45,7 +45,7 @@ pub fn host_ns(session: &HostSession, probe: &Probe) -> Result<(f64, Option<u64>
         return Ok((ns, far.map(|f| f.round() as u64)));
     }
     match probe {
-        Probe::TmpfsRead { .. } => session.shmem_folio(PAGE)?,
+        Probe::TmpfsRead { .. } | Probe::TmpfsSparseRead { .. } => session.shmem_folio(PAGE)?,
         // The munlock table's THP column sets the top-level knob; mTHP sizes their own.
         Probe::Munlock { folio: PMD, .. } => session.thp(true)?,
         _ => session.folio(probe.anon_folio())?,
