@@ -279,7 +279,8 @@ impl Fit {
             .collect();
         let times: Vec<f64> = obs.iter().map(|o| o.ns).collect();
         // The strengths by leaving one family out, the grid's points shared out over the
-        // cores (each a fit per family: 44 families × 30 points took 28 s on one core).
+        // cores (each a fit per family: 44 families × 30 points took 28 s on one core from
+        // a cold start, 4 s warm).
         let grid: Vec<(f64, f64)> = LAMBDAS
             .iter()
             .flat_map(|&l| OP_LAMBDAS.iter().map(move |&o| (l, o)))
