@@ -85,13 +85,7 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             cpu.touch(p, a, pages * PAGE, Access::Write).map_err(sig)?;
         }
         Probe::TmpfsRead { pages, stride } => {
-            let f = cpu.file_create(pages * PAGE, InodeKind::Tmpfs, Some(0x5a))?;
-            let args = MmapArgs {
-                sharing: Sharing::Shared,
-                file: Some((f, 0)),
-                ..MmapArgs::anon(pages * PAGE, RW)
-            };
-            let a = aligned(&cpu, p, pages * PAGE, args)?;
+            let a = tmpfs_shared(&cpu, p, pages, Some(0x5a))?;
             mark();
             // One access per page as the host makes them: the engine's `touch` takes the
             // mmap lock per call, the host's loads none, so the whole range is one call
@@ -105,13 +99,7 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             }
         }
         Probe::TmpfsSparseRead { pages } => {
-            let f = cpu.file_create(pages * PAGE, InodeKind::Tmpfs, None)?;
-            let args = MmapArgs {
-                sharing: Sharing::Shared,
-                file: Some((f, 0)),
-                ..MmapArgs::anon(pages * PAGE, RW)
-            };
-            let a = aligned(&cpu, p, pages * PAGE, args)?;
+            let a = tmpfs_shared(&cpu, p, pages, None)?;
             mark();
             cpu.touch(p, a, pages * PAGE, Access::Read).map_err(sig)?;
         }
@@ -228,6 +216,18 @@ fn aligned(cpu: &Cpu<'_>, p: Pid, len: u64, args: MmapArgs) -> anyhow::Result<u6
             ..args
         },
     )?)
+}
+
+/// A `MAP_SHARED` mapping of a new tmpfs file of `pages` pages, written with `fill` or
+/// sparse.
+fn tmpfs_shared(cpu: &Cpu<'_>, p: Pid, pages: u64, fill: Option<u8>) -> anyhow::Result<u64> {
+    let f = cpu.file_create(pages * PAGE, InodeKind::Tmpfs, fill)?;
+    let args = MmapArgs {
+        sharing: Sharing::Shared,
+        file: Some((f, 0)),
+        ..MmapArgs::anon(pages * PAGE, RW)
+    };
+    aligned(cpu, p, pages * PAGE, args)
 }
 
 /// `pages` written pages in folios of `folio` bytes (2 MiB ones PTE-mapped).
