@@ -11,7 +11,7 @@
 //! per-folio counters do not move together. No probe uses a benchmark row's layout and
 //! size: the rows are 16, 64, 256 MiB and 1 GiB, 21 + N VMAs with N in 0…6400 and
 //! whole-layout operations; the probes are at most 12 MiB but for the fault, COW, fork,
-//! munmap, dontneed and mprotect probes of 47 to 156 MiB that zero, copy and walk past the
+//! munmap, dontneed and mprotect probes of 47 to 312 MiB that zero, copy and walk past the
 //! last-level cache, where the rows of 256 MiB are (their own prices per folio and page
 //! there: on this AMD guest munmap of 4 KiB folios cost 209 ns a page at 12 MiB and 310 at
 //! 47 MiB).

@@ -174,7 +174,8 @@ pub fn reps_for(bytes: u64) -> usize {
 
 /// Bytes the agent primes for `probe`: one repetition's pages (twice for a copy-on-write
 /// probe's copies) and [`PRIME_MARGIN`]. Not one size for all: priming 192 MiB took 0.16 s of
-/// an agent's 0.17 s for an 8-page probe, 60 of a calibration's 128 s (0.03 s at 32 MiB).
+/// an agent's 0.17 s for an 8-page probe (0.03 s at 32 MiB); sized so, a calibration went
+/// from 128 to 96 s.
 fn prime_bytes(probe: &Probe) -> u64 {
     let copies = match probe {
         Probe::Cow { .. } | Probe::CowReuse { .. } => 2,
