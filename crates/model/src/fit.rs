@@ -338,8 +338,19 @@ impl Fit {
             }
         }
         let (lambda, op_lambda, lofo, held_out) = best.expect("LAMBDAS is not empty");
+        // The fit of all points, with its covariance; the warm start of the fits that leave
+        // an operation out.
+        let (m, covariance, mu) = solve(
+            &layout,
+            &rows,
+            &times,
+            &all,
+            (lambda, op_lambda),
+            true,
+            None,
+        );
+        let full = Solution { m, mu };
         let mut op_errors = Vec::new();
-        let full = multipliers(&layout, &rows, &times, &all, (lambda, op_lambda), None);
         for &op in &ops {
             let keep: Vec<usize> = (0..obs.len()).filter(|&i| obs[i].op != op).collect();
             let m = multipliers(
@@ -355,7 +366,7 @@ impl Fit {
                 op_errors.push((dot(&rows[i], &m) - o.ns) / o.ns * 100.0);
             }
         }
-        let (m, covariance) = solve(&layout, &rows, &times, &all, lambda, op_lambda);
+        let m = full.m;
         let in_sample = median_abs(
             rows.iter()
                 .zip(&times)
@@ -643,12 +654,13 @@ fn multipliers(
     strengths: (f64, f64),
     warm: Option<&Solution>,
 ) -> Solution {
-    let (m, _, mu) = solve_with(layout, rows, times, keep, strengths, false, warm);
+    let (m, _, mu) = solve(layout, rows, times, keep, strengths, false, warm);
     Solution { m, mu }
 }
 
 /// The multipliers fitted to the observations `keep` at strengths `lambda` (shared toward
-/// μ) and `op_lambda` (an operation's toward the shared), and their covariance (row-major).
+/// μ) and `op_lambda` (an operation's toward the shared), their covariance (row-major; only
+/// if `covariance`, else empty) and μ; the NNLS started from `warm`'s multipliers if given.
 ///
 /// A shared multiplier no kept observation determines (directly or through an operation's)
 /// is priced at μ, an operation's at its shared one, with the spread of the determined
@@ -656,20 +668,6 @@ fn multipliers(
 /// the recipes priced with user-space primitives came out 2-6 times the fitted prices, and
 /// reverting an unprobed counter to its recipe made held-out families miss by as much.
 fn solve(
-    layout: &Layout,
-    rows: &[Vec<f64>],
-    times: &[f64],
-    keep: &[usize],
-    lambda: f64,
-    op_lambda: f64,
-) -> (Vec<f64>, Vec<f64>) {
-    let (m, cov, _) = solve_with(layout, rows, times, keep, (lambda, op_lambda), true, None);
-    (m, cov)
-}
-
-/// [`solve`], the covariance only if `covariance` (else empty), the NNLS started from
-/// `warm`'s multipliers if given; with μ.
-fn solve_with(
     layout: &Layout,
     rows: &[Vec<f64>],
     times: &[f64],
