@@ -377,8 +377,9 @@ pub struct CalibrateArgs {
     pub show: Option<PathBuf>,
     /// Price a bench report's modelled tables (JSON) with the profile (`--show`'s, else
     /// this machine's cached one) and print how many rows land within ±20 % of the host and
-    /// each seed row's predicted gain; nothing is fitted to the report.
-    #[arg(long, value_name = "REPORT")]
+    /// each seed row's predicted gain; nothing is fitted to the report. Given twice or more,
+    /// also how well the reports' host columns predict one another (the ceiling).
+    #[arg(long, value_name = "REPORT", num_args = 1..)]
     pub evaluate: Vec<PathBuf>,
     /// Fit the profile's probe points again with this build's fit (`--show`'s profile, else
     /// the cached one) instead of calibrating: the same host timings, the fit as it is now.
@@ -406,10 +407,16 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
     };
     if !args.evaluate.is_empty() {
         let profile = loaded(&args.show)?;
+        let mut reports = Vec::new();
         for r in &args.evaluate {
             let report = crate::model::Report::from_json(&std::fs::read_to_string(r)?)?;
             println!("{}:", r.display());
             print!("{}", evaluate(&profile, &report));
+            reports.push((r.display().to_string(), report));
+        }
+        // With two reports or more, the ceiling the host's own repeatability sets.
+        if let Some(s) = crate::costmodel::repeat::repeatability(&reports) {
+            print!("{s}");
         }
         return Ok(0);
     }

@@ -10,6 +10,7 @@
 //! | [`primitives`] | the machine's primitive costs measured from user space (they price the recipes, the fit's priors), and the physical adjacency of a layout's folios |
 //! | [`probes`] | the calibration probes: ≥ 12 operations swept over pages, VMAs, folio order and calls, timed on the host in fresh agent processes and counted on the engine; none is a benchmark row |
 //! | [`calibrate`] | `usermm calibrate`: runs the probes, fits, caches the profile per machine and kernel; `--evaluate` prices a saved report with a profile, `--refit` fits a profile's probe points again |
+//! | [`repeat`] | how well the host repeats itself between runs: the ceiling of the ±20 % count, from several reports (`--evaluate A B …`) |
 //! | [`freshness`] | whether a cached profile still describes the machine: one probe point of each operation timed again before a bench predicts with it |
 //! | [`columns`] | the tables' `model:` columns: each engine cell priced with the profile (the host's measured scatter of the row's layout as a covariate), 95 % intervals, gains with intervals, accuracy against the host column in the notes |
 //!
@@ -31,6 +32,7 @@ pub mod columns;
 pub mod freshness;
 pub mod primitives;
 pub mod probes;
+pub mod repeat;
 
 pub use columns::*;
 pub use primitives::*;
