@@ -49,7 +49,11 @@
 //! their frees go through the buddy allocator's merging, and munmap of 64 KiB folios grew
 //! from 493 to 781 ns a folio between 10 and 156 MiB where 4 KiB folios stayed flat. A file
 //! fault is its own operation (`fault_file`: `filemap_map_pages`' fault-around, not the
-//! anonymous fault's zeroing), so its prices are not the anonymous fault's.
+//! anonymous fault's zeroing), so its prices are not the anonymous fault's. Fork's fixed
+//! work is dearer after its layout was written through the cache ([`profile::OP_FORK_COLD`]:
+//! 110 µs after 4 MiB, about 280 after 96 MiB on this guest), and only single-page
+//! batches' write-protects pay a cold PTE line ([`profile::PTE_ATOMICS_COLD`]): with both,
+//! the fork rows of 256 KiB to 2 MiB folios, 20 to 30 % high before, came within ±20 %.
 //!
 //! **Profiles.** A calibration is saved as a machine profile ([`profile::Profile`]: the
 //! machine's fingerprint — CPU, kernel build, mitigations, THP settings —, the priors, the

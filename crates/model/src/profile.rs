@@ -29,6 +29,18 @@ pub const MAX_AGE_SECS: u64 = 30 * 24 * 3600;
 pub const OP_FORK: &str = "op_fork";
 /// Pseudo-counter: one exit and the parent's wait (spawn's fork + exit + wait).
 pub const OP_EXIT: &str = "op_exit";
+/// Pseudo-counter: the share of the last-level cache a fork's layout filled as it was
+/// written (its pages' bytes over the cache, at most 1): fork's fixed work (the task, the
+/// mm, the process's other VMAs and page tables) finds its lines evicted by that much. On
+/// this AMD guest a fork of PTE-mapped 2 MiB folios cost about 57 ns a page more at every
+/// size, but its fixed part grew from 110 µs (4 MiB written just before) to about 280 µs
+/// (96 MiB, or 4 MiB followed by a 96 MiB read that evicted the cache), so that from 4 to
+/// 10 MiB a page seemed to cost 85 ns and from 96 to 256 MiB 51: priced per page, a fit
+/// of the probes put the 256 MiB rows 20 to 30 % high.
+pub const OP_FORK_COLD: &str = "op_fork_cold";
+/// The version of [`features`]: part of the model key, so that a profile fitted with other
+/// features is made again.
+pub const FEATURES_VERSION: u32 = 1;
 /// Pseudo-counter: the entries an `mprotect` visits (its `pte_reads`). `change_pte_range`
 /// makes about four out-of-line calls per entry that no engine counter names: measured on
 /// this AMD guest, 56 ns per zero-page entry and 137 per written one, against the 1 and 14
@@ -67,7 +79,11 @@ pub const LARGE_FOLIOS_COLD: &str = "large_folios_walked_cold";
 /// parent's entries) in the cold share of the walk. A locked RMW waits for its line, so a
 /// cold PTE line costs its miss once per eight entries: on this AMD guest fork of anonymous
 /// 4 KiB folios cost 83, 111 and 117 ns a page at 12, 47 and 156 MiB, of a private file's
-/// (read-only entries, nothing write-protected) 92, 97 and 86.
+/// (read-only entries, nothing write-protected) 92, 97 and 86. Only fork's entries of
+/// single-page batches count: a large folio's entries are write-protected in one run
+/// (`wrprotect_ptes`), whose lines the prefetcher streams, and a page of a fork of 2 MiB
+/// folios cost 55 ns at 96 MiB and 53 at 256 (of 16 and 64 KiB folios: the same from 10 to
+/// 47 and 94 MiB), where priced as a 4 KiB folio's the 256 MiB rows read 20 to 30 % high.
 pub const PTE_ATOMICS_COLD: &str = "pte_atomics_cold";
 /// Not priced: the host's measured share of folio boundaries far apart in physical memory,
 /// per mille, which a host cell or probe adds to the engine's counters to say how
@@ -264,6 +280,8 @@ pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
     p.insert("pte_atomics".into(), prims.rmw_seq);
     let work = |w: &[(Prim, f64)]| w.iter().map(|&(q, k)| k * prims.get(q)).sum::<f64>();
     p.insert(OP_FORK.into(), work(crate::prices::fixed_work("fork")));
+    // As much again when the cache holds none of it.
+    p.insert(OP_FORK_COLD.into(), work(crate::prices::fixed_work("fork")));
     p.insert(
         MPROTECT_ENTRIES.into(),
         prims.load_seq + 4.0 * prims.kcall_loop,
@@ -393,7 +411,11 @@ pub fn features(
             .into_iter()
             .max()
             .unwrap_or_default();
-            let atomics = f.get("pte_atomics").copied().unwrap_or(0.0);
+            let mut atomics = f.get("pte_atomics").copied().unwrap_or(0.0);
+            if get("fork_batches") > 0 {
+                let single = get("fork_batches").saturating_sub(get("fork_batches_large"));
+                atomics = atomics.min(single as f64);
+            }
             if atomics > 0.0 {
                 f.insert(
                     PTE_ATOMICS_COLD.into(),
@@ -427,6 +449,10 @@ pub fn features(
     }
     if matches!(op, "fork" | "spawn") {
         f.insert(OP_FORK.into(), 1.0);
+    }
+    if op == "fork" && llc_bytes > 0 {
+        let written = get("fork_ptes").saturating_mul(4096).min(llc_bytes);
+        f.insert(OP_FORK_COLD.into(), written as f64 / llc_bytes as f64);
     }
     if op == "spawn" {
         f.insert(OP_EXIT.into(), 1.0);

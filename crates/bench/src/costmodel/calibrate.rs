@@ -10,7 +10,8 @@ use std::time::Instant;
 use usermm_model::fit::{Fit, Observation};
 use usermm_model::prices::{Primitives, RECIPES};
 use usermm_model::profile::{
-    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, HOST_FAR, PROFILE_VERSION,
+    cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, FEATURES_VERSION,
+    HOST_FAR, PROFILE_VERSION,
 };
 
 /// Fresh agent processes that measure the primitives the priors are priced with.
@@ -34,7 +35,7 @@ pub fn model_key() -> String {
         .map(|r| format!("{}{:?}", r.counter, r.work))
         .collect();
     let text = format!(
-        "{PROFILE_VERSION}{PROBE_METHOD}{:?}{recipes:?}",
+        "{PROFILE_VERSION}{PROBE_METHOD}{FEATURES_VERSION}{:?}{recipes:?}",
         catalogue()
     );
     format!("{:016x}", fnv1a(text.as_bytes()))

@@ -110,7 +110,37 @@ fn features_split_what_one_counter_names_in_different_paths() {
         !f.contains_key(LARGE_FOLIOS_COLD),
         "fork's large batches are not zap's"
     );
-    assert_eq!(f[PTE_ATOMICS_COLD], 24576.0);
+    assert!(
+        !f.contains_key(PTE_ATOMICS_COLD),
+        "a large folio's entries are write-protected in one streamed run"
+    );
+    let small = features(
+        "fork",
+        &c(&[
+            ("fork_ptes", 32768),
+            ("pte_atomics", 32768),
+            ("fork_batches", 32768 - 1024),
+            ("fork_batches_large", 256),
+        ]),
+        &prims,
+        32 << 20,
+    );
+    // Of 31 744 batches 31 488 are single pages; 3/4 of the walk is cold.
+    assert_eq!(small[PTE_ATOMICS_COLD], 31488.0 * 0.75);
+    assert_eq!(f[OP_FORK_COLD], 1.0, "128 MiB written fill a 32 MiB cache");
+    // A fork's cold fixed work: the share of the cache its layout filled.
+    let fork = |pages: u64, llc: u64| features("fork", &c(&[("fork_ptes", pages)]), &prims, llc);
+    assert_eq!(fork(1024, 32 << 20)[OP_FORK_COLD], 0.125);
+    assert_eq!(
+        fork(0, 32 << 20)[OP_FORK_COLD],
+        0.0,
+        "empty VMAs fill nothing"
+    );
+    assert!(
+        !fork(1024, 0).contains_key(OP_FORK_COLD),
+        "no cache size read"
+    );
+    assert!(!f_has_cold_fixed("spawn", &prims) && !f_has_cold_fixed("munmap", &prims));
     let f = features(
         "fault_file",
         &c(&[
@@ -183,4 +213,15 @@ fn saving_never_follows_a_link_and_loading_is_bounded() {
         Err(ProfileError::Invalid { .. })
     ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `op`'s features of a 256 MiB walk carry fork's cold fixed work.
+fn f_has_cold_fixed(op: &str, prims: &Primitives) -> bool {
+    let c: BTreeMap<String, u64> = [
+        ("fork_ptes".to_string(), 65536),
+        ("zap_ptes".to_string(), 65536),
+    ]
+    .into_iter()
+    .collect();
+    features(op, &c, prims, 32 << 20).contains_key(OP_FORK_COLD)
 }
