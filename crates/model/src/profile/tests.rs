@@ -93,6 +93,19 @@ fn features_split_what_one_counter_names_in_different_paths() {
         32 << 20,
     );
     assert_eq!((f[FOLIOS_COLD], f[LARGE_FOLIOS_COLD]), (750.0, 375.0));
+    // One page per MADV_DONTNEED call over 64 THPs: 64 distinct folios, not 32 768.
+    let f = features(
+        "madvise",
+        &c(&[
+            ("zap_ptes", 32768),
+            ("zap_batches", 32768),
+            ("syscalls", 32768),
+            ("folios_freed", 64),
+        ]),
+        &prims,
+        32 << 20,
+    );
+    assert_eq!(f[FOLIOS_COLD], 64.0 * 0.75);
     let f = features(
         "fork",
         &c(&[
