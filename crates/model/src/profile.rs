@@ -266,6 +266,10 @@ pub struct Profile {
     /// counters carry none (another machine's rows, or no host column).
     #[serde(default)]
     pub far_permille: Option<u64>,
+    /// The probe times of the calibrations pooled into [`Profile::observations`]' times,
+    /// this one's first ([`crate::pool`]; empty in profiles from before pooling).
+    #[serde(default)]
+    pub timings: Vec<crate::pool::Timings>,
 }
 
 /// The recipe price of every counter and pseudo-counter the model prices, ns per event,
@@ -529,6 +533,7 @@ impl Profile {
             calibrate_seconds: 0.0,
             llc_bytes: 0,
             far_permille: None,
+            timings: Vec::new(),
         })
     }
 
@@ -703,6 +708,16 @@ impl Profile {
             || fit.lambda_scan.len() > 64
         {
             return Err("fit quality fields out of bounds".into());
+        }
+        if self.timings.len() > crate::pool::POOL
+            || self.timings.iter().any(|t| {
+                t.ns.len() > 10_000
+                    || t.ns
+                        .iter()
+                        .any(|(k, v)| k.len() > 330 || !v.is_finite() || *v <= 0.0)
+            })
+        {
+            return Err("pooled timings out of bounds".into());
         }
         for o in &self.observations {
             finite_nonneg("observation ns", o.ns)?;

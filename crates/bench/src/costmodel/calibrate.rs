@@ -8,6 +8,7 @@ use crate::probes::{catalogue, engine_counters, host_ns};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use usermm_model::fit::{Fit, Observation};
+use usermm_model::pool;
 use usermm_model::prices::{Primitives, RECIPES};
 use usermm_model::profile::{
     cache_dir, cache_file, features, fnv1a, priors, Fingerprint, Profile, FEATURES_VERSION,
@@ -41,9 +42,15 @@ pub fn model_key() -> String {
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
 
-/// Runs every probe and fits a profile of this machine; `log` hears each step. Needs the
-/// host side (root: the probes set the THP knobs, under the oracle's machine-wide lock).
-pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<Profile> {
+/// Runs every probe and fits a profile of this machine, each point's time pooled with
+/// `earlier`'s recent calibrations where it is a profile of this machine, kernel and model
+/// (`usermm_model::pool`); `log` hears each step. Needs the host side (root: the probes set
+/// the THP knobs, under the oracle's machine-wide lock).
+pub fn calibrate(
+    host: &HostSide,
+    earlier: Option<&Profile>,
+    log: &mut dyn FnMut(&str),
+) -> anyhow::Result<Profile> {
     let start = Instant::now();
     let fingerprint = Fingerprint::read();
     let session = host
@@ -135,11 +142,13 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         observations.len(),
         start.elapsed().as_secs_f64()
     ));
+    let created = now();
+    let (observations, timings) = pooled(observations, created, &fingerprint, earlier, log);
     let fit = Fit::new(&priors(&prims), &observations)?;
     Ok(Profile {
         version: PROFILE_VERSION,
         model_key: model_key(),
-        created_unix: now(),
+        created_unix: created,
         fingerprint,
         primitives: prims,
         fit,
@@ -147,7 +156,54 @@ pub fn calibrate(host: &HostSide, log: &mut dyn FnMut(&str)) -> anyhow::Result<P
         calibrate_seconds: start.elapsed().as_secs_f64(),
         llc_bytes: llc,
         far_permille: median(&all_fars).map(|f| f.round() as u64),
+        timings,
     })
+}
+
+/// `observations` with each time pooled with `earlier`'s recent calibrations, where
+/// `earlier` is a profile of this machine, kernel and model; and the timings the new
+/// profile keeps (its own first).
+fn pooled(
+    mut observations: Vec<Observation>,
+    created: u64,
+    machine: &Fingerprint,
+    earlier: Option<&Profile>,
+    log: &mut dyn FnMut(&str),
+) -> (Vec<Observation>, Vec<pool::Timings>) {
+    let own = pool::Timings {
+        created_unix: created,
+        ns: observations
+            .iter()
+            .map(|o| (pool::key(&o.family, &o.label), o.ns))
+            .collect(),
+    };
+    let earlier: &[pool::Timings] = match earlier {
+        Some(p) if p.fresh_for(machine, &model_key(), created) => &p.timings,
+        _ => &[],
+    };
+    let pooled = pool::pool(&own, earlier);
+    if !pooled.used.is_empty() {
+        log(&format!(
+            "probe times: each point's median with {} earlier calibration(s) of the last {} h, scaled ×{}",
+            pooled.used.len(),
+            pool::POOL_MAX_AGE_SECS / 3600,
+            pooled
+                .used
+                .iter()
+                .map(|(_, s)| format!("{s:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ×")
+        ));
+    }
+    for o in &mut observations {
+        if let Some(&ns) = pooled.ns.get(&pool::key(&o.family, &o.label)) {
+            o.ns = ns;
+        }
+    }
+    let kept = std::iter::once(own)
+        .chain(pooled.used.iter().map(|&(i, _)| earlier[i].clone()))
+        .collect();
+    (observations, kept)
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -257,7 +313,8 @@ pub fn profile_for_bench(
     if stale.is_none() {
         log("no fresh profile of this machine: calibrating once (usermm calibrate)");
     }
-    let (p, stale) = match (calibrate(host, log), stale) {
+    let earlier = stale.as_ref().map(|s| &s.0);
+    let (p, stale) = match (calibrate(host, earlier, log), stale) {
         (Ok(p), stale) => (p, stale.map(|s| s.2)),
         (Err(e), Some((p, path, c))) => {
             log(&format!(
@@ -299,10 +356,19 @@ pub fn describe(p: &Profile) -> String {
     );
     let _ = writeln!(
         s,
-        "probes: {} points of {} families; calibration {:.0} s",
+        "probes: {} points of {} families; calibration {:.0} s{}",
         p.observations.len(),
         families(p),
-        p.calibrate_seconds
+        p.calibrate_seconds,
+        match p.timings.len() {
+            0 | 1 => String::new(),
+            n => format!(
+                "; each point's time the median of {n} calibrations (the oldest {} min before)",
+                p.created_unix
+                    .saturating_sub(p.timings.iter().map(|t| t.created_unix).min().unwrap_or(0))
+                    / 60
+            ),
+        }
     );
     let _ = writeln!(
         s,
@@ -382,6 +448,10 @@ pub struct CalibrateArgs {
     /// also how well the reports' host columns predict one another (the ceiling).
     #[arg(long, value_name = "REPORT", num_args = 1..)]
     pub evaluate: Vec<PathBuf>,
+    /// Fit this calibration's probe times alone, not each point's median with the cached
+    /// profile's recent calibrations (of the last day, this machine, kernel and model).
+    #[arg(long, conflicts_with_all = ["show", "refit", "evaluate"])]
+    pub no_pool: bool,
     /// Fit the profile's probe points again with this build's fit (`--show`'s profile, else
     /// the cached one) instead of calibrating: the same host timings, the fit as it is now.
     #[arg(long)]
@@ -433,7 +503,11 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
         }
         None => {
             let host = HostSide::probe(true);
-            let p = calibrate(&host, &mut |m| eprintln!("calibrate: {m}"))?;
+            // The cached profile's recent calibrations are pooled unless told not to.
+            let earlier = if args.no_pool { None } else { cached().ok() };
+            let p = calibrate(&host, earlier.as_ref(), &mut |m| {
+                eprintln!("calibrate: {m}")
+            })?;
             let machine = Fingerprint::read();
             match cache_dir().and_then(|d| {
                 let f = cache_file(&d, &machine);

@@ -706,6 +706,7 @@ mod tests {
             calibrate_seconds: 0.0,
             llc_bytes: 0,
             far_permille: None,
+            timings: Vec::new(),
         };
         let cell = |v: &str, n: u64| {
             Column::new(

@@ -188,6 +188,16 @@ fn hostile_profiles_are_refused() {
     });
     bad(&|q| q.fingerprint.cmdline = "x".repeat(5000));
     bad(&|q| q.observations[0].ns = -1.0);
+    let timings = |ns: f64| crate::pool::Timings {
+        created_unix: 1,
+        ns: [("fork/4K 0v 100p".to_string(), ns)].into_iter().collect(),
+    };
+    bad(&|q| q.timings = vec![timings(0.0)]);
+    bad(&|q| q.timings = vec![timings(1.0); crate::pool::POOL + 1]);
+    let mut ok = p.clone();
+    ok.timings = vec![timings(1.0); crate::pool::POOL];
+    let text = serde_json::to_string(&ok).expect("json");
+    assert_eq!(Profile::from_json(&text, "t").expect("valid"), ok);
     assert!(Profile::from_json("{", "t").is_err());
     assert!(Profile::from_json("[]", "t").is_err());
     // NaN cannot be written as JSON; a huge number parses as infinity and is refused.
