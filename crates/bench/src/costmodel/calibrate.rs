@@ -486,7 +486,7 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
             reports.push((r.display().to_string(), report));
         }
         // With two reports or more, the ceiling the host's own repeatability sets.
-        if let Some(s) = crate::costmodel::repeat::repeatability(&reports) {
+        if let Some(s) = crate::costmodel::repeat::repeatability(&reports, &JUDGED) {
             print!("{s}");
         }
         return Ok(0);

@@ -12,18 +12,18 @@
 //! model; and one report's host medians as the prediction of another's, pair by pair.
 //! Nothing here prices or fits anything: it reads host columns.
 
-use super::calibrate::JUDGED;
 use crate::model::{Better, Report, Stat, VariantKind};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// One report's judged host medians as times (a rate's inverse): `(table, row)` → median.
-fn host_times(report: &Report) -> BTreeMap<(String, String), f64> {
+/// One report's host medians of the `judged` tables as times (a rate's inverse):
+/// `(table, row)` → median.
+fn host_times(report: &Report, judged: &[&str]) -> BTreeMap<(String, String), f64> {
     let mut out = BTreeMap::new();
     for t in report
         .tables
         .iter()
-        .filter(|t| JUDGED.contains(&t.id.as_str()))
+        .filter(|t| judged.contains(&t.id.as_str()))
     {
         let Some(h) = t.variants.iter().position(|v| v.kind == VariantKind::Host) else {
             continue;
@@ -67,11 +67,11 @@ fn judge(
     (within, rows, outside)
 }
 
-/// The host's repeatability over `reports` (name, report), as text: per report, the rows
-/// the other reports' geometric mean puts within ±20 %, and the spread of one report's
-/// host medians predicting another's. Reports of a different scale than the first are left
-/// out (their rows are other layouts); fewer than two left, `None`.
-pub fn repeatability(reports: &[(String, Report)]) -> Option<String> {
+/// The host's repeatability over `reports` (name, report) on the `judged` tables, as text:
+/// per report, the rows the other reports' geometric mean puts within ±20 %, and the spread
+/// of one report's host medians predicting another's. Reports of a different scale than
+/// the first are left out (their rows are other layouts); fewer than two left, `None`.
+pub fn repeatability(reports: &[(String, Report)], judged: &[&str]) -> Option<String> {
     let scale = reports.first()?.1.run.scale_bytes;
     let (same, other): (Vec<_>, Vec<_>) = reports
         .iter()
@@ -79,13 +79,14 @@ pub fn repeatability(reports: &[(String, Report)]) -> Option<String> {
     if same.len() < 2 {
         return None;
     }
-    let times: Vec<_> = same.iter().map(|(_, r)| host_times(r)).collect();
+    let times: Vec<_> = same.iter().map(|(_, r)| host_times(r, judged)).collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "the host against itself ({} reports of {} MiB; judged tables):",
+        "the host against itself ({} reports of {} MiB; {}):",
         same.len(),
-        scale >> 20
+        scale >> 20,
+        judged.join(", ")
     );
     for (j, (name, _)) in same.iter().enumerate() {
         // The geometric mean of the other reports' medians of each row they have.
@@ -154,6 +155,8 @@ pub fn repeatability(reports: &[(String, Report)]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::model::{Column, Row, Table, Variant};
+
+    const JUDGED: &[&str] = &["fork", "spawn"];
 
     fn report(scale: u64, fork_ms: &[(&str, f64)], spawn_rate: f64) -> Report {
         use crate::model::{HostInfo, RunInfo, RunMeta, Unit};
@@ -231,12 +234,15 @@ mod tests {
         // rate 850 is a time 18 % longer, so the others' mean is -15 %: within.
         let c = report(256 << 20, &[("4K", 13.0), ("2M", 4.0)], 850.0);
         let other_scale = report(16 << 20, &[("4K", 1.0)], 1.0);
-        let s = repeatability(&[
-            ("a".into(), a),
-            ("b".into(), b),
-            ("c".into(), c),
-            ("small".into(), other_scale),
-        ])
+        let s = repeatability(
+            &[
+                ("a".into(), a),
+                ("b".into(), b),
+                ("c".into(), c),
+                ("small".into(), other_scale),
+            ],
+            JUDGED,
+        )
         .unwrap();
         // a: the mean of b and c is sqrt(130) = 11.4 (+14 %), spawn's time +8 %.
         assert!(
@@ -263,8 +269,11 @@ mod tests {
     fn one_report_or_one_per_scale_has_nothing_to_compare() {
         let a = report(256 << 20, &[("4K", 10.0)], 1.0);
         let b = report(16 << 20, &[("4K", 10.0)], 1.0);
-        assert_eq!(repeatability(&[("a".into(), a.clone())]), None);
-        assert_eq!(repeatability(&[("a".into(), a), ("b".into(), b)]), None);
-        assert_eq!(repeatability(&[]), None);
+        assert_eq!(repeatability(&[("a".into(), a.clone())], JUDGED), None);
+        assert_eq!(
+            repeatability(&[("a".into(), a), ("b".into(), b)], JUDGED),
+            None
+        );
+        assert_eq!(repeatability(&[], JUDGED), None);
     }
 }
