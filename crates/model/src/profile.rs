@@ -40,7 +40,7 @@ pub const OP_EXIT: &str = "op_exit";
 pub const OP_FORK_COLD: &str = "op_fork_cold";
 /// The version of [`features`]: part of the model key, so that a profile fitted with other
 /// features is made again.
-pub const FEATURES_VERSION: u32 = 2;
+pub const FEATURES_VERSION: u32 = 3;
 /// Pseudo-counter: the entries an `mprotect` visits (its `pte_reads`). `change_pte_range`
 /// makes about four out-of-line calls per entry that no engine counter names: measured on
 /// this AMD guest, 56 ns per zero-page entry and 137 per written one, against the 1 and 14
@@ -56,7 +56,14 @@ pub const PAGES_ZEROED_COLD: &str = "pages_zeroed_cold";
 /// most of its PTEs read, copied or cleared, mapcounts and frames touched) past what the
 /// last-level cache holds of a layout the user has just written: those lines come from
 /// memory. Added after the first run with CPU-timed host cells showed munmap of 256 MiB
-/// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB.
+/// in 16K-1M folios 20-49 % above a model fitted on probes of at most 12 MiB. Not for
+/// fork's and zap's walks, whose cold costs are their folios' ([`FOLIOS_COLD`],
+/// [`LARGE_FOLIOS_COLD`], [`PTE_ATOMICS_COLD`]): within a large folio the walk streams (a
+/// fork of 2 MiB folios cost 55 ns a page at 96 MiB and 53 at 256), and the price per page
+/// fitted from mprotect's and the 2 MiB shared munmap's probes put the 256 MiB rows of
+/// 2 MiB folios 10 to 20 % higher. Refits of nine stored calibrations without it for those
+/// walks read +52 judged rows over eight reports (five better, three worse) with the
+/// held-out error unchanged (16.3 against 16.4 %, 18.3 against 18.0…).
 pub const WALK_COLD: &str = "pages_walked_cold";
 /// Pseudo-counter: the folios an operation handles one by one (fork's and zap's batches,
 /// a file fault's folios mapped, munlock's folios) in the cold share of its walk
@@ -400,7 +407,10 @@ pub fn features(
         .unwrap_or(0);
         let cold = walked.saturating_sub(llc_bytes / 4096);
         if cold > 0 {
-            f.insert(WALK_COLD.into(), cold as f64);
+            // Fork's and zap's cold walks are priced by their folios (WALK_COLD's doc).
+            if !matches!(op, "fork" | "munmap" | "madvise") {
+                f.insert(WALK_COLD.into(), cold as f64);
+            }
             // The folios handled one by one: fork's and zap's batches, the page-cache
             // folios a file fault maps (the faulting one and those mapped around it),
             // the folios munlock visits. Only zap's large ones are priced apart: fork

@@ -141,6 +141,12 @@ fn features_split_what_one_counter_names_in_different_paths() {
     // Of 31 744 batches 31 488 are single pages; 3/4 of the walk is cold.
     assert_eq!(small[PTE_ATOMICS_COLD], 31488.0 * 0.75);
     assert_eq!(f[OP_FORK_COLD], 1.0, "128 MiB written fill a 32 MiB cache");
+    assert!(
+        !f.contains_key(WALK_COLD),
+        "fork's cold walk is its folios'"
+    );
+    let walk = features("mprotect", &c(&[("pte_reads", 32768)]), &prims, 32 << 20);
+    assert_eq!(walk[WALK_COLD], 24576.0);
     // A fork's cold fixed work: the share of the cache its layout filled.
     let fork = |pages: u64, llc: u64| features("fork", &c(&[("fork_ptes", pages)]), &prims, llc);
     assert_eq!(fork(1024, 32 << 20)[OP_FORK_COLD], 0.125);
