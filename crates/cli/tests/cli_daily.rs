@@ -514,13 +514,19 @@ fn bench_compare_refuses_impossible_samples_and_runs_not_alike() {
     for bad in ["1e999", "0.0", "-0.25", "-1e999"] {
         let b = d.join("b.json");
         std::fs::write(&b, good.replacen("0.26", bad, 1)).expect("write");
-        let o = usermm(&["bench", "compare", a, b.to_str().expect("path")]);
-        assert_ne!(o.status.code(), Some(0), "{bad}: {}", stdout(&o));
-        let e = stderr(&o);
-        assert!(
-            e.contains("is not a positive finite time") || e.contains("not a bench report"),
-            "{bad}: {e}"
-        );
+        // `calibrate --evaluate` reads reports as `bench compare` does, before any profile.
+        for args in [
+            &["bench", "compare", a, b.to_str().expect("path")][..],
+            &["calibrate", "--evaluate", a, b.to_str().expect("path")],
+        ] {
+            let o = usermm(args);
+            assert_ne!(o.status.code(), Some(0), "{args:?} {bad}: {}", stdout(&o));
+            let e = stderr(&o);
+            assert!(
+                e.contains("is not a positive finite time") || e.contains("not a bench report"),
+                "{args:?} {bad}: {e}"
+            );
+        }
     }
     // Another scale is refused (the 64M-vs-16M pair), and compared with --force and a warning.
     let mut other = report(&[0.25, 0.26, 0.24, 0.25, 0.25]);

@@ -477,13 +477,17 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
         Ok(p)
     };
     if !args.evaluate.is_empty() {
+        // Bounded and checked as `bench compare` reads reports (files from outside), all
+        // before the profile is priced on any.
+        let reports = args
+            .evaluate
+            .iter()
+            .map(|r| Ok((r.display().to_string(), crate::compare::load(r)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let profile = loaded(&args.show)?;
-        let mut reports = Vec::new();
-        for r in &args.evaluate {
-            let report = crate::model::Report::from_json(&std::fs::read_to_string(r)?)?;
-            println!("{}:", r.display());
-            print!("{}", evaluate(&profile, &report));
-            reports.push((r.display().to_string(), report));
+        for (name, report) in &reports {
+            println!("{name}:");
+            print!("{}", evaluate(&profile, report));
         }
         // With two reports or more, the ceiling the host's own repeatability sets.
         if let Some(s) = crate::costmodel::repeat::repeatability(&reports, &JUDGED) {

@@ -16,11 +16,15 @@
 //! there: on this AMD guest munmap of 4 KiB folios cost 209 ns a page at 12 MiB and 310 at
 //! 47 MiB).
 //!
-//! Beyond the tables' own operations, three kinds of probes separate what whole-layout
+//! Beyond the tables' own operations, four kinds of probes separate what whole-layout
 //! calls cannot: one call per page (`dontneed-each`, `mprotect-split`: a system call's own
 //! work apart from its pages'), write faults after the child exited (`cow-reuse`: reuse
-//! without a copy) and the fork and munmap tables' tmpfs layouts at sizes no row has
-//! (`fork-file`, `munmap-shared`: a file folio's work apart from an anonymous one's).
+//! without a copy), the fork and munmap tables' tmpfs layouts at sizes no row has
+//! (`fork-file`, `munmap-shared`: a file folio's work apart from an anonymous one's) and
+//! one munmap of many empty VMAs (`munmap-vmas`: a VMA's removal apart from fork's copy of
+//! it, which spawn's probes only ever time together). mlock and munlock each sweep 16 and
+//! 64 KiB folios, so that leaving one size out still separates a folio's work from a
+//! batch drain's (a large folio drains its batch at once, 4 KiB ones every 31st).
 //!
 //! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
 //! engine's counters do not separate a remote flush from a local one), readahead from disk,
@@ -70,6 +74,7 @@ impl Probe {
             Probe::Munlock { folio, .. } => sized("munlock", folio),
             Probe::Mremap { folio, .. } => sized("mremap", folio),
             Probe::MmapVmas { .. } => "mmap-vmas".into(),
+            Probe::MunmapVmas { .. } => "munmap-vmas".into(),
             Probe::DontneedEach { folio, .. } => sized("dontneed-each", folio),
             Probe::MprotectSplit { .. } => "mprotect-split/2M".into(),
             Probe::CowReuse { folio, .. } => sized("cow-reuse", folio),
@@ -86,7 +91,9 @@ impl Probe {
     pub fn label(&self) -> String {
         match *self {
             Probe::Fork { vmas, pages, .. } => format!("{vmas}v {pages}p"),
-            Probe::Spawn { vmas } | Probe::MmapVmas { vmas } => format!("{vmas}v"),
+            Probe::Spawn { vmas } | Probe::MmapVmas { vmas } | Probe::MunmapVmas { vmas } => {
+                format!("{vmas}v")
+            }
             Probe::TmpfsRead { pages, stride } => format!("{pages}p /{stride}"),
             Probe::Mprotect { pages, .. }
             | Probe::ZeroFault { pages }
@@ -131,7 +138,7 @@ impl Probe {
             Probe::Spawn { .. } => "spawn",
             Probe::Fork { .. } | Probe::File { munmap: false, .. } => "fork",
             Probe::Mprotect { .. } | Probe::MprotectSplit { .. } => "mprotect",
-            Probe::Munmap { .. } | Probe::File { .. } => "munmap",
+            Probe::Munmap { .. } | Probe::File { .. } | Probe::MunmapVmas { .. } => "munmap",
             Probe::Dontneed { .. } | Probe::DontneedEach { .. } => "madvise",
             Probe::Mlock { .. } => "mlock",
             Probe::Munlock { .. } => "munlock",
@@ -293,6 +300,8 @@ pub fn catalogue() -> Vec<Probe> {
         (64, PAGE),
         (1000, PAGE),
         (3000, PAGE),
+        (640, K16),
+        (2560, K16),
         (640, K64),
         (2560, K64),
     ] {
@@ -303,6 +312,8 @@ pub fn catalogue() -> Vec<Probe> {
         (1000, PAGE),
         (3000, PAGE),
         (40000, PAGE),
+        (640, K16),
+        (2560, K16),
         (640, K64),
         (2560, K64),
         (1024, PMD),
@@ -321,6 +332,11 @@ pub fn catalogue() -> Vec<Probe> {
     }
     for vmas in [10, 500, 3000] {
         v.push(Probe::MmapVmas { vmas });
+    }
+    // A VMA's removal alone: spawn frees every VMA it copies, so without these its copy
+    // and its free moved together and fork's VMAs were priced from exit's.
+    for vmas in [60, 400, 1800] {
+        v.push(Probe::MunmapVmas { vmas });
     }
     for (pages, folio) in [(300, PAGE), (1500, PAGE), (512, PMD), (2048, PMD)] {
         v.push(Probe::DontneedEach { pages, folio });

@@ -216,6 +216,19 @@ impl SparseVmas {
         self.regions.len()
     }
 
+    /// Unmaps them all with one `munmap()` of their span, holes and all.
+    pub fn unmap_span(&mut self) -> Result<(), String> {
+        let (Some(first), Some(last)) = (self.regions.first(), self.regions.last()) else {
+            return Ok(());
+        };
+        sys::munmap(first.addr, last.addr + last.len - first.addr)
+            .map_err(|e| errno_text("munmap", e))?;
+        for r in &mut self.regions {
+            r.mapped = false;
+        }
+        Ok(())
+    }
+
     /// None at all.
     pub fn is_empty(&self) -> bool {
         self.regions.is_empty()

@@ -180,6 +180,11 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             let a = cpu.mmap(p, MmapArgs::anon(PAGE, RW))?;
             cpu.munmap(p, a, PAGE)?;
         }
+        Probe::MunmapVmas { vmas } => {
+            let a = sparse(&cpu, p, vmas)?;
+            mark();
+            cpu.munmap(p, a, (2 * vmas).saturating_sub(1) * PAGE)?;
+        }
     }
     let before = before
         .take()
@@ -255,13 +260,13 @@ fn small(cpu: &Cpu<'_>, p: Pid, pages: u64, written: bool) -> anyhow::Result<u64
 }
 
 /// `n` single-page read-only VMAs, as the host's [`SparseVmas`].
-fn sparse(cpu: &Cpu<'_>, p: Pid, n: u64) -> anyhow::Result<()> {
+fn sparse(cpu: &Cpu<'_>, p: Pid, n: u64) -> anyhow::Result<u64> {
     if n == 0 {
-        return Ok(());
+        return Ok(0);
     }
     let a = cpu.mmap(p, MmapArgs::anon(2 * n * PAGE, RO))?;
     for i in 0..n {
         cpu.munmap(p, a + (2 * i + 1) * PAGE, PAGE)?;
     }
-    Ok(())
+    Ok(a)
 }
