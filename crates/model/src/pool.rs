@@ -13,7 +13,11 @@
 //! kernel build or model, are not pooled. Priced with pools of three consecutive
 //! calibrations instead of each alone, eight bench reports read 35.2 rows of 43 within
 //! ±20 % on average instead of 32.8, and 34.3 to 36.1 instead of 30.1 to 36.5 per
-//! profile. (Nothing of the reports is fitted: they only judged the choice.)
+//! profile. (Nothing of the reports is fitted: they only judged the choice.) On a noisier
+//! day of the same guest (6.18.44-fc-v657), of three calibrations a minute apart the last
+//! ran ×0.83 of both others' times as a whole and its points a median 10 and 13 % off
+//! that; [`drift`] measures it, and `usermm calibrate --show` prints it beside the fit's
+//! held-out error, which it bounds from below.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -48,18 +52,56 @@ pub struct Pooled {
     pub used: Vec<(usize, f64)>,
 }
 
+/// How one calibration's times moved from another's: the machine as a whole, and each
+/// point apart from that.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Drift {
+    /// The median over their common points of the new time over the old: the old times ×
+    /// this are at the new level.
+    pub scale: f64,
+    /// The median over the points of |new / (old × scale) − 1|, percent: one point's own
+    /// noise between two calibrations, which no fit of one calibration can follow.
+    pub point_pct: f64,
+    /// The share of points off by more than 20 % that way, percent.
+    pub over_20_pct: f64,
+}
+
+/// How `new` moved from `old` over their common points (`None` without one).
+pub fn drift(new: &Timings, old: &Timings) -> Option<Drift> {
+    let mut ratios: Vec<f64> = new
+        .ns
+        .iter()
+        .filter_map(|(k, &v)| Some(v / old.ns.get(k).filter(|&&o| o > 0.0)?))
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .collect();
+    let scale = median(&mut ratios)?;
+    let mut off: Vec<f64> = ratios
+        .iter()
+        .map(|r| (r / scale - 1.0).abs() * 100.0)
+        .collect();
+    let over = off.iter().filter(|&&d| d > 20.0).count() as f64 * 100.0 / off.len() as f64;
+    Some(Drift {
+        scale,
+        point_pct: median(&mut off)?,
+        over_20_pct: over,
+    })
+}
+
+/// The median, the two middle values averaged for an even count (a pool of two keeps both
+/// calibrations' say).
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// Pools `new` with `earlier` (newest first; those older than [`POOL_MAX_AGE_SECS`] before
 /// `new`, without a common point, and past the first `POOL - 1` are left out).
 pub fn pool(new: &Timings, earlier: &[Timings]) -> Pooled {
-    let median = |v: &mut Vec<f64>| -> Option<f64> {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        match n {
-            0 => None,
-            _ if n % 2 == 1 => Some(v[n / 2]),
-            _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-        }
-    };
     let usable = |t: &Timings| {
         t.created_unix <= new.created_unix && new.created_unix - t.created_unix <= POOL_MAX_AGE_SECS
     };
@@ -69,15 +111,9 @@ pub fn pool(new: &Timings, earlier: &[Timings]) -> Pooled {
         if scaled.len() + 1 >= POOL {
             break;
         }
-        let mut ratios: Vec<f64> = new
-            .ns
-            .iter()
-            .filter_map(|(k, &v)| Some(v / t.ns.get(k).filter(|&&o| o > 0.0)?))
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .collect();
-        if let Some(s) = median(&mut ratios) {
-            scaled.push((s, t));
-            used.push((i, s));
+        if let Some(d) = drift(new, t) {
+            scaled.push((d.scale, t));
+            used.push((i, d.scale));
         }
     }
     let ns = new
@@ -120,6 +156,24 @@ mod tests {
         assert_eq!(p.ns["a"], 100.0);
         assert_eq!(p.ns["b"], 200.0);
         assert_eq!(p.ns["c"], 300.0);
+    }
+
+    #[test]
+    fn drift_is_the_common_scale_and_each_point_off_it() {
+        let new = timings(
+            10_000,
+            &[("a", 100.0), ("b", 200.0), ("c", 390.0), ("d", 80.0)],
+        );
+        let old = timings(
+            9_000,
+            &[("a", 50.0), ("b", 100.0), ("c", 150.0), ("z", 1.0)],
+        );
+        // Ratios 2, 2, 2.6 over the common points: scale 2; a and b on it, c 30 % off.
+        let d = drift(&new, &old).expect("common points");
+        assert_eq!(d.scale, 2.0);
+        assert_eq!(d.point_pct, 0.0);
+        assert!((d.over_20_pct - 100.0 / 3.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(drift(&new, &timings(1, &[("z", 1.0)])), None);
     }
 
     #[test]

@@ -370,6 +370,26 @@ pub fn describe(p: &Profile) -> String {
             ),
         }
     );
+    // The probes' own noise beside the fit's errors: what a held-out error cannot go below.
+    if let Some((own, earlier)) = p.timings.split_first() {
+        let moved: Vec<String> = earlier
+            .iter()
+            .filter_map(|t| pool::drift(own, t))
+            .map(|d| {
+                format!(
+                    "×{:.2} of its times as a whole, a point a median {:.1} % off that ({:.0} % of points over 20 %)",
+                    d.scale, d.point_pct, d.over_20_pct
+                )
+            })
+            .collect();
+        if !moved.is_empty() {
+            let _ = writeln!(
+                s,
+                "probe noise: this calibration ran, against each earlier one pooled, {}",
+                moved.join("; ")
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "fit: median |error| {:.1} % in sample, {:.1} % leaving one family out, {:.1} % leaving one operation out (λ = {}, λ_o = {}; discrepancy {:.0} %)",
