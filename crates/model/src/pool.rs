@@ -17,7 +17,7 @@
 //! day of the same guest (6.18.44-fc-v657), of three calibrations a minute apart the last
 //! ran ×0.83 of both others' times as a whole and its points a median 10 and 13 % off
 //! that; [`drift`] measures it, and `usermm calibrate --show` prints it beside the fit's
-//! held-out error, which it bounds from below.
+//! held-out error, part of which it is.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -370,7 +370,7 @@ pub fn describe(p: &Profile) -> String {
             ),
         }
     );
-    // The probes' own noise beside the fit's errors: what a held-out error cannot go below.
+    // The probes' own noise beside the fit's errors: part of every held-out error.
     if let Some((own, earlier)) = p.timings.split_first() {
         let moved: Vec<String> = earlier
             .iter()
