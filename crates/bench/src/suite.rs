@@ -1,6 +1,7 @@
 //! The suite: running a selection of its benchmarks ([`Bench`], listed with their
 //! [`Options`] in [`crate::options`]) into one [`Report`], and the options' defaults.
 
+use crate::costmodel::calibrate::Source;
 use crate::costmodel::Primitives;
 use crate::ctx::Ctx;
 use crate::host::{kernel_release, on_last_cpu, HostSide};
@@ -104,7 +105,7 @@ pub fn run(
         .and_then(|d| d.note());
     // The calibrated profile, where one can be had (cached, or calibrated once now); else
     // the recipes priced with primitives measured around each modelled benchmark.
-    let profile = which
+    let mut profile = which
         .iter()
         .any(|b| b.host_matches().is_some() && !opts.recipe_model)
         .then(|| {
@@ -121,7 +122,26 @@ pub fn run(
     if let Some((p, src)) = &profile {
         progress.suspend(|| println!("model: profile {}", src.describe(p)));
     }
+    let mut modelled = 0;
     for &b in which {
+        // The cached profile checked again before each modelled benchmark but the first
+        // (checked above), and calibrated again where the machine has moved
+        // (`calibrate::recheck`); another machine's profile (`--profile`) is not.
+        if b.host_matches().is_some() {
+            modelled += 1;
+            if modelled > 1 {
+                profile = match profile.take() {
+                    Some((p, Source::Cached(path, _) | Source::Calibrated(Some(path), _))) => {
+                        Some(progress.suspend(|| {
+                            crate::calibrate::recheck(host, p, path, &mut |m| {
+                                eprintln!("calibrate: {m}")
+                            })
+                        }))
+                    }
+                    other => other,
+                };
+            }
+        }
         // The primitives are measured again for each modelled benchmark, each time by a
         // fresh process (measured in the bench process after the sharing and anon-cow
         // benchmarks, the host's mprotect per entry, and so `kcall`, read 2.3 times what a
