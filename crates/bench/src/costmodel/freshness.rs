@@ -1,5 +1,5 @@
 //! Whether a cached profile still describes the machine: a few of its probe points timed
-//! again before `usermm bench` predicts with it.
+//! again before each benchmark `usermm bench` predicts with it (`calibrate::recheck`).
 //!
 //! A profile's prices are the machine's at calibration time, and a shared guest does not
 //! keep one speed. On the AMD EPYC guest (kernel 6.18.44-fc-v782), the 124 probe points
