@@ -586,9 +586,69 @@ fn every_sharing_tracker_decides_cow_reuse_and_stays_exact() {
     }
 }
 
+/// A move whose source and destination are 2 MiB aligned moves whole PTE tables at the PMD
+/// level (`move_normal_pmd`), reading no entry and allocating no PTE table, with one TLB
+/// flush per table; one that starts inside a 2 MiB with nothing mapped below it on either
+/// side, at the same offset on both, is first aligned down to the boundary
+/// (`try_realign_addr`); with a VMA below the source, its first, partial table moves PTE by
+/// PTE.
+#[test]
+fn mremap_moves_whole_pte_tables_when_aligned() {
+    let m = machine(256 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    // DONTUNMAP leaves the source VMA mapped (empty): the counts are the move's alone.
+    let dontunmap = |dst| MremapFlags {
+        maymove: true,
+        fixed: Some(dst),
+        dontunmap: true,
+    };
+    // Aligned: 8 tables move whole.
+    let len = 16 * M;
+    let a = cpu.mmap(p, fixed(len, 0x4000_0000)).unwrap();
+    cpu.write_fill(p, a, len, 0x5a).unwrap();
+    let before = m.counters();
+    let b = cpu.mremap(p, a, len, len, dontunmap(0x8000_0000)).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::PteRead), 0);
+    // The destination's PMD table only (its 1 GiB had none).
+    assert_eq!(d.get(Ev::PgtableAlloc), 1);
+    assert_eq!(d.get(Ev::TlbFlushRange), len / (2 * M));
+    assert_eq!(cpu.find_mismatch(p, b, len, 0x5a).unwrap(), None);
+    valid(&m);
+    // Realigned: 4 MiB less a page from one page past the boundary, at the same offset on
+    // both sides, nothing below either: both tables move whole.
+    let (src, len) = (0x4100_1000, 4 * M - 4 * K);
+    let a = cpu.mmap(p, fixed(len, src)).unwrap();
+    cpu.write_fill(p, a, len, 0x6b).unwrap();
+    let before = m.counters();
+    let b = cpu.mremap(p, a, len, len, dontunmap(0x8100_1000)).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::PteRead), 0);
+    assert_eq!(d.get(Ev::TlbFlushRange), 2);
+    assert_eq!(cpu.find_mismatch(p, b, len, 0x6b).unwrap(), None);
+    valid(&m);
+    // The same with a page mapped below the source in its 2 MiB: the first table's 511
+    // entries move one by one into a new table, the second table whole.
+    let below = cpu.mmap(p, fixed(4 * K, 0x4200_0000)).unwrap();
+    cpu.write_fill(p, below, 4 * K, 1).unwrap();
+    let a = cpu.mmap(p, fixed(len, 0x4200_1000)).unwrap();
+    cpu.write_fill(p, a, len, 0x7c).unwrap();
+    let before = m.counters();
+    let b = cpu.mremap(p, a, len, len, dontunmap(0x8200_1000)).unwrap();
+    let d = m.counters().delta(&before);
+    assert_eq!(d.get(Ev::PteRead), 511);
+    assert_eq!(d.get(Ev::PgtableAlloc), 1);
+    assert_eq!(d.get(Ev::TlbFlushRange), 2);
+    assert_eq!(cpu.find_mismatch(p, b, len, 0x7c).unwrap(), None);
+    assert_eq!(cpu.find_mismatch(p, below, 4 * K, 1).unwrap(), None);
+    valid(&m);
+}
+
 /// mremap and MADV_FREE go through the page-table cursor: each PTE table is locked once
-/// (mremap: the source and the destination table together) and each entry read once, where
-/// they used to walk from the PGD and lock per 4 KiB page.
+/// per destination table it moves into (mremap: the source and the destination table
+/// together) and each entry read once, where they used to walk from the PGD and lock per
+/// 4 KiB page.
 #[test]
 fn mremap_and_madv_free_visit_each_table_once() {
     let m = machine(256 * M);
@@ -599,26 +659,30 @@ fn mremap_and_madv_free_visit_each_table_once() {
     let a = cpu.mmap(p, fixed(len, 0x4000_0000)).unwrap();
     cpu.write_fill(p, a, len, 0x3c).unwrap();
     let before = m.counters();
+    // One page past a 2 MiB boundary: the tables cannot move whole, so the PTEs move, each
+    // source table into two destination tables.
     let flags = MremapFlags {
         maymove: true,
-        fixed: Some(0x8000_0000),
+        fixed: Some(0x8000_1000),
         dontunmap: false,
     };
     let b = cpu.mremap(p, a, len, len, flags).unwrap();
     let d = m.counters().delta(&before);
-    // The move locks each source table with its destination once and reads each entry once;
-    // then the old range is unmapped as Linux does, which zaps (locks, reads) the emptied
-    // source tables once more and frees them.
-    assert_eq!(d.get(Ev::LockPtl), 2 * tables + tables);
+    // The move locks each source table with each of its two destinations and reads each
+    // entry once; then the old range is unmapped as Linux does, which zaps (locks, reads)
+    // the emptied source tables once more and frees them.
+    assert_eq!(d.get(Ev::LockPtl), 2 * 2 * tables + tables);
     assert_eq!(d.get(Ev::PteRead), ptes + ptes);
-    // Each entry cleared and written; one PMD and `tables` PTE tables linked, as many unlinked.
-    assert_eq!(d.get(Ev::PteWrite), 2 * ptes + 2 * (tables + 1));
-    assert_eq!(d.get(Ev::PgtableAlloc), tables + 1);
+    // Each entry cleared and written; one PMD table and `tables + 1` PTE tables linked, the
+    // source's `tables` and its PMD table unlinked.
+    assert_eq!(d.get(Ev::PteWrite), 2 * ptes + (tables + 2) + (tables + 1));
+    assert_eq!(d.get(Ev::PgtableAlloc), tables + 2);
     valid(&m);
     let before = m.counters();
     cpu.madvise(p, b, len, Advice::Free).unwrap();
     let d = m.counters().delta(&before);
-    assert_eq!(d.get(Ev::LockPtl), tables);
+    // The moved range spans one table more than the source did.
+    assert_eq!(d.get(Ev::LockPtl), tables + 1);
     assert_eq!(d.get(Ev::PteRead), ptes);
     valid(&m);
     assert_eq!(

@@ -29,6 +29,12 @@ const PASSES: usize = 3;
 /// that profiles timed the old way are made again.
 const PROBE_METHOD: u32 = 2;
 
+/// How the engine counts the probes, beside how the host times them: raised when the
+/// engine's counters of a probe change (1: mremap moves whole PTE tables at the PMD level, as
+/// Linux does, where it moved every PTE), so that profiles fitted to the old counts are made
+/// again.
+const ENGINE_COUNTS: u32 = 1;
+
 /// The probes and recipes of this build, hashed: a profile made with others is stale.
 pub fn model_key() -> String {
     let recipes: Vec<String> = RECIPES
@@ -36,7 +42,7 @@ pub fn model_key() -> String {
         .map(|r| format!("{}{:?}", r.counter, r.work))
         .collect();
     let text = format!(
-        "{PROFILE_VERSION}{PROBE_METHOD}{FEATURES_VERSION}{:?}{recipes:?}",
+        "{PROFILE_VERSION}{PROBE_METHOD}{ENGINE_COUNTS}{FEATURES_VERSION}{:?}{recipes:?}",
         catalogue()
     );
     format!("{:016x}", fnv1a(text.as_bytes()))

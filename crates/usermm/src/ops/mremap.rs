@@ -439,8 +439,9 @@ fn move_vma<'m>(
     if flags.has(VmFlags::ACCOUNT) && charge > 0 {
         vm_enough_memory(cpu, charge >> 12)?;
     }
-    let (src_va, dst_va) = (VirtAddr::new(addr), VirtAddr::new(dst));
-    prealloc_tables(cpu, mm, src_va, dst_va, old_len.min(new_len))?;
+    let moved = old_len.min(new_len);
+    let (src_va, dst_va, span) = realign(st, vma, addr, dst, moved);
+    prealloc_tables(cpu, mm, src_va, dst_va, span)?;
     let p = Proposal {
         start: dst,
         end: dst + new_len,
@@ -451,14 +452,7 @@ fn move_vma<'m>(
     };
     merge::insert_new(&mut st.vmas, cpu.c(), p)?;
     let src = st.vmas.find(addr).ok_or(Errno::EFAULT)?;
-    move_page_tables(
-        cpu,
-        mm,
-        st.vmas.get(src),
-        src_va,
-        dst_va,
-        old_len.min(new_len),
-    );
+    move_page_tables(cpu, mm, st.vmas.get(src), src_va, dst_va, span);
     // Folios left mlocked in an unlocked VMA (see `MmState::mlock_stale`) stay so where
     // they move to.
     if st
@@ -506,10 +500,46 @@ fn move_vma<'m>(
     Ok(dst)
 }
 
+/// Where the page-table move of `[addr, addr+len)` to `dst` starts, and how much it spans
+/// (`try_realign_addr`): both addresses aligned down to the 2 MiB boundary below them when
+/// the move reaches the next boundary, the two lie at the same offset in their 2 MiB, each
+/// starts its VMA (the source VMA here, the new one at `dst` as it will be inserted), and
+/// no VMA lies between the boundary and either address; the whole tables of the aligned
+/// part can then move at the PMD level (what lies below the addresses in them is empty).
+/// Otherwise the range as it is.
+fn realign(
+    st: &MmState,
+    vma: &crate::vma::Vma,
+    addr: u64,
+    dst: u64,
+    len: u64,
+) -> (VirtAddr, VirtAddr, u64) {
+    let (src_va, dst_va) = (VirtAddr::new(addr), VirtAddr::new(dst));
+    let offset = addr & (PMD_SIZE - 1);
+    // Nothing mapped in [a rounded down to 2 MiB, a): for the new VMA this also means no
+    // neighbour ends at `dst` to merge with, so the new VMA starts at `dst`.
+    let clear_below = |a: u64| st.vmas.overlapping(a & !(PMD_SIZE - 1), a).is_empty();
+    let realigned = offset != 0
+        && len >= PMD_SIZE - offset
+        && dst & (PMD_SIZE - 1) == offset
+        && vma.start == addr
+        && clear_below(addr)
+        && clear_below(dst);
+    if realigned {
+        (
+            src_va.pmd_align_down(),
+            dst_va.pmd_align_down(),
+            len + offset,
+        )
+    } else {
+        (src_va, dst_va, len)
+    }
+}
+
 /// Allocates every destination table the move will need before anything moves, so that a
 /// failure leaves the mapping untouched (Linux moves back what it moved; nothing moved here).
-/// A destination PTE table is needed wherever the source has one, or a PMD leaf that will
-/// not move whole.
+/// A destination PTE table is needed wherever the source has one, or a PMD leaf, that will
+/// not move whole (a whole source table moves to an aligned destination as it is).
 fn prealloc_tables<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
@@ -522,12 +552,9 @@ fn prealloc_tables<'m>(
     while a < dst.add(len) {
         let chunk_end = a.pmd_addr_end(dst.add(len));
         let s = src.add(a.offset_from(dst));
-        let needs_ptes =
-            pt.pmd_walk(s, s.add(chunk_end.offset_from(a)))
-                .any(|step| match step.kind {
-                    PmdKind::Table(_) => true,
-                    PmdKind::Huge(_) => !(a.is_pmd_aligned() && step.whole()),
-                });
+        let needs_ptes = pt
+            .pmd_walk(s, s.add(chunk_end.offset_from(a)))
+            .any(|step| !(a.is_pmd_aligned() && step.whole()));
         if needs_ptes {
             pt.alloc_pte_table(cpu.c(), &mm.page_table_lock, a)
                 .map_err(|_| Errno::ENOMEM)?;
@@ -540,9 +567,14 @@ fn prealloc_tables<'m>(
     Ok(())
 }
 
-/// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`):
-/// whole PMD leaves when both sides are PMD aligned, otherwise PTEs, one source table
-/// piece at a time with both tables locked (`move_ptes`).
+/// Moves page-table entries from `src` to `dst` for `len` bytes (`move_page_tables`): a
+/// whole 2 MiB of the source moves at the PMD level when its destination is 2 MiB aligned
+/// (a PMD leaf with its deposited table, `move_huge_pmd`; a PTE table as it is,
+/// `move_normal_pmd`: x86-64 and arm64 both have `HAVE_MOVE_PMD`), otherwise its PTEs, one
+/// piece inside one destination table at a time with both tables locked (`move_ptes`). Each
+/// move flushes the source range it cleared before the next (measured on 6.18, this AMD
+/// guest: moving 10 MiB of aligned 64 KiB folios took 1 ns a page more than 2.5 MiB of
+/// unaligned ones, whose PTEs move one by one at 5 ns a page).
 fn move_page_tables<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
@@ -552,18 +584,31 @@ fn move_page_tables<'m>(
     len: u64,
 ) {
     let pt = cpu.tables(mm);
-    // What the moves owe: the source entries they cleared.
-    let mut flush = TlbFlushPending::none();
+    let flush_range = |owed: TlbFlushPending, s: VirtAddr, e: VirtAddr| {
+        if owed.is_owed() {
+            owed.flushed(cpu.flush_tlb(mm, FlushScope::Range(s, e)));
+        }
+    };
     for step in pt.pmd_walk(src, src.add(len)) {
         let d0 = dst.add(step.start.offset_from(src));
-        if let PmdKind::Huge(_) = step.kind {
-            if step.whole() && d0.is_pmd_aligned() {
-                if let Some(owed) = move_huge_pmd(cpu, mm, &step, d0) {
-                    flush.merge(owed);
+        let whole = step.whole() && d0.is_pmd_aligned();
+        match step.kind {
+            PmdKind::Huge(_) => {
+                if whole {
+                    if let Some(owed) = move_huge_pmd(cpu, mm, &step, d0) {
+                        flush_range(owed, step.start, step.end);
+                        continue;
+                    }
+                }
+                split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
+            }
+            PmdKind::Table(_) if whole => {
+                if let Some(owed) = move_normal_pmd(cpu, mm, &step, d0) {
+                    flush_range(owed, step.start, step.end);
                     continue;
                 }
             }
-            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
+            PmdKind::Table(_) => {}
         }
         let Some(table) = pt.pte_table_at(step.table, step.idx) else {
             continue;
@@ -576,13 +621,37 @@ fn move_page_tables<'m>(
             let piece_end = step
                 .end
                 .min(s.add(d.next_boundary(PMD_SIZE).offset_from(d)));
-            flush.merge(move_ptes(cpu, mm, table, s, piece_end, d));
+            flush_range(move_ptes(cpu, mm, table, s, piece_end, d), s, piece_end);
             s = piece_end;
         }
     }
-    if flush.is_owed() {
-        flush.flushed(cpu.flush_tlb(mm, FlushScope::Range(src, src.add(len))));
+}
+
+/// `move_normal_pmd`: moves the PTE table under `step` (a whole 2 MiB) to the empty PMD
+/// entry of `dst` as it is, and returns the flush the source entry owes; `None` if the
+/// destination entry is not empty or its PMD table cannot be had (the caller moves the
+/// PTEs instead).
+fn move_normal_pmd<'m>(
+    cpu: &Cpu<'m>,
+    mm: &Mm,
+    step: &PmdStep,
+    dst: VirtAddr,
+) -> Option<TlbFlushPending> {
+    let c = cpu.c();
+    let pt = cpu.tables(mm);
+    let dpmd = pt.alloc_pmd_table(c, &mm.page_table_lock, dst).ok()?;
+    let mut from = PmdLock::lock(pt, c, step.table);
+    let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
+    let target = other.as_ref().unwrap_or(&from);
+    if target.get(dst.pmd_index()) != crate::pgtable::Pmd::NONE {
+        return None;
     }
+    let (entry, flush) = from.clear(step.idx);
+    match other.as_mut() {
+        Some(to) => to.install(dst.pmd_index(), entry),
+        None => from.install(dst.pmd_index(), entry),
+    }
+    Some(flush)
 }
 
 /// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table, and returns
