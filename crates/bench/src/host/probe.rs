@@ -129,6 +129,9 @@ pub enum Probe {
     MunmapVmas {
         /// VMAs unmapped.
         vmas: u64,
+        /// Each VMA's page read first (the zero page mapped: a PTE to clear and a page-table
+        /// page to free per 256 VMAs, no folio), else none.
+        read: bool,
     },
     /// `madvise(MADV_DONTNEED)` of each 4 KiB page of `pages` written pages in turn, one
     /// call per page (folios of `folio` bytes, 2 MiB ones PTE-mapped): the system call's own
@@ -440,8 +443,11 @@ fn host_timed(probe: &Probe, scatter: &dyn Fn(&Region, u64)) -> Result<f64, Stri
             }
             time(&mut map_unmap)
         }
-        Probe::MunmapVmas { vmas } => {
+        Probe::MunmapVmas { vmas, read } => {
             let mut sparse = SparseVmas::new(vmas)?;
+            if read {
+                sparse.read_each()?;
+            }
             time(&mut || sparse.unmap_span())
         }
     }

@@ -229,6 +229,11 @@ impl SparseVmas {
         Ok(())
     }
 
+    /// Reads each VMA's page (a read fault: the zero page mapped).
+    pub fn read_each(&self) -> Result<(), String> {
+        self.regions.iter().try_for_each(Region::read_each_page)
+    }
+
     /// None at all.
     pub fn is_empty(&self) -> bool {
         self.regions.is_empty()

@@ -180,8 +180,14 @@ pub fn engine_counters(probe: &Probe) -> anyhow::Result<BTreeMap<String, u64>> {
             let a = cpu.mmap(p, MmapArgs::anon(PAGE, RW))?;
             cpu.munmap(p, a, PAGE)?;
         }
-        Probe::MunmapVmas { vmas } => {
+        Probe::MunmapVmas { vmas, read } => {
             let a = sparse(&cpu, p, vmas)?;
+            if read {
+                for i in 0..vmas {
+                    cpu.touch(p, a + 2 * i * PAGE, PAGE, Access::Read)
+                        .map_err(sig)?;
+                }
+            }
             mark();
             cpu.munmap(p, a, (2 * vmas).saturating_sub(1) * PAGE)?;
         }
