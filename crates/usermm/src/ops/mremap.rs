@@ -2,9 +2,9 @@
 //!
 //! Linux counterpart: `mm/mremap.c` (`do_mremap`, `check_mremap_params`, `mremap_to`,
 //! `vma_expandable`, `move_vma`, `copy_vma`, `move_page_tables`). A move keeps the folios
-//! and moves their page-table entries (PMD leaves whole when both sides are PMD aligned), so
-//! mapcounts and RSS do not change; the new VMA keeps the old page offset and therefore only
-//! merges with neighbours whose offsets continue it.
+//! and moves their page-table entries (a PMD leaf, or a whole PTE table, at once where both
+//! sides of its 2 MiB are aligned), so mapcounts and RSS do not change; the new VMA keeps the
+//! old page offset and therefore only merges with neighbours whose offsets continue it.
 
 use super::{aligned, page_align, user_range_ok};
 use crate::errno::{Errno, SysResult};
