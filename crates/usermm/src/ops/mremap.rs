@@ -15,7 +15,7 @@ use crate::ops::mmap::{get_unmapped_area, mlock_future_ok, populate, AreaRequest
 use crate::ops::munmap::do_munmap;
 use crate::ops::{vm_enough_memory, vm_unacct};
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
-use crate::pgtable::{PMD_SIZE, TASK_SIZE};
+use crate::pgtable::{Pmd, PMD_SIZE, TASK_SIZE};
 use crate::phys::Pfn;
 use crate::stats::Ev;
 use crate::tlb::{FlushScope, TlbFlushPending};
@@ -592,24 +592,14 @@ fn move_page_tables<'m>(
     };
     for step in pt.pmd_walk(src, src.add(len)) {
         let d0 = dst.add(step.start.offset_from(src));
-        let whole = step.whole() && d0.is_pmd_aligned();
-        match step.kind {
-            PmdKind::Huge(_) => {
-                if whole {
-                    if let Some(owed) = move_huge_pmd(cpu, mm, &step, d0) {
-                        flush_range(owed, step.start, step.end);
-                        continue;
-                    }
-                }
-                split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
+        if step.whole() && d0.is_pmd_aligned() {
+            if let Some(owed) = move_pmd_entry(cpu, mm, &step, d0) {
+                flush_range(owed, step.start, step.end);
+                continue;
             }
-            PmdKind::Table(_) if whole => {
-                if let Some(owed) = move_normal_pmd(cpu, mm, &step, d0) {
-                    flush_range(owed, step.start, step.end);
-                    continue;
-                }
-            }
-            PmdKind::Table(_) => {}
+        }
+        if let PmdKind::Huge(_) = step.kind {
+            split_huge_pmd(cpu, mm, vma, step.table, step.idx, step.haddr());
         }
         let Some(table) = pt.pte_table_at(step.table, step.idx) else {
             continue;
@@ -628,11 +618,11 @@ fn move_page_tables<'m>(
     }
 }
 
-/// `move_normal_pmd`: moves the PTE table under `step` (a whole 2 MiB) to the empty PMD
-/// entry of `dst` as it is, and returns the flush the source entry owes; `None` if the
-/// destination entry is not empty or its PMD table cannot be had (the caller moves the
-/// PTEs instead).
-fn move_normal_pmd<'m>(
+/// `move_huge_pmd` (a leaf, with its deposited table) and `move_normal_pmd` (a PTE table, as
+/// it is): moves the entry of `step`, a whole 2 MiB, to the empty PMD entry of `dst`, and
+/// returns the flush the source entry owes; `None` if the destination's PMD table cannot be
+/// had or its entry is not empty (the caller splits a leaf and moves PTEs instead).
+fn move_pmd_entry<'m>(
     cpu: &Cpu<'m>,
     mm: &Mm,
     step: &PmdStep,
@@ -643,8 +633,7 @@ fn move_normal_pmd<'m>(
     let dpmd = pt.alloc_pmd_table(c, &mm.page_table_lock, dst).ok()?;
     let mut from = PmdLock::lock(pt, c, step.table);
     let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
-    let target = other.as_ref().unwrap_or(&from);
-    if target.get(dst.pmd_index()) != crate::pgtable::Pmd::NONE {
+    if other.as_ref().unwrap_or(&from).get(dst.pmd_index()) != Pmd::NONE {
         return None;
     }
     let (entry, flush) = from.clear(step.idx);
@@ -652,32 +641,10 @@ fn move_normal_pmd<'m>(
         Some(to) => to.install(dst.pmd_index(), entry),
         None => from.install(dst.pmd_index(), entry),
     }
-    Some(flush)
-}
-
-/// `move_huge_pmd`: moves the leaf of `step` to `dst`, with its deposited table, and returns
-/// the flush the source leaf owes; `None` if the destination PMD table cannot be had (the
-/// caller splits and moves PTEs instead).
-fn move_huge_pmd<'m>(
-    cpu: &Cpu<'m>,
-    mm: &Mm,
-    step: &PmdStep,
-    dst: VirtAddr,
-) -> Option<TlbFlushPending> {
-    let c = cpu.c();
-    let pt = cpu.tables(mm);
-    let Ok(dpmd) = pt.alloc_pmd_table(c, &mm.page_table_lock, dst) else {
-        return None;
-    };
-    let mut from = PmdLock::lock(pt, c, step.table);
-    let mut other = (dpmd != step.table).then(|| PmdLock::lock(pt, c, dpmd));
-    let (entry, flush) = from.clear(step.idx);
-    match other.as_mut() {
-        Some(to) => to.install(dst.pmd_index(), entry),
-        None => from.install(dst.pmd_index(), entry),
+    if let PmdKind::Huge(_) = step.kind {
+        let to = other.as_ref().unwrap_or(&from);
+        mm.deposited.relocate(&from, to, step.start, dst);
     }
-    let to = other.as_ref().unwrap_or(&from);
-    mm.deposited.relocate(&from, to, step.start, dst);
     Some(flush)
 }
 
