@@ -603,44 +603,40 @@ fn mremap_moves_whole_pte_tables_when_aligned() {
         fixed: Some(dst),
         dontunmap: true,
     };
+    // Maps `len` bytes at `src`, writes them with `byte`, moves them to `dst`: the move's
+    // counters, the contents checked where they went.
+    let moved = |src: u64, len: u64, dst: u64, byte: u8| {
+        let a = cpu.mmap(p, fixed(len, src)).unwrap();
+        cpu.write_fill(p, a, len, byte).unwrap();
+        let before = m.counters();
+        let b = cpu.mremap(p, a, len, len, dontunmap(dst)).unwrap();
+        let d = m.counters().delta(&before);
+        assert_eq!(cpu.find_mismatch(p, b, len, byte).unwrap(), None);
+        d
+    };
     // Aligned: 8 tables move whole.
     let len = 16 * M;
-    let a = cpu.mmap(p, fixed(len, 0x4000_0000)).unwrap();
-    cpu.write_fill(p, a, len, 0x5a).unwrap();
-    let before = m.counters();
-    let b = cpu.mremap(p, a, len, len, dontunmap(0x8000_0000)).unwrap();
-    let d = m.counters().delta(&before);
+    let d = moved(0x4000_0000, len, 0x8000_0000, 0x5a);
     assert_eq!(d.get(Ev::PteRead), 0);
     // The destination's PMD table only (its 1 GiB had none).
     assert_eq!(d.get(Ev::PgtableAlloc), 1);
     assert_eq!(d.get(Ev::TlbFlushRange), len / (2 * M));
-    assert_eq!(cpu.find_mismatch(p, b, len, 0x5a).unwrap(), None);
     valid(&m);
     // Realigned: 4 MiB less a page from one page past the boundary, at the same offset on
     // both sides, nothing below either: both tables move whole.
-    let (src, len) = (0x4100_1000, 4 * M - 4 * K);
-    let a = cpu.mmap(p, fixed(len, src)).unwrap();
-    cpu.write_fill(p, a, len, 0x6b).unwrap();
-    let before = m.counters();
-    let b = cpu.mremap(p, a, len, len, dontunmap(0x8100_1000)).unwrap();
-    let d = m.counters().delta(&before);
+    let len = 4 * M - 4 * K;
+    let d = moved(0x4100_1000, len, 0x8100_1000, 0x6b);
     assert_eq!(d.get(Ev::PteRead), 0);
     assert_eq!(d.get(Ev::TlbFlushRange), 2);
-    assert_eq!(cpu.find_mismatch(p, b, len, 0x6b).unwrap(), None);
     valid(&m);
     // The same with a page mapped below the source in its 2 MiB: the first table's 511
     // entries move one by one into a new table, the second table whole.
     let below = cpu.mmap(p, fixed(4 * K, 0x4200_0000)).unwrap();
     cpu.write_fill(p, below, 4 * K, 1).unwrap();
-    let a = cpu.mmap(p, fixed(len, 0x4200_1000)).unwrap();
-    cpu.write_fill(p, a, len, 0x7c).unwrap();
-    let before = m.counters();
-    let b = cpu.mremap(p, a, len, len, dontunmap(0x8200_1000)).unwrap();
-    let d = m.counters().delta(&before);
+    let d = moved(0x4200_1000, len, 0x8200_1000, 0x7c);
     assert_eq!(d.get(Ev::PteRead), 511);
     assert_eq!(d.get(Ev::PgtableAlloc), 1);
     assert_eq!(d.get(Ev::TlbFlushRange), 2);
-    assert_eq!(cpu.find_mismatch(p, b, len, 0x7c).unwrap(), None);
     assert_eq!(cpu.find_mismatch(p, below, 4 * K, 1).unwrap(), None);
     valid(&m);
 }

@@ -22,9 +22,10 @@
 //! without a copy), the fork and munmap tables' tmpfs layouts at sizes no row has
 //! (`fork-file`, `munmap-shared`: a file folio's work apart from an anonymous one's) and
 //! one munmap of many VMAs, empty or each with its page read (`munmap-vmas`: a VMA's
-//! removal apart from fork's copy of it, which spawn's probes only ever time together). mlock and munlock each sweep 16 and
-//! 64 KiB folios, so that leaving one size out still separates a folio's work from a
-//! batch drain's (a large folio drains its batch at once, 4 KiB ones every 31st).
+//! removal apart from fork's copy of it, which spawn's probes only ever time together).
+//! mlock and munlock each sweep 16 and 64 KiB folios, so that leaving one size out still
+//! separates a folio's work from a batch drain's (a large folio drains its batch at once,
+//! 4 KiB ones every 31st).
 //!
 //! Not probed (their recipes stand, and the profile says so): remote TLB shootdowns (the
 //! engine's counters do not separate a remote flush from a local one), readahead from disk,
