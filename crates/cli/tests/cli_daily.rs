@@ -554,6 +554,33 @@ fn bench_compare_refuses_impossible_samples_and_runs_not_alike() {
 }
 
 #[test]
+fn calibrate_check_reads_the_profile_first_and_takes_no_other_mode() {
+    let d = dir("calibrate_check");
+    // A file that is no profile is refused before any probe runs (no host side needed).
+    let bad = d.join("bad.json");
+    std::fs::write(&bad, "{\"version\": 2}").expect("write");
+    let o = usermm(&[
+        "calibrate",
+        "--check",
+        "--show",
+        bad.to_str().expect("path"),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("profile"), "{}", stderr(&o));
+    // A check calibrates nothing, writes nothing and prices no report.
+    for other in ["--json", "--refit", "--no-pool", "--out=x.json"] {
+        let o = usermm(&["calibrate", "--check", other]);
+        assert_eq!(o.status.code(), Some(2), "{other}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot be used with"),
+            "{other}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn completions_and_man_page() {
     for shell in ["bash", "zsh", "fish"] {
         let o = usermm(&["completions", shell]);

@@ -500,6 +500,12 @@ pub struct CalibrateArgs {
     /// the cached one) instead of calibrating: the same host timings, the fit as it is now.
     #[arg(long)]
     pub refit: bool,
+    /// Time the check `usermm bench` makes before each modelled benchmark against the
+    /// profile (`--show`'s, else the cached one) and print whether it still describes this
+    /// machine (exit status 1 if not); nothing is calibrated or cached (root: the probes set
+    /// the THP knobs).
+    #[arg(long, conflicts_with_all = ["out", "json", "evaluate", "no_pool", "refit"])]
+    pub check: bool,
 }
 
 /// `usermm calibrate`: runs the probes, fits, caches the profile (and writes `--out`).
@@ -538,6 +544,18 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
             print!("{s}");
         }
         return Ok(0);
+    }
+    if args.check {
+        let profile = loaded(&args.show)?;
+        let session = HostSide::probe(true)
+            .session()
+            .map_err(|e| anyhow::anyhow!("the check needs the host side: {e}"))?;
+        let Some(c) = freshness::check(&session, &profile) else {
+            anyhow::bail!("no check point could be timed and compared with the profile");
+        };
+        let verdict = if c.fresh() { "fresh" } else { "stale" };
+        println!("{verdict}: {}", c.describe());
+        return Ok(if c.fresh() { 0 } else { 1 });
     }
     let profile = match &args.show {
         Some(_) => loaded(&args.show)?,
