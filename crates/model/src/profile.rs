@@ -277,6 +277,13 @@ pub struct Profile {
     /// this one's first ([`crate::pool`]; empty in profiles from before pooling).
     #[serde(default)]
     pub timings: Vec<crate::pool::Timings>,
+    /// How the host timed the probes and which probes they were (a hash; empty in profiles
+    /// from before it): a calibration pools the probe times of an earlier profile of this
+    /// machine with the same timing key even when its model key differs, since the engine's
+    /// counts and the recipes (which the model key also covers) do not change a host time
+    /// ([`Profile::timings_poolable`]).
+    #[serde(default)]
+    pub timing_key: String,
 }
 
 /// The recipe price of every counter and pseudo-counter the model prices, ns per event,
@@ -544,6 +551,7 @@ impl Profile {
             llc_bytes: 0,
             far_permille: None,
             timings: Vec::new(),
+            timing_key: String::new(),
         })
     }
 
@@ -624,6 +632,24 @@ impl Profile {
             && now.saturating_sub(self.created_unix) <= MAX_AGE_SECS
     }
 
+    /// Whether a calibration of `machine` at `now`, under the model `model_key` and the timing
+    /// key `timing_key`, may pool this profile's probe times ([`Profile::timings`]): the
+    /// same machine and kernel, and the same model or (when this profile names one) the same
+    /// timing key. Each timing's own age is [`crate::pool::pool`]'s to judge.
+    pub fn timings_poolable(
+        &self,
+        machine: &Fingerprint,
+        model_key: &str,
+        timing_key: &str,
+        now: u64,
+    ) -> bool {
+        self.fresh_for(machine, model_key, now)
+            || (self.version == PROFILE_VERSION
+                && !self.timing_key.is_empty()
+                && self.timing_key == timing_key
+                && self.fingerprint.same_machine(machine))
+    }
+
     /// Checks every field against its bounds (a profile file is untrusted).
     pub fn validate(&self) -> Result<(), String> {
         let finite_nonneg = |what: &str, v: f64| {
@@ -652,6 +678,7 @@ impl Profile {
             &fp.cpu_model,
             &fp.cmdline,
             &self.model_key,
+            &self.timing_key,
         ];
         let maps = fp.mitigations.iter().chain(&fp.thp);
         if strings.iter().any(|s| s.len() > 4096)

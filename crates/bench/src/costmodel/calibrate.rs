@@ -48,6 +48,16 @@ pub fn model_key() -> String {
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
 
+/// The host side of the probes, hashed: how the host times them and which they are. The
+/// probe times of two profiles with the same timing key are times of the same points taken
+/// the same way, whatever the engine counts for them or the recipes price (the rest of
+/// [`model_key`]), so a calibration pools them across a change of the engine or the
+/// recipes.
+pub fn timing_key() -> String {
+    let text = format!("{PROFILE_VERSION}{PROBE_METHOD}{:?}", catalogue());
+    format!("{:016x}", fnv1a(text.as_bytes()))
+}
+
 /// Runs every probe and fits a profile of this machine, each point's time pooled with
 /// `earlier`'s recent calibrations where it is a profile of this machine, kernel and model
 /// (`usermm_model::pool`); `log` hears each step. Needs the host side (root: the probes set
@@ -163,12 +173,13 @@ pub fn calibrate(
         llc_bytes: llc,
         far_permille: median(&all_fars).map(|f| f.round() as u64),
         timings,
+        timing_key: timing_key(),
     })
 }
 
 /// `observations` with each time pooled with `earlier`'s recent calibrations, where
-/// `earlier` is a profile of this machine, kernel and model; and the timings the new
-/// profile keeps (its own first).
+/// `earlier` is a profile of this machine and kernel, and of this model or this timing key
+/// ([`Profile::timings_poolable`]); and the timings the new profile keeps (its own first).
 fn pooled(
     mut observations: Vec<Observation>,
     created: u64,
@@ -184,7 +195,7 @@ fn pooled(
             .collect(),
     };
     let earlier: &[pool::Timings] = match earlier {
-        Some(p) if p.fresh_for(machine, &model_key(), created) => &p.timings,
+        Some(p) if p.timings_poolable(machine, &model_key(), &timing_key(), created) => &p.timings,
         _ => &[],
     };
     let pooled = pool::pool(&own, earlier);
@@ -292,15 +303,18 @@ pub fn profile_for_bench(
     }
     let machine = Fingerprint::read();
     let cached = cache_dir().map(|d| cache_file(&d, &machine));
+    let mut stale = None;
     if let Ok(path) = &cached {
         if let Ok(p) = Profile::load(path) {
             if p.fresh_for(&machine, &model_key(), now()) {
                 return Ok(recheck(host, p, path.clone(), log));
             }
+            // Another build's profile: its probe times may still pool (`pooled`).
+            stale = Some(p);
         }
     }
     log("no fresh profile of this machine: calibrating once (usermm calibrate)");
-    let p = calibrate(host, None, log)?;
+    let p = calibrate(host, stale.as_ref(), log)?;
     let saved = match cached {
         Ok(path) => cache(&p, path, log),
         Err(e) => {
@@ -729,4 +743,67 @@ fn largest_parts(cell: &crate::model::Column) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An earlier calibration of this machine: the example's points at half their times
+    /// (the first at a quarter), made a minute before `now`, under `model` and `timing`.
+    fn earlier(now: u64, model: &str, timing: &str) -> Profile {
+        let p = Profile::example().expect("example");
+        let ns = p
+            .observations
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let k = if i == 0 { 0.25 } else { 0.5 };
+                (pool::key(&o.family, &o.label), o.ns * k)
+            })
+            .collect();
+        Profile {
+            model_key: model.into(),
+            timing_key: timing.into(),
+            fingerprint: Fingerprint::read(),
+            created_unix: now - 60,
+            timings: vec![pool::Timings {
+                created_unix: now - 60,
+                ns,
+            }],
+            ..p
+        }
+    }
+
+    #[test]
+    fn another_models_probe_times_pool_when_the_host_timed_the_same_probes_the_same_way() {
+        let now = 10_000_000;
+        let machine = Fingerprint::read();
+        let own = Profile::example().expect("example").observations;
+        let first = (own[0].ns, own[1].ns);
+        let pool_with = |p: &Profile| pooled(own.clone(), now, &machine, Some(p), &mut |_| {});
+        // Another model (the engine's counts or a recipe changed), the same timing key: the
+        // earlier times, scaled ×2 to this level, pool. The first point read half its time
+        // at this level, so its median with this calibration's is three quarters of it.
+        let (obs, kept) = pool_with(&earlier(now, "another model", &timing_key()));
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].created_unix, now);
+        assert!(
+            (obs[0].ns - 0.75 * first.0).abs() < 1e-6,
+            "{} {}",
+            obs[0].ns,
+            first.0
+        );
+        assert!((obs[1].ns - first.1).abs() < 1e-6);
+        // Other probes or another timing method: nothing pooled; nor a profile without a
+        // timing key from another model.
+        for p in [
+            earlier(now, "another model", "other probes"),
+            earlier(now, "another model", ""),
+        ] {
+            let (obs, kept) = pool_with(&p);
+            assert_eq!(kept.len(), 1);
+            assert_eq!((obs[0].ns, obs[1].ns), first);
+        }
+    }
 }

@@ -707,6 +707,7 @@ mod tests {
             llc_bytes: 0,
             far_permille: None,
             timings: Vec::new(),
+            timing_key: String::new(),
         };
         let cell = |v: &str, n: u64| {
             Column::new(

@@ -16,10 +16,24 @@
 //! off by more than [`DRIFT_LIMIT`] either way. One point alone is no test: within one
 //! check the points' ratios spread from about ×0.6 to ×1.5. Nor is the machine steady
 //! from one minute to the next: eight single-pass checks in 30 s, a few minutes after a
-//! calibration, read medians of ×0.83 to ×1.27; six two-pass checks, ×0.88 to ×1.09. The
-//! limit sits just outside that: a profile off by more predicts every row off by about as
-//! much, which the tables' ±20 % cannot absorb, and a calibration (one to two minutes) is
-//! the cheaper error.
+//! calibration, read medians of ×0.83 to ×1.27; six two-pass checks, ×0.88 to ×1.09; and
+//! on a noisier day (6.18.44-fc-v657), two checks right after each of nine calibrations,
+//! against the profile just made, read ×0.80 to ×1.26 (×0.95 to ×1.12 for seven of the
+//! nine, ×0.80 and ×0.81 after one, ×1.20 and ×1.26 after another).
+//!
+//! The limit sits outside that spread: a check inside it cannot tell a machine that moved
+//! from its own noise. It was ×1.15 at first, and a calibration it triggered then chased
+//! the noise. The runs were priced afterwards, with the profile they started from and
+//! with the profiles their recalibrations made, on the same host columns
+//! (`usermm calibrate --evaluate`). Three pairs of runs recalibrated at checks of ×0.72 to
+//! ×1.32. One pooled profile made between the first pair and the second, without those
+//! recalibrations, put 6 and 3 more of 43 rows within ±20 % in the second pair, 4 and 8
+//! more in the third, and 0 and 1 fewer in the first. A later pair recalibrated at ×0.81,
+//! ×1.16 and ×0.82. The profile it started from, kept all through, put 7 and 5 more rows
+//! within ±20 %. The check is for drifts of the size it was made for: ×1.36 between a
+//! morning and an evening, and ×1.31 within six minutes of one run. That run's tables were
+//! all 5 to 44 % low, and a profile of the later state read 38 rows of 43 on the same
+//! report instead of 34.
 //!
 //! Scaling the predictions by that ratio instead was tried and dropped: with the 12:28
 //! profile and two anchor points of the fork probes timed before and after each row, the
@@ -48,9 +62,9 @@ pub const CHECK_POINTS: &[(&str, &str)] = &[
     ("dontneed-each/4K", "1500p"),
 ];
 
-/// How far the median ratio may be from 1 before the profile is stale: 1.15 times slower,
-/// or 1/1.15 faster.
-pub const DRIFT_LIMIT: f64 = 0.15;
+/// How far the median ratio may be from 1 before the profile is stale: 1.3 times slower,
+/// or 1/1.3 faster.
+pub const DRIFT_LIMIT: f64 = 0.30;
 
 /// Passes over [`CHECK_POINTS`] (a pass takes about 1.5 s on the 2-vCPU guest).
 pub const CHECK_PASSES: usize = 2;
@@ -180,13 +194,14 @@ mod tests {
         assert!((c.ratio - 1.05).abs() < 1e-9, "{c:?}");
         assert_eq!(c.range, [0.95, 3.0]);
         assert!(c.fresh());
-        // All slower by 1.2: stale; so is all faster by the same factor.
+        // All slower by 1.35: stale; so is all faster by the same factor. A check's own
+        // noise (×1.26 here) is not.
         let scaled = |k: f64| {
             SpeedCheck::new(&profile, &[("a", "1p", 100.0 * k), ("b", "1p", 200.0 * k)]).unwrap()
         };
-        assert!(!scaled(1.2).fresh());
-        assert!(!scaled(1.0 / 1.2).fresh());
-        assert!(scaled(1.14).fresh() && scaled(1.0 / 1.14).fresh());
+        assert!(!scaled(1.35).fresh());
+        assert!(!scaled(1.0 / 1.35).fresh());
+        assert!(scaled(1.26).fresh() && scaled(1.0 / 1.26).fresh());
         assert_eq!(SpeedCheck::new(&profile, &[("d", "1p", 1.0)]), None);
     }
 }

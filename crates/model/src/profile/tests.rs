@@ -35,6 +35,28 @@ fn a_profile_round_trips_and_predicts() {
 }
 
 #[test]
+fn probe_times_pool_across_models_with_the_same_timing_key_on_the_same_machine() {
+    let mut p = profile();
+    let here = p.fingerprint.clone();
+    let other = Fingerprint {
+        kernel_build: "another build".into(),
+        ..here.clone()
+    };
+    // Without a timing key (a profile from before it): only its own model's.
+    assert!(p.timings_poolable(&here, "k", "t", 2000));
+    assert!(!p.timings_poolable(&here, "another model", "t", 2000));
+    assert!(!p.timings_poolable(&here, "another model", "", 2000));
+    // With one: another model's calibration pools it when the timing keys agree, on this
+    // machine and kernel only, whatever the profile's age (each timing's is the pool's).
+    p.timing_key = "t".into();
+    assert!(p.timings_poolable(&here, "another model", "t", 2000));
+    assert!(p.timings_poolable(&here, "another model", "t", 1000 + MAX_AGE_SECS + 1));
+    assert!(!p.timings_poolable(&here, "another model", "other probes", 2000));
+    assert!(!p.timings_poolable(&other, "another model", "t", 2000));
+    assert!(!p.timings_poolable(&other, "k", "t", 2000));
+}
+
+#[test]
 fn features_split_what_one_counter_names_in_different_paths() {
     let prims = Primitives::default();
     let c = |v: &[(&str, u64)]| -> BTreeMap<String, u64> {
