@@ -507,7 +507,8 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "REPORT", num_args = 1..)]
     pub evaluate: Vec<PathBuf>,
     /// Fit this calibration's probe times alone, not each point's median with the cached
-    /// profile's recent calibrations (of the last day, this machine, kernel and model).
+    /// profile's recent calibrations (of the last day, this machine and kernel, and this model
+    /// or the same probes timed the same way).
     #[arg(long, conflicts_with_all = ["show", "refit", "evaluate"])]
     pub no_pool: bool,
     /// Fit the profile's probe points again with this build's fit (`--show`'s profile, else
