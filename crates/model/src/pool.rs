@@ -9,8 +9,9 @@
 //! to the new one's level first (the median ratio over their common points), so that a
 //! machine that has become slower or faster as a whole (1.36 times between the morning and
 //! the evening of one day here) is priced at its speed now, and only the point-to-point
-//! noise is averaged. Calibrations older than [`POOL_MAX_AGE_SECS`], or of another machine,
-//! kernel build or model, are not pooled. On a noisier day of the same guest
+//! noise is averaged. Calibrations older than [`POOL_MAX_AGE_SECS`], or of another machine
+//! or kernel build, are not pooled, nor those of another model unless the host timed the
+//! same probes the same way (`Profile::timing_key`). On a noisier day of the same guest
 //! (6.18.44-fc-v657), of three calibrations a minute apart the last ran ×0.83 of both
 //! others' times as a whole and its points a median 10 and 13 % off that; [`drift`]
 //! measures it, and `usermm calibrate --show` prints it beside the fit's held-out error,
@@ -18,9 +19,9 @@
 //!
 //! How many to pool was chosen on that day's twelve calibrations (45 minutes): the newest
 //! alone, or pooled with the next 2, 4, 6, 8 or all 11, each fitted again and judged by its
-//! held-out error and by the rows of six bench reports (three pairs of runs, made before,
-//! between and an hour after the calibrations; nothing of the reports is fitted, they only
-//! judged the choice) within ±20 % of the host:
+//! held-out error and by the rows of six bench reports (three pairs of runs: one made
+//! between the calibrations, one just after them and one an hour later; nothing of the
+//! reports is fitted, they only judged the choice) within ±20 % of the host:
 //!
 //! | pooled | held-out median error | rows of 43, pair by pair | mean |
 //! |---|---|---|---|

@@ -59,9 +59,9 @@ pub fn timing_key() -> String {
 }
 
 /// Runs every probe and fits a profile of this machine, each point's time pooled with
-/// `earlier`'s recent calibrations where it is a profile of this machine, kernel and model
-/// (`usermm_model::pool`); `log` hears each step. Needs the host side (root: the probes set
-/// the THP knobs, under the oracle's machine-wide lock).
+/// `earlier`'s recent calibrations where it is a profile of this machine and kernel, and of
+/// this model or [`timing_key`] (`usermm_model::pool`); `log` hears each step. Needs the
+/// host side (root: the probes set the THP knobs, under the oracle's machine-wide lock).
 pub fn calibrate(
     host: &HostSide,
     earlier: Option<&Profile>,
