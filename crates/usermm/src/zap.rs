@@ -14,6 +14,7 @@ use crate::mm::{mm_counter_file, Mm, MmState, RssKind};
 use crate::pgtable::batch::BatchFlags;
 use crate::pgtable::cursor::{PmdKind, PmdLock, PmdStep, PteLock};
 use crate::pgtable::{PageTables, PMD_SIZE};
+use crate::phys::arena::PAGE_SIZE;
 use crate::phys::{PageFlag, Pfn, HPAGE_PMD_ORDER};
 use crate::rmap;
 use crate::stats::Ev;
@@ -390,6 +391,11 @@ fn free_level<'m>(
             continue;
         }
         pt.unlink_table(cpu.c(), &w.mm.page_table_lock, table, i as usize);
+        // `pte_free_tlb` and its kin: a freed table widens the flush by a page at the
+        // address it mapped, so a gather that cleared no entry still flushes before the
+        // table is reused (the paging-structure caches may hold it).
+        let at = start.max(cbase);
+        w.tlb.add_range(at, at.add(PAGE_SIZE));
         w.tlb.remove_table(child);
     }
 }

@@ -31,9 +31,10 @@ const PROBE_METHOD: u32 = 2;
 
 /// How the engine counts the probes, beside how the host times them: raised when the
 /// engine's counters of a probe change (1: mremap moves whole PTE tables at the PMD level, as
-/// Linux does, where it moved every PTE), so that profiles fitted to the old counts are made
-/// again.
-const ENGINE_COUNTS: u32 = 1;
+/// Linux does, where it moved every PTE; 2: a gather that frees page tables flushes even when
+/// it cleared no entry, one flush more in four mremap points), so that profiles fitted to the
+/// old counts are made again (their probe times still pool: [`timing_key`]).
+const ENGINE_COUNTS: u32 = 2;
 
 /// The probes and recipes of this build, hashed: a profile made with others is stale.
 pub fn model_key() -> String {
