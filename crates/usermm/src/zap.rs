@@ -82,8 +82,12 @@ impl<'c, 'm> MmuGather<'c, 'm> {
         }
     }
 
-    /// Queues a page-table page to free after the flush.
-    pub(crate) fn remove_table(&mut self, pfn: Pfn) {
+    /// Queues a page-table page that mapped from `at` to free after the flush
+    /// (`pte_free_tlb` and its kin): the flush widens by a page at `at`, so a gather that
+    /// cleared no entry still flushes before the table is reused (the paging-structure
+    /// caches may hold it).
+    pub(crate) fn remove_table(&mut self, pfn: Pfn, at: VirtAddr) {
+        self.add_range(at, at.add(PAGE_SIZE));
         self.tables.push(pfn);
     }
 
@@ -328,7 +332,7 @@ pub(crate) fn free_empty_pte_table<'m>(
     cpu.tables(mm)
         .unlink_table(cpu.c(), &mm.page_table_lock, step.table, step.idx);
     tlb.add_range(step.haddr(), step.haddr().add(PMD_SIZE));
-    tlb.remove_table(table);
+    tlb.remove_table(table, step.haddr());
 }
 
 /// Frees page tables that no longer cover any VMA inside `[start, end)` (`free_pgtables`).
@@ -391,12 +395,7 @@ fn free_level<'m>(
             continue;
         }
         pt.unlink_table(cpu.c(), &w.mm.page_table_lock, table, i as usize);
-        // `pte_free_tlb` and its kin: a freed table widens the flush by a page at the
-        // address it mapped, so a gather that cleared no entry still flushes before the
-        // table is reused (the paging-structure caches may hold it).
-        let at = start.max(cbase);
-        w.tlb.add_range(at, at.add(PAGE_SIZE));
-        w.tlb.remove_table(child);
+        w.tlb.remove_table(child, start.max(cbase));
     }
 }
 
