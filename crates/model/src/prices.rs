@@ -82,9 +82,10 @@ pub struct Primitives {
     /// guest `dd` from `/dev/zero` reads 24 GB/s into a 64 MiB buffer and 9 GB/s into a
     /// 256 MiB one (170 against 455 ns per page).
     pub zero_page: f64,
-    /// Copying a 4 KiB page, by the host kernel (`copy_mc_user_highpage` of a COW fault):
-    /// a `pread` of a written memfd into populated memory, per page, lookup included
-    /// (user-space `memcpy` if that fails). On this guest 780 ns against 510.
+    /// Copying a 4 KiB page of cold memory (`copy_mc_user_highpage` of a COW fault, the
+    /// same string moves): a user-space copy of 64 MiB in 4 KiB chunks, per page. A system
+    /// call that copies adds its own path: a `pread` of a written memfd read 2 250-3 450 ns
+    /// a page on this guest, five times this copy and the COW probes' fitted copy price.
     pub copy_page: f64,
     /// An uncontended spinlock acquire and release on a hot line.
     pub lock_pair: f64,

@@ -36,6 +36,12 @@ const PROBE_METHOD: u32 = 2;
 /// old counts are made again (their probe times still pool: [`timing_key`]).
 const ENGINE_COUNTS: u32 = 2;
 
+/// How the primitives the priors are priced with are measured: raised when a primitive's
+/// measurement changes (1: `copy_page` is a user-space copy of 4 KiB chunks where it was a
+/// `pread` of a memfd, five times the copy on this guest), so that profiles with the old
+/// priors are fitted again (their probe times still pool: [`timing_key`]).
+const PRIMITIVES_METHOD: u32 = 1;
+
 /// The probes and recipes of this build, hashed: a profile made with others is stale.
 pub fn model_key() -> String {
     let recipes: Vec<String> = RECIPES
@@ -43,7 +49,7 @@ pub fn model_key() -> String {
         .map(|r| format!("{}{:?}", r.counter, r.work))
         .collect();
     let text = format!(
-        "{PROFILE_VERSION}{PROBE_METHOD}{ENGINE_COUNTS}{FEATURES_VERSION}{:?}{recipes:?}",
+        "{PROFILE_VERSION}{PROBE_METHOD}{ENGINE_COUNTS}{PRIMITIVES_METHOD}{FEATURES_VERSION}{:?}{recipes:?}",
         catalogue()
     );
     format!("{:016x}", fnv1a(text.as_bytes()))
