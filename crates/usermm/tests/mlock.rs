@@ -417,6 +417,14 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
             "munlock of {folio} B folios"
         );
         assert_eq!(d.get(usermm::Ev::GupFollow), 0, "munlock populates nothing");
+        // mlock_pte_range reads every entry it walks: a small folio's, a large folio's first
+        // and then the rest in folio_pte_batch; a PMD-mapped folio's entry is the PMD.
+        let reads = if folio == 2 * M { 0 } else { 2048 };
+        assert_eq!(
+            d.get(usermm::Ev::PteRead),
+            reads,
+            "munlock of {folio} B folios"
+        );
         let forked = walk(counted(&m, || cpu.fork(p)).1);
         assert_eq!(forked, (0, pmd_folios), "fork of {folio} B folios");
         cpu.munmap(p, a, 8 * M).expect("munmap");

@@ -32,9 +32,10 @@ const PROBE_METHOD: u32 = 2;
 /// How the engine counts the probes, beside how the host times them: raised when the
 /// engine's counters of a probe change (1: mremap moves whole PTE tables at the PMD level, as
 /// Linux does, where it moved every PTE; 2: a gather that frees page tables flushes even when
-/// it cleared no entry, one flush more in four mremap points), so that profiles fitted to the
-/// old counts are made again (their probe times still pool: [`timing_key`]).
-const ENGINE_COUNTS: u32 = 2;
+/// it cleared no entry, one flush more in four mremap points; 3: the walk of mlock and munlock
+/// counts the PTEs it reads), so that profiles fitted to the old counts are made again (their
+/// probe times still pool: [`timing_key`]).
+const ENGINE_COUNTS: u32 = 3;
 
 /// How the primitives the priors are priced with are measured: raised when a primitive's
 /// measurement changes (1: `copy_page` is a user-space copy of 4 KiB chunks where it was a

@@ -338,9 +338,9 @@ fn mlock_vma_pages_range<'m>(
     }
 }
 
-/// `mlock_pte_range` over the part of `step` in `table`. Reads are not counted and large
-/// folios are always batched, as before the page-table cursor (the munlock tables'
-/// counters stay comparable across versions).
+/// `mlock_pte_range` over the part of `step` in `table`: each entry is read (`ptep_get`)
+/// and counted, a large folio's further entries by `folio_pte_batch` (`folio_mlock_step`),
+/// as the other walks count theirs; large folios are always batched.
 fn mlock_pte_table<'m>(
     cpu: &Cpu<'m>,
     pt: crate::pgtable::PageTables<'m>,
@@ -357,7 +357,7 @@ fn mlock_pte_table<'m>(
     let mut queue = mlock_queue(cpu);
     let mut i = i0;
     while i < i1 {
-        let e = ptes.peek_raw(i);
+        let e = ptes.get(i);
         if e.is_none() || !pt.arch.present(e) {
             i += 1;
             continue;
@@ -377,6 +377,7 @@ fn mlock_pte_table<'m>(
         let nr_pages = folio.nr_pages();
         let last = folio.pfn().add(nr_pages).sub(1);
         let n = folio_pte_batch(pt, table, i, e, last, i1 - i, BatchFlags::default()).nr;
+        cpu.c().add(Ev::PteRead, n as u64 - 1);
         let folio_start = step.pte_addr(i).sub(pfn.offset_from(head) * 4096);
         let within = folio_start >= range.0.max(vma.vm_start())
             && folio_start.add(nr_pages * 4096) <= range.1.min(vma.vm_end());
