@@ -43,15 +43,19 @@ const ENGINE_COUNTS: u32 = 3;
 /// priors are fitted again (their probe times still pool: [`timing_key`]).
 const PRIMITIVES_METHOD: u32 = 1;
 
-/// The probes and recipes of this build, hashed: a profile made with others is stale.
+/// The probes, recipes and fit strengths of this build, hashed: a profile made with others is
+/// stale.
 pub fn model_key() -> String {
     let recipes: Vec<String> = RECIPES
         .iter()
         .map(|r| format!("{}{:?}", r.counter, r.work))
         .collect();
+    // The fit's strength grids too: a profile fitted over another grid is fitted again.
     let text = format!(
-        "{PROFILE_VERSION}{PROBE_METHOD}{ENGINE_COUNTS}{PRIMITIVES_METHOD}{FEATURES_VERSION}{:?}{recipes:?}",
-        catalogue()
+        "{PROFILE_VERSION}{PROBE_METHOD}{ENGINE_COUNTS}{PRIMITIVES_METHOD}{FEATURES_VERSION}{:?}{recipes:?}{:?}{:?}",
+        catalogue(),
+        usermm_model::fit::LAMBDAS,
+        usermm_model::fit::OP_LAMBDAS,
     );
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
