@@ -10,8 +10,9 @@
 //! machine that has become slower or faster as a whole (1.36 times between the morning and
 //! the evening of one day here) is priced at its speed now, and only the point-to-point
 //! noise is averaged. Calibrations older than [`POOL_MAX_AGE_SECS`], or of another machine
-//! or kernel build, are not pooled, nor those of another model unless the host timed the
-//! same probes the same way (`Profile::timing_key`). On a noisier day of the same guest
+//! or kernel build, are not pooled, nor those of another model unless the host timed its
+//! probes the same way (`Profile::timing_key`); the times pool point by point, by [`key`],
+//! so a probe added to the catalogue or dropped leaves the others' pools whole. On a noisier day of the same guest
 //! (6.18.44-fc-v657), of three calibrations a minute apart the last ran ×0.83 of both
 //! others' times as a whole and its points a median 10 and 13 % off that; [`drift`]
 //! measures it, and `usermm calibrate --show` prints it beside the fit's held-out error,

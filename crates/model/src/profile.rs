@@ -277,10 +277,11 @@ pub struct Profile {
     /// this one's first ([`crate::pool`]; empty in profiles from before pooling).
     #[serde(default)]
     pub timings: Vec<crate::pool::Timings>,
-    /// How the host timed the probes and which probes they were (a hash; empty in profiles
-    /// from before it): a calibration pools the probe times of an earlier profile of this
-    /// machine with the same timing key even when its model key differs, since the engine's
-    /// counts and the recipes (which the model key also covers) do not change a host time
+    /// How the host timed the probes (a hash; empty in profiles from before it): a
+    /// calibration pools the probe times of an earlier profile of this machine with the same
+    /// timing key even when its model key differs, point by point (a point's family and label:
+    /// [`crate::pool::key`]), since the engine's counts, the recipes and the other probes of
+    /// the catalogue (which the model key also covers) do not change a host time
     /// ([`Profile::timings_poolable`]).
     #[serde(default)]
     pub timing_key: String,

@@ -24,10 +24,11 @@ const PRIOR_AGENTS: usize = 2;
 /// at 1200 and 0.11 ms at none.
 const PASSES: usize = 3;
 
-/// How the host times the probes, beside what they are: raised when a probe's timing
-/// changes without its parameters (2: the strided tmpfs reads in one guarded call), so
-/// that profiles timed the old way are made again.
-const PROBE_METHOD: u32 = 2;
+/// How the host times the probes: raised when a probe's timing changes under the same
+/// family and label (2: the strided tmpfs reads in one guarded call; 3: the probe times pool
+/// point by point, see [`timing_key`]), so that profiles timed the old way are made again and
+/// their times pool no more.
+const PROBE_METHOD: u32 = 3;
 
 /// How the engine counts the probes, beside how the host times them: raised when the
 /// engine's counters of a probe change (1: mremap moves whole PTE tables at the PMD level, as
@@ -60,13 +61,14 @@ pub fn model_key() -> String {
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
 
-/// The host side of the probes, hashed: how the host times them and which they are. The
-/// probe times of two profiles with the same timing key are times of the same points taken
-/// the same way, whatever the engine counts for them or the recipes price (the rest of
-/// [`model_key`]), so a calibration pools them across a change of the engine or the
-/// recipes.
+/// How the host times the probes, hashed. Two profiles with the same timing key timed each
+/// point the same way, and a point is one workload by its family and label ([`pool::key`]:
+/// no two probes of the catalogue share one), so a calibration pools the earlier times
+/// point by point across a change of the engine, the recipes or the catalogue itself: a
+/// probe added starts from its own times and leaves the day's other points pooled (when the
+/// key hashed the catalogue, each new family restarted every point's pool).
 pub fn timing_key() -> String {
-    let text = format!("{PROFILE_VERSION}{PROBE_METHOD}{:?}", catalogue());
+    let text = format!("{PROFILE_VERSION}{PROBE_METHOD}");
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
 

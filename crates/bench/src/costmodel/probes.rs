@@ -406,6 +406,18 @@ mod tests {
     }
 
     #[test]
+    fn each_probe_has_a_pool_key_of_its_own() {
+        // Calibrations pool probe times by this key (`calibrate::timing_key`): two probes
+        // sharing one would pool each other's times.
+        let all = catalogue();
+        let keys: std::collections::BTreeSet<String> = all
+            .iter()
+            .map(|p| usermm_model::pool::key(&p.family(), &p.label()))
+            .collect();
+        assert_eq!(keys.len(), all.len());
+    }
+
+    #[test]
     fn no_probe_is_a_bench_rows_layout() {
         // Rows are whole-layout operations of 16, 64, 256 MiB or 1 GiB.
         for probe in catalogue() {
