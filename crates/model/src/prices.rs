@@ -43,12 +43,13 @@ pub struct Primitives {
     /// `mprotect` time per 4 KiB entry of 64 MiB that maps the shared zero page, less that
     /// entry's memory operations, over its four calls. `vm_normal_page` finds no `struct
     /// page` behind the zero page, so these entries read no page line and the price needs no
-    /// correction for frame adjacency. On this 6.18 guest 15.5 ns per entry, about 2.5 ns per
-    /// call, half of [`Primitives::kcall`]. Long paths keep `kcall` even where they repeat:
-    /// a fault, a system call. `dup_mmap`'s and `exit_mmap`'s per-VMA work is a loop too
-    /// (some forty functions per VMA, the same for every VMA of one fork): the host's
-    /// fork+exit costs 172-180 ns per added empty VMA up to 421 VMAs on this guest, less than
-    /// those calls would at `kcall` alone.
+    /// correction for frame adjacency. On the Intel 6.18 guest this was written on 15.5 ns
+    /// per entry, about 2.5 ns per call, half of [`Primitives::kcall`]; on the AMD EPYC guest
+    /// (6.18.44-fc-v657) about 70 ns per entry and 16 ns per call, again half of `kcall`.
+    /// Long paths keep `kcall` even where they repeat: a fault, a system call. `dup_mmap`'s
+    /// and `exit_mmap`'s per-VMA work is a loop too (some forty functions per VMA, the same
+    /// for every VMA of one fork): the host's fork+exit cost 172-180 ns per added empty VMA
+    /// up to 421 VMAs on the Intel guest, less than those calls would at `kcall` alone.
     pub kcall_loop: f64,
     /// A user-space out-of-line call and return with a few instructions of work.
     pub call: f64,
@@ -597,12 +598,12 @@ pub const RECIPES: &[Recipe] = &[
         kernel: "an overfull node shared out with its left sibling (mas_push_data succeeding, in mas_split) with the slow path's share of the store as in maple_splits: mas_prev_sibling, the sibling's end and its 4 lines copied into the big node (mas_mab_cp, mab_shift_right), mab_calc_split, mast_split_data (mab_mas_cp into two new nodes, mas_set_split_parent), mast_fill_bnode, mas_split_final_node (the new parent): about 17 calls, and about 15 per store as for a split (three nodes freed into the pool); lines as a split's plus the sibling's 4 read",
     },
     Recipe {
-        counter: "pgmlocked",
+        counter: "folios_mlocked",
         work: &[(Prim::KCallLoop, 19.0), (Prim::AtomicHot, 4.0)],
         kernel: "mlock_folio and __mlock_folio in the batch: NR_MLOCK stat, folio_evictable (rcu, folio_mapping), LRU moves with their LRU-size stats; flag bits",
     },
     Recipe {
-        counter: "pgmunlocked",
+        counter: "folios_munlocked",
         work: &[(Prim::KCallLoop, 19.0), (Prim::AtomicHot, 4.0)],
         kernel: "vm_normal_folio and munlock_folio per PTE, __munlock_folio in the batch: NR_MLOCK stat, folio_evictable (rcu, folio_mapping), lruvec_del_folio/lruvec_add_folio with LRU-size stats; test-and-clear LRU and mlocked, clear unevictable, set LRU",
     },
@@ -613,7 +614,7 @@ pub const RECIPES: &[Recipe] = &[
             (Prim::AtomicHot, -1.0),
             (Prim::LineJump, 1.0),
         ],
-        kernel: "mlock_pte_range per small folio or large folio's batch: vm_normal_folio, then folio_test_large and the mlock or munlock test on the folio's first struct page line, its first touch (pgmlocked and pgmunlocked price the folio's atomics as hot; one of them is this touch): streamed, and off the stream when the folio is not physically next to the last (line_jump)",
+        kernel: "mlock_pte_range per small folio or large folio's batch: vm_normal_folio, then folio_test_large and the mlock or munlock test on the folio's first struct page line, its first touch (folios_mlocked and folios_munlocked price the folio's atomics as hot; one of them is this touch): streamed, and off the stream when the folio is not physically next to the last (line_jump)",
     },
     Recipe {
         counter: "gup_follows",

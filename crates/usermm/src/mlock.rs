@@ -130,7 +130,8 @@ fn set_mlocked<'m>(cpu: &Cpu<'m>, folio: Folio<'_>) {
             .phys
             .mod_nr_mlock(cpu.c(), folio.pfn(), folio.nr_pages() as i64);
         cpu.c().add(Ev::NrMlockUpdate, 1);
-        cpu.c().add(Ev::Mlocked, 1);
+        cpu.c().add(Ev::Mlocked, folio.nr_pages());
+        cpu.c().add(Ev::FolioMlocked, 1);
     }
 }
 
@@ -218,7 +219,7 @@ fn process_lru_add<'m>(cpu: &Cpu<'m>, folios: &[Pfn]) {
             if folio.test(PageFlag::Mlocked) {
                 folio.set(PageFlag::Unevictable);
                 folio.set_mlock_count(0);
-                cpu.c().add(Ev::Culled, 1);
+                cpu.c().add(Ev::Culled, nr);
             }
             lists.add(folio, nr);
             folio.set(PageFlag::Lru);
@@ -252,7 +253,7 @@ fn mlock_new_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: P
     if folio.test(PageFlag::Mlocked) {
         folio.set(PageFlag::Unevictable);
         folio.set_mlock_count(1);
-        cpu.c().add(Ev::Culled, 1);
+        cpu.c().add(Ev::Culled, nr);
     }
     lists.add(folio, nr);
     folio.set(PageFlag::Lru);
@@ -272,7 +273,7 @@ fn mlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn) 
             lists.del(folio, nr);
             folio.clear(PageFlag::Unevictable);
             lists.add(folio, nr);
-            cpu.c().add(Ev::Rescued, 1);
+            cpu.c().add(Ev::Rescued, nr);
         }
     } else if unevictable {
         folio.set_mlock_count(folio.mlock_count() + 1);
@@ -282,7 +283,7 @@ fn mlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn) 
         folio.set(PageFlag::Unevictable);
         folio.set_mlock_count(1);
         lists.add(folio, nr);
-        cpu.c().add(Ev::Culled, 1);
+        cpu.c().add(Ev::Culled, nr);
     }
     folio.set(PageFlag::Lru);
 }
@@ -306,14 +307,21 @@ fn munlock_locked<'m>(cpu: &Cpu<'m>, lists: &mut crate::phys::lru::Lists, f: Pfn
     if folio.test_and_clear(PageFlag::Mlocked) {
         cpu.m.phys.mod_nr_mlock(cpu.c(), f, -(nr as i64));
         cpu.c().add(Ev::NrMlockUpdate, 1);
-        cpu.c().add(Ev::Munlocked, 1);
+        cpu.c().add(Ev::FolioMunlocked, 1);
+        // Off its LRU and still unevictable, the folio stays there until reclaim finds it.
+        let stat = if isolated || !unevictable {
+            Ev::Munlocked
+        } else {
+            Ev::Stranded
+        };
+        cpu.c().add(stat, nr);
     }
     if isolated && unevictable && !folio.test(PageFlag::Mlocked) {
         lists.del(folio, nr);
         folio.clear(PageFlag::Unevictable);
         folio.set_mlock_count(0);
         lists.add(folio, nr);
-        cpu.c().add(Ev::Rescued, 1);
+        cpu.c().add(Ev::Rescued, nr);
     }
     if isolated {
         folio.set(PageFlag::Lru);

@@ -194,7 +194,9 @@ fn munlock_vma_page<'m>(cpu: &Cpu<'m>, mm: &Mm, st: &MmState, head: Pfn, design:
     }
     phys.mod_nr_mlock(cpu.c(), head, -(nr as i64));
     cpu.c().add(Ev::NrMlockUpdate, 1);
+    // That kernel counted a page or a THP once.
     cpu.c().add(Ev::Munlocked, 1);
+    cpu.c().add(Ev::FolioMunlocked, 1);
     if !folio.test_and_clear(PageFlag::Lru) {
         return;
     }
@@ -269,6 +271,7 @@ fn munlock_pagevec<'m>(cpu: &Cpu<'m>, mm: &Mm, st: &MmState, pvec: Pagevec, desi
             let nr = 1i64 << mem.order(p);
             if mem.test_and_clear(p, PageFlag::Mlocked) {
                 cpu.c().add(Ev::Munlocked, 1);
+                cpu.c().add(Ev::FolioMunlocked, 1);
                 if design.has_patch(4) {
                     delta += nr;
                 } else {

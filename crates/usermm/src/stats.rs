@@ -139,10 +139,23 @@ counters! {
     LockLru => "lock_lru",
     /// Per-CPU batch drains (lru_add or mlock batch).
     BatchDrain => "batch_drains",
-    /// Folios mlocked (`PG_mlocked` set, `UNEVICTABLE_PGMLOCKED`).
+    /// Pages mlocked (`UNEVICTABLE_PGMLOCKED`): a folio's pages as its `PG_mlocked` is set
+    /// (the 2013 design, as that kernel counted: one per page or THP).
     Mlocked => "pgmlocked",
-    /// Folios munlocked (`UNEVICTABLE_PGMUNLOCKED`).
+    /// Pages munlocked (`UNEVICTABLE_PGMUNLOCKED`): a folio's pages as its `PG_mlocked` is
+    /// cleared, the folio isolated from its LRU or not unevictable (the 2013 design: one per
+    /// page or THP, isolated or not).
     Munlocked => "pgmunlocked",
+    /// Pages whose `PG_mlocked` was cleared while their folio was off its LRU and still
+    /// unevictable (`UNEVICTABLE_PGSTRANDED`, a folio's pages): left there for reclaim to
+    /// rescue.
+    Stranded => "pgstranded",
+    /// Folios whose `PG_mlocked` was set (`pgmlocked` counts their pages): the cost model's
+    /// event for a folio's mlock work (not a Linux statistic).
+    FolioMlocked => "folios_mlocked",
+    /// Folios whose `PG_mlocked` was cleared (`pgmunlocked` and `pgstranded` count their
+    /// pages): the cost model's event for a folio's munlock work (not a Linux statistic).
+    FolioMunlocked => "folios_munlocked",
     /// Folios `mlock_pte_range`'s walk reached through PTEs (a small folio, or one batch of a
     /// large one), mlocked or munlocked or not: each is a first touch of its folio's `struct
     /// page` (not a Linux statistic).
@@ -157,9 +170,10 @@ counters! {
     /// folio (its other pages come with it). A walk that starts inside a PMD-mapped folio
     /// counts it at the next PMD boundary only (not a Linux statistic).
     GupFollow => "gup_follows",
-    /// Folios moved to the unevictable list (`UNEVICTABLE_PGCULLED`).
+    /// Pages moved to the unevictable list (`UNEVICTABLE_PGCULLED`, a folio's pages).
     Culled => "pgculled",
-    /// Folios moved back to an evictable list (`UNEVICTABLE_PGRESCUED`).
+    /// Pages moved back to an evictable list (`UNEVICTABLE_PGRESCUED`, a folio's pages; the
+    /// 2013 design one per page or THP).
     Rescued => "pgrescued",
     /// Folios isolated from an LRU.
     Isolated => "lru_isolated",

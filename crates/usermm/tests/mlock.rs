@@ -433,3 +433,51 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
         });
     }
 }
+
+#[test]
+fn unevictable_statistics_count_a_folios_pages() {
+    // 6.18's mlock_folio, __mlock_folio and __munlock_folio add folio_nr_pages to
+    // UNEVICTABLE_PGMLOCKED, PGCULLED, PGMUNLOCKED and PGRESCUED; the folio counters are the
+    // cost model's.
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).expect("cpu");
+    let p = cpu.spawn(Privilege::Privileged, u64::MAX).expect("spawn");
+    for (folio, folios) in [(4 * K, 2048), (64 * K, 128), (2 * M, 4)] {
+        m.update_tunables(|t| {
+            t.thp.top = if folio == 2 * M {
+                usermm::ThpPolicy::Always
+            } else {
+                usermm::ThpPolicy::Never
+            };
+            let mthp = if folio == 64 * K {
+                usermm::ThpPolicy::Always
+            } else {
+                usermm::ThpPolicy::Never
+            };
+            t.thp.set_size(64 * K, mthp).expect("64K");
+        });
+        let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
+        cpu.write_fill(p, a, 8 * M, 1).expect("fill");
+        let ev = |d: &usermm::Snapshot, names: &[usermm::Ev]| -> Vec<u64> {
+            names.iter().map(|&e| d.get(e)).collect()
+        };
+        use usermm::Ev::{Culled, FolioMlocked, FolioMunlocked, Mlocked, Munlocked, Rescued};
+        let d = counted(&m, || cpu.mlock(p, a, 8 * M)).1;
+        assert_eq!(
+            ev(&d, &[Mlocked, Culled, FolioMlocked]),
+            [2048, 2048, folios],
+            "mlock of {folio} B folios"
+        );
+        let d = counted(&m, || cpu.munlock(p, a, 8 * M)).1;
+        assert_eq!(
+            ev(
+                &d,
+                &[Munlocked, Rescued, FolioMunlocked, usermm::Ev::Stranded]
+            ),
+            [2048, 2048, folios, 0],
+            "munlock of {folio} B folios"
+        );
+        cpu.munmap(p, a, 8 * M).expect("munmap");
+        valid(&m);
+    }
+}

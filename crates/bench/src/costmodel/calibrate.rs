@@ -34,9 +34,11 @@ const PROBE_METHOD: u32 = 3;
 /// engine's counters of a probe change (1: mremap moves whole PTE tables at the PMD level, as
 /// Linux does, where it moved every PTE; 2: a gather that frees page tables flushes even when
 /// it cleared no entry, one flush more in four mremap points; 3: the walk of mlock and munlock
-/// counts the PTEs it reads), so that profiles fitted to the old counts are made again (their
-/// probe times still pool: [`timing_key`]).
-const ENGINE_COUNTS: u32 = 3;
+/// counts the PTEs it reads; 4: the unevictable statistics count a folio's pages, as Linux's
+/// do, and the recipes of a folio's mlock and munlock work price `folios_mlocked` and
+/// `folios_munlocked`), so that profiles fitted to the old counts are made again (their probe
+/// times still pool: [`timing_key`]).
+const ENGINE_COUNTS: u32 = 4;
 
 /// How the primitives the priors are priced with are measured: raised when a primitive's
 /// measurement changes (1: `copy_page` is a user-space copy of 4 KiB chunks where it was a
