@@ -12,11 +12,11 @@
 //! noise is averaged. Calibrations older than [`POOL_MAX_AGE_SECS`], or of another machine
 //! or kernel build, are not pooled, nor those of another model unless the host timed its
 //! probes the same way (`Profile::timing_key`); the times pool point by point, by [`key`],
-//! so a probe added to the catalogue or dropped leaves the others' pools whole. On a noisier day of the same guest
-//! (6.18.44-fc-v657), of three calibrations a minute apart the last ran ×0.83 of both
-//! others' times as a whole and its points a median 10 and 13 % off that; [`drift`]
-//! measures it, and `usermm calibrate --show` prints it beside the fit's held-out error,
-//! part of which it is.
+//! so a probe added to the catalogue or dropped leaves the others' pools whole. On a
+//! noisier day of the same guest (6.18.44-fc-v657), of three calibrations a minute apart
+//! the last ran ×0.83 of both others' times as a whole and its points a median 10 and 13 %
+//! off that; [`drift`] measures it, and `usermm calibrate --show` prints it beside the
+//! fit's held-out error, part of which it is.
 //!
 //! How many to pool was chosen on that day's twelve calibrations (45 minutes): the newest
 //! alone, or pooled with the next 2, 4, 6, 8 or all 11, each fitted again and judged by its

@@ -366,6 +366,24 @@ fn munlock_of_a_pmd_thp_takes_its_pmd_lock_once() {
     }
 }
 
+/// Makes anonymous faults allocate folios of `folio` bytes: 4 KiB, 64 KiB (mTHP) or 2 MiB
+/// (PMD THP).
+fn anon_folios(m: &usermm::Machine, folio: u64) {
+    let policy = |on: bool| {
+        if on {
+            usermm::ThpPolicy::Always
+        } else {
+            usermm::ThpPolicy::Never
+        }
+    };
+    m.update_tunables(|t| {
+        t.thp.top = policy(folio == 2 * M);
+        t.thp
+            .set_size(64 * K, policy(folio == 64 * K))
+            .expect("64K");
+    });
+}
+
 #[test]
 fn walks_count_each_folio_whose_struct_page_they_touch() {
     // The cost model prices a walk's first touch of each folio's `struct page`:
@@ -383,18 +401,7 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
     };
     // Folios of 4 KiB, 64 KiB and 2 MiB in turn: 8 MiB of each.
     for (folio, pte_folios, pmd_folios) in [(4 * K, 2048, 0), (64 * K, 128, 0), (2 * M, 0, 4)] {
-        m.update_tunables(|t| {
-            t.thp.top = if folio == 2 * M {
-                usermm::ThpPolicy::Always
-            } else {
-                usermm::ThpPolicy::Never
-            };
-            if folio == 64 * K {
-                t.thp
-                    .set_size(folio, usermm::ThpPolicy::Always)
-                    .expect("64K");
-            }
-        });
+        anon_folios(&m, folio);
         let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
         cpu.write_fill(p, a, 8 * M, 1).expect("fill");
         let d = counted(&m, || cpu.mlock(p, a, 8 * M)).1;
@@ -428,9 +435,6 @@ fn walks_count_each_folio_whose_struct_page_they_touch() {
         let forked = walk(counted(&m, || cpu.fork(p)).1);
         assert_eq!(forked, (0, pmd_folios), "fork of {folio} B folios");
         cpu.munmap(p, a, 8 * M).expect("munmap");
-        m.update_tunables(|t| {
-            let _ = t.thp.set_size(64 * K, usermm::ThpPolicy::Never);
-        });
     }
 }
 
@@ -443,19 +447,7 @@ fn unevictable_statistics_count_a_folios_pages() {
     let cpu = m.enter_cpu(0).expect("cpu");
     let p = cpu.spawn(Privilege::Privileged, u64::MAX).expect("spawn");
     for (folio, folios) in [(4 * K, 2048), (64 * K, 128), (2 * M, 4)] {
-        m.update_tunables(|t| {
-            t.thp.top = if folio == 2 * M {
-                usermm::ThpPolicy::Always
-            } else {
-                usermm::ThpPolicy::Never
-            };
-            let mthp = if folio == 64 * K {
-                usermm::ThpPolicy::Always
-            } else {
-                usermm::ThpPolicy::Never
-            };
-            t.thp.set_size(64 * K, mthp).expect("64K");
-        });
+        anon_folios(&m, folio);
         let a = cpu.mmap(p, MmapArgs::anon(8 * M, RW)).expect("mmap");
         cpu.write_fill(p, a, 8 * M, 1).expect("fill");
         let ev = |d: &usermm::Snapshot, names: &[usermm::Ev]| -> Vec<u64> {
