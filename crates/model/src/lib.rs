@@ -11,8 +11,8 @@
 //! ```
 //!
 //! where the pseudo-counters carry what the engine does not count itself: the fixed work
-//! of a fork and of an exit (`op_fork`, `op_exit`), each system call priced by its
-//! operation (`syscalls_munmap`…), mprotect's per-entry calls, the slab objects a fork
+//! of a fork and of an exit (`op_fork`, `op_exit`), the mm system calls' own fixed work
+//! (`syscalls_mm`, priced by each operation), mprotect's per-entry calls, the slab objects a fork
 //! allocates past what the caches keep hot, pages zeroed or copied past the last-level
 //! cache ([`profile::features`]).
 //!

@@ -454,7 +454,7 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "gather_flushes",
         work: &[(Prim::KCall, 12.0)],
-        kernel: "tlb_finish_mmu/tlb_flush_mmu with something gathered: tlb_flush_mmu_tlbonly, tlb_batch_pages_flush, free_pages_and_swap_cache and its batch loop, tlb_table_flush, plus the lru_add_drain of zap_page_range_single (about 12 calls; the flush itself is tlb_flush_range)",
+        kernel: "tlb_finish_mmu/tlb_flush_mmu with something gathered: tlb_flush_mmu_tlbonly, tlb_batch_pages_flush, free_pages_and_swap_cache and its batch loop, tlb_table_flush (about 12 calls; the flush itself is tlb_flush_range, the batches' frees free_batches; neither zap_page_range_single nor free_pages_and_swap_cache drains the LRU-add batches in 6.18, as they did before)",
     },
     Recipe {
         counter: "pgtable_allocated",
@@ -517,7 +517,12 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "folios_freed",
         work: &[(Prim::KCallLoop, 15.0)],
-        kernel: "a folio freed after a TLB flush (its struct page line is still cached: the rmap removal of the same batch touched it; zap_batches prices that first touch): free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit, its share of the 31-folio batch (folios_put_refs, memcg uncharge_batch, pcp trylock); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
+        kernel: "a folio freed after a TLB flush (its struct page line is still cached: the rmap removal of the same batch touched it; zap_batches prices that first touch): free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit (the batch's own work is free_batches); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
+    },
+    Recipe {
+        counter: "free_batches",
+        work: &[(Prim::AtomicHot, 4.0), (Prim::KCall, 20.0)],
+        kernel: "a batch of freed folios returned together (folios_put_refs, or __folio_put of one): memcg uncharge_batch (page_counter_uncharge up the cgroup levels, css_put_many, the PGPGOUT event) and free_unref_folios' per-CPU list trylock and unlock with interrupts saved, once per batch; one MADV_DONTNEED of a 4 KiB page pays it whole for one folio",
     },
     Recipe {
         counter: "frames_freed",

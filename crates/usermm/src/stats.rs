@@ -265,6 +265,10 @@ counters! {
     /// Folios taken off an LRU list as their last reference went (`__page_cache_release`);
     /// a batch of freed folios takes the lru_lock once (`folios_put_refs`).
     LruFreed => "lru_freed",
+    /// Batches of freed folios returned together (`folios_put_refs` with a folio whose last
+    /// reference went, or `__folio_put` of one): one memcg `uncharge_batch` and one per-CPU
+    /// list lock round in `free_unref_folios` per batch, however many folios it holds.
+    FreeBatch => "free_batches",
     /// System calls entered (each public system call of `Cpu` once; `exit` counts as the
     /// task's `exit_group`).
     Syscall => "syscalls",

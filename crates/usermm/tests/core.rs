@@ -691,3 +691,53 @@ fn mremap_and_madv_free_visit_each_table_once() {
         "MADV_FREE keeps data until reclaim"
     );
 }
+
+#[test]
+fn freed_folios_go_back_a_batch_at_a_time() {
+    // folios_put_refs returns up to 31 freed folios together (one memcg uncharge and one
+    // per-CPU list round each); a folio freed on its own (one MADV_DONTNEED of a 4 KiB page)
+    // is a batch of one.
+    const BATCH: u64 = 31;
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let (one, bulk) = (0x4000_0000, 0x4040_0000);
+    cpu.mmap(p, fixed(20 * 4 * K, one)).unwrap();
+    cpu.mmap(p, fixed(200 * 4 * K, bulk)).unwrap();
+    cpu.write_fill(p, one, 20 * 4 * K, 1).unwrap();
+    cpu.write_fill(p, bulk, 200 * 4 * K, 2).unwrap();
+    let freed = |f: &dyn Fn()| {
+        let before = m.counters();
+        f();
+        valid(&m);
+        let d = m.counters().delta(&before);
+        (d.get(Ev::FolioFree), d.get(Ev::FreeBatch))
+    };
+    // One call per page, written before the bulk region: the LRU-add batch holds none of
+    // them, so each call frees its folio.
+    let (folios, batches) = freed(&|| {
+        for i in 0..20 {
+            cpu.madvise(p, one + i * 4 * K, 4 * K, Advice::DontNeed)
+                .unwrap();
+        }
+    });
+    assert_eq!((folios, batches), (20, 20));
+    // One call over 190 pages (the PTE table stays in use): the per-CPU LRU-add batch still
+    // holds the last few pages faulted (220 faults: 7 full batches drained, 3 held), which
+    // this range does not reach, so all 190 are freed, 31 at a time.
+    let (folios, batches) = freed(&|| {
+        cpu.madvise(p, bulk, 190 * 4 * K, Advice::DontNeed).unwrap();
+    });
+    assert_eq!(folios, 190);
+    assert_eq!(batches, folios.div_ceil(BATCH));
+    // Nothing freed, no batch: the pages are gone already.
+    assert_eq!(
+        freed(&|| cpu.madvise(p, bulk, 190 * 4 * K, Advice::DontNeed).unwrap()),
+        (0, 0)
+    );
+    assert_eq!(
+        cpu.find_mismatch(p, bulk + 190 * 4 * K, 10 * 4 * K, 2)
+            .unwrap(),
+        None
+    );
+}

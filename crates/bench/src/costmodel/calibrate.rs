@@ -36,9 +36,9 @@ const PROBE_METHOD: u32 = 3;
 /// it cleared no entry, one flush more in four mremap points; 3: the walk of mlock and munlock
 /// counts the PTEs it reads; 4: the unevictable statistics count a folio's pages, as Linux's
 /// do, and the recipes of a folio's mlock and munlock work price `folios_mlocked` and
-/// `folios_munlocked`), so that profiles fitted to the old counts are made again (their probe
-/// times still pool: [`timing_key`]).
-const ENGINE_COUNTS: u32 = 4;
+/// `folios_munlocked`; 5: a batch of freed folios counts `free_batches`), so that profiles
+/// fitted to the old counts are made again (their probe times still pool: [`timing_key`]).
+const ENGINE_COUNTS: u32 = 5;
 
 /// How the primitives the priors are priced with are measured: raised when a primitive's
 /// measurement changes (1: `copy_page` is a user-space copy of 4 KiB chunks where it was a
@@ -503,6 +503,25 @@ fn families(p: &Profile) -> usize {
         .len()
 }
 
+/// `p`'s probe points with this build's engine counters and features, their host times kept
+/// (`--recount`).
+fn recount(p: &Profile) -> anyhow::Result<Vec<Observation>> {
+    let probes = catalogue();
+    p.observations
+        .iter()
+        .filter_map(|o| {
+            let probe = probes
+                .iter()
+                .find(|q| q.family() == o.family && q.label() == o.label)?;
+            Some(engine_counters(probe).map(|c| Observation {
+                op: probe.op().into(),
+                counters: p.features(probe.op(), &c),
+                ..o.clone()
+            }))
+        })
+        .collect()
+}
+
 /// Arguments of `usermm calibrate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CalibrateArgs {
@@ -531,6 +550,13 @@ pub struct CalibrateArgs {
     /// the cached one) instead of calibrating: the same host timings, the fit as it is now.
     #[arg(long)]
     pub refit: bool,
+    /// With `--refit`: count the profile's probe points again with this build's engine and
+    /// features first (the host times kept; each layout's physical scatter taken as the
+    /// profile's typical one, its own being no longer known; points no longer in the catalogue
+    /// left out), so that a change of the engine's counters or the features can be tried on
+    /// stored calibrations.
+    #[arg(long, requires = "refit")]
+    pub recount: bool,
     /// Time the check `usermm bench` makes before each modelled benchmark against the
     /// profile (`--show`'s, else the cached one) and print whether it still describes this
     /// machine (exit status 1 if not); nothing is calibrated or cached (root: the probes set
@@ -552,6 +578,10 @@ pub fn main(args: &CalibrateArgs) -> anyhow::Result<u8> {
             Some(path) => Profile::load(path)?,
             None => cached()?,
         };
+        if args.recount {
+            p.observations = recount(&p)?;
+            p.model_key = model_key();
+        }
         if args.refit {
             p.fit = Fit::new(&priors(&p.primitives), &p.observations)?;
         }

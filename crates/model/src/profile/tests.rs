@@ -78,7 +78,7 @@ fn features_split_what_one_counter_names_in_different_paths() {
         &prims,
         0,
     );
-    assert_eq!((f["pte_atomics"], f["syscalls_munmap"]), (88.0, 1.0));
+    assert_eq!((f["pte_atomics"], f[SYSCALLS_MM]), (88.0, 1.0));
     assert!(!f.contains_key("syscalls"));
     // mprotect: its entries apart; a PMD split's table fill stays plain writes.
     let f = features(
@@ -195,7 +195,11 @@ fn features_split_what_one_counter_names_in_different_paths() {
     assert_eq!(f[FOLIOS_COLD], 24576.0, "no HOST_FAR: scattered");
     // Spawn: fork and exit.
     let f = features("spawn", &c(&[("vmas_copied", 21)]), &prims, 0);
-    assert_eq!((f[OP_FORK], f[OP_EXIT]), (1.0, 1.0));
+    assert_eq!((f[OP_SPAWN], f[OP_EXIT]), (1.0, 1.0));
+    assert!(
+        !f.contains_key(OP_FORK),
+        "the bench agent's fork is not the spawn agent's"
+    );
 }
 
 #[test]
