@@ -240,6 +240,11 @@ counters! {
     VmaCopied => "vmas_copied",
     /// VMAs freed (`remove_vma`: munmap, exit, merges are not counted).
     VmaFreed => "vmas_freed",
+    /// VMAs an unmap takes out of the tree one by one before freeing them
+    /// (`vms_gather_munmap_vmas`: each write-locked and stored in the side tree of detached
+    /// VMAs): munmap, mremap's move and a MAP_FIXED mapping over old ones; exit frees its VMAs
+    /// without (`exit_mmap`).
+    VmaDetached => "vmas_detached",
     /// VMAs to which fork gave the child's copy an anon_vma of its own, chained to the
     /// parent's (`anon_vma_fork` past its early return for a VMA that never had anonymous
     /// pages: a new anon_vma and its chain links).

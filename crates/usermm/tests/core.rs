@@ -741,3 +741,27 @@ fn freed_folios_go_back_a_batch_at_a_time() {
         None
     );
 }
+
+#[test]
+fn munmap_detaches_each_vma_and_exit_frees_them_without() {
+    let m = machine(64 * M);
+    let cpu = m.enter_cpu(0).unwrap();
+    let p = cpu.spawn(Privilege::Ordinary, 8 * M).unwrap();
+    let b = 0x4000_0000;
+    // Five single-page VMAs with a hole between each two (no merge), four more beyond.
+    for i in 0..9 {
+        cpu.mmap(p, fixed(4 * K, b + 2 * i * 4 * K)).unwrap();
+    }
+    let before = m.counters();
+    cpu.munmap(p, b, 9 * 4 * K).unwrap();
+    valid(&m);
+    let d = m.counters().delta(&before);
+    assert_eq!((d.get(Ev::VmaDetached), d.get(Ev::VmaFreed)), (5, 5));
+    let vmas = cpu.maps(p).unwrap().len() as u64;
+    assert!(vmas >= 4, "{vmas}");
+    let before = m.counters();
+    cpu.exit(p).unwrap();
+    valid(&m);
+    let d = m.counters().delta(&before);
+    assert_eq!((d.get(Ev::VmaDetached), d.get(Ev::VmaFreed)), (0, vmas));
+}

@@ -36,9 +36,10 @@ const PROBE_METHOD: u32 = 3;
 /// it cleared no entry, one flush more in four mremap points; 3: the walk of mlock and munlock
 /// counts the PTEs it reads; 4: the unevictable statistics count a folio's pages, as Linux's
 /// do, and the recipes of a folio's mlock and munlock work price `folios_mlocked` and
-/// `folios_munlocked`; 5: a batch of freed folios counts `free_batches`), so that profiles
-/// fitted to the old counts are made again (their probe times still pool: [`timing_key`]).
-const ENGINE_COUNTS: u32 = 5;
+/// `folios_munlocked`; 5: a batch of freed folios counts `free_batches`; 6: an unmap counts
+/// the VMAs it detaches, `vmas_detached`, which exit does not), so that profiles fitted to the
+/// old counts are made again (their probe times still pool: [`timing_key`]).
+const ENGINE_COUNTS: u32 = 6;
 
 /// How the primitives the priors are priced with are measured: raised when a primitive's
 /// measurement changes (1: `copy_page` is a user-space copy of 4 KiB chunks where it was a

@@ -105,6 +105,7 @@ pub(crate) fn unmap_and_release<'m>(
         .tree
         .erase_range(start, end)
         .map_err(|_| Errno::ENOMEM)?;
+    cpu.c().add(Ev::VmaDetached, ids.len() as u64);
     munlock_before_unmap(cpu, mm, st, &ids, start, end);
     cpu.lru_add_drain();
     let (s, e) = (VirtAddr::new(start), VirtAddr::new(end));
