@@ -33,7 +33,8 @@ pub const OP_FORK: &str = "op_fork";
 /// each). Priced apart from [`OP_FORK`]: the bench's agent forked with no probe VMA took
 /// 169 µs on this AMD guest, the spawn agent's fork, exit and wait with 30 VMAs 114 µs.
 /// Over 43 stored calibrations of that guest, `spawn/few` held out at 17 % on average
-/// instead of 41 % (`spawn/many` at 29 instead of 20), all points at 12.10 % instead of 12.18.
+/// instead of 41 % (`spawn/many` at 29 instead of 20), a calibration's median held-out error
+/// at 12.10 % on average instead of 12.18.
 pub const OP_SPAWN: &str = "op_spawn";
 /// Pseudo-counter: one exit and the parent's wait (spawn's fork + exit + wait).
 pub const OP_EXIT: &str = "op_exit";
@@ -125,7 +126,7 @@ pub const SYSCALL_OPS: [&str; 7] = [
 /// `mmap`, held out at -57 to -71 % on this AMD guest with the call at its recipe, where
 /// the other operations' calls fitted at 1.3 to 3.5 times theirs. One counter: over 43
 /// stored calibrations of that guest, `mmap-vmas` held out at 32 % on average instead of
-/// 52 %, all points at 12.18 % (median) instead of 12.54.
+/// 52 %, and a calibration's median held-out error at 12.18 % on average instead of 12.54.
 pub const SYSCALLS_MM: &str = "syscalls_mm";
 
 /// Pseudo-counter: VMAs one fork copies past what the `vm_area_struct` cache keeps hot.
