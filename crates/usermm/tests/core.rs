@@ -706,35 +706,22 @@ fn freed_folios_go_back_a_batch_at_a_time() {
     cpu.mmap(p, fixed(200 * 4 * K, bulk)).unwrap();
     cpu.write_fill(p, one, 20 * 4 * K, 1).unwrap();
     cpu.write_fill(p, bulk, 200 * 4 * K, 2).unwrap();
-    let freed = |f: &dyn Fn()| {
-        let before = m.counters();
-        f();
-        valid(&m);
-        let d = m.counters().delta(&before);
-        (d.get(Ev::FolioFree), d.get(Ev::FreeBatch))
-    };
+    let freed = |d: usermm::Snapshot| (d.get(Ev::FolioFree), d.get(Ev::FreeBatch));
     // One call per page, written before the bulk region: the LRU-add batch holds none of
     // them, so each call frees its folio.
-    let (folios, batches) = freed(&|| {
-        for i in 0..20 {
-            cpu.madvise(p, one + i * 4 * K, 4 * K, Advice::DontNeed)
-                .unwrap();
-        }
+    let (_, d) = counted(&m, || {
+        (0..20).try_for_each(|i| cpu.madvise(p, one + i * 4 * K, 4 * K, Advice::DontNeed))
     });
-    assert_eq!((folios, batches), (20, 20));
+    assert_eq!(freed(d), (20, 20));
     // One call over 190 pages (the PTE table stays in use): the per-CPU LRU-add batch still
     // holds the last few pages faulted (220 faults: 7 full batches drained, 3 held), which
     // this range does not reach, so all 190 are freed, 31 at a time.
-    let (folios, batches) = freed(&|| {
-        cpu.madvise(p, bulk, 190 * 4 * K, Advice::DontNeed).unwrap();
-    });
+    let dontneed_bulk = || cpu.madvise(p, bulk, 190 * 4 * K, Advice::DontNeed);
+    let (folios, batches) = freed(counted(&m, dontneed_bulk).1);
     assert_eq!(folios, 190);
     assert_eq!(batches, folios.div_ceil(BATCH));
     // Nothing freed, no batch: the pages are gone already.
-    assert_eq!(
-        freed(&|| cpu.madvise(p, bulk, 190 * 4 * K, Advice::DontNeed).unwrap()),
-        (0, 0)
-    );
+    assert_eq!(freed(counted(&m, dontneed_bulk).1), (0, 0));
     assert_eq!(
         cpu.find_mismatch(p, bulk + 190 * 4 * K, 10 * 4 * K, 2)
             .unwrap(),
@@ -752,16 +739,9 @@ fn munmap_detaches_each_vma_and_exit_frees_them_without() {
     for i in 0..9 {
         cpu.mmap(p, fixed(4 * K, b + 2 * i * 4 * K)).unwrap();
     }
-    let before = m.counters();
-    cpu.munmap(p, b, 9 * 4 * K).unwrap();
-    valid(&m);
-    let d = m.counters().delta(&before);
-    assert_eq!((d.get(Ev::VmaDetached), d.get(Ev::VmaFreed)), (5, 5));
-    let vmas = cpu.maps(p).unwrap().len() as u64;
-    assert!(vmas >= 4, "{vmas}");
-    let before = m.counters();
-    cpu.exit(p).unwrap();
-    valid(&m);
-    let d = m.counters().delta(&before);
-    assert_eq!((d.get(Ev::VmaDetached), d.get(Ev::VmaFreed)), (0, vmas));
+    let vmas = |d: usermm::Snapshot| (d.get(Ev::VmaDetached), d.get(Ev::VmaFreed));
+    assert_eq!(vmas(counted(&m, || cpu.munmap(p, b, 9 * 4 * K)).1), (5, 5));
+    let left = cpu.maps(p).unwrap().len() as u64;
+    assert!(left >= 4, "{left}");
+    assert_eq!(vmas(counted(&m, || cpu.exit(p)).1), (0, left));
 }
