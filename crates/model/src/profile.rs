@@ -318,10 +318,11 @@ pub fn priors(prims: &Primitives) -> BTreeMap<String, f64> {
     // non-negative fit cannot hold): [`features`] counts plain writes and RMWs apart.
     p.insert("pte_atomics".into(), prims.rmw_seq);
     let work = |w: &[(Prim, f64)]| w.iter().map(|&(q, k)| k * prims.get(q)).sum::<f64>();
-    p.insert(OP_FORK.into(), work(crate::prices::fixed_work("fork")));
-    p.insert(OP_SPAWN.into(), work(crate::prices::fixed_work("fork")));
+    let fork = work(crate::prices::fixed_work("fork"));
+    p.insert(OP_FORK.into(), fork);
+    p.insert(OP_SPAWN.into(), fork);
     // As much again when the cache holds none of it.
-    p.insert(OP_FORK_COLD.into(), work(crate::prices::fixed_work("fork")));
+    p.insert(OP_FORK_COLD.into(), fork);
     p.insert(
         MPROTECT_ENTRIES.into(),
         prims.load_seq + 4.0 * prims.kcall_loop,
@@ -498,11 +499,14 @@ pub fn features(
             f.insert(SYSCALLS_MM.into(), n);
         }
     }
-    match op {
-        "fork" => f.insert(OP_FORK.into(), 1.0),
-        "spawn" => f.insert(OP_SPAWN.into(), 1.0),
+    let fixed = match op {
+        "fork" => Some(OP_FORK),
+        "spawn" => Some(OP_SPAWN),
         _ => None,
     };
+    if let Some(fixed) = fixed {
+        f.insert(fixed.into(), 1.0);
+    }
     if op == "fork" && llc_bytes > 0 {
         let written = get("fork_ptes").saturating_mul(4096).min(llc_bytes);
         f.insert(OP_FORK_COLD.into(), written as f64 / llc_bytes as f64);
