@@ -352,7 +352,7 @@ pub fn catalogue() -> Vec<Probe> {
     }
     // 64 KiB folios between the two, so that a call that frees nothing (15 of 16 here, 511
     // of 512 with 2 MiB) is not the 2 MiB family's alone: left out, dontneed-each/2M read
-    // +53 % median over 43 calibrations of this AMD guest; with these, +1 to +7 % in four.
+    // +53 % median over 43 calibrations of this AMD guest; with these, +2 to +8 % in four.
     for (pages, folio) in [
         (300, PAGE),
         (1500, PAGE),
