@@ -517,7 +517,7 @@ pub const RECIPES: &[Recipe] = &[
     Recipe {
         counter: "folios_freed",
         work: &[(Prim::KCallLoop, 15.0)],
-        kernel: "a folio freed after a TLB flush (its struct page line is still cached: the rmap removal of the same batch touched it; zap_batches prices that first touch): free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit (the batch's own work is free_batches); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9)",
+        kernel: "a folio freed after a TLB flush (its struct page line is still cached: the rmap removal of the same batch touched it; zap_batches prices that first touch): free_swap_cache, lruvec_del_folio with its LRU-size stats, uncharge_folio, free_pages_prepare, get_pfnblock_migratetype, free_frozen_page_commit (the batch's own work is free_batches); no share of free_pcppages_bulk: traced on this 6.18 guest, a 16 MiB munmap of 4 KiB folios sent no page from the per-CPU lists back to the buddy lists (docs/research/kernel-calls-6.18.md §9); 16 and 32 KiB folios do past a few hundred (§13), which no counter names yet",
     },
     Recipe {
         counter: "free_batches",
